@@ -1,0 +1,122 @@
+"""`iree-compile` behind a content-addressed cache: a second run compiles nothing.
+
+The key covers everything that changes the output: the MLIR bytes, every flag, the bytes
+of any file a flag points at (tuning specs), and the compiler's version and commit. The
+compiler is whatever `iree-compile` is first on PATH, so a source build placed there wins
+over the wheel, as in AMD's from-source harness image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, sha256_file
+from runner.paths import cache_dir
+
+# The HIP chip flag was renamed in IREE 3.11 and the old spelling dropped afterwards.
+ROCM_CHIP_FLAG_RENAMED_IN = (3, 11)
+
+
+@dataclass(frozen=True)
+class CompilerInfo:
+    path: str
+    version: str
+    commit: str
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", self.version)[:2])
+
+
+@cache
+def compiler_info(executable: str = "iree-compile") -> CompilerInfo:
+    path = shutil.which(executable)
+    if path is None:
+        raise RunnerError(f"`{executable}` is not on PATH",
+                          fix="pip install -e '.[compile]' (iree-base-compiler), or put an "
+                          "IREE build's tools/ directory first on PATH")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
+    if out.returncode != 0 or not match:
+        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path)
+    return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
+
+
+def rocm_chip_flag(chip: str, compiler: CompilerInfo) -> str:
+    """`--iree-rocm-target` from 3.11 on, `--iree-hip-target` before."""
+    if compiler.version_tuple >= ROCM_CHIP_FLAG_RENAMED_IN:
+        return f"--iree-rocm-target={chip}"
+    return f"--iree-hip-target={chip}"
+
+
+def _flag_files(flags: tuple[str, ...]) -> dict[str, str]:
+    """sha256 of every existing file a `--flag=path` names, so an edited spec recompiles."""
+    hashes = {}
+    for flag in flags:
+        _, eq, value = flag.partition("=")
+        if eq and value and Path(value).is_file():
+            hashes[value] = sha256_file(Path(value))
+    return hashes
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    mlir: str
+    vmfb: str
+    key: str
+    cached: bool
+    seconds: float
+    command: list[str]
+
+
+def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
+    h = hashlib.sha256()
+    for part in (sha256_file(mlir), *flags, json.dumps(_flag_files(flags), sort_keys=True),
+                 compiler.version, compiler.commit):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
+                 compiler: CompilerInfo | None = None) -> CompileResult:
+    """Returns the cached vmfb for (mlir, flags, compiler), compiling it on a miss."""
+    compiler = compiler or compiler_info()
+    if not mlir.is_file():
+        if not dry_run:
+            raise RunnerError("MLIR file not found", where=str(mlir),
+                              fix="run `runner export tiny`, or fix the model config's `mlir`")
+        key = "<key: sha256 of the MLIR, flags and compiler>"
+    else:
+        key = compile_key(mlir, flags, compiler)
+    out_dir = cache_dir() / "vmfb" / key[:2]
+    vmfb = out_dir / f"{key}.vmfb"
+    command = [compiler.path, str(mlir), *flags, "-o", str(vmfb)]
+    if dry_run or vmfb.is_file():
+        return CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = vmfb.with_suffix(f".{time.monotonic_ns()}.tmp")
+    start = time.perf_counter()
+    proc = subprocess.run([*command[:-1], str(tmp)], capture_output=True, text=True,
+                          check=False)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
+                          f"{proc.stderr.strip()[-3000:]}", where=str(mlir),
+                          fix=f"reproduce with: {shlex.join(command)}")
+    tmp.replace(vmfb)
+    result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command)
+    atomic_write_json(vmfb.with_suffix(".json"), {**asdict(result), **asdict(compiler)})
+    print(f"compiled {mlir.name} in {seconds:.1f}s -> {vmfb.name}", file=sys.stderr)
+    return result

@@ -1,0 +1,80 @@
+"""Compiles a profile's model for one layout's batch sizes, through the compile cache."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runner.compile import CompileResult, compile_mlir, compiler_info
+from runner.errors import RunnerError
+from runner.pipeline.iree_session import ModuleFiles
+from runner.profile import Profile
+from runner.sources import local_source
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """Everything a worker needs to load the pipeline: plain paths, JSON-able."""
+
+    model_config: str
+    driver: str
+    runtime_flags: tuple[str, ...]
+    batch_size: int
+    vae_batch_size: int
+    modules: tuple[ModuleFiles, ...]
+    compiled: tuple[CompileResult, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "model_config": self.model_config, "driver": self.driver,
+            "runtime_flags": list(self.runtime_flags), "batch_size": self.batch_size,
+            "vae_batch_size": self.vae_batch_size,
+            "modules": [{"name": m.name, "vmfbs": [str(v) for v in m.vmfbs],
+                         "weights": str(m.weights) if m.weights else None}
+                        for m in self.modules],
+            "compiled": [asdict(c) for c in self.compiled],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> CompiledModel:
+        return cls(
+            raw["model_config"], raw["driver"], tuple(raw["runtime_flags"]), raw["batch_size"],
+            raw["vae_batch_size"],
+            tuple(ModuleFiles(m["name"], tuple(Path(v) for v in m["vmfbs"]),
+                              Path(m["weights"]) if m["weights"] else None)
+                  for m in raw["modules"]),
+            tuple(CompileResult(**c) for c in raw["compiled"]),
+        )
+
+
+def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
+                  *, dry_run: bool = False) -> CompiledModel:
+    model = profile.model
+    vae_batch_size = vae_batch_size or batch_size
+    decode_submodel = model.functions["decode"][0]
+    compiler = compiler_info()
+    modules, results = [], []
+    for name, sub in model.submodels.items():
+        batch = vae_batch_size if name == decode_submodel else batch_size
+        if batch not in model.batch_sizes:
+            raise RunnerError(
+                f"no {name} artifact for batch size {batch} (the model has "
+                f"{list(model.batch_sizes)})", where=f"{model.path}: batch_sizes",
+                fix="choose a layout batch size the model was exported for")
+        where = f"{model.path}: submodels.{name}"
+        if sub.vmfb:
+            vmfbs = [local_source(model.resolve(sub.vmfb.format(batch=batch)), f"{where}.vmfb",
+                                  not dry_run)]
+        else:
+            vmfbs = []
+            for source in model.mlir_sources(name, batch):
+                result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
+                                      profile.target.flags_for(name, compiler),
+                                      dry_run=dry_run, compiler=compiler)
+                results.append(result)
+                vmfbs.append(Path(result.vmfb))
+        weights = (local_source(model.resolve(sub.weights), f"{where}.weights", not dry_run)
+                   if sub.weights else None)
+        modules.append(ModuleFiles(name, tuple(vmfbs), weights))
+    return CompiledModel(str(model.path), profile.target.driver, profile.target.runtime_flags,
+                         batch_size, vae_batch_size, tuple(modules), tuple(results))

@@ -1,0 +1,1 @@
+"""Build-time code: defines and exports the embedded tiny SDXL. Needs the `[export]` extra."""

@@ -1,0 +1,64 @@
+"""Pipeline output -> MLPerf's uint8 HWC bytes, and a dependency-free PNG writer/reader."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from runner.fileio import atomic_write_bytes
+
+
+def to_uint8_hwc(images_nchw: np.ndarray) -> np.ndarray:
+    """MLPerf's conversion: CHW float in [0,1] -> HWC, x255, clip, round (half to even), uint8."""
+    if images_nchw.ndim != 4 or images_nchw.shape[1] != 3:
+        raise ValueError(f"expected N x 3 x H x W images, got shape {images_nchw.shape}")
+    scaled = np.clip(images_nchw.astype(np.float32).transpose(0, 2, 3, 1) * 255.0, 0.0, 255.0)
+    return np.round(scaled).astype(np.uint8)
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+
+
+def encode_png(image_hwc: np.ndarray) -> bytes:
+    """8-bit RGB PNG; lossless, so the pixels round-trip exactly."""
+    h, w, c = image_hwc.shape
+    if c != 3 or image_hwc.dtype != np.uint8:
+        raise ValueError(f"expected H x W x 3 uint8, got {image_hwc.shape} {image_hwc.dtype}")
+    rows = np.concatenate([np.zeros((h, 1), np.uint8), image_hwc.reshape(h, w * 3)], axis=1)
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+        + _chunk(b"IEND", b"")
+    )
+
+
+def write_png(path: Path, image_hwc: np.ndarray) -> None:
+    atomic_write_bytes(path, encode_png(image_hwc))
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """Reads back what `encode_png` writes (8-bit RGB, filter type 0 on every row)."""
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise ValueError("not a PNG file")
+    pos, idat, w, h = 8, b"", 0, 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            w, h, depth, color = struct.unpack(">IIBB", body[:10])
+            if (depth, color) != (8, 2):
+                raise ValueError("only 8-bit RGB PNGs written by this tool are supported")
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * 3)
+    if rows[:, 0].any():
+        raise ValueError("PNG uses row filters; only this tool's unfiltered PNGs are supported")
+    return rows[:, 1:].reshape(h, w, 3).copy()

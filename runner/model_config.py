@@ -1,0 +1,141 @@
+"""The model config: which artifacts make the pipeline and how to drive them.
+
+In the spirit of the SDXL config JSON AMD's harness reads. The tiny model ships one
+(`assets/tiny/model.json`); the real SDXL one lives in `configs/models/`. Paths inside are
+relative to the config file, or URLs that the artifact cache fetches.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.errors import RunnerError
+
+DENOISE_MODES = ("host_loop", "produce_image_latents")
+# The pipeline's steps and the functions each denoise mode needs.
+REQUIRED_FUNCTIONS = {
+    "host_loop": ("encode_prompts", "run_initialize", "run_forward", "decode"),
+    "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
+}
+DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class Submodel:
+    """One compiled unit: an MLIR (per batch size), its weights, optional extra modules.
+
+    `extra_mlir` are modules loaded into the same context after the main one (IREE CI's
+    `add_pipeline_module`: the scheduled-unet pipeline that calls into the unet module).
+    """
+
+    name: str
+    mlir: str
+    weights: str | None = None
+    extra_mlir: tuple[str, ...] = ()
+    vmfb: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: Path
+    name: str
+    dtype: str
+    batch_sizes: tuple[int, ...]
+    image_size: int
+    latent_size: int
+    steps: int
+    guidance_scale: float
+    negative_prompt: str
+    max_length: int
+    tokenizer_dir: str
+    pad_tokens: tuple[str, str]
+    denoise: str
+    submodels: dict[str, Submodel]
+    functions: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, ref: str) -> str:
+        """A path relative to the config, made absolute; URLs pass through."""
+        if "://" in ref:
+            return ref
+        p = Path(ref).expanduser()
+        return str(p if p.is_absolute() else self.base_dir / p)
+
+    def mlir_sources(self, submodel: str, batch: int) -> list[str]:
+        sub = self.submodels[submodel]
+        return [self.resolve(m.format(batch=batch)) for m in (sub.mlir, *sub.extra_mlir)]
+
+    @classmethod
+    def load(cls, path: Path) -> ModelConfig:
+        try:
+            text = path.read_text(encoding="utf-8")
+            raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            raise RunnerError(f"cannot read the model config: {e}", where=str(path)) from e
+        return cls.from_dict(raw, path)
+
+    @classmethod
+    def from_dict(cls, raw: Any, path: Path) -> ModelConfig:
+        where = str(path)
+        if not isinstance(raw, dict):
+            raise RunnerError("model config must be a mapping", where=where)
+
+        def need(key: str, kind: type | tuple[type, ...]) -> Any:
+            if key not in raw:
+                raise RunnerError(f"missing field `{key}`", where=where,
+                                  fix=f"add `{key}` (see runner/assets/tiny/model.json)")
+            if not isinstance(raw[key], kind):
+                raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
+                                  where=where)
+            return raw[key]
+
+        dtype = need("dtype", str)
+        if dtype not in DTYPES:
+            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where)
+        denoise = raw.get("denoise", "host_loop")
+        if denoise not in DENOISE_MODES:
+            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where)
+        batch_sizes = need("batch_sizes", list)
+        if not batch_sizes or not all(isinstance(b, int) and b > 0 for b in batch_sizes):
+            raise RunnerError("`batch_sizes` must list positive integers", where=where)
+        submodels = {}
+        for name, sub in need("submodels", dict).items():
+            if not isinstance(sub, dict) or "mlir" not in sub:
+                raise RunnerError(f"submodel `{name}` needs an `mlir` field",
+                                  where=f"{where}: submodels.{name}")
+            submodels[name] = Submodel(name, sub["mlir"], sub.get("weights"),
+                                       tuple(sub.get("extra_mlir", ())), sub.get("vmfb"))
+        functions = {}
+        for role, ref in need("functions", dict).items():
+            sub, _, fn = str(ref).partition(".")
+            if sub not in submodels or not fn:
+                raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
+                                  f"of a known submodel ({', '.join(submodels)})",
+                                  where=f"{where}: functions.{role}")
+            functions[role] = (sub, fn)
+        missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
+        if missing:
+            raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
+                              where=f"{where}: functions")
+        tok = need("tokenizer", dict)
+        pads = tuple(tok.get("pad_tokens", ("<|endoftext|>", "!")))
+        if len(pads) != 2:
+            raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
+                              where=f"{where}: tokenizer.pad_tokens")
+        return cls(
+            path=path, name=need("name", str), dtype=dtype,
+            batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
+            latent_size=need("latent_size", int), steps=need("steps", int),
+            guidance_scale=float(need("guidance_scale", (int, float))),
+            negative_prompt=need("negative_prompt", str), max_length=need("max_length", int),
+            tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
+            denoise=denoise, submodels=submodels, functions=functions,
+        )

@@ -1,0 +1,212 @@
+"""Profiles: YAML in `configs/` naming a model, a compile target, a layout and accuracy ranges.
+
+A profile may `extends:` another (mappings merge, lists replace), and command-line flags
+override any field, so `mi325x` is `sdxl` plus a lab layout and `cpu` is `tiny` plus two
+CPU devices.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.compile import CompilerInfo, rocm_chip_flag
+from runner.errors import RunnerError
+from runner.layout import LayoutSpec
+from runner.model_config import ModelConfig
+from runner.paths import ASSETS_DIR, CONFIGS_DIR
+
+BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
+DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def profile_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.resolve()
+    named = CONFIGS_DIR / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    known = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+    raise RunnerError(f"unknown profile {name_or_path!r}", where="--profile",
+                      fix=f"use one of {', '.join(known)} or a path to a profile YAML")
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise RunnerError("profile `extends` loops back on itself", where=str(path))
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise RunnerError(f"cannot read profile: {e}", where=str(path)) from e
+    if not isinstance(raw, dict):
+        raise RunnerError("a profile must be a YAML mapping", where=str(path))
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    return _merge(_load_raw(profile_path(str(parent)), (*seen, path)), raw)
+
+
+def set_field(raw: dict, dotted: str, value: Any) -> None:
+    """Applies one `--set a.b.c=value` override (value parsed as YAML)."""
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set")
+    node[leaf] = value
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    driver: str
+    chip: str
+    compile_flags: tuple[str, ...]
+    submodel_flags: dict[str, tuple[str, ...]]
+    tuning_spec: str | None
+    default_tuning_specs: bool | None
+    runtime_flags: tuple[str, ...]
+
+    def device_flags(self, compiler: CompilerInfo) -> tuple[str, ...]:
+        if self.backend == "cpu":
+            return ("--iree-hal-target-device=local",
+                    "--iree-hal-local-target-device-backends=llvm-cpu",
+                    f"--iree-llvmcpu-target-cpu={self.chip}")
+        if self.backend == "hip":
+            return ("--iree-hal-target-device=hip", rocm_chip_flag(self.chip, compiler))
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.chip}")
+
+    def tuning_flags(self, dump_dir: Path | None = None) -> tuple[str, ...]:
+        flags = []
+        if self.tuning_spec:
+            flags.append(f"--iree-codegen-tuning-spec-path={self.tuning_spec}")
+        if self.default_tuning_specs is not None:
+            flags.append("--iree-codegen-enable-default-tuning-specs="
+                         + str(self.default_tuning_specs).lower())
+        if dump_dir is not None:
+            flags.append(f"--iree-codegen-dump-tuning-specs-to={dump_dir}")
+        return tuple(flags)
+
+    def flags_for(self, submodel: str, compiler: CompilerInfo) -> tuple[str, ...]:
+        return (*self.device_flags(compiler), *self.compile_flags,
+                *self.submodel_flags.get(submodel, ()), *self.tuning_flags())
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Inclusive two-sided ranges; `reference_stats` etc. are read by the scoring step."""
+
+    fid: tuple[float, float] | None
+    clip: tuple[float, float] | None
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    raw: dict
+    model: ModelConfig
+    target: Target
+    layout: LayoutSpec
+    accuracy: Accuracy
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(self.raw)
+
+
+def _target(raw: Any, where: str, base: Path) -> Target:
+    if not isinstance(raw, dict):
+        raise RunnerError("missing `target` mapping", where=where,
+                          fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
+    backend = raw.get("backend")
+    if backend not in DEFAULT_DRIVERS:
+        raise RunnerError(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
+                          fix=f"use one of {', '.join(DEFAULT_DRIVERS)}")
+    chip = raw.get("chip", "host" if backend == "cpu" else None)
+    if not chip:
+        raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
+                          where=f"{where}: target.chip")
+
+    def flag_list(value: Any, field: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}")
+        return tuple(value)
+
+    spec = raw.get("tuning_spec")
+    if spec:
+        spec_path = Path(spec).expanduser()
+        spec_path = spec_path if spec_path.is_absolute() else base / spec_path
+        if not spec_path.is_file():
+            raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
+                              fix=f"no file at {spec_path}")
+        spec = str(spec_path)
+    submodel_flags = raw.get("submodel_flags") or {}
+    return Target(
+        backend=backend, driver=raw.get("driver", DEFAULT_DRIVERS[backend]), chip=str(chip),
+        compile_flags=flag_list(raw.get("compile_flags", []), "target.compile_flags"),
+        submodel_flags={k: flag_list(v, f"target.submodel_flags.{k}")
+                        for k, v in submodel_flags.items()},
+        tuning_spec=spec, default_tuning_specs=raw.get("default_tuning_specs"),
+        runtime_flags=flag_list(raw.get("runtime_flags", []), "target.runtime_flags"),
+    )
+
+
+def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, int | float) for v in value) or value[0] > value[1]):
+        raise RunnerError(f"`accuracy.{key}` must be [low, high] with low <= high",
+                          where=f"{where}: accuracy.{key}")
+    return (float(value[0]), float(value[1]))
+
+
+def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> Profile:
+    path = profile_path(name_or_path)
+    raw = _load_raw(path)
+    for dotted, value in (overrides or {}).items():
+        set_field(raw, dotted, value)
+    where = str(path)
+    model_ref = raw.get("model")
+    if not isinstance(model_ref, str):
+        raise RunnerError("missing `model` (builtin:tiny or a model config path)",
+                          where=f"{where}: model")
+    if model_ref.startswith("builtin:"):
+        model_path = BUILTIN_MODELS.get(model_ref.removeprefix("builtin:"))
+        if model_path is None:
+            raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
+                              fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
+    else:
+        model_path = Path(model_ref).expanduser()
+        model_path = model_path if model_path.is_absolute() else path.parent / model_path
+    if not model_path.is_file():
+        raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
+                          fix="run `runner export tiny` or fix the path")
+    target = _target(raw.get("target"), where, path.parent)
+    accuracy_raw = raw.get("accuracy") or {}
+    return Profile(
+        name=raw.get("name", path.stem), path=path, raw=raw,
+        model=ModelConfig.load(model_path), target=target,
+        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
+                                    f"{where}: layout"),
+        accuracy=Accuracy(_range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
+                          {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip")}),
+    )

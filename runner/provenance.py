@@ -1,0 +1,34 @@
+"""Which IREE ran and where it was imported from: the classic failure of a source build on
+PYTHONPATH is being shadowed by an installed wheel, so every manifest records both."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import shutil
+import socket
+import sys
+from typing import Any
+
+
+def _package(name: str) -> dict[str, Any]:
+    try:
+        module = importlib.import_module(name)
+        version = importlib.import_module(f"{name}.version")
+    except ImportError as e:
+        return {"available": False, "error": str(e)}
+    return {"available": True, "file": module.__file__, "version": version.VERSION,
+            "commit": version.REVISIONS.get("IREE", "unknown")}
+
+
+def iree_provenance() -> dict[str, Any]:
+    return {
+        "iree.compiler": _package("iree.compiler"),
+        "iree.runtime": _package("iree.runtime"),
+        "iree-compile": shutil.which("iree-compile"),
+    }
+
+
+def host_info() -> dict[str, Any]:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "executable": sys.executable}
