@@ -24,8 +24,9 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
-def encode_png(image_hwc: np.ndarray) -> bytes:
-    """8-bit RGB PNG; lossless, so the pixels round-trip exactly."""
+def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None) -> bytes:
+    """8-bit RGB PNG; lossless, so the pixels round-trip exactly. `text` goes into tEXt
+    chunks, which lets one atomically written file carry its sample's metadata."""
     h, w, c = image_hwc.shape
     if c != 3 or image_hwc.dtype != np.uint8:
         raise ValueError(f"expected H x W x 3 uint8, got {image_hwc.shape} {image_hwc.dtype}")
@@ -34,13 +35,30 @@ def encode_png(image_hwc: np.ndarray) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n"
         + _chunk(b"IHDR", header)
+        + b"".join(_chunk(b"tEXt", k.encode("latin-1") + b"\0" + v.encode("latin-1"))
+                   for k, v in (text or {}).items())
         + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
         + _chunk(b"IEND", b"")
     )
 
 
-def write_png(path: Path, image_hwc: np.ndarray) -> None:
-    atomic_write_bytes(path, encode_png(image_hwc))
+def write_png(path: Path, image_hwc: np.ndarray, text: dict[str, str] | None = None) -> None:
+    atomic_write_bytes(path, encode_png(image_hwc, text))
+
+
+def png_text(data: bytes) -> dict[str, str]:
+    """The tEXt chunks of a PNG, without decoding its pixels."""
+    out, pos = {}, 8
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        if kind == b"tEXt":
+            key, _, value = data[pos + 8 : pos + 8 + length].partition(b"\0")
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"IDAT":
+            break
+        pos += 12 + length
+    return out
 
 
 def decode_png(data: bytes) -> np.ndarray:
