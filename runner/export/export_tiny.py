@@ -139,3 +139,29 @@ def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
     ModelConfig.load(config_path)  # what we ship must load
     written.append(config_path)
     return written
+
+
+def first_difference(golden: bytes, fresh: bytes) -> str | None:
+    """None when equal; else the first differing line of both, for a readable failure."""
+    if golden == fresh:
+        return None
+    old, new = golden.decode(errors="replace").splitlines(), fresh.decode(errors="replace")
+    for number, (a, b) in enumerate(zip(old, new.splitlines(), strict=False), start=1):
+        if a != b:
+            return f"line {number}:\n  shipped:  {a[:200]}\n  exported: {b[:200]}"
+    return f"same first lines, lengths differ ({len(golden)} vs {len(fresh)} bytes)"
+
+
+def diff_exports(fresh_dir: Path, golden_dir: Path = TINY_DIR) -> dict[str, str]:
+    """File name -> first difference, over every file a fresh export wrote."""
+    diffs = {}
+    for fresh in sorted(p for p in fresh_dir.rglob("*") if p.is_file()):
+        rel = fresh.relative_to(fresh_dir)
+        golden = golden_dir / rel
+        if not golden.is_file():
+            diffs[str(rel)] = "not shipped"
+            continue
+        diff = first_difference(golden.read_bytes(), fresh.read_bytes())
+        if diff:
+            diffs[str(rel)] = diff
+    return diffs

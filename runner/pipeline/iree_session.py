@@ -40,6 +40,7 @@ class IreeSession:
         self.driver = driver
         self.instance = rt.VmInstance()
         self._contexts: dict[str, tuple[object, list[object]]] = {}
+        self._functions: list[IreeFunction] = []
 
     def load(self, files: ModuleFiles) -> None:
         rt = self._rt
@@ -58,9 +59,12 @@ class IreeSession:
             modules.append(rt.create_io_parameters_module(self.instance, provider))
         loaded = []
         for vmfb in files.vmfbs:
+            if not vmfb.is_file():
+                raise RunnerError("compiled module not found", where=str(vmfb),
+                                  fix="recompile it (`runner compile`)")
             try:
                 loaded.append(rt.VmModule.mmap(self.instance, str(vmfb)))
-            except (RuntimeError, ValueError) as e:
+            except (OSError, RuntimeError, ValueError) as e:
                 raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
                                   fix="recompile it (`runner compile`)") from e
         try:
@@ -73,8 +77,12 @@ class IreeSession:
         self._contexts[files.name] = (context, loaded)
 
     def close(self) -> None:
-        """Releases contexts before the device: IREE's Python objects crash the interpreter
-        at exit when the garbage collector frees a device before the contexts that use it."""
+        """Releases invokers, then contexts, then the device. IREE's Python objects do not
+        keep what they use alive, so the garbage collector freeing them in another order
+        (e.g. an invoker kept by a traceback) crashes the interpreter."""
+        for fn in self._functions:
+            fn.invoker = None
+        self._functions.clear()
         self._contexts.clear()
         self.__dict__.pop("device", None)
         self.__dict__.pop("instance", None)
@@ -85,8 +93,10 @@ class IreeSession:
         for module in reversed(modules):
             fn = module.lookup_function(name)
             if fn is not None:
-                return IreeFunction(f"{submodel}.{name}",
-                                    self._rt.FunctionInvoker(context, self.device, fn))
+                function = IreeFunction(f"{submodel}.{name}",
+                                        self._rt.FunctionInvoker(context, self.device, fn))
+                self._functions.append(function)
+                return function
         exported = sorted({f for m in modules for f in m.function_names})
         raise RunnerError(f"module has no function {name!r} (it exports {exported})",
                           where=where, fix="name a function the compiled module exports")
@@ -98,6 +108,8 @@ class IreeFunction:
     invoker: object
 
     def __call__(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self.invoker is None:
+            raise RunnerError(f"{self.name} called after its IREE session was closed")
         try:
             result = self.invoker(*args)
         except (RuntimeError, ValueError) as e:
@@ -106,4 +118,7 @@ class IreeFunction:
                               fix="check the model config's batch size, dtype and sizes "
                               "against the compiled module") from e
         results = result if isinstance(result, tuple | list) else (result,)
-        return tuple(np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results)
+        # Copies, not views: a view into device memory outliving the session (e.g. held
+        # by a traceback) crashes the interpreter when it is garbage-collected.
+        return tuple(np.array(r.to_host() if hasattr(r, "to_host") else r, copy=True)
+                     for r in results)

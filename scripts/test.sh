@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's test command: installs everything the suite needs, then runs it.
+# Idempotent: on a machine that already has the packages and engine it only checks them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install -q --disable-pip-version-check \
+  -e '.[export,metrics,docker,dev]' 2>&1 | grep -v "as the 'root' user" || true
+python3 -c "import runner, iree.runtime, iree.compiler, iree.turbine, torch, open_clip, docker"
+
+# A real docker engine for the harness-image tests (DESIGN.md: dockerd without a bridge).
+if [ -x scripts/docker_setup.sh ]; then
+  bash scripts/docker_setup.sh
+fi
+
+exec python3 -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,69 @@
+"""The compile cache with the real iree-compile, and the per-version ROCm chip flag."""
+
+from pathlib import Path
+
+import pytest
+
+from runner.compile import CompilerInfo, compile_key, compile_mlir, compiler_info, rocm_chip_flag
+from runner.compiled_model import compile_model
+from runner.errors import RunnerError
+from runner.profile import load_profile
+
+TINY = Path(__file__).resolve().parent.parent / "runner" / "assets" / "tiny"
+CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+             "--iree-llvmcpu-target-cpu=host")
+
+
+def test_second_compile_is_a_cache_hit(tiny_profile, tiny_compiled):
+    again = compile_model(tiny_profile, 1)
+    assert all(r.cached for r in again.compiled)
+    assert [r.vmfb for r in again.compiled] == [r.vmfb for r in tiny_compiled[1].compiled]
+    assert all(Path(r.vmfb).is_file() for r in again.compiled)
+
+
+def test_key_changes_with_flags_compiler_and_flag_files(tmp_path):
+    mlir = TINY / "vae_bs1.mlir"
+    compiler = compiler_info()
+    base = compile_key(mlir, CPU_FLAGS, compiler)
+    assert compile_key(mlir, (*CPU_FLAGS, "--iree-opt-level=O3"), compiler) != base
+    other = CompilerInfo(compiler.path, "3.12.0", "abc")
+    assert compile_key(mlir, CPU_FLAGS, other) != base
+    spec = tmp_path / "spec.mlir"
+    spec.write_text("module {}\n")
+    flags = (*CPU_FLAGS, f"--iree-codegen-tuning-spec-path={spec}")
+    before = compile_key(mlir, flags, compiler)
+    spec.write_text("module { }\n")
+    assert compile_key(mlir, flags, compiler) != before
+
+
+def test_rocm_chip_flag_is_spelled_per_compiler_version():
+    assert rocm_chip_flag("gfx942", CompilerInfo("x", "3.10.0", "c")) == "--iree-hip-target=gfx942"
+    assert rocm_chip_flag("gfx942", CompilerInfo("x", "3.13.0rc1", "c")) == (
+        "--iree-rocm-target=gfx942")
+
+
+def test_lab_compile_path_for_gfx942_runs_for_real():
+    """Compiling for a GPU needs no GPU: the hip flags the mi325x profile uses really compile."""
+    profile = load_profile("sdxl", {"model": "builtin:tiny", "target.compile_flags": [],
+                                    "target.submodel_flags": {}})
+    flags = profile.target.flags_for("vae", compiler_info())
+    assert "--iree-rocm-target=gfx942" in flags
+    result = compile_mlir(TINY / "vae_bs1.mlir", flags)
+    assert Path(result.vmfb).stat().st_size > 0
+
+
+def test_compile_failure_shows_the_command(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("this is not mlir\n")
+    with pytest.raises(RunnerError) as err:
+        compile_mlir(bad, CPU_FLAGS)
+    assert "iree-compile failed" in str(err.value) and "bad.mlir" in str(err.value.fix)
+
+
+def test_dry_run_prints_commands_without_files():
+    profile = load_profile("mi325x", {"layout.batch_size": 1})
+    compiled = compile_model(profile, 1, dry_run=True)
+    commands = [r.command for r in compiled.compiled]
+    assert len(commands) == 4  # clip, unet + its pipeline module, vae
+    assert all("--iree-rocm-target=gfx942" in c for c in commands)
+    assert all("downloads" in c[1] for c in commands)

@@ -1,0 +1,139 @@
+"""Execution tier: IREE's images against the PyTorch eager oracle, plus bad-input errors."""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runner.errors import RunnerError
+from runner.mlperf_data import load_captions
+from runner.model_config import ModelConfig
+from runner.pipeline.iree_session import IreeSession, ModuleFiles
+from runner.pipeline.loader import open_pipeline
+
+# Measured: max abs pixel difference 1 on 0.008% of pixels (4 prompts, batch 1 and 2).
+MAX_ABS_PIXEL_DIFF = 1
+MAX_DIFFERING_FRACTION = 1e-3
+PROMPTS = 4
+
+
+@pytest.fixture(scope="module")
+def oracle_images(tiny_profile):
+    oracle_mod = pytest.importorskip("runner.export.oracle")
+    captions = load_captions()
+    oracle = oracle_mod.TorchOracle(tiny_profile.model)
+    return np.concatenate([oracle.generate([captions[i]]) for i in range(PROMPTS)])
+
+
+def iree_images(compiled) -> np.ndarray:
+    captions = load_captions()
+    session, pipeline = open_pipeline(compiled)
+    try:
+        b = compiled.batch_size
+        return np.concatenate([pipeline.generate([captions[j] for j in range(i, i + b)])
+                               for i in range(0, PROMPTS, b)])
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_iree_matches_pytorch_oracle(tiny_compiled, oracle_images, batch):
+    images = iree_images(tiny_compiled[batch])
+    assert images.shape == (PROMPTS, 128, 128, 3) and images.dtype == np.uint8
+    diff = np.abs(images.astype(np.int16) - oracle_images.astype(np.int16))
+    assert diff.max() <= MAX_ABS_PIXEL_DIFF
+    assert (diff > 0).mean() <= MAX_DIFFERING_FRACTION
+    # Prompts matter: different captions give different images.
+    assert np.abs(images[0].astype(int) - images[1]).mean() > 1.0
+
+
+def test_batch_sizes_give_byte_identical_images(tiny_compiled):
+    assert np.array_equal(iree_images(tiny_compiled[1]), iree_images(tiny_compiled[2]))
+
+
+def test_short_final_batch_is_padded_and_trimmed(tiny_compiled):
+    session, pipeline = open_pipeline(tiny_compiled[2])
+    try:
+        captions = load_captions()
+        one = pipeline.generate([captions[0]])
+        two = pipeline.generate([captions[0], captions[1]])
+    finally:
+        session.close()
+    assert one.shape[0] == 1 and np.array_equal(one[0], two[0])
+
+
+def test_missing_function_names_the_config_field(tiny_compiled):
+    compiled = tiny_compiled[1]
+    raw = json.loads(Path(compiled.model_config).read_text())
+    raw["functions"]["decode"] = "vae.no_such_fn"
+    config = ModelConfig.from_dict(raw, Path(compiled.model_config))
+    session = IreeSession("local-task")
+    try:
+        for files in compiled.modules:
+            session.load(files)
+        from runner.pipeline.sdxl import SdxlPipeline
+
+        with pytest.raises(RunnerError) as err:
+            SdxlPipeline(config, session, 1)
+    finally:
+        session.close()
+    assert "functions.decode" in str(err.value) and "no_such_fn" in str(err.value)
+
+
+def test_shape_mismatch_is_a_clear_error(tiny_compiled):
+    session, pipeline = open_pipeline(tiny_compiled[1])
+    try:
+        pipeline.latents = pipeline.latents[:, :, :8, :8]
+        with pytest.raises(RunnerError) as err:
+            pipeline.generate(["a cat"])
+    finally:
+        session.close()
+    assert "unet.run_initialize" in str(err.value) and "mismatch" in str(err.value)
+
+
+def test_corrupt_weights_and_missing_vmfb_name_the_file(tiny_compiled, tmp_path):
+    compiled = tiny_compiled[1]
+    bad = tmp_path / "unet.irpa"
+    bad.write_bytes(b"not an irpa archive")
+    unet = next(m for m in compiled.modules if m.name == "unet")
+    session = IreeSession("local-task")
+    try:
+        with pytest.raises(RunnerError) as err:
+            session.load(dataclasses.replace(unet, weights=bad))
+        assert str(bad) in str(err.value)
+        with pytest.raises(RunnerError) as err:
+            session.load(dataclasses.replace(unet, vmfbs=(tmp_path / "missing.vmfb",)))
+        assert "missing.vmfb" in str(err.value)
+    finally:
+        session.close()
+
+
+def test_model_config_errors_name_file_and_field(tmp_path):
+    src = Path(__file__).resolve().parent.parent / "runner" / "assets" / "tiny" / "model.json"
+    raw = json.loads(src.read_text())
+    cases = {
+        "dtype": ("dtype", "float8"),
+        "denoise": ("denoise", "magic"),
+        "functions.decode": ("functions", {**raw["functions"], "decode": "nope.decode"}),
+        "batch_sizes": ("batch_sizes", [0]),
+    }
+    for field, (key, value) in cases.items():
+        with pytest.raises(RunnerError) as err:
+            ModelConfig.from_dict({**raw, key: value}, tmp_path / "model.json")
+        assert field.split(".")[0] in str(err.value) and "model.json" in str(err.value)
+    missing = {k: v for k, v in raw.items() if k != "steps"}
+    with pytest.raises(RunnerError, match="missing field `steps`"):
+        ModelConfig.from_dict(missing, tmp_path / "model.json")
+
+
+def test_missing_tokenizer_is_reported_with_the_config(tiny_compiled, tmp_path):
+    compiled = tiny_compiled[1]
+    model_dir = tmp_path / "model"
+    shutil.copytree(Path(compiled.model_config).parent, model_dir)
+    shutil.rmtree(model_dir / "tokenizer")
+    moved = dataclasses.replace(compiled, model_config=str(model_dir / "model.json"))
+    with pytest.raises(RunnerError, match="tokenizer file missing"):
+        open_pipeline(moved)
