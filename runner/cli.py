@@ -26,9 +26,96 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _profile(args: argparse.Namespace):
+    """The profile with `--set` overrides and, where the command has them, layout flags."""
+    import dataclasses
+
     from runner.profile import load_profile
 
-    return load_profile(args.profile, _overrides(args))
+    profile = load_profile(args.profile, _overrides(args))
+    flags = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
+    if any(v is not None for v in flags.values()):
+        profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
+    return profile
+
+
+LAYOUT_FLAGS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
+
+
+def _add_layout(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("layout overrides (any profile field also via --set layout.X=V)")
+    g.add_argument("--partition", help="spx, dpx, qpx or cpx (a system setting; see the plan)")
+    g.add_argument("--devices", help="device IDs: 0-63, 0,2,4, 0-3,8-11")
+    g.add_argument("--cpd", type=int, help="pipeline processes per device ID (AMD's CPD)")
+    g.add_argument("--batch-size", type=int)
+    g.add_argument("--vae-batch-size", type=int)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from runner.batch.run import plan_for
+
+    plan = plan_for(_profile(args))
+    if args.json:
+        print_json(plan.to_dict())
+        return 0
+    print(plan.table())
+    for note in plan.notes:
+        print(f"note: {note}")
+    print(f"{len(plan.workers)} workers")
+    return 0
+
+
+def _sample_ids(args: argparse.Namespace, captions: Path | None) -> list[int]:
+    from runner.batch.run import read_ids_file, validate_ids
+
+    if args.ids:
+        return validate_ids(read_ids_file(Path(args.ids)), args.ids, captions)
+    return validate_ids(list(range(args.count)), "--count", captions)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runner.batch.aggregate import aggregate
+    from runner.batch.run import plan_for, recorded_profile, resume_run, start_run
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        requested = None
+        if args.profile or args.set or _has_layout(args):
+            args.profile = args.profile or str(recorded_profile(run_dir).path)
+            requested = _profile(args)
+        outcome = resume_run(run_dir, requested)
+    else:
+        if not args.out:
+            raise RunnerError("--out DIR is required for a new run", where="runner run")
+        args.profile = args.profile or "cpu"
+        profile = _profile(args)
+        run_dir = Path(args.out)
+        captions = Path(args.captions) if args.captions else None
+        outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions), run_dir,
+                            args.argv, captions=captions)
+    if not outcome.complete:
+        print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
+              f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
+        return 1
+    result = aggregate(run_dir)
+    print(f"{outcome.done} samples in {outcome.seconds:.1f}s "
+          f"({outcome.done / max(outcome.seconds, 1e-9):.2f} samples/s); "
+          f"{len(outcome.deaths)} worker death(s)")
+    print(f"dataset: {result.log} ({result.samples} records, {result.mb_per_s:.0f} MB/s)")
+    print(f"run dir: {run_dir}")
+    return 0
+
+
+def _has_layout(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, None) is not None for k in LAYOUT_FLAGS)
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from runner.batch.aggregate import aggregate
+
+    result = aggregate(Path(args.run_dir), allow_incomplete=args.allow_incomplete)
+    print(f"{result.samples} samples -> {result.log} ({result.log_bytes / 1e6:.1f} MB, "
+          f"{result.mb_per_s:.0f} MB/s); review images: {len(result.review)}")
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -64,8 +151,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_profile(p: argparse.ArgumentParser, default: str = "tiny") -> None:
-    p.add_argument("--profile", default=default, help="profile name in configs/ or a YAML path")
+def _add_profile(p: argparse.ArgumentParser, default: str | None = "tiny") -> None:
+    p.add_argument("--profile", default=default,
+                   help=f"profile name in configs/ or a YAML path (default: {default})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override any profile field, e.g. --set target.chip=gfx950")
 
@@ -85,6 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
     p.set_defaults(func=cmd_compile)
 
+    p = sub.add_parser("plan", help="print the worker table of a profile's layout; runs nothing")
+    _add_profile(p, default="cpu")
+    _add_layout(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
+    _add_profile(p, default=None)
+    _add_layout(p)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--count", type=int, default=32, help="samples 0..N-1 (default 32)")
+    what.add_argument("--ids", help="file of sample ids (qsl_idx), whitespace-separated")
+    p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
+    p.add_argument("--out", help="run directory to create")
+    p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("aggregate", help="write a run's MLPerf accuracy log and review images")
+    p.add_argument("run_dir")
+    p.add_argument("--allow-incomplete", action="store_true")
+    p.set_defaults(func=cmd_aggregate)
+
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     _add_profile(p)
     p.add_argument("--prompts", type=int, default=4)
@@ -95,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
     try:
         return args.func(args)
     except RunnerError as e:

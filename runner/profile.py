@@ -184,6 +184,11 @@ def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> 
     raw = _load_raw(path)
     for dotted, value in (overrides or {}).items():
         set_field(raw, dotted, value)
+    return profile_from_raw(raw, path)
+
+
+def profile_from_raw(raw: dict, path: Path) -> Profile:
+    """A profile from its merged mapping, e.g. the one a run manifest recorded."""
     where = str(path)
     model_ref = raw.get("model")
     if not isinstance(model_ref, str):

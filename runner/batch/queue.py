@@ -1,0 +1,81 @@
+"""A work queue of sample batches made of files in the run dir, claimed by atomic rename.
+
+Files rather than pipes or a broker because the same run dir is shared by local worker
+processes, containers (bind mount) and cluster nodes (shared filesystem): a rename is atomic
+on all of them, needs no server, and survives the death of any process, the driver included.
+A worker's claimed batches sit in its own directory until done, so a dead worker's work can
+be handed back to the queue by whoever notices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.fileio import atomic_write_json
+
+QUEUE_DIR = "queue"
+
+
+@dataclass(frozen=True)
+class Batch:
+    name: str
+    ids: tuple[int, ...]
+
+
+class WorkQueue:
+    def __init__(self, run_dir: Path):
+        self.root = Path(run_dir) / QUEUE_DIR
+        self.pending = self.root / "pending"
+        self.claimed = self.root / "claimed"
+
+    def fill(self, ids: Iterable[int], batch_size: int) -> int:
+        """Replaces the queue's contents with `ids` in batches; returns the batch count."""
+        self.clear()
+        self.pending.mkdir(parents=True, exist_ok=True)
+        ordered = sorted(ids)
+        starts = range(0, len(ordered), batch_size)
+        for lo in starts:
+            atomic_write_json(self.pending / f"b{lo:06d}.json", ordered[lo : lo + batch_size])
+        return len(starts)
+
+    def clear(self) -> None:
+        for d in (self.pending, *self._claim_dirs()):
+            for f in d.glob("*.json"):
+                f.unlink(missing_ok=True)
+
+    def _claim_dirs(self) -> list[Path]:
+        return sorted(p for p in self.claimed.glob("*") if p.is_dir())
+
+    def claim(self, worker: str) -> Batch | None:
+        """Moves the first pending batch into the worker's directory; None when empty."""
+        mine = self.claimed / worker
+        mine.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.pending.glob("*.json")):
+            target = mine / path.name
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue  # another worker won the race for this one
+            return Batch(path.name, tuple(json.loads(target.read_text())))
+        return None
+
+    def done(self, worker: str, batch: Batch) -> None:
+        (self.claimed / worker / batch.name).unlink(missing_ok=True)
+
+    def release(self, worker: str) -> list[str]:
+        """Hands a (dead) worker's claimed batches back to the queue; returns their names."""
+        returned = []
+        for path in sorted((self.claimed / worker).glob("*.json")):
+            os.rename(path, self.pending / path.name)
+            returned.append(path.name)
+        return returned
+
+    def pending_count(self) -> int:
+        return sum(1 for _ in self.pending.glob("*.json"))
+
+    def claimed_by(self, worker: str) -> list[str]:
+        return sorted(p.name for p in (self.claimed / worker).glob("*.json"))

@@ -1,0 +1,97 @@
+"""One pipeline process: load the modules once, then pull batches until the queue is empty.
+
+Started as `python -m runner.batch.worker --task RUN/workers/wNNN.json`, locally, in a
+container or on a cluster node; it needs only the IREE runtime and numpy. Every sample is
+persisted the moment it exists, so killing this process loses at most its current batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from runner.batch.queue import WorkQueue
+from runner.compiled_model import CompiledModel
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json
+from runner.mlperf_data import load_captions
+from runner.pipeline.loader import open_pipeline
+from runner.store import SampleStore
+
+TASKS_DIR = "workers"
+
+
+def task_path(run_dir: Path, worker: str) -> Path:
+    return Path(run_dir) / TASKS_DIR / f"{worker}.json"
+
+
+def stats_path(run_dir: Path, worker: str) -> Path:
+    return Path(run_dir) / TASKS_DIR / f"{worker}.stats.json"
+
+
+def write_task(run_dir: Path, worker: dict, compiled: CompiledModel, captions: str) -> Path:
+    path = task_path(run_dir, worker["name"])
+    atomic_write_json(path, {"run_dir": str(Path(run_dir).resolve()), "worker": worker,
+                             "compiled": compiled.to_dict(), "captions": captions})
+    return path
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def run_worker(task_file: Path) -> int:
+    task = json.loads(task_file.read_text())
+    run_dir, worker = Path(task["run_dir"]), task["worker"]
+    name = worker["name"]
+    device = f"{worker['device_uri']}#{worker['device_id']}"
+    (run_dir / TASKS_DIR / f"{name}.pid").write_text(str(os.getpid()))
+    if worker.get("cpu_affinity"):
+        os.sched_setaffinity(0, worker["cpu_affinity"])
+    start = time.perf_counter()
+    compiled = CompiledModel.from_dict(task["compiled"])
+    session, pipeline = open_pipeline(compiled, worker.get("runtime_flags", ()))
+    captions = load_captions(Path(task["captions"]))
+    queue, store = WorkQueue(run_dir), SampleStore(run_dir)
+    stats = {"worker": name, "device": device, "pid": os.getpid(),
+             "load_seconds": time.perf_counter() - start, "samples": 0, "batches": []}
+    log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
+    try:
+        while (batch := queue.claim(name)) is not None:
+            todo = [i for i in batch.ids if not store.path(i).is_file()]
+            t0 = time.time()
+            for lo in range(0, len(todo), compiled.batch_size):
+                ids = todo[lo : lo + compiled.batch_size]
+                images = pipeline.generate([captions[i] for i in ids])
+                for qsl_idx, image in zip(ids, images, strict=True):
+                    store.put(qsl_idx, image, name, device)
+            queue.done(name, batch)
+            stats["samples"] += len(todo)
+            stats["batches"].append({"start": t0, "end": time.time(), "samples": len(todo)})
+            stats["stage_times"] = pipeline.times.to_dict()
+            atomic_write_json(stats_path(run_dir, name), stats)
+            log(f"{name}: batch {batch.name} done ({len(todo)} samples, "
+                f"{stats['samples']} total)")
+    finally:
+        session.close()
+    log(f"{name}: queue empty, exiting")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner.batch.worker")
+    parser.add_argument("--task", required=True, type=Path)
+    args = parser.parse_args(argv)
+    try:
+        return run_worker(args.task)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
