@@ -105,7 +105,7 @@ def test_killed_worker_is_replaced_by_the_survivor(one_worker_run, tmp_path):
     pid_file = run_dir / "workers" / "w001.pid"
     wait_for(lambda: pid_file.is_file() and SampleStore(run_dir).done_ids())
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
-    out, err = proc.communicate(timeout=600)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "worker w001 died (exit -9)" in err
     manifest = json.loads((run_dir / "run.json").read_text())
