@@ -1,0 +1,55 @@
+"""Tiny pipeline time per image: IREE (compiled, CPU) vs the PyTorch eager oracle, one run.
+
+Both use the same threads (all of this process's cores unless --threads), the same
+prompts, latent and weights; the first image of each is a warm-up and not timed.
+Prints a JSON line; the ratio is oracle time / IREE time (above 1: IREE is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from runner.compiled_model import compile_model
+from runner.export.oracle import TorchOracle
+from runner.layout import CPU_IDS_FLAG
+from runner.mlperf_data import load_captions
+from runner.pipeline.loader import open_pipeline
+from runner.profile import load_profile
+
+
+def per_image(generate, prompts: list[str]) -> float:
+    generate(prompts[:1])
+    start = time.perf_counter()
+    for p in prompts:
+        generate([p])
+    return (time.perf_counter() - start) / len(prompts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--images", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))[: args.threads]))
+    profile = load_profile("tiny")
+    captions = load_captions()
+    prompts = [captions[i] for i in range(args.images)]
+    session, pipeline = open_pipeline(compile_model(profile, 1), [f"{CPU_IDS_FLAG}={cores}"])
+    try:
+        iree = per_image(pipeline.generate, prompts)
+    finally:
+        session.close()
+    torch_s = per_image(TorchOracle(profile.model).generate, prompts)
+    print(json.dumps({"bench": "pipeline", "images": args.images, "threads": args.threads,
+                      "iree_s_per_image": round(iree, 4), "torch_s_per_image": round(torch_s, 4),
+                      "speedup_iree_vs_torch": round(torch_s / iree, 2)}))
+
+
+if __name__ == "__main__":
+    main()
