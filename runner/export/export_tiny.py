@@ -51,19 +51,52 @@ def tiny_model_config() -> dict:
         "negative_prompt": NEGATIVE_PROMPT,
         "max_length": MAX_LENGTH,
         "tokenizer": {"dir": "tokenizer", "pad_tokens": list(PAD_TOKENS)},
-        "denoise": "host_loop",
+        "denoise": "produce_image_latents",
         "submodels": {
             "clip": {"mlir": "clip_bs{batch}.mlir", "weights": "clip.irpa"},
-            "unet": {"mlir": "unet_bs{batch}.mlir", "weights": "unet.irpa"},
+            "unet": {"mlir": "unet_bs{batch}.mlir", "weights": "unet.irpa",
+                     "extra_mlir": ["unet_pipeline_bs{batch}.mlir"]},
             "vae": {"mlir": "vae_bs{batch}.mlir", "weights": "vae.irpa"},
         },
         "functions": {
             "encode_prompts": "clip.encode_prompts",
             "run_initialize": "unet.run_initialize",
             "run_forward": "unet.run_forward",
+            "produce_image_latents": "unet.produce_image_latents",
             "decode": "vae.decode",
         },
     }
+
+
+def unet_pipeline_mlir(batch: int, latent: int, length: int, dim: int, pooled: int,
+                       steps: int) -> str:
+    """The scheduled-unet pipeline module, as IREE CI's `add_pipeline_module` for SDXL:
+    `produce_image_latents` runs the denoising loop on the device, calling into the unet
+    module's `run_initialize`/`run_forward` (linked by name in the same context)."""
+    lat = f"tensor<{batch}x4x{latent}x{latent}xf32>"
+    emb, pool = f"tensor<{2 * batch}x{length}x{dim}xf32>", f"tensor<{2 * batch}x{pooled}xf32>"
+    ids, one, idx = f"tensor<{2 * batch}x6xf32>", "tensor<1xf32>", "tensor<1xi64>"
+    fwd = f"({lat}, {emb}, {pool}, {ids}, {one}, {idx}) -> {lat}"
+    return f"""module @compiled_unet_pipeline {{
+  func.func private @compiled_unet.run_initialize({lat}) -> ({lat}, {ids})
+  func.func private @compiled_unet.run_forward{fwd}
+  func.func @produce_image_latents(%sample: {lat}, %embeds: {emb}, %pooled: {pool},
+                                   %guidance: {one}) -> {lat} {{
+    %init, %time_ids = func.call @compiled_unet.run_initialize(%sample) : ({lat}) -> ({lat}, {ids})
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %steps = arith.constant {steps} : index
+    %out = scf.for %i = %c0 to %steps step %c1 iter_args(%latents = %init) -> ({lat}) {{
+      %i64 = arith.index_cast %i : index to i64
+      %step = tensor.from_elements %i64 : {idx}
+      %next = func.call @compiled_unet.run_forward(%latents, %embeds, %pooled, %time_ids,
+                                                   %guidance, %step) : {fwd}
+      scf.yield %next : {lat}
+    }}
+    return %out : {lat}
+  }}
+}}
+"""
 
 
 def build_tiny(out_dir: Path):
@@ -134,6 +167,9 @@ def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
             path = out_dir / config["submodels"][name]["mlir"].format(batch=b)
             atomic_write_text(path, mlir)
             written.append(path)
+        path = out_dir / config["submodels"]["unet"]["extra_mlir"][0].format(batch=b)
+        atomic_write_text(path, unet_pipeline_mlir(b, c, s, d, p, tm.STEPS))
+        written.append(path)
     config_path = out_dir / "model.json"
     atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
     ModelConfig.load(config_path)  # what we ship must load
