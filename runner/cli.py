@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from runner.errors import RunnerError
+from runner.goldens.cli import register as register_goldens
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -194,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--allow-incomplete", action="store_true")
     p.set_defaults(func=cmd_aggregate)
+
+    register_goldens(sub)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     _add_profile(p)

@@ -21,6 +21,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -28,7 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlunparse
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlparse, urlunparse
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
@@ -65,20 +66,32 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "REDACTED" if k.lower() in SAS_PARAMS or "sig" in k.lower()
-                            or "token" in k.lower() or "key" in k.lower() else v)
-                           for k, v in pairs], safe="")
+        query = urlencode([(k, "REDACTED" if _secret(k) else v) for k, v in pairs], safe="")
     return urlunparse(parts._replace(netloc=netloc, query=query))
 
 
-def redact_text(text: str, url: str) -> str:
-    """`text` with the secret parts of `url` (its query and user info) replaced."""
-    parts = urlparse(url)
-    if parts.query:
-        text = text.replace(parts.query, urlparse(redact_url(url)).query)
-    if "@" in parts.netloc:
-        text = text.replace(parts.netloc.rsplit("@", 1)[0], "REDACTED")
-    return text
+def _secret(key: str) -> bool:
+    key = key.lower()
+    return key in SAS_PARAMS or "sig" in key or "token" in key or "key" in key
+
+
+_SIG_RE = re.compile(r"(?i)\b(sig|signature)=[^&\s\"']+")
+
+
+def redact_text(text: str, url: str | None = None) -> str:
+    """`text` (an error message, a tool's stderr) without the secrets of `url` in any
+    spelling, nor any `sig=...` at all."""
+    if url:
+        parts = urlparse(url)
+        if parts.query:
+            text = text.replace(parts.query, urlparse(redact_url(url)).query)
+            for key, value in parse_qsl(parts.query, keep_blank_values=True):
+                if _secret(key) and len(value) >= 4:
+                    for form in {value, quote(value, safe=""), quote_plus(value)}:
+                        text = text.replace(form, "REDACTED")
+        if "@" in parts.netloc:
+            text = text.replace(parts.netloc.rsplit("@", 1)[0], "REDACTED")
+    return _SIG_RE.sub(lambda m: f"{m.group(1)}=REDACTED", text)
 
 
 def cache_key(url: str) -> str:
@@ -223,6 +236,12 @@ def fetch(url: str, *, where: str | None = None, offline_mode: bool | None = Non
         if cached is not None and (remote is None or cached.remote.same_blob(remote)):
             _revalidated.add(key)
             return path
+        if cached is None and path.is_file() and remote is not None and remote.content_md5:
+            md5 = _md5_file(path)  # placed by hand: keep it if it is the server's blob
+            if base64.b64encode(bytes.fromhex(md5)).decode() == remote.content_md5:
+                _write_meta(path, url, md5, remote)
+                _revalidated.add(key)
+                return path
         if cached is not None and not quiet:
             print(f"{shown} changed on the server; fetching it again", file=sys.stderr)
         _download(url, path, remote, attempts=attempts, where=where, quiet=quiet)
@@ -291,7 +310,11 @@ def _download(url: str, path: Path, remote: RemoteInfo | None, *, attempts: int,
                               "the server is corrupt or was replaced mid-download")
     os.replace(part, path)
     meta_path(part).unlink(missing_ok=True)
-    atomic_write_json(meta_path(path), {"url": shown, "md5": md5,
+    _write_meta(path, url, md5, remote)
+
+
+def _write_meta(path: Path, url: str, md5: str, remote: RemoteInfo | None) -> None:
+    atomic_write_json(meta_path(path), {"url": redact_url(url), "md5": md5,
                                         "remote": asdict(remote or RemoteInfo()),
                                         "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
@@ -365,7 +388,7 @@ def resolve(ref: str, *, base_dir: Path | None = None, where: str | None = None,
     else:
         path = Path(ref).expanduser()
         if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
+            path = Path(os.path.abspath(base_dir / path))  # no `..` in printed commands
     if must_exist and not path.is_file():
         raise RunnerError(f"file not found: {path}", where=where,
                           fix="fix the reference, or fetch the artifact first")

@@ -9,6 +9,7 @@ with them is checked against what the file says.
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_bytes
 
 FORMATS = (".bin", ".npy", ".irpa")
+IRPA_METADATA_PREFIX = "TENSORv0"  # what iree.runtime writes before a tensor's JSON metadata
 
 
 def _bf16() -> np.dtype:
@@ -128,6 +130,12 @@ def read_tensor(path: Path, spec: TensorSpec | None = None) -> np.ndarray:
             array = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise RunnerError(f"not a readable .npy file: {e}", where=str(path)) from e
+        if array.dtype.kind == "V":  # bf16 has no .npy type code: numpy stores raw 2 bytes
+            if spec is None or spec.np_dtype.itemsize != array.dtype.itemsize:
+                raise RunnerError(f"the .npy holds untyped {array.dtype.itemsize}-byte "
+                                  "values (how numpy stores bf16)", where=str(path),
+                                  fix='give the entry a "value" such as "1x4xbf16"')
+            array = array.view(spec.np_dtype)
         return _check_spec(array, spec, path)
     if fmt == ".irpa":
         return _check_spec(_read_irpa(path), spec, path)
@@ -157,14 +165,35 @@ def _read_irpa(path: Path) -> np.ndarray:
     key, entry = entries[0]
     try:
         array = rt.parameter_index_entry_as_numpy_ndarray(entry)
-    except ValueError as e:
-        raise RunnerError(f"entry {key!r} has no tensor metadata: {e}", where=str(path)) from e
+    except (ValueError, KeyError) as e:
+        array = _bf16_entry(entry, rt)  # IREE's helper has no bf16; turbine writes it
+        if array is None:
+            raise RunnerError(f"entry {key!r} has no tensor metadata IREE can read: {e}",
+                              where=str(path)) from e
     return np.array(array, copy=True)
+
+
+def _metadata(raw: bytes) -> dict | None:
+    prefix, sep, body = raw.decode(errors="replace").partition(":")
+    if not sep or prefix not in (IRPA_METADATA_PREFIX, "PYTORCH"):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _bf16_entry(entry, rt) -> np.ndarray | None:
+    meta = _metadata(bytes(entry.metadata))
+    if not meta or meta.get("type") != "Tensor" or meta.get("dtype") != "bfloat16":
+        return None
+    flat = rt.parameter_index_entry_as_numpy_flat_ndarray(entry)
+    return flat.view(_bf16()).reshape([int(d) for d in meta["shape"]])
 
 
 def encode_tensor(array: np.ndarray, fmt: str, key: str = "tensor") -> bytes:
     """The bytes of `array` in format `.bin`, `.npy` or `.irpa`."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d
     if fmt == ".bin":
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
@@ -184,7 +213,14 @@ def _irpa_bytes(array: np.ndarray, key: str) -> bytes:
     import iree.runtime as rt
 
     index = rt.ParameterIndex()
-    rt.parameter_index_add_numpy_ndarray(index, key, array)
+    if array.dtype == _bf16():  # the same metadata format, with the name torch uses
+        meta = {"type": "Tensor", "dtype": "bfloat16", "shape": list(array.shape),
+                "dtype_desc": {"class_name": "dtype", "is_complex": False,
+                               "is_floating_point": True, "is_signed": True, "itemsize": 2}}
+        index.add_buffer(key, array.reshape(-1).view(np.uint8),
+                         metadata=f"{IRPA_METADATA_PREFIX}:{json.dumps(meta)}")
+    else:
+        rt.parameter_index_add_numpy_ndarray(index, key, array)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.irpa"
         index.create_archive_file(str(path))

@@ -11,7 +11,7 @@ import pytest
 from runner.errors import RunnerError
 from runner.mlperf_data import load_captions
 from runner.model_config import ModelConfig
-from runner.pipeline.iree_session import IreeSession, ModuleFiles
+from runner.pipeline.iree_session import IreeSession
 from runner.pipeline.loader import open_pipeline
 
 # Measured: max abs pixel difference 1 on 0.008% of pixels (4 prompts, batch 1 and 2).

@@ -244,3 +244,16 @@ def test_module_main_fetches(server, capsys):
     url = server.put("/c/cli.bin", b"cli")
     assert sources.main([url]) == 0
     assert Path(capsys.readouterr().out.strip()).read_bytes() == b"cli"
+
+
+def test_a_blob_placed_by_hand_is_adopted_when_its_md5_matches(server):
+    url = server.put("/c/manual.bin", BLOB)
+    path = sources.download_path(url)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(BLOB)  # what the old "download it to <path>" advice produced
+    assert sources.fetch(url, quiet=True) == path and server.gets("/c/manual.bin") == []
+    assert sources._read_meta(path).md5 == hashlib.md5(BLOB).hexdigest()
+    other = sources.download_path(server.put("/c/wrong.bin", BLOB))
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"stale")
+    assert sources.fetch(server.url("/c/wrong.bin"), quiet=True).read_bytes() == BLOB

@@ -54,9 +54,10 @@ class TorchOracle:
         with t.no_grad():
             return self.model.clip(*ids, *neg)
 
-    def unet_step(self, latents, embeds, pooled, timestep):
-        """One guided noise prediction, with diffusers' scheduler scaling the input."""
-        t, sched = self.torch, self._sched
+    def unet_step(self, latents, embeds, pooled, timestep, sched):
+        """One guided noise prediction, with diffusers' scheduler `sched` scaling the input
+        (its state says which step it is at, so callers own it)."""
+        t = self.torch
         size = float(self.config.image_size)
         time_ids = t.tensor([[size, size, 0.0, 0.0, size, size]]).repeat(embeds.shape[0], 1)
         model_in = sched.scale_model_input(t.cat([latents, latents]), timestep)
@@ -71,11 +72,11 @@ class TorchOracle:
     def denoise(self, embeds, pooled):
         from runner.export import tiny_model as tm
 
-        self._sched = tm.scheduler(self.config.steps)
-        latents = self.latent.repeat(embeds.shape[0] // 2, 1, 1, 1) * self._sched.init_noise_sigma
-        for timestep in self._sched.timesteps:
-            noise = self.unet_step(latents, embeds, pooled, timestep)
-            latents = self._sched.step(noise, timestep, latents, return_dict=False)[0]
+        sched = tm.scheduler(self.config.steps)
+        latents = self.latent.repeat(embeds.shape[0] // 2, 1, 1, 1) * sched.init_noise_sigma
+        for timestep in sched.timesteps:
+            noise = self.unet_step(latents, embeds, pooled, timestep, sched)
+            latents = sched.step(noise, timestep, latents, return_dict=False)[0]
         return latents
 
     def decode(self, latents):

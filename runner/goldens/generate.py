@@ -1,0 +1,97 @@
+"""`runner goldens generate`: run each test with this IREE and write its v{n+1} outputs.
+
+The new blobs go to `--out` under the bumped names, in the old blob's format (raw `.bin`
+stays raw), with `manifest.json` recording for each: the test, the old and new `source`,
+the local file, its sha256 and base64 MD5 (what Azure will report as Content-MD5), and how
+far it moved from the old golden when that could be read. `upload` reads this manifest to
+put each blob where its new `source` says; `bump` then rewrites the JSON files.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from runner.compile import compiler_info
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, sha256_file
+from runner.goldens.check import CheckOptions, run_test
+from runner.goldens.testfile import GoldenTest
+from runner.goldens.versioning import Version, bump_source
+from runner.provenance import iree_provenance
+from runner.sources import redact_url
+from runner.tensors import TensorSpec, write_tensor
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class NewGolden:
+    test: str
+    index: int
+    old_source: str
+    new_source: str
+    file: Path
+    spec: str
+    sha256: str
+    md5_b64: str
+    note: str | None
+    change: dict[str, float] | None  # max_abs etc. against the old golden
+
+    def to_dict(self) -> dict:
+        return {"test": self.test, "index": self.index, "old_source": redact_url(self.old_source),
+                "new_source": redact_url(self.new_source), "file": self.file.name,
+                "spec": self.spec, "sha256": self.sha256, "md5_b64": self.md5_b64,
+                "note": self.note, "change_vs_old": self.change}
+
+
+def _md5_b64(path: Path) -> str:
+    return base64.b64encode(hashlib.md5(path.read_bytes(), usedforsecurity=False).digest()
+                            ).decode()
+
+
+def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
+             *, echo: bool = True) -> list[NewGolden]:
+    """Runs every test (failures against the old goldens are expected and only reported)."""
+    compiler = compiler_info()
+    written: list[NewGolden] = []
+    for test in tests:
+        if not test.outputs:
+            if echo:
+                print(f"skip  {test.name}: no outputs to regenerate", file=sys.stderr)
+            continue
+        result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
+                                        require_goldens=False), compiler)
+        if not result.actual:
+            raise RunnerError(f"{test.name} did not produce outputs ({result.status} in "
+                              f"{result.phase}): {result.message}", where=str(test.path),
+                              fix="fix the test or the compiler, then generate again")
+        for i, ref in enumerate(test.outputs):
+            new_source, bump = bump_source(ref.source, to, f"{test.path}: outputs[{i}].source")
+            array = result.actual[i]
+            spec = ref.spec
+            if spec is not None and not TensorSpec.of(array).same_as(spec):
+                raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
+                                  where=f"{test.path}: outputs[{i}].value")
+            path = write_tensor(out / bump.new_name, array, key=f"output{i}")
+            change = None
+            old = next((o for o in result.outputs if o.index == i), None)
+            if old is not None:
+                change = {"max_abs": old.max_abs, "mean_abs": old.mean_abs,
+                          "max_rel": old.max_rel, "over_threshold": old.mismatches}
+            note = bump.describe() if bump.unversioned else None
+            golden = NewGolden(test.name, i, ref.source, new_source, path, str(
+                TensorSpec.of(array)), sha256_file(path), _md5_b64(path), note, change)
+            written.append(golden)
+            if echo:
+                moved = (f"; vs old: max_abs {change['max_abs']:.3g}, "
+                         f"mean_abs {change['mean_abs']:.3g}" if change else "")
+                print(f"wrote {path}  ({test.name} output {i}{moved})")
+                if note:
+                    print(f"note: {note}")
+    atomic_write_json(out / MANIFEST, {"to": str(to), "iree": iree_provenance(),
+                                       "goldens": [g.to_dict() for g in written]})
+    return written
