@@ -144,6 +144,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from runner.compiled_model import fetch_artifacts
+    from runner.sources import redact_url
+
+    for ref, path in fetch_artifacts(_profile(args), dry_run=args.dry_run):
+        print(f"{redact_url(ref)} -> {path}" if args.dry_run else path)
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from runner.generate import generate
 
@@ -173,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-sizes", help="comma list (default: the layout's batch size)")
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("fetch", help="download a profile's model artifacts into the cache")
+    _add_profile(p, default="sdxl")
+    p.add_argument("--dry-run", action="store_true", help="print URL -> cache path only")
+    p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("plan", help="print the worker table of a profile's layout; runs nothing")
     _add_profile(p, default="cpu")

@@ -78,6 +78,7 @@ class CompileResult:
     cached: bool
     seconds: float
     command: list[str]
+    vmfb_sha256: str = ""  # empty for a dry run
 
 
 def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
@@ -103,7 +104,8 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     vmfb = out_dir / f"{key}.vmfb"
     command = [compiler.path, str(mlir), *flags, "-o", str(vmfb)]
     if dry_run or vmfb.is_file():
-        return CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command)
+        digest = sha256_file(vmfb) if vmfb.is_file() else ""
+        return CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = vmfb.with_suffix(f".{time.monotonic_ns()}.tmp")
     start = time.perf_counter()
@@ -116,7 +118,7 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
                           f"{proc.stderr.strip()[-3000:]}", where=str(mlir),
                           fix=f"reproduce with: {shlex.join(command)}")
     tmp.replace(vmfb)
-    result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command)
+    result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb))
     atomic_write_json(vmfb.with_suffix(".json"), {**asdict(result), **asdict(compiler)})
     print(f"compiled {mlir.name} in {seconds:.1f}s -> {vmfb.name}", file=sys.stderr)
     return result

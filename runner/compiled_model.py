@@ -78,3 +78,34 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
         modules.append(ModuleFiles(name, tuple(vmfbs), weights))
     return CompiledModel(str(model.path), profile.target.driver, profile.target.runtime_flags,
                          batch_size, vae_batch_size, tuple(modules), tuple(results))
+
+
+def artifact_refs(profile: Profile) -> list[tuple[str, str]]:
+    """(config field, reference) of every file the model needs, at every batch size."""
+    model = profile.model
+    refs: list[tuple[str, str]] = []
+    for name, sub in model.submodels.items():
+        where = f"{model.path}: submodels.{name}"
+        for batch in model.batch_sizes:
+            if sub.vmfb:
+                refs.append((f"{where}.vmfb", model.resolve(sub.vmfb.format(batch=batch))))
+            else:
+                refs += [(f"{where}.mlir", ref) for ref in model.mlir_sources(name, batch)]
+        if sub.weights:
+            refs.append((f"{where}.weights", model.resolve(sub.weights)))
+    return list(dict.fromkeys(refs))
+
+
+def fetch_artifacts(profile: Profile, *, dry_run: bool = False) -> list[tuple[str, Path]]:
+    """Downloads (through the cache) or checks every artifact; returns (reference, path)."""
+    from runner.sources import fetch, is_url
+
+    out = []
+    for where, ref in artifact_refs(profile):
+        if is_url(ref):
+            path = local_source(ref, where, must_exist=False) if dry_run else fetch(ref,
+                                                                                   where=where)
+        else:
+            path = local_source(ref, where)
+        out.append((ref, path))
+    return out

@@ -19,6 +19,14 @@ def test_second_compile_is_a_cache_hit(tiny_profile, tiny_compiled):
     assert all(r.cached for r in again.compiled)
     assert [r.vmfb for r in again.compiled] == [r.vmfb for r in tiny_compiled[1].compiled]
     assert all(Path(r.vmfb).is_file() for r in again.compiled)
+    assert all(len(r.vmfb_sha256) == 64 for r in again.compiled)
+
+
+def test_uncached_sdxl_artifacts_are_a_clear_error():
+    with pytest.raises(RunnerError) as err:
+        compile_model(load_profile("sdxl"), 1)
+    assert "not in the download cache" in str(err.value)
+    assert "configs/models/sdxl.yaml: submodels.clip.mlir" in str(err.value)
 
 
 def test_key_changes_with_flags_compiler_and_flag_files(tmp_path):
