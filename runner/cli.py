@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from runner.errors import RunnerError
+from runner.docker.cli import register as register_image
 from runner.goldens.cli import register as register_goldens
 
 
@@ -75,15 +76,27 @@ def _sample_ids(args: argparse.Namespace, captions: Path | None) -> list[int]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.batch.aggregate import aggregate
-    from runner.batch.run import plan_for, recorded_profile, resume_run, start_run
+    from runner.batch.run import (
+        make_executor,
+        plan_for,
+        read_manifest,
+        recorded_profile,
+        resume_run,
+        start_run,
+    )
 
     if args.resume:
         run_dir = Path(args.resume)
         requested = None
+        recorded = recorded_profile(run_dir)
         if args.profile or args.set or _has_layout(args):
-            args.profile = args.profile or str(recorded_profile(run_dir).path)
+            args.profile = args.profile or str(recorded.path)
             requested = _profile(args)
-        outcome = resume_run(run_dir, requested)
+        manifest = read_manifest(run_dir)
+        executor = make_executor(args.executor or manifest["executor"], run_dir, recorded,
+                                 args.image or (manifest.get("image") or {}).get("ref"),
+                                 Path(manifest["captions"]))
+        outcome = resume_run(run_dir, requested, executor)
     else:
         if not args.out:
             raise RunnerError("--out DIR is required for a new run", where="runner run")
@@ -91,8 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         profile = _profile(args)
         run_dir = Path(args.out)
         captions = Path(args.captions) if args.captions else None
+        executor = make_executor(args.executor or "local", run_dir, profile, args.image,
+                                 captions)
         outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions), run_dir,
-                            args.argv, captions=captions)
+                            args.argv, executor, captions=captions)
     if not outcome.complete:
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
               f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
@@ -201,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--count", type=int, default=32, help="samples 0..N-1 (default 32)")
     what.add_argument("--ids", help="file of sample ids (qsl_idx), whitespace-separated")
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
+    p.add_argument("--executor", choices=["local", "docker"],
+                   help="where workers run (default: local; on --resume, as recorded)")
+    p.add_argument("--image", help="harness image tag for --executor docker")
     p.add_argument("--out", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
     p.set_defaults(func=cmd_run)
@@ -211,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_aggregate)
 
     register_goldens(sub)
+    register_image(sub)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     _add_profile(p)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.executors import LocalExecutor
+from runner.batch.executors import DockerExecutor, LocalExecutor
 from runner.batch.queue import WorkQueue
 from runner.batch.worker import stats_path, write_task
 from runner.compiled_model import CompiledModel, compile_model
@@ -177,6 +177,53 @@ def finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], outcome: RunOutc
     atomic_write_json(run_dir / MANIFEST, manifest)
 
 
+def _image_info(executor) -> dict[str, Any] | None:
+    if not isinstance(executor, DockerExecutor):
+        return None
+    from runner.docker.image import image_info
+
+    return image_info(executor.image)
+
+
+def make_executor(name: str, run_dir: Path, profile: Profile, image: str | None = None,
+                  captions: Path | None = None):
+    """`local` or `docker` (which needs the harness image tag)."""
+    if name == "local":
+        return LocalExecutor()
+    if name != "docker":
+        raise RunnerError(f"unknown executor {name!r}", where="--executor",
+                          fix="use local or docker")
+    if not image:
+        raise RunnerError("the docker executor needs a harness image", where="--image",
+                          fix="build one with `runner image build --from wheels:3.13.0` and "
+                          "pass its tag")
+    model = profile.model
+    read_only = [model.base_dir, Path(model.resolve(model.tokenizer_dir)),
+                 (captions or CAPTIONS_FILE).resolve().parent]
+    read_only += [Path(model.resolve(sub.weights)).parent
+                  for sub in model.submodels.values() if sub.weights and "://" not in sub.weights]
+    return DockerExecutor(image, run_dir, read_only)
+
+
+def _image_lines(image: dict[str, Any] | None) -> list[str]:
+    """For a docker run: rebuild the harness image (a content-addressed tag, so an unchanged
+    build is a cache hit) and check it is the very image the run used."""
+    if not image:
+        return []
+    labels = image.get("labels", {})
+    source = labels.get("org.iree-sdxl-runner.source", "?")
+    base = labels.get("org.iree-sdxl-runner.base-image", "")
+    build = ["runner", "image", "build", "--from", source, "--tag", image["ref"]]
+    if base:
+        build += ["--base-image", base]
+    return [
+        f"# Harness image {image['ref']} ({image['id']}); `--dry-run` prints its docker build.",
+        shlex.join(build),
+        f'test "$(docker image inspect --format {{{{.Id}}}} {shlex.quote(image["ref"])})" = '
+        f'{shlex.quote(image["id"])} || echo "warning: image differs from the recorded one" >&2',
+    ]
+
+
 def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
     argv = manifest["argv"]
     out_at = argv.index("--out") if "--out" in argv else None
@@ -189,6 +236,7 @@ def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
         "# Usage: reproduce.sh [OUT_DIR]   (default: <this run dir>-reproduced)",
         "set -euo pipefail",
         f'out="${{1:-{shlex.quote(str(run_dir.resolve()))}-reproduced}}"',
+        *_image_lines(manifest.get("image")),
         f'runner {shlex.join(rerun)} --out "$out"',
         "",
         "# The worker processes this run started (after the driver filled the queue):",
@@ -215,6 +263,7 @@ def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path
         "captions": str((captions or CAPTIONS_FILE).resolve()),
         "compiled": compiled.to_dict(), "iree": iree_provenance(), "host": host_info(),
         "executor": (executor or LocalExecutor()).name,
+        "image": _image_info(executor),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     atomic_write_json(run_dir / MANIFEST, manifest)

@@ -1,0 +1,53 @@
+# ruff: noqa: F811  (pytest fixtures imported from docker_support are parameters here)
+"""`runner run --executor docker` on a real engine: same bytes as local workers, and a
+reproduce.sh that re-runs the run by hand."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
+
+pytestmark = pytest.mark.docker
+COUNT = 6
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, timeout=900)
+
+
+def hashes(run_dir):
+    data = json.loads((run_dir / "dataset.json").read_text())
+    return [(s["qsl_idx"], s["sha256"]) for s in data["samples"]]
+
+
+def test_docker_workers_match_local_workers_and_reproduce(wheels_image, tmp_path):
+    local, docked = tmp_path / "local", tmp_path / "docker"
+    assert run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out",
+                   str(local)).returncode == 0
+    proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--executor", "docker",
+                   "--image", wheels_image.tag, "--out", str(docked))
+    assert proc.returncode == 0, proc.stderr
+    assert hashes(docked) == hashes(local) and len(hashes(local)) == COUNT
+    manifest = json.loads((docked / "run.json").read_text())
+    assert manifest["executor"] == "docker"
+    assert manifest["image"]["id"] == wheels_image.image_id
+    assert manifest["image"]["provenance"]["iree.runtime"]["file"].startswith("/opt/venv")
+    script = (docked / "reproduce.sh").read_text()
+    assert "runner image build --from wheels:3.13.0" in script
+    assert script.count("docker run --rm --network host --cpuset-cpus") == 2
+    assert "--privileged" not in script
+
+    again = tmp_path / "again"
+    rerun = subprocess.run(["bash", str(docked / "reproduce.sh"), str(again)],
+                           capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr
+    assert hashes(again) == hashes(local)
+
+
+def test_docker_executor_needs_an_image(tmp_path):
+    proc = run_cli("run", "--profile", "cpu", "--count", "2", "--executor", "docker",
+                   "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "--image" in proc.stderr
