@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from runner.errors import RunnerError
 from runner.docker.cli import register as register_image
+from runner.errors import RunnerError
 from runner.goldens.cli import register as register_goldens
 
 
