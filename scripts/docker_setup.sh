@@ -33,22 +33,21 @@ as_root() {
 
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
-# 1. Packages. The docker CLI may already exist without a daemon (e.g. a static client in
-# /usr/local/bin), so check for dockerd itself.
-missing=()
-command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-if [ "${#missing[@]}" -gt 0 ] && ! engine_answers; then
-    as_root "apt-get install ${missing[*]}"
-    log "installing ${missing[*]}"
+# 1. Packages, each only when its step will run. The docker CLI may exist without a daemon
+# (e.g. a static client in /usr/local/bin), so check for dockerd itself.
+apt_updated=0
+apt_install() {
+    as_root "apt-get install $*"
+    log "installing $*"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-elif ! command -v debootstrap >/dev/null 2>&1; then
-    as_root "apt-get install debootstrap"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+    if [ "$apt_updated" -eq 0 ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+if ! engine_answers && ! command -v dockerd >/dev/null 2>&1; then
+    apt_install docker.io
 fi
 
 # 2. Engine. Only started when nothing answers, so an engine the machine already runs (or
@@ -85,6 +84,7 @@ fi
 if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     tarball="$STATE_DIR/debootstrap-$SUITE-minbase.tar"
     if [ ! -s "$tarball" ]; then
+        command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
         as_root "debootstrap"
         root="$(mktemp -d "$STATE_DIR/rootfs.XXXXXX")"
         trap 'rm -rf "$root"' EXIT
