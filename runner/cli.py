@@ -11,6 +11,9 @@ from typing import Any
 
 import yaml
 
+from runner.batch.cluster import add_slurm_arguments
+from runner.batch.status import register as register_status
+from runner.bench.cli import register as register_bench
 from runner.docker.cli import register as register_image
 from runner.errors import RunnerError
 from runner.goldens.cli import register as register_goldens
@@ -93,10 +96,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.profile = args.profile or str(recorded.path)
             requested = _profile(args)
         manifest = read_manifest(run_dir)
-        executor = make_executor(args.executor or manifest["executor"], run_dir, recorded,
-                                 args.image or (manifest.get("image") or {}).get("ref"),
-                                 Path(manifest["captions"]))
-        outcome = resume_run(run_dir, requested, executor)
+        if (args.executor or manifest["executor"]) == "slurm":
+            from runner.batch.slurm import resume_on_slurm, slurm_options
+
+            recorded_options = (manifest.get("slurm") or {}).get("options")
+            outcome = resume_on_slurm(run_dir, requested, slurm_options(args, recorded_options))
+        else:
+            executor = make_executor(args.executor or manifest["executor"], run_dir, recorded,
+                                     args.image or (manifest.get("image") or {}).get("ref"),
+                                     Path(manifest["captions"]))
+            outcome = resume_run(run_dir, requested, executor)
     else:
         if not args.out:
             raise RunnerError("--out DIR is required for a new run", where="runner run")
@@ -104,10 +113,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         profile = _profile(args)
         run_dir = Path(args.out)
         captions = Path(args.captions) if args.captions else None
-        executor = make_executor(args.executor or "local", run_dir, profile, args.image,
-                                 captions)
-        outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions), run_dir,
-                            args.argv, executor, captions=captions)
+        if args.executor == "slurm":
+            from runner.batch.slurm import run_on_slurm, slurm_options
+
+            outcome = run_on_slurm(profile, plan_for(profile), _sample_ids(args, captions),
+                                   run_dir, args.argv, slurm_options(args), captions=captions)
+        else:
+            executor = make_executor(args.executor or "local", run_dir, profile, args.image,
+                                     captions)
+            outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions),
+                                run_dir, args.argv, executor, captions=captions)
     if not outcome.complete:
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
               f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
@@ -216,9 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--count", type=int, default=32, help="samples 0..N-1 (default 32)")
     what.add_argument("--ids", help="file of sample ids (qsl_idx), whitespace-separated")
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
-    p.add_argument("--executor", choices=["local", "docker"],
+    p.add_argument("--executor", choices=["local", "docker", "slurm"],
                    help="where workers run (default: local; on --resume, as recorded)")
     p.add_argument("--image", help="harness image tag for --executor docker")
+    add_slurm_arguments(p)
     p.add_argument("--out", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
     p.set_defaults(func=cmd_run)
@@ -229,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_aggregate)
 
     register_goldens(sub)
+    register_bench(sub)
     register_image(sub)
+    register_status(sub)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     _add_profile(p)

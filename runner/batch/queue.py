@@ -66,13 +66,59 @@ class WorkQueue:
     def done(self, worker: str, batch: Batch) -> None:
         (self.claimed / worker / batch.name).unlink(missing_ok=True)
 
+    def add(self, ids: Iterable[int], batch_size: int) -> int:
+        """Adds batches for `ids` without touching the rest of the queue (workers on other
+        nodes may be pulling from it); returns the batch count. The caller passes ids that
+        no batch file holds, so names from the first id cannot collide with existing ones."""
+        self.pending.mkdir(parents=True, exist_ok=True)
+        ordered = sorted(ids)
+        starts = range(0, len(ordered), batch_size)
+        for lo in starts:
+            atomic_write_json(self.pending / f"a{ordered[lo]:06d}.json",
+                              ordered[lo : lo + batch_size])
+        return len(starts)
+
     def release(self, worker: str) -> list[str]:
-        """Hands a (dead) worker's claimed batches back to the queue; returns their names."""
+        """Hands a (dead) worker's claimed batches back to the queue; returns their names.
+
+        Safe to race with another releaser of the same worker (a Slurm node's own SIGTERM
+        handler and the submitter both do it): each batch moves once."""
         returned = []
         for path in sorted((self.claimed / worker).glob("*.json")):
-            os.rename(path, self.pending / path.name)
+            try:
+                os.rename(path, self.pending / path.name)
+            except FileNotFoundError:
+                continue
             returned.append(path.name)
         return returned
+
+    def release_prefix(self, prefix: str) -> dict[str, list[str]]:
+        """Releases every worker whose name starts with `prefix` (one node's workers)."""
+        out = {}
+        for worker in self.claimants():
+            if worker.startswith(prefix) and (returned := self.release(worker)):
+                out[worker] = returned
+        return out
+
+    def claimants(self) -> list[str]:
+        """Names of the workers that ever claimed a batch in this queue."""
+        return [p.name for p in self._claim_dirs()]
+
+    def covered_ids(self) -> set[int]:
+        """Sample ids some batch file holds, pending or claimed.
+
+        Pending is read before the claim dirs are listed, so a batch claimed meanwhile is
+        still seen; one released meanwhile can be missed, which at worst makes a caller
+        queue it twice: computed twice, stored once (the store is keyed by qsl_idx)."""
+        out: set[int] = set()
+        for files in (lambda: self.pending.glob("*.json"),
+                      lambda: [f for d in self._claim_dirs() for f in d.glob("*.json")]):
+            for f in files():  # pending read whole before the claim dirs are listed
+                try:
+                    out.update(json.loads(f.read_text()))
+                except FileNotFoundError:
+                    continue  # claimed, released or finished while we looked
+        return out
 
     def pending_count(self) -> int:
         return sum(1 for _ in self.pending.glob("*.json"))

@@ -109,24 +109,38 @@ class Progress:
               file=sys.stderr, flush=True)
 
 
-def execute(run_dir: Path, plan: Plan, manifest: dict[str, Any], executor=None) -> RunOutcome:
-    """Starts every worker, watches them, hands a dead worker's batches to the survivors."""
-    executor = executor or LocalExecutor()
+def start_workers(run_dir: Path, plan: Plan, compiled: CompiledModel, captions: str,
+                  executor) -> tuple[dict[str, Any], dict[str, str]]:
+    """Writes each worker's task file and starts it: (handles, exact commands) by worker name.
+
+    Shared by a local run and by each node task of a Slurm run (runner/batch/node.py), which
+    differ only in who fills the queue and who may write run.json.
+    """
+    handles: dict[str, Any] = {}
+    commands: dict[str, str] = {}
+    try:
+        for worker in plan.workers:
+            task = write_task(run_dir, worker.to_dict(), compiled, captions)
+            stats_path(run_dir, worker.name).unlink(missing_ok=True)
+            commands[worker.name] = executor.describe(worker, task)
+            handles[worker.name] = executor.start(worker, task,
+                                                  run_dir / "logs" / f"{worker.name}.log")
+    except BaseException:
+        for handle in handles.values():
+            handle.kill()
+        raise
+    return handles, commands
+
+
+def watch_workers(run_dir: Path, handles: dict[str, Any], requested: set[int],
+                  progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Waits for every worker; hands a dead worker's batches to the survivors.
+
+    Any exception (Ctrl-C here, SIGTERM on a Slurm node) kills the workers still alive
+    before it propagates, so nothing keeps writing into the run dir behind the caller.
+    """
     store, queue = SampleStore(run_dir), WorkQueue(run_dir)
-    requested = set(manifest["sample_ids"])
-    missing = requested - store.done_ids()
-    queue.fill(missing, plan.layout.batch_size)
-    compiled = CompiledModel.from_dict(manifest["compiled"])
-    progress = Progress(len(requested), len(requested) - len(missing))
-    handles, deaths, commands = {}, [], {}
-    start = time.monotonic()
-    for worker in plan.workers:
-        task = write_task(run_dir, worker.to_dict(), compiled, manifest["captions"])
-        stats_path(run_dir, worker.name).unlink(missing_ok=True)
-        commands[worker.name] = executor.describe(worker, task)
-        handles[worker.name] = executor.start(worker, task, run_dir / "logs" / f"{worker.name}.log")
-    manifest["worker_commands"] = commands
-    atomic_write_json(run_dir / MANIFEST, manifest)
+    deaths: list[dict[str, Any]] = []
     alive = dict(handles)
     try:
         while alive:
@@ -143,34 +157,56 @@ def execute(run_dir: Path, plan: Plan, manifest: dict[str, Any], executor=None) 
                     print(f"\nworker {name} died (exit {rc}); {len(returned)} batch(es) back "
                           f"in the queue for the others. Last log lines:\n{tail}",
                           file=sys.stderr, flush=True)
-            progress.update(len(store.done_ids() & requested), len(alive))
+            if progress is not None:
+                progress.update(len(store.done_ids() & requested), len(alive))
             time.sleep(0.2)
     except BaseException:
         for handle in alive.values():
             handle.kill()
         raise
+    return deaths
+
+
+def execute(run_dir: Path, plan: Plan, manifest: dict[str, Any], executor=None) -> RunOutcome:
+    """Fills the queue, starts every worker, watches them until the queue is drained."""
+    executor = executor or LocalExecutor()
+    store, queue = SampleStore(run_dir), WorkQueue(run_dir)
+    requested = set(manifest["sample_ids"])
+    missing = requested - store.done_ids()
+    queue.fill(missing, plan.layout.batch_size)
+    compiled = CompiledModel.from_dict(manifest["compiled"])
+    progress = Progress(len(requested), len(requested) - len(missing))
+    start = time.monotonic()
+    handles, commands = start_workers(run_dir, plan, compiled, manifest["captions"], executor)
+    manifest["worker_commands"] = commands
+    atomic_write_json(run_dir / MANIFEST, manifest)
+    deaths = watch_workers(run_dir, handles, requested, progress)
     done = len(store.done_ids() & requested)
     progress.update(done, 0, final=True)
     return RunOutcome(run_dir, len(requested), done, time.monotonic() - start, deaths)
 
 
-def _worker_stats(run_dir: Path, plan: Plan) -> dict[str, Any]:
+def _worker_stats(run_dir: Path, names: list[str]) -> dict[str, Any]:
     out = {}
-    for worker in plan.workers:
-        path = stats_path(run_dir, worker.name)
+    for name in names:
+        path = stats_path(run_dir, name)
         if path.is_file():
-            out[worker.name] = json.loads(path.read_text())
+            out[name] = json.loads(path.read_text())
     return out
 
 
-def finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], outcome: RunOutcome) -> None:
+def finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], outcome: RunOutcome,
+           worker_names: list[str] | None = None) -> None:
+    """Records the attempt and the completeness check; `worker_names` defaults to the plan's
+    (a Slurm run passes every node's workers, planned on the nodes)."""
     store = SampleStore(run_dir)
     requested = set(manifest["sample_ids"])
     done = store.done_ids()
     manifest.setdefault("attempts", []).append({
         "seconds": outcome.seconds, "deaths": outcome.deaths,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    manifest["workers"] = _worker_stats(run_dir, plan)
+    names = [w.name for w in plan.workers] if worker_names is None else worker_names
+    manifest["workers"] = _worker_stats(run_dir, names)
     manifest["status"] = "complete" if requested <= done else "incomplete"
     manifest["missing"] = sorted(requested - done)
     manifest["unexpected"] = sorted(done - requested)
@@ -224,6 +260,19 @@ def _image_lines(image: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _slurm_lines(slurm: dict[str, Any] | None) -> list[str]:
+    """A Slurm run's exact sbatch commands and batch scripts (runner/batch/slurm.py)."""
+    if not slurm or not slurm.get("jobs"):
+        return []
+    lines = ["", "# The Slurm jobs that command submitted for this run, exactly (one array task "
+             "per node;", "# each node plans and starts its own workers, listed below):"]
+    for job in slurm["jobs"]:
+        lines.append(f"#   job {job.get('job_id', '?')} ({job.get('reason', '')}):")
+        lines.append(f"#     {shlex.join(job['sbatch'])}")
+        lines += [f"#     | {line}" for line in job.get("script_text", "").splitlines()]
+    return lines
+
+
 def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
     argv = manifest["argv"]
     out_at = argv.index("--out") if "--out" in argv else None
@@ -238,6 +287,7 @@ def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
         f'out="${{1:-{shlex.quote(str(run_dir.resolve()))}-reproduced}}"',
         *_image_lines(manifest.get("image")),
         f'runner {shlex.join(rerun)} --out "$out"',
+        *_slurm_lines(manifest.get("slurm")),
         "",
         "# The worker processes this run started (after the driver filled the queue):",
         *[f"#   {cmd}" for cmd in manifest.get("worker_commands", {}).values()],
@@ -248,8 +298,10 @@ def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
-def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
-              argv: list[str], executor=None, captions: Path | None = None) -> RunOutcome:
+def new_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
+            argv: list[str], *, executor_name: str, image: dict[str, Any] | None,
+            captions: Path | None = None) -> dict[str, Any]:
+    """Compiles, creates the run dir and writes its manifest; runs nothing."""
     if (run_dir / MANIFEST).exists():
         raise RunnerError("this directory already holds a run", where=str(run_dir),
                           fix=f"use `runner run --resume {run_dir}` or another --out")
@@ -262,13 +314,20 @@ def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path
         "layout": layout.to_dict(), "plan": plan.to_dict(), "sample_ids": sample_ids,
         "captions": str((captions or CAPTIONS_FILE).resolve()),
         "compiled": compiled.to_dict(), "iree": iree_provenance(), "host": host_info(),
-        "executor": (executor or LocalExecutor()).name,
-        "image": _image_info(executor),
+        "executor": executor_name, "image": image,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     atomic_write_json(run_dir / MANIFEST, manifest)
     atomic_write_text(run_dir / "sample_ids.txt", "\n".join(map(str, sample_ids)) + "\n")
     write_reproduce(run_dir, manifest)
+    return manifest
+
+
+def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
+              argv: list[str], executor=None, captions: Path | None = None) -> RunOutcome:
+    manifest = new_run(profile, plan, sample_ids, run_dir, argv,
+                       executor_name=(executor or LocalExecutor()).name,
+                       image=_image_info(executor), captions=captions)
     outcome = execute(run_dir, plan, manifest, executor)
     finish(run_dir, plan, manifest, outcome)
     write_reproduce(run_dir, manifest)
@@ -284,8 +343,9 @@ def recorded_profile(run_dir: Path) -> Profile:
     return dataclasses.replace(profile, layout=layout)
 
 
-def resume_run(run_dir: Path, requested: Profile | None = None, executor=None) -> RunOutcome:
-    """Completes a run with the profile, layout and compiled modules it was made with.
+def prepare_resume(run_dir: Path, requested: Profile | None = None
+                   ) -> tuple[dict[str, Any], Profile]:
+    """The manifest (compiled modules re-checked, status running) and recorded profile.
 
     Results are not bit-identical across layouts or compilers, so a resume that would
     change any of them is refused rather than silently mixing images.
@@ -309,6 +369,12 @@ def resume_run(run_dir: Path, requested: Profile | None = None, executor=None) -
                           fix="resume with the IREE the run started with, or start a new --out")
     manifest["compiled"] = compiled.to_dict()
     manifest["status"] = "running"
+    return manifest, profile
+
+
+def resume_run(run_dir: Path, requested: Profile | None = None, executor=None) -> RunOutcome:
+    """Completes a run with the profile, layout and compiled modules it was made with."""
+    manifest, profile = prepare_resume(run_dir, requested)
     plan = plan_for(profile)
     outcome = execute(run_dir, plan, manifest, executor)
     finish(run_dir, plan, manifest, outcome)

@@ -1,0 +1,498 @@
+"""`runner run --executor slurm`: one run across many lab nodes, aggregated as one run.
+
+The submitting process compiles, writes the manifest, fills the run's file queue once and
+submits one `sbatch` job array with one array task per node. Each array task is a node task
+(`python -m runner.batch.node`, runner/batch/node.py): it plans that node's workers from the
+recorded profile (on the node, since cores and devices are the node's), starts them with the
+local or docker executor, and watches them. Every worker on every node pulls batches from
+the one queue and writes into the one sample store; the submitter waits, shows progress,
+deals with failed node tasks, and then the usual completeness check and aggregation run once.
+
+Why `sbatch` job arrays and not submitit: the cluster already gives us what submitit adds
+(a job per node, restart on preemption), and what we need from it has to outlive Python
+objects: the exact command to rerun (`reproduce.sh` must show plain sbatch lines a lab
+engineer can read and retype), a batch script that is a file in the run dir, and state a
+later `runner run --resume` or `runner status` can pick up from files alone. submitit
+pickles a callable into its own folder, which ties a node task to the submitter's Python
+and package versions and hides the command behind a pickle. One array is also one
+scheduling decision and one job ID for N nodes (`scancel 1234` stops the run), instead of
+N unrelated jobs.
+
+Why one shared queue rather than static slices of the sample set: the queue *is* the split
+across nodes, decided batch by batch as nodes ask for work, instead of up front. Nodes do
+not start together (the scheduler starts array tasks as nodes free up), do not run at the
+same speed (CPX vs SPX layouts, thermals, a slow NFS client), and can die; with static
+slices the run takes as long as the slowest or latest node's slice, and a dead node's slice
+must be re-planned. With the queue a node that starts late or runs slowly simply takes
+fewer batches, a node that dies has its claimed batches renamed back into `pending/` for
+the others, and a run is still exactly the requested sample set with every sample stored
+once (the store is keyed by qsl_idx, and workers skip samples already stored). The split a
+run actually got is recorded afterwards, per sample (worker and node in each PNG's tEXt and
+in dataset.json), per worker (stats) and per node (slurm/nodes/*.json); `runner status`
+shows it live. Results do not depend on which node made which sample, as long as every node
+runs the same layout and compiled modules, which the manifest pins.
+
+Failure handling. A node task writes its own state file (slurm/nodes/<key>.json: host,
+SLURM_JOB_NODELIST, its plan, workers, state); only the submitter writes run.json. When an
+array task leaves the queue (squeue) without having written state `done`, whether it
+failed, was cancelled, hit its time limit or its node died, the submitter renames its
+workers' claimed batches back to `pending/` (the node does the same itself on SIGTERM, and
+a requeued task does it for its previous incarnation on start) and, while samples are
+missing, submits a replacement array task (at most `max_resubmits` times per invocation),
+so a run keeps its node count. Tasks are submitted with `--requeue`, so a preempted task
+comes back under the same key; its batches are released as soon as squeue shows it waiting
+again. Once every sample is stored, tasks still waiting for a node are cancelled (recorded
+as `withdrawn`), so a run on a busy cluster ends when its work does. Ctrl-C in the
+submitter cancels the run's jobs (as a local run kills its workers); if the submitter dies
+otherwise (logout, SIGKILL), the jobs go on, and `runner run --resume DIR` re-attaches to
+the ones still queued or running, releases the batches of those that are gone, and tops the
+run up to its node count.
+
+Simulated cluster (tests, scripts/slurm_setup.sh): one machine is the only node, with
+CPUs=nproc. Array tasks are submitted with `--cpus-per-node 1` (`--cpus-per-task=1`), so
+each "node" gets its own core and runs the cpu profile with one device (`--devices 0`). With
+task/none Slurm does not bind the task to its core, so the node task reads the cores Slurm
+allocated (`scontrol show job -d`, CPU_IDs) and plans its workers on those: two simulated
+nodes never share a core. On a real lab node the default is `--exclusive` (the whole node).
+
+Node keys are `j<J>n<T>`: submission J of this run (0 = the first array, then replacements
+and resumes), array task T. Worker names are `<key>-w000`..., so every sample and batch
+claim says which node made it, and releasing a node's work is a prefix match.
+
+Requirements on a real cluster: the run dir, the compile cache ($RUNNER_CACHE_DIR), the
+model files and the captions must be on a filesystem every node sees under the same path
+(a node task checks this and fails with a clear error otherwise); the submitter's
+environment is exported to the nodes (sbatch's default --export=ALL).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.batch.cluster import (
+    LIVE_STATES,
+    SLURM_DIR,
+    SlurmOptions,
+    add_slurm_arguments,
+    cancel,
+    check_slurm_commands,
+    job_record,
+    live_tasks,
+    node_key,
+    node_log_path,
+    read_node_state,
+    run_command,
+    slurm_options,
+    slurm_version,
+    task_ids,
+    worker_prefix,
+)
+from runner.batch.queue import WorkQueue
+from runner.batch.run import (
+    LOG_TAIL_LINES,
+    MANIFEST,
+    RunOutcome,
+    finish,
+    make_executor,
+    new_run,
+    plan_for,
+    prepare_resume,
+    write_reproduce,
+)
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text
+from runner.layout import Plan, plan_workers
+from runner.profile import Profile
+from runner.store import SampleStore
+
+# squeue states of a task waiting to (re)start: a requeued task is back in one of these.
+WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
+# squeue failing this many times in a row (controller down) ends the wait; jobs go on.
+MAX_QUERY_FAILURES = 30
+# A task squeue has never listed counts as gone only after this long without a final state.
+SUBMIT_GRACE_SECONDS = 120.0
+# The CLI-facing names, importable from here too (they live in cluster.py, which is light).
+__all__ = ["SlurmOptions", "add_slurm_arguments", "resume_on_slurm", "run_on_slurm",
+           "slurm_options"]
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    except OSError:
+        return "(no log)"
+
+
+# --- submission -------------------------------------------------------------------------
+
+def batch_script_text(run_dir: Path, job_index: int, reason: str) -> str:
+    """The array's batch script: every task runs the same node command; the task id comes
+    from SLURM_ARRAY_TASK_ID. A file in the run dir, so no command goes through --wrap."""
+    command = [sys.executable, "-m", "runner.batch.node", "--run-dir", str(run_dir.resolve()),
+               "--job", str(job_index)]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# iree-sdxl-runner node task, run {run_dir.resolve()}, submission j{job_index}: "
+        f"{reason}.",
+        "# One array task per node: plans this node's workers, starts them, and pulls "
+        "batches",
+        "# from the run's shared queue until it is empty (see runner/batch/slurm.py).",
+        f"exec {shlex.join(command)}",
+        "",
+    ])
+
+
+def sbatch_argv(run_dir: Path, options: SlurmOptions, job_index: int, tasks: int,
+                script: Path) -> list[str]:
+    argv = ["sbatch", "--parsable", f"--job-name=runner-{run_dir.resolve().name}",
+            f"--array=0-{tasks - 1}", "--nodes=1", "--ntasks=1"]
+    argv.append(f"--cpus-per-task={options.cpus_per_node}" if options.cpus_per_node
+                else "--exclusive")
+    if options.partition:
+        argv.append(f"--partition={options.partition}")
+    if options.time:
+        argv.append(f"--time={options.time}")
+    if options.account:
+        argv.append(f"--account={options.account}")
+    log = run_dir.resolve() / "logs" / f"node-j{job_index}n%a.log"
+    argv += ["--requeue", f"--output={log}", "--open-mode=append", *options.sbatch_args,
+             str(script.resolve())]
+    return argv
+
+
+def submit(run_dir: Path, manifest: dict[str, Any], options: SlurmOptions, tasks: int,
+           reason: str) -> dict[str, Any]:
+    """Writes the batch script, runs sbatch, records the job in run.json and reproduce.sh."""
+    slurm = manifest["slurm"]
+    index = len(slurm["jobs"])
+    script = run_dir / SLURM_DIR / f"j{index}.sbatch"
+    text = batch_script_text(run_dir, index, reason)
+    atomic_write_text(script, text)
+    script.chmod(0o755)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    argv = sbatch_argv(run_dir, options, index, tasks, script)
+    try:
+        proc = run_command(argv)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError(f"sbatch did not run: {e}", where="sbatch") from e
+    if proc.returncode != 0:
+        raise RunnerError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
+                          where=shlex.join(argv),
+                          fix="check --slurm-partition, --account, --time and --sbatch-arg "
+                          "against `sinfo` and your site's limits")
+    job_id = proc.stdout.strip().split(";")[0]
+    job = {"index": index, "job_id": job_id, "tasks": tasks, "reason": reason,
+           "sbatch": argv, "script": str(script), "script_text": text,
+           "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "submitted": time.time()}
+    slurm["jobs"].append(job)
+    atomic_write_json(run_dir / MANIFEST, manifest)
+    write_reproduce(run_dir, manifest)
+    print(f"submitted Slurm job {job_id}: {tasks} node task(s) ({reason})", file=sys.stderr,
+          flush=True)
+    return job
+
+
+# --- the submitter's wait ---------------------------------------------------------------
+
+@dataclass
+class _Watch:
+    run_dir: Path
+    manifest: dict[str, Any]
+    options: SlurmOptions
+    batch_size: int
+    requested: set[int]
+    open: dict[str, str] = field(default_factory=dict)  # key -> slurm id, not concluded
+    states: dict[str, str] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)  # keys squeue listed at least once
+    submitted: dict[str, float] = field(default_factory=dict)  # key -> monotonic time
+    withdrawn: set[str] = field(default_factory=set)  # cancelled by us: no work left
+    resubmits: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def store(self) -> SampleStore:
+        return SampleStore(self.run_dir)
+
+    def missing(self) -> set[int]:
+        return self.requested - self.store.done_ids()
+
+    def repair_queue(self) -> int:
+        """Batches for missing samples no batch file holds (a lost release); normally 0."""
+        queue = WorkQueue(self.run_dir)
+        lost = self.missing() - queue.covered_ids()
+        return queue.add(lost, self.batch_size) if lost else 0
+
+    def submit(self, tasks: int, reason: str) -> None:
+        job = submit(self.run_dir, self.manifest, self.options, tasks, reason)
+        for t in range(tasks):
+            key = node_key(job["index"], t)
+            self.open[key] = f"{job['job_id']}_{t}"
+            self.submitted[key] = time.monotonic()
+
+    def gone(self, key: str, slurm_id: str) -> bool:
+        """Not listed by squeue: ended, unless it was just submitted and never listed yet
+        (a federated or busy controller may lag); then only a final state says so."""
+        if key in self.seen or key not in self.submitted:
+            return True
+        state = job_record(slurm_id).get("JobState")
+        if state and state not in LIVE_STATES:
+            return True
+        return time.monotonic() - self.submitted[key] > SUBMIT_GRACE_SECONDS
+
+    def withdraw_waiting(self) -> None:
+        """Every sample is stored: tasks still waiting for a node (or for a requeue's
+        restart) would only start, find the queue empty and exit, maybe hours later on a
+        busy cluster. Cancel them so the run can end now."""
+        waiting = {k: sid for k, sid in self.open.items()
+                   if self.states.get(k) in WAITING_STATES and k not in self.withdrawn}
+        if waiting:
+            cancel(sorted(waiting.values()))
+            self.withdrawn.update(waiting)
+            print(f"\nall samples stored: cancelled {len(waiting)} node task(s) still "
+                  f"waiting to start ({', '.join(sorted(waiting.values()))})",
+                  file=sys.stderr, flush=True)
+
+    def release_if_requeued(self, key: str) -> None:
+        """A task back in the queue after it ran (node failure, preemption: --requeue)
+        holds no worker any more; its batches go to the running nodes now rather than when
+        Slurm restarts it."""
+        if read_node_state(self.run_dir, key).get("state") in ("starting", "running"):
+            released = WorkQueue(self.run_dir).release_prefix(worker_prefix(key))
+            if released:
+                print(f"\nnode task {key} was requeued by Slurm; "
+                      f"{sum(map(len, released.values()))} batch(es) back in the queue",
+                      file=sys.stderr, flush=True)
+
+    def conclude(self, key: str, slurm_id: str) -> dict[str, Any]:
+        """An array task Slurm no longer runs: record how it ended, release its batches."""
+        node = read_node_state(self.run_dir, key)
+        final = job_record(slurm_id)
+        outcome = node.get("state") if node.get("state") in ("done", "failed", "cancelled") \
+            else "lost"
+        if key in self.withdrawn and outcome != "done":
+            outcome = "withdrawn"  # not a failure: every sample was stored without it
+        released = {}
+        if outcome != "done":
+            released = WorkQueue(self.run_dir).release_prefix(worker_prefix(key))
+        record = {**node, "key": key, "slurm_id": slurm_id, "slurm": final,
+                  "outcome": outcome, "released_by_submitter": released}
+        if outcome not in ("done", "withdrawn"):
+            record["log_tail"] = _log_tail(node_log_path(self.run_dir, key))
+            by_node = node.get("released", {})  # the node's own SIGTERM/error release
+            failure = {"node": key, "slurm_id": slurm_id, "outcome": outcome,
+                       "job_state": final.get("JobState", "?"),
+                       "requeued": sorted(b for bs in [*released.values(), *by_node.values()]
+                                          for b in bs),
+                       "log_tail": record["log_tail"]}
+            self.failures.append(failure)
+            print(f"\nnode task {key} ({slurm_id} on {node.get('hostname', '?')}) ended "
+                  f"{outcome} (Slurm: {final.get('JobState', '?')}); "
+                  f"{len(failure['requeued'])} batch(es) back in the queue. Last log lines:\n"
+                  f"{record['log_tail']}", file=sys.stderr, flush=True)
+        self.manifest["slurm"]["nodes"][key] = record
+        atomic_write_json(self.run_dir / MANIFEST, self.manifest)
+        return record
+
+    def progress(self, started: float, already: int, last: list[float]) -> None:
+        now = time.monotonic()
+        tty = sys.stderr.isatty()
+        if now - last[0] < (1.0 if tty else 10.0):
+            return
+        last[0] = now
+        done = len(self.requested) - len(self.missing())
+        rate = (done - already) / max(now - started, 1e-9)
+        eta = f"{len(self.missing()) / rate:.0f}s" if rate > 0 else "?"
+        counts: dict[str, int] = {}
+        for state in self.states.values():
+            counts[state.lower()] = counts.get(state.lower(), 0) + 1
+        nodes = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none live"
+        line = (f"{done}/{len(self.requested)} samples  {rate:.2f} samples/s  ETA {eta}  "
+                f"node tasks: {nodes}")
+        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr,
+              flush=True)
+
+    def run(self, initial_tasks: int, reason: str) -> list[dict[str, Any]]:
+        """Submits `initial_tasks` (if any), then waits until no task of the run is live."""
+        started, already, last = time.monotonic(), len(self.requested) - len(self.missing()), [0.0]
+        if initial_tasks:
+            self.submit(initial_tasks, reason)
+        query_failures = 0
+        try:
+            while True:
+                live = live_tasks(sorted({sid.split("_")[0] for sid in self.open.values()}))
+                if live is None:
+                    query_failures += 1
+                    if query_failures >= MAX_QUERY_FAILURES:
+                        raise RunnerError(
+                            "squeue keeps failing; stopped waiting (the node tasks go on)",
+                            where="squeue", fix=f"when Slurm answers again, `runner run "
+                            f"--resume {self.run_dir}` re-attaches")
+                    time.sleep(self.options.poll_seconds)
+                    continue
+                query_failures = 0
+                failed_now = 0
+                for key, sid in list(self.open.items()):
+                    if sid in live:
+                        self.states[key] = live[sid]["state"]
+                        self.seen.add(key)
+                        if live[sid]["state"] in WAITING_STATES:
+                            self.release_if_requeued(key)
+                        continue
+                    if not self.gone(key, sid):
+                        continue
+                    del self.open[key]
+                    self.states.pop(key, None)
+                    if self.conclude(key, sid)["outcome"] not in ("done", "withdrawn"):
+                        failed_now += 1
+                need = failed_now or (0 if self.open else self.options.nodes)
+                if need and self.missing():
+                    if self.resubmits < self.options.max_resubmits:
+                        self.repair_queue()
+                        self.resubmits += 1
+                        batches = WorkQueue(self.run_dir).pending_count()
+                        tasks = max(1, min(need, self.options.nodes, batches or 1))
+                        why = (f"replaces {failed_now} failed node task(s)" if failed_now
+                               else f"{len(self.missing())} samples left after every node "
+                               "task ended")
+                        self.submit(tasks, why)
+                    elif not self.open:
+                        print(f"\nno node task left and --max-resubmits "
+                              f"{self.options.max_resubmits} used up; "
+                              f"{len(self.missing())} samples missing", file=sys.stderr)
+                if not self.missing():
+                    self.withdraw_waiting()
+                if not self.open:
+                    break
+                self.progress(started, already, last)
+                time.sleep(self.options.poll_seconds)
+        except KeyboardInterrupt:
+            jobs = sorted({sid.split("_")[0] for sid in self.open.values()})
+            cancel(jobs)
+            print(f"\ninterrupted: cancelled Slurm job(s) {', '.join(jobs) or '-'}; "
+                  f"`runner run --resume {self.run_dir}` completes the run", file=sys.stderr)
+            raise
+        last[0] = 0.0
+        self.progress(started, already, last)
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        return self.failures
+
+
+def _all_node_records(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key in task_ids(manifest):
+        record = manifest["slurm"]["nodes"].get(key) or read_node_state(run_dir, key)
+        if record:
+            out[key] = record
+    return out
+
+
+def _finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], watch: _Watch,
+            seconds: float) -> RunOutcome:
+    records = _all_node_records(run_dir, manifest)
+    deaths: list[dict[str, Any]] = list(watch.failures)
+    commands: dict[str, str] = {}
+    workers: list[str] = []
+    for record in records.values():
+        deaths += [{**d, "node": record.get("key")} for d in record.get("deaths", [])]
+        commands.update(record.get("worker_commands", {}))
+        workers += record.get("workers", [])
+    manifest["worker_commands"] = commands
+    requested = set(manifest["sample_ids"])
+    done = len(SampleStore(run_dir).done_ids() & requested)
+    outcome = RunOutcome(run_dir, len(requested), done, seconds, deaths)
+    finish(run_dir, plan, manifest, outcome, worker_names=workers)
+    write_reproduce(run_dir, manifest)
+    return outcome
+
+
+def _node_image_info(options: SlurmOptions) -> dict[str, Any] | None:
+    """The harness image as this host's engine sees it; None without one here (the nodes,
+    not the login node, need the image)."""
+    if options.node_executor != "docker" or not options.image:
+        return None
+    try:
+        from runner.docker.image import image_info
+
+        return image_info(options.image)
+    except Exception:  # no docker here: the nodes record what they ran
+        return None
+
+
+def run_on_slurm(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
+                 argv: list[str], options: SlurmOptions, captions: Path | None = None
+                 ) -> RunOutcome:
+    """A new run on `options.nodes` Slurm nodes; returns when every node task has ended.
+
+    `plan` is the layout expanded on this (submitting) host: it validates the layout and is
+    recorded as `plan`; each node's own plan, made on the node, is in slurm.nodes.<key>.
+    """
+    options = options.validated()
+    make_executor(options.node_executor, run_dir, profile, options.image, captions)  # checks
+    if options.cpus_per_node and profile.layout.backend == "cpu":
+        # A cpu layout must fit the CPUs each node task gets, or every node would fail.
+        plan_workers(profile.layout, tuple(range(options.cpus_per_node)),
+                     where=f"{profile.path} (a node task with --cpus-per-node "
+                     f"{options.cpus_per_node})")
+    check_slurm_commands()
+    manifest = new_run(profile, plan, sample_ids, run_dir, argv, executor_name="slurm",
+                       image=_node_image_info(options), captions=captions)
+    manifest["slurm"] = {"options": options.to_dict(), "version": slurm_version(),
+                         "jobs": [], "nodes": {}}
+    atomic_write_json(run_dir / MANIFEST, manifest)
+    requested = set(sample_ids)
+    WorkQueue(run_dir).fill(requested - SampleStore(run_dir).done_ids(),
+                            plan.layout.batch_size)
+    watch = _Watch(run_dir, manifest, options, plan.layout.batch_size, requested)
+    start = time.monotonic()
+    watch.run(options.nodes, f"initial: {options.nodes} node(s)")
+    return _finish(run_dir, plan, manifest, watch, time.monotonic() - start)
+
+
+def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
+                    options: SlurmOptions | None = None) -> RunOutcome:
+    """Completes a run on Slurm, re-attaching to its node tasks that are still queued or
+    running (a submitter that died leaves them working) and topping up to the node count.
+
+    Refuses another profile/layout/compiler like a local resume. A run started with another
+    executor can be finished on Slurm (same layout, same modules, so the same bytes).
+    """
+    check_slurm_commands()
+    manifest, profile = prepare_resume(run_dir, requested)
+    slurm = manifest.setdefault("slurm", {"jobs": [], "nodes": {}})
+    options = (options or SlurmOptions.from_dict(slurm.get("options", {}))).validated()
+    slurm["options"] = options.to_dict()
+    slurm["version"] = slurm_version()
+    manifest["executor"] = "slurm"
+    plan = plan_for(profile)
+    batch_size = profile.layout.batch_size
+    ids = task_ids(manifest)
+    unconcluded = {k: sid for k, sid in ids.items()
+                   if slurm["nodes"].get(k, {}).get("outcome") is None}
+    live = live_tasks(sorted({sid.split("_")[0] for sid in unconcluded.values()}))
+    if live is None:
+        raise RunnerError("squeue failed; cannot tell which node tasks still run",
+                          where="squeue", fix="retry when the Slurm controller answers")
+    watch = _Watch(run_dir, manifest, options, batch_size, set(manifest["sample_ids"]))
+    for key, sid in unconcluded.items():
+        if sid in live:
+            watch.open[key] = sid
+        else:
+            watch.conclude(key, sid)
+    queue = WorkQueue(run_dir)
+    if watch.open:
+        watch.repair_queue()  # live nodes keep their queue; add only what nobody holds
+        print(f"re-attached to {len(watch.open)} running node task(s)", file=sys.stderr)
+    else:
+        queue.fill(watch.missing(), batch_size)
+    atomic_write_json(run_dir / MANIFEST, manifest)
+    extra = max(0, options.nodes - len(watch.open)) if watch.missing() else 0
+    start = time.monotonic()
+    watch.run(extra, f"resume: {extra} node(s)")
+    return _finish(run_dir, plan, manifest, watch, time.monotonic() - start)

@@ -1,0 +1,361 @@
+"""`runner bench`: layouts' throughput, stage latencies, a tuning-spec A/B and benchmark
+goldens, into one `bench.json` + `bench.md`.
+
+Everything measured is real: each layout is a `start_run` into `<out>/runs/<layout>/` (its
+own run.json and reproduce.sh), stage latencies come from `iree-benchmark-module` on
+inputs one pipeline pass recorded (`<out>/stages/bs<k>/`), the A/B arms are compiled through
+the same cache (`<out>/ab/bs<k>/{without,with}/`). A dry run prints every command instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.batch.executors import LocalExecutor
+from runner.batch.run import validate_ids
+from runner.batch.worker import task_path
+from runner.bench import stages as st
+from runner.bench import throughput as tp
+from runner.bench import tuning
+from runner.bench.goldens import GoldenOptions, GoldenResult, check_benchmarks, load_benchmarks
+from runner.compiled_model import CompiledModel, compile_model
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text
+from runner.profile import Profile
+
+BENCH_JSON = "bench.json"
+BENCH_MD = "bench.md"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    count: int = 32
+    devices: tuple[str | None, ...] = (None,)
+    cpds: tuple[int | None, ...] = (None,)
+    batch_sizes: tuple[int | None, ...] = (None,)
+    throughput: bool = True
+    stages: bool = True
+    stage_filter: tuple[str, ...] = ()  # e.g. ("clip", "vae"); empty: every stage
+    settings: st.BenchSettings = field(default_factory=st.BenchSettings)
+    ab_tuning_spec: Path | None = None
+    dump_tuning_specs: bool = False
+    goldens: tuple[Path, ...] = ()  # benchmark golden files/dirs to check as well
+    golden_options: GoldenOptions = field(default_factory=GoldenOptions)
+    dry_run: bool = False
+    run_argv: tuple[str, ...] = ("run",)  # `runner run` flags each layout's reproduce.sh uses
+    argv: tuple[str, ...] = ()  # the bench command line, recorded
+
+
+@dataclass
+class ABResult:
+    spec: str
+    without: list[st.StageResult] = field(default_factory=list)
+    with_spec: list[st.StageResult] = field(default_factory=list)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (batch, stage): both means and the relative change."""
+        base = {(r.batch_size, r.stage): r for r in self.without}
+        rows = []
+        for r in self.with_spec:
+            a = base.get((r.batch_size, r.stage))
+            a_ms = a.latency.mean_ms if a and a.latency else None
+            b_ms = r.latency.mean_ms if r.latency else None
+            change = (b_ms / a_ms - 1.0) if a_ms and b_ms is not None else None
+            rows.append({"batch_size": r.batch_size, "stage": r.stage, "function": r.function,
+                         "without_ms": a_ms, "with_ms": b_ms, "change": change})
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec, "without": [r.to_dict() for r in self.without],
+                "with": [r.to_dict() for r in self.with_spec], "comparison": self.rows()}
+
+
+@dataclass
+class BenchReport:
+    profile: str
+    model: str
+    options: BenchOptions
+    out: Path | None
+    versions: dict[str, Any] = field(default_factory=dict)
+    layouts: list[tp.LayoutResult] = field(default_factory=list)
+    stages: list[st.StageResult] = field(default_factory=list)
+    ab: ABResult | None = None
+    goldens: list[GoldenResult] = field(default_factory=list)
+    tuning_specs: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)  # dry run: everything it would run
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> tp.LayoutResult | None:
+        return next((r for r in self.layouts if r.best), None)
+
+    @property
+    def exit_code(self) -> int:
+        bad = (any(r.status in ("error", "incomplete") for r in self.layouts)
+               or any(r.error for r in self.stages)
+               or (self.ab is not None and any(r.error for r in
+                                               (*self.ab.without, *self.ab.with_spec)))
+               or any(not g.ok for g in self.goldens))
+        return 1 if bad else 0
+
+    def to_dict(self) -> dict:
+        o = self.options
+        best = self.best
+        return {
+            "kind": "bench", "profile": self.profile, "model": self.model,
+            "argv": list(o.argv), "dry_run": o.dry_run, "seconds": round(self.seconds, 3),
+            "versions": self.versions,
+            "settings": {"count": o.count, "repetitions": o.settings.repetitions,
+                         "min_time": o.settings.min_time, "warmup": o.settings.warmup,
+                         "benchmark_flags": list(o.settings.extra_flags)},
+            "layouts": [r.to_dict() for r in self.layouts],
+            "best": {"label": best.label, "samples_per_s": round(best.samples_per_s, 4)}
+            if best else None,
+            "stages": [r.to_dict() for r in self.stages],
+            "ab_tuning_spec": self.ab.to_dict() if self.ab else None,
+            "tuning_specs_dumped": self.tuning_specs,
+            "goldens": [g.to_dict() for g in self.goldens],
+            "exit_code": self.exit_code,
+        }
+
+
+def versions() -> dict[str, Any]:
+    import shutil
+
+    from runner.compile import compiler_info
+    from runner.provenance import host_info, iree_provenance
+
+    c = compiler_info()
+    return {**iree_provenance(), "compiler": {"version": c.version, "commit": c.commit},
+            "iree-benchmark-module": shutil.which("iree-benchmark-module"),
+            "host": host_info()}
+
+
+def _say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+class _Stages:
+    """Compiled models and recorded inputs per batch size, made once and shared by the
+    stage benchmarks and the A/B arms."""
+
+    def __init__(self, out: Path, dry_run: bool):
+        self.out, self.dry_run = out, dry_run
+        self._inputs: dict[int, dict[str, tuple[Path, ...]]] = {}
+
+    def inputs(self, compiled: CompiledModel) -> dict[str, tuple[Path, ...]] | None:
+        if self.dry_run:
+            return None
+        bs = compiled.batch_size
+        if bs not in self._inputs:
+            _say(f"recording stage inputs from one pipeline pass at batch {bs}")
+            self._inputs[bs] = st.capture_inputs(compiled, self.input_dir(bs))
+        return self._inputs[bs]
+
+    def input_dir(self, bs: int) -> Path:
+        return self.out / "stages" / f"bs{bs}"
+
+
+def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=None,
+              echo: Callable[[str], None] = print) -> BenchReport:
+    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out."""
+    start = time.perf_counter()
+    if out is None:
+        if not opts.dry_run:
+            raise RunnerError("--out DIR is required (runs, inputs and reports go there)",
+                              where="runner bench")
+        out = Path("<out>")
+    if not opts.dry_run and (out / BENCH_JSON).exists():
+        raise RunnerError("this directory already holds a bench", where=str(out),
+                          fix="pass another --out")
+    if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
+        tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
+    ids = validate_ids(list(range(opts.count)), "--count") if opts.throughput else []
+    report = BenchReport(profile.name, profile.model.name, opts, out, versions())
+    cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
+                            list(opts.batch_sizes))
+    runnable = [c for c in cases if c.plan is not None]
+    shared = _Stages(out, opts.dry_run)
+
+    def emit(line: str) -> None:
+        report.commands.append(line)
+        echo(line)
+
+    # 1. Throughput, layout by layout.
+    if opts.throughput:
+        for case in cases:
+            run_dir = out / "runs" / case.dirname
+            if opts.dry_run:
+                _dry_layout(case, run_dir, opts, emit)
+                report.layouts.append(tp.run_layout(case, [], run_dir, [])
+                                      if case.plan is None else
+                                      tp.LayoutResult(case.label, case.requested, "planned",
+                                                      layout=case.profile.layout.to_dict(),
+                                                      workers=len(case.plan.workers),
+                                                      run_dir=str(run_dir)))
+                continue
+            report.layouts.append(tp.run_layout(case, ids, run_dir, list(opts.run_argv),
+                                                executor))
+        tp.mark_best(report.layouts)
+    elif opts.dry_run:
+        for case in cases:
+            if case.plan is None:
+                emit(f"# layout {case.label}: skipped: {case.skip_reason}")
+
+    # 2. Stage latencies (and the A/B arms) per batch size the runnable layouts use.
+    per_batch: dict[int, tp.LayoutCase] = {}
+    for case in runnable:
+        per_batch.setdefault(case.profile.layout.batch_size, case)  # type: ignore[union-attr]
+    if opts.ab_tuning_spec is not None:
+        report.ab = ABResult(str(opts.ab_tuning_spec))
+    for bs, case in per_batch.items():
+        if opts.ab_tuning_spec is None:
+            if opts.stages:
+                report.stages += _run(_plans(case, case.profile, shared,  # type: ignore[arg-type]
+                                             shared.input_dir(bs), opts, emit, ""), opts, "")
+            continue
+        assert report.ab is not None
+        without, with_spec, same = _ab(profile, case, shared, opts, emit)
+        report.ab.without += without
+        report.ab.with_spec += with_spec
+        if opts.stages:
+            report.stages += without if same else _run(_plans(
+                case, profile, shared, shared.input_dir(bs), opts, emit, ""), opts, "")
+
+    # 3. Final tuning specs, dumped into the out dir.
+    if opts.dump_tuning_specs:
+        report.tuning_specs = _dump(profile, per_batch, out, opts, emit)
+
+    # 4. Benchmark goldens.
+    if opts.goldens:
+        if opts.dry_run:
+            emit("# benchmark goldens")
+        report.goldens = check_benchmarks(load_benchmarks(list(opts.goldens)),
+                                          opts.golden_options)
+    report.seconds = time.perf_counter() - start
+    if not opts.dry_run:
+        from runner.bench.report import markdown
+
+        atomic_write_json(out / BENCH_JSON, report.to_dict())
+        atomic_write_text(out / BENCH_MD, markdown(report))
+        _say(f"reports: {out / BENCH_JSON}, {out / BENCH_MD}")
+    return report
+
+
+def _dry_layout(case: tp.LayoutCase, run_dir: Path, opts: BenchOptions,
+                emit: Callable[[str], None]) -> None:
+    emit(f"# layout {case.label}")
+    if case.plan is None or case.profile is None:
+        emit(f"#   skipped: {case.skip_reason}")
+        return
+    lay = case.profile.layout
+    for c in compile_model(case.profile, lay.batch_size, lay.vae_batch_size,
+                           dry_run=True).compiled:
+        emit(shlex.join(c.command))
+    emit(shlex.join(["runner", *case.run_argv(list(opts.run_argv), opts.count, run_dir)]))
+    executor = LocalExecutor()
+    for worker in case.plan.workers:
+        emit(f"#   {worker.name}: {executor.describe(worker, task_path(run_dir, worker.name))}")
+
+
+def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path,
+           opts: BenchOptions, emit: Callable[[str], None], label: str,
+           inputs_from: CompiledModel | None = None) -> list[st.StagePlan]:
+    """The stage benchmarks of `profile` at the case's batch sizes, as the case's first
+    worker sees the device; a dry run prints them (and the compiles they need)."""
+    lay = case.profile.layout  # type: ignore[union-attr]
+    worker = case.plan.workers[0]  # type: ignore[union-attr]
+    compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run)
+    plans = st.plan_stages(compiled, out_dir, opts.settings, env=worker.env,
+                           runtime_flags=worker.runtime_flags,
+                           inputs=shared.inputs(inputs_from or compiled),
+                           only=opts.stage_filter)
+    if opts.dry_run:
+        emit(f"# stages{label} at batch {lay.batch_size} (inputs recorded from one pipeline "
+             f"pass into {shared.input_dir(lay.batch_size)})")
+        for c in compiled.compiled:
+            emit(shlex.join(c.command))
+        for p in plans:
+            emit(p.command.text())
+    return plans
+
+
+def _run(plans: list[st.StagePlan], opts: BenchOptions, label: str) -> list[st.StageResult]:
+    if opts.dry_run:
+        return [st.StageResult(p.stage, p.function, p.batch_size, None, p.command.text())
+                for p in plans]
+    return st.run_stages(plans, opts.settings, label)
+
+
+def _stage_submodels(profile: Profile, stage_filter: tuple[str, ...]) -> list[str]:
+    """The submodels the selected stages run (all of them without a filter)."""
+    functions = profile.model.functions
+    return list(dict.fromkeys(functions[role][0] for stage, role in st.stage_roles(functions)
+                              if not stage_filter or stage in stage_filter))
+
+
+def _only_needed(profile: Profile, stage_filter: tuple[str, ...]) -> Profile:
+    """The profile with only the submodels the selected stages run, so the tuned arm (a
+    cache miss: the spec is new) compiles nothing that is not benchmarked."""
+    keep = _stage_submodels(profile, stage_filter)
+    model = dataclasses.replace(profile.model, submodels={
+        k: v for k, v in profile.model.submodels.items() if k in keep})
+    return dataclasses.replace(profile, model=model)
+
+
+def _ab(profile: Profile, case: tp.LayoutCase, shared: _Stages, opts: BenchOptions,
+        emit: Callable[[str], None]
+        ) -> tuple[list[st.StageResult], list[st.StageResult], bool]:
+    """Both arms at the case's batch size, stage by stage A then B, so drift in the
+    machine's load hits both alike. Returns (without, with, whether arm A is the profile
+    itself, whose stage numbers it then stands for)."""
+    spec = opts.ab_tuning_spec
+    assert spec is not None
+    without, with_spec = tuning.ab_profiles(profile, spec, dry_run=opts.dry_run)
+    with_spec = _only_needed(with_spec, opts.stage_filter)
+    lay = case.profile.layout  # type: ignore[union-attr]
+    base = compile_model(without, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run)
+    own = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=True)
+    same = [c.key for c in base.compiled] == [c.key for c in own.compiled]
+    ab_dir = shared.out / "ab" / f"bs{lay.batch_size}"
+    a = _plans(case, without, shared, ab_dir / "without", opts, emit, " (A/B: without spec)",
+               inputs_from=base)
+    b = _plans(case, with_spec, shared, ab_dir / "with", opts, emit,
+               f" (A/B: with {spec.name})", inputs_from=base)
+    a_res: list[st.StageResult] = []
+    b_res: list[st.StageResult] = []
+    for pa, pb in zip(a, b, strict=True):
+        a_res += _run([pa], opts, " (A/B: without spec)")
+        b_res += _run([pb], opts, f" (A/B: with {spec.name})")
+    return a_res, b_res, same
+def _dump(profile: Profile, per_batch: dict[int, tp.LayoutCase], out: Path,
+          opts: BenchOptions, emit: Callable[[str], None]) -> list[str]:
+    arms = []
+    if opts.ab_tuning_spec is not None:
+        arms.append(("with", tuning.ab_profiles(profile, opts.ab_tuning_spec,
+                                                dry_run=opts.dry_run)[1]))
+    if tuning.has_specs(profile):
+        arms.append(("profile", profile))
+    if not arms:
+        _say("no tuning spec in play (no --ab-tuning-spec, profile has none): nothing to dump")
+        return []
+    submodels = _stage_submodels(profile, opts.stage_filter)
+    written: list[str] = []
+    for bs in per_batch or {profile.layout.batch_size: None}:
+        for arm, arm_profile in arms:
+            cmds = tuning.dump_commands(arm_profile, bs, out / "tuning-specs" / f"bs{bs}" / arm,
+                                        dry_run=opts.dry_run, submodels=submodels)
+            if opts.dry_run:
+                emit(f"# tuning specs ({arm}, batch {bs})")
+                for c in cmds:
+                    emit(shlex.join(c))
+                continue
+            written += [str(p) for p in tuning.dump_specs(cmds)]
+    return written

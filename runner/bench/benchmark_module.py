@@ -1,0 +1,170 @@
+"""`iree-benchmark-module`: build its command lines, run them, read their JSON.
+
+Latency is the mean `real_time` over `--benchmark_repetitions` (the `mean` aggregate row,
+which is what IREE CI's benchmark tests compare against `golden_time_ms`); with one
+repetition Google Benchmark writes no aggregates, so the lone iteration row is used.
+The function is looked up in the *last* `--module=` only (checked with 3.13: naming an
+earlier module's function fails with NOT_FOUND), so a stage lists a submodel's modules up
+to the one that exports its function: `run_forward` needs the unet module alone,
+`produce_image_latents` the unet module and the pipeline module that calls into it.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_text
+
+TOOL = "iree-benchmark-module"
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+REPETITIONS_FLAG = "--benchmark_repetitions"
+MIN_TIME_FLAG = "--benchmark_min_time"
+WARMUP_FLAG = "--benchmark_min_warmup_time"
+
+
+@dataclass(frozen=True)
+class BenchCommand:
+    """One `iree-benchmark-module` invocation; `env` holds only what differs from ours."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        env = [f"{k}={v}" for k, v in sorted(self.env.items())]
+        return shlex.join(["env", *env, *self.argv] if env else list(self.argv))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Per-call wall time of one benchmarked function, in milliseconds."""
+
+    mean_ms: float
+    median_ms: float
+    stddev_ms: float
+    min_ms: float
+    repetitions: int
+    iterations: int  # calls per repetition (Google Benchmark picks it from --benchmark_min_time)
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 6) if isinstance(v, float) else v
+                for k, v in self.__dict__.items()}
+
+
+def _ms(row: dict, where: str) -> float:
+    unit = row.get("time_unit", "ns")
+    if unit not in _UNIT_MS or not isinstance(row.get("real_time"), int | float):
+        raise RunnerError(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
+                          where=where)
+    return float(row["real_time"]) * _UNIT_MS[unit]
+
+
+def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
+    """The latency in `iree-benchmark-module --benchmark_format=json` output."""
+    try:
+        rows = json.loads(text)["benchmarks"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunnerError(f"not Google Benchmark JSON output: {e}", where=where,
+                          fix="run iree-benchmark-module with --benchmark_format=json") from e
+    if len(rows) and rows[0].get("error_occurred"):
+        raise RunnerError(f"benchmark failed: {rows[0].get('error_message')}", where=where)
+    runs = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
+    if not runs:
+        raise RunnerError("the output holds no benchmark runs", where=where)
+    times = sorted(_ms(r, where) for r in runs)
+    aggregates = {r.get("aggregate_name"): _ms(r, where) for r in rows
+                  if r.get("run_type") == "aggregate"}
+    mean = aggregates.get("mean", sum(times) / len(times))
+    median = aggregates.get("median", times[len(times) // 2])
+    stddev = aggregates.get("stddev", 0.0)
+    return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)))
+
+
+@cache
+def tool_path() -> str:
+    path = shutil.which(TOOL)
+    if path is None:
+        raise RunnerError(f"`{TOOL}` is not on PATH",
+                          fix="pip install iree-base-runtime (it ships the tool), or put an "
+                          "IREE build's tools/ directory first on PATH")
+    return path
+
+
+def with_overrides(flags: Sequence[str], repetitions: int | None = None,
+                   min_time: str | None = None, warmup: float | None = None) -> list[str]:
+    """`flags` with the repetition / time flags replaced (appended when absent)."""
+    over = {REPETITIONS_FLAG: repetitions, MIN_TIME_FLAG: min_time, WARMUP_FLAG: warmup}
+    out = [f for f in flags
+           if not any(f.startswith(k + "=") for k, v in over.items() if v is not None)]
+    out += [f"{k}={v}" for k, v in over.items() if v is not None]
+    return out
+
+
+def command(*, device: str, modules: Sequence[Path | str], function: str,
+            inputs: Sequence[str], parameters: Sequence[Path | str] = (),
+            flags: Sequence[str] = (), env: Mapping[str, str] | None = None,
+            runtime_flags: Sequence[str] = ()) -> BenchCommand:
+    """`inputs` as `--input=` takes them: `@file.npy` or a shape-only `1x64xi64` (zeros)."""
+    argv = [TOOL, f"--device={device}", *runtime_flags,
+            *[f"--parameters=model={p}" for p in parameters],
+            *[f"--module={m}" for m in modules], f"--function={function}",
+            *[f"--input={i}" for i in inputs], "--benchmark_format=json", *flags]
+    return BenchCommand(tuple(argv), dict(env or {}))
+
+
+def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
+        ) -> Latency:
+    """Runs the command (never through a shell); keeps its raw JSON next to the results."""
+    argv = [tool_path(), *cmd.argv[1:]]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False,
+                              env={**os.environ, **cmd.env}, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RunnerError(f"{TOOL} ran past {timeout}s", fix=f"reproduce with: {cmd.text()}"
+                          ) from e
+    if proc.returncode != 0:
+        raise RunnerError(f"{TOOL} failed (exit {proc.returncode}):\n"
+                          f"{(proc.stderr or proc.stdout).strip()[-2000:]}",
+                          fix=f"reproduce with: {cmd.text()}")
+    if raw_out is not None:
+        atomic_write_text(raw_out, proc.stdout)
+    return parse_benchmark_json(proc.stdout, str(raw_out or TOOL))
+
+
+def exported_functions(vmfb: Path) -> set[str]:
+    """The function names a compiled module exports (read with the IREE runtime)."""
+    import iree.runtime as rt
+
+    try:
+        with open(vmfb, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        module = rt.VmModule.wrap_buffer(rt.VmInstance(), mapped, close_buffer=True)
+        return set(module.function_names)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb)) from e
+
+
+def modules_for(vmfbs: Sequence[Path], function: str, where: str,
+                fallback: int | None = None) -> tuple[Path, ...]:
+    """`vmfbs` up to and including the first that exports `function`.
+
+    For a dry run whose modules are not compiled yet, `fallback` says how many to take
+    (None: all of them), since nothing can be inspected.
+    """
+    if not all(Path(v).is_file() for v in vmfbs):
+        return tuple(vmfbs[: fallback or len(vmfbs)])
+    for i, vmfb in enumerate(vmfbs):
+        if function in exported_functions(Path(vmfb)):
+            return tuple(vmfbs[: i + 1])
+    known = sorted(set().union(*(exported_functions(Path(v)) for v in vmfbs)))
+    raise RunnerError(f"no module exports {function!r} (they export {known})", where=where,
+                      fix="name a function the compiled modules export")

@@ -1,0 +1,201 @@
+"""`runner bench ...`: throughput sweeps, stage latencies, tuning-spec A/B, benchmark goldens.
+
+`register(subparsers)` adds the `bench` command to the main `runner` parser; this module also
+runs on its own (`python -m runner.bench.cli bench ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text
+
+
+def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
+    """`1,2` -> (1, 2); absent -> (None,): the profile's own value."""
+    if text is None:
+        return (None,)
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise RunnerError(f"`{flag} {text}` is not a comma list of whole numbers", where=flag,
+                          fix=f"e.g. {flag} 1,2") from e
+    if not values or any(v <= 0 for v in values):
+        raise RunnerError(f"`{flag} {text}` needs positive whole numbers", where=flag)
+    return values
+
+
+def _profile(args: argparse.Namespace):
+    from runner.profile import load_profile
+
+    overrides = {}
+    for item in args.set or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set")
+        overrides[key] = yaml.safe_load(value)
+    return load_profile(args.profile, overrides)
+
+
+def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """The `runner run` prefix each layout's reproduce.sh re-runs (layout flags follow)."""
+    out = ["run", "--profile", args.profile]
+    for item in args.set or []:
+        out += ["--set", item]
+    return tuple(out)
+
+
+def _golden_options(args: argparse.Namespace):
+    from runner.bench.goldens import GoldenOptions
+
+    return GoldenOptions(
+        sku=args.sku, rocm_chip=args.rocm_chip,
+        quality_dir=Path(args.quality_dir) if getattr(args, "quality_dir", None) else None,
+        files_dir=Path(args.files_dir) if getattr(args, "files_dir", None) else None,
+        device=getattr(args, "golden_device", None), dry_run=args.dry_run,
+        offline=getattr(args, "offline", None), repetitions=args.golden_repetitions,
+        min_time=args.golden_min_time, warmup=args.golden_warmup,
+        out=Path(args.out) / "goldens" if args.out and not args.dry_run else None)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from runner.bench.bench import BenchOptions, run_bench
+    from runner.bench.report import markdown
+    from runner.bench.stages import BenchSettings
+
+    profile = _profile(args)
+    spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
+    goldens = tuple(Path(p) for p in args.goldens) if args.goldens is not None else ()
+    if args.goldens == []:
+        from runner.bench.goldens import DEFAULT_BENCH_SUITE
+
+        goldens = (DEFAULT_BENCH_SUITE,)
+    opts = BenchOptions(
+        count=args.count, devices=tuple(args.devices) if args.devices else (None,),
+        cpds=_ints(args.cpd, "--cpd"), batch_sizes=_ints(args.batch_size, "--batch-size"),
+        throughput=not args.no_throughput, stages=not args.no_stages,
+        stage_filter=tuple(args.stage or ()),
+        settings=BenchSettings(repetitions=args.repetitions, min_time=args.min_time,
+                               warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ())),
+        ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, goldens=goldens,
+        golden_options=_golden_options(args), dry_run=args.dry_run,
+        run_argv=_run_argv(args), argv=tuple(args.argv))
+    report = run_bench(profile, Path(args.out) if args.out else None, opts)
+    if not args.dry_run:
+        print(markdown(report))
+    return report.exit_code
+
+
+def cmd_goldens(args: argparse.Namespace) -> int:
+    from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
+    from runner.bench.goldens import check_benchmarks, load_benchmarks
+    from runner.bench.report import goldens_markdown
+
+    results = check_benchmarks(load_benchmarks([Path(p) for p in args.paths]),
+                               _golden_options(args))
+    code = 0 if all(r.ok for r in results) else 1
+    if args.out and not args.dry_run:
+        out = Path(args.out)
+        atomic_write_json(out / BENCH_JSON, {"kind": "bench-goldens", "versions": versions(),
+                                             "argv": list(args.argv), "exit_code": code,
+                                             "goldens": [r.to_dict() for r in results]})
+        atomic_write_text(out / BENCH_MD, "\n".join(goldens_markdown(results)) + "\n")
+        print(f"reports: {out / BENCH_JSON}, {out / BENCH_MD}", file=sys.stderr)
+    counts = {s: sum(r.status == s for r in results) for s in {r.status for r in results}}
+    print(f"{len(results)} benchmark goldens: {json.dumps(counts, sort_keys=True)}",
+          file=sys.stderr)
+    return code
+
+
+def _golden_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    p.add_argument("--sku", default="cpu", help="which golden_* entry applies (default: cpu)")
+    p.add_argument("--rocm-chip", default="gfx942", help="ROCm chip to compile for")
+    p.add_argument(f"--{prefix}repetitions", dest="golden_repetitions", type=int,
+                   help="override the files' --benchmark_repetitions")
+    p.add_argument(f"--{prefix}min-time", dest="golden_min_time",
+                   help="add --benchmark_min_time (e.g. 0.1s or 10x)")
+    p.add_argument(f"--{prefix}warmup", dest="golden_warmup", type=float,
+                   help="override the files' --benchmark_min_warmup_time (seconds)")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    bench = subparsers.add_parser(
+        "bench", help="throughput per layout (sweeps), stage latencies, tuning-spec A/B, "
+        "benchmark goldens -> bench.json + bench.md",
+        description="Without a subcommand: run the layout(s) and measure stage latencies. "
+        "`runner bench goldens` checks IREE CI-style benchmark goldens.")
+    bench.add_argument("--profile", default="cpu", help="profile name or YAML (default: cpu)")
+    bench.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override any profile field")
+    g = bench.add_argument_group("layouts (comma lists sweep every combination)")
+    g.add_argument("--devices", action="append", metavar="IDS",
+                   help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for "
+                   "variants: --devices 0 --devices 0-1")
+    g.add_argument("--cpd", help="pipeline processes per device ID, e.g. 1,2")
+    g.add_argument("--batch-size", help="batch sizes, e.g. 1,2")
+    bench.add_argument("--count", type=int, default=32,
+                       help="samples 0..N-1 per layout (default 32)")
+    bench.add_argument("--out", help="directory for runs, inputs, bench.json and bench.md")
+    bench.add_argument("--dry-run", action="store_true",
+                       help="print every command and run it would start; run nothing")
+    m = bench.add_argument_group("stage latency (iree-benchmark-module)")
+    m.add_argument("--repetitions", type=int, default=5,
+                   help="--benchmark_repetitions (default 5)")
+    m.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
+    m.add_argument("--warmup", type=float, help="--benchmark_min_warmup_time in seconds")
+    m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
+                   help="extra iree-benchmark-module flag, e.g. --device_allocator=caching")
+    m.add_argument("--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
+                   help="only this stage (repeatable; default: every stage the model has)")
+    bench.add_argument("--no-throughput", action="store_true", help="skip the layout runs")
+    bench.add_argument("--no-stages", action="store_true", help="skip the stage latencies")
+    t = bench.add_argument_group("tuning specs")
+    t.add_argument("--ab-tuning-spec", metavar="SPEC.mlir",
+                   help="compare stage latencies compiled without and with this spec")
+    t.add_argument("--dump-tuning-specs", action="store_true",
+                   help="dump the final tuning specs into <out>/tuning-specs/")
+    gg = bench.add_argument_group("benchmark goldens")
+    gg.add_argument("--goldens", nargs="*", metavar="FILES|DIR",
+                    help="also check these benchmark goldens (no value: goldens/tiny-bench)")
+    _golden_flags(gg, prefix="golden-")
+    bench.set_defaults(func=cmd_bench)
+
+    sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
+    p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
+                       "dispatch count, module size")
+    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
+                   help="benchmark JSONs or directories (default: goldens/tiny-bench)")
+    _golden_flags(p)
+    p.add_argument("--quality-dir", help="where the matching quality tests are "
+                   "(default: the file's quality_test field, or ../../quality_tests/<model>)")
+    p.add_argument("--files-dir", help="IREE CI's test files: e2e MLIR, tuner specs")
+    p.add_argument("--device", dest="golden_device",
+                   help="runtime device instead of the file's (e.g. local-sync)")
+    p.add_argument("--offline", action="store_true", default=None,
+                   help="use only cached downloads")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--out", help="write bench.json and bench.md here")
+    p.set_defaults(func=cmd_goldens)
+    return bench
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return args.func(args)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,387 @@
+"""IREE CI's benchmark goldens (`sharktank_models/benchmarks/<model>/*.json`), checked here.
+
+A benchmark file names no MLIR: IREE CI benchmarks the module its quality test of the same
+name compiled (`quality_tests/<model>/<name>.json`), with the file's `inputs` as shape-only
+`--input=1x64xi64` (zero-filled) and its `benchmark_flags`. The verdicts follow IREE CI's
+runner: the mean `real_time` must be <= `golden_time_ms[sku]` x
+`golden_time_tolerance_multiplier[sku]` (1.1 when the file gives none), the compile's
+`stream-aggregate.execution.dispatch-count` <= `golden_dispatch[sku]`, and the main
+module's size in bytes <= `golden_size[sku]`. A count or size below its golden passes and
+is reported, so a golden left behind by an improvement is visible.
+
+The quality test is found, in order, in `--quality-dir`, at the file's own `quality_test`
+field (a path relative to it; IREE CI ignores unknown fields), or where IREE CI keeps it
+(`../../quality_tests/<model>/`). The e2e file (`modules` + `mlir_file_name`) loads every
+listed submodel's module and weights, then its own compiled pipeline.
+
+Dispatch counts come from `--iree-scheduling-dump-statistics-format=json` and
+`--iree-scheduling-dump-statistics-file=<path>`, written by a pass in the stream phase. So
+the benchmarked vmfb is compiled with exactly the quality test's flags (the same cache entry
+`goldens check` uses), and the statistics by a second compile that stops after the stream
+phase (`--compile-to=stream`: the same count, checked on the tiny unet, in a fifth of the
+time: no code generation). Its file is keyed by the MLIR, flags and compiler, so it belongs to
+exactly the module it describes, and is reused while that key holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.bench import benchmark_module as bm
+from runner.compile import (
+    CompileResult,
+    CompilerInfo,
+    compile_key,
+    compile_mlir,
+    compiler_info,
+    rocm_chip_flag,
+)
+from runner.errors import RunnerError
+from runner.goldens.check import (
+    TUNER_FLAG,
+    TUNING_SPEC_FLAG,
+    CheckOptions,
+    check_spec,
+    plan,
+    splat_weights,
+)
+from runner.goldens.testfile import (
+    BenchmarkTest,
+    GoldenTest,
+    find_test_files,
+    load_benchmark_file,
+    load_test_file,
+)
+from runner.paths import REPO_DIR, cache_dir
+
+DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
+DEFAULT_TOLERANCE = 1.1
+STATS_FORMAT_FLAG = "--iree-scheduling-dump-statistics-format"
+STATS_FILE_FLAG = "--iree-scheduling-dump-statistics-file"
+STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
+
+
+@dataclass(frozen=True)
+class GoldenOptions:
+    sku: str = "cpu"
+    rocm_chip: str = "gfx942"
+    quality_dir: Path | None = None
+    files_dir: Path | None = None  # e2e `mlir_file_name`, tuner files (IREE CI's test files)
+    device: str | None = None
+    dry_run: bool = False
+    offline: bool | None = None
+    repetitions: int | None = None  # None: the file's own benchmark_flags
+    min_time: str | None = None
+    warmup: float | None = None
+    timeout: float | None = 900.0
+    out: Path | None = None  # keeps each file's raw benchmark JSON (<out>/<model>/<name>.json)
+
+
+@dataclass
+class CheckLine:
+    """One golden comparison: time, dispatches or size."""
+
+    name: str
+    measured: float | None
+    golden: float
+    limit: float
+    ok: bool | None  # None: not measured (dry run, error)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GoldenResult:
+    name: str
+    file: str
+    sku: str
+    function: str
+    status: str = "planned"
+    message: str = ""
+    latency: bm.Latency | None = None
+    dispatch_count: int | None = None
+    size_bytes: int | None = None
+    checks: list[CheckLine] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in ("failed", "error")
+
+    def check(self, name: str) -> CheckLine | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "file": self.file, "sku": self.sku,
+                "function": self.function, "status": self.status, "message": self.message,
+                "latency_ms": self.latency.to_dict() if self.latency else None,
+                "dispatch_count": self.dispatch_count, "size_bytes": self.size_bytes,
+                "checks": [c.to_dict() for c in self.checks], "commands": self.commands,
+                "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    vmfbs: tuple[Path, ...]  # main module, then the pipeline module if any
+    weights: Path | None
+    stats: Path | None
+    commands: tuple[str, ...]
+
+
+def load_benchmarks(paths: list[Path]) -> list[BenchmarkTest]:
+    return [load_benchmark_file(p) for p in find_test_files(paths or [DEFAULT_BENCH_SUITE])]
+
+
+def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None = None
+                     ) -> GoldenTest:
+    stem = stem or bench.path.stem
+    candidates = []
+    if opts.quality_dir is not None:
+        candidates.append(opts.quality_dir / f"{stem}.json")
+    own = bench.extra.get("quality_test")
+    if isinstance(own, str) and stem == bench.path.stem:
+        candidates.append(bench.path.parent / own)
+    candidates.append(bench.path.resolve().parent.parent.parent / "quality_tests" / bench.model
+                      / f"{stem}.json")
+    for path in candidates:
+        if path.is_file():
+            tests = [t for t in load_test_file(path) if t.backend == bench.backend]
+            if tests:
+                return tests[0]
+    raise RunnerError(f"no quality test {stem}.json to take the module from (looked at "
+                      f"{', '.join(map(str, candidates))})", where=str(bench.path),
+                      fix="pass --quality-dir DIR (IREE CI's quality_tests/<model>/) or set "
+                      '"quality_test": "<path>" in the benchmark file')
+
+
+STATS_PHASE = "stream"
+
+
+def stats_command(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo
+                  ) -> tuple[list[str], Path]:
+    """The compile that writes the dispatch statistics for (mlir, flags), and its file."""
+    base = tuple(f for f in flags if not f.startswith((STATS_FORMAT_FLAG, STATS_FILE_FLAG)))
+    key = compile_key(mlir, base, compiler)[:32] if mlir.is_file() else "<key>"
+    path = cache_dir() / "compile-stats" / "bench" / key / "compilation_info.json"
+    return [compiler.path, str(mlir), *base, f"{STATS_FORMAT_FLAG}=json",
+            f"{STATS_FILE_FLAG}={path}", f"--compile-to={STATS_PHASE}", "-o", "/dev/null"], path
+
+
+def write_stats(command: list[str], path: Path) -> None:
+    """Runs the statistics compile into a scratch file, then renames it into place."""
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+    argv = [f"{STATS_FILE_FLAG}={scratch}" if a.startswith(STATS_FILE_FLAG) else a
+            for a in command]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not scratch.is_file():
+        scratch.unlink(missing_ok=True)
+        raise RunnerError(f"the statistics compile failed: {proc.stderr.strip()[-1500:]}",
+                          fix=f"reproduce with: {shlex.join(command)}")
+    scratch.replace(path)
+
+
+def dispatch_count(stats: Path) -> int:
+    try:
+        raw = json.loads(stats.read_text())
+        return int(raw["stream-aggregate"]["execution"]["dispatch-count"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RunnerError(f"cannot read the dispatch count: {e}", where=str(stats),
+                          fix="compile with --iree-scheduling-dump-statistics-format=json") from e
+
+
+def _placeholder(c: CompileResult) -> CompileResult:
+    """A dry run of an MLIR not fetched yet cannot know its cache key: say so plainly."""
+    if Path(c.mlir).is_file():
+        return c
+    vmfb = str(cache_dir() / "vmfb" / f"<key of {Path(c.mlir).name}: known once fetched>.vmfb")
+    return dataclasses.replace(c, vmfb=vmfb, command=[*c.command[:-1], vmfb])
+
+
+def compile_quality(test: GoldenTest, opts: GoldenOptions, compiler: CompilerInfo,
+                    with_stats: bool = True) -> _Compiled:
+    """The quality test's modules and weights, compiled as IREE CI does, plus statistics."""
+    runnable = dataclasses.replace(test, inputs=(), outputs=(), compile_only=False)
+    check_opts = CheckOptions(sku=opts.sku, rocm_chip=opts.rocm_chip, tuner_dir=opts.files_dir,
+                              dry_run=opts.dry_run, offline=opts.offline)
+    p = plan(runnable, check_opts, compiler)
+    if not opts.dry_run:
+        for f in p.compile_flags:
+            if f.startswith((f"{TUNER_FLAG}=", f"{TUNING_SPEC_FLAG}=")):
+                check_spec(Path(f.split("=", 1)[1]))
+    main = _placeholder(compile_mlir(p.mlir, p.compile_flags, dry_run=opts.dry_run,
+                                     compiler=compiler))
+    results = [main]
+    if p.pipeline_mlir is not None:
+        results.append(_placeholder(compile_mlir(p.pipeline_mlir, p.pipeline_flags,
+                                                 dry_run=opts.dry_run, compiler=compiler)))
+    commands = [shlex.join(r.command) for r in results]
+    stats = None
+    if with_stats:
+        stats_cmd, stats = stats_command(p.mlir, p.compile_flags, compiler)
+        commands.append(shlex.join(stats_cmd))
+        if not opts.dry_run:
+            write_stats(stats_cmd, stats)
+    if p.weights_kind == "splat":
+        _, splat_cmd = splat_weights(p.mlir, compiler, dry_run=opts.dry_run)
+        commands.append(shlex.join(splat_cmd))
+    return _Compiled(tuple(Path(r.vmfb) for r in results), p.weights, stats, tuple(commands))
+
+
+def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
+         ) -> tuple[list[Path], list[Path], list[str]]:
+    """IREE CI's e2e file: every listed submodel's main module and weights, then the
+    pipeline compiled from `mlir_file_name` with the file's `compile_flags`."""
+    modules, weights, commands = [], [], []
+    for name in bench.extra["modules"]:
+        stem = f"{str(name).removeprefix(bench.model + '_')}_{bench.backend}"
+        built = compile_quality(quality_test_for(bench, opts, stem), opts, compiler,
+                                with_stats=False)
+        modules.append(built.vmfbs[0])
+        if built.weights is not None:
+            weights.append(built.weights)
+        commands.extend(built.commands)
+    mlir_name = bench.extra.get("mlir_file_name")
+    if not isinstance(mlir_name, str) or not mlir_name:
+        raise RunnerError("an e2e benchmark with `modules` needs `mlir_file_name`",
+                          where=f"{bench.path}: mlir_file_name")
+    dirs = [d for d in (opts.files_dir, bench.path.parent) if d is not None]
+    mlir = next((d / mlir_name for d in dirs if (d / mlir_name).is_file()), dirs[0] / mlir_name)
+    flags = [str(f) for f in bench.extra.get("compile_flags", [])]
+    if bench.backend == "rocm":
+        flags.append(rocm_chip_flag(opts.rocm_chip, compiler))
+    if not mlir.is_file() and not opts.dry_run:
+        raise RunnerError(f"{mlir_name} not found in {', '.join(map(str, dirs))}",
+                          where=f"{bench.path}: mlir_file_name",
+                          fix="pass --files-dir DIR (where IREE CI keeps its test files)")
+    pipeline = _placeholder(compile_mlir(mlir, tuple(flags), dry_run=opts.dry_run,
+                                         compiler=compiler))
+    commands.append(shlex.join(pipeline.command))
+    return [*modules, Path(pipeline.vmfb)], weights, commands
+
+
+def _verdicts(bench: BenchmarkTest, result: GoldenResult) -> None:
+    sku = result.sku
+    if sku in bench.golden_time_ms:
+        golden = float(bench.golden_time_ms[sku])
+        tol = float(bench.golden_time_tolerance_multiplier.get(sku, DEFAULT_TOLERANCE))
+        measured = result.latency.mean_ms if result.latency else None
+        result.checks.append(CheckLine(
+            "time_ms", measured, golden, golden * tol,
+            None if measured is None else measured <= golden * tol, f"tolerance x{tol:g}"))
+    if sku in bench.golden_dispatch:
+        golden = bench.golden_dispatch[sku]
+        count = result.dispatch_count
+        note = ""
+        if count is not None and count < golden:
+            note = f"{golden - count} fewer dispatches than the golden: consider lowering it"
+        result.checks.append(CheckLine("dispatch_count", count, golden, golden,
+                                       None if count is None else count <= golden, note))
+    if sku in bench.golden_size:
+        golden = bench.golden_size[sku]
+        size = result.size_bytes
+        result.checks.append(CheckLine("size_bytes", size, golden, golden,
+                                       None if size is None else size <= golden))
+
+
+def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
+                    compiler: CompilerInfo | None = None) -> GoldenResult:
+    """Compiles (through the cache), benchmarks and judges one file; never raises for the
+    file's own failure."""
+    compiler = compiler or compiler_info()
+    result = GoldenResult(f"{bench.model}/{bench.submodel}_{bench.backend}", str(bench.path),
+                          opts.sku, bench.function)
+    ignore = bench.extra.get("specific_chip_to_ignore") or []
+    if bench.backend == "rocm" and opts.rocm_chip in ignore:
+        result.status = "skipped"
+        result.message = f"the file ignores chip {opts.rocm_chip} (specific_chip_to_ignore)"
+        return result
+    if not any(opts.sku in g for g in (bench.golden_time_ms, bench.golden_dispatch,
+                                       bench.golden_size)):
+        result.notes.append(f"no goldens for sku {opts.sku} (the file has "
+                            f"{sorted(bench.golden_time_ms)}): measured only")
+    main_vmfb: Path | None = None
+    try:
+        if "modules" in bench.extra:
+            modules, weights, commands = _e2e(bench, opts, compiler)
+            stats = None
+        else:
+            test = quality_test_for(bench, opts)
+            built = compile_quality(test, opts, compiler)
+            main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
+            weights = [built.weights] if built.weights else []
+            # The function may live in the pipeline module (produce_image_latents); a dry
+            # run cannot look, so it assumes the quality test's own function does.
+            in_pipeline = test.add_pipeline_module and bench.function == test.run_function
+            modules = list(bm.modules_for(built.vmfbs, bench.function,
+                                          f"{bench.path}: function_run",
+                                          fallback=len(built.vmfbs) if in_pipeline else 1))
+        result.commands.extend(commands)
+        cmd = bm.command(device=opts.device or bench.device, modules=modules,
+                         function=bench.function, inputs=[str(s) for s in bench.inputs],
+                         parameters=weights,
+                         flags=bm.with_overrides(bench.benchmark_flags, opts.repetitions,
+                                                 opts.min_time, opts.warmup))
+        result.commands.append(cmd.text())
+        if opts.dry_run:
+            _verdicts(bench, result)
+            return result
+        if stats is not None:
+            result.dispatch_count = dispatch_count(stats)
+        if main_vmfb is not None:
+            result.size_bytes = main_vmfb.stat().st_size
+        print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
+              flush=True)
+        raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
+        result.latency = bm.run(cmd, raw, timeout=opts.timeout)
+    except RunnerError as e:
+        result.status, result.message = "error", str(e)
+        return result
+    _verdicts(bench, result)
+    failed = [c for c in result.checks if c.ok is False]
+    if failed:
+        result.status = "failed"
+        result.message = "; ".join(
+            f"{c.name} {c.measured:g} > {c.limit:g} (golden {c.golden:g}, {c.note})"
+            if c.name == "time_ms" else f"{c.name} {c.measured:g} > golden {c.golden:g}"
+            for c in failed)
+    else:
+        result.status = "passed" if result.checks else "unchecked"
+    return result
+
+
+def check_benchmarks(benches: list[BenchmarkTest], opts: GoldenOptions) -> list[GoldenResult]:
+    compiler = compiler_info()
+    results = []
+    for bench in benches:
+        result = check_benchmark(bench, opts, compiler)
+        results.append(result)
+        print(console_lines(result, opts.dry_run), flush=True)
+    return results
+
+
+def console_lines(r: GoldenResult, dry_run: bool = False) -> str:
+    lines = [f"{r.status.upper():9} {r.name} [{r.sku}] {r.function}"]
+    for c in r.checks:
+        if c.measured is not None:
+            verdict = "ok" if c.ok else "OVER"
+            lines.append(f"          {c.name}: {c.measured:g} (limit {c.limit:g}, golden "
+                         f"{c.golden:g}) {verdict}" + (f"; {c.note}" if c.note else ""))
+    if r.message and r.status != "passed":
+        lines.extend("          " + m for m in r.message.splitlines())
+    lines.extend(f"          note: {n}" for n in r.notes)
+    if dry_run:
+        lines.extend(r.commands)
+    return "\n".join(lines)

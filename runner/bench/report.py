@@ -1,0 +1,140 @@
+"""`bench.md`: the bench as Markdown tables, fit for a CI job summary ($GITHUB_STEP_SUMMARY)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.bench.bench import BenchReport
+    from runner.bench.goldens import GoldenResult
+
+
+NA = "-"
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]]
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return NA if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return NA if value is None else f"{100 * value:.1f}%"
+
+
+def _throughput(report: BenchReport) -> list[str]:
+    rows = []
+    for r in report.layouts:
+        name = f"**{r.label}** (best)" if r.best else r.label
+        status = r.status if not r.reason else f"{r.status}: {r.reason.splitlines()[0]}"
+        if r.status in ("ok", "incomplete"):
+            per_worker = ", ".join(f"{w.samples_per_s:.2f}" for w in r.per_worker)
+            rate = f"**{r.samples_per_s:.3f}**" if r.best else f"{r.samples_per_s:.3f}"
+            rows.append([name, r.workers, r.samples, _f(r.wall_s, 2), rate, per_worker,
+                         _pct(r.overhead), _f(r.time_to_first_sample_s, 2), status])
+        else:
+            rows.append([name, r.workers or NA, NA, NA, NA, NA, NA, NA, status])
+    lines = ["## Throughput (MLPerf Offline-style)", "",
+             f"{report.options.count} samples per layout; samples/s = samples / wall "
+             "(workers started -> last exited); per-worker = samples / busy seconds inside "
+             "batches; overhead = 1 - worker busy / (workers x wall).", "",
+             *_table(["layout", "workers", "samples", "wall s", "samples/s",
+                      "per-worker samples/s", "overhead", "first sample s", "status"], rows)]
+    best = report.best
+    if best is not None:
+        lines += ["", f"Best: **{best.label}** at **{best.samples_per_s:.3f} samples/s**."]
+    workers = [[r.label, w.worker, w.device, w.samples, _f(w.busy_s, 2),
+                f"{w.samples_per_s:.3f}", _f(w.load_s, 2),
+                ", ".join(f"{k} {v:.1f}" for k, v in w.stage_ms.items())]
+               for r in report.layouts for w in r.per_worker]
+    if workers:
+        lines += ["", "### Per worker", "",
+                  *_table(["layout", "worker", "device", "samples", "busy s", "samples/s",
+                           "load s", "in-run stage ms/call"], workers)]
+        done = [r for r in report.layouts if r.per_worker]
+        lines += ["", "Overhead breakdown: " + "; ".join(
+            f"{r.label}: startup {_f(r.startup_s, 2)} s (spawn + module load), tail "
+            f"{_f(r.tail_s, 2)} s" for r in done) + "."]
+    return lines
+
+
+def _stages(report: BenchReport) -> list[str]:
+    s = report.options.settings
+    rows = [[r.batch_size, r.stage, f"`{r.function}`",
+             _f(r.latency.mean_ms) if r.latency else NA,
+             _f(r.latency.median_ms) if r.latency else NA,
+             _f(r.latency.stddev_ms) if r.latency else NA,
+             f"{r.latency.repetitions} x {r.latency.iterations}" if r.latency else NA,
+             "ok" if r.latency else (r.error.splitlines()[0] if r.error else "planned")]
+            for r in report.stages]
+    return ["## Stage latency (iree-benchmark-module)", "",
+            f"Mean `real_time` over {s.repetitions} repetitions"
+            + (f", min time {s.min_time} each" if s.min_time else "") + "; inputs recorded "
+            "from one pipeline pass; device as the layout's first worker sees it.", "",
+            *_table(["batch", "stage", "function", "mean ms", "median ms", "stddev ms",
+                     "reps x calls", "status"], rows)]
+
+
+def _ab(report: BenchReport) -> list[str]:
+    assert report.ab is not None
+    rows = [[r["batch_size"], r["stage"], f"`{r['function']}`", _f(r["without_ms"]),
+             _f(r["with_ms"]), NA if r["change"] is None else f"{100 * r['change']:+.1f}%"]
+            for r in report.ab.rows()]
+    return [f"## Tuning spec A/B (`{report.ab.spec}`)", "",
+            "Same stages, inputs and settings; only `--iree-codegen-tuning-spec-path` "
+            "differs. Negative change = faster with the spec.", "",
+            *_table(["batch", "stage", "function", "without ms", "with ms", "change"], rows)]
+
+
+def _golden_cell(r: GoldenResult, name: str) -> tuple[str, str]:
+    c = r.check(name)
+    if c is None:
+        return NA, NA
+    measured = NA if c.measured is None else f"{c.measured:g}"
+    mark = "" if c.ok is None else (" ok" if c.ok else " OVER")
+    limit = f"{c.limit:g}" if name != "time_ms" else f"{c.golden:g} x {c.limit / c.golden:.2g}"
+    return measured + mark, limit
+
+
+def goldens_markdown(results: list[GoldenResult]) -> list[str]:
+    rows = []
+    for r in results:
+        t, tl = _golden_cell(r, "time_ms")
+        d, dl = _golden_cell(r, "dispatch_count")
+        z, zl = _golden_cell(r, "size_bytes")
+        verdict = r.status.upper() + (f": {r.message.splitlines()[0]}"
+                                      if r.message and r.status != "passed" else "")
+        rows.append([r.name, r.sku, f"`{r.function}`", t, tl, d, dl, z, zl, verdict])
+    return ["## Benchmark goldens (IREE CI schema)", "",
+            "Pass iff mean time <= golden x tolerance, dispatches <= golden, size <= golden.",
+            "", *_table(["test", "sku", "function", "time ms", "golden x tol", "dispatches",
+                         "golden", "size B", "golden", "verdict"], rows)]
+
+
+def markdown(report: BenchReport) -> str:
+    v = report.versions
+    runtime = (v.get("iree.runtime") or {}).get("version", "?")
+    compiler = v.get("compiler", {})
+    lines = [f"# Benchmark: profile `{report.profile}` (model {report.model})", "",
+             f"IREE runtime {runtime}, compiler {compiler.get('version', '?')} @ "
+             f"{compiler.get('commit', '?')}; host {v.get('host', {}).get('hostname', '?')}; "
+             f"{report.seconds:.1f} s in all.", ""]
+    if report.layouts:
+        lines += [*_throughput(report), ""]
+    if report.stages:
+        lines += [*_stages(report), ""]
+    if report.ab is not None:
+        lines += [*_ab(report), ""]
+    if report.tuning_specs:
+        lines += [f"Final tuning specs dumped: {len(report.tuning_specs)} file(s) under "
+                  "`tuning-specs/`.", ""]
+    if report.goldens:
+        lines += [*goldens_markdown(report.goldens), ""]
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""`runner bench` for real on the cpu profile: a layout sweep through `start_run`, one
+table with a best row, per-worker numbers from the workers' own stats, stage latencies,
+and a dry run that prints exactly the commands the real bench runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.bench import benchmark_module as bm
+from runner.bench.cli import main
+
+COMMON = ["--profile", "cpu", "--batch-size", "1,2,3", "--count", "4", "--stage", "clip",
+          "--stage", "vae", "--repetitions", "2", "--min-time", "0.02s"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[Path, dict, str, list[str]]:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the cpu profile's layout needs 2 cores")
+    out = tmp_path_factory.mktemp("bench") / "out"
+    import contextlib
+    import io
+
+    dry = io.StringIO()
+    with contextlib.redirect_stdout(dry):
+        assert main(["bench", *COMMON, "--out", str(out), "--dry-run"]) == 0
+    assert not out.exists()  # a dry run writes nothing
+    md = io.StringIO()
+    with contextlib.redirect_stdout(md):
+        assert main(["bench", *COMMON, "--out", str(out)]) == 0
+    return out, json.loads((out / "bench.json").read_text()), md.getvalue(), \
+        dry.getvalue().splitlines()
+
+
+def test_sweep_runs_each_layout_and_reports_the_best(sweep):
+    out, report, md, _ = sweep
+    layouts = report["layouts"]
+    assert [lay["label"] for lay in layouts] == [
+        "devices=0,1 cpd=1 bs=1", "devices=0,1 cpd=1 bs=2", "devices=0,1 cpd=1 bs=3"]
+    ok = [lay for lay in layouts if lay["status"] == "ok"]
+    assert len(ok) == 2
+    skipped = layouts[2]
+    assert skipped["status"] == "skipped"
+    assert "no artifact for batch size 3 (it has [1, 2])" in skipped["reason"]
+    best = max(ok, key=lambda lay: lay["samples_per_s"])
+    assert [lay["best"] for lay in layouts] == [lay is best for lay in layouts]
+    assert report["best"] == {"label": best["label"], "samples_per_s": best["samples_per_s"]}
+    for lay in ok:
+        assert lay["samples"] == 4 and lay["workers"] == 2
+        assert lay["samples_per_s"] == pytest.approx(4 / lay["wall_s"], rel=1e-3)
+        run = json.loads((Path(lay["run_dir"]) / "run.json").read_text())
+        assert run["status"] == "complete" and run["layout"] == lay["layout"]
+        workers = lay["per_worker"]
+        assert sum(w["samples"] for w in workers) == 4
+        for w in workers:  # per-worker throughput is samples over busy seconds
+            stats = json.loads((Path(lay["run_dir"]) / "workers" /
+                                f"{w['worker']}.stats.json").read_text())
+            busy = sum(b["end"] - b["start"] for b in stats["batches"])
+            assert w["busy_s"] == pytest.approx(busy, abs=1e-3)
+            assert w["samples_per_s"] == pytest.approx(w["samples"] / busy, rel=1e-2)
+            assert set(w["stage_ms"]) == {"clip", "unet", "vae"}
+        over = lay["overhead"]
+        assert over["fraction"] == pytest.approx(
+            1 - sum(w["busy_s"] for w in workers) / (2 * lay["wall_s"]), abs=1e-3)
+        assert 0 < over["fraction"] < 1
+        assert 0 < over["time_to_first_sample_s"] <= lay["wall_s"]
+        assert 0 < over["startup_s"] < over["time_to_first_sample_s"] + 1e-3
+        reproduce = (Path(lay["run_dir"]) / "reproduce.sh").read_text()
+        assert (f"runner run --profile cpu --devices 0,1 --cpd 1 --batch-size "
+                f"{lay['layout']['batch_size']}") in reproduce
+    # One throughput table: three layout rows, the best marked once.
+    table = [line for line in md.split("## Throughput")[1].split("###")[0].splitlines()
+             if line.startswith("| devices=") or line.startswith("| **devices=")]
+    assert len(table) == 3
+    assert sum("(best)" in row for row in table) == 1
+    assert f"| **{best['label']}** (best) |" in md
+    assert "skipped: model tiny-sdxl has no artifact for batch size 3" in md
+    assert (out / "bench.md").read_text().strip() == md.strip()
+
+
+def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):
+    out, report, _, _ = sweep
+    stages = {(s["batch_size"], s["stage"]): s for s in report["stages"]}
+    assert sorted(stages) == [(1, "clip"), (1, "vae"), (2, "clip"), (2, "vae")]
+    for (bs, stage), s in stages.items():
+        assert s["error"] == "" and s["latency_ms"]["repetitions"] == 2
+        assert s["latency_ms"]["mean_ms"] > 0
+        raw = out / "stages" / f"bs{bs}" / stage / "benchmark.json"
+        assert bm.parse_benchmark_json(raw.read_text()).mean_ms == pytest.approx(
+            s["latency_ms"]["mean_ms"], rel=1e-6)
+        assert "--task_topology_cpu_ids=0" in s["command"]  # as worker w000 sees its device
+    import numpy as np
+
+    ids = [np.load(out / "stages" / "bs2" / "clip" / f"input{i}.npy") for i in range(4)]
+    assert [a.shape for a in ids] == [(2, 64)] * 4 and ids[0].dtype == np.int64
+    assert (ids[0] != ids[2]).any()  # the caption and the negative prompt, really tokenized
+    latent = np.load(out / "stages" / "bs1" / "vae" / "input0.npy")
+    assert latent.shape == (1, 4, 16, 16) and np.isfinite(latent).all() and latent.std() > 0
+    assert report["versions"]["iree.runtime"]["version"].startswith("3.13")
+
+
+def test_dry_run_prints_exactly_what_runs(sweep):
+    _, report, _, dry = sweep
+    benchmark_lines = [x for x in dry if x.startswith("iree-benchmark-module")]
+    assert benchmark_lines == [s["command"] for s in report["stages"]]
+    for lay in report["layouts"]:
+        if lay["status"] == "ok":
+            assert lay["run_command"] in dry
+    assert any("skipped: model tiny-sdxl has no artifact" in x for x in dry)
+
+
+def test_bad_sweep_values_exit_2(tmp_path, capsys):
+    assert main(["bench", "--batch-size", "1,x", "--out", str(tmp_path)]) == 2
+    assert "--batch-size: `--batch-size 1,x` is not a comma list" in capsys.readouterr().err
+    (tmp_path / "bench.json").write_text("{}")
+    assert main(["bench", "--no-stages", "--out", str(tmp_path)]) == 2
+    assert "already holds a bench" in capsys.readouterr().err
