@@ -162,16 +162,33 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     profile = _profile(args)
     sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
-    for batch in sizes or [profile.layout.batch_size]:
-        compiled = compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
-                                 dry_run=args.dry_run)
+    models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
+                            dry_run=args.dry_run)
+              for batch in sizes or [profile.layout.batch_size]]
+    if args.json:
+        print_json([m.to_dict() for m in models])
+        return 0
+    for compiled in models:
         for result in compiled.compiled:
             if args.dry_run:
                 print(shlex.join(result.command))
             else:
                 state = "cached" if result.cached else f"compiled in {result.seconds:.1f}s"
-                print(f"{Path(result.mlir).name} [bs{batch}]: {state} -> {result.vmfb}")
+                print(f"{Path(result.mlir).name} [bs{compiled.batch_size}]: {state} -> "
+                      f"{result.vmfb}")
     return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from runner.validate import ValidateRequest, validate
+
+    args.profile = args.profile or "cpu"
+    request = ValidateRequest(
+        iree=args.iree, profile=_profile(args), sample_ids=_sample_ids(args, None),
+        out=Path(args.out), argv=args.argv, goldens=Path(args.goldens) if args.goldens else None,
+        to=args.to, baseline=Path(args.baseline) if args.baseline else None,
+        base_image=args.base_image, dry_run=args.dry_run)
+    return validate(request)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -211,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(p)
     p.add_argument("--batch-sizes", help="comma list (default: the layout's batch size)")
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
+    p.add_argument("--json", action="store_true", help="print the compiled models as JSON")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("fetch", help="download a profile's model artifacts into the cache")
@@ -238,6 +256,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
+                       "run, score, then goldens v{n+1}; resumable")
+    p.add_argument("--iree", required=True, help="wheels:<ver> | source:<sha> | build-dir:<path>")
+    _add_profile(p, default=None)
+    _add_layout(p)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--count", type=int, default=32)
+    what.add_argument("--ids", help="file of sample ids")
+    p.add_argument("--goldens", help="IREE CI test-suite dir to regenerate on PASS")
+    p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
+    p.add_argument("--baseline", help="an earlier validate's --out to compare against")
+    p.add_argument("--base-image", help="docker base image (default: runner-base:bookworm)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--dry-run", action="store_true", help="print every command it would run")
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("aggregate", help="write a run's MLPerf accuracy log and review images")
     p.add_argument("run_dir")

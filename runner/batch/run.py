@@ -300,20 +300,24 @@ def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
 
 def new_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
             argv: list[str], *, executor_name: str, image: dict[str, Any] | None,
-            captions: Path | None = None) -> dict[str, Any]:
-    """Compiles, creates the run dir and writes its manifest; runs nothing."""
+            captions: Path | None = None, compile_fn=compile_model) -> dict[str, Any]:
+    """Compiles, creates the run dir and writes its manifest; runs nothing.
+
+    `compile_fn(profile, batch, vae_batch)` is `compile_model` on this host, or a compile
+    inside a harness image (`runner validate`), whose IREE is then the one recorded."""
     if (run_dir / MANIFEST).exists():
         raise RunnerError("this directory already holds a run", where=str(run_dir),
                           fix=f"use `runner run --resume {run_dir}` or another --out")
     layout = plan.layout
-    compiled = compile_model(profile, layout.batch_size, layout.vae_batch_size)
+    compiled = compile_fn(profile, layout.batch_size, layout.vae_batch_size)
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {
         "kind": "run", "status": "running", "argv": argv, "profile": profile.name,
         "profile_path": str(profile.path), "profile_config": profile.to_dict(),
         "layout": layout.to_dict(), "plan": plan.to_dict(), "sample_ids": sample_ids,
         "captions": str((captions or CAPTIONS_FILE).resolve()),
-        "compiled": compiled.to_dict(), "iree": iree_provenance(), "host": host_info(),
+        "compiled": compiled.to_dict(), "host": host_info(),
+        "iree": (image or {}).get("provenance") or iree_provenance(),
         "executor": executor_name, "image": image,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -324,10 +328,11 @@ def new_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
 
 
 def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
-              argv: list[str], executor=None, captions: Path | None = None) -> RunOutcome:
+              argv: list[str], executor=None, captions: Path | None = None,
+              compile_fn=compile_model) -> RunOutcome:
     manifest = new_run(profile, plan, sample_ids, run_dir, argv,
                        executor_name=(executor or LocalExecutor()).name,
-                       image=_image_info(executor), captions=captions)
+                       image=_image_info(executor), captions=captions, compile_fn=compile_fn)
     outcome = execute(run_dir, plan, manifest, executor)
     finish(run_dir, plan, manifest, outcome)
     write_reproduce(run_dir, manifest)
@@ -343,7 +348,7 @@ def recorded_profile(run_dir: Path) -> Profile:
     return dataclasses.replace(profile, layout=layout)
 
 
-def prepare_resume(run_dir: Path, requested: Profile | None = None
+def prepare_resume(run_dir: Path, requested: Profile | None = None, compile_fn=compile_model
                    ) -> tuple[dict[str, Any], Profile]:
     """The manifest (compiled modules re-checked, status running) and recorded profile.
 
@@ -360,7 +365,7 @@ def prepare_resume(run_dir: Path, requested: Profile | None = None
             f"{requested.layout.to_dict()} would mix results", where=str(run_dir / MANIFEST),
             fix="resume without --profile/--set/layout flags, or start a new --out")
     layout = profile.layout
-    compiled = compile_model(profile, layout.batch_size, layout.vae_batch_size)
+    compiled = compile_fn(profile, layout.batch_size, layout.vae_batch_size)
     recorded_keys = [c["key"] for c in manifest["compiled"]["compiled"]]
     if [c.key for c in compiled.compiled] != recorded_keys:
         raise RunnerError("the compiled modules differ from the ones this run started with "

@@ -1,0 +1,321 @@
+"""`runner validate`: prove an IREE build keeps SDXL accurate, then regenerate the goldens.
+
+The user's whole workflow (seeds/000) as one resumable command over the other modules:
+image -> compile inside it -> accuracy run in its containers -> aggregate -> score ->
+(only on PASS, and given a suite) golden check + generate v{n+1} + bump -> one report.
+Each step records a key of its inputs in `validate.json`; a step whose key and outputs are
+already there is skipped, so an interrupted validate resumes and a repeated one takes
+seconds. Upload stays a separate, explicit `runner goldens upload`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.compiled_model import CompiledModel
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
+from runner.paths import cache_dir
+from runner.profile import Profile
+
+STATE = "validate.json"
+RUN = "run"
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    iree: str  # wheels:<ver> | source:<sha> | build-dir:<path>
+    profile: Profile
+    sample_ids: list[int]
+    out: Path
+    argv: list[str]
+    goldens: Path | None = None
+    to: str | None = None
+    baseline: Path | None = None
+    base_image: str | None = None
+    dry_run: bool = False
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + sha256_file(path).encode())
+    return h.hexdigest()
+
+
+def standalone_profile(profile: Profile) -> dict[str, Any]:
+    """The profile as one self-contained mapping (no `extends`, absolute paths, the layout
+    actually used), so a container that has no `configs/` can load it."""
+    raw = dict(profile.raw)
+    raw["name"] = profile.name
+    if not str(raw["model"]).startswith("builtin:"):
+        raw["model"] = str(profile.model.path)
+    raw["target"] = {**raw["target"], "tuning_spec": profile.target.tuning_spec}
+    raw["layout"] = {k: v for k, v in profile.layout.to_dict().items() if k != "backend"}
+    return raw
+
+
+class Validation:
+    """The step ledger: what ran, with which input key, how long, and what it produced."""
+
+    def __init__(self, out: Path, dry_run: bool):
+        self.out, self.dry_run = out, dry_run
+        path = out / STATE
+        self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+        self.state.setdefault("steps", {})
+
+    def step(self, name: str, key: str, outputs: list[Path], fn: Callable[[], dict]) -> dict:
+        done = self.state["steps"].get(name)
+        if (done and done.get("key") == key and done.get("status") == "done"
+                and all(p.exists() for p in outputs)):
+            print(f"validate: {name}: up to date, skipped", file=sys.stderr)
+            return {**done["detail"], "skipped": True}
+        print(f"validate: {name} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        try:
+            detail = fn()
+        except RunnerError as e:
+            self._record(name, key, "failed", time.perf_counter() - start, {"error": str(e)})
+            raise
+        status = "dry run" if self.dry_run else "done"
+        self._record(name, key, status, time.perf_counter() - start, detail)
+        return detail
+
+    def _record(self, name: str, key: str, status: str, seconds: float, detail: dict) -> None:
+        self.state["steps"][name] = {"key": key, "status": status,
+                                     "seconds": round(seconds, 3), "detail": detail}
+        if not self.dry_run:
+            atomic_write_json(self.out / STATE, self.state)
+
+
+def _in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_run: bool
+              ) -> str:
+    """Runs `argv` in a container of the harness image; returns its stdout."""
+    from runner.docker.container import kill, make_spec, run_command_text, start, wait
+
+    spec = make_spec(tag, argv, "cpu", mounts=mounts, user=f"{os.getuid()}:{os.getgid()}",
+                     env={"RUNNER_CACHE_DIR": str(cache_dir())})
+    print(f"  {run_command_text(spec, detach=False, remove=True)}", file=sys.stderr)
+    if dry_run:
+        return ""
+    container = start(spec)
+    try:
+        rc = wait(container)
+        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+    finally:
+        kill(container)
+    if rc != 0:
+        raise RunnerError(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
+                          f"{stderr.strip()[-2000:]}", where=tag,
+                          fix="run the printed docker command by hand to see it fail")
+    return stdout
+
+
+def validate(req: ValidateRequest) -> int:
+    """0 only if every step passed; 1 when accuracy or goldens fail (saying which)."""
+    from runner.docker.image import build_image, parse_source
+
+    out = req.out
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = Validation(out, req.dry_run)
+    ledger.state.update({"iree": req.iree, "profile": req.profile.name, "argv": req.argv,
+                         "samples": len(req.sample_ids)})
+
+    kwargs = {"base_image": req.base_image} if req.base_image else {}
+    built = build_image(parse_source(req.iree), dry_run=req.dry_run, **kwargs)
+    image = {"tag": built.tag, "id": built.image_id, "cached": built.cached,
+             "build_command": shlex.join(built.plan.command())}
+    ledger.state["image"] = image
+    state = "dry run" if req.dry_run else "cached" if built.cached else "built"
+    print(f"validate: image {built.tag} ({state})", file=sys.stderr)
+    if req.dry_run:
+        print(image["build_command"])
+
+    profile_file = out / "profile.yaml"
+    standalone = standalone_profile(req.profile)
+    if not req.dry_run:
+        atomic_write_text(profile_file, yaml.safe_dump(standalone, sort_keys=True))
+    model = req.profile.model
+    model_mounts = [(str(model.base_dir), True), (str(out.resolve()), False),
+                    (str(cache_dir()), False)]
+
+    compiled_file = out / "compiled.json"
+
+    def compile_step() -> dict:
+        stdout = _in_image(built.tag, ["python3", "-m", "runner", "compile", "--profile",
+                                       str(profile_file.resolve()), "--json"],
+                           model_mounts, req.dry_run)
+        if not req.dry_run:
+            compiled = json.loads(stdout)[0]
+            atomic_write_json(compiled_file, compiled)
+            return {"vmfbs": [c["vmfb"] for c in compiled["compiled"]]}
+        return {}
+
+    ledger.step("compile", _key(built.image_id, standalone), [compiled_file], compile_step)
+
+    def compile_fn(_profile, _batch, _vae) -> CompiledModel:
+        return CompiledModel.from_dict(json.loads(compiled_file.read_text()))
+
+    run_dir = out / RUN
+    verdict = _run_and_score(req, ledger, built.tag, run_dir, compile_fn)
+    passed = verdict.get("passed", False)
+    if req.goldens and not req.dry_run and not passed:
+        ledger.state["goldens"] = ("not run: accuracy failed, so these outputs must not "
+                                   "become goldens")
+        print(f"validate: accuracy FAILED ({verdict.get('summary')}); stopping before the "
+              "goldens step", file=sys.stderr)
+    elif req.goldens:
+        passed = _goldens(req, ledger, built.tag, built.image_id) and passed
+    if req.baseline and not req.dry_run:
+        ledger.state["baseline"] = _against_baseline(req.baseline, ledger.state, run_dir)
+    _write_report(out, ledger, passed)
+    return 0 if passed else 1
+
+
+def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Score and throughput deltas against an earlier validate, and the images that moved
+    most (per-image PSNR/SSIM) between the two IREE builds."""
+    from runner.accuracy.compare import compare_runs, write_comparison
+
+    before = json.loads((baseline / STATE).read_text())
+    now, then = state["steps"]["score"]["detail"], before["steps"]["score"]["detail"]
+    comparison = compare_runs(baseline / RUN, run_dir)
+    write_comparison(run_dir / "compare.json", comparison)
+    return {"baseline": str(baseline), "iree": before.get("iree"),
+            "fid_delta": now["fid"] - then["fid"], "clip_delta": now["clip"] - then["clip"],
+            "throughput_delta": state["throughput"] - before.get("throughput", 0.0),
+            "compare": str(run_dir / "compare.json")}
+
+
+def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: Path,
+                   compile_fn) -> dict:
+    from runner.batch.aggregate import aggregate
+    from runner.batch.run import (
+        make_executor,
+        plan_for,
+        prepare_resume,
+        read_manifest,
+        start_run,
+    )
+
+    compiled = json.loads((req.out / "compiled.json").read_text()) if not req.dry_run else {}
+    run_dir.mkdir(parents=True, exist_ok=True)  # mounted into every worker container
+    executor = make_executor("docker", run_dir, req.profile, tag)
+    if req.dry_run:
+        plan = plan_for(req.profile)
+        for worker in plan.workers:
+            print(executor.describe(worker, run_dir / "workers" / f"{worker.name}.json"))
+        print(f"runner aggregate {run_dir}")
+        print(f"runner score {run_dir}")
+        return {}
+
+    def run_step() -> dict:
+        if (run_dir / "run.json").is_file():
+            recorded = [c["key"] for c in read_manifest(run_dir)["compiled"]["compiled"]]
+            if recorded != [c["key"] for c in compiled["compiled"]]:
+                raise RunnerError("this run was made by another IREE build or profile",
+                                  where=str(run_dir), fix="use a new --out for this build")
+            if read_manifest(run_dir)["status"] != "complete":
+                from runner.batch.run import execute, finish, write_reproduce
+
+                manifest, profile = prepare_resume(run_dir, compile_fn=compile_fn)
+                plan = plan_for(profile)
+                outcome = execute(run_dir, plan, manifest, executor)
+                finish(run_dir, plan, manifest, outcome)
+                write_reproduce(run_dir, manifest)
+        else:
+            ids_file = req.out / "sample_ids.txt"
+            atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
+            argv = ["run", "--profile", str((req.out / "profile.yaml").resolve()), "--ids",
+                    str(ids_file.resolve()), "--executor", "docker", "--image", tag]
+            start_run(req.profile, plan_for(req.profile), req.sample_ids, run_dir, argv,
+                      executor, compile_fn=compile_fn)
+        manifest = read_manifest(run_dir)
+        if manifest["status"] != "complete":
+            raise RunnerError(f"{len(manifest['missing'])} samples missing after the run",
+                              where=str(run_dir), fix="re-run the same validate to resume")
+        result = aggregate(run_dir)
+        return {"samples": result.samples, "seconds": manifest["attempts"][-1]["seconds"]}
+
+    run = ledger.step("run", _key(compiled, req.sample_ids, req.profile.layout.to_dict()),
+                      [run_dir / "dataset.json"], run_step)
+
+    def score_step() -> dict:
+        from runner.accuracy.evaluate import evaluate_run
+
+        # A validate of fewer samples than the ranges were set for is still judged, and
+        # labelled as a subset (not comparable with the full-set ranges) in every report.
+        score = evaluate_run(run_dir, allow_subset=True)
+        lines = score.verdict.lines()
+        return {"passed": score.verdict.passed, "fid": score.result.fid,
+                "clip": score.result.clip, "summary": "; ".join(lines),
+                "accuracy_json": str(score.json_path)}
+
+    verdict = ledger.step("score", _key(sha256_file(run_dir / "dataset.json"),
+                                        req.profile.accuracy), [run_dir / "accuracy.json"],
+                          score_step)
+    ledger.state["throughput"] = run.get("samples", 0) / max(run.get("seconds", 0) or 1e-9,
+                                                                1e-9)
+    return verdict
+
+
+def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str | None) -> bool:
+    suite = req.goldens.resolve()
+    target = req.out / "goldens"
+    mounts = [(str(suite), True), (str(req.out.resolve()), False), (str(cache_dir()), False),
+              (str(req.profile.model.base_dir), True)]
+    to = req.to or "next"
+
+    def goldens_step() -> dict:
+        for argv in (["python3", "-m", "runner", "goldens", "generate", str(suite), "--to", to,
+                      "--out", str(target.resolve())],
+                     ["python3", "-m", "runner", "goldens", "bump", str(suite), "--to", to,
+                      "--out", str((target / "json").resolve())]):
+            _in_image(tag, argv, mounts, req.dry_run)
+        return {"out": str(target)}
+
+    ledger.step("goldens", _key(image_id, _tree_hash(suite) if suite.is_dir() else str(suite),
+                                to), [target], goldens_step)
+    return True
+
+
+def _write_report(out: Path, ledger: Validation, passed: bool) -> None:
+    state = ledger.state
+    state["passed"] = passed
+    lines = [f"# validate: {'PASS' if passed else 'FAIL'}", "",
+             f"- IREE: `{state['iree']}` in image `{state['image']['tag']}` "
+             f"(`{state['image']['id']}`)",
+             f"- profile: `{state['profile']}`, {state['samples']} samples", "",
+             "| step | status | seconds | detail |", "| --- | --- | --- | --- |"]
+    for name, step in state["steps"].items():
+        detail = step["detail"].get("summary") or step["detail"].get("error") or ""
+        lines.append(f"| {name} | {step['status']} | {step['seconds']} | "
+                     f"{str(detail)[:200]} |")
+    if "goldens" in state and isinstance(state["goldens"], str):
+        lines.append(f"\ngoldens: {state['goldens']}")
+    if "baseline" in state:
+        b = state["baseline"]
+        lines.append(f"\nagainst `{b['iree']}` ({b['baseline']}): FID {b['fid_delta']:+.6f}, "
+                     f"CLIP {b['clip_delta']:+.6f}, throughput {b['throughput_delta']:+.3f} "
+                     f"samples/s; per-image PSNR/SSIM in {b['compare']}")
+    lines += ["", "Reproduce:", "", "```bash", f"runner {shlex.join(state['argv'])}", "```"]
+    if not ledger.dry_run:
+        atomic_write_json(out / STATE, state)
+        atomic_write_text(out / "validate.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
