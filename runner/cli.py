@@ -17,6 +17,7 @@ from runner.bench.cli import register as register_bench
 from runner.docker.cli import register as register_image
 from runner.errors import RunnerError
 from runner.goldens.cli import register as register_goldens
+from runner.report.cli import register as register_report
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,7 +124,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      captions)
             outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions),
                                 run_dir, args.argv, executor, captions=captions)
+    from runner.report import write_reports
+
     if not outcome.complete:
+        write_reports(run_dir)
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
               f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
         return 1
@@ -132,8 +136,29 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"({outcome.done / max(outcome.seconds, 1e-9):.2f} samples/s); "
           f"{len(outcome.deaths)} worker death(s)")
     print(f"dataset: {result.log} ({result.samples} records, {result.mb_per_s:.0f} MB/s)")
+    code = _score_run(run_dir) if args.score else 0
+    reports = write_reports(run_dir)
+    print(f"reports: {', '.join(str(p) for p in reports)}")
     print(f"run dir: {run_dir}")
-    return 0
+    return code
+
+
+def _score_run(run_dir: Path) -> int:
+    """The main job's last step: FID/CLIP against the profile's ranges, when the profile has
+    ranges and the [metrics] extra is installed; its exit code is the verdict's."""
+    from runner.batch.run import recorded_profile
+
+    if recorded_profile(run_dir).accuracy.fid is None:
+        print("not scored: the profile has no accuracy ranges", file=sys.stderr)
+        return 0
+    try:
+        from runner.accuracy.evaluate import evaluate_run
+    except ImportError as e:
+        print(f"not scored: {e} (pip install -e '.[metrics]')", file=sys.stderr)
+        return 0
+    score = evaluate_run(run_dir)
+    print("\n".join(score.verdict.lines()))
+    return score.verdict.exit_code
 
 
 def _has_layout(args: argparse.Namespace) -> bool:
@@ -255,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_slurm_arguments(p)
     p.add_argument("--out", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
+    p.add_argument("--no-score", dest="score", action="store_false",
+                   help="stop after aggregation (default: score FID/CLIP when the profile "
+                   "has ranges)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
@@ -280,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_goldens(sub)
     register_bench(sub)
+    register_report(sub)
     register_image(sub)
     register_status(sub)
 

@@ -1,0 +1,67 @@
+"""`runner report RUN_DIR [--against RUN_DIR]`: (re)writes a run's four report files.
+
+`register(subparsers)` adds it to the main parser; `main(argv)` runs it standalone
+(`python -m runner.report.cli RUN_DIR`). Exit 0 when the files were written, whatever the
+verdict (CI reads the verdict from junit.xml); 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.report.collect import WORST_DEFAULT
+
+EXIT_ERROR = 2
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from runner.report.write import write_reports
+
+    if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
+        raise RunnerError("--against names the run itself", where="--against",
+                          fix="pass another run dir to compare with")
+    paths = write_reports(Path(args.run_dir), Path(args.against) if args.against else None,
+                          Path(args.out) if args.out else None, args.worst)
+    first = paths[0].read_text(encoding="utf-8").splitlines()[0]
+    print(first.lstrip("# "))
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--against", metavar="RUN_DIR",
+                   help="another run to compare images with (PSNR/SSIM; the [metrics] extra)")
+    p.add_argument("--worst", type=int, default=WORST_DEFAULT,
+                   help=f"worst samples of the comparison to show (default {WORST_DEFAULT})")
+    p.add_argument("--out", metavar="DIR", help="write the files here (default: RUN_DIR)")
+    p.set_defaults(func=cmd_report)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="summary.md, results.json, junit.xml and report.html for a run",
+        description="Reads a run dir (run.json, worker stats, samples, accuracy.json when "
+                    "`runner score` has run) and writes summary.md (a CI job summary), "
+                    "results.json, junit.xml (one testcase per check) and a self-contained "
+                    "report.html. Exit 0 when written, 2 on bad input.")
+    add_arguments(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner report", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
