@@ -38,6 +38,7 @@ PASS_BG, FAIL_BG, NONE_BG = (0x1A, 0x7F, 0x37), (0xCF, 0x22, 0x2E), (0x6E, 0x77,
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    args = (*args, "--no-score") if args[0] == "run" else args  # scoring is tested apart
     return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
                           text=True, timeout=600)
 
@@ -73,7 +74,8 @@ def killed_run(tmp_path_factory) -> Path:
     """A real worker death: w001 SIGKILLed after the first sample; w000 finishes its work."""
     run_dir = tmp_path_factory.mktemp("report") / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                             "--count", "8", "--out", str(run_dir)], stdout=subprocess.PIPE,
+                             "--count", "8", "--no-score", "--out", str(run_dir)],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     pid_file = run_dir / "workers" / "w001.pid"
     deadline = time.monotonic() + 300

@@ -48,7 +48,7 @@ SETUP = REPO / "scripts" / "slurm_setup.sh"
 COUNT = 24
 NODES = 2
 ARGV = ["run", "--profile", "cpu", "--devices", "0", "--executor", "slurm", "--nodes",
-        str(NODES), "--cpus-per-node", "1"]
+        str(NODES), "--cpus-per-node", "1", "--no-score"]
 
 
 def options(**kw) -> SlurmOptions:
@@ -96,7 +96,7 @@ def local_run(tmp_path_factory, tiny_compiled) -> dict[int, str]:
     """The reference: the same samples with the local executor (2 workers)."""
     run_dir = tmp_path_factory.mktemp("slurm-ref") / "local"
     proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                           "--count", str(COUNT), "--out", str(run_dir)],
+                           "--count", str(COUNT), "--no-score", "--out", str(run_dir)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return hashes(run_dir)
