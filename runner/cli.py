@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from runner.accuracy.cli import register as register_accuracy
 from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
@@ -307,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_aggregate)
 
     register_goldens(sub)
+    register_accuracy(sub)
     register_bench(sub)
     register_report(sub)
     register_image(sub)

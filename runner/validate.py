@@ -261,7 +261,8 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
 
         # A validate of fewer samples than the ranges were set for is still judged, and
         # labelled as a subset (not comparable with the full-set ranges) in every report.
-        score = evaluate_run(run_dir, allow_subset=True)
+        score = evaluate_run(run_dir, profile=str((req.out / "profile.yaml").resolve()),
+                             allow_subset=True)
         lines = score.verdict.lines()
         return {"passed": score.verdict.passed, "fid": score.result.fid,
                 "clip": score.result.clip, "summary": "; ".join(lines),

@@ -1,0 +1,241 @@
+"""The two scoring networks: MLPerf's pretrained weights from local files, or seeded random ones.
+
+`pretrained` (the sdxl profiles) loads the published files and checks their sha256 against
+the values the projects publish, so a truncated download or another checkpoint fails loudly
+instead of shifting FID by more than a submission's margin:
+- FID InceptionV3 `pt_inception-2015-12-05-6726825d.pth` (pytorch-fid's release; torch hub
+  names files by their hash prefix; the full sha256 is the one torch-fidelity pins);
+- CLIP ViT-B-32 `ViT-B-32.pt`, OpenAI's archive (OpenAI's URL path is its sha256, which
+  OpenAI's own loader checks; open_clip's `openai` tag points at the same URL).
+
+`seeded` (the tiny profile: no pretrained weights reach this machine) builds the same two
+architectures with random weights from a fixed seed. Scores are then only comparable with
+scores from the same seeded networks, which is why every result carries the label and a
+fingerprint of the weights, and why statistics written with one are refused by another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import RunnerError
+from runner.fileio import sha256_file
+from runner.paths import cache_dir
+
+MODES = ("pretrained", "seeded")
+SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"
+
+
+@dataclass(frozen=True)
+class WeightsSpec:
+    what: str
+    name: str
+    sha256: str
+    url: str
+    env: str
+    flag: str
+
+    def cache_path(self) -> Path:
+        return cache_dir() / "mlperf" / self.name
+
+
+FID_WEIGHTS = WeightsSpec(
+    what="FID InceptionV3 weights", name="pt_inception-2015-12-05-6726825d.pth",
+    sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
+    url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
+        "pt_inception-2015-12-05-6726825d.pth",
+    env="RUNNER_FID_WEIGHTS", flag="--fid-weights")
+CLIP_WEIGHTS = WeightsSpec(
+    what="CLIP ViT-B-32 openai weights", name="ViT-B-32.pt",
+    sha256="40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af",
+    url="https://openaipublic.azureedge.net/clip/models/"
+        "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
+    env="RUNNER_CLIP_WEIGHTS", flag="--clip-weights")
+
+
+def find_weights(spec: WeightsSpec, explicit: str | Path | None = None) -> Path:
+    """The flag's path, else the env var's, else the cache; an error names all three."""
+    if explicit:
+        path, origin = Path(explicit).expanduser(), spec.flag
+    elif os.environ.get(spec.env):
+        path, origin = Path(os.environ[spec.env]).expanduser(), f"${spec.env}"
+    else:
+        path, origin = spec.cache_path(), "the cache"
+    if path.is_file():
+        return path
+    raise RunnerError(
+        f"{spec.what} not found at {path} (from {origin})", where=spec.flag,
+        fix=f"download {spec.url} (sha256 {spec.sha256}) and pass it with {spec.flag} PATH, "
+            f"set ${spec.env}, or save it as {spec.cache_path()}")
+
+
+def verify_weights(path: Path, spec: WeightsSpec, expected_sha256: str | None = None) -> str:
+    expected = expected_sha256 or spec.sha256
+    actual = sha256_file(path)
+    if actual != expected:
+        raise RunnerError(
+            f"{spec.what}: sha256 {actual} is not the published file's {expected}",
+            where=str(path),
+            fix=f"download {spec.url} again (a partial download or another checkpoint gives "
+                "scores MLPerf would not)")
+    return actual
+
+
+def state_fingerprint(module) -> str:
+    """sha256 over names, dtypes, shapes and bytes of a state dict: identifies seeded weights
+    across runs (a torch whose generator draws differently changes it)."""
+    h = hashlib.sha256()
+    for key, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{key}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    mode: str
+    seed: int | None
+    fid_weights: str  # sha256 of the file, or "seeded:<seed>"
+    clip_weights: str
+    fid_fingerprint: str
+    clip_fingerprint: str
+    fid_path: str | None = None
+    clip_path: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.mode == "seeded":
+            return f"{SEEDED_LABEL} (seed {self.seed})"
+        return "pretrained: FID InceptionV3 2015-12-05, CLIP ViT-B-32 openai (MLPerf's)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "seed": self.seed, "label": self.label,
+                "fid_weights": self.fid_weights, "clip_weights": self.clip_weights,
+                "fid_fingerprint": self.fid_fingerprint,
+                "clip_fingerprint": self.clip_fingerprint,
+                "fid_path": self.fid_path, "clip_path": self.clip_path}
+
+
+@dataclass
+class Backbones:
+    inception: Any  # FidInceptionV3, in eval mode on `device`
+    clip: Any  # ClipScorer
+    info: BackboneInfo
+    device: str
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise RunnerError(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RunnerError("--device cuda, but torch sees no CUDA device", where="--device",
+                          fix="use --device cpu, or install a CUDA build of torch")
+    return device
+
+
+def _load_inception(path: Path, expected_sha256: str | None):
+    import torch
+
+    from runner.accuracy.inception import build_fid_inception
+
+    sha = verify_weights(path, FID_WEIGHTS, expected_sha256)
+    model = build_fid_inception()
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, OSError, ValueError, TypeError) as e:
+        raise RunnerError(f"not the FID InceptionV3 state dict: {str(e)[:300]}",
+                          where=str(path), fix=f"use {FID_WEIGHTS.url}") from e
+    return model, sha
+
+
+def read_clip_state_dict(path: Path) -> dict:
+    """OpenAI's TorchScript archive (fp16 tensors; open_clip's own loader reads it the same
+    way) or a plain state dict with the same keys."""
+    import torch
+
+    try:
+        state = torch.jit.load(str(path), map_location="cpu").state_dict()
+    except RuntimeError:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise RunnerError("not a state dict", where=str(path), fix=f"use {CLIP_WEIGHTS.url}")
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    # OpenAI's archive stores three config scalars; a TorchScript copy of open_clip's model
+    # also saves its (non-persistent, constant) causal attention mask.
+    for key in ("input_resolution", "context_length", "vocab_size", "attn_mask"):
+        state.pop(key, None)
+    return state
+
+
+def _load_clip(path: Path, expected_sha256: str | None):
+    from runner.accuracy.clip_score import build_clip
+
+    sha = verify_weights(path, CLIP_WEIGHTS, expected_sha256)
+    model, preprocess, tokenizer = build_clip()
+    try:
+        model.load_state_dict(read_clip_state_dict(path), strict=True)
+    except (RuntimeError, OSError, ValueError, TypeError) as e:
+        raise RunnerError(f"not a CLIP ViT-B-32 state dict: {str(e)[:300]}", where=str(path),
+                          fix=f"use {CLIP_WEIGHTS.url}") from e
+    return (model, preprocess, tokenizer), sha
+
+
+def seeded_inception(seed: int):
+    from runner.accuracy.inception import build_fid_inception, seeded_init
+
+    model = build_fid_inception()
+    seeded_init(model, seed)
+    return model
+
+
+def seeded_clip(seed: int):
+    """open_clip's own initialisation of ViT-B-32, drawn from torch's generator seeded with
+    `seed` (the caller's global RNG state is restored afterwards)."""
+    import torch
+
+    from runner.accuracy.clip_score import build_clip
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_clip()
+
+
+def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = None,
+                   clip_weights: str | Path | None = None, device: str = "cpu", *,
+                   fid_sha256: str | None = None, clip_sha256: str | None = None) -> Backbones:
+    """`fid_sha256` / `clip_sha256` replace the published checksums (tests load files of
+    their own through the real path with them); nothing on the command line sets them."""
+    from runner.accuracy.clip_score import ClipScorer
+
+    device = _device(device)
+    if mode == "pretrained":
+        fid_path = find_weights(FID_WEIGHTS, fid_weights)
+        clip_path = find_weights(CLIP_WEIGHTS, clip_weights)
+        inception, fid_id = _load_inception(fid_path, fid_sha256)
+        (clip_model, preprocess, tokenizer), clip_id = _load_clip(clip_path, clip_sha256)
+        paths: tuple[str | None, str | None] = (str(fid_path), str(clip_path))
+        used_seed = None
+    elif mode == "seeded":
+        inception = seeded_inception(seed)
+        clip_model, preprocess, tokenizer = seeded_clip(seed)
+        fid_id = clip_id = f"seeded:{seed}"
+        paths, used_seed = (None, None), seed
+    else:
+        raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
+                          fix=f"use one of {', '.join(MODES)}")
+    info = BackboneInfo(mode, used_seed, fid_id, clip_id, state_fingerprint(inception),
+                        state_fingerprint(clip_model), *paths)
+    inception = inception.to(device)
+    clip_model = clip_model.to(device)
+    return Backbones(inception, ClipScorer(clip_model, preprocess, tokenizer, device), info,
+                     device)

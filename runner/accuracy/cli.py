@@ -1,0 +1,165 @@
+"""`runner score | compare | calibrate | oracle`: the accuracy subcommands.
+
+`register(subparsers)` adds them to the main parser; `main(argv)` runs them standalone
+(`python -m runner.accuracy.cli score RUN_DIR`). Exit codes: 0 pass, 1 fail, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from runner.errors import RunnerError
+
+EXIT_ERROR = 2
+
+
+def _device(name: str | None) -> str:
+    if name:
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", help="profile name or YAML (default: the one the run recorded)")
+    p.add_argument("--fid-weights", metavar="PATH",
+                   help="pt_inception-2015-12-05-6726825d.pth (else $RUNNER_FID_WEIGHTS, else "
+                        "the cache's mlperf/ dir)")
+    p.add_argument("--clip-weights", metavar="PATH",
+                   help="OpenAI's ViT-B-32.pt (else $RUNNER_CLIP_WEIGHTS, else the cache)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="images per forward pass (default 1, as MLPerf's script)")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="default: cuda when torch sees one, else cpu")
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from runner.accuracy.evaluate import evaluate_run
+
+    score = evaluate_run(Path(args.run_dir), profile=args.profile,
+                         log=Path(args.log) if args.log else None,
+                         allow_subset=args.allow_subset, fid_weights=args.fid_weights,
+                         clip_weights=args.clip_weights, batch_size=args.batch_size,
+                         device=_device(args.device))
+    r = score.result
+    print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
+          f"+ Frechet {r.frechet_seconds:.1f}s; profile {score.plan.profile.name}; "
+          f"{r.backbones.label}")
+    for line in score.verdict.lines():
+        print(line)
+    print(f"wrote {score.json_path} and {score.txt_path}")
+    return score.verdict.exit_code
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from runner.accuracy.compare import compare_runs, write_comparison
+    from runner.accuracy.evaluate import resolve_profile
+    from runner.accuracy.samples import open_source
+
+    shape = None
+    sources = [open_source(Path(args.run_a)), open_source(Path(args.run_b))]
+    if any(s.kind == "log" for s in sources):
+        size = resolve_profile(next(s for s in sources if s.kind == "log"),
+                               args.profile).model.image_size
+        shape = (size, size, 3)
+    comparison = compare_runs(Path(args.run_a), Path(args.run_b), shape)
+    print(comparison.table(args.worst))
+    if args.out:
+        write_comparison(Path(args.out), comparison, args.worst)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from runner.accuracy.calibrate import calibrate
+
+    cal = calibrate(Path(args.run_dir), Path(args.out), profile=args.profile,
+                    reference_run=Path(args.reference_run) if args.reference_run else None,
+                    fid_percent=args.fid_percent, clip_percent=args.clip_percent,
+                    fid_weights=args.fid_weights, clip_weights=args.clip_weights,
+                    batch_size=args.batch_size, device=_device(args.device),
+                    command=[shlex.join(["runner", *sys.argv[1:]])])
+    print(f"FID  {cal.fid!r} +/- {cal.fid_percent}% -> {list(cal.fid_range)}")
+    print(f"CLIP {cal.clip!r} +/- {cal.clip_percent}% -> {list(cal.clip_range)}")
+    print(f"samples {cal.samples}; statistics {cal.statistics}")
+    print(f"wrote {cal.out}/accuracy.yaml (paste into the profile) and calibration.json")
+    return 0
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    from runner.accuracy.oracle_runs import Perturbation, oracle_run
+    from runner.accuracy.samples import parse_ids
+    from runner.profile import load_profile
+
+    perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
+    out = oracle_run(Path(args.out), load_profile(args.profile),
+                     list(parse_ids(args.samples, where="--samples")), perturbation)
+    print(f"wrote {out}/manifest.json and {out}/images/")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "score", help="MLPerf FID + CLIP of a run, judged against the profile's ranges",
+        description="Scores a run dir (run.json + samples/), a generate dir (manifest.json + "
+                    "images/) or an MLPerf accuracy log; writes accuracy.json and accuracy.txt "
+                    "into RUN_DIR. Exit 0 pass, 1 fail, 2 error.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    _add_backbone_flags(p)
+    p.add_argument("--allow-subset", action="store_true",
+                   help="score an incomplete run or another sample set (labelled as not "
+                        "comparable with the ranges)")
+    p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json")
+    p.set_defaults(func=cmd_score)
+
+    p = subparsers.add_parser("compare", help="per-image PSNR/SSIM between two runs")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument("--out", metavar="PATH", help="write the comparison as JSON")
+    p.add_argument("--worst", type=int, default=10, help="how many worst samples to list")
+    p.add_argument("--profile", help="for accuracy logs: the profile giving the image size")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "calibrate", help="reference statistics and ranges from a known-good run",
+        description="Scores a known-good run and writes accuracy.yaml (ranges: its scores "
+                    "+/- the percentages) and calibration.json into --out; with "
+                    "--reference-run, also fid_statistics.npz from that run's images.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--reference-run", metavar="DIR",
+                   help="images whose statistics become the FID reference (disjoint prompts)")
+    p.add_argument("--fid-percent", type=float, default=2.0, help="MLPerf: 2")
+    p.add_argument("--clip-percent", type=float, default=0.2, help="MLPerf: 0.2")
+    _add_backbone_flags(p)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = subparsers.add_parser(
+        "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--samples", default="0-31", help="sample ids, e.g. 0-31")
+    p.add_argument("--profile", default="tiny")
+    p.add_argument("--guidance", type=float, help="replace the guidance scale (8.0)")
+    p.add_argument("--latent-noise", type=float, default=0.0,
+                   help="add N(0, s^2) noise to the fixed initial latent")
+    p.add_argument("--noise-seed", type=int, default=0)
+    p.set_defaults(func=cmd_oracle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

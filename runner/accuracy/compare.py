@@ -1,0 +1,141 @@
+"""`runner compare RUN_A RUN_B`: per-image PSNR and SSIM over the samples both runs hold.
+
+FID and CLIP say whether a run is acceptable; when two runs' scores differ, this says which
+images moved and by how much (torchmetrics' functional PSNR and SSIM, data range 255).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runner.accuracy.samples import SampleSource, format_ids, open_source
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json
+
+BATCH = 16
+
+
+@dataclass(frozen=True)
+class ImageDiff:
+    qsl_idx: int
+    psnr: float  # inf for identical images
+    ssim: float
+    max_abs: int
+    differing_fraction: float
+
+    def to_dict(self) -> dict:
+        return {"qsl_idx": self.qsl_idx, "psnr": None if math.isinf(self.psnr) else self.psnr,
+                "identical": self.max_abs == 0, "ssim": self.ssim, "max_abs": self.max_abs,
+                "differing_fraction": self.differing_fraction}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run_a: str
+    run_b: str
+    diffs: tuple[ImageDiff, ...]  # ascending qsl_idx
+    only_a: tuple[int, ...]
+    only_b: tuple[int, ...]
+
+    def worst(self, k: int = 10) -> list[ImageDiff]:
+        return sorted(self.diffs, key=lambda d: (d.psnr, d.ssim, d.qsl_idx))[:k]
+
+    def summary(self) -> dict:
+        finite = [d.psnr for d in self.diffs if not math.isinf(d.psnr)]
+        return {
+            "common": len(self.diffs),
+            "identical": sum(d.max_abs == 0 for d in self.diffs),
+            "min_psnr": min(finite) if finite else None,
+            "mean_psnr_of_differing": float(np.mean(finite)) if finite else None,
+            "min_ssim": min((d.ssim for d in self.diffs), default=None),
+            "mean_ssim": float(np.mean([d.ssim for d in self.diffs])) if self.diffs else None,
+            "max_abs": max((d.max_abs for d in self.diffs), default=None),
+        }
+
+    def to_dict(self, k: int = 10) -> dict:
+        return {"run_a": self.run_a, "run_b": self.run_b, "summary": self.summary(),
+                "only_a": format_ids(self.only_a), "only_b": format_ids(self.only_b),
+                "worst": [d.to_dict() for d in self.worst(k)],
+                "per_image": [d.to_dict() for d in self.diffs]}
+
+    def table(self, k: int = 10) -> str:
+        s = self.summary()
+        lines = [f"{s['common']} common samples, {s['identical']} identical; only in A: "
+                 f"{len(self.only_a)}, only in B: {len(self.only_b)}",
+                 f"{'qsl_idx':>8} {'PSNR dB':>9} {'SSIM':>10} {'max|d|':>7} {'differ%':>8}"]
+        for d in self.worst(k):
+            psnr = "inf" if math.isinf(d.psnr) else f"{d.psnr:.3f}"
+            lines.append(f"{d.qsl_idx:>8} {psnr:>9} {d.ssim:>10.6f} {d.max_abs:>7} "
+                         f"{100 * d.differing_fraction:>7.4f}%")
+        return "\n".join(lines)
+
+
+def _lookup(source: SampleSource, ids: set[int], shape):
+    """Random access to a run's images; an accuracy log is read once into memory (only the
+    common ids), since its records are in arbitrary order."""
+    if source.kind == "store":
+        from runner.store import SampleStore
+
+        store = SampleStore(source.run_dir)
+        return store.load
+    if source.kind == "generate":
+        return source._load_png
+    held = {i: img for i, img in source.iter_samples(shape) if i in ids}
+    return held.__getitem__
+
+
+def _ids(source: SampleSource) -> set[int]:
+    if source.kind == "log":
+        from runner.accuracy.samples import scan_log_ids
+
+        return set(scan_log_ids(source.log))
+    return set(source.available or ())
+
+
+def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+    from torchmetrics.functional.image import (
+        peak_signal_noise_ratio,
+        structural_similarity_index_measure,
+    )
+
+    ta = torch.from_numpy(a).permute(0, 3, 1, 2).double()
+    tb = torch.from_numpy(b).permute(0, 3, 1, 2).double()
+    psnr = peak_signal_noise_ratio(tb, ta, data_range=255.0, reduction="none", dim=(1, 2, 3))
+    ssim = structural_similarity_index_measure(tb, ta, data_range=255.0, reduction="none")
+    return psnr.numpy(), ssim.numpy()
+
+
+def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | None = None,
+                 log_a: Path | None = None, log_b: Path | None = None) -> Comparison:
+    src_a, src_b = open_source(Path(run_a), log_a), open_source(Path(run_b), log_b)
+    ids_a, ids_b = _ids(src_a), _ids(src_b)
+    common = sorted(ids_a & ids_b)
+    if not common:
+        raise RunnerError("the two runs have no sample ids in common",
+                          where=f"{src_a.location} vs {src_b.location}")
+    get_a, get_b = _lookup(src_a, set(common), image_shape), _lookup(src_b, set(common),
+                                                                     image_shape)
+    diffs: list[ImageDiff] = []
+    for lo in range(0, len(common), BATCH):
+        ids = common[lo : lo + BATCH]
+        a = np.stack([get_a(i) for i in ids])
+        b = np.stack([get_b(i) for i in ids])
+        if a.shape != b.shape:
+            raise RunnerError(f"images differ in shape: {a.shape[1:]} vs {b.shape[1:]}",
+                              where=f"{src_a.location} vs {src_b.location}")
+        psnr, ssim = _metrics(a, b)
+        absdiff = np.abs(a.astype(np.int16) - b.astype(np.int16))
+        for k, qsl_idx in enumerate(ids):
+            diffs.append(ImageDiff(qsl_idx, float(psnr[k]), float(ssim[k]),
+                                   int(absdiff[k].max()), float((absdiff[k] > 0).mean())))
+    return Comparison(src_a.location, src_b.location, tuple(diffs),
+                      tuple(sorted(ids_a - ids_b)), tuple(sorted(ids_b - ids_a)))
+
+
+def write_comparison(path: Path, comparison: Comparison, k: int = 10) -> None:
+    atomic_write_json(Path(path), comparison.to_dict(k))

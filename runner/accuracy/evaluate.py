@@ -1,0 +1,147 @@
+"""`runner score`: a run dir in, a verdict out (accuracy.json + accuracy.txt in the run dir).
+
+The checks that can fail fast do, before any image is scored: the profile has ranges and
+statistics, the weights are the published ones, the captions cover every id, the run holds
+every sample it asked for, and the scored set is the one the ranges were set for. The last
+two may be waived with `allow_subset`; the result is then labelled as not comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.accuracy.backbones import Backbones, load_backbones
+from runner.accuracy.frechet import FidStatistics, load_statistics
+from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
+from runner.accuracy.score import AccuracyResult, ScoreSettings, score_samples
+from runner.accuracy.settings import AccuracySettings, accuracy_settings
+from runner.accuracy.verdict import SUBSET_LABEL, Verdict, judge, require_ranges, write_results
+from runner.errors import RunnerError
+from runner.mlperf_data import Captions, load_captions
+from runner.profile import Profile, load_profile
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will be scored, decided before scoring."""
+
+    source: SampleSource
+    profile: Profile
+    settings: AccuracySettings
+    ids: tuple[int, ...]  # the samples that will be scored
+    missing: tuple[int, ...]  # requested but absent
+    subset: bool  # the scored set is not the set the ranges hold for
+
+
+@dataclass(frozen=True)
+class RunScore:
+    plan: Plan
+    result: AccuracyResult
+    verdict: Verdict
+    json_path: Path
+    txt_path: Path
+
+
+def resolve_profile(source: SampleSource, name: str | None) -> Profile:
+    chosen = name or source.profile
+    if not chosen:
+        raise RunnerError("no profile recorded with these images", where=source.location,
+                          fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
+    return load_profile(chosen)
+
+
+def _missing_text(missing: tuple[int, ...]) -> str:
+    return format_ids(missing) if len(missing) <= 40 else format_ids(missing[:40]) + ",..."
+
+
+def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subset: bool,
+         check_ranges_set: bool = True) -> Plan:
+    """`check_ranges_set=False` for calibration, where the run's set becomes the ranges' set."""
+    settings = accuracy_settings(profile)
+    on_disk = source.available if source.kind != "log" else scan_log_ids(source.log)
+    requested = source.requested if source.requested is not None else (
+        settings.samples if source.kind == "log" else None)
+    if requested is None:
+        requested = on_disk
+    missing = tuple(sorted(set(requested) - set(on_disk)))
+    ids = tuple(sorted(set(on_disk) if source.kind == "log" else set(on_disk) & set(requested)))
+    if not ids:
+        raise RunnerError("no images to score", where=source.location,
+                          fix="generate the run's samples first")
+    if ids[-1] >= len(captions):
+        raise RunnerError(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
+                          where=str(captions.path),
+                          fix="use MLPerf's captions_source.tsv (5000 rows)")
+    if missing and not allow_subset:
+        raise RunnerError(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
+                          f"samples are missing ({_missing_text(missing)})",
+                          where=source.location,
+                          fix="finish the run (`runner run --resume`), or pass --allow-subset "
+                              "to score what is there (labelled not comparable)")
+    expected = settings.samples if settings.samples is not None else tuple(range(len(captions)))
+    subset = check_ranges_set and set(ids) != set(expected)
+    if subset and not allow_subset:
+        raise RunnerError(
+            f"{len(ids)} samples ({_missing_text(ids)}) are not the {len(expected)} "
+            f"({format_ids(expected)}) the profile's ranges were set for",
+            where=f"{profile.path}: accuracy.samples",
+            fix="score the full set, calibrate ranges for this subset (`runner calibrate`), or "
+                "pass --allow-subset (labelled not comparable)")
+    return Plan(source, profile, settings, ids, missing, subset)
+
+
+def reference_statistics(p: Plan) -> FidStatistics:
+    if p.settings.fid_statistics is None:
+        raise RunnerError("the profile names no FID reference statistics",
+                          where=f"{p.profile.path}: accuracy.fid_statistics",
+                          fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
+                              "output")
+    return load_statistics(p.settings.fid_statistics,
+                           where=f"{p.profile.path}: accuracy.fid_statistics")
+
+
+def open_backbones(p: Plan, fid_weights=None, clip_weights=None, device: str = "cpu",
+                   **checksums) -> Backbones:
+    return load_backbones(p.settings.backbones, p.settings.seed, fid_weights, clip_weights,
+                          device, **checksums)
+
+
+def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: FidStatistics | None,
+               batch_size: int = 1, progress: bool = True) -> AccuracyResult:
+    size = p.profile.model.image_size
+    return score_samples(p.source.iter_samples((size, size, 3)), captions,
+                         ScoreSettings(batch_size=batch_size, image_size=(size, size),
+                                       progress=progress),
+                         backbones, reference, total=len(p.ids))
+
+
+def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
+                 allow_subset: bool = False, fid_weights=None, clip_weights=None,
+                 batch_size: int = 1, device: str = "cpu", progress: bool = True,
+                 backbones: Backbones | None = None) -> RunScore:
+    source = open_source(Path(run_dir), Path(log) if log else None)
+    prof = resolve_profile(source, profile)
+    require_ranges(prof.accuracy, str(prof.path))
+    captions = load_captions(*([source.captions] if source.captions else []))
+    p = plan(source, prof, captions, allow_subset)
+    reference = reference_statistics(p)
+    backbones = backbones or open_backbones(p, fid_weights, clip_weights, device)
+    result = run_scores(p, backbones, captions, reference, batch_size, progress)
+    labels = []
+    if backbones.info.mode == "seeded":
+        labels.append(backbones.info.label)
+    scored_missing = tuple(sorted(set(p.ids) - set(result.sample_ids)))
+    if p.subset or p.missing or scored_missing:
+        labels.append(SUBSET_LABEL)
+    verdict = judge(result.fid, result.clip, prof.accuracy, tuple(labels), str(prof.path))
+    extra = {
+        "profile": prof.name, "profile_path": str(prof.path),
+        "source": {"kind": source.kind, "path": source.location},
+        "sample_ids": format_ids(result.sample_ids),
+        "ranges_samples": p.settings.samples_text or f"0-{len(captions) - 1}",
+        "subset": bool(p.subset or p.missing or scored_missing),
+        "missing": format_ids(p.missing + scored_missing),
+    }
+    json_path, txt_path = write_results(Path(run_dir), result, verdict, extra)
+    return RunScore(p, result, verdict, json_path, txt_path)

@@ -1,0 +1,77 @@
+"""The profile's `accuracy:` section beyond the two ranges, read and checked in one place.
+
+    accuracy:
+      fid: [low, high]              # inclusive; read by runner.profile
+      clip: [low, high]
+      backbones: pretrained         # or `seeded` (random weights of the same architectures)
+      seed: 0                       # seeded backbones only
+      fid_statistics: ~/.cache/iree-sdxl-runner/mlperf/val2014.npz
+      samples: 0-4999               # the ids the ranges hold for (default: every caption)
+
+`fid_statistics` may be `builtin:<path>` (inside the package's assets), `~/...`, absolute, or
+relative to the profile file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.accuracy.backbones import MODES
+from runner.accuracy.samples import parse_ids
+from runner.errors import RunnerError
+from runner.paths import ASSETS_DIR
+from runner.profile import Profile
+
+BUILTIN = "builtin:"
+
+
+@dataclass(frozen=True)
+class AccuracySettings:
+    backbones: str
+    seed: int
+    fid_statistics: Path | None
+    samples: tuple[int, ...] | None  # None: every caption row
+
+    @property
+    def samples_text(self) -> str | None:
+        from runner.accuracy.samples import format_ids
+
+        return None if self.samples is None else format_ids(self.samples)
+
+
+def resolve_asset_path(value: str, base: Path) -> Path:
+    if value.startswith(BUILTIN):
+        return ASSETS_DIR / value.removeprefix(BUILTIN)
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def builtin_ref(path: Path) -> str:
+    """`builtin:...` for a path inside the package's assets, else the absolute path."""
+    path = Path(path).resolve()
+    try:
+        return BUILTIN + path.relative_to(ASSETS_DIR.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def accuracy_settings(profile: Profile) -> AccuracySettings:
+    raw = profile.accuracy.settings
+    where = f"{profile.path}: accuracy"
+    mode = raw.get("backbones", "pretrained")
+    if mode not in MODES:
+        raise RunnerError(f"`backbones` is {mode!r}", where=f"{where}.backbones",
+                          fix=f"use one of {', '.join(MODES)}")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise RunnerError(f"`seed` is {seed!r}", where=f"{where}.seed",
+                          fix="use a non-negative integer")
+    stats = raw.get("fid_statistics")
+    if stats is not None and not isinstance(stats, str):
+        raise RunnerError("`fid_statistics` must be a path", where=f"{where}.fid_statistics")
+    samples = raw.get("samples")
+    return AccuracySettings(
+        backbones=mode, seed=seed,
+        fid_statistics=None if stats is None else resolve_asset_path(stats, profile.path.parent),
+        samples=None if samples is None else parse_ids(samples, where=f"{where}.samples"))

@@ -1,0 +1,158 @@
+"""Pass or fail against the profile's ranges, and the two files a verdict leaves in the run dir.
+
+Ranges are MLPerf's: two-sided and inclusive, compared as floats with no rounding, so a score
+exactly on a bound passes and one ulp outside fails. `accuracy.txt` carries MLPerf's result
+line (the form AMD's harness writes and the submission checker's `'FID_SCORE':\\s+'?([\\d.]+)`
+reads) with full float precision; `accuracy.json` carries everything needed to audit it.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.accuracy.score import AccuracyResult
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text
+from runner.profile import Accuracy
+
+JSON_NAME = "accuracy.json"
+TXT_NAME = "accuracy.txt"
+SUBSET_LABEL = "subset: not comparable with the MLPerf ranges"
+EXIT_PASS, EXIT_FAIL = 0, 1
+
+
+@dataclass(frozen=True)
+class RangeCheck:
+    metric: str  # "FID" | "CLIP"
+    value: float
+    low: float
+    high: float
+
+    @property
+    def passed(self) -> bool:
+        return self.low <= self.value <= self.high
+
+    @property
+    def margin_low(self) -> float:
+        """How far above the lower bound (negative: below it)."""
+        return self.value - self.low
+
+    @property
+    def margin_high(self) -> float:
+        """How far below the upper bound (negative: above it)."""
+        return self.high - self.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.value, "range": [self.low, self.high], "pass": self.passed,
+                "margin_low": self.margin_low, "margin_high": self.margin_high}
+
+    def line(self) -> str:
+        state = "PASS" if self.passed else "FAIL"
+        return (f"{self.metric:<4} {self.value:.8f}  range [{self.low:.8f}, {self.high:.8f}]  "
+                f"{state}  (above low by {self.margin_low:+.8f}, below high by "
+                f"{self.margin_high:+.8f})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    checks: tuple[RangeCheck, ...]
+    labels: tuple[str, ...]  # why the scores are not MLPerf-comparable, if they are not
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PASS if self.passed else EXIT_FAIL
+
+    def lines(self) -> list[str]:
+        out = [c.line() for c in self.checks]
+        out.append(f"verdict: {'PASS' if self.passed else 'FAIL'}")
+        out.extend(f"note: {label}" for label in self.labels)
+        return out
+
+
+def require_ranges(accuracy: Accuracy, where: str) -> tuple[tuple[float, float], ...]:
+    if accuracy.fid is None or accuracy.clip is None:
+        raise RunnerError("the profile has no accuracy ranges to judge against",
+                          where=f"{where}: accuracy.fid / accuracy.clip",
+                          fix="add `fid: [low, high]` and `clip: [low, high]` (`runner "
+                              "calibrate` writes them from a known-good run)")
+    return accuracy.fid, accuracy.clip
+
+
+def judge(fid: float, clip: float, accuracy: Accuracy, labels: tuple[str, ...] = (),
+          where: str = "profile") -> Verdict:
+    fid_range, clip_range = require_ranges(accuracy, where)
+    return Verdict((RangeCheck("FID", float(fid), *fid_range),
+                    RangeCheck("CLIP", float(clip), *clip_range)), tuple(labels))
+
+
+def mlperf_line(fid: float, clip: float) -> str:
+    """MLPerf's printed result, values as full-precision strings (`repr` of the float)."""
+    return (f"Accuracy Results: {{'FID_SCORE': '{float(fid)!r}', "
+            f"'CLIP_SCORE': '{float(clip)!r}'}}")
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "torchvision", "open_clip_torch", "scipy", "numpy"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any]
+                  ) -> dict[str, Any]:
+    fid_check, clip_check = verdict.checks
+    worst = sorted(zip(result.clip_per_sample, result.sample_ids, strict=True))[:10]
+    record: dict[str, Any] = {
+        "verdict": "pass" if verdict.passed else "fail",
+        "comparable_with_mlperf": not verdict.labels,
+        "labels": list(verdict.labels),
+        "fid": {**fid_check.to_dict(),
+                "method": result.frechet.method if result.frechet else None,
+                "eps_offset_used": bool(result.frechet and result.frechet.eps_offset),
+                "discarded_imaginary": result.frechet.max_imag if result.frechet else None,
+                "cross_check": (None if result.frechet_check is None else
+                                {"method": result.frechet_check.method,
+                                 "score": result.frechet_check.value,
+                                 "difference": result.frechet_check.value - result.fid})},
+        "clip": clip_check.to_dict(),
+        "n": result.n,
+        "duplicates_skipped": result.duplicates,
+        "backbones": result.backbones.to_dict(),
+        "fid_weights_sha256": result.backbones.fid_weights,
+        "clip_weights_sha256": result.backbones.clip_weights,
+        "statistics": {"path": result.statistics_path, "sha256": result.statistics_sha256},
+        "batch_size": result.batch_size,
+        "device": result.device,
+        "seconds": result.seconds,
+        "frechet_seconds": result.frechet_seconds,
+        "images_per_second": result.images_per_second,
+        "worst_clip": [{"qsl_idx": i, "clip": s} for s, i in worst],
+        "clip_per_sample": {str(i): s for i, s in
+                            zip(result.sample_ids, result.clip_per_sample, strict=True)},
+        "mlperf_line": mlperf_line(fid_check.value, clip_check.value),
+        "versions": _versions(),
+    }
+    record.update(extra)
+    return record
+
+
+def write_results(out_dir: Path, result: AccuracyResult, verdict: Verdict,
+                  extra: dict[str, Any]) -> tuple[Path, Path]:
+    """`accuracy.json` and `accuracy.txt`, each written atomically."""
+    fid_check, clip_check = verdict.checks
+    json_path, txt_path = Path(out_dir) / JSON_NAME, Path(out_dir) / TXT_NAME
+    atomic_write_json(json_path, result_record(result, verdict, extra))
+    atomic_write_text(txt_path, mlperf_line(fid_check.value, clip_check.value) + "\n")
+    return json_path, txt_path

@@ -1,0 +1,216 @@
+"""Accuracy commands: calibrate, compare, and the bad inputs that must exit 2 before (or
+instead of) an hour of scoring."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from runner.accuracy.backbones import load_backbones
+from runner.accuracy.calibrate import (
+    RECORD_NAME,
+    SNIPPET_NAME,
+    STATS_NAME,
+    calibrate,
+    write_profile_section,
+)
+from runner.accuracy.cli import main, register
+from runner.accuracy.evaluate import evaluate_run
+from runner.accuracy.frechet import FidStatistics, load_statistics
+from runner.accuracy.score import (
+    ScoreSettings,
+    check_statistics_backbone,
+    score_samples,
+)
+from runner.accuracy.settings import accuracy_settings
+from runner.accuracy.verdict import SUBSET_LABEL, judge
+from runner.errors import RunnerError
+from runner.fileio import sha256_bytes
+from runner.images import write_png
+from runner.mlperf_data import load_captions
+from runner.paths import CONFIGS_DIR
+from runner.profile import load_profile
+
+
+def synthetic_images(seed: int, n: int, size: int = 128) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] / (size - 1)
+    base = np.stack([xx, yy, 1 - xx], -1) * 200
+    return np.stack([np.clip(base * rng.uniform(0.5, 1.2) + rng.normal(0, 15, base.shape), 0,
+                             255) for _ in range(n)]).round().astype(np.uint8)
+
+
+def write_generate_dir(path, ids, images, profile="tiny"):
+    samples = []
+    for i, img in zip(ids, images, strict=True):
+        write_png(path / "images" / f"{i:05d}.png", img)
+        samples.append({"qsl_idx": i, "png": f"{i:05d}.png",
+                        "sha256": sha256_bytes(img.tobytes())})
+    (path / "manifest.json").write_text(json.dumps({"profile": profile, "samples": samples}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def backbones():
+    return load_backbones("seeded", 0)
+
+
+def test_register_adds_the_subcommands():
+    parser = argparse.ArgumentParser(prog="runner")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["score", "RUN", "--allow-subset", "--batch-size", "4",
+                              "--device", "cpu", "--log", "L", "--fid-weights", "F",
+                              "--clip-weights", "C", "--profile", "sdxl"])
+    assert (args.run_dir, args.allow_subset, args.batch_size, args.log) == ("RUN", True, 4, "L")
+    args = parser.parse_args(["calibrate", "RUN", "--out", "D"])
+    assert (args.fid_percent, args.clip_percent) == (2.0, 0.2)
+    args = parser.parse_args(["compare", "A", "B", "--out", "o.json"])
+    assert (args.run_a, args.run_b, args.out) == ("A", "B", "o.json")
+
+
+def test_calibrate_then_score_with_the_written_snippet(tmp_path, backbones):
+    cal = write_generate_dir(tmp_path / "cal", [0, 1, 2, 3], synthetic_images(0, 4))
+    ref = write_generate_dir(tmp_path / "ref", list(range(10, 18)), synthetic_images(1, 8))
+    out = tmp_path / "calibration"
+    result = calibrate(cal, out, reference_run=ref, fid_percent=5.0, clip_percent=0.5,
+                       backbones=backbones, progress=False)
+    assert result.fid_range == pytest.approx((result.fid * 0.95, result.fid * 1.05))
+    lo, hi = result.clip_range
+    assert hi - lo == pytest.approx(abs(result.clip) * 0.01)
+    stats = load_statistics(out / STATS_NAME)
+    assert stats.meta["samples"] == "10-17" and stats.meta["n"] == 8
+    assert stats.meta["fid_fingerprint"] == backbones.info.fid_fingerprint
+    snippet = yaml.safe_load((out / SNIPPET_NAME).read_text())["accuracy"]
+    assert snippet["samples"] == "0-3" and snippet["backbones"] == "seeded"
+    assert snippet["fid"] == list(result.fid_range)
+    record = json.loads((out / RECORD_NAME).read_text())
+    assert record["fid"] == result.fid and record["n"] == 4
+
+    # A profile made of the snippet: its ranges and statistics are the calibration's, and
+    # the known-good run's own scores pass (rescoring is exact: see test_accuracy_tiny).
+    profile = tmp_path / "lab.yaml"
+    profile.write_text(f"extends: {CONFIGS_DIR / 'tiny.yaml'}\nname: lab\n")
+    write_profile_section(profile, (out / SNIPPET_NAME).read_text())
+    lab = load_profile(str(profile))
+    assert lab.accuracy.fid == result.fid_range and lab.accuracy.clip == result.clip_range
+    settings = accuracy_settings(lab)
+    assert settings.fid_statistics == out / STATS_NAME and settings.samples == (0, 1, 2, 3)
+    assert judge(result.fid, result.clip, lab.accuracy).passed
+
+    # A reference run that shares prompts with the calibrated run is refused (FID ~0).
+    with pytest.raises(RunnerError, match="shares 4 samples"):
+        calibrate(cal, tmp_path / "bad", reference_run=cal, backbones=backbones,
+                  progress=False)
+
+
+def test_write_profile_section_leaves_the_rest_of_the_file_alone(tmp_path):
+    text = ("name: x\nmodel: builtin:tiny\n# Accuracy: old\naccuracy:\n  fid: [1, 2]\n"
+            "  # comment\n\nlayout:\n  devices: '0'\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    write_profile_section(path, "# Accuracy: new\naccuracy:\n  fid: [3, 4]\n")
+    assert path.read_text() == ("name: x\nmodel: builtin:tiny\n# Accuracy: new\naccuracy:\n"
+                                "  fid: [3, 4]\nlayout:\n  devices: '0'\n")
+    write_profile_section(path, "accuracy:\n  fid: [5, 6]\n")
+    assert yaml.safe_load(path.read_text())["accuracy"] == {"fid": [5, 6]}
+    assert yaml.safe_load(path.read_text())["layout"] == {"devices": "0"}
+
+
+def test_compare_lists_the_images_that_moved(tmp_path, capsys):
+    from torchmetrics.functional.image import peak_signal_noise_ratio
+
+    images = synthetic_images(2, 5)
+    moved = images.copy()
+    moved[3, :10] = 255 - moved[3, :10]
+    moved[1, 0, 0, 0] ^= 1
+    a = write_generate_dir(tmp_path / "a", [0, 1, 2, 3, 4], images)
+    b = write_generate_dir(tmp_path / "b", [1, 2, 3, 4, 5],
+                           np.concatenate([moved[1:], images[:1]]))
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(a), str(b), "--out", str(out), "--worst", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 common samples, 2 identical" in printed
+    record = json.loads(out.read_text())
+    assert record["only_a"] == "0" and record["only_b"] == "5"
+    assert [w["qsl_idx"] for w in record["worst"]] == [3, 1]
+    per = {d["qsl_idx"]: d for d in record["per_image"]}
+    assert per[2]["psnr"] is None and per[2]["identical"] and per[2]["ssim"] == pytest.approx(1)
+    assert per[1]["max_abs"] == 1 and per[3]["ssim"] < per[1]["ssim"] < 1
+    import torch
+
+    expected = peak_signal_noise_ratio(torch.from_numpy(moved[3]).double(),
+                                       torch.from_numpy(images[3]).double(), data_range=255.0)
+    assert per[3]["psnr"] == pytest.approx(float(expected), rel=1e-9)
+    assert math.isfinite(per[1]["psnr"]) and per[1]["psnr"] > 80
+
+
+def test_bad_runs_exit_2_before_scoring(tmp_path, capsys):
+    assert main(["score", str(tmp_path / "absent")]) == 2
+    assert "run dir not found" in capsys.readouterr().err
+    # Too few captions for the ids (MLPerf's file has 5000 rows: 0..4999).
+    far = write_generate_dir(tmp_path / "far", [4999, 5000], synthetic_images(3, 2))
+    assert main(["score", str(far), "--allow-subset"]) == 2
+    assert "sample 5000 has no caption: the file has 5000 rows" in capsys.readouterr().err
+    # Not the set the ranges hold for (tiny: 0-31).
+    few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
+    assert main(["score", str(few)]) == 2
+    assert "not the 32 (0-31) the profile's ranges were set for" in capsys.readouterr().err
+    # SDXL without MLPerf's val2014 statistics.
+    sdxl = write_generate_dir(tmp_path / "sdxl", [0, 1], synthetic_images(3, 2), "sdxl")
+    assert main(["score", str(sdxl), "--allow-subset"]) == 2
+    err = capsys.readouterr().err
+    assert "FID statistics file not found" in err and "val2014.npz" in err
+
+
+def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):
+    """A `runner run` dir (run.json + PNG store) that asked for 0-3 but holds 0-2."""
+    from runner.store import SampleStore
+
+    run = tmp_path / "run"
+    store = SampleStore(run)
+    for i, img in enumerate(synthetic_images(3, 3)):
+        store.put(i, img, "w0", "cpu:0")
+    (run / "run.json").write_text(json.dumps({"profile": "cpu", "sample_ids": [0, 1, 2, 3]}))
+    with pytest.raises(RunnerError, match="1 of 4 requested samples are missing"):
+        evaluate_run(run, backbones=backbones, progress=False)
+    score = evaluate_run(run, allow_subset=True, backbones=backbones, progress=False)
+    record = json.loads(score.json_path.read_text())
+    assert record["profile"] == "cpu" and record["source"]["kind"] == "store"
+    assert SUBSET_LABEL in record["labels"] and record["subset"] is True
+    assert record["comparable_with_mlperf"] is False and record["n"] == 3
+    assert record["sample_ids"] == "0-2" and record["missing"] == "3"
+    assert record["ranges_samples"] == "0-31"
+    # Synthetic images are far from the tiny model's: a fail, exit code 1.
+    assert record["verdict"] == "fail" and score.verdict.exit_code == 1
+    assert f"note: {SUBSET_LABEL}" in score.verdict.lines()
+    assert (run / "accuracy.txt").read_text().startswith("Accuracy Results: {'FID_SCORE': '")
+
+
+def test_bad_images_and_statistics_stop_scoring(tmp_path, backbones):
+    small = write_generate_dir(tmp_path / "small", list(range(32)),
+                               synthetic_images(4, 32, size=64))
+    with pytest.raises(RunnerError, match="image is 64x64, expected 128x128"):
+        evaluate_run(small, backbones=backbones, progress=False)
+    captions = load_captions()
+    nan = np.full((128, 128, 3), np.nan, np.float32)
+    with pytest.raises(RunnerError, match="NaN/Inf"):
+        score_samples([(0, nan)], captions, ScoreSettings(progress=False), backbones, None)
+    stats = FidStatistics(np.zeros(2048), np.eye(2048), "other.npz", None,
+                          {"fid_weights": "seeded:7", "fid_fingerprint": "0" * 64})
+    with pytest.raises(RunnerError, match="computed with Inception seeded:7"):
+        check_statistics_backbone(stats, backbones.info)
+    pair = synthetic_images(6, 3)
+    result = score_samples([(0, pair[0]), (1, pair[1]), (0, pair[2])], captions,
+                           ScoreSettings(progress=False), backbones, None)
+    assert (result.n, result.duplicates, result.sample_ids, result.fid) == (2, 1, (0, 1), None)
+    with pytest.raises(RunnerError, match="FID needs at least 2"):
+        score_samples([(0, synthetic_images(5, 1)[0])], captions,
+                      ScoreSettings(progress=False), backbones, None)

@@ -1,0 +1,131 @@
+"""Accuracy, end to end on the tiny model: the shipped calibration (seeded backbones) passes the
+IREE run and the oracle run of the README's 32 prompts, and fails a deliberately broken run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from runner.accuracy.backbones import load_backbones
+from runner.accuracy.calibrate import (
+    RECORD_NAME,
+    SNIPPET_NAME,
+    STATS_NAME,
+    TINY_DIR,
+    TINY_SAMPLES,
+)
+from runner.accuracy.cli import main
+from runner.accuracy.evaluate import evaluate_run
+from runner.accuracy.frechet import load_statistics
+from runner.accuracy.samples import open_source, parse_ids
+from runner.accuracy.settings import accuracy_settings
+from runner.errors import RunnerError
+from runner.mlperf_log import write_log
+from runner.paths import CONFIGS_DIR
+from runner.profile import load_profile
+
+CAL = json.loads((TINY_DIR / RECORD_NAME).read_text())
+IDS = list(parse_ids(TINY_SAMPLES))
+BATCH = 1  # the batch the shipped calibration was scored with (score's default)
+
+
+@pytest.fixture(scope="module")
+def backbones():
+    return load_backbones("seeded", 0)
+
+
+@pytest.fixture(scope="module")
+def oracle_dir(tmp_path_factory, tiny_profile):
+    pytest.importorskip("runner.export.oracle")
+    from runner.accuracy.oracle_runs import oracle_run
+
+    return oracle_run(tmp_path_factory.mktemp("oracle"), tiny_profile, IDS, progress=False)
+
+
+def test_shipped_calibration_is_what_the_profiles_use(backbones):
+    snippet = yaml.safe_load((TINY_DIR / SNIPPET_NAME).read_text())["accuracy"]
+    for name in ("tiny", "cpu"):
+        profile = load_profile(name)
+        assert profile.accuracy.fid == tuple(snippet["fid"]) == tuple(CAL["fid_range"])
+        assert profile.accuracy.clip == tuple(snippet["clip"]) == tuple(CAL["clip_range"])
+        settings = accuracy_settings(profile)
+        assert settings.backbones == "seeded" and settings.samples == tuple(IDS)
+        assert settings.fid_statistics == TINY_DIR / STATS_NAME
+    # The tiny.yaml section is the snippet verbatim (written by reproduce_tiny_assets).
+    assert yaml.safe_load((CONFIGS_DIR / "tiny.yaml").read_text())["accuracy"] == snippet
+    stats = load_statistics(TINY_DIR / STATS_NAME)
+    assert stats.sha256 == CAL["statistics"]["sha256"]
+    # The statistics were computed with exactly these seeded networks.
+    assert stats.meta["fid_fingerprint"] == backbones.info.fid_fingerprint
+    assert CAL["backbones"]["clip_fingerprint"] == backbones.info.clip_fingerprint
+    assert not set(parse_ids(stats.meta["samples"])) & set(IDS)  # disjoint prompts
+
+
+def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
+        oracle_dir, backbones, tmp_path):
+    """Scored from an MLPerf accuracy log (what AMD's harness writes), in the calibration's
+    batch size: the scores equal the calibration's centre exactly."""
+    images = list(open_source(oracle_dir).iter_samples())
+    log_dir = tmp_path / "harness"
+    log_dir.mkdir()
+    write_log(log_dir / "mlperf_log_accuracy.json", images + images[:2])
+    with pytest.raises(RunnerError, match="pass --profile"):
+        evaluate_run(log_dir, backbones=backbones, progress=False)
+    score = evaluate_run(log_dir, profile="cpu", backbones=backbones, batch_size=BATCH,
+                         progress=False)
+    assert score.result.n == 32  # the log reader drops repeated qsl_idx (first wins)
+    assert score.result.fid == CAL["fid"] and score.result.clip == CAL["clip"]
+    assert score.verdict.passed
+    record = json.loads(score.json_path.read_text())
+    assert record["verdict"] == "pass" and record["subset"] is False
+    assert record["labels"] == [backbones.info.label]
+    assert "not comparable with MLPerf" in record["labels"][0]
+    assert record["fid_weights_sha256"] == "seeded:0"
+    assert record["statistics"]["sha256"] == CAL["statistics"]["sha256"]
+    assert record["fid"]["cross_check"]["method"] == "eigh"
+    assert abs(record["fid"]["cross_check"]["difference"]) < 1e-5 * record["fid"]["score"]
+
+
+def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, tmp_path, capsys):
+    from runner.generate import generate
+
+    out = tmp_path / "iree"
+    generate(tiny_profile, IDS, out)
+    assert main(["score", str(out), "--batch-size", str(BATCH), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: PASS" in printed and "not comparable with MLPerf" in printed
+    record = json.loads((out / "accuracy.json").read_text())
+    # Measured: within 1e-5 (FID) and 1e-4 (CLIP) of the oracle, relative; ranges are 2% and
+    # 0.05% wide on each side.
+    assert record["fid"]["score"] == pytest.approx(CAL["fid"], rel=1e-4)
+    assert record["clip"]["score"] == pytest.approx(CAL["clip"], rel=1e-4)
+    line = (out / "accuracy.txt").read_text()
+    assert re.fullmatch(r"Accuracy Results: \{'FID_SCORE': '[\d.e-]+', 'CLIP_SCORE': "
+                        r"'-?[\d.e-]+'\}\n", line)
+    assert float(re.search(r"'FID_SCORE': '([^']+)'", line).group(1)) == record["fid"]["score"]
+
+
+def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
+    """Guidance 2.0 instead of 8.0 (a wrong constant in a compiled pipeline): both scores
+    leave their ranges; exit code 1. Also the subset rules on the same run."""
+    pytest.importorskip("runner.export.oracle")
+    broken = tmp_path / "guidance2"
+    assert main(["oracle", str(broken), "--samples", TINY_SAMPLES, "--guidance", "2.0"]) == 0
+    score = evaluate_run(broken, backbones=backbones, batch_size=BATCH, progress=False)
+    assert not score.verdict.passed and score.verdict.exit_code == 1
+    fid, clip = score.verdict.checks
+    assert not fid.passed and not clip.passed
+    assert fid.margin_high < 0  # FID went up: further from the reference distribution
+    assert json.loads(score.json_path.read_text())["verdict"] == "fail"
+
+    # An incomplete run is refused before scoring, unless --allow-subset.
+    (broken / "images" / "00031.png").unlink()
+    with pytest.raises(RunnerError, match="1 of 32 requested samples are missing"):
+        evaluate_run(broken, backbones=backbones, progress=False)
+    assert main(["score", str(broken), "--device", "cpu"]) == 2

@@ -1,0 +1,72 @@
+# ruff: noqa: F811  (pytest fixtures imported from docker_support are parameters here)
+"""`runner validate` end to end on the real docker engine: image, in-image compile, docker
+accuracy run, score, goldens v2.0; a failing verdict stops before goldens; a second call
+reuses every step."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from docker_support import docker_client  # noqa: F401
+
+pytestmark = pytest.mark.docker
+REPO_GOLDENS = "goldens/tiny"
+
+
+def validate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", "validate", "--iree", "wheels:3.13.0",
+                           "--profile", "cpu", "--count", "32", *args], capture_output=True,
+                          text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def passed(docker_client, tmp_path_factory):
+    out = tmp_path_factory.mktemp("validate") / "ok"
+    proc = validate("--goldens", REPO_GOLDENS, "--to", "v2.0", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def test_validate_passes_and_writes_bumped_goldens(passed):
+    state = json.loads((passed / "validate.json").read_text())
+    assert state["passed"] is True
+    assert [s for s in state["steps"]] == ["compile", "run", "score", "goldens"]
+    assert state["steps"]["score"]["detail"]["passed"] is True
+    bumped = sorted(p.name for p in (passed / "goldens" / "json").glob("*.json"))
+    assert bumped == ["clip_cpu.json", "unet_cpu.json", "vae_cpu.json"]
+    assert "_v2.0.bin" in (passed / "goldens" / "json" / "vae_cpu.json").read_text()
+    manifest = json.loads((passed / "run" / "run.json").read_text())
+    assert manifest["executor"] == "docker" and manifest["iree"]["iree.runtime"]["file"].startswith(
+        "/opt/venv")
+    for name in ("validate.md", "run/report.html", "run/junit.xml", "run/accuracy.json"):
+        assert (passed / name).is_file(), name
+
+
+def test_second_validate_reuses_every_step(passed):
+    proc = validate("--goldens", REPO_GOLDENS, "--to", "v2.0", "--out", str(passed))
+    assert proc.returncode == 0, proc.stderr
+    for step in ("compile", "run", "score", "goldens"):
+        assert f"validate: {step}: up to date, skipped" in proc.stderr
+
+
+def test_failing_accuracy_stops_before_goldens(passed, tmp_path):
+    out = tmp_path / "fail"
+    shutil.copytree(passed, out, ignore=shutil.ignore_patterns("goldens"))
+    proc = validate("--goldens", REPO_GOLDENS, "--set", "accuracy.clip=[0.0, 1.0]",
+                    "--out", str(out))
+    assert proc.returncode == 1
+    assert "stopping before the goldens step" in proc.stderr
+    assert not (out / "goldens").exists()
+    state = json.loads((out / "validate.json").read_text())
+    assert state["passed"] is False and "accuracy failed" in state["goldens"]
+
+
+def test_dry_run_prints_every_command(docker_client, tmp_path):
+    proc = validate("--goldens", REPO_GOLDENS, "--dry-run", "--out", str(tmp_path / "dry"))
+    assert proc.returncode == 1  # nothing scored, so nothing passed
+    assert "docker build --network host" in proc.stdout
+    assert "python3 -m runner compile --profile" in proc.stderr
+    assert proc.stdout.count("python3 -m runner.batch.worker --task") == 2
+    assert "runner goldens generate" in proc.stderr or "goldens generate" in proc.stderr
