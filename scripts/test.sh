@@ -8,6 +8,12 @@ python3 -m pip install -q --disable-pip-version-check \
   -e '.[export,metrics,docker,dev]' 2>&1 | grep -v "as the 'root' user" || true
 python3 -c "import runner, iree.runtime, iree.compiler, iree.turbine, torch, open_clip, docker"
 
+# Debian's headless Chromium renders report.html in the report tests.
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    chromium fonts-dejavu-core >/dev/null
+fi
+
 # A real docker engine for the harness-image tests (DESIGN.md: dockerd without a bridge).
 if [ -x scripts/docker_setup.sh ]; then
   bash scripts/docker_setup.sh

@@ -55,12 +55,15 @@ def test_failing_accuracy_stops_before_goldens(passed, tmp_path):
     out = tmp_path / "fail"
     shutil.copytree(passed, out, ignore=shutil.ignore_patterns("goldens"))
     proc = validate("--goldens", REPO_GOLDENS, "--set", "accuracy.clip=[0.0, 1.0]",
-                    "--out", str(out))
+                    "--baseline", str(passed), "--out", str(out))
     assert proc.returncode == 1
     assert "stopping before the goldens step" in proc.stderr
     assert not (out / "goldens").exists()
     state = json.loads((out / "validate.json").read_text())
     assert state["passed"] is False and "accuracy failed" in state["goldens"]
+    # Against the passing validate of the same build: same images, so no score moved.
+    assert state["baseline"]["fid_delta"] == 0.0 and state["baseline"]["clip_delta"] == 0.0
+    assert (out / "run" / "compare.json").is_file()
 
 
 def test_dry_run_prints_every_command(docker_client, tmp_path):
