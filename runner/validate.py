@@ -184,6 +184,10 @@ def validate(req: ValidateRequest) -> int:
         passed = _goldens(req, ledger, built.tag, built.image_id) and passed
     if req.baseline and not req.dry_run:
         ledger.state["baseline"] = _against_baseline(req.baseline, ledger.state, run_dir)
+    if not req.dry_run:
+        from runner.report import write_reports
+
+        write_reports(run_dir, against=req.baseline / RUN if req.baseline else None)
     _write_report(out, ledger, passed)
     return 0 if passed else 1
 

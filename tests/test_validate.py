@@ -32,7 +32,7 @@ def passed(docker_client, tmp_path_factory):
 def test_validate_passes_and_writes_bumped_goldens(passed):
     state = json.loads((passed / "validate.json").read_text())
     assert state["passed"] is True
-    assert [s for s in state["steps"]] == ["compile", "run", "score", "goldens"]
+    assert set(state["steps"]) == {"compile", "run", "score", "goldens"}
     assert state["steps"]["score"]["detail"]["passed"] is True
     bumped = sorted(p.name for p in (passed / "goldens" / "json").glob("*.json"))
     assert bumped == ["clip_cpu.json", "unet_cpu.json", "vae_cpu.json"]
