@@ -5,7 +5,7 @@ Three timings, all in this run on this machine:
            golden-update guide describes (the baseline);
   cold     `runner goldens check` with an empty cache (compiles everything);
   warm     the same command again (every module comes from the compile cache).
-Each check is a fresh `python -m runner.goldens.cli` process, so imports are included.
+Each check is a fresh `python -m runner` process, so imports are included.
 Prints seconds and the ratios against the baseline.
 
     python scripts/bench_goldens.py [--suite goldens/tiny] [--repeat 3]
@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="warm runs (the best counts)")
     args = parser.parse_args()
     suite = Path(args.suite)
-    check = [sys.executable, "-m", "runner.goldens.cli", "goldens", "check", str(suite)]
+    check = [sys.executable, "-m", "runner", "goldens", "check", str(suite)]
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "RUNNER_CACHE_DIR": str(Path(tmp) / "cache"),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),

@@ -22,7 +22,7 @@ from runner.accuracy.calibrate import (
     calibrate,
     write_profile_section,
 )
-from runner.accuracy.cli import main, register
+from runner.accuracy.cli import register
 from runner.accuracy.evaluate import evaluate_run
 from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.score import (
@@ -32,6 +32,7 @@ from runner.accuracy.score import (
 )
 from runner.accuracy.settings import accuracy_settings
 from runner.accuracy.verdict import SUBSET_LABEL, judge
+from runner.cli import main
 from runner.errors import RunnerError
 from runner.fileio import sha256_bytes
 from runner.images import write_png

@@ -20,11 +20,11 @@ from runner.accuracy.calibrate import (
     TINY_DIR,
     TINY_SAMPLES,
 )
-from runner.accuracy.cli import main
 from runner.accuracy.evaluate import evaluate_run
 from runner.accuracy.frechet import load_statistics
 from runner.accuracy.samples import open_source, parse_ids
 from runner.accuracy.settings import accuracy_settings
+from runner.cli import main
 from runner.errors import RunnerError
 from runner.mlperf_log import write_log
 from runner.paths import CONFIGS_DIR

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.bench.cli import main
+from runner.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "goldens" / "tiny-bench" / "tiny_bmm_spec_cpu.mlir"

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from runner.bench import benchmark_module as bm
-from runner.bench.cli import main
 from runner.bench.goldens import (
     DEFAULT_BENCH_SUITE,
     GoldenOptions,
@@ -18,6 +17,7 @@ from runner.bench.goldens import (
     _verdicts,
     load_benchmarks,
 )
+from runner.cli import main
 from runner.goldens.testfile import load_benchmark_file
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.cli import main
 from runner.goldens.check import CheckOptions, check, run_test
-from runner.goldens.cli import main
 from runner.goldens.testfile import load_test_file, load_tests
 from runner.sources import download_path
 from runner.tensors import TensorSpec, read_tensor, write_tensor

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.goldens.cli import main
+from runner.cli import main
 from runner.tensors import TensorSpec, read_tensor
 
 REPO = Path(__file__).resolve().parent.parent

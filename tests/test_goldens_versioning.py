@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.cli import main
 from runner.errors import RunnerError
-from runner.goldens.cli import main
 from runner.goldens.versioning import (
     Version,
     bump_file_text,

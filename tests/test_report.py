@@ -24,12 +24,17 @@ from runner.accuracy.backbones import BackboneInfo
 from runner.accuracy.frechet import FrechetResult
 from runner.accuracy.score import AccuracyResult
 from runner.accuracy.verdict import JSON_NAME, SUBSET_LABEL, judge, write_results
+from runner.cli import main as runner_main
 from runner.images import decode_png
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.profile import load_profile
 from runner.report import REPORT_FILES, write_reports
-from runner.report.cli import main, register
+from runner.report.cli import register
 from runner.store import SampleStore
+
+
+def main(args: list[str]) -> int:
+    return runner_main(["report", *args])
 
 EVIL = '<script>alert("x")</script> & a cat on a <b>mat</b>'
 EVIL_ID = 4475  # one of MLPerf's review ids

@@ -1,7 +1,7 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
 `register(subparsers)` adds them to the main parser; `main(argv)` runs them standalone
-(`python -m runner.accuracy.cli score RUN_DIR`). Exit codes: 0 pass, 1 fail, 2 bad input.
+(`runner score RUN_DIR`). Exit codes: 0 pass, 1 fail, 2 bad input.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-
-from runner.errors import RunnerError
 
 EXIT_ERROR = 2
 
@@ -148,18 +146,3 @@ def register(subparsers) -> None:
                    help="add N(0, s^2) noise to the fixed initial latent")
     p.add_argument("--noise-seed", type=int, default=0)
     p.set_defaults(func=cmd_oracle)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-
-
-if __name__ == "__main__":
-    sys.exit(main())

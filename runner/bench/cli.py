@@ -1,7 +1,6 @@
 """`runner bench ...`: throughput sweeps, stage latencies, tuning-spec A/B, benchmark goldens.
 
-`register(subparsers)` adds the `bench` command to the main `runner` parser; this module also
-runs on its own (`python -m runner.bench.cli bench ...`).
+`register(subparsers)` adds the `bench` command to the main `runner` parser.
 """
 
 from __future__ import annotations
@@ -183,19 +182,3 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="write bench.json and bench.md here")
     p.set_defaults(func=cmd_goldens)
     return bench
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return args.func(args)
-    except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

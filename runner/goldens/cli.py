@@ -1,7 +1,6 @@
 """`runner goldens ...`: check, generate, bump, upload, compare-steps.
 
-`register(subparsers)` adds the `goldens` command to the main `runner` parser; this module
-also runs on its own (`python -m runner.goldens.cli goldens check ...`).
+`register(subparsers)` adds the `goldens` command to the main `runner` parser.
 """
 
 from __future__ import annotations
@@ -169,18 +168,3 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write compare_steps.json and .md here")
     p.set_defaults(func=cmd_compare_steps)
     return goldens
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

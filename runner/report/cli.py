@@ -1,14 +1,13 @@
 """`runner report RUN_DIR [--against RUN_DIR]`: (re)writes a run's four report files.
 
 `register(subparsers)` adds it to the main parser; `main(argv)` runs it standalone
-(`python -m runner.report.cli RUN_DIR`). Exit 0 when the files were written, whatever the
+(`runner report RUN_DIR`). Exit 0 when the files were written, whatever the
 verdict (CI reads the verdict from junit.xml); 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from runner.errors import RunnerError
@@ -50,18 +49,3 @@ def register(subparsers) -> None:
                     "results.json, junit.xml (one testcase per check) and a self-contained "
                     "report.html. Exit 0 when written, 2 on bad input.")
     add_arguments(p)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner report", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
