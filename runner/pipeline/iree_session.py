@@ -6,7 +6,6 @@ per submodel (its parameters, its vmfb, any extra module that imports from it).
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +63,11 @@ class IreeSession:
                 raise RunnerError("compiled module not found", where=str(vmfb),
                                   fix="recompile it (`runner compile`)")
             try:
-                # A read-only mapping: `VmModule.mmap` opens the file for writing, which
-                # fails on the read-only cache mount a worker container gets.
-                with open(vmfb, "rb") as f:
-                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                loaded.append(rt.VmModule.wrap_buffer(self.instance, mapped, close_buffer=True))
+                # A copy, read once: `VmModule.mmap` opens the file for writing, which fails
+                # on the read-only cache mount a worker container gets, and wrapping a Python
+                # buffer makes IREE release it from its own threads, which can deadlock
+                # against the GIL at teardown. With external parameters a vmfb is small.
+                loaded.append(rt.VmModule.copy_buffer(self.instance, vmfb.read_bytes()))
             except (OSError, RuntimeError, ValueError) as e:
                 raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
                                   fix="recompile it (`runner compile`)") from e
