@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -81,6 +82,22 @@ class CompileResult:
     vmfb_sha256: str = ""  # empty for a dry run
 
 
+def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
+    """iree-compile with a time limit (`$RUNNER_COMPILE_TIMEOUT` s, default 3600), tried a
+    second time after a timeout: iree-compile 3.13 was seen to hang, rarely and not
+    reproducibly, at 0% CPU on a tiny module that compiles in 4 s."""
+    limit = float(os.environ.get("RUNNER_COMPILE_TIMEOUT", "3600"))
+    for attempt in (1, 2):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, check=False,
+                                  timeout=limit)
+        except subprocess.TimeoutExpired:
+            print(f"warning: iree-compile of {mlir.name} exceeded {limit:.0f}s "
+                  f"(attempt {attempt} of 2)", file=sys.stderr)
+    raise RunnerError(f"iree-compile did not finish within {limit:.0f}s, twice", where=str(mlir),
+                      fix=f"raise RUNNER_COMPILE_TIMEOUT, or reproduce: {shlex.join(argv)}")
+
+
 def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
     h = hashlib.sha256()
     for part in (sha256_file(mlir), *flags, json.dumps(_flag_files(flags), sort_keys=True),
@@ -109,8 +126,7 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = vmfb.with_suffix(f".{time.monotonic_ns()}.tmp")
     start = time.perf_counter()
-    proc = subprocess.run([*command[:-1], str(tmp)], capture_output=True, text=True,
-                          check=False)
+    proc = _run_compiler([*command[:-1], str(tmp)], mlir)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

@@ -19,4 +19,6 @@ if [ -x scripts/docker_setup.sh ]; then
   bash scripts/docker_setup.sh
 fi
 
+# Tiny modules compile in seconds; a rare iree-compile hang is retried after this long.
+export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
 exec python3 -m pytest -q -p no:cacheprovider "$@"

@@ -75,3 +75,14 @@ def test_dry_run_prints_commands_without_files():
     assert len(commands) == 4  # clip, unet + its pipeline module, vae
     assert all("--iree-rocm-target=gfx942" in c for c in commands)
     assert all("downloads" in c[1] for c in commands)
+
+
+def test_a_hung_compiler_is_retried_then_reported(monkeypatch, tmp_path):
+    """A compiler that never answers (here a real `sleep`) is given up on twice, clearly."""
+    from runner.compile import _run_compiler
+
+    monkeypatch.setenv("RUNNER_COMPILE_TIMEOUT", "0.2")
+    with pytest.raises(RunnerError) as err:
+        _run_compiler(["sleep", "30"], tmp_path / "m.mlir")
+    assert "did not finish within 0s, twice" in str(err.value)
+    assert "RUNNER_COMPILE_TIMEOUT" in str(err.value.fix)
