@@ -404,7 +404,7 @@ def test_table_lists_every_worker_aligned():
 def load_layout(name: str, backend: str) -> LayoutSpec:
     path = CONFIGS / f"{name}.yaml"
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert set(raw) == {"layout"}
+    assert "layout" in raw, f"{path} has no layout section"
     return LayoutSpec.from_dict(raw["layout"], backend, str(path))
 
 
@@ -419,7 +419,7 @@ def test_shipped_mi355x_layout():
     spec = load_layout("mi355x", "hip")
     assert (spec.partition, spec.devices, spec.cpd, spec.batch_size) == (
         "spx", tuple(range(8)), 1, 32)
-    assert "assumption" in (CONFIGS / "_layout_mi355x.yaml").read_text().lower()
+    assert "assumption" in (CONFIGS / "mi355x.yaml").read_text().lower()
 
 
 def test_shipped_cpu_layout_fits_two_cores():
