@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from runner.compiled_model import CompiledModel
+from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.paths import cache_dir
@@ -56,18 +56,6 @@ def _tree_hash(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(str(path.relative_to(root)).encode() + b"\0" + sha256_file(path).encode())
     return h.hexdigest()
-
-
-def standalone_profile(profile: Profile) -> dict[str, Any]:
-    """The profile as one self-contained mapping (no `extends`, absolute paths, the layout
-    actually used), so a container that has no `configs/` can load it."""
-    raw = dict(profile.raw)
-    raw["name"] = profile.name
-    if not str(raw["model"]).startswith("builtin:"):
-        raw["model"] = str(profile.model.path)
-    raw["target"] = {**raw["target"], "tuning_spec": profile.target.tuning_spec}
-    raw["layout"] = {k: v for k, v in profile.layout.to_dict().items() if k != "backend"}
-    return raw
 
 
 class Validation:
@@ -103,30 +91,6 @@ class Validation:
             atomic_write_json(self.out / STATE, self.state)
 
 
-def _in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_run: bool
-              ) -> str:
-    """Runs `argv` in a container of the harness image; returns its stdout."""
-    from runner.docker.container import kill, make_spec, run_command_text, start, wait
-
-    spec = make_spec(tag, argv, "cpu", mounts=mounts, user=f"{os.getuid()}:{os.getgid()}",
-                     env={"RUNNER_CACHE_DIR": str(cache_dir())})
-    print(f"  {run_command_text(spec, detach=False, remove=True)}", file=sys.stderr)
-    if dry_run:
-        return ""
-    container = start(spec)
-    try:
-        rc = wait(container)
-        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        kill(container)
-    if rc != 0:
-        raise RunnerError(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
-                          f"{stderr.strip()[-2000:]}", where=tag,
-                          fix="run the printed docker command by hand to see it fail")
-    return stdout
-
-
 def validate(req: ValidateRequest) -> int:
     """0 only if every step passed; 1 when accuracy or goldens fail (saying which)."""
     from runner.docker.image import build_image, parse_source
@@ -151,20 +115,15 @@ def validate(req: ValidateRequest) -> int:
     standalone = standalone_profile(req.profile)
     if not req.dry_run:
         atomic_write_text(profile_file, yaml.safe_dump(standalone, sort_keys=True))
-    model = req.profile.model
-    model_mounts = [(str(model.base_dir), True), (str(out.resolve()), False),
-                    (str(cache_dir()), False)]
-
     compiled_file = out / "compiled.json"
 
     def compile_step() -> dict:
-        stdout = _in_image(built.tag, ["python3", "-m", "runner", "compile", "--profile",
-                                       str(profile_file.resolve()), "--json"],
-                           model_mounts, req.dry_run)
+        lay = req.profile.layout
+        compiled = ImageCompiler(built.tag, out, req.dry_run)(req.profile, lay.batch_size,
+                                                               lay.vae_batch_size)
         if not req.dry_run:
-            compiled = json.loads(stdout)[0]
-            atomic_write_json(compiled_file, compiled)
-            return {"vmfbs": [c["vmfb"] for c in compiled["compiled"]]}
+            atomic_write_json(compiled_file, compiled.to_dict())
+            return {"vmfbs": [str(v) for m in compiled.modules for v in m.vmfbs]}
         return {}
 
     ledger.step("compile", _key(built.image_id, standalone), [compiled_file], compile_step)
@@ -292,7 +251,7 @@ def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str |
                       "--out", str(target.resolve())],
                      ["python3", "-m", "runner", "goldens", "bump", str(suite), "--to", to,
                       "--out", str((target / "json").resolve())]):
-            _in_image(tag, argv, mounts, req.dry_run)
+            run_in_image(tag, argv, mounts, req.dry_run)
         return {"out": str(target)}
 
     ledger.step("goldens", _key(image_id, _tree_hash(suite) if suite.is_dir() else str(suite),

@@ -32,6 +32,9 @@ def test_docker_workers_match_local_workers_and_reproduce(wheels_image, tmp_path
                    "--image", wheels_image.tag, "--out", str(docked))
     assert proc.returncode == 0, proc.stderr
     assert hashes(docked) == hashes(local) and len(hashes(local)) == COUNT
+    # The modules come from the image's own iree-compile (here a cache hit: same compiler).
+    assert f"{wheels_image.tag} python3 -m runner compile --profile" in proc.stderr
+    assert (docked / "compile" / "compile-bs1-vae1.yaml").is_file()
     manifest = json.loads((docked / "run.json").read_text())
     assert manifest["executor"] == "docker"
     assert manifest["image"]["id"] == wheels_image.image_id

@@ -38,13 +38,19 @@ class LocalExecutor:
                                     stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
 
+    def compiler(self, work_dir: Path, dry_run: bool = False):
+        """How this executor's modules are compiled: by this host's iree-compile."""
+        from runner.compiled_model import compile_model
+
+        return compile_model
+
     def describe(self, worker: Worker, task: Path) -> str:
         env = [f"{k}={v}" for k, v in worker.env.items()]
         argv = worker_argv(worker, task, "python3")
         return shlex.join(["env", *env, *argv] if env else argv)
 
 
-def _covering_mounts(paths: list[tuple[Path, bool]]) -> list[tuple[str, bool]]:
+def covering_mounts(paths: list[tuple[Path, bool]]) -> list[tuple[str, bool]]:
     """Each directory once, nested ones dropped (a read-write parent wins over a child)."""
     out: dict[str, bool] = {}
     for path, read_only in sorted(((p.resolve(), ro) for p, ro in paths), key=lambda x: x[0]):
@@ -89,7 +95,7 @@ class DockerExecutor:
         from runner.paths import cache_dir
 
         self.image = image
-        self.mounts = _covering_mounts([(run_dir, False), (cache_dir(), True),
+        self.mounts = covering_mounts([(run_dir, False), (cache_dir(), True),
                                         *[(p, True) for p in read_only]])
 
     def spec(self, worker: Worker, task: Path, name: str | None = None):
@@ -106,6 +112,13 @@ class DockerExecutor:
         # Unique per attempt: a killed run's containers may still exist under older names.
         name = f"runner-{worker.name}-{os.getpid()}-{int(time.time())}"
         return DockerContainer(start(self.spec(worker, task, name)), log_path)
+
+    def compiler(self, work_dir: Path, dry_run: bool = False):
+        """How this executor's modules are compiled: by the image's own iree-compile, so the
+        runtime in the image loads what its compiler wrote (runner/docker/in_image.py)."""
+        from runner.docker.in_image import ImageCompiler
+
+        return ImageCompiler(self.image, Path(work_dir) / "compile", dry_run)
 
     def describe(self, worker: Worker, task: Path) -> str:
         from runner.docker.container import run_command_text

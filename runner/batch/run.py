@@ -329,7 +329,10 @@ def new_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
 
 def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
               argv: list[str], executor=None, captions: Path | None = None,
-              compile_fn=compile_model) -> RunOutcome:
+              compile_fn=None) -> RunOutcome:
+    """A new run to the end. Modules come from `compile_fn`, by default from the compiler
+    that goes with the executor (the harness image's own, for docker)."""
+    compile_fn = compile_fn or (executor or LocalExecutor()).compiler(run_dir)
     manifest = new_run(profile, plan, sample_ids, run_dir, argv,
                        executor_name=(executor or LocalExecutor()).name,
                        image=_image_info(executor), captions=captions, compile_fn=compile_fn)
@@ -379,7 +382,8 @@ def prepare_resume(run_dir: Path, requested: Profile | None = None, compile_fn=c
 
 def resume_run(run_dir: Path, requested: Profile | None = None, executor=None) -> RunOutcome:
     """Completes a run with the profile, layout and compiled modules it was made with."""
-    manifest, profile = prepare_resume(run_dir, requested)
+    manifest, profile = prepare_resume(run_dir, requested,
+                                       (executor or LocalExecutor()).compiler(run_dir))
     plan = plan_for(profile)
     outcome = execute(run_dir, plan, manifest, executor)
     finish(run_dir, plan, manifest, outcome)

@@ -1,0 +1,135 @@
+"""Runner commands inside a harness image, above all the compile.
+
+A run whose workers are containers of an image must also get its modules from that image's
+`iree-compile`: the image *is* the IREE build under test (`--iree wheels:3.13.0`, a
+from-source commit, a build dir), and its runtime loads what its compiler wrote. So every
+containerized path (`runner run --executor docker`, Slurm with the docker node executor,
+`runner validate`, `runner bench --iree`) compiles through `ImageCompiler`. Host paths are
+mounted at the same paths, so the compile cache ($RUNNER_CACHE_DIR) is shared: an image
+whose compiler is the host's (same version and commit) finds the host's modules cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.compiled_model import CompiledModel
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_text
+from runner.paths import cache_dir
+from runner.profile import Profile
+
+
+def standalone_profile(profile: Profile) -> dict[str, Any]:
+    """The profile as one self-contained mapping (no `extends`, absolute paths, the layout
+    actually used), so a container that has no `configs/` can load it.
+
+    The model is this host's model config, even a builtin one (mounted at the same path):
+    the model files are inputs, the image only the IREE build under test, and the compiled
+    model then names files that a node task outside the container can check too."""
+    raw = dict(profile.raw)
+    raw["name"] = profile.name
+    raw["model"] = str(profile.model.path.resolve())
+    raw["target"] = {**raw["target"], "tuning_spec": profile.target.tuning_spec}
+    raw["layout"] = {k: v for k, v in profile.layout.to_dict().items() if k != "backend"}
+    return raw
+
+
+def run_in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_run: bool) -> str:
+    """Runs `argv` in a fresh container of the harness image; returns its stdout. The exact
+    `docker run` line is printed first (and is all a dry run does)."""
+    from runner.docker.container import kill, make_spec, run_command_text, start, wait
+
+    spec = make_spec(tag, argv, "cpu", mounts=mounts, user=f"{os.getuid()}:{os.getgid()}",
+                     env={"RUNNER_CACHE_DIR": str(cache_dir())})
+    print(f"  {run_command_text(spec, detach=False, remove=True)}", file=sys.stderr)
+    if dry_run:
+        return ""
+    container = start(spec)
+    try:
+        rc = wait(container)
+        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+    finally:
+        kill(container)
+    if rc != 0:
+        raise RunnerError(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
+                          f"{stderr.strip()[-2000:]}", where=tag,
+                          fix="run the printed docker command by hand to see it fail")
+    return stdout
+
+
+class ImageCompiler:
+    """A `compile_fn(profile, batch, vae_batch)` that runs `runner compile` in the image.
+
+    The profile it compiles is written as a standalone YAML under `work_dir` (mounted
+    read-only into the container) with the requested batch sizes as its layout. Results are
+    kept per (profile, batch sizes), so a sweep compiles each combination once.
+    """
+
+    def __init__(self, image: str, work_dir: Path, dry_run: bool = False):
+        self.image, self.work_dir, self.dry_run = image, Path(work_dir), dry_run
+        self._done: dict[str, CompiledModel] = {}
+
+    def _profile_file(self, profile: Profile, batch_size: int, vae_batch_size: int | None
+                      ) -> tuple[Path, str]:
+        """Where the standalone profile at these batch sizes goes, and its text."""
+        layout = profile.layout.with_overrides(batch_size=batch_size,
+                                               vae_batch_size=vae_batch_size or batch_size)
+        raw = standalone_profile(profile)
+        raw["layout"] = {k: v for k, v in layout.to_dict().items() if k != "backend"}
+        path = self.work_dir / f"compile-bs{batch_size}-vae{layout.vae_batch_size}.yaml"
+        return path, yaml.safe_dump(raw, sort_keys=True)
+
+    def command(self, profile: Profile, batch_size: int, vae_batch_size: int | None = None
+                ) -> list[str]:
+        """The command run in the image (`runner compile` prints the compiled model)."""
+        path, _ = self._profile_file(profile, batch_size, vae_batch_size)
+        return ["python3", "-m", "runner", "compile", "--profile", str(path.resolve()),
+                "--json"]
+
+    def __call__(self, profile: Profile, batch_size: int,
+                 vae_batch_size: int | None = None) -> CompiledModel:
+        path, text = self._profile_file(profile, batch_size, vae_batch_size)
+        if text in self._done:
+            return self._done[text]
+        if not self.dry_run:
+            atomic_write_text(path, text)
+        argv = self.command(profile, batch_size, vae_batch_size)
+        vae = vae_batch_size or batch_size
+        if self.dry_run:  # nothing is written, so nothing to mount: the command and the
+            # compiles it would run (the host's dry-run compile: the same commands)
+            from runner.compiled_model import compile_model
+
+            print(f"  in {self.image}: {shlex.join(argv)}", file=sys.stderr)
+            return compile_model(profile, batch_size, vae_batch_size, dry_run=True)
+        stdout = run_in_image(self.image, argv,
+                              self._mounts(profile, {batch_size, vae}),
+                              self.dry_run)
+        try:
+            compiled = CompiledModel.from_dict(json.loads(stdout)[0])
+        except (ValueError, KeyError, IndexError) as e:
+            raise RunnerError(f"`runner compile --json` in {self.image} printed no compiled "
+                              f"model ({e}): {stdout[-500:]!r}", where=self.image,
+                              fix="the image's runner may be older than this one: rebuild it "
+                              "with `runner image build`") from e
+        self._done[text] = compiled
+        return compiled
+
+    def _mounts(self, profile: Profile, batch_sizes: set[int]) -> list[tuple[str, bool]]:
+        """The model dir and any MLIR kept elsewhere (read-only), the profile dir, and the
+        compile cache (read-write: the modules are written there)."""
+        from runner.batch.executors import covering_mounts
+
+        model = profile.model
+        mlir = [Path(m).parent for name in model.submodels for b in batch_sizes
+                for m in model.mlir_sources(name, b) if "://" not in m]
+        return covering_mounts([(model.base_dir, True), (self.work_dir, True),
+                                (cache_dir(), False), *[(d, True) for d in mlir]])
