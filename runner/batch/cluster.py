@@ -115,6 +115,23 @@ def slurm_options(args: argparse.Namespace, recorded: dict[str, Any] | None = No
     return SlurmOptions.from_dict(merged).validated()
 
 
+def slurm_flags(options: SlurmOptions) -> list[str]:
+    """The `runner run` flags that ask for `options` (what a bench's per-combination
+    reproduce.sh re-runs); the inverse of `slurm_options`."""
+    out = ["--executor", "slurm", "--nodes", str(options.nodes)]
+    for flag, value in (("--slurm-partition", options.partition), ("--time", options.time),
+                        ("--account", options.account),
+                        ("--cpus-per-node", options.cpus_per_node)):
+        if value is not None:
+            out += [flag, str(value)]
+    if options.node_executor != "local":
+        out += ["--node-executor", options.node_executor, "--image", str(options.image)]
+    out += [f"--sbatch-arg={a}" for a in options.sbatch_args]
+    if options.max_resubmits != SlurmOptions.max_resubmits:
+        out += ["--max-resubmits", str(options.max_resubmits)]
+    return out
+
+
 def check_slurm_commands() -> None:
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if missing:

@@ -103,6 +103,8 @@ from runner.batch.run import (
     new_run,
     plan_for,
     prepare_resume,
+    read_manifest,
+    recorded_profile,
     write_reproduce,
 )
 from runner.errors import RunnerError
@@ -118,8 +120,8 @@ MAX_QUERY_FAILURES = 30
 # A task squeue has never listed counts as gone only after this long without a final state.
 SUBMIT_GRACE_SECONDS = 120.0
 # The CLI-facing names, importable from here too (they live in cluster.py, which is light).
-__all__ = ["SlurmOptions", "add_slurm_arguments", "resume_on_slurm", "run_on_slurm",
-           "slurm_options"]
+__all__ = ["RunWatch", "SlurmOptions", "add_slurm_arguments", "finish_watched",
+           "resume_on_slurm", "run_on_slurm", "slurm_options", "submit_run", "wait_for_runs"]
 
 
 def _log_tail(path: Path) -> str:
@@ -201,11 +203,11 @@ def submit(run_dir: Path, manifest: dict[str, Any], options: SlurmOptions, tasks
 # --- the submitter's wait ---------------------------------------------------------------
 
 @dataclass
-class _Watch:
+class RunWatch:
     run_dir: Path
     manifest: dict[str, Any]
     options: SlurmOptions
-    batch_size: int
+    plan: Plan  # as expanded on the submitting host; each node plans its own
     requested: set[int]
     open: dict[str, str] = field(default_factory=dict)  # key -> slurm id, not concluded
     states: dict[str, str] = field(default_factory=dict)
@@ -214,6 +216,15 @@ class _Watch:
     withdrawn: set[str] = field(default_factory=set)  # cancelled by us: no work left
     resubmits: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""  # names the run in progress lines when several are watched at once
+    started: float = 0.0  # monotonic, set by begin()
+    already: int = 0  # samples stored before begin()
+    last_progress: float = 0.0
+    query_failures: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.plan.layout.batch_size
 
     @property
     def store(self) -> SampleStore:
@@ -299,89 +310,103 @@ class _Watch:
         atomic_write_json(self.run_dir / MANIFEST, self.manifest)
         return record
 
-    def progress(self, started: float, already: int, last: list[float]) -> None:
+    def progress(self, final: bool = False) -> None:
         now = time.monotonic()
-        tty = sys.stderr.isatty()
-        if now - last[0] < (1.0 if tty else 10.0):
+        tty = sys.stderr.isatty() and not self.label  # several runs: whole lines
+        if not final and now - self.last_progress < (1.0 if tty else 10.0):
             return
-        last[0] = now
+        self.last_progress = now
         done = len(self.requested) - len(self.missing())
-        rate = (done - already) / max(now - started, 1e-9)
+        rate = (done - self.already) / max(now - self.started, 1e-9)
         eta = f"{len(self.missing()) / rate:.0f}s" if rate > 0 else "?"
         counts: dict[str, int] = {}
         for state in self.states.values():
             counts[state.lower()] = counts.get(state.lower(), 0) + 1
         nodes = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none live"
-        line = (f"{done}/{len(self.requested)} samples  {rate:.2f} samples/s  ETA {eta}  "
-                f"node tasks: {nodes}")
+        line = (f"{self.label + ': ' if self.label else ''}{done}/{len(self.requested)} "
+                f"samples  {rate:.2f} samples/s  ETA {eta}  node tasks: {nodes}")
         print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr,
               flush=True)
+        if final and tty:
+            print(file=sys.stderr)
 
-    def run(self, initial_tasks: int, reason: str) -> list[dict[str, Any]]:
-        """Submits `initial_tasks` (if any), then waits until no task of the run is live."""
-        started, already, last = time.monotonic(), len(self.requested) - len(self.missing()), [0.0]
+    def begin(self, initial_tasks: int, reason: str) -> None:
+        """Starts the clock and submits `initial_tasks` node tasks (if any)."""
+        self.started = time.monotonic()
+        self.already = len(self.requested) - len(self.missing())
         if initial_tasks:
             self.submit(initial_tasks, reason)
-        query_failures = 0
-        try:
-            while True:
-                live = live_tasks(sorted({sid.split("_")[0] for sid in self.open.values()}))
-                if live is None:
-                    query_failures += 1
-                    if query_failures >= MAX_QUERY_FAILURES:
-                        raise RunnerError(
-                            "squeue keeps failing; stopped waiting (the node tasks go on)",
-                            where="squeue", fix=f"when Slurm answers again, `runner run "
-                            f"--resume {self.run_dir}` re-attaches")
-                    time.sleep(self.options.poll_seconds)
-                    continue
-                query_failures = 0
-                failed_now = 0
-                for key, sid in list(self.open.items()):
-                    if sid in live:
-                        self.states[key] = live[sid]["state"]
-                        self.seen.add(key)
-                        if live[sid]["state"] in WAITING_STATES:
-                            self.release_if_requeued(key)
-                        continue
-                    if not self.gone(key, sid):
-                        continue
-                    del self.open[key]
-                    self.states.pop(key, None)
-                    if self.conclude(key, sid)["outcome"] not in ("done", "withdrawn"):
-                        failed_now += 1
-                need = failed_now or (0 if self.open else self.options.nodes)
-                if need and self.missing():
-                    if self.resubmits < self.options.max_resubmits:
-                        self.repair_queue()
-                        self.resubmits += 1
-                        batches = WorkQueue(self.run_dir).pending_count()
-                        tasks = max(1, min(need, self.options.nodes, batches or 1))
-                        why = (f"replaces {failed_now} failed node task(s)" if failed_now
-                               else f"{len(self.missing())} samples left after every node "
-                               "task ended")
-                        self.submit(tasks, why)
-                    elif not self.open:
-                        print(f"\nno node task left and --max-resubmits "
-                              f"{self.options.max_resubmits} used up; "
-                              f"{len(self.missing())} samples missing", file=sys.stderr)
-                if not self.missing():
-                    self.withdraw_waiting()
-                if not self.open:
-                    break
-                self.progress(started, already, last)
-                time.sleep(self.options.poll_seconds)
-        except KeyboardInterrupt:
-            jobs = sorted({sid.split("_")[0] for sid in self.open.values()})
-            cancel(jobs)
-            print(f"\ninterrupted: cancelled Slurm job(s) {', '.join(jobs) or '-'}; "
-                  f"`runner run --resume {self.run_dir}` completes the run", file=sys.stderr)
-            raise
-        last[0] = 0.0
-        self.progress(started, already, last)
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
-        return self.failures
+
+    def job_ids(self) -> list[str]:
+        return sorted({sid.split("_")[0] for sid in self.open.values()})
+
+    def poll(self) -> bool:
+        """One look at the run's node tasks: records the ones that ended, releases their
+        batches, submits replacements while samples are missing. False once no task of
+        the run is live (the run is over, complete or not)."""
+        live = live_tasks(self.job_ids())
+        if live is None:
+            self.query_failures += 1
+            if self.query_failures >= MAX_QUERY_FAILURES:
+                raise RunnerError(
+                    "squeue keeps failing; stopped waiting (the node tasks go on)",
+                    where="squeue", fix=f"when Slurm answers again, `runner run "
+                    f"--resume {self.run_dir}` re-attaches")
+            return True
+        self.query_failures = 0
+        failed_now = 0
+        for key, sid in list(self.open.items()):
+            if sid in live:
+                self.states[key] = live[sid]["state"]
+                self.seen.add(key)
+                if live[sid]["state"] in WAITING_STATES:
+                    self.release_if_requeued(key)
+                continue
+            if not self.gone(key, sid):
+                continue
+            del self.open[key]
+            self.states.pop(key, None)
+            if self.conclude(key, sid)["outcome"] not in ("done", "withdrawn"):
+                failed_now += 1
+        need = failed_now or (0 if self.open else self.options.nodes)
+        if need and self.missing():
+            if self.resubmits < self.options.max_resubmits:
+                self.repair_queue()
+                self.resubmits += 1
+                batches = WorkQueue(self.run_dir).pending_count()
+                tasks = max(1, min(need, self.options.nodes, batches or 1))
+                why = (f"replaces {failed_now} failed node task(s)" if failed_now
+                       else f"{len(self.missing())} samples left after every node "
+                       "task ended")
+                self.submit(tasks, why)
+            elif not self.open:
+                print(f"\nno node task left and --max-resubmits "
+                      f"{self.options.max_resubmits} used up; "
+                      f"{len(self.missing())} samples missing", file=sys.stderr)
+        if not self.missing():
+            self.withdraw_waiting()
+        if not self.open:
+            self.progress(final=True)
+            return False
+        self.progress()
+        return True
+
+
+def wait_for_runs(watches: list[RunWatch]) -> None:
+    """Polls every run until none has a live node task. Ctrl-C cancels all their jobs."""
+    active = list(watches)
+    try:
+        while active:
+            active = [w for w in active if w.poll()]
+            if active:
+                time.sleep(min(w.options.poll_seconds for w in active))
+    except KeyboardInterrupt:
+        jobs = sorted({j for w in watches for j in w.job_ids()})
+        cancel(jobs)
+        dirs = " ".join(str(w.run_dir) for w in watches)
+        print(f"\ninterrupted: cancelled Slurm job(s) {', '.join(jobs) or '-'}; "
+              f"`runner run --resume DIR` completes each run ({dirs})", file=sys.stderr)
+        raise
 
 
 def _all_node_records(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -393,8 +418,10 @@ def _all_node_records(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict
     return out
 
 
-def _finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], watch: _Watch,
-            seconds: float) -> RunOutcome:
+def finish_watched(watch: RunWatch) -> RunOutcome:
+    """Records a run whose node tasks have all ended: deaths, worker commands and stats
+    from every node, the completeness check, reproduce.sh."""
+    run_dir, manifest = watch.run_dir, watch.manifest
     records = _all_node_records(run_dir, manifest)
     deaths: list[dict[str, Any]] = list(watch.failures)
     commands: dict[str, str] = {}
@@ -406,8 +433,9 @@ def _finish(run_dir: Path, plan: Plan, manifest: dict[str, Any], watch: _Watch,
     manifest["worker_commands"] = commands
     requested = set(manifest["sample_ids"])
     done = len(SampleStore(run_dir).done_ids() & requested)
-    outcome = RunOutcome(run_dir, len(requested), done, seconds, deaths)
-    finish(run_dir, plan, manifest, outcome, worker_names=workers)
+    outcome = RunOutcome(run_dir, len(requested), done, time.monotonic() - watch.started,
+                         deaths)
+    finish(run_dir, watch.plan, manifest, outcome, worker_names=workers)
     write_reproduce(run_dir, manifest)
     return outcome
 
@@ -425,6 +453,38 @@ def _node_image_info(options: SlurmOptions) -> dict[str, Any] | None:
         return None
 
 
+def submit_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
+               argv: list[str], options: SlurmOptions, captions: Path | None = None,
+               compile_fn=None, label: str = "") -> RunWatch:
+    """Compiles, creates the run dir, fills its queue and submits its node tasks; returns
+    the watch `wait_for_runs` drives. Several runs can be submitted before any is waited
+    for (a bench sweep: one job per combination, all queued at once).
+
+    `compile_fn` defaults to the compiler that goes with the node executor: the host's for
+    local workers, the harness image's own for docker ones.
+    """
+    options = options.validated()
+    executor = make_executor(options.node_executor, run_dir, profile, options.image, captions)
+    if options.cpus_per_node and profile.layout.backend == "cpu":
+        # A cpu layout must fit the CPUs each node task gets, or every node would fail.
+        plan_workers(profile.layout, tuple(range(options.cpus_per_node)),
+                     where=f"{profile.path} (a node task with --cpus-per-node "
+                     f"{options.cpus_per_node})")
+    check_slurm_commands()
+    manifest = new_run(profile, plan, sample_ids, run_dir, argv, executor_name="slurm",
+                       image=_node_image_info(options), captions=captions,
+                       compile_fn=compile_fn or executor.compiler(run_dir))
+    manifest["slurm"] = {"options": options.to_dict(), "version": slurm_version(),
+                         "jobs": [], "nodes": {}}
+    atomic_write_json(run_dir / MANIFEST, manifest)
+    requested = set(sample_ids)
+    WorkQueue(run_dir).fill(requested - SampleStore(run_dir).done_ids(),
+                            plan.layout.batch_size)
+    watch = RunWatch(run_dir, manifest, options, plan, requested, label=label)
+    watch.begin(options.nodes, f"initial: {options.nodes} node(s)")
+    return watch
+
+
 def run_on_slurm(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
                  argv: list[str], options: SlurmOptions, captions: Path | None = None
                  ) -> RunOutcome:
@@ -433,26 +493,9 @@ def run_on_slurm(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: P
     `plan` is the layout expanded on this (submitting) host: it validates the layout and is
     recorded as `plan`; each node's own plan, made on the node, is in slurm.nodes.<key>.
     """
-    options = options.validated()
-    make_executor(options.node_executor, run_dir, profile, options.image, captions)  # checks
-    if options.cpus_per_node and profile.layout.backend == "cpu":
-        # A cpu layout must fit the CPUs each node task gets, or every node would fail.
-        plan_workers(profile.layout, tuple(range(options.cpus_per_node)),
-                     where=f"{profile.path} (a node task with --cpus-per-node "
-                     f"{options.cpus_per_node})")
-    check_slurm_commands()
-    manifest = new_run(profile, plan, sample_ids, run_dir, argv, executor_name="slurm",
-                       image=_node_image_info(options), captions=captions)
-    manifest["slurm"] = {"options": options.to_dict(), "version": slurm_version(),
-                         "jobs": [], "nodes": {}}
-    atomic_write_json(run_dir / MANIFEST, manifest)
-    requested = set(sample_ids)
-    WorkQueue(run_dir).fill(requested - SampleStore(run_dir).done_ids(),
-                            plan.layout.batch_size)
-    watch = _Watch(run_dir, manifest, options, plan.layout.batch_size, requested)
-    start = time.monotonic()
-    watch.run(options.nodes, f"initial: {options.nodes} node(s)")
-    return _finish(run_dir, plan, manifest, watch, time.monotonic() - start)
+    watch = submit_run(profile, plan, sample_ids, run_dir, argv, options, captions)
+    wait_for_runs([watch])
+    return finish_watched(watch)
 
 
 def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
@@ -464,9 +507,12 @@ def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
     executor can be finished on Slurm (same layout, same modules, so the same bytes).
     """
     check_slurm_commands()
-    manifest, profile = prepare_resume(run_dir, requested)
+    recorded = read_manifest(run_dir).get("slurm") or {}
+    options = (options or SlurmOptions.from_dict(recorded.get("options", {}))).validated()
+    executor = make_executor(options.node_executor, run_dir, recorded_profile(run_dir),
+                             options.image)
+    manifest, profile = prepare_resume(run_dir, requested, executor.compiler(run_dir))
     slurm = manifest.setdefault("slurm", {"jobs": [], "nodes": {}})
-    options = (options or SlurmOptions.from_dict(slurm.get("options", {}))).validated()
     slurm["options"] = options.to_dict()
     slurm["version"] = slurm_version()
     manifest["executor"] = "slurm"
@@ -479,7 +525,7 @@ def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
     if live is None:
         raise RunnerError("squeue failed; cannot tell which node tasks still run",
                           where="squeue", fix="retry when the Slurm controller answers")
-    watch = _Watch(run_dir, manifest, options, batch_size, set(manifest["sample_ids"]))
+    watch = RunWatch(run_dir, manifest, options, plan, set(manifest["sample_ids"]))
     for key, sid in unconcluded.items():
         if sid in live:
             watch.open[key] = sid
@@ -493,6 +539,6 @@ def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
         queue.fill(watch.missing(), batch_size)
     atomic_write_json(run_dir / MANIFEST, manifest)
     extra = max(0, options.nodes - len(watch.open)) if watch.missing() else 0
-    start = time.monotonic()
-    watch.run(extra, f"resume: {extra} node(s)")
-    return _finish(run_dir, plan, manifest, watch, time.monotonic() - start)
+    watch.begin(extra, f"resume: {extra} node(s)")
+    wait_for_runs([watch])
+    return finish_watched(watch)
