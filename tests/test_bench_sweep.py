@@ -119,3 +119,36 @@ def test_bad_sweep_values_exit_2(tmp_path, capsys):
     (tmp_path / "bench.json").write_text("{}")
     assert main(["bench", "--no-stages", "--out", str(tmp_path)]) == 2
     assert "already holds a bench" in capsys.readouterr().err
+
+
+def test_slurm_sweep_dry_run_is_one_job_per_combination(capsys):
+    """No cluster or engine needed: the images, in-image compiles and sbatch commands of a
+    2 IREE x 2 batch-size x 2 cpd sweep, exactly as the real sweep would submit them."""
+    assert main(["bench", "--profile", "cpu", "--executor", "slurm", "--devices", "0",
+                 "--batch-size", "1,2", "--cpd", "1,2", "--cpus-per-node", "2",
+                 "--iree", "a1b2c3d,wheels:3.13.0", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    builds = [x for x in lines if x.startswith("docker build ")]
+    assert len(builds) == 2 and "IREE_COMMIT=a1b2c3d" in builds[0]
+    runs = [x for x in lines if x.startswith("runner run ")]
+    sbatch = [x for x in lines if x.startswith("#   sbatch ")]
+    assert len(runs) == len(sbatch) == 8  # one Slurm job per combination
+    tags = [b.split(" -t ")[1].split()[0] for b in builds]
+    for i, line in enumerate(runs):
+        tag = tags[i // 4]
+        assert (f"--executor slurm --nodes 1 --cpus-per-node 2 --node-executor docker "
+                f"--image {tag}") in line
+        assert f"--out '<out>/runs/{tag.split(':', 1)[1]}/" in line
+    assert sum("compile in iree-sdxl-runner:source-a1b2c3d" in x for x in lines) == 4
+
+
+@pytest.mark.parametrize("argv, where", [
+    (["--iree", "wheels:3.13.0"], "--executor local"),
+    (["--executor", "docker"], "--executor docker"),
+    (["--nodes", "2"], "--nodes"),
+    (["--executor", "slurm", "--ab-tuning-spec", "x.mlir"], "--iree/--image/--executor"),
+    (["--executor", "slurm", "--iree", "main;rm"], "--iree"),
+])
+def test_sweep_flags_that_cannot_work_exit_2(argv, where, capsys):
+    assert main(["bench", "--profile", "cpu", *argv, "--dry-run"]) == 2
+    assert where in capsys.readouterr().err

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from docker_support are parameters here)
 """Runs on a real Slurm cluster: the one-node cluster scripts/slurm_setup.sh brings up on
 loopback, where each array task ("node") gets its own core (`--cpus-per-node 1`) and runs the
 cpu profile with one device. Every run here must give the same per-sample bytes as a local
@@ -23,9 +24,10 @@ import time
 from pathlib import Path
 
 import pytest
+from docker_support import build_tree, docker_client  # noqa: F401
 
 from runner.batch.aggregate import aggregate
-from runner.batch.cluster import node_state_path
+from runner.batch.cluster import node_state_path, slurm_flags
 from runner.batch.run import plan_for
 from runner.batch.slurm import (
     SlurmOptions,
@@ -36,6 +38,7 @@ from runner.batch.slurm import (
     slurm_options,
 )
 from runner.batch.status import register, run_status
+from runner.cli import main
 from runner.errors import RunnerError
 from runner.mlperf_data import CAPTIONS_FILE
 from runner.profile import load_profile
@@ -313,3 +316,98 @@ def test_a_layout_that_does_not_fit_a_node_task_fails_before_submitting(tmp_path
     with pytest.raises(RunnerError, match="need 2 cores"):
         run_on_slurm(profile, plan_for(profile), [0], tmp_path / "r", ARGV, options())
     assert not (tmp_path / "r").exists()
+
+
+def test_slurm_flags_round_trip_through_the_run_parser():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--executor")
+    parser.add_argument("--image")
+    add_slurm_arguments(parser)
+    opts = SlurmOptions(nodes=3, partition="gpu", time="1:00:00", account="lab",
+                        node_executor="docker", image="iree-sdxl-runner:x", cpus_per_node=4,
+                        sbatch_args=("--gres=gpu:8",), max_resubmits=1)
+    flags = slurm_flags(opts)
+    args = parser.parse_args(flags)
+    assert args.executor == "slurm" and slurm_options(args) == opts
+    assert slurm_flags(SlurmOptions()) == ["--executor", "slurm", "--nodes", "1"]
+
+
+def bench_table(md: str) -> list[str]:
+    """The rows of bench.md's one throughput table."""
+    section = md.split("## Throughput")[1].split("###")[0]
+    return [line for line in section.splitlines()
+            if line.startswith("| devices=") or line.startswith("| **devices=")]
+
+
+def test_slurm_sweep_of_two_layouts_gives_one_table(slurm_cluster, local_run, tmp_path,
+                                                    capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--profile", "cpu", "--executor", "slurm", "--devices", "0",
+                 "--batch-size", "1,2", "--cpus-per-node", "1", "--count", "4",
+                 "--out", str(out)]) == 0
+    md = capsys.readouterr().out
+    report = json.loads((out / "bench.json").read_text())
+    assert report["executor"] == "slurm" and report["slurm"]["cpus_per_node"] == 1
+    layouts = report["layouts"]
+    assert [lay["label"] for lay in layouts] == ["devices=0 cpd=1 bs=1", "devices=0 cpd=1 bs=2"]
+    jobs = [lay["slurm"]["jobs"] for lay in layouts]
+    assert all(len(j) == 1 for j in jobs) and jobs[0] != jobs[1]  # one job per combination
+    for lay in layouts:
+        assert lay["status"] == "ok" and lay["samples"] == 4 and lay["workers"] == 1
+        assert lay["samples_per_s"] == pytest.approx(4 / lay["wall_s"], rel=1e-3)
+        assert lay["slurm"]["queue_wait_s"] >= 0 and lay["slurm"]["node_tasks"] == 1
+        run_dir = Path(lay["run_dir"])
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["executor"] == "slurm" and run["status"] == "complete"
+        assert [j["job_id"] for j in run["slurm"]["jobs"]] == lay["slurm"]["jobs"]
+        assert run["layout"]["batch_size"] == lay["layout"]["batch_size"]
+        # Every worker ran on a node task; the samples are the local run's bytes.
+        assert [w["worker"] for w in lay["per_worker"]] == ["j0n0-w000"]
+        aggregate(run_dir)
+        assert hashes(run_dir) == {i: local_run[i] for i in range(4)}
+        reproduce = (run_dir / "reproduce.sh").read_text()
+        rerun = lay["run_command"].split(" --out ")[0]  # reproduce.sh takes its own --out
+        assert "--executor slurm --nodes 1" in rerun and f'{rerun} --out "$out"' in reproduce
+        assert f"sbatch --parsable --job-name=runner-{run_dir.name}" in reproduce
+    # One comparison table: both layouts, each with its Slurm job, the best marked once.
+    rows = bench_table(md)
+    assert len(rows) == 2 and sum("(best)" in r for r in rows) == 1
+    for row, lay in zip(rows, layouts, strict=True):
+        assert f"| {lay['slurm']['jobs'][0]} |" in row
+    assert "| Slurm job | queue wait s |" in md
+    assert "stage latencies not measured" in md and report["stages"] == []
+
+
+@pytest.mark.docker
+def test_slurm_sweep_over_two_iree_builds(slurm_cluster, local_run, docker_client, build_tree,
+                                          tmp_path, capsys):
+    """--iree: each build is its own harness image, compiling and running its own modules
+    on the node tasks (docker node executor); one row per build in the same table."""
+    out = tmp_path / "bench"
+    specs = f"wheels:3.13.0,build-dir:{build_tree}"
+    assert main(["bench", "--profile", "cpu", "--executor", "slurm", "--devices", "0",
+                 "--batch-size", "1", "--cpus-per-node", "1", "--count", "2", "--iree", specs,
+                 "--out", str(out)]) == 0
+    md = capsys.readouterr().out
+    report = json.loads((out / "bench.json").read_text())
+    arms = report["iree"]
+    assert [a["spec"] for a in arms] == specs.split(",")
+    assert len({a["image"] for a in arms}) == 2
+    layouts = report["layouts"]
+    assert [lay["iree"] for lay in layouts] == specs.split(",")
+    for lay, arm in zip(layouts, arms, strict=True):
+        assert lay["status"] == "ok" and lay["image"] == arm["image"]
+        run_dir = Path(lay["run_dir"])
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["slurm"]["options"]["node_executor"] == "docker"
+        assert run["slurm"]["options"]["image"] == arm["image"]
+        assert run["image"]["id"] == arm["image_id"]
+        # The node ran the image's containers, which compiled in that image.
+        assert any(arm["image"] in cmd for cmd in run["worker_commands"].values())
+        assert (out / "compile" / arm["image"].split(":", 1)[1] /
+                "compile-bs1-vae1.yaml").is_file()
+        aggregate(run_dir)
+        assert hashes(run_dir) == {i: local_run[i] for i in range(2)}
+    rows = bench_table(md)
+    assert len(rows) == 2 and "| IREE |" in md
+    assert [f"`{s}`" in row for s, row in zip(specs.split(","), rows, strict=True)] == [True] * 2

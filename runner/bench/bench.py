@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.executors import LocalExecutor
+from runner.batch.cluster import SlurmOptions
 from runner.batch.run import validate_ids
-from runner.batch.worker import task_path
 from runner.bench import stages as st
+from runner.bench import sweep, tuning
 from runner.bench import throughput as tp
-from runner.bench import tuning
 from runner.bench.goldens import GoldenOptions, GoldenResult, check_benchmarks, load_benchmarks
 from runner.compiled_model import CompiledModel, compile_model
 from runner.errors import RunnerError
@@ -51,6 +50,16 @@ class BenchOptions:
     dry_run: bool = False
     run_argv: tuple[str, ...] = ("run",)  # `runner run` flags each layout's reproduce.sh uses
     argv: tuple[str, ...] = ()  # the bench command line, recorded
+    executor: str = "local"  # local | docker | slurm: where the layout runs go
+    iree: tuple[str, ...] = ()  # IREE builds to compare (image source specs)
+    image: str | None = None  # or one prebuilt harness image
+    slurm: SlurmOptions | None = None  # with executor slurm
+
+    @property
+    def host_only(self) -> bool:
+        """Stage latencies and tuning specs use this host's IREE and devices: they mean
+        nothing for another build's image or for a Slurm node's devices."""
+        return self.executor == "local" and not self.iree and not self.image
 
 
 @dataclass
@@ -90,6 +99,8 @@ class BenchReport:
     goldens: list[GoldenResult] = field(default_factory=list)
     tuning_specs: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)  # dry run: everything it would run
+    arms: list[sweep.IreeArm] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -111,7 +122,9 @@ class BenchReport:
         return {
             "kind": "bench", "profile": self.profile, "model": self.model,
             "argv": list(o.argv), "dry_run": o.dry_run, "seconds": round(self.seconds, 3),
-            "versions": self.versions,
+            "versions": self.versions, "executor": o.executor,
+            "slurm": o.slurm.to_dict() if o.slurm else None,
+            "iree": [a.to_dict() for a in self.arms], "notes": self.notes,
             "settings": {"count": o.count, "repetitions": o.settings.repetitions,
                          "min_time": o.settings.min_time, "warmup": o.settings.warmup,
                          "benchmark_flags": list(o.settings.extra_flags)},
@@ -175,6 +188,13 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=N
     if not opts.dry_run and (out / BENCH_JSON).exists():
         raise RunnerError("this directory already holds a bench", where=str(out),
                           fix="pass another --out")
+    if not opts.host_only and (opts.ab_tuning_spec or opts.dump_tuning_specs):
+        raise RunnerError("--ab-tuning-spec and --dump-tuning-specs use this host's IREE and "
+                          "devices", where="--iree/--image/--executor",
+                          fix="run them in their own `runner bench` on the machine to measure "
+                          "(on a Slurm node: srun runner bench --no-throughput ...)")
+    if opts.executor == "slurm" and opts.slurm is None:
+        raise RunnerError("--executor slurm needs Slurm options", where="runner bench")
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
         tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
     ids = validate_ids(list(range(opts.count)), "--count") if opts.throughput else []
@@ -188,26 +208,38 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=N
         report.commands.append(line)
         echo(line)
 
-    # 1. Throughput, layout by layout.
+    # 1. Throughput: every (IREE build, layout) combination.
     if opts.throughput:
-        for case in cases:
-            run_dir = out / "runs" / case.dirname
-            if opts.dry_run:
-                _dry_layout(case, run_dir, opts, emit)
-                report.layouts.append(tp.run_layout(case, [], run_dir, [])
-                                      if case.plan is None else
-                                      tp.LayoutResult(case.label, case.requested, "planned",
-                                                      layout=case.profile.layout.to_dict(),
-                                                      workers=len(case.plan.workers),
-                                                      run_dir=str(run_dir)))
-                continue
-            report.layouts.append(tp.run_layout(case, ids, run_dir, list(opts.run_argv),
-                                                executor))
+        report.arms = sweep.make_arms(opts.iree, opts.image, opts.executor, out, opts.dry_run,
+                                      emit)
+        combos = sweep.combinations(report.arms, cases, out, list(opts.run_argv),
+                                    opts.executor, opts.slurm)
+        if opts.dry_run:
+            for combo in combos:
+                for line in sweep.dry_run_lines(combo, opts.count, opts.slurm):
+                    emit(line)
+                report.layouts.append(tp.layout_result(
+                    combo.case, combo.run_dir, combo.argv(opts.count), combo.arm.spec,
+                    combo.arm.image or ""))
+                if combo.case.plan is not None:
+                    report.layouts[-1].status = "planned"
+        elif opts.executor == "slurm":
+            assert opts.slurm is not None
+            report.layouts = sweep.run_on_slurm(combos, ids, opts.slurm)
+        else:
+            report.layouts = sweep.run_here(combos, ids)
         tp.mark_best(report.layouts)
     elif opts.dry_run:
         for case in cases:
             if case.plan is None:
                 emit(f"# layout {case.label}: skipped: {case.skip_reason}")
+    if not opts.host_only:
+        if opts.stages:
+            report.notes.append("stage latencies not measured: they run this host's IREE on "
+                                "this host's devices, which is not what --iree/--image/"
+                                "--executor slurm compare (measure them on a node with "
+                                "`runner bench --no-throughput`)")
+        runnable = []  # no stages, A/B or spec dumps below
 
     # 2. Stage latencies (and the A/B arms) per batch size the runnable layouts use.
     per_batch: dict[int, tp.LayoutCase] = {}
@@ -247,22 +279,6 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=N
         atomic_write_text(out / BENCH_MD, markdown(report))
         _say(f"reports: {out / BENCH_JSON}, {out / BENCH_MD}")
     return report
-
-
-def _dry_layout(case: tp.LayoutCase, run_dir: Path, opts: BenchOptions,
-                emit: Callable[[str], None]) -> None:
-    emit(f"# layout {case.label}")
-    if case.plan is None or case.profile is None:
-        emit(f"#   skipped: {case.skip_reason}")
-        return
-    lay = case.profile.layout
-    for c in compile_model(case.profile, lay.batch_size, lay.vae_batch_size,
-                           dry_run=True).compiled:
-        emit(shlex.join(c.command))
-    emit(shlex.join(["runner", *case.run_argv(list(opts.run_argv), opts.count, run_dir)]))
-    executor = LocalExecutor()
-    for worker in case.plan.workers:
-        emit(f"#   {worker.name}: {executor.describe(worker, task_path(run_dir, worker.name))}")
 
 
 def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path,

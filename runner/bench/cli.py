@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from runner.batch.cluster import add_slurm_arguments
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 
@@ -63,6 +64,22 @@ def _golden_options(args: argparse.Namespace):
         out=Path(args.out) / "goldens" if args.out and not args.dry_run else None)
 
 
+def _slurm(args: argparse.Namespace):
+    """Slurm options with --executor slurm; Slurm flags without it are a mistake."""
+    from runner.batch.cluster import slurm_options
+
+    if args.executor == "slurm":
+        return slurm_options(args)
+    given = [f for f, v in (("--nodes", args.nodes), ("--slurm-partition", args.slurm_partition),
+                            ("--time", args.time), ("--account", args.account),
+                            ("--cpus-per-node", args.cpus_per_node),
+                            ("--sbatch-arg", args.sbatch_arg)) if v]
+    if given:
+        raise RunnerError(f"{given[0]} is a Slurm option", where=given[0],
+                          fix="add --executor slurm")
+    return None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from runner.bench.bench import BenchOptions, run_bench
     from runner.bench.report import markdown
@@ -84,7 +101,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ())),
         ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, goldens=goldens,
         golden_options=_golden_options(args), dry_run=args.dry_run,
-        run_argv=_run_argv(args), argv=tuple(args.argv))
+        run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
+        iree=tuple(v for spec in args.iree or () for v in spec.split(",") if v.strip()),
+        image=args.image, slurm=_slurm(args))
     report = run_bench(profile, Path(args.out) if args.out else None, opts)
     if not args.dry_run:
         print(markdown(report))
@@ -138,6 +157,16 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "variants: --devices 0 --devices 0-1")
     g.add_argument("--cpd", help="pipeline processes per device ID, e.g. 1,2")
     g.add_argument("--batch-size", help="batch sizes, e.g. 1,2")
+    r = bench.add_argument_group("where the layouts run, and which IREE builds")
+    r.add_argument("--executor", choices=["local", "docker", "slurm"], default="local",
+                   help="local (default): one run after another here; docker: the same in "
+                   "harness containers; slurm: one Slurm job per combination, all at once")
+    r.add_argument("--iree", action="append", metavar="SPECS",
+                   help="IREE builds to compare, comma list: wheels:<version>, "
+                   "source:<sha> (a bare SHA means source:), build-dir:<path>; each is "
+                   "built as a harness image and compiles and runs its own modules")
+    r.add_argument("--image", help="one prebuilt harness image instead of --iree")
+    add_slurm_arguments(bench)
     bench.add_argument("--count", type=int, default=32,
                        help="samples 0..N-1 per layout (default 32)")
     bench.add_argument("--out", help="directory for runs, inputs, bench.json and bench.md")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from runner.bench.bench import BenchReport
     from runner.bench.goldens import GoldenResult
+    from runner.bench.throughput import LayoutResult
 
 
 NA = "-"
@@ -29,28 +30,48 @@ def _pct(value: float | None) -> str:
     return NA if value is None else f"{100 * value:.1f}%"
 
 
+def _name(r: LayoutResult, several: bool) -> str:
+    return f"{r.label} ({r.iree})" if several else r.label
+
+
 def _throughput(report: BenchReport) -> list[str]:
+    """One table for every combination; an IREE column when builds are compared and Slurm
+    columns (job, queue wait) for a Slurm sweep."""
+    several = any(r.iree != report.layouts[0].iree for r in report.layouts) or \
+        any(a.image for a in report.arms)
+    slurm = report.options.executor == "slurm"
     rows = []
     for r in report.layouts:
         name = f"**{r.label}** (best)" if r.best else r.label
         status = r.status if not r.reason else f"{r.status}: {r.reason.splitlines()[0]}"
+        lead: list[object] = [name, *([f"`{r.iree}`"] if several else [])]
+        tail: list[object] = [", ".join(r.slurm.get("jobs", [])) or NA,
+                              _f(r.slurm.get("queue_wait_s"), 1)] if slurm else []
         if r.status in ("ok", "incomplete"):
             per_worker = ", ".join(f"{w.samples_per_s:.2f}" for w in r.per_worker)
             rate = f"**{r.samples_per_s:.3f}**" if r.best else f"{r.samples_per_s:.3f}"
-            rows.append([name, r.workers, r.samples, _f(r.wall_s, 2), rate, per_worker,
-                         _pct(r.overhead), _f(r.time_to_first_sample_s, 2), status])
+            rows.append([*lead, r.workers, r.samples, _f(r.wall_s, 2), rate, per_worker,
+                         _pct(r.overhead), _f(r.time_to_first_sample_s, 2), *tail, status])
         else:
-            rows.append([name, r.workers or NA, NA, NA, NA, NA, NA, NA, status])
+            rows.append([*lead, r.workers or NA, NA, NA, NA, NA, NA, NA, *tail, status])
+    wall = ("first node task started -> last ended; queue wait apart" if slurm
+            else "workers started -> last exited")
     lines = ["## Throughput (MLPerf Offline-style)", "",
              f"{report.options.count} samples per layout; samples/s = samples / wall "
-             "(workers started -> last exited); per-worker = samples / busy seconds inside "
+             f"({wall}); per-worker = samples / busy seconds inside "
              "batches; overhead = 1 - worker busy / (workers x wall).", "",
-             *_table(["layout", "workers", "samples", "wall s", "samples/s",
-                      "per-worker samples/s", "overhead", "first sample s", "status"], rows)]
+             *_table(["layout", *(["IREE"] if several else []), "workers", "samples",
+                      "wall s", "samples/s", "per-worker samples/s", "overhead",
+                      "first sample s", *(["Slurm job", "queue wait s"] if slurm else []),
+                      "status"], rows)]
+    if several:
+        lines += ["", "IREE builds: " + "; ".join(
+            f"`{a.spec}` = image `{a.image}`" if a.image else f"`{a.spec}` = this host's"
+            for a in report.arms) + "."]
     best = report.best
     if best is not None:
         lines += ["", f"Best: **{best.label}** at **{best.samples_per_s:.3f} samples/s**."]
-    workers = [[r.label, w.worker, w.device, w.samples, _f(w.busy_s, 2),
+    workers = [[_name(r, several), w.worker, w.device, w.samples, _f(w.busy_s, 2),
                 f"{w.samples_per_s:.3f}", _f(w.load_s, 2),
                 ", ".join(f"{k} {v:.1f}" for k, v in w.stage_ms.items())]
                for r in report.layouts for w in r.per_worker]
@@ -60,7 +81,7 @@ def _throughput(report: BenchReport) -> list[str]:
                            "load s", "in-run stage ms/call"], workers)]
         done = [r for r in report.layouts if r.per_worker]
         lines += ["", "Overhead breakdown: " + "; ".join(
-            f"{r.label}: startup {_f(r.startup_s, 2)} s (spawn + module load), tail "
+            f"{_name(r, several)}: startup {_f(r.startup_s, 2)} s (spawn + module load), tail "
             f"{_f(r.tail_s, 2)} s" for r in done) + "."]
     return lines
 
@@ -137,4 +158,5 @@ def markdown(report: BenchReport) -> str:
                   "`tuning-specs/`.", ""]
     if report.goldens:
         lines += [*goldens_markdown(report.goldens), ""]
+    lines += [f"Note: {n}." for n in report.notes]
     return "\n".join(lines)

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.run import plan_for, start_run
+from runner.batch.run import RunOutcome, plan_for, start_run
 from runner.batch.worker import stats_path
 from runner.errors import RunnerError
 from runner.layout import Plan, format_device_ids
 from runner.profile import Profile
 
+HOST_IREE = "host"  # the IREE installed where the bench runs (no image)
 
 @dataclass(frozen=True)
 class LayoutCase:
@@ -132,6 +133,9 @@ class LayoutResult:
     run_command: str = ""
     per_worker: list[WorkerThroughput] = field(default_factory=list)
     best: bool = False
+    iree: str = HOST_IREE  # the IREE build: `host`, or the image's source spec
+    image: str = ""  # harness image tag when the workers ran in containers
+    slurm: dict[str, Any] = field(default_factory=dict)  # jobs, hosts, queue wait
 
     @property
     def samples_per_s(self) -> float:
@@ -180,23 +184,25 @@ class LayoutResult:
                          "worker_busy_s": r(self.busy_s)},
             "per_worker": [w.to_dict() for w in self.per_worker],
             "run_dir": self.run_dir, "run_command": self.run_command,
+            "iree": self.iree, "image": self.image, "slurm": self.slurm,
         }
 
 
-def worker_stats(run_dir: Path, plan: Plan, run_start: float) -> list[WorkerThroughput]:
+def worker_stats(run_dir: Path, names: list[str], run_start: float) -> list[WorkerThroughput]:
+    """From the workers' own stats files (a Slurm run's workers were planned on the nodes,
+    so names rather than the submitter's plan)."""
     out = []
-    for worker in plan.workers:
-        path = stats_path(run_dir, worker.name)
+    for name in names:
+        path = stats_path(run_dir, name)
         if not path.is_file():  # a worker that never finished a batch wrote no stats
-            out.append(WorkerThroughput(worker.name, f"{worker.device_uri}#{worker.device_id}",
-                                        0, 0.0, 0.0, None, None, None))
+            out.append(WorkerThroughput(name, "", 0, 0.0, 0.0, None, None, None))
             continue
         stats = json.loads(path.read_text())
         batches = stats.get("batches", [])
         stage_ms = {s: 1e3 * v["seconds"] / v["calls"]
                     for s, v in (stats.get("stage_times") or {}).items() if v.get("calls")}
         out.append(WorkerThroughput(
-            worker=worker.name, device=stats.get("device", ""),
+            worker=name, device=stats.get("device", ""),
             samples=int(stats.get("samples", 0)),
             busy_s=sum(b["end"] - b["start"] for b in batches),
             load_s=float(stats.get("load_seconds", 0.0)),
@@ -207,33 +213,30 @@ def worker_stats(run_dir: Path, plan: Plan, run_start: float) -> list[WorkerThro
     return out
 
 
-def run_layout(case: LayoutCase, sample_ids: list[int], run_dir: Path, argv_base: list[str],
-               executor=None) -> LayoutResult:
-    """One real run of the layout; never raises for the run's own failure."""
-    result = LayoutResult(case.label, case.requested, "error")
-    if case.profile is None or case.plan is None:
+def layout_result(case: LayoutCase, run_dir: Path, argv: list[str], iree: str = HOST_IREE,
+                  image: str = "") -> LayoutResult:
+    """The result row of a case before it runs: skipped (with why) or an error until the
+    run says otherwise."""
+    result = LayoutResult(case.label, case.requested, "error", iree=iree, image=image)
+    if case.profile is not None:
+        result.layout = case.profile.layout.to_dict()
+    if case.plan is None:
         result.status, result.reason = "skipped", case.skip_reason
-        if case.profile is not None:
-            result.layout = case.profile.layout.to_dict()
         return result
-    result.layout = case.profile.layout.to_dict()
     result.workers = len(case.plan.workers)
     result.run_dir = str(run_dir)
-    argv = case.run_argv(argv_base, len(sample_ids), run_dir)
     result.run_command = shlex.join(["runner", *argv])
-    print(f"bench: layout {case.label}: {result.workers} worker(s), {len(sample_ids)} "
-          f"samples -> {run_dir}", file=sys.stderr, flush=True)
-    try:
-        outcome = start_run(case.profile, case.plan, sample_ids, run_dir, argv, executor)
-    except RunnerError as e:
-        result.reason = str(e)
-        return result
-    # execute() times workers started -> all exited; finish() after it only writes the
-    # manifest, so the run started `seconds` before start_run returned (to a few ms).
-    run_start = time.time() - outcome.seconds
+    return result
+
+
+def record_outcome(result: LayoutResult, outcome: RunOutcome, workers: list[str],
+                   run_start: float) -> LayoutResult:
+    """Fills a result from a finished run: `run_start` (epoch seconds) is when its
+    workers (or node tasks) started, `outcome.seconds` its wall time from there."""
     result.wall_s = outcome.seconds
     result.samples = outcome.done
-    result.per_worker = worker_stats(run_dir, case.plan, run_start)
+    result.workers = len(workers)
+    result.per_worker = worker_stats(Path(result.run_dir), workers, run_start)
     if outcome.complete:
         result.status = "ok"
     else:
@@ -241,6 +244,27 @@ def run_layout(case: LayoutCase, sample_ids: list[int], run_dir: Path, argv_base
         result.reason = (f"{outcome.done}/{outcome.requested} samples; "
                          f"{len(outcome.deaths)} worker death(s)")
     return result
+
+
+def run_layout(case: LayoutCase, sample_ids: list[int], run_dir: Path, argv_base: list[str],
+               executor=None, compile_fn=None, iree: str = HOST_IREE) -> LayoutResult:
+    """One real run of the layout on this machine; never raises for the run's own failure."""
+    argv = case.run_argv(argv_base, len(sample_ids), run_dir)
+    result = layout_result(case, run_dir, argv, iree, getattr(executor, "image", ""))
+    if case.profile is None or case.plan is None:
+        return result
+    print(f"bench: layout {case.label} ({iree}): {result.workers} worker(s), "
+          f"{len(sample_ids)} samples -> {run_dir}", file=sys.stderr, flush=True)
+    try:
+        outcome = start_run(case.profile, case.plan, sample_ids, run_dir, argv, executor,
+                            compile_fn=compile_fn)
+    except RunnerError as e:
+        result.reason = str(e)
+        return result
+    # execute() times workers started -> all exited; finish() after it only writes the
+    # manifest, so the run started `seconds` before start_run returned (to a few ms).
+    return record_outcome(result, outcome, [w.name for w in case.plan.workers],
+                          time.time() - outcome.seconds)
 
 
 def mark_best(results: list[LayoutResult]) -> LayoutResult | None:

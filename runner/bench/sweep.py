@@ -1,0 +1,239 @@
+"""The throughput sweep: every (IREE build, layout) combination, as real runs.
+
+An *arm* is one IREE build under comparison: this host's own (`host`), or a harness image
+built from `--iree wheels:<v>|source:<sha>|build-dir:<path>` (a bare SHA means
+`source:<sha>`) or given as `--image`. An image arm's modules come from the image's own
+iree-compile and its workers run in its containers, so each arm is that build end to end.
+
+Where the runs go:
+- `local`/`docker`: one after another on this machine (the same cores for every one, so
+  their numbers compare);
+- `slurm`: one Slurm job per combination, all submitted before any is waited for, so the
+  cluster runs them side by side; each is a full `runner run --executor slurm` (array tasks
+  over one shared queue, failed tasks re-run), and the table is collected once every job
+  has ended. Throughput is measured from the run's first node task starting to its last
+  ending, so time spent waiting in the Slurm queue (reported apart) does not count.
+  Combinations that share a node (a `--cpus-per-node` cluster) slow each other down;
+  on lab nodes (`--exclusive`, the default) each job has its nodes to itself.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from runner.batch.cluster import SlurmOptions, slurm_flags
+from runner.batch.executors import LocalExecutor
+from runner.batch.run import RunOutcome
+from runner.batch.worker import task_path
+from runner.bench import throughput as tp
+from runner.compiled_model import compile_model
+from runner.docker.in_image import ImageCompiler
+from runner.errors import RunnerError
+
+EXECUTORS = ("local", "docker", "slurm")
+
+
+@dataclass
+class IreeArm:
+    """One IREE build: its spec as given, and its harness image (None: this host)."""
+
+    spec: str
+    image: str | None = None
+    image_id: str | None = None
+    build_command: str = ""
+    compile_fn: Callable | None = None  # shared by the arm's runs: each module once
+
+    @property
+    def slug(self) -> str:
+        """Its runs' directory under runs/ ("" for the host: runs/<layout> as before)."""
+        return "" if self.image is None else self.image.split(":", 1)[-1].replace("/", "_")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "image": self.image, "image_id": self.image_id,
+                "build_command": self.build_command}
+
+
+def iree_spec(text: str) -> str:
+    """`a1b2c3d` -> `source:a1b2c3d`; a flavored spec as it is."""
+    text = text.strip()
+    return text if ":" in text else f"source:{text}"
+
+
+def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path,
+              dry_run: bool, echo: Callable[[str], None] = print,
+              base_image: str | None = None) -> list[IreeArm]:
+    """The arms, images built (cache hits when unchanged) or, in a dry run, planned."""
+    if executor not in EXECUTORS:
+        raise RunnerError(f"unknown executor {executor!r}", where="--executor",
+                          fix=f"use one of {', '.join(EXECUTORS)}")
+    if iree and image:
+        raise RunnerError("--iree builds the images; --image names one: pass one of them",
+                          where="--image")
+    if executor == "local" and (iree or image):
+        raise RunnerError("--iree/--image run workers in harness images",
+                          where="--executor local",
+                          fix="add --executor docker (this machine) or --executor slurm")
+    if executor == "docker" and not (iree or image):
+        raise RunnerError("--executor docker needs an IREE build to run",
+                          where="--executor docker",
+                          fix="pass --iree wheels:3.13.0 (builds the image) or --image TAG")
+    if not iree and not image:
+        return [IreeArm(tp.HOST_IREE)]
+    arms = []
+    if image:
+        arms.append(IreeArm(f"image:{image}", image))
+    for spec in dict.fromkeys(iree_spec(s) for s in iree):
+        from runner.docker.image import build_image, parse_source
+
+        kwargs = {"base_image": base_image} if base_image else {}
+        built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run, **kwargs)
+        command = shlex.join(built.plan.command())
+        state = "dry run" if dry_run else "cached" if built.cached else "built"
+        print(f"bench: IREE {spec}: image {built.tag} ({state})", file=sys.stderr, flush=True)
+        if dry_run:
+            echo(f"# IREE {spec}: harness image")
+            echo(command)
+        arms.append(IreeArm(spec, built.tag, built.image_id, command))
+    for arm in arms:
+        arm.compile_fn = ImageCompiler(str(arm.image), out / "compile" / arm.slug, dry_run)
+    return arms
+
+
+@dataclass(frozen=True)
+class Combination:
+    arm: IreeArm
+    case: tp.LayoutCase
+    run_dir: Path
+    base: list[str]  # `runner run` flags before the layout's own (executor included)
+
+    def argv(self, count: int) -> list[str]:
+        """The `runner run` line that makes this very run (its reproduce.sh re-runs it)."""
+        return self.case.run_argv(self.base, count, self.run_dir)
+
+
+def combinations(arms: list[IreeArm], cases: list[tp.LayoutCase], out: Path,
+                 run_argv: list[str], executor: str, slurm: SlurmOptions | None
+                 ) -> list[Combination]:
+    """Arm-major: one arm's layouts, then the next arm's."""
+    combos = []
+    for arm in arms:
+        base = list(run_argv)
+        if executor == "slurm":
+            assert slurm is not None
+            base += slurm_flags(node_options(slurm, arm))
+        elif arm.image is not None:
+            base += ["--executor", "docker", "--image", arm.image]
+        for case in cases:
+            run_dir = out / "runs" / arm.slug / case.dirname if arm.slug else \
+                out / "runs" / case.dirname
+            combos.append(Combination(arm, case, run_dir, base))
+    return combos
+
+
+def node_options(options: SlurmOptions, arm: IreeArm) -> SlurmOptions:
+    """An image arm's node tasks start its containers; the host arm's, as asked."""
+    if arm.image is None:
+        return options
+    return replace(options, node_executor="docker", image=arm.image)
+
+
+def _executor(combo: Combination):
+    """The executor of a run on this machine: the arm's containers, or host processes."""
+    from runner.batch.run import make_executor
+
+    if combo.arm.image is None or combo.case.profile is None:
+        return LocalExecutor()
+    return make_executor("docker", combo.run_dir, combo.case.profile, combo.arm.image)
+
+
+def run_here(combos: list[Combination], ids: list[int]) -> list[tp.LayoutResult]:
+    """One combination after another on this machine."""
+    return [tp.run_layout(c.case, ids, c.run_dir, c.base, _executor(c), c.arm.compile_fn,
+                          c.arm.spec) for c in combos]
+
+
+def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) -> list[str]:
+    """What running the combination would do, exactly: its compiles (in the arm's image
+    when it has one), the `runner run` line, and the sbatch command or worker commands."""
+    case = combo.case
+    lines = [f"# layout {case.label} ({combo.arm.spec})"]
+    if case.plan is None or case.profile is None:
+        return [*lines, f"#   skipped: {case.skip_reason}"]
+    lay = case.profile.layout
+    if isinstance(combo.arm.compile_fn, ImageCompiler):  # its own iree-compile, in there
+        command = combo.arm.compile_fn.command(case.profile, lay.batch_size, lay.vae_batch_size)
+        lines.append(f"#   compile in {combo.arm.image}: {shlex.join(command)}")
+    else:
+        lines += [shlex.join(c.command) for c in compile_model(
+            case.profile, lay.batch_size, lay.vae_batch_size, dry_run=True).compiled]
+    lines.append(shlex.join(["runner", *combo.argv(count)]))
+    if slurm is not None:
+        from runner.batch.slurm import SLURM_DIR, sbatch_argv
+
+        options = node_options(slurm, combo.arm)
+        script = combo.run_dir / SLURM_DIR / "j0.sbatch"
+        sbatch = sbatch_argv(combo.run_dir, options, 0, options.nodes, script)
+        lines.append(f"#   {shlex.join(sbatch)}")
+        return lines
+    # A container's mounts must exist and a dry run makes no dirs: the worker command
+    # itself, and the image it would run in.
+    where = f"in {combo.arm.image}: " if combo.arm.image else ""
+    lines += [f"#   {w.name}: {where}"
+              f"{LocalExecutor().describe(w, task_path(combo.run_dir, w.name))}"
+              for w in case.plan.workers]
+    return lines
+
+
+def run_on_slurm(combos: list[Combination], ids: list[int], options: SlurmOptions
+                 ) -> list[tp.LayoutResult]:
+    """Every combination submitted as its own Slurm job, then all waited for together.
+    A combination that cannot be submitted (a layout too big for a node task, sbatch
+    refusing it) is an error row; the others still run."""
+    from runner.batch.slurm import finish_watched, submit_run, wait_for_runs
+
+    results: list[tp.LayoutResult] = []
+    watches: list[tuple[tp.LayoutResult, Any]] = []
+    for c in combos:
+        argv = c.argv(len(ids))
+        result = tp.layout_result(c.case, c.run_dir, argv, c.arm.spec, c.arm.image or "")
+        results.append(result)
+        if c.case.profile is None or c.case.plan is None:
+            continue
+        label = f"{c.case.label} ({c.arm.spec})"
+        print(f"bench: submitting {label}: {len(ids)} samples -> {c.run_dir}", file=sys.stderr,
+              flush=True)
+        try:
+            watches.append((result, submit_run(
+                c.case.profile, c.case.plan, ids, c.run_dir, argv,
+                node_options(options, c.arm), compile_fn=c.arm.compile_fn, label=label)))
+        except RunnerError as e:
+            result.reason = str(e)
+    wait_for_runs([w for _, w in watches])
+    for result, watch in watches:
+        slurm_result(result, watch.manifest, finish_watched(watch))
+    return results
+
+
+def slurm_result(result: tp.LayoutResult, manifest: dict[str, Any], outcome: RunOutcome
+                 ) -> tp.LayoutResult:
+    """Throughput of a Slurm run from its node records: wall = first node task started ->
+    last one ended; every node's workers count."""
+    slurm = manifest["slurm"]
+    nodes = [n for n in slurm["nodes"].values() if n.get("started")]
+    jobs = slurm["jobs"]
+    result.slurm = {"jobs": [j["job_id"] for j in jobs],
+                    "hosts": sorted({n.get("hostname", "?") for n in nodes}),
+                    "node_tasks": len(nodes), "queue_wait_s": None}
+    if not nodes:
+        result.reason = "no node task started"
+        return result
+    start = min(n["started"] for n in nodes)
+    end = max(n.get("ended", n["started"]) for n in nodes)
+    result.slurm["queue_wait_s"] = round(start - min(j["submitted"] for j in jobs), 3)
+    workers = [w for n in nodes for w in n.get("workers", [])]
+    return tp.record_outcome(result, replace(outcome, seconds=end - start), workers, start)
