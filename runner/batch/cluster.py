@@ -96,39 +96,43 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
                    help="replacement submissions for failed node tasks (default 3)")
 
 
+# SlurmOptions field -> its `runner run` flag (the argparse dest is the flag's name).
+# `image` is shared with the docker executor's own --image.
+FLAGS = {"nodes": "--nodes", "partition": "--slurm-partition", "time": "--time",
+         "account": "--account", "cpus_per_node": "--cpus-per-node",
+         "node_executor": "--node-executor", "image": "--image",
+         "sbatch_args": "--sbatch-arg", "max_resubmits": "--max-resubmits"}
+
+
+def given_slurm_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The SlurmOptions fields the command line set (flags not given are left out)."""
+    given = {field: getattr(args, flag.lstrip("-").replace("-", "_"), None)
+             for field, flag in FLAGS.items()}
+    given["sbatch_args"] = tuple(given["sbatch_args"] or ()) or None
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def slurm_options(args: argparse.Namespace, recorded: dict[str, Any] | None = None
                   ) -> SlurmOptions:
     """Options from the command line; flags not given fall back to `recorded` (resume)."""
     base = SlurmOptions.from_dict(recorded) if recorded else SlurmOptions()
-    given = {
-        "nodes": getattr(args, "nodes", None),
-        "partition": getattr(args, "slurm_partition", None),
-        "time": getattr(args, "time", None),
-        "account": getattr(args, "account", None),
-        "node_executor": getattr(args, "node_executor", None),
-        "image": getattr(args, "image", None),
-        "cpus_per_node": getattr(args, "cpus_per_node", None),
-        "sbatch_args": tuple(getattr(args, "sbatch_arg", None) or ()) or None,
-        "max_resubmits": getattr(args, "max_resubmits", None),
-    }
-    merged = {**base.to_dict(), **{k: v for k, v in given.items() if v is not None}}
+    merged = {**base.to_dict(), **given_slurm_options(args)}
     return SlurmOptions.from_dict(merged).validated()
 
 
 def slurm_flags(options: SlurmOptions) -> list[str]:
     """The `runner run` flags that ask for `options` (what a bench's per-combination
     reproduce.sh re-runs); the inverse of `slurm_options`."""
-    out = ["--executor", "slurm", "--nodes", str(options.nodes)]
-    for flag, value in (("--slurm-partition", options.partition), ("--time", options.time),
-                        ("--account", options.account),
-                        ("--cpus-per-node", options.cpus_per_node)):
-        if value is not None:
+    out = ["--executor", "slurm"]
+    defaults = SlurmOptions()
+    for field, flag in FLAGS.items():
+        value = getattr(options, field)
+        if field == "image" and options.node_executor == "local":
+            continue  # only the docker node executor uses an image
+        if field == "sbatch_args":
+            out += [f"{flag}={a}" for a in value]
+        elif value is not None and (value != getattr(defaults, field) or field == "nodes"):
             out += [flag, str(value)]
-    if options.node_executor != "local":
-        out += ["--node-executor", options.node_executor, "--image", str(options.image)]
-    out += [f"--sbatch-arg={a}" for a in options.sbatch_args]
-    if options.max_resubmits != SlurmOptions.max_resubmits:
-        out += ["--max-resubmits", str(options.max_resubmits)]
     return out
 
 

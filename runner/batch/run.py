@@ -332,10 +332,10 @@ def start_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path
               compile_fn=None) -> RunOutcome:
     """A new run to the end. Modules come from `compile_fn`, by default from the compiler
     that goes with the executor (the harness image's own, for docker)."""
-    compile_fn = compile_fn or (executor or LocalExecutor()).compiler(run_dir)
-    manifest = new_run(profile, plan, sample_ids, run_dir, argv,
-                       executor_name=(executor or LocalExecutor()).name,
-                       image=_image_info(executor), captions=captions, compile_fn=compile_fn)
+    executor = executor or LocalExecutor()
+    manifest = new_run(profile, plan, sample_ids, run_dir, argv, executor_name=executor.name,
+                       image=_image_info(executor), captions=captions,
+                       compile_fn=compile_fn or executor.compiler(run_dir))
     outcome = execute(run_dir, plan, manifest, executor)
     finish(run_dir, plan, manifest, outcome)
     write_reproduce(run_dir, manifest)

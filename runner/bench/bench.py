@@ -176,7 +176,7 @@ class _Stages:
         return self.out / "stages" / f"bs{bs}"
 
 
-def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=None,
+def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
               echo: Callable[[str], None] = print) -> BenchReport:
     """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out."""
     start = time.perf_counter()
@@ -201,7 +201,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=N
     report = BenchReport(profile.name, profile.model.name, opts, out, versions())
     cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
                             list(opts.batch_sizes))
-    runnable = [c for c in cases if c.plan is not None]
+    # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.
+    runnable = [c for c in cases if c.plan is not None] if opts.host_only else []
     shared = _Stages(out, opts.dry_run)
 
     def emit(line: str) -> None:
@@ -233,13 +234,11 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions, executor=N
         for case in cases:
             if case.plan is None:
                 emit(f"# layout {case.label}: skipped: {case.skip_reason}")
-    if not opts.host_only:
-        if opts.stages:
-            report.notes.append("stage latencies not measured: they run this host's IREE on "
-                                "this host's devices, which is not what --iree/--image/"
-                                "--executor slurm compare (measure them on a node with "
-                                "`runner bench --no-throughput`)")
-        runnable = []  # no stages, A/B or spec dumps below
+    if not opts.host_only and opts.stages:
+        report.notes.append("stage latencies not measured: they run this host's IREE on "
+                            "this host's devices, which is not what --iree/--image/"
+                            "--executor slurm compare (measure them on a node with "
+                            "`runner bench --no-throughput`)")
 
     # 2. Stage latencies (and the A/B arms) per batch size the runnable layouts use.
     per_batch: dict[int, tp.LayoutCase] = {}

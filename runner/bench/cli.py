@@ -66,14 +66,11 @@ def _golden_options(args: argparse.Namespace):
 
 def _slurm(args: argparse.Namespace):
     """Slurm options with --executor slurm; Slurm flags without it are a mistake."""
-    from runner.batch.cluster import slurm_options
+    from runner.batch.cluster import FLAGS, given_slurm_options, slurm_options
 
     if args.executor == "slurm":
         return slurm_options(args)
-    given = [f for f, v in (("--nodes", args.nodes), ("--slurm-partition", args.slurm_partition),
-                            ("--time", args.time), ("--account", args.account),
-                            ("--cpus-per-node", args.cpus_per_node),
-                            ("--sbatch-arg", args.sbatch_arg)) if v]
+    given = [FLAGS[f] for f in given_slurm_options(args) if f != "image"]  # --image: docker too
     if given:
         raise RunnerError(f"{given[0]} is a Slurm option", where=given[0],
                           fix="add --executor slurm")

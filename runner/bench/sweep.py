@@ -84,12 +84,12 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
                           fix="pass --iree wheels:3.13.0 (builds the image) or --image TAG")
     if not iree and not image:
         return [IreeArm(tp.HOST_IREE)]
+    from runner.docker.image import build_image, parse_source
+
     arms = []
     if image:
         arms.append(IreeArm(f"image:{image}", image))
     for spec in dict.fromkeys(iree_spec(s) for s in iree):
-        from runner.docker.image import build_image, parse_source
-
         kwargs = {"base_image": base_image} if base_image else {}
         built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run, **kwargs)
         command = shlex.join(built.plan.command())

@@ -66,6 +66,11 @@ def run_in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_
     return stdout
 
 
+def _compile_argv(profile_file: Path) -> list[str]:
+    return ["python3", "-m", "runner", "compile", "--profile", str(profile_file.resolve()),
+            "--json"]
+
+
 class ImageCompiler:
     """A `compile_fn(profile, batch, vae_batch)` that runs `runner compile` in the image.
 
@@ -91,9 +96,7 @@ class ImageCompiler:
     def command(self, profile: Profile, batch_size: int, vae_batch_size: int | None = None
                 ) -> list[str]:
         """The command run in the image (`runner compile` prints the compiled model)."""
-        path, _ = self._profile_file(profile, batch_size, vae_batch_size)
-        return ["python3", "-m", "runner", "compile", "--profile", str(path.resolve()),
-                "--json"]
+        return _compile_argv(self._profile_file(profile, batch_size, vae_batch_size)[0])
 
     def __call__(self, profile: Profile, batch_size: int,
                  vae_batch_size: int | None = None) -> CompiledModel:
@@ -102,7 +105,7 @@ class ImageCompiler:
             return self._done[text]
         if not self.dry_run:
             atomic_write_text(path, text)
-        argv = self.command(profile, batch_size, vae_batch_size)
+        argv = _compile_argv(path)
         vae = vae_batch_size or batch_size
         if self.dry_run:  # nothing is written, so nothing to mount: the command and the
             # compiles it would run (the host's dry-run compile: the same commands)
