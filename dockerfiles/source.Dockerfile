@@ -1,5 +1,5 @@
 # Source flavor: IREE built from a git commit with CMake/Ninja, as AMD's from-source SDXL
-# harness image does (DESIGN.md), then used through PATH/PYTHONPATH with the wheels removed.
+# harness image does, then used through PATH/PYTHONPATH with the wheels removed.
 #   IREE_GIT_URL          repository (default upstream)
 #   IREE_COMMIT           commit SHA (7-40 hex) or tag/branch; validated by the runner
 #   IREE_TARGET_BACKENDS  compiler targets, e.g. "LLVM_CPU ROCM"  -> -DIREE_TARGET_BACKEND_<X>=ON

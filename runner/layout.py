@@ -1,6 +1,6 @@
 """Device layout: which worker processes a run starts, on which device, with which environment.
 
-It follows AMD's SDXL harness (DESIGN.md, "AMD's IREE SDXL harness"): one pipeline process per
+It follows AMD's SDXL harness: one pipeline process per
 (CPD slot, device ID), each confined to its own device, all pulling batches from one queue. The
 layout is computed here, before anything starts, so that `runner plan` can show it, the result
 record can store it (results are not bit-identical across layouts), and a bad layout fails

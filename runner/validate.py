@@ -1,6 +1,6 @@
 """`runner validate`: prove an IREE build keeps SDXL accurate, then regenerate the goldens.
 
-The user's whole workflow (seeds/000) as one resumable command over the other modules:
+The IREE developer's whole workflow as one resumable command over the other modules:
 image -> compile inside it -> accuracy run in its containers -> aggregate -> score ->
 (only on PASS, and given a suite) golden check + generate v{n+1} + bump -> one report.
 Each step records a key of its inputs in `validate.json`; a step whose key and outputs are

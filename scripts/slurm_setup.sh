@@ -3,7 +3,7 @@
 #
 # Idempotent: every step checks first, so CI and the test session fixture can call it every
 # time; on a machine where the cluster already answers with this config it only checks.
-# Needs root (apt, munge key, daemons). See DESIGN.md "Slurm on these machines".
+# Needs root (apt, munge key, daemons). Slurm needs munge and both daemons on one host.
 #
 #   1. slurm-wlm + munge from apt (only if missing; `apt-get update` first).
 #   2. /etc/munge/munge.key: 1024 random bytes, owner munge, mode 400; munged runs as munge.

@@ -14,7 +14,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     chromium fonts-dejavu-core >/dev/null
 fi
 
-# A real docker engine for the harness-image tests (DESIGN.md: dockerd without a bridge).
+# A real docker engine for the harness-image tests (dockerd without a bridge: no iptables here).
 if [ -x scripts/docker_setup.sh ]; then
   bash scripts/docker_setup.sh
 fi

@@ -10,7 +10,6 @@ from runner.compiled_model import CompiledModel, compile_model
 from runner.profile import Profile, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from runner.cli import main
 from runner.goldens.testfile import load_benchmark_file
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = (REPO.parent / "shared" / "fixtures" / "iree-test-suites" / "sharktank_models"
+FIXTURES = (REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models"
             / "benchmarks" / "sdxl")
 
 

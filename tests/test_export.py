@@ -1,4 +1,4 @@
-"""Structural tier (seeds/003): a fresh export must equal the shipped assets byte for byte.
+"""Structural tier: a fresh export must equal the shipped assets byte for byte.
 
 `RUNNER_FREEZE_GOLDENS=1` re-freezes: the export then writes into the shipped assets.
 """

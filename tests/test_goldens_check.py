@@ -20,7 +20,7 @@ from runner.tensors import TensorSpec, read_tensor, write_tensor
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
-QUALITY = REPO.parent / "shared" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
+QUALITY = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
     "quality_tests"
 IDENTITY_MLIR = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
                  "  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")

@@ -16,7 +16,7 @@ from runner.goldens.testfile import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-SUITES = REPO.parent / "shared" / "fixtures" / "iree-test-suites" / "sharktank_models"
+SUITES = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models"
 QUALITY = SUITES / "quality_tests"
 SDXL_FILES = sorted((QUALITY / "sdxl").glob("*.json"))
 

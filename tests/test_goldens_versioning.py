@@ -24,7 +24,7 @@ from runner.tensors import TensorSpec, read_tensor
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
-QUALITY = REPO.parent / "shared" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
+QUALITY = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
     "quality_tests" / "sdxl"
 
 

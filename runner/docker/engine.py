@@ -1,6 +1,6 @@
 """The connection to the docker engine, with one clear error when there is none.
 
-No engine runs by default on these machines (DESIGN.md, "Docker on these machines"), so the
+No engine runs by default on these machines, so the
 commonest failure is not a bug but a missing setup step; the error says which script to run.
 """
 

@@ -37,7 +37,7 @@ from runner.sources import is_url, redact_url, resolve
 from runner.tensors import read_tensor, tensor_format, write_tensor
 
 TUNER_FLAG = "--iree-codegen-transform-dialect-library"  # IREE CI's per-SKU spec flag
-TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"  # the user-facing one (seeds/004)
+TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"  # the user-facing spelling
 STATUSES = ("passed", "failed", "error", "xfailed", "xpassed", "planned")
 
 
