@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -24,6 +23,7 @@ from pathlib import Path
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, sha256_file
 from runner.paths import cache_dir
+from runner.progress import echo
 
 # The HIP chip flag was renamed in IREE 3.11 and the old spelling dropped afterwards.
 ROCM_CHIP_FLAG_RENAMED_IN = (3, 11)
@@ -92,8 +92,8 @@ def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
             return subprocess.run(argv, capture_output=True, text=True, check=False,
                                   timeout=limit)
         except subprocess.TimeoutExpired:
-            print(f"warning: iree-compile of {mlir.name} exceeded {limit:.0f}s "
-                  f"(attempt {attempt} of 2)", file=sys.stderr)
+            echo(f"warning: iree-compile of {mlir.name} exceeded {limit:.0f}s "
+                 f"(attempt {attempt} of 2)")
     raise RunnerError(f"iree-compile did not finish within {limit:.0f}s, twice", where=str(mlir),
                       fix=f"raise RUNNER_COMPILE_TIMEOUT, or reproduce: {shlex.join(argv)}")
 
@@ -136,5 +136,5 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     tmp.replace(vmfb)
     result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb))
     atomic_write_json(vmfb.with_suffix(".json"), {**asdict(result), **asdict(compiler)})
-    print(f"compiled {mlir.name} in {seconds:.1f}s -> {vmfb.name}", file=sys.stderr)
+    echo(f"compiled {mlir.name} in {seconds:.1f}s -> {vmfb.name}")
     return result

@@ -9,6 +9,7 @@ from runner.compile import CompileResult, compile_mlir, compiler_info
 from runner.errors import RunnerError
 from runner.pipeline.iree_session import ModuleFiles
 from runner.profile import Profile
+from runner.progress import Progress
 from runner.sources import local_source
 
 
@@ -54,28 +55,36 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
     decode_submodel = model.functions["decode"][0]
     compiler = compiler_info()
     modules, results = [], []
-    for name, sub in model.submodels.items():
-        batch = vae_batch_size if name == decode_submodel else batch_size
-        if batch not in model.batch_sizes:
-            raise RunnerError(
-                f"no {name} artifact for batch size {batch} (the model has "
-                f"{list(model.batch_sizes)})", where=f"{model.path}: batch_sizes",
-                fix="choose a layout batch size the model was exported for")
-        where = f"{model.path}: submodels.{name}"
-        if sub.vmfb:
-            vmfbs = [local_source(model.resolve(sub.vmfb.format(batch=batch)), f"{where}.vmfb",
-                                  not dry_run)]
-        else:
-            vmfbs = []
-            for source in model.mlir_sources(name, batch):
-                result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
-                                      profile.target.flags_for(name, compiler),
-                                      dry_run=dry_run, compiler=compiler)
-                results.append(result)
-                vmfbs.append(Path(result.vmfb))
-        weights = (local_source(model.resolve(sub.weights), f"{where}.weights", not dry_run)
-                   if sub.weights else None)
-        modules.append(ModuleFiles(name, tuple(vmfbs), weights))
+    batches = {name: vae_batch_size if name == decode_submodel else batch_size
+               for name in model.submodels}
+    todo = sum(len(model.mlir_sources(name, batches[name]))
+               for name, sub in model.submodels.items() if not sub.vmfb)
+    with Progress("compile", todo, unit="modules", rate=False, steps=False,
+                  enabled=not dry_run) as progress:
+        for name, sub in model.submodels.items():
+            batch = batches[name]
+            if batch not in model.batch_sizes:
+                raise RunnerError(
+                    f"no {name} artifact for batch size {batch} (the model has "
+                    f"{list(model.batch_sizes)})", where=f"{model.path}: batch_sizes",
+                    fix="choose a layout batch size the model was exported for")
+            where = f"{model.path}: submodels.{name}"
+            if sub.vmfb:
+                vmfbs = [local_source(model.resolve(sub.vmfb.format(batch=batch)),
+                                      f"{where}.vmfb", not dry_run)]
+            else:
+                vmfbs = []
+                for source in model.mlir_sources(name, batch):
+                    progress.start_item(f"{name} bs{batch}: {Path(source).name}")
+                    result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
+                                          profile.target.flags_for(name, compiler),
+                                          dry_run=dry_run, compiler=compiler)
+                    progress.advance()
+                    results.append(result)
+                    vmfbs.append(Path(result.vmfb))
+            weights = (local_source(model.resolve(sub.weights), f"{where}.weights",
+                                    not dry_run) if sub.weights else None)
+            modules.append(ModuleFiles(name, tuple(vmfbs), weights))
     return CompiledModel(str(model.path), profile.target.driver, profile.target.runtime_flags,
                          batch_size, vae_batch_size, tuple(modules), tuple(results))
 

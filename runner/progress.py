@@ -1,11 +1,12 @@
 """Progress of long driver steps (compile, run, scoring, Fréchet), one look for all of them.
 
 On a terminal it is one live line rewritten in place (n/N, the item in progress, elapsed,
-ETA); anywhere else (CI logs, files, pipes) it is whole lines, printed when an item starts,
-at each 10% step and otherwise at most every `interval` seconds, so a log stays readable and
-still shows a sign of life during an hour-long compile. Hand-written rather than tqdm/rich:
-it is ~150 lines, the worker never imports it, and the plain-line mode is the one that
-matters in CI, which those libraries treat as an afterthought.
+ETA); anywhere else (CI logs, files, pipes) it is whole lines: when an item starts, at each
+10% step, at most every `interval` s while things change and every `heartbeat` s while they
+do not, so a log stays readable and still shows a sign of life during an hour-long compile.
+Hand-written rather than tqdm/rich: it is ~150 lines, the worker never imports it, and the
+plain-line mode is the one that matters in CI, which those libraries treat as an
+afterthought.
 
 `RUNNER_PROGRESS=live|plain|off` overrides the terminal detection.
 """
@@ -67,12 +68,15 @@ class Progress:
 
     def __init__(self, label: str, total: int | None = None, *, unit: str = "",
                  already: int = 0, stream: TextIO | None = None, interval: float = 10.0,
-                 heartbeat: float = 60.0, eta: bool = True, enabled: bool = True):
+                 heartbeat: float = 60.0, eta: bool = True, rate: bool = True, steps: bool = True,
+                 enabled: bool = True):
         self.label, self.total, self.unit = label, total, unit
         self.done = self.already = already
         self.stream = stream or sys.stderr
         self.mode = mode(self.stream) if enabled else "off"
         self.interval, self.heartbeat, self.show_eta = interval, heartbeat, eta
+        self.show_rate = rate  # off where items differ wildly in cost (compile)
+        self.steps = steps  # a line at each 10% in logs; off where every item has a start line
         self.item: str | None = None
         self.item_start = 0.0
         self.extra = ""
@@ -88,10 +92,10 @@ class Progress:
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
         parts = [f"{self.label} {count}{' ' + self.unit if self.unit else ''}"]
         if self.item:
-            parts.append(f"{self.item} ({duration(now - self.item_start)})")
+            parts.append(f"{self.item} running {duration(now - self.item_start)}")
         parts.append(f"elapsed {duration(elapsed)}")
         rate = (self.done - self.already) / elapsed if elapsed > 0 else 0.0
-        if self.unit and rate > 0:
+        if self.show_rate and self.unit and rate > 0:
             parts.append(f"{rate:.2f} {self.unit}/s")
         if self.show_eta and self.total is not None and self.done < self.total:
             parts.append(f"ETA {duration((self.total - self.done) / rate)}" if rate > 0
@@ -101,7 +105,7 @@ class Progress:
         return "  ".join(parts)
 
     def _decile(self, done: int) -> int:
-        return done * 10 // self.total if self.total else 0
+        return done * 10 // self.total if self.total and self.steps else 0
 
     def _draw(self) -> None:
         self.stream.write("\r\x1b[K" + self.line())

@@ -41,7 +41,7 @@ def test_plain_lines_start_each_item_and_step_by_tenths():
     p.start_item("vae.mlir")
     p.finish()
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("compile 0/4  unet.mlir (0s)  elapsed 0s")
+    assert lines[0].startswith("compile 0/4  unet.mlir running 0s  elapsed 0s")
     assert lines[1].startswith("compile 1/4  elapsed")  # the 25% step
     assert lines[2].startswith("compile 1/4  vae.mlir")
     assert lines[-1].startswith("compile 1/4  elapsed")
@@ -90,3 +90,15 @@ def test_off_prints_nothing(monkeypatch):
         p.start_item("a")
         p.advance()
     assert out.getvalue() == ""
+
+
+def test_compile_shows_each_module_with_n_of_total(tiny_compiled, capsys, monkeypatch):
+    from runner.cli import main
+
+    monkeypatch.setenv("RUNNER_PROGRESS", "plain")
+    assert main(["compile", "--profile", "tiny"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    starts = [ln for ln in lines if " running " in ln]
+    assert [ln.split("  ")[0] for ln in starts] == [f"compile {i}/4 modules" for i in range(4)]
+    assert "clip bs1: clip_bs1.mlir" in starts[0] and "vae bs1: vae_bs1.mlir" in starts[3]
+    assert lines[-1].startswith("compile 4/4 modules  elapsed")
