@@ -1,0 +1,117 @@
+"""An SDXL-shaped architecture: the diffusers/transformers configs of its submodels.
+
+Read without torch (profiles load it to name an export before anything is built), and
+checked against what the exported pipeline relies on, so an SD 1.x/2.x checkpoint or a
+config from another pipeline is a clear error naming the file, not a failed trace.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.paths import ASSETS_DIR
+
+SDXL_DIR = ASSETS_DIR / "sdxl"
+PIPELINE_CLASS = "StableDiffusionXLPipeline"
+# (subfolder, config file) of every part the export reads.
+CONFIG_FILES = {
+    "text_encoder": "config.json",
+    "text_encoder_2": "config.json",
+    "unet": "config.json",
+    "vae": "config.json",
+    "scheduler": "scheduler_config.json",
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    text_encoder: dict
+    text_encoder_2: dict
+    unet: dict
+    vae: dict
+    scheduler: dict
+
+    @property
+    def latent_size(self) -> int:
+        return int(self.unet["sample_size"])
+
+    @property
+    def image_size(self) -> int:
+        """The VAE upsamples once per block but the last: 128 latents -> 1024 pixels."""
+        return self.latent_size * 2 ** (len(self.vae["block_out_channels"]) - 1)
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.text_encoder["hidden_size"]) + int(self.text_encoder_2["hidden_size"])
+
+    @property
+    def pooled_dim(self) -> int:
+        return int(self.text_encoder_2["projection_dim"])
+
+
+def read_json(path: Path) -> dict:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise RunnerError("file missing", where=str(path),
+                          fix="a diffusers-format SDXL checkpoint has model_index.json, "
+                          "text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, unet/, "
+                          "vae/ and scheduler/ (save_pretrained writes them)") from e
+    except (OSError, ValueError) as e:
+        raise RunnerError(f"cannot read JSON: {e}", where=str(path)) from e
+    if not isinstance(raw, dict):
+        raise RunnerError("expected a JSON object", where=str(path))
+    return raw
+
+
+def load_architecture(root: Path) -> Architecture:
+    """The configs under a diffusers-format directory, checked to be SDXL-shaped."""
+    index_path = root / "model_index.json"
+    index = read_json(index_path)
+    if index.get("_class_name") != PIPELINE_CLASS:
+        raise RunnerError(f"a {index.get('_class_name')!r} checkpoint, not SDXL "
+                          f"({PIPELINE_CLASS})", where=str(index_path),
+                          fix="point --from at an SDXL base 1.0 checkpoint; SD 1.x/2.x "
+                          "(one text encoder, 768/1024-d cross attention) cannot run this "
+                          "pipeline")
+    configs = {name: read_json(root / name / file) for name, file in CONFIG_FILES.items()}
+    arch = Architecture(**configs)
+    check_architecture(arch, root)
+    return arch
+
+
+def check_architecture(arch: Architecture, root: Path) -> None:
+    """What the exported pipeline relies on: text_time conditioning whose inputs are the two
+    encoders' hidden states and the pooled projection, and 4-channel latents."""
+    unet = arch.unet
+    where = str(root / "unet" / "config.json")
+    if unet.get("cross_attention_dim") != arch.embed_dim:
+        raise RunnerError(f"cross_attention_dim {unet.get('cross_attention_dim')} is not the "
+                          f"two text encoders' hidden sizes summed ({arch.embed_dim})",
+                          where=where, fix="this is not an SDXL UNet (SD 1.x has 768, "
+                          "SD 2.x 1024; SDXL 2048)")
+    if unet.get("addition_embed_type") != "text_time":
+        raise RunnerError(f"addition_embed_type is {unet.get('addition_embed_type')!r}, SDXL "
+                          "has 'text_time'", where=where, fix="use an SDXL base checkpoint")
+    expected = arch.pooled_dim + 6 * int(unet.get("addition_time_embed_dim") or 0)
+    if unet.get("projection_class_embeddings_input_dim") != expected:
+        raise RunnerError("projection_class_embeddings_input_dim "
+                          f"{unet.get('projection_class_embeddings_input_dim')} != pooled "
+                          f"{arch.pooled_dim} + 6 x addition_time_embed_dim ({expected})",
+                          where=where, fix="use an SDXL base checkpoint (the refiner differs)")
+    if unet.get("in_channels") != 4 or arch.vae.get("latent_channels") != 4:
+        raise RunnerError("expected 4 latent channels (unet in_channels, vae latent_channels)",
+                          where=where)
+    sched = arch.scheduler
+    if sched.get("prediction_type", "epsilon") != "epsilon":
+        raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
+                          "step assumes epsilon prediction",
+                          where=str(root / "scheduler" / "scheduler_config.json"))
+
+
+def sdxl_architecture() -> Architecture:
+    """SDXL base 1.0, from the configs shipped in `runner/assets/sdxl`."""
+    return load_architecture(SDXL_DIR)
