@@ -34,12 +34,12 @@ import contextlib
 import grp
 import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import shellscript
 from runner.docker.engine import connect
 from runner.errors import RunnerError
 from runner.layout import Worker, format_device_ids
@@ -302,8 +302,10 @@ def run_argv(spec: ContainerSpec, *, detach: bool = True, remove: bool = False) 
     for key, value in spec.env.items():
         argv += ["--env", f"{key}={value}"]
     for m in spec.mounts:
-        argv += ["--mount", f"type=bind,source={m.path},target={m.path}"
-                 + (",readonly" if m.read_only else "")]
+        fields = ["type=bind", f"source={m.path}", f"target={m.path}"]
+        if m.read_only:
+            fields.append("readonly")
+        argv += ["--mount", ",".join(_csv_field(f) for f in fields)]
     for key, value in spec.labels.items():
         argv += ["--label", f"{key}={value}"]
     argv.append(spec.image)
@@ -311,9 +313,16 @@ def run_argv(spec: ContainerSpec, *, detach: bool = True, remove: bool = False) 
     return argv
 
 
+def _csv_field(text: str) -> str:
+    """docker reads `--mount` as one CSV record: a path with a comma or quote is quoted."""
+    if any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
 def run_command_text(spec: ContainerSpec, **kw: bool) -> str:
-    """run_argv as one shell-quoted line, for reproduce.sh."""
-    return shlex.join(run_argv(spec, **kw))
+    """run_argv as one shell-quoted line, for reproduce.sh (runner/shellscript.py)."""
+    return shellscript.join(run_argv(spec, **kw))
 
 
 # --------------------------------------------------------------------------- lifecycle
@@ -380,3 +389,16 @@ def kill(container: Any, remove: bool = True) -> None:
     if remove:
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+
+
+def covering_mounts(paths: list[tuple[Path, bool]]) -> list[tuple[str, bool]]:
+    """Each directory once, nested ones dropped (a read-write parent wins over a child).
+    Paths are made absolute: a container does not share the caller's working directory."""
+    out: dict[str, bool] = {}
+    for path, read_only in sorted(((p.resolve(), ro) for p, ro in paths), key=lambda x: x[0]):
+        parent = next((Path(m) for m in out if path.is_relative_to(m)), None)
+        if parent is None:
+            out[str(path)] = read_only
+        elif not read_only:
+            out[str(parent)] = False
+    return list(out.items())
