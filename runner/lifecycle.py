@@ -1,0 +1,379 @@
+"""A run's whole life, in one place: plan -> compile -> fill queue -> execute -> aggregate
+-> score -> report, and resume.
+
+Every driver goes through `Lifecycle`: `runner run` (runner/cli.py), `runner validate`,
+`runner bench` (runner/bench/sweep.py) and the LoadGen driver. None of them re-implements a
+step; they differ only in which executor runs the work and which steps they ask for.
+
+Public API (the shape other drivers build on):
+
+    lc = Lifecycle.create(run_dir, profile, sample_ids, argv, executor,
+                          captions=None, compile_fn=None, score=True)
+        # takes the run dir's lock, plans, compiles, writes run.json + reproduce.sh
+    lc = Lifecycle.open(run_dir)        # takes the lock, loads the manifest; a dangling
+                                        # `running` attempt (its driver was killed) -> killed
+    lc.check_request(profile, sample_ids)   # a resume asking for something else: error
+    lc.resume(executor, compile_fn=None)    # same modules or an error; status running
+    execution = lc.start()              # records the attempt as running, fills the queue,
+                                        # starts the executor (None: nothing left to do)
+    watch([execution, ...])             # runner/batch/executors.py: poll until all ended
+    outcome = lc.finish_attempt(execution.result())   # attempt finished, completeness
+    outcome = lc.execute()              # start + watch + finish_attempt
+    done = lc.complete()                # aggregate -> score (if the run scores) -> status
+                                        # complete -> reports
+    lc.aggregate(); lc.score(...); lc.report(...)     # the steps one by one (validate)
+    lc.close()                          # releases the lock (also `with Lifecycle...`)
+
+`executor_for(name, profile, ...)` makes the executor for a name (`local`, `docker`,
+`slurm`); nothing else in the runner branches on an executor's name.
+
+Status in run.json: `running` while a driver works on it (or until a killed driver's run is
+resumed), `incomplete` when an attempt ended with samples missing or a disk filled up,
+`complete` only once every sample, the MLPerf accuracy log and dataset.json (and
+accuracy.json for a scored run) are written. Reports are written after that; they are views
+that `runner report DIR` can always rewrite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.batch.aggregate import AggregateResult, aggregate
+from runner.batch.executors import Executed, Execution, Executor, LocalExecutor, watch
+from runner.batch.queue import WorkQueue
+from runner.batch.run import RunOutcome, plan_for, recorded_profile, write_reproduce
+from runner.batch.worker import stats_path
+from runner.errors import RunnerError
+from runner.layout import Plan
+from runner.manifest import FINISHED, KILLED, RUNNING, Attempt, RunManifest, now_text
+from runner.mlperf_data import CAPTIONS_FILE
+from runner.mlperf_log import LOG_NAME
+from runner.profile import Profile
+from runner.provenance import host_info, iree_provenance
+from runner.rundir import DiskFull, RunDir
+from runner.store import SampleStore
+
+ACCURACY_JSON = "accuracy.json"
+
+
+@dataclass
+class Completed:
+    """What the last steps produced: the dataset, the verdict (None: not scored) and the
+    report files."""
+
+    aggregate: AggregateResult
+    score: Any = None  # runner.accuracy.evaluate.RunScore
+    reports: list[Path] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.score.verdict.exit_code if self.score is not None else 0
+
+
+def executor_for(name: str, profile: Profile, *, image: str | None = None,
+                 captions: Path | None = None, slurm: Any = None) -> Executor:
+    """The executor called `name`: `local`, `docker` (needs the harness image tag) or
+    `slurm` (needs SlurmOptions; its node tasks use a local or docker launcher)."""
+    if name == "local":
+        return LocalExecutor()
+    if name == "docker":
+        if not image:
+            raise RunnerError("the docker executor needs a harness image", where="--image",
+                              fix="build one with `runner image build --from wheels:3.13.0` "
+                              "and pass its tag")
+        from runner.docker.executor import DockerExecutor, read_only_inputs
+
+        return DockerExecutor(image, read_only_inputs(profile, captions or CAPTIONS_FILE))
+    if name == "slurm":
+        from runner.batch.cluster import SlurmOptions
+        from runner.batch.slurm import SlurmExecutor
+
+        options = (slurm or SlurmOptions()).validated()
+        node = executor_for(options.node_executor, profile, image=options.image,
+                            captions=captions)
+        return SlurmExecutor(options, node)
+    raise RunnerError(f"unknown executor {name!r}", where="--executor",
+                      fix="use local, docker or slurm")
+
+
+class Lifecycle:
+    """One run dir, driven by this process, which holds its lock until `close()`."""
+
+    def __init__(self, run: RunDir, manifest: RunManifest, profile: Profile,
+                 executor: Executor | None, plan: Plan | None = None):
+        self.run, self.manifest, self.profile = run, manifest, profile
+        self.executor = executor
+        self.plan = plan or plan_for(profile)
+        self.attempt: Attempt | None = None
+
+    def __enter__(self) -> Lifecycle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.run.unlock()
+
+    @property
+    def store(self) -> SampleStore:
+        return SampleStore(self.run.path)
+
+    @property
+    def requested(self) -> set[int]:
+        return set(self.manifest.sample_ids)
+
+    # --- a new run ----------------------------------------------------------------------
+    @classmethod
+    def create(cls, run_dir: Path | str, profile: Profile, sample_ids: list[int],
+               argv: list[str], executor: Executor, *, captions: Path | None = None,
+               compile_fn: Any = None, score: bool = True, plan: Plan | None = None
+               ) -> Lifecycle:
+        """Plans and compiles, creates the run dir and its manifest; runs nothing.
+
+        `compile_fn(profile, batch, vae_batch)` defaults to the executor's compiler (the
+        harness image's own for containers), whose IREE is then the one recorded."""
+        run = RunDir(run_dir)
+        created = not run.path.exists()
+        if run.exists():
+            raise RunnerError("this directory already holds a run", where=str(run.path),
+                              fix=f"use `runner run --resume {run.path}` or another --out")
+        run.lock()
+        try:
+            if run.exists():  # made meanwhile by a driver that has finished since
+                raise RunnerError("this directory already holds a run", where=str(run.path),
+                                  fix=f"use `runner run --resume {run.path}` or another --out")
+            plan = plan or plan_for(profile)
+            layout = plan.layout
+            compile_fn = compile_fn or executor.compiler(run.path)
+            compiled = compile_fn(profile, layout.batch_size, layout.vae_batch_size)
+            image = executor.image_info()
+            manifest = RunManifest(
+                argv=list(argv), profile=profile.name, profile_path=str(profile.path),
+                profile_config=profile.to_dict(), layout=layout.to_dict(), plan=plan.to_dict(),
+                sample_ids=sorted(sample_ids),
+                captions=str((captions or CAPTIONS_FILE).resolve()),
+                compiled=compiled.to_dict(), host=host_info(),
+                iree=(image or {}).get("provenance") or iree_provenance(),
+                executor=executor.name, image=image, score=score)
+            run.save(manifest)
+            run.write_sample_ids(manifest.sample_ids)
+            lc = cls(run, manifest, profile, executor, plan)
+            lc.write_reproduce()
+            return lc
+        except BaseException:
+            run.unlock()
+            if created and not run.exists():
+                _remove_empty(run.path)
+            raise
+
+    # --- an existing run ----------------------------------------------------------------
+    @classmethod
+    def open(cls, run_dir: Path | str) -> Lifecycle:
+        """Locks and loads a run. An attempt still `running` belongs to a driver that is
+        gone (we hold the lock now): it is recorded as `killed`."""
+        run = RunDir(run_dir)
+        if not run.exists():
+            run.load()  # the clear "not a run dir" error, without creating anything
+        run.lock()
+        try:
+            manifest = run.load()
+            profile = recorded_profile(manifest.profile_config, manifest.profile_path,
+                                       manifest.layout, str(run.manifest_path))
+            dangling = [a for a in manifest.attempts if a.status == RUNNING]
+            for attempt in dangling:
+                attempt.status = KILLED
+            if dangling:
+                if manifest.status == "running":
+                    manifest.status = "incomplete"
+                run.save(manifest)
+            return cls(run, manifest, profile, None)
+        except BaseException:
+            run.unlock()
+            raise
+
+    def check_request(self, requested: Profile | None = None,
+                      sample_ids: list[int] | None = None) -> None:
+        """A resume that asks for another profile, layout or sample set is refused: results
+        are not bit-identical across layouts, and a run is one fixed sample set."""
+        where = str(self.run.manifest_path)
+        recorded = self.profile
+        if requested is not None and (requested.to_dict() != recorded.to_dict()
+                                      or requested.layout != recorded.layout):
+            raise RunnerError(
+                f"run was made with profile {recorded.name} and layout "
+                f"{recorded.layout.to_dict()}; resuming with {requested.name} / "
+                f"{requested.layout.to_dict()} would mix results", where=where,
+                fix="resume without --profile/--set/layout flags, or start a new --out")
+        if sample_ids is not None and sorted(sample_ids) != sorted(self.manifest.sample_ids):
+            raise RunnerError(
+                f"run was made for {len(self.manifest.sample_ids)} samples; this resume asks "
+                f"for {len(sample_ids)} others", where=where,
+                fix="resume without --count/--ids, or start a new --out for another set")
+
+    def resume(self, executor: Executor, compile_fn: Any = None) -> None:
+        """Gets the run's modules again (a cache hit normally) and refuses other ones."""
+        self.executor = executor
+        layout = self.profile.layout
+        compile_fn = compile_fn or executor.compiler(self.run.path)
+        compiled = compile_fn(self.profile, layout.batch_size, layout.vae_batch_size)
+        if [c.key for c in compiled.compiled] != self.manifest.compiled_keys:
+            raise RunnerError("the compiled modules differ from the ones this run started with "
+                              "(another iree-compile or changed flags/MLIR)",
+                              where=str(self.run.manifest_path),
+                              fix="resume with the IREE the run started with, or start a new "
+                              "--out")
+        self.manifest.compiled = compiled.to_dict()
+        self.manifest.executor = executor.name
+        self.manifest.status = "running"
+        self.run.save(self.manifest)
+
+    # --- execute ------------------------------------------------------------------------
+    def start(self) -> Execution | None:
+        """Records this attempt as running, fills the queue with the missing samples and
+        starts the executor; None when no sample is missing and nothing is left running."""
+        executor = self._executor()
+        self.attempt = Attempt(executor=executor.name)
+        self.manifest.attempts.append(self.attempt)
+        self.manifest.status = "running"
+        self.run.save(self.manifest)
+        missing = self.requested - self.store.done_ids()
+        queue = WorkQueue(self.run.path)
+        with self.run.writing(queue.root):
+            if executor.keeps_queue(self.run, self.manifest):
+                lost = missing - queue.covered_ids()
+                if lost:
+                    queue.add(lost, self.plan.layout.batch_size)
+            elif missing:
+                queue.fill(missing, self.plan.layout.batch_size)
+            else:
+                return None
+            return executor.start(self.run, self.manifest, self.plan)
+
+    def finish_attempt(self, executed: Executed | None) -> RunOutcome:
+        """Ends the attempt in the manifest (deaths, worker stats and commands) and checks
+        completeness; a disk that filled up under the workers is said so."""
+        done = self.store.done_ids()
+        requested = self.requested
+        executed = executed or Executed(time.time(), 0.0)
+        attempt = self.attempt or Attempt(executor=self._executor().name)
+        attempt.status, attempt.finished_at = FINISHED, now_text()
+        attempt.seconds, attempt.deaths = executed.seconds, executed.deaths
+        m = self.manifest
+        if executed.workers:
+            m.workers = _worker_stats(self.run.path, executed.workers)
+            m.worker_commands = executed.commands
+        m.missing = sorted(requested - done)
+        m.unexpected = sorted(done - requested)
+        m.status = "running" if not m.missing else "incomplete"
+        self.run.save(m)
+        self.write_reproduce()
+        outcome = RunOutcome(self.run.path, len(requested), len(requested & done),
+                             executed.seconds, executed.deaths)
+        if m.missing and any("No space left" in d.get("log_tail", "") for d in executed.deaths):
+            self.run.remove_temp_files(self.store.dir)
+            raise DiskFull(self.store.dir, self.run.path)
+        return outcome
+
+    def execute(self) -> RunOutcome:
+        execution = self.start()
+        if execution is not None:
+            watch([execution])
+        return self.finish_attempt(execution.result() if execution else None)
+
+    # --- the last steps -----------------------------------------------------------------
+    def aggregate(self, allow_incomplete: bool = False) -> AggregateResult:
+        with self._step(self.run.path / LOG_NAME):
+            return aggregate(self.run.path, allow_incomplete=allow_incomplete)
+
+    def score(self, profile: str | None = None, allow_subset: bool = False) -> Any:
+        """FID/CLIP against the profile's ranges; None (saying why) when the profile has no
+        ranges or the [metrics] extra is missing."""
+        if profile is None and self.profile.accuracy.fid is None:
+            print("not scored: the profile has no accuracy ranges", file=sys.stderr)
+            return None
+        try:
+            from runner.accuracy.evaluate import evaluate_run
+        except ImportError as e:
+            print(f"not scored: {e} (pip install -e '.[metrics]')", file=sys.stderr)
+            return None
+        with self._step(self.run.path / ACCURACY_JSON):
+            return evaluate_run(self.run.path, profile=profile, allow_subset=allow_subset)
+
+    def report(self, against: Path | None = None) -> list[Path]:
+        from runner.report import write_reports
+
+        with self._step(self.run.path / "summary.md"):
+            return list(write_reports(self.run.path, against=against))
+
+    def complete(self, score: bool | None = None) -> Completed:
+        """Aggregate -> score (as the run was made, unless told) -> complete -> reports."""
+        result = Completed(self.aggregate())
+        if self.manifest.score if score is None else score:
+            result.score = self.score()
+        self.manifest.status = "complete"
+        self.run.save(self.manifest)
+        result.reports = self.report()
+        return result
+
+    def rescore(self) -> Completed:
+        """A complete run scored again (asked for with --rescore), reports rewritten."""
+        result = Completed(self.aggregate(), self.score())
+        result.reports = self.report()
+        return result
+
+    def write_reproduce(self) -> None:
+        with self.run.writing(self.run.reproduce_path):
+            write_reproduce(self.run.path, self.manifest.to_dict())
+
+    # --- helpers ------------------------------------------------------------------------
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            raise RunnerError("internal: Lifecycle.resume(executor) was not called",
+                              where=str(self.run.path))
+        return self.executor
+
+    @contextlib.contextmanager
+    def _step(self, target: Path) -> Iterator[None]:
+        """A last step's writes: a full disk leaves the run `incomplete` (never complete
+        without its outputs) and no temp file behind."""
+        try:
+            with self.run.writing(target):
+                yield
+        except DiskFull:
+            self.manifest.status = "incomplete"
+            with contextlib.suppress(DiskFull):  # else run.json keeps its last state,
+                self.run.save(self.manifest)     # which is not `complete` either
+            raise
+
+
+def _worker_stats(run_dir: Path, names: list[str]) -> dict[str, Any]:
+    out = {}
+    for name in names:
+        path = stats_path(run_dir, name)
+        try:
+            out[name] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a worker that never finished a batch wrote none
+    return out
+
+
+def _remove_empty(path: Path) -> None:
+    """A new run that failed before its manifest leaves no directory behind."""
+    try:
+        for sub in sorted(path.rglob("*"), reverse=True):
+            if sub.is_dir():
+                sub.rmdir()
+        path.rmdir()
+    except OSError:
+        pass  # something is in there: keep it
+
+
+__all__ = ["Completed", "Lifecycle", "executor_for", "watch"]
