@@ -15,7 +15,6 @@ the exact field or flag at fault.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.schema import check_keys, dataclass_keys
 
 # Compute partitions per physical GPU for each `rocm-smi --setcomputepartition` mode.
 PARTITIONS = {"spx": 1, "dpx": 2, "qpx": 4, "cpx": 8}
@@ -37,10 +37,6 @@ MAX_DEVICE_IDS = 4096
 # ("cpu_ids[0] 999 out of bounds"), so the flag really reaches the task topology.
 CPU_IDS_FLAG = "--task_topology_cpu_ids"
 
-_FIELDS = (
-    "gpus", "partition", "devices", "cpd", "batch_size", "vae_batch_size", "numa",
-    "cores_per_device", "allow_oversubscribe",
-)
 # The command-line flag that overrides each field (what an error should tell the user to type).
 _FLAGS = {
     "partition": "--partition",
@@ -247,13 +243,7 @@ class LayoutSpec:
         if given_backend is not None and given_backend != backend:
             raise src.error("backend", f"layout says backend {given_backend!r} but the target "
                             f"is {backend!r}", fix="remove layout.backend or make them agree")
-        unknown = [k for k in values if k not in _FIELDS]
-        if unknown:
-            key = unknown[0]
-            close = difflib.get_close_matches(str(key), _FIELDS, n=1)
-            hint = f"did you mean `{close[0]}`? " if close else ""
-            raise RunnerError(f"unknown field `{key}`", where=f"{where}: layout.{key}",
-                              fix=f"{hint}known fields: {', '.join(_FIELDS)}")
+        check_keys(values, dataclass_keys(cls, skip=("backend",)), where, "layout")
         return _build(backend, values, src, prefix=where)
 
     def with_overrides(

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from runner.errors import RunnerError
+from runner.schema import check_keys, dataclass_keys
 
 DENOISE_MODES = ("host_loop", "produce_image_latents")
 # The pipeline's steps and the functions each denoise mode needs.
@@ -23,6 +24,10 @@ REQUIRED_FUNCTIONS = {
     "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
 }
 DTYPES = ("float32", "float16")
+# ModelConfig fields not read from a top-level key of their own name: the file's location,
+# and the two read from the `tokenizer:` mapping (TOKENIZER_KEYS).
+_NOT_TOP_LEVEL = ("path", "tokenizer_dir", "pad_tokens")
+TOKENIZER_KEYS = ("dir", "pad_tokens")
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class Submodel:
     weights: str | None = None
     extra_mlir: tuple[str, ...] = ()
     vmfb: str | None = None
+    batch_sizes: tuple[int, ...] = ()  # when not the model's (a VAE exported at its own)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ class ModelConfig:
     denoise: str
     submodels: dict[str, Submodel]
     functions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # `checkpoint:DIR` / `seeded:NAME` when the artifacts come from the export cache: a
+    # missing batch size is then exported on demand rather than an error.
+    source: str | None = None
+    # Why FID/CLIP must not judge this model's images (seeded random weights), if so.
+    no_scoring: str | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -68,6 +79,17 @@ class ModelConfig:
             return ref
         p = Path(ref).expanduser()
         return str(p if p.is_absolute() else self.base_dir / p)
+
+    def sizes_for(self, submodel: str) -> tuple[int, ...]:
+        """The batch sizes `submodel` was exported at."""
+        return self.submodels[submodel].batch_sizes or self.batch_sizes
+
+    def check_scorable(self) -> None:
+        if self.no_scoring:
+            raise RunnerError(f"scoring refused for model {self.name}: {self.no_scoring}",
+                              where=f"{self.path}: no_scoring",
+                              fix="score a profile with real weights (e.g. mi325x with a "
+                              "local SDXL checkpoint); use this one for throughput and compiles")
 
     def mlir_sources(self, submodel: str, batch: int) -> list[str]:
         sub = self.submodels[submodel]
@@ -87,6 +109,7 @@ class ModelConfig:
         where = str(path)
         if not isinstance(raw, dict):
             raise RunnerError("model config must be a mapping", where=where)
+        check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
 
         def need(key: str, kind: type | tuple[type, ...]) -> Any:
             if key not in raw:
@@ -104,15 +127,20 @@ class ModelConfig:
         if denoise not in DENOISE_MODES:
             raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where)
         batch_sizes = need("batch_sizes", list)
-        if not batch_sizes or not all(isinstance(b, int) and b > 0 for b in batch_sizes):
+        source = raw.get("source")
+        # An export-backed config may have no batch size yet: `runner compile` adds them.
+        if (not batch_sizes and not source) or not all(isinstance(b, int) and b > 0
+                                                        for b in batch_sizes):
             raise RunnerError("`batch_sizes` must list positive integers", where=where)
         submodels = {}
         for name, sub in need("submodels", dict).items():
             if not isinstance(sub, dict) or "mlir" not in sub:
                 raise RunnerError(f"submodel `{name}` needs an `mlir` field",
                                   where=f"{where}: submodels.{name}")
+            check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
             submodels[name] = Submodel(name, sub["mlir"], sub.get("weights"),
-                                       tuple(sub.get("extra_mlir", ())), sub.get("vmfb"))
+                                       tuple(sub.get("extra_mlir", ())), sub.get("vmfb"),
+                                       tuple(sub.get("batch_sizes", ())))
         functions = {}
         for role, ref in need("functions", dict).items():
             sub, _, fn = str(ref).partition(".")
@@ -126,6 +154,7 @@ class ModelConfig:
             raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
                               where=f"{where}: functions")
         tok = need("tokenizer", dict)
+        check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
         pads = tuple(tok.get("pad_tokens", ("<|endoftext|>", "!")))
         if len(pads) != 2:
             raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
@@ -138,4 +167,5 @@ class ModelConfig:
             negative_prompt=need("negative_prompt", str), max_length=need("max_length", int),
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
+            source=source, no_scoring=raw.get("no_scoring"),
         )

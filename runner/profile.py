@@ -3,14 +3,22 @@
 A profile may `extends:` another (mappings merge, lists replace), and command-line flags
 override any field, so `mi325x` is `sdxl` plus a lab layout and `cpu` is `tiny` plus two
 CPU devices.
+
+Every key of a profile file and of `--set` is checked against `profile_schema()`, which is
+derived from the dataclasses below: a section (`target:`, `layout:`...) takes the fields of
+the dataclass it is read into. So a new profile setting is a new dataclass field (plus its
+reading in `profile_from_raw`), and nothing else; a typo is an error naming the closest key.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -19,6 +27,7 @@ from runner.errors import RunnerError
 from runner.layout import LayoutSpec
 from runner.model_config import ModelConfig
 from runner.paths import ASSETS_DIR, CONFIGS_DIR
+from runner.schema import check_keys, dataclass_keys, unknown_key
 
 BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
 DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
@@ -55,6 +64,7 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise RunnerError(f"cannot read profile: {e}", where=str(path)) from e
     if not isinstance(raw, dict):
         raise RunnerError("a profile must be a YAML mapping", where=str(path))
+    check_profile_keys(raw, str(path))
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
@@ -110,7 +120,10 @@ class Target:
 
 @dataclass(frozen=True)
 class Accuracy:
-    """Inclusive two-sided ranges; `reference_stats` etc. are read by the scoring step."""
+    """Inclusive two-sided ranges; the other keys (`SETTINGS`) are kept raw in `settings`
+    and read by the scoring step (runner/accuracy/settings.py), which imports numpy."""
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("backbones", "seed", "fid_statistics", "samples")
 
     fid: tuple[float, float] | None
     clip: tuple[float, float] | None
@@ -118,7 +131,23 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
+class Mlperf:
+    """The system's MLPerf LoadGen values (`runner mlperf`): what its user.conf says, plus
+    how long the Server batcher may hold a sample to fill a batch."""
+
+    system: str | None = None  # system description id in a submission tree
+    offline_expected_qps: float | None = None
+    server_target_qps: float | None = None
+    batcher_limit_ms: float = 100.0
+
+
+@dataclass(frozen=True)
 class Profile:
+    # Fields that are not keys of the YAML (where it came from, the merged mapping), and
+    # those whose YAML value names another file rather than holding the section itself.
+    NOT_YAML: ClassVar[tuple[str, ...]] = ("path", "raw")
+    REFERENCES: ClassVar[tuple[str, ...]] = ("model",)
+
     name: str
     path: Path
     raw: dict
@@ -126,6 +155,7 @@ class Profile:
     target: Target
     layout: LayoutSpec
     accuracy: Accuracy
+    mlperf: Mlperf = Mlperf()
 
     def to_dict(self) -> dict:
         return copy.deepcopy(self.raw)
@@ -179,10 +209,78 @@ def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
     return (float(value[0]), float(value[1]))
 
 
+def _mlperf(raw: Any, where: str) -> Mlperf:
+    if raw is None:
+        return Mlperf()
+    if not isinstance(raw, dict):
+        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf")
+    for key, value in raw.items():
+        if key == "system":
+            ok = isinstance(value, str) and bool(value)
+        elif key in ("offline_expected_qps", "server_target_qps", "batcher_limit_ms"):
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        else:
+            raise RunnerError(f"unknown field `mlperf.{key}`", where=f"{where}: mlperf.{key}",
+                              fix="use system, offline_expected_qps, server_target_qps, "
+                              "batcher_limit_ms")
+        if not ok:
+            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=f"{where}: mlperf.{key}",
+                              fix="a positive number" if key != "system" else "a name")
+    return Mlperf(**raw)
+
+
+def profile_schema() -> dict[str, tuple[str, ...] | None]:
+    """Each top-level key -> the keys its section takes, or None where it holds a value."""
+    hints = typing.get_type_hints(Profile)
+    schema: dict[str, tuple[str, ...] | None] = {"extends": None}
+    for name in dataclass_keys(Profile, skip=Profile.NOT_YAML):
+        cls = hints[name]
+        if not dataclasses.is_dataclass(cls) or name in Profile.REFERENCES:
+            schema[name] = None
+        elif cls is Accuracy:
+            schema[name] = ("fid", "clip", *Accuracy.SETTINGS)
+        else:
+            schema[name] = dataclass_keys(cls)
+    return schema
+
+
+def check_profile_keys(raw: Mapping[str, Any], where: str) -> None:
+    """Every top-level and section key of one profile mapping is known (see module doc).
+    Below a section, keys are the user's own (submodel names in `target.submodel_flags`)."""
+    schema = profile_schema()
+    check_keys(raw, schema, where)
+    for name, keys in schema.items():
+        section = raw.get(name)
+        if keys is not None and isinstance(section, Mapping):
+            check_keys(section, keys, where, name)
+
+
+def check_override(dotted: str, path: Path) -> None:
+    """`--set KEY=...`: KEY names a known field (a section key, or a key inside one)."""
+    where = f"--set (profile {path})"
+    parts = dotted.split(".")
+    if not all(p.strip() for p in parts):
+        raise RunnerError(f"`--set {dotted}=...` has an empty key", where=where,
+                          fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
+    schema = profile_schema()
+    if parts[0] == "extends":
+        raise RunnerError("`extends` is resolved before overrides apply", where=where,
+                          fix="pass the other profile with --profile")
+    if parts[0] not in schema:
+        raise unknown_key(parts[0], [k for k in schema if k != "extends"], where)
+    keys = schema[parts[0]]
+    if keys is None and len(parts) > 1:
+        raise RunnerError(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
+                          where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
+    if keys is not None and len(parts) > 1 and parts[1] not in keys:
+        raise unknown_key(parts[1], keys, where, parts[0])
+
+
 def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> Profile:
     path = profile_path(name_or_path)
     raw = _load_raw(path)
     for dotted, value in (overrides or {}).items():
+        check_override(dotted, path)
         set_field(raw, dotted, value)
     return profile_from_raw(raw, path)
 
@@ -190,6 +288,7 @@ def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> 
 def profile_from_raw(raw: dict, path: Path) -> Profile:
     """A profile from its merged mapping, e.g. the one a run manifest recorded."""
     where = str(path)
+    check_profile_keys(raw, where)
     model_ref = raw.get("model")
     if not isinstance(model_ref, str):
         raise RunnerError("missing `model` (builtin:tiny or a model config path)",
@@ -214,4 +313,5 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
                                     f"{where}: layout"),
         accuracy=Accuracy(_range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
                           {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip")}),
+        mlperf=_mlperf(raw.get("mlperf"), where),
     )

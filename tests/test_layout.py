@@ -282,6 +282,13 @@ def test_bad_profile_values_name_the_field(extra, field, says):
     assert says in str(err)
 
 
+def test_unknown_layout_field_suggests_the_closest_one():
+    err = error_of(mi325x, vae_batchsize=4)
+    assert err.where == f"{WHERE}: layout.vae_batchsize"
+    assert err.fix.startswith("did you mean `layout.vae_batch_size`?")
+    assert "allow_oversubscribe" in err.fix  # and lists every valid key
+
+
 def test_id_out_of_range_for_spx_suggests_partition_or_range():
     err = error_of(LayoutSpec.from_dict,
                    {"gpus": 8, "partition": "spx", "devices": "0-63", "batch_size": 32},

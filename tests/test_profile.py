@@ -1,12 +1,14 @@
 """Profiles: extends/merge, overrides, and errors that name the file and field."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from runner.errors import RunnerError
-from runner.profile import load_profile
+from runner.model_config import ModelConfig
+from runner.profile import BUILTIN_MODELS, load_profile
 
 
 def test_sku_profiles_extend_sdxl_with_their_layouts():
@@ -53,3 +55,91 @@ def test_cli_exits_2_with_a_message_not_a_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def write_profile(tmp_path, name, text):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "key", "closest"), [
+    ("extends: tiny\nlayoutt:\n  devices: '0'\n", "layoutt", "layout"),
+    ("extends: tiny\ntarget:\n  chpi: znver4\n", "target.chpi", "target.chip"),
+    ("extends: tiny\nlayout:\n  batchsize: 2\n", "layout.batchsize", "layout.batch_size"),
+    ("extends: tiny\naccuracy:\n  fid_stats: x.npz\n", "accuracy.fid_stats",
+     "accuracy.fid_statistics"),
+    ("extends: tiny\nmlperf:\n  sytem: x\n", "mlperf.sytem", "mlperf.system"),
+])
+def test_unknown_profile_keys_name_the_key_the_file_and_the_closest_one(tmp_path, text, key,
+                                                                        closest):
+    path = write_profile(tmp_path, "typo", text)
+    with pytest.raises(RunnerError) as err:
+        load_profile(str(path))
+    assert err.value.where == f"{path}: {key}"
+    assert f"unknown field `{key}`" in str(err.value)
+    assert f"did you mean `{closest}`?" in err.value.fix
+
+
+def test_a_typo_in_a_parent_profile_names_the_parent_file(tmp_path):
+    parent = write_profile(tmp_path, "parent", "extends: tiny\ntraget:\n  chip: host\n")
+    child = write_profile(tmp_path, "child", f"extends: {parent}\nname: child\n")
+    with pytest.raises(RunnerError) as err:
+        load_profile(str(child))
+    assert err.value.where == f"{parent}: traget" and "`target`" in err.value.fix
+
+
+def test_user_named_keys_below_a_section_are_not_checked():
+    p = load_profile("tiny", {"target.submodel_flags": {"unet": ["--x"]}})
+    assert p.target.submodel_flags == {"unet": ("--x",)}
+
+
+@pytest.mark.parametrize(("dotted", "says", "fix"), [
+    ("foo.bar", "unknown field `foo`", "valid keys: accuracy, layout"),
+    ("layoutt.cpd", "unknown field `layoutt`", "did you mean `layout`?"),
+    ("layout.cpdd", "unknown field `layout.cpdd`", "did you mean `layout.cpd`?"),
+    ("target.chipp", "unknown field `target.chipp`", "did you mean `target.chip`?"),
+    ("", "has an empty key", "--set SECTION.KEY=VALUE"),
+    ("layout..cpd", "has an empty key", "--set SECTION.KEY=VALUE"),
+    ("name.first", "`name` holds a value", "--set name=VALUE"),
+    ("extends", "resolved before overrides", "--profile"),
+])
+def test_unknown_set_keys_are_errors(dotted, says, fix):
+    with pytest.raises(RunnerError) as err:
+        load_profile("tiny", {dotted: 1})
+    assert says in str(err.value) and fix in err.value.fix
+    assert "--set" in err.value.where and "tiny.yaml" in err.value.where
+
+
+@pytest.mark.parametrize("setting", ["foo.bar=1", "=3", "layoutt.cpd=2"])
+def test_cli_rejects_unknown_set_keys_with_exit_2(setting):
+    proc = subprocess.run([sys.executable, "-m", "runner", "plan", "--profile", "tiny",
+                           "--set", setting], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout
+    assert "--set" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("change", "key", "closest"), [
+    ({"stepz": 4}, "stepz", "steps"),
+    ({"tokenizer": {"dir": "tokenizer", "pad_token": ["a", "b"]}}, "tokenizer.pad_token",
+     "tokenizer.pad_tokens"),
+])
+def test_unknown_model_config_keys_name_the_key_the_file_and_the_closest_one(tmp_path, change,
+                                                                            key, closest):
+    raw = json.loads(BUILTIN_MODELS["tiny"].read_text())
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({**raw, **change}))
+    with pytest.raises(RunnerError) as err:
+        ModelConfig.load(path)
+    assert err.value.where == f"{path}: {key}" and f"did you mean `{closest}`?" in err.value.fix
+
+
+def test_unknown_submodel_keys_are_errors(tmp_path):
+    raw = json.loads(BUILTIN_MODELS["tiny"].read_text())
+    raw["submodels"]["vae"]["weigths"] = "x.irpa"
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(RunnerError) as err:
+        ModelConfig.load(path)
+    assert err.value.where == f"{path}: submodels.vae.weigths"
+    assert "did you mean `submodels.vae.weights`?" in err.value.fix
