@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,27 @@ from pathlib import Path
 from runner.fileio import atomic_write_json
 
 QUEUE_DIR = "queue"
+# While this file exists, more batches may come (a LoadGen run issues samples over time):
+# workers wait for work instead of exiting when the queue is empty.
+OPEN_MARKER = "open"
 
 
 @dataclass(frozen=True)
 class Batch:
+    """`ids` key the sample store; `prompts` are the caption rows when they differ (a LoadGen
+    run keys each issued sample by its own id, since LoadGen may issue a row many times)."""
+
     name: str
     ids: tuple[int, ...]
+    prompts: tuple[int, ...] | None = None
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        return self.ids if self.prompts is None else self.prompts
+
+
+def _batch_ids(data: list[int] | dict) -> list[int]:
+    return data["ids"] if isinstance(data, dict) else data
 
 
 class WorkQueue:
@@ -60,8 +76,36 @@ class WorkQueue:
                 os.rename(path, target)
             except FileNotFoundError:
                 continue  # another worker won the race for this one
-            return Batch(path.name, tuple(json.loads(target.read_text())))
+            data = json.loads(target.read_text())
+            if isinstance(data, dict):
+                return Batch(path.name, tuple(data["ids"]), tuple(data["prompts"]))
+            return Batch(path.name, tuple(data))
         return None
+
+    def open(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / OPEN_MARKER).touch()
+
+    def close(self) -> None:
+        (self.root / OPEN_MARKER).unlink(missing_ok=True)
+
+    def is_open(self) -> bool:
+        return (self.root / OPEN_MARKER).exists()
+
+    def next_batch(self, worker: str, poll_s: float = 0.01) -> Batch | None:
+        """`claim`, waiting while the queue is open; None once it is closed and empty."""
+        while True:
+            batch = self.claim(worker)
+            if batch is not None:
+                return batch
+            if not self.is_open():
+                return self.claim(worker)  # a batch put just before the close
+            time.sleep(poll_s)
+
+    def put(self, name: str, ids: list[int], prompts: list[int]) -> None:
+        """One batch whose store keys differ from its caption rows; `name` orders it."""
+        self.pending.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.pending / f"{name}.json", {"ids": ids, "prompts": prompts})
 
     def done(self, worker: str, batch: Batch) -> None:
         (self.claimed / worker / batch.name).unlink(missing_ok=True)
@@ -115,7 +159,7 @@ class WorkQueue:
                       lambda: [f for d in self._claim_dirs() for f in d.glob("*.json")]):
             for f in files():  # pending read whole before the claim dirs are listed
                 try:
-                    out.update(json.loads(f.read_text()))
+                    out.update(_batch_ids(json.loads(f.read_text())))
                 except FileNotFoundError:
                     continue  # claimed, released or finished while we looked
         return out

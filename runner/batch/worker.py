@@ -60,13 +60,15 @@ def run_worker(task_file: Path) -> int:
     stats = {"worker": name, "device": device, "pid": os.getpid(),
              "load_seconds": time.perf_counter() - start, "samples": 0, "batches": []}
     log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
+    atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
     try:
-        while (batch := queue.claim(name)) is not None:
+        while (batch := queue.next_batch(name)) is not None:
+            prompt = dict(zip(batch.ids, batch.prompt_ids, strict=True))
             todo = [i for i in batch.ids if not store.path(i).is_file()]
             t0 = time.time()
             for lo in range(0, len(todo), compiled.batch_size):
                 ids = todo[lo : lo + compiled.batch_size]
-                images = pipeline.generate([captions[i] for i in ids])
+                images = pipeline.generate([captions[prompt[i]] for i in ids])
                 for qsl_idx, image in zip(ids, images, strict=True):
                     store.put(qsl_idx, image, name, device)
             queue.done(name, batch)

@@ -1,0 +1,90 @@
+"""`runner mlperf`: LoadGen-driven runs; flags named after AMD's harness where it has them
+(--scenario, --count, --time, --qps, --user-conf, --audit-conf)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runner.clihelp import add_profile, document, profile_overrides
+from runner.loadgen.conf import COMPLIANCE_TESTS, MODES, SCENARIOS, Flags
+
+
+def _slurm(args: argparse.Namespace):
+    from runner.batch.cluster import SlurmOptions
+
+    given = {"nodes": args.nodes, "partition": args.slurm_partition, "time": args.slurm_time,
+             "node_executor": args.node_executor, "image": args.image,
+             "cpus_per_node": args.cpus_per_node, "sbatch_args": args.sbatch_arg or ()}
+    return SlurmOptions.from_dict({k: v for k, v in given.items() if v is not None})
+
+
+def cmd_mlperf(args: argparse.Namespace) -> int:
+    from runner.lifecycle import executor_for
+    from runner.loadgen.command import run_mlperf
+    from runner.loadgen.run import MlperfRequest
+    from runner.profile import load_profile
+
+    profile = load_profile(args.profile, profile_overrides(args.set))
+    compliance = tuple(t for item in args.compliance or [] for t in item.split(",") if t)
+    captions = Path(args.captions) if args.captions else None
+    request = MlperfRequest(
+        profile=profile, scenario=args.scenario, mode=args.mode, out=Path(args.out),
+        compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
+        audit_conf=Path(args.audit_conf) if args.audit_conf else None,
+        flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions)
+    executor = executor_for(args.executor, profile, image=args.image, captions=captions,
+                            slurm=_slurm(args) if args.executor == "slurm" else None)
+    return run_mlperf(request, executor, dry_run=args.dry_run)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "mlperf", help="MLPerf LoadGen tests (Offline/Server; accuracy, performance, "
+        "submission with compliance) over the per-device workers",
+        description="LoadGen issues the samples and measures; the runner's workers compute "
+        "them. A submission runs the accuracy test, the performance test and the compliance "
+        "tests, verifies them and writes MLPerf's submission tree.")
+    add_profile(p)
+    p.add_argument("--scenario", required=True, choices=list(SCENARIOS),
+                   help="LoadGen scenario")
+    p.add_argument("--mode", required=True, choices=list(MODES),
+                   help="accuracy (every QSL sample once, scored), performance (timed), "
+                   "submission (both, plus --compliance tests and the submission tree)")
+    p.add_argument("--compliance", action="append", metavar="TEST",
+                   help=f"compliance tests with --mode submission: {','.join(COMPLIANCE_TESTS)}"
+                   " (SDXL requires both)")
+    p.add_argument("--user-conf", metavar="FILE", help="LoadGen user.conf (checked line by "
+                   "line; merged with the profile's `mlperf:` values)")
+    p.add_argument("--audit-conf", metavar="FILE",
+                   help="replaces the one --compliance test's shipped audit.config")
+    p.add_argument("--count", type=int, help="QSL and performance sample count (default 5000)")
+    p.add_argument("--time", type=float, metavar="S", help="minimum test duration, seconds")
+    p.add_argument("--qps", type=float,
+                   help="Offline expected QPS / Server target QPS (default: the profile's)")
+    p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
+    p.add_argument("--executor", choices=["local", "docker", "slurm"], default="local",
+                   help="where the workers run (default local)")
+    p.add_argument("--image", help="harness image tag for docker workers")
+    g = p.add_argument_group("Slurm (--executor slurm): node tasks serve the one queue")
+    g.add_argument("--nodes", type=int, help="array tasks, one per node (default 1)")
+    g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
+    g.add_argument("--slurm-time", metavar="T", help="sbatch --time per node task")
+    g.add_argument("--node-executor", choices=["local", "docker"],
+                   help="how each node starts its workers (default local)")
+    g.add_argument("--cpus-per-node", type=int, metavar="N",
+                   help="CPUs per node task instead of the whole node")
+    g.add_argument("--sbatch-arg", action="append", metavar="ARG", help="extra sbatch option")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to create")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the compile and worker commands and LoadGen's settings; run "
+                   "nothing")
+    document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
+             "--count 16 --time 2 --out runs/lg-perf",
+             "runner mlperf --profile mi325x --scenario server --mode submission "
+             "--compliance TEST01,TEST04 --out runs/lg-sub --dry-run",
+             out="LoadGen's logs per test (accuracy/, performance/, TEST01/, TEST04/), "
+             "user.conf, work/ (the workers' run dir), submission/, results.json, summary.md, "
+             "report.html")
+    p.set_defaults(func=cmd_mlperf)
+    return p
