@@ -61,12 +61,16 @@ def rocm_chip_flag(chip: str, compiler: CompilerInfo) -> str:
     return f"--iree-hip-target={chip}"
 
 
+# Flags naming a file iree-compile writes: what it holds afterwards is no input of the key.
+OUTPUT_FILE_FLAGS = ("--iree-scheduling-dump-statistics-file=",)
+
+
 def _flag_files(flags: tuple[str, ...]) -> dict[str, str]:
     """sha256 of every existing file a `--flag=path` names, so an edited spec recompiles."""
     hashes = {}
     for flag in flags:
         _, eq, value = flag.partition("=")
-        if eq and value and Path(value).is_file():
+        if eq and value and not flag.startswith(OUTPUT_FILE_FLAGS) and Path(value).is_file():
             hashes[value] = sha256_file(Path(value))
     return hashes
 
