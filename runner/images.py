@@ -24,9 +24,11 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
-def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None) -> bytes:
+def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None,
+               level: int = 6) -> bytes:
     """8-bit RGB PNG; lossless, so the pixels round-trip exactly. `text` goes into tEXt
-    chunks, which lets one atomically written file carry its sample's metadata."""
+    chunks, which lets one atomically written file carry its sample's metadata. `level` is
+    zlib's (0: stored blocks, fastest to write and read back)."""
     h, w, c = image_hwc.shape
     if c != 3 or image_hwc.dtype != np.uint8:
         raise ValueError(f"expected H x W x 3 uint8, got {image_hwc.shape} {image_hwc.dtype}")
@@ -37,7 +39,7 @@ def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None) -> byt
         + _chunk(b"IHDR", header)
         + b"".join(_chunk(b"tEXt", k.encode("latin-1") + b"\0" + v.encode("latin-1"))
                    for k, v in (text or {}).items())
-        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
         + _chunk(b"IEND", b"")
     )
 

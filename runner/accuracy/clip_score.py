@@ -74,11 +74,14 @@ class ClipScorer:
         return features / norms
 
     def image_embeddings(self, images: np.ndarray):
+        return self.pixel_embeddings(self.pixels(images).to(self.device))
+
+    def pixel_embeddings(self, pixels):
+        """From `pixels`' output (on the device): the forward pass alone."""
         import torch
 
         with torch.no_grad():
-            return self._normalised(
-                self.model.encode_image(self.pixels(images).to(self.device)), "image")
+            return self._normalised(self.model.encode_image(pixels), "image")
 
     def text_embeddings(self, captions: Sequence[str]):
         import torch
@@ -89,7 +92,11 @@ class ClipScorer:
 
     def scores(self, images: np.ndarray, captions: Sequence[str]) -> np.ndarray:
         """Per-sample 100 x cosine, float64 (MLPerf: `100 * similarity.item()`)."""
-        return cosine_scores(self.image_embeddings(images), self.text_embeddings(captions))
+        return self.scores_of_pixels(self.pixels(images).to(self.device), captions)
+
+    def scores_of_pixels(self, pixels, captions: Sequence[str]) -> np.ndarray:
+        """`scores` with the image preprocessing already done (a loader thread does it)."""
+        return cosine_scores(self.pixel_embeddings(pixels), self.text_embeddings(captions))
 
 
 def cosine_scores(image_features, text_features) -> np.ndarray:

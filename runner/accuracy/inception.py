@@ -93,10 +93,18 @@ def build_fid_inception():
                 p.requires_grad_(False)
 
         def forward(self, x):
-            # pytorch-fid's preprocessing: bilinear resize without antialiasing, then [-1, 1].
+            return self.features(self.prepare(x))
+
+        @staticmethod
+        def prepare(x):
+            """pytorch-fid's preprocessing: bilinear resize without antialiasing, then
+            [-1, 1]. Apart from `features` so a loader thread can run it ahead."""
             x = F.interpolate(x, size=(INPUT_SIZE, INPUT_SIZE), mode="bilinear",
                               align_corners=False)
-            x = 2 * x - 1
+            return 2 * x - 1
+
+        def features(self, x):
+            """The network proper on prepared 299x299 input."""
             for layer in (self.Conv2d_1a_3x3, self.Conv2d_2a_3x3, self.Conv2d_2b_3x3,
                           self.maxpool1, self.Conv2d_3b_1x1, self.Conv2d_4a_3x3, self.maxpool2,
                           self.Mixed_5b, self.Mixed_5c, self.Mixed_5d, self.Mixed_6a,

@@ -84,8 +84,10 @@ class SampleSource:
     def location(self) -> str:
         return str(self.log if self.kind == "log" else self.run_dir)
 
-    def iter_samples(self, image_shape: tuple[int, int, int] | None = None
-                     ) -> Iterator[tuple[int, np.ndarray]]:
+    def iter_samples(self, image_shape: tuple[int, int, int] | None = None,
+                     keep_duplicates: bool = False) -> Iterator[tuple[int, np.ndarray]]:
+        """One image at a time; a log's repeated qsl_idx are passed on with
+        `keep_duplicates` (for a consumer that counts what it skips)."""
         if self.kind == "store":
             wanted = self.available if self.requested is None else sorted(
                 set(self.requested) & set(self.available or ()))
@@ -97,7 +99,7 @@ class SampleSource:
             if image_shape is None:
                 raise RunnerError("reading an accuracy log needs the image size",
                                   where=str(self.log), fix="pass --profile")
-            yield from iter_log_samples(self.log, image_shape)
+            yield from iter_log_samples(self.log, image_shape, keep_duplicates)
 
     def _load_png(self, qsl_idx: int) -> np.ndarray:
         path = self.run_dir / "images" / f"{qsl_idx:05d}.png"
@@ -166,7 +168,9 @@ def open_source(run_dir: Path, log: Path | None = None) -> SampleSource:
         if "sample_ids" in meta:
             requested = parse_ids(meta["sample_ids"], where=f"{run_dir / RUN_META}: sample_ids")
         if log is None:
-            available = tuple(sorted(SampleStore(run_dir).done_ids()))
+            # Verified up front: a corrupt file is moved aside, named on stderr, and then
+            # counts as missing, before any scoring time is spent.
+            available = tuple(sorted(SampleStore(run_dir).verified_ids()))
             if available or not (run_dir / LOG_NAME).is_file():
                 return SampleSource(run_dir, "store", profile, requested, available,
                                     captions=captions)

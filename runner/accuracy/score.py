@@ -1,18 +1,18 @@
 """Streaming FID + CLIP over (qsl_idx, uint8 HWC) samples: MLPerf's numbers in bounded memory.
 
-Images arrive one at a time and are scored in batches; what is kept per sample is one CLIP
-float (MLPerf averages the per-sample floats with `np.mean`, so we do too), and the Inception
+Images arrive one at a time and are scored in batches, prepared on a loader thread while the
+networks run the previous batch; what is kept per sample is one CLIP float (MLPerf averages
+the per-sample floats with `np.mean`, so we do too), and the Inception
 features go straight into float64 running moments. Duplicate qsl_idx are skipped (the first
 wins, as in MLPerf's accuracy script).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from runner.accuracy.frechet import (
 )
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.errors import RunnerError
+from runner.parallel import prefetch
+from runner.progress import Progress
 
 
 class CaptionLookup(Protocol):
@@ -38,6 +40,7 @@ class ScoreSettings:
     cross_check: bool = True  # also compute the other method and record the difference
     image_size: tuple[int, int] | None = None  # expected H, W; None: the first image's
     progress: bool = True
+    prefetch: int = 2  # batches prepared ahead of the forward passes
 
 
 @dataclass(frozen=True)
@@ -97,27 +100,63 @@ def check_statistics_backbone(reference: FidStatistics, info: BackboneInfo) -> N
                 "`runner calibrate` (a torch whose seeded draws differ also lands here)")
 
 
-class _Progress:
-    def __init__(self, total: int | None, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.start = self.last = time.perf_counter()
-        self.shown = -1
+@dataclass
+class _Batch:
+    """One batch, prepared by the loader thread up to the networks' input tensors."""
 
-    def update(self, n: int, final: bool = False) -> None:
-        now = time.perf_counter()
-        if not self.enabled or n == self.shown or (not final and now - self.last < 2.0):
-            return
-        self.last, self.shown = now, n
-        rate = n / (now - self.start) if now > self.start else 0.0
-        of = f"/{self.total}" if self.total else ""
-        print(f"accuracy: scored {n}{of} images ({rate:.1f} images/s)", file=sys.stderr,
-              flush=True)
+    ids: list[int]
+    texts: list[str]
+    inception_input: Any  # N x 3 x 299 x 299 in [-1, 1], on the device
+    clip_input: Any  # N x 3 x 224 x 224, normalised, on the device
+
+
+def _prepared_batches(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
+                      settings: ScoreSettings, backbones: Backbones, counts: dict[str, int]
+                      ) -> Iterator[_Batch]:
+    """Checks, deduplicates (first wins, as MLPerf) and batches the samples, and runs the
+    preprocessing of both networks; on the loader thread, ahead of the forward passes."""
+    import torch
+
+    seen: set[int] = set()
+    size = settings.image_size
+    ids: list[int] = []
+    images: list[np.ndarray] = []
+
+    def prepared() -> _Batch:
+        stacked = np.stack(images)
+        with torch.no_grad():
+            pixels = images_to_unit_float(stacked).to(backbones.device)
+            batch = _Batch(list(ids), [captions[i] for i in ids],
+                           backbones.inception.prepare(pixels),
+                           backbones.clip.pixels(stacked).to(backbones.device))
+        ids.clear()
+        images.clear()
+        return batch
+
+    for qsl_idx, image in samples:
+        qsl_idx = int(qsl_idx)
+        if qsl_idx in seen:
+            counts["duplicates"] += 1
+            continue
+        seen.add(qsl_idx)
+        check_image(qsl_idx, image, size)
+        size = size or tuple(image.shape[:2])
+        captions[qsl_idx]  # a caption file too short fails here, before any compute
+        ids.append(qsl_idx)
+        images.append(image)
+        if len(images) == settings.batch_size:
+            yield prepared()
+    if images:
+        yield prepared()
 
 
 def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
                   settings: ScoreSettings, backbones: Backbones,
                   reference: FidStatistics | None, total: int | None = None
                   ) -> AccuracyResult:
+    """Reading, decoding, checking and preprocessing run on a loader thread (and the sample
+    store's reader threads) a bounded number of batches ahead, so the forward passes never
+    wait for them and memory holds a few batches whatever N is."""
     import torch
 
     if settings.batch_size < 1:
@@ -130,49 +169,26 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
         check_statistics_backbone(reference, backbones.info)
     start = time.perf_counter()
     moments = RunningMoments(FEATURE_DIMS)
-    seen: set[int] = set()
     ids: list[int] = []
     clip_scores: list[float] = []
-    batch_ids: list[int] = []
-    batch_images: list[np.ndarray] = []
-    duplicates = 0
-    size = settings.image_size
-    progress = _Progress(total, settings.progress)
-
-    def flush() -> None:
-        if not batch_images:
-            return
-        texts = [captions[i] for i in batch_ids]
-        stacked = np.stack(batch_images)
+    counts = {"duplicates": 0}
+    progress = Progress("scoring", total, unit="images", enabled=settings.progress)
+    batches = prefetch(_prepared_batches(samples, captions, settings, backbones, counts),
+                       settings.prefetch)
+    for batch in batches:
         with torch.no_grad():
-            pixels = images_to_unit_float(stacked).to(backbones.device)
-            features = backbones.inception(pixels).double().cpu().numpy()
-        if not np.isfinite(features).all():
-            bad = [i for i, f in zip(batch_ids, features, strict=True) if not np.isfinite(f).all()]
-            raise RunnerError(f"Inception features are not finite for samples {bad[:10]}",
-                              fix="check the FID weights file (NaN/Inf weights?)")
-        moments.update(features)
-        clip_scores.extend(backbones.clip.scores(stacked, texts).tolist())
-        ids.extend(batch_ids)
-        batch_ids.clear()
-        batch_images.clear()
+            features = backbones.inception.features(batch.inception_input).double().cpu().numpy()
+            if not np.isfinite(features).all():
+                bad = [i for i, f in zip(batch.ids, features, strict=True)
+                       if not np.isfinite(f).all()]
+                raise RunnerError(f"Inception features are not finite for samples {bad[:10]}",
+                                  fix="check the FID weights file (NaN/Inf weights?)")
+            moments.update(features)
+            clip_scores.extend(backbones.clip.scores_of_pixels(batch.clip_input,
+                                                               batch.texts).tolist())
+        ids.extend(batch.ids)
         progress.update(len(ids))
-
-    for qsl_idx, image in samples:
-        qsl_idx = int(qsl_idx)
-        if qsl_idx in seen:
-            duplicates += 1
-            continue
-        seen.add(qsl_idx)
-        check_image(qsl_idx, image, size)
-        size = size or tuple(image.shape[:2])
-        captions[qsl_idx]  # a caption file too short fails here, before any compute
-        batch_ids.append(qsl_idx)
-        batch_images.append(image)
-        if len(batch_images) == settings.batch_size:
-            flush()
-    flush()
-    progress.update(len(ids), final=True)
+    progress.finish()
     if len(ids) < 2:
         raise RunnerError(f"{len(ids)} image(s) to score; FID needs at least 2",
                           fix="check the run dir holds the run's images")
@@ -180,14 +196,20 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
     mu, sigma = moments.mean, moments.covariance()
     fid = check = None
     if reference is not None:
-        # MLPerf's order: reference statistics first, generated second.
-        fid = FRECHET[settings.frechet](reference.mu, reference.sigma, mu, sigma)
-        if settings.cross_check:
-            other = next(m for m in FRECHET if m != settings.frechet)
-            check = FRECHET[other](reference.mu, reference.sigma, mu, sigma)
+        others = [m for m in FRECHET if m != settings.frechet]
+        methods = [settings.frechet, *others[: int(settings.cross_check)]]
+        with Progress("Fréchet distance", len(methods), enabled=settings.progress,
+                      eta=False) as step:
+            results = []
+            for method in methods:
+                step.start_item(f"{method}, {FEATURE_DIMS}-d")
+                # MLPerf's order: reference statistics first, generated second.
+                results.append(FRECHET[method](reference.mu, reference.sigma, mu, sigma))
+                step.advance()
+        fid, check = results[0], (results[1] if len(results) > 1 else None)
     return AccuracyResult(
         fid=None if fid is None else fid.value, clip=float(np.mean(clip_scores)), n=len(ids),
-        sample_ids=tuple(ids), duplicates=duplicates, clip_per_sample=tuple(clip_scores),
+        sample_ids=tuple(ids), duplicates=counts["duplicates"], clip_per_sample=tuple(clip_scores),
         frechet=fid, frechet_check=check, backbones=backbones.info,
         statistics_path=None if reference is None else reference.path,
         statistics_sha256=None if reference is None else reference.sha256,

@@ -12,14 +12,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from runner.batch.run import read_manifest
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import LOG_NAME, write_log
-from runner.store import SampleStore
+from runner.mlperf_log import LOG_NAME, hex_upper, write_hex_log
+from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
 DATASET = "dataset.json"
 REVIEW_DIR = "review"
@@ -39,7 +37,12 @@ class AggregateResult:
         return self.raw_bytes / 1e6 / max(self.seconds, 1e-9)
 
 
-def aggregate(run_dir: Path, allow_incomplete: bool = False) -> AggregateResult:
+def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None
+              ) -> AggregateResult:
+    """Decoding, sha256 verification and hex encoding run on `jobs` threads (default: every
+    core) a bounded window ahead of the one thread writing the log in qsl_idx order, so the
+    log's bytes are the same whatever `jobs` is. A corrupt sample stops it with the file
+    moved aside (see `SampleStore.read`) and no log written."""
     manifest = read_manifest(run_dir)
     store = SampleStore(run_dir)
     requested = sorted(manifest["sample_ids"])
@@ -51,19 +54,28 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False) -> AggregateResult:
     present = [i for i in requested if i not in set(missing)]
     records, raw_bytes = [], 0
 
-    def samples() -> Iterator[tuple[int, np.ndarray]]:
+    def encoded(loaded: Loaded) -> tuple[dict, bytes, int]:
+        return loaded.record.to_dict(), hex_upper(loaded.image), loaded.image.nbytes
+
+    def log_records() -> Iterator[tuple[int, bytes, int]]:
         nonlocal raw_bytes
-        for qsl_idx, image in store.iter_samples(present):  # verifies each sha256
-            record = store.record(qsl_idx)
-            if record.qsl_idx != qsl_idx:
-                raise RunnerError(f"file says sample {record.qsl_idx}",
-                                  where=str(store.path(qsl_idx)))
-            records.append(record.to_dict())
-            raw_bytes += image.nbytes
-            yield qsl_idx, image
+        for qsl_idx, (record, data, size) in store.iter_mapped(present, encoded, jobs):
+            records.append(record)
+            raw_bytes += size
+            yield qsl_idx, data, size
 
     start = time.perf_counter()
-    stats = write_log(run_dir / LOG_NAME, samples())
+    try:
+        stats = write_hex_log(run_dir / LOG_NAME, log_records())
+    except CorruptSample as first:
+        # Find (and move aside) every other bad file now, so one resume fixes them all.
+        bad = sorted(set(present) - store.verified_ids(present, report=lambda _: None))
+        raise RunnerError(
+            f"{len(bad)} corrupt sample(s) (qsl_idx {bad[:20]}) moved aside to "
+            f"{store.dir / CORRUPT_DIR}; no accuracy log written. First: {first.reason}",
+            where=str(first.moved_to or store.path(first.qsl_idx)),
+            fix=f"`runner run --resume {run_dir}` regenerates them, then aggregate again"
+        ) from first
     seconds = time.perf_counter() - start
     review = []
     for qsl_idx in load_review_ids():

@@ -1,26 +1,29 @@
 """One pipeline process: load the modules once, then pull batches until the queue is empty.
 
 Started as `python -m runner.batch.worker --task RUN/workers/wNNN.json`, locally, in a
-container or on a cluster node; it needs only the IREE runtime and numpy. Every sample is
-persisted the moment it exists, so killing this process loses at most its current batch.
+container or on a cluster node; it needs only the IREE runtime and numpy. Samples are
+encoded, hashed and written by a background thread (`SampleWriter`), so generation never
+waits on the disk; a batch is marked done only after its samples are durably written, so
+killing this process loses at most its in-flight batches, which go back to the queue.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from runner.batch.queue import WorkQueue
+from runner.batch.queue import Batch, WorkQueue
 from runner.compiled_model import CompiledModel
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_captions
 from runner.pipeline.loader import open_pipeline
-from runner.store import SampleStore
+from runner.store import SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
 
@@ -58,26 +61,36 @@ def run_worker(task_file: Path) -> int:
     captions = load_captions(Path(task["captions"]))
     queue, store = WorkQueue(run_dir), SampleStore(run_dir)
     stats = {"worker": name, "device": device, "pid": os.getpid(),
-             "load_seconds": time.perf_counter() - start, "samples": 0, "batches": []}
+             "load_seconds": time.perf_counter() - start, "samples": 0, "batches": [],
+             "store_wait_seconds": 0.0}
     log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
     atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
+
+    def batch_written(batch: Batch, count: int, t0: float) -> None:
+        """Runs on the writer thread once the batch's samples are durably on disk: only
+        then is the batch done in the queue, so a crash before it hands the batch back."""
+        queue.done(name, batch)
+        stats["samples"] += count
+        stats["batches"].append({"start": t0, "end": time.time(), "samples": count})
+        stats["stage_times"] = pipeline.times.to_dict()
+        stats["store_busy_seconds"] = writer.busy_seconds
+        atomic_write_json(stats_path(run_dir, name), stats)
+        log(f"{name}: batch {batch.name} done ({count} samples, {stats['samples']} total)")
+
     try:
-        while (batch := queue.next_batch(name)) is not None:
-            prompt = dict(zip(batch.ids, batch.prompt_ids, strict=True))
-            todo = [i for i in batch.ids if not store.path(i).is_file()]
-            t0 = time.time()
-            for lo in range(0, len(todo), compiled.batch_size):
-                ids = todo[lo : lo + compiled.batch_size]
-                images = pipeline.generate([captions[prompt[i]] for i in ids])
-                for qsl_idx, image in zip(ids, images, strict=True):
-                    store.put(qsl_idx, image, name, device)
-            queue.done(name, batch)
-            stats["samples"] += len(todo)
-            stats["batches"].append({"start": t0, "end": time.time(), "samples": len(todo)})
-            stats["stage_times"] = pipeline.times.to_dict()
-            atomic_write_json(stats_path(run_dir, name), stats)
-            log(f"{name}: batch {batch.name} done ({len(todo)} samples, "
-                f"{stats['samples']} total)")
+        with SampleWriter(store) as writer:
+            while (batch := queue.next_batch(name)) is not None:
+                prompt = dict(zip(batch.ids, batch.prompt_ids, strict=True))
+                todo = [i for i in batch.ids if not store.path(i).is_file()]
+                t0 = time.time()
+                for lo in range(0, len(todo), compiled.batch_size):
+                    ids = todo[lo : lo + compiled.batch_size]
+                    images = pipeline.generate([captions[prompt[i]] for i in ids])
+                    waited = time.perf_counter()
+                    for qsl_idx, image in zip(ids, images, strict=True):
+                        writer.put(qsl_idx, image, name, device)
+                    stats["store_wait_seconds"] += time.perf_counter() - waited
+                writer.after(functools.partial(batch_written, batch, len(todo), t0))
     finally:
         session.close()
     log(f"{name}: queue empty, exiting")

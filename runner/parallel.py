@@ -1,0 +1,85 @@
+"""Bounded read-ahead for the data path: results in input order, memory flat in N.
+
+Threads rather than processes: the heavy steps (zlib inflate, sha256, numpy's take, torch
+ops) release the GIL, so threads use every core without pickling multi-megabyte images
+between processes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_DONE = object()
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
+                ahead: int | None = None) -> Iterator[tuple[Any, Any]]:
+    """(item, fn(item)) in input order, `fn` running on `jobs` threads with at most `ahead`
+    (default 2 x jobs) results waiting."""
+    ahead = ahead or 2 * jobs
+    if jobs <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    with ThreadPoolExecutor(jobs, thread_name_prefix="read-ahead") as pool:
+        window: deque[tuple[Any, Future]] = deque()
+        try:
+            for item in items:
+                window.append((item, pool.submit(fn, item)))
+                if len(window) >= ahead:
+                    first, fut = window.popleft()
+                    yield first, fut.result()
+            while window:
+                first, fut = window.popleft()
+                yield first, fut.result()
+        finally:
+            for _, fut in window:
+                fut.cancel()
+
+
+def prefetch(items: Iterable[T], depth: int) -> Iterator[T]:
+    """Runs the producer `items` on a background thread, at most `depth` items ahead of the
+    consumer; its exceptions are re-raised in the consumer. If the consumer stops early,
+    the producer stops at its next item."""
+    if depth < 1:
+        yield from items
+        return
+    out: queue.Queue[Any] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        out.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            out.put(_DONE)
+        except BaseException as e:  # handed to the consumer
+            out.put(e)
+
+    thread = threading.Thread(target=produce, name="prefetch", daemon=True)
+    thread.start()
+    try:
+        while (item := out.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
