@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runner.compile import CompileResult, compile_mlir, compiler_info
 from runner.errors import RunnerError
+from runner.model_config import ModelConfig
 from runner.pipeline.iree_session import ModuleFiles
 from runner.profile import Profile
 from runner.progress import Progress
@@ -48,10 +50,37 @@ class CompiledModel:
         )
 
 
+def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
+                     dry_run: bool = False) -> ModelConfig:
+    """`model` with artifacts at these batch sizes: as it is, or (a model from the export
+    cache) with the missing sizes exported now; a dry run prints the export command."""
+    decode_submodel = model.functions["decode"][0]
+    missing = [(name, batch) for name in model.submodels
+               for batch in [vae_batch_size if name == decode_submodel else batch_size]
+               if batch not in model.sizes_for(name)]
+    if not missing:
+        return model
+    if model.source is None:
+        name, batch = missing[0]
+        raise RunnerError(
+            f"no {name} artifact for batch size {batch} (the model has "
+            f"{list(model.sizes_for(name))})", where=f"{model.path}: batch_sizes",
+            fix="choose a layout batch size the model was exported for, or export it "
+            "(`runner export sdxl --from DIR --batch-sizes ...`) and point the profile at "
+            "`model: checkpoint:DIR`")
+    from runner.export.store import ExportSource, ensure_export, export_command
+
+    source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source")
+    if dry_run:
+        print(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
+        return model
+    return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
+
+
 def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
                   *, dry_run: bool = False) -> CompiledModel:
-    model = profile.model
     vae_batch_size = vae_batch_size or batch_size
+    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run)
     decode_submodel = model.functions["decode"][0]
     compiler = compiler_info()
     modules, results = [], []
@@ -63,21 +92,19 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
                   enabled=not dry_run) as progress:
         for name, sub in model.submodels.items():
             batch = batches[name]
-            if batch not in model.batch_sizes:
-                raise RunnerError(
-                    f"no {name} artifact for batch size {batch} (the model has "
-                    f"{list(model.batch_sizes)})", where=f"{model.path}: batch_sizes",
-                    fix="choose a layout batch size the model was exported for")
             where = f"{model.path}: submodels.{name}"
             if sub.vmfb:
                 vmfbs = [local_source(model.resolve(sub.vmfb.format(batch=batch)),
                                       f"{where}.vmfb", not dry_run)]
             else:
                 vmfbs = []
-                for source in model.mlir_sources(name, batch):
+                for i, source in enumerate(model.mlir_sources(name, batch)):
                     progress.start_item(f"{name} bs{batch}: {Path(source).name}")
+                    # IREE CI compiles a pipeline module with flags of its own
+                    flags = profile.target.flags_for(name if i == 0 else f"{name}_pipeline",
+                                                     compiler)
                     result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
-                                          profile.target.flags_for(name, compiler),
+                                          flags,
                                           dry_run=dry_run, compiler=compiler)
                     progress.advance()
                     results.append(result)
@@ -95,7 +122,7 @@ def artifact_refs(profile: Profile) -> list[tuple[str, str]]:
     refs: list[tuple[str, str]] = []
     for name, sub in model.submodels.items():
         where = f"{model.path}: submodels.{name}"
-        for batch in model.batch_sizes:
+        for batch in model.sizes_for(name):
             if sub.vmfb:
                 refs.append((f"{where}.vmfb", model.resolve(sub.vmfb.format(batch=batch))))
             else:

@@ -31,6 +31,8 @@ from runner.schema import check_keys, dataclass_keys, unknown_key
 
 BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
 DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
+BACKEND_ALIASES = {"rocm": "hip"}  # IREE CI's test suites call the HIP target rocm
+EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner.export.store)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -166,9 +168,11 @@ def _target(raw: Any, where: str, base: Path) -> Target:
         raise RunnerError("missing `target` mapping", where=where,
                           fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
     backend = raw.get("backend")
+    if isinstance(backend, str):
+        backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in DEFAULT_DRIVERS:
         raise RunnerError(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
-                          fix=f"use one of {', '.join(DEFAULT_DRIVERS)}")
+                          fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
     chip = raw.get("chip", "host" if backend == "cpu" else None)
     if not chip:
         raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
@@ -293,6 +297,26 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
     if not isinstance(model_ref, str):
         raise RunnerError("missing `model` (builtin:tiny or a model config path)",
                           where=f"{where}: model")
+    if model_ref.startswith(EXPORT_SOURCES):
+        from runner.export.store import exported_model
+
+        model = exported_model(model_ref, path.parent, f"{where}: model")
+    else:
+        model = ModelConfig.load(_model_path(model_ref, path, where))
+    target = _target(raw.get("target"), where, path.parent)
+    accuracy_raw = raw.get("accuracy") or {}
+    return Profile(
+        name=raw.get("name", path.stem), path=path, raw=raw,
+        model=model, target=target,
+        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
+                                    f"{where}: layout"),
+        accuracy=Accuracy(_range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
+                          {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip")}),
+        mlperf=_mlperf(raw.get("mlperf"), where),
+    )
+
+
+def _model_path(model_ref: str, path: Path, where: str) -> Path:
     if model_ref.startswith("builtin:"):
         model_path = BUILTIN_MODELS.get(model_ref.removeprefix("builtin:"))
         if model_path is None:
@@ -304,14 +328,4 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
     if not model_path.is_file():
         raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
                           fix="run `runner export tiny` or fix the path")
-    target = _target(raw.get("target"), where, path.parent)
-    accuracy_raw = raw.get("accuracy") or {}
-    return Profile(
-        name=raw.get("name", path.stem), path=path, raw=raw,
-        model=ModelConfig.load(model_path), target=target,
-        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
-                                    f"{where}: layout"),
-        accuracy=Accuracy(_range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
-                          {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip")}),
-        mlperf=_mlperf(raw.get("mlperf"), where),
-    )
+    return model_path

@@ -69,12 +69,62 @@ def test_compile_failure_shows_the_command(tmp_path):
 
 
 def test_dry_run_prints_commands_without_files():
-    profile = load_profile("mi325x", {"layout.batch_size": 1})
-    compiled = compile_model(profile, 1, dry_run=True)
+    compiled = compile_model(load_profile("sdxl"), 1, dry_run=True)
     commands = [r.command for r in compiled.compiled]
     assert len(commands) == 4  # clip, unet + its pipeline module, vae
     assert all("--iree-rocm-target=gfx942" in c for c in commands)
     assert all("downloads" in c[1] for c in commands)
+
+
+def test_lab_dry_run_prints_the_export_then_batch_32_compiles(capsys, tmp_path):
+    """mi325x runs batch 32: with no export yet, the exact export command comes first."""
+    ckpt = tmp_path / "no-such-checkpoint"
+    profile = load_profile("mi325x", {"model": f"checkpoint:{ckpt}"})
+    compiled = compile_model(profile, 32, dry_run=True)
+    assert capsys.readouterr().out.split("\n")[0] == (
+        f"runner export sdxl --from {ckpt} --batch-sizes 32 --vae-batch-sizes 32 --dtype fp16")
+    names = [Path(r.command[1]).name for r in compiled.compiled]
+    assert names == ["clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir",
+                     "vae_bs32.mlir"]
+    assert all("--iree-rocm-target=gfx942" in r.command for r in compiled.compiled)
+
+
+SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
+              "sharktank_models" / "quality_tests" / "sdxl")
+REPORTING_FLAGS = "--iree-scheduling-dump-statistics-"  # IREE CI's reporting, not codegen
+
+
+@pytest.mark.parametrize("profile_name", ["sdxl", "mi300x", "mi325x", "mi355x", "sdxl-seeded"])
+@pytest.mark.parametrize(("flags_key", "test_file", "field"), [
+    ("clip", "clip_rocm.json", "compiler_flags"),
+    ("unet", "unet_fp16_rocm.json", "compiler_flags"),
+    ("unet_pipeline", "unet_fp16_rocm.json", "pipeline_compiler_flags"),
+    ("vae", "vae_rocm.json", "compiler_flags"),
+])
+def test_sdxl_profiles_carry_iree_ci_rocm_flags_exactly(profile_name, flags_key, test_file,
+                                                        field):
+    """Same flags in the same order as IREE CI's quality tests; only the chip flag (which
+    IREE CI adds per runner) is ours, and the device flag leads."""
+    import json
+
+    ci = [f for f in json.loads((SDXL_SUITE / test_file).read_text())[field]
+          if not f.startswith(REPORTING_FLAGS)]
+    profile = load_profile(profile_name)
+    ours = list(profile.target.flags_for(flags_key, CompilerInfo("x", "3.13.0", "c")))
+    assert ours[:2] == ["--iree-hal-target-device=hip",
+                        f"--iree-rocm-target={profile.target.chip}"]
+    device = "--iree-hal-target-device=hip"
+    assert device in ci
+    assert ours[2:] == [f for f in ci if f != device]
+
+
+def test_rocm_and_hip_are_one_backend():
+    rocm = load_profile("sdxl", {"target.backend": "rocm"})
+    hip = load_profile("sdxl")
+    assert rocm.target == hip.target and rocm.layout == hip.layout
+    with pytest.raises(RunnerError) as err:
+        load_profile("sdxl", {"target.backend": "roc"})
+    assert "target.backend" in str(err.value) and "rocm" in str(err.value.fix)
 
 
 def test_a_hung_compiler_is_retried_then_reported(monkeypatch, tmp_path):

@@ -69,6 +69,9 @@ class ScheduledUnet(nn.Module):
         self.register_buffer("timesteps", sched.timesteps.to(torch.float32), persistent=False)
         self.register_buffer("sigmas", sched.sigmas.to(torch.float32), persistent=False)
         self.init_sigma = float(sched.init_noise_sigma)
+        # The schedule stays float32 as diffusers keeps it: a half-precision sample is scaled
+        # and stepped in float32 and cast back, as EulerDiscreteScheduler.step does.
+        self.cast_back = dtype != torch.float32
         size = float(image_size)
         self.register_buffer("time_id_row",
                              torch.tensor([[size, size, 0.0, 0.0, size, size]], dtype=dtype),
@@ -83,6 +86,8 @@ class ScheduledUnet(nn.Module):
         sigma_next = self.sigmas[step + 1]
         timestep = self.timesteps[step]
         model_in = torch.cat([sample, sample]) / torch.sqrt(sigma * sigma + 1.0)
+        if self.cast_back:
+            model_in = model_in.to(sample.dtype)
         noise = self.unet(
             model_in, timestep.expand(model_in.shape[0]), encoder_hidden_states=prompt_embeds,
             added_cond_kwargs={"text_embeds": text_embeds, "time_ids": time_ids},
@@ -90,7 +95,8 @@ class ScheduledUnet(nn.Module):
         )[0]
         uncond, cond = noise.chunk(2)
         guided = uncond + guidance_scale * (cond - uncond)
-        return sample + guided * (sigma_next - sigma)
+        stepped = sample + guided * (sigma_next - sigma)
+        return stepped.to(sample.dtype) if self.cast_back else stepped
 
 
 class VaeDecoder(nn.Module):
@@ -139,13 +145,18 @@ def _text_encoders(arch: Architecture):
             CLIPTextModelWithProjection(config(arch.text_encoder_2)))
 
 
+def _as(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """`module` in `dtype`, untouched when it already is (diffusers warns on every `.to`)."""
+    return module if all(p.dtype == dtype for p in module.parameters()) else module.to(dtype)
+
+
 def _wrap(arch: Architecture, te_1, te_2, unet, vae, dtype: str, steps: int) -> SdxlModules:
     torch_dtype = TORCH_DTYPES[dtype]
     modules = SdxlModules(
-        PromptEncoder(te_1, te_2).to(torch_dtype),
-        ScheduledUnet(unet.to(torch_dtype), scheduler(arch.scheduler, steps), arch.image_size,
+        PromptEncoder(_as(te_1, torch_dtype), _as(te_2, torch_dtype)),
+        ScheduledUnet(_as(unet, torch_dtype), scheduler(arch.scheduler, steps), arch.image_size,
                       torch_dtype),
-        VaeDecoder(vae.to(torch.float32), torch_dtype))
+        VaeDecoder(_as(vae, torch.float32), torch_dtype))
     for module in modules.named().values():
         module.eval().requires_grad_(False)
     return modules
@@ -168,19 +179,24 @@ def build_seeded(arch: Architecture, seed: int, dtype: str, steps: int) -> SdxlM
     return _wrap(arch, te_1, te_2, unet, vae, dtype, steps)
 
 
-def load_checkpoint(arch: Architecture, root: Path, variant: str | None, dtype: str,
-                    steps: int) -> SdxlModules:
-    """The submodels of a diffusers-format checkpoint (already checked by `checkpoint`)."""
+def load_checkpoint(arch: Architecture, root: Path, variants: dict[str, str | None],
+                    dtype: str, steps: int) -> SdxlModules:
+    """The submodels of a diffusers-format checkpoint (already checked by `checkpoint`);
+    `variants` says per submodel whether its `fp16` weight files are the ones to read."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     torch_dtype = TORCH_DTYPES[dtype]
-    common = {"variant": variant, "use_safetensors": True}
+
+    def opts(sub: str) -> dict:
+        return {"variant": variants[sub], "use_safetensors": True}
+
     te_1 = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=torch_dtype,
-                                         attn_implementation="eager", **common)
-    te_2 = CLIPTextModelWithProjection.from_pretrained(root / "text_encoder_2",
-                                                       dtype=torch_dtype,
-                                                       attn_implementation="eager", **common)
-    unet = UNet2DConditionModel.from_pretrained(root / "unet", torch_dtype=torch_dtype, **common)
-    vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32, **common)
+                                         attn_implementation="eager", **opts("text_encoder"))
+    te_2 = CLIPTextModelWithProjection.from_pretrained(
+        root / "text_encoder_2", dtype=torch_dtype, attn_implementation="eager",
+        **opts("text_encoder_2"))
+    unet = UNet2DConditionModel.from_pretrained(root / "unet", torch_dtype=torch_dtype,
+                                                **opts("unet"))
+    vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32, **opts("vae"))
     return _wrap(arch, te_1, te_2, unet, vae, dtype, steps)

@@ -1,0 +1,134 @@
+"""A local diffusers-format SDXL checkpoint, checked before anything is built or written.
+
+Every problem a user can have with the directory is found here, naming the file: a missing
+submodel, another pipeline (SD 1.x/2.x), fp16-only weights asked for in fp32, a truncated
+safetensors file, a tokenizer in neither of the two formats transformers writes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.export.architecture import Architecture, load_architecture, read_json
+from runner.fileio import atomic_write_text
+
+# Weight file stem of each submodel (diffusers and transformers name them differently).
+WEIGHT_STEMS = {
+    "text_encoder": "model",
+    "text_encoder_2": "model",
+    "unet": "diffusion_pytorch_model",
+    "vae": "diffusion_pytorch_model",
+}
+TOKENIZER_DIRS = ("tokenizer", "tokenizer_2")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    root: Path
+    arch: Architecture
+    weights: dict[str, Path]  # submodel -> the safetensors file to load
+    variants: dict[str, str | None]  # submodel -> "fp16" or None (diffusers' `variant`)
+
+    def files(self) -> list[Path]:
+        """Every file the export reads: what its cache key hashes."""
+        configs = [self.root / "model_index.json",
+                   *(self.root / sub / "config.json" for sub in WEIGHT_STEMS),
+                   self.root / "scheduler" / "scheduler_config.json"]
+        tokenizers = [p for d in TOKENIZER_DIRS for p in sorted((self.root / d).iterdir())
+                      if p.name in ("vocab.json", "merges.txt", "tokenizer.json")]
+        return [*configs, *self.weights.values(), *tokenizers]
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file whose header and data are all there: an 8-byte header length, the
+    JSON header, then every tensor's byte range (a cut-off download fails here, by name)."""
+    size = path.stat().st_size
+    fix = "the file is incomplete or corrupt: copy or download it again"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise RunnerError(f"truncated safetensors file ({size} bytes)", where=str(path),
+                                  fix=fix)
+            (length,) = struct.unpack("<Q", head)
+            if 8 + length > size:
+                raise RunnerError(f"truncated safetensors file: the header says {length} "
+                                  f"header bytes, the file has {size} in all", where=str(path),
+                                  fix=fix)
+            header = json.loads(f.read(length))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise RunnerError(f"not a readable safetensors file: {e}", where=str(path),
+                          fix=fix) from e
+    ends = [t["data_offsets"][1] for k, t in header.items()
+            if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t]
+    need = 8 + length + max(ends, default=0)
+    if size < need:
+        raise RunnerError(f"truncated safetensors file: {size} bytes, its header describes "
+                          f"{need}", where=str(path), fix=fix)
+
+
+def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
+    stem = WEIGHT_STEMS[sub]
+    full = root / sub / f"{stem}.safetensors"
+    half = root / sub / f"{stem}.fp16.safetensors"
+    if dtype == "float16" and half.is_file():
+        return half, "fp16"
+    if full.is_file():
+        return full, None
+    if half.is_file():
+        raise RunnerError("only fp16 weights, and the export was asked for fp32",
+                          where=str(half), fix="export with --dtype fp16, or add the "
+                          f"full-precision {full.name}")
+    raise RunnerError(f"the {sub} weights are missing", where=str(full),
+                      fix=f"copy the checkpoint's {sub}/ folder completely (safetensors; "
+                      "pickled .bin weights are not read)")
+
+
+def open_checkpoint(root: Path, dtype: str) -> Checkpoint:
+    """Checks the whole directory; raises RunnerError naming the first file at fault."""
+    root = root.expanduser().resolve()
+    if not root.is_dir():
+        raise RunnerError("checkpoint directory not found", where=str(root),
+                          fix="pass --from a local diffusers-format SDXL directory "
+                          "(e.g. a copy of stabilityai/stable-diffusion-xl-base-1.0)")
+    arch = load_architecture(root)
+    weights, variants = {}, {}
+    for sub in WEIGHT_STEMS:
+        weights[sub], variants[sub] = _weights(root, sub, dtype)
+        check_safetensors(weights[sub])
+    vocabs = [tokenizer_files(root / d) for d in TOKENIZER_DIRS]
+    if vocabs[0][0] != vocabs[1][0]:
+        raise RunnerError("tokenizer and tokenizer_2 have different vocabularies; the runner "
+                          "encodes both prompts with one", where=str(root / "tokenizer_2"),
+                          fix="SDXL's two CLIP tokenizers share one vocabulary: check the copy")
+    return Checkpoint(root, arch, weights, variants)
+
+
+def tokenizer_files(directory: Path) -> tuple[dict, list[str]]:
+    """(vocab, merges) from `vocab.json` + `merges.txt`, or from a `tokenizer.json` (what
+    transformers 5's `save_pretrained` writes)."""
+    vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
+    if vocab_path.is_file() and merges_path.is_file():
+        merges = merges_path.read_text(encoding="utf-8").splitlines()
+        return read_json(vocab_path), [m for m in merges if m and not m.startswith("#version")]
+    fast = directory / "tokenizer.json"
+    if not fast.is_file():
+        raise RunnerError("no CLIP tokenizer files", where=str(directory),
+                          fix="the folder needs vocab.json + merges.txt, or tokenizer.json")
+    model = read_json(fast).get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise RunnerError("tokenizer.json holds no BPE model", where=str(fast),
+                          fix="use the CLIP tokenizer SDXL ships")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return model["vocab"], merges
+
+
+def write_tokenizer(source: Path, out_dir: Path) -> None:
+    """The runner's tokenizer reads CLIP's two-file format; write it from either format."""
+    vocab, merges = tokenizer_files(source)
+    atomic_write_text(out_dir / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")
+    atomic_write_text(out_dir / "merges.txt", "\n".join(["#version: 0.2", *merges]) + "\n")

@@ -1,0 +1,70 @@
+"""`runner export tiny|sdxl`: the embedded model's assets, or SDXL from a local checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from runner.errors import RunnerError
+
+
+def _sizes(text: str, flag: str) -> list[int]:
+    try:
+        sizes = sorted({int(b) for b in text.split(",")})
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise RunnerError(f"{text!r} is not a comma list of positive integers", where=flag,
+                          fix=f"e.g. {flag} 1,8,32")
+    return sizes
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.model == "tiny":
+        from runner.export.export_tiny import TINY_DIR, export_tiny
+
+        for path in export_tiny(Path(args.out) if args.out else TINY_DIR):
+            print(path)
+        return 0
+    from runner.export.store import DTYPES, ExportSource, ensure_export, export_command
+
+    if bool(args.source) == args.seeded:
+        raise RunnerError("give exactly one of --from DIR and --seeded", where="runner export sdxl",
+                          fix="--from a local diffusers-format SDXL checkpoint, or --seeded for "
+                          "SDXL's architecture with seeded random weights")
+    dtype = DTYPES[args.dtype]
+    source = (ExportSource(None, "sdxl", dtype) if args.seeded
+              else ExportSource(Path(args.source).expanduser().resolve(), None, dtype))
+    batches = _sizes(args.batch_sizes, "--batch-sizes")
+    vae_batches = _sizes(args.vae_batch_sizes, "--vae-batch-sizes") if args.vae_batch_sizes \
+        else batches
+    out = Path(args.out).resolve() if args.out else None
+    if args.dry_run:
+        print(shlex.join(export_command(source, batches, vae_batches, out)))
+        return 0
+    start = time.perf_counter()
+    config = ensure_export(source, batches, vae_batches, out)
+    print(f"exported in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    print(config)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export the tiny SDXL, or SDXL from a local checkpoint "
+                       "(needs the [export] extra)")
+    p.add_argument("model", choices=["tiny", "sdxl"])
+    p.add_argument("--from", dest="source", metavar="DIR",
+                   help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint")
+    p.add_argument("--seeded", action="store_true",
+                   help="sdxl: SDXL's architecture with seeded random weights (no download)")
+    p.add_argument("--batch-sizes", default="1", help="sdxl: comma list (default 1)")
+    p.add_argument("--vae-batch-sizes", help="sdxl: comma list (default: --batch-sizes)")
+    p.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16",
+                   help="sdxl: text encoders and UNet (default fp16; the VAE decodes in fp32)")
+    p.add_argument("--out", help="directory (tiny: default the shipped assets; sdxl: default "
+                   "the export cache, $RUNNER_CACHE_DIR/exports)")
+    p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
+    p.set_defaults(func=cmd_export)

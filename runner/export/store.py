@@ -1,0 +1,283 @@
+"""The export cache: SDXL exported once per (checkpoint bytes, export code, dtype), batch
+sizes added as they are asked for.
+
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/`: weights (`*.irpa`, shared by
+all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
+only batch sizes whose files are all there. New files are written into a staging directory
+and moved in complete, `model.json` last, so a failed or killed export leaves the cache as
+it was. Profiles name an export by its source (`model: checkpoint:DIR` or
+`model: seeded:sdxl`); this module is torch-free so loading such a profile stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
+from runner.model_config import ModelConfig
+from runner.paths import ASSETS_DIR, cache_dir
+
+SOURCE_PREFIXES = ("checkpoint:", "seeded:")
+SEEDED_MODELS = ("sdxl",)
+SEED = 20251123
+DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16", "float32": "float32"}
+MAX_LENGTH = 64  # IREE CI's and AMD's SDXL artifacts take 64-token prompts
+STEPS = 20  # MLPerf
+SEEDED_REFUSAL = ("seeded random weights: its images mean nothing, so FID/CLIP cannot judge "
+                  "them (this model is for throughput and compile checks)")
+_PACKAGES = ("torch", "diffusers", "transformers", "iree-turbine")
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    """What to export: a local checkpoint directory, or a seeded model by name."""
+
+    checkpoint: Path | None
+    seeded: str | None
+    dtype: str
+
+    @classmethod
+    def parse(cls, ref: str, dtype: str = "float16", base: Path | None = None,
+              where: str = "model") -> ExportSource:
+        kind, _, value = ref.partition(":")
+        if kind == "seeded":
+            if value not in SEEDED_MODELS:
+                known = ", ".join("seeded:" + m for m in SEEDED_MODELS)
+                raise RunnerError(f"unknown seeded model {value!r}", where=where,
+                                  fix=f"use one of {known}")
+            return cls(None, value, dtype)
+        if kind != "checkpoint" or not value:
+            raise RunnerError(f"{ref!r} names no export source", where=where,
+                              fix="use checkpoint:<diffusers dir> or seeded:sdxl")
+        path = Path(value).expanduser()
+        return cls(path if path.is_absolute() or base is None else base / path, None, dtype)
+
+    @property
+    def ref(self) -> str:
+        return f"seeded:{self.seeded}" if self.seeded else f"checkpoint:{self.checkpoint}"
+
+    @property
+    def name(self) -> str:
+        return f"sdxl-seeded-{self.seeded}" if self.seeded else "sdxl"
+
+
+def code_version() -> str:
+    """The exporter's source and the versions of what traces: a change re-exports."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for package in _PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            h.update(f"{package}={importlib.metadata.version(package)}".encode())
+    return h.hexdigest()
+
+
+def _hash_files(files: list[Path], root: Path) -> dict[str, str]:
+    """sha256 per file, remembered by (path, size, mtime) so a 7 GB checkpoint is read once."""
+    memo_path = cache_dir() / "exports" / "file-hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    out, changed = {}, False
+    for path in files:
+        st = path.stat()
+        stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if stamp not in memo:
+            memo[stamp] = sha256_file(path)
+            changed = True
+        out[str(path.relative_to(root))] = memo[stamp]
+    if changed:
+        atomic_write_json(memo_path, memo)
+    return out
+
+
+def _seeded_files() -> list[Path]:
+    return sorted(p for p in (ASSETS_DIR / "sdxl").rglob("*.json"))
+
+
+def export_key(source: ExportSource) -> str | None:
+    """The content key, or None when the checkpoint is not on this machine (a dry run can
+    still print what it would do)."""
+    if source.seeded:
+        root = ASSETS_DIR / "sdxl"
+        inputs = {"seeded": source.seeded, "seed": SEED, "files": _hash_files(_seeded_files(),
+                                                                              root)}
+    else:
+        from runner.export.checkpoint import open_checkpoint
+
+        assert source.checkpoint is not None
+        if not source.checkpoint.is_dir():
+            return None
+        ckpt = open_checkpoint(source.checkpoint, source.dtype)
+        inputs = {"files": _hash_files(ckpt.files(), ckpt.root)}
+    inputs.update(code=code_version(), dtype=source.dtype, max_length=MAX_LENGTH, steps=STEPS)
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def export_dir(source: ExportSource, key: str | None) -> Path:
+    tag = key[:16] if key else "<key: sha256 of the checkpoint files, exporter, dtype>"
+    return cache_dir() / "exports" / f"{source.name}-{source.dtype}-{tag}"
+
+
+def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
+                   out: Path | None = None) -> list[str]:
+    """The exact `runner export sdxl` command for these batch sizes."""
+    what = ["--seeded"] if source.seeded else ["--from", str(source.checkpoint)]
+    argv = ["runner", "export", "sdxl", *what,
+            "--batch-sizes", ",".join(map(str, sorted(batch_sizes))),
+            "--vae-batch-sizes", ",".join(map(str, sorted(vae_batch_sizes))),
+            "--dtype", "fp16" if source.dtype == "float16" else "fp32"]
+    return argv + (["--out", str(out)] if out else [])
+
+
+def _config_dict(source: ExportSource, arch, batch_sizes: list[int],
+                 vae_batch_sizes: list[int]) -> dict:
+    from runner.export.exporter import model_config
+
+    extra: dict = {"source": source.ref}
+    if source.seeded:
+        extra["no_scoring"] = SEEDED_REFUSAL
+    return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
+                        arch.image_size, arch.latent_size, STEPS, MAX_LENGTH, extra)
+
+
+def _architecture(source: ExportSource):
+    from runner.export.architecture import load_architecture, sdxl_architecture
+
+    if source.seeded:
+        return sdxl_architecture()
+    assert source.checkpoint is not None
+    return load_architecture(source.checkpoint)
+
+
+def exported_model(ref: str, base: Path, where: str) -> ModelConfig:
+    """A profile's `model: checkpoint:DIR | seeded:sdxl`: the cached export's config, or,
+    before any export, the config it will have (no batch sizes yet, so `runner compile`
+    exports them on demand or prints the command)."""
+    source = ExportSource.parse(ref, base=base, where=where)
+    key = export_key(source)
+    path = export_dir(source, key) / "model.json"
+    if path.is_file():
+        return ModelConfig.load(path)
+    arch = _architecture(source) if key else None
+    if arch is None:  # the checkpoint is elsewhere: SDXL's own shapes, for dry runs
+        from runner.export.architecture import sdxl_architecture
+
+        arch = sdxl_architecture()
+    return ModelConfig.from_dict(_config_dict(source, arch, [], []), path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One exporter per export directory across processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _existing(out: Path) -> tuple[list[int], list[int]]:
+    path = out / "model.json"
+    if not path.is_file():
+        return [], []
+    raw = json.loads(path.read_text())
+    return raw["batch_sizes"], raw["submodels"]["vae"].get("batch_sizes", raw["batch_sizes"])
+
+
+def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
+                  out: Path | None = None,
+                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Path:
+    """Exports what is missing (never what is there) and returns the model.json path."""
+    try:
+        import iree.turbine  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise RunnerError(f"export needs the [export] extra: {e}",
+                          fix="pip install -e '.[export]', then run: "
+                          + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
+                                                      out))) from e
+    if out is None:
+        out = export_dir(source, export_key(source))
+    if source.checkpoint is not None:
+        from runner.export.checkpoint import open_checkpoint
+
+        ckpt = open_checkpoint(source.checkpoint, source.dtype)  # every check, before writing
+    with _locked(out):
+        have, have_vae = _existing(out)
+        need = sorted(set(batch_sizes) - set(have))
+        need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
+        if not need and not need_vae:
+            return out / "model.json"
+        staging = out.parent / f".staging-{out.name}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            arch = ckpt.arch if source.checkpoint is not None else _architecture(source)
+            _write(source, arch, staging, out, need, need_vae, log,
+                   ckpt if source.checkpoint is not None else None)
+            out.mkdir(parents=True, exist_ok=True)
+            for path in sorted(staging.rglob("*")):
+                if path.is_file():
+                    target = out / path.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, target)
+            config = _config_dict(source, arch, sorted({*have, *need}),
+                                  sorted({*have_vae, *need_vae}))
+            atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    ModelConfig.load(out / "model.json")  # what we wrote must load
+    return out / "model.json"
+
+
+def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: list[int],
+           vae_batch_sizes: list[int], log: Callable[[str], None], ckpt) -> None:
+    """Builds the modules and writes every missing file into `staging`."""
+    from runner.export import exporter, sdxl_model
+    from runner.export.checkpoint import write_tokenizer
+
+    start = time.perf_counter()
+    if ckpt is None:
+        modules = sdxl_model.build_seeded(arch, SEED, source.dtype, STEPS)
+    else:
+        modules = sdxl_model.load_checkpoint(arch, ckpt.root, ckpt.variants, source.dtype,
+                                             STEPS)
+    log(f"export: built {source.ref} ({source.dtype}) in {time.perf_counter() - start:.1f}s")
+    if not (out / "tokenizer" / "vocab.json").is_file():
+        tokenizer = ASSETS_DIR / "tiny" / "tokenizer" if ckpt is None else ckpt.root / "tokenizer"
+        write_tokenizer(tokenizer, staging / "tokenizer")
+    named = modules.named()
+    exporter.externalize(named)
+    names = exporter.file_names()
+    for name, module in named.items():
+        if not (out / names[name]["weights"]).is_file():
+            exporter.save_weights(module, staging / names[name]["weights"])
+            log(f"export: {names[name]['weights']} written")
+    dims = (arch.latent_size, MAX_LENGTH, arch.embed_dim, arch.pooled_dim)
+    for name in exporter.SUBMODELS:
+        for batch in vae_batch_sizes if name == "vae" else batch_sizes:
+            t0 = time.perf_counter()
+            mlir = exporter.export_mlir(named[name], name, batch, *dims, source.dtype)
+            file = names[name]["mlir"].format(batch=batch)
+            atomic_write_text(staging / file, mlir)
+            log(f"export: {file} in {time.perf_counter() - t0:.1f}s")
+            if name == "unet":
+                atomic_write_text(staging / names["unet"]["extra_mlir"][0].format(batch=batch),
+                                  exporter.unet_pipeline_mlir(batch, *dims, STEPS, source.dtype))
