@@ -37,7 +37,9 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 def by_hand(suite: Path, work: Path) -> float:
     """iree-compile + iree-run-module per test, with the commands `check` says it runs."""
-    from runner.goldens.check import CheckOptions, compiler_info, plan, run_module_command
+    from runner.compile import compiler_info
+    from runner.goldens.check import run_module_command
+    from runner.goldens.plan import CheckOptions, plan
     from runner.goldens.testfile import load_tests
 
     compiler = compiler_info()
@@ -45,7 +47,8 @@ def by_hand(suite: Path, work: Path) -> float:
     for i, test in enumerate(load_tests([suite])):
         p = plan(test, CheckOptions(), compiler)
         vmfb = work / f"{i}.vmfb"
-        total += timed([compiler.path, str(p.mlir), *p.compile_flags, "-o", str(vmfb)],
+        module = p.modules[0]
+        total += timed([compiler.path, str(module.mlir), *module.flags, "-o", str(vmfb)],
                        dict(os.environ))
         total += timed(run_module_command(p, [str(vmfb)], work, None), dict(os.environ))
     return total

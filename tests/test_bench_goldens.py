@@ -58,7 +58,8 @@ def test_a_golden_fails_when_measured_exceeds_it(tmp_path, capsys):
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "clip_cpu.json").write_text(json.dumps(raw))
-    code = main(["bench", "goldens", str(suite), "--repetitions", "2", "--min-time", "0.02s",
+    code = main(["bench", "goldens", str(suite), "--sku", "cpu", "--repetitions", "2",
+                 "--min-time", "0.02s",
                  "--warmup", "0", "--out", str(tmp_path / "out")])
     assert code == 1
     (g,) = json.loads((tmp_path / "out" / "bench.json").read_text())["goldens"]
@@ -78,7 +79,7 @@ def test_a_golden_fails_when_measured_exceeds_it(tmp_path, capsys):
     raw.update(golden_time_ms={"cpu": 1000.0}, golden_dispatch={"cpu": 140},
                golden_size={"cpu": 10_000_000})
     (suite / "clip_cpu.json").write_text(json.dumps(raw))
-    assert main(["bench", "goldens", str(suite), "--repetitions", "2", "--min-time",
+    assert main(["bench", "goldens", str(suite), "--sku", "cpu", "--repetitions", "2", "--min-time",
                  "0.02s", "--warmup", "0"]) == 0
     assert "4 fewer dispatches than the golden" in capsys.readouterr().out
 

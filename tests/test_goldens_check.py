@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from runner.cli import main
-from runner.goldens.check import CheckOptions, check, run_test
+from runner.goldens.check import check, run_test
+from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
 from runner.sources import download_path
 from runner.tensors import TensorSpec, read_tensor, write_tensor
@@ -130,8 +131,8 @@ def test_dry_run_renders_every_real_sdxl_fixture(tmp_path, capsys, monkeypatch):
                         if line.startswith(("/", "iree-"))]
             compile_cmd = commands[0]
             assert Path(compile_cmd[0]).name == "iree-compile"
-            assert compile_cmd[1] == str(download_path(test.mlir))
-            for flag in test.compiler_flags:
+            assert compile_cmd[1] == str(download_path(test.modules[0].mlir))
+            for flag in test.modules[0].compiler_flags:
                 if "dump-statistics-file" not in flag:
                     assert flag in compile_cmd
             assert ("--iree-rocm-target=gfx942" in compile_cmd) == (test.backend == "rocm")
@@ -151,9 +152,9 @@ def test_dry_run_renders_every_real_sdxl_fixture(tmp_path, capsys, monkeypatch):
             for ref in test.outputs:
                 value = f"{ref.value}=" if ref.value else ""
                 assert f"--expected_output={value}@{download_path(ref.source)}" in run
-            assert f"--parameters=model={download_path(test.real_weights)}" in run
+            assert f"--parameters=model={download_path(test.weights[0].source)}" in run
             assert all(a in run for a in test.threshold_args)
-            if test.add_pipeline_module:
+            if len(test.modules) > 1 and test.modules[1].load:
                 assert run[-1].startswith("--module=") and len(commands) == 3
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import RunnerError
+from runner.goldens.select import Selection, backend_name
 from runner.goldens.testfile import (
     find_test_files,
     load_benchmark_file,
@@ -32,9 +33,10 @@ def test_every_real_sdxl_fixture_parses(path):
     raw = json.loads(path.read_text())
     (test,) = load_test_file(path)
     assert test.schema == "quality" and test.model == "sdxl"
-    assert test.mlir == raw["mlir"] and test.backend == path.stem.rsplit("_", 1)[1]
+    assert test.modules[0].mlir == raw["mlir"] and test.backend == path.stem.rsplit("_", 1)[1]
     assert [r.source for r in test.outputs] == [o["source"] for o in raw.get("outputs", [])]
-    assert test.compiler_flags == tuple(raw.get("compiler_flags", []))
+    assert test.modules[0].compiler_flags == tuple(raw.get("compiler_flags", []))
+    assert test.kind == "quality" and test.markers == ("quality", test.backend)
     assert test.run_function == raw.get("run_function", "main")
     assert test.device == raw.get("device", {"cpu": "local-task", "rocm": "hip"}[test.backend])
     for ref in (*test.inputs, *test.outputs):
@@ -49,8 +51,9 @@ def test_fixture_details():
     assert str(punet.outputs[0].spec) == "1x4x128x128xf16"
     assert punet.outputs[0].name == "punet_fp16_out_v2.0.bin"
     unet = load_test_file(QUALITY / "sdxl" / "unet_fp16_cpu.json")[0]
-    assert unet.add_pipeline_module and unet.pipeline_mlir.endswith("bench_f16.mlir")
-    assert unet.pipeline_compiler_flags == ("--iree-hal-local-target-device-backends=llvm-cpu",
+    pipeline = unet.modules[1]
+    assert pipeline.load and pipeline.mlir.endswith("bench_f16.mlir")
+    assert pipeline.compiler_flags == ("--iree-hal-local-target-device-backends=llvm-cpu",
                                             "--iree-hal-target-device=local")
     scheduler = load_test_file(QUALITY / "sdxl" / "scheduler_cpu.json")[0]
     assert scheduler.compile_only and not scheduler.inputs and scheduler.device == "local-task"
@@ -60,18 +63,18 @@ def test_fixture_details():
 
 
 def test_selection_like_run_thresholds():
-    everything = load_tests([QUALITY], model="sdxl")
+    everything = load_tests([QUALITY], Selection(model="sdxl"))
     assert len(everything) == len(SDXL_FILES) == 12
-    clips = load_tests([QUALITY], model="sdxl", submodel="clip")
+    clips = load_tests([QUALITY], Selection(model="sdxl", submodel="clip"))
     assert [t.name for t in clips] == ["sdxl/clip_cpu", "sdxl/clip_rocm"]
-    assert [t.name for t in load_tests([QUALITY], model="sdxl", submodel="punet*",
-                                       backend="rocm")] == ["sdxl/punet_int8_fp16_rocm",
-                                                            "sdxl/punet_int8_fp8_rocm"]
-    assert len(load_tests([QUALITY / "sdxl"], backend="cpu")) == 5
+    assert [t.name for t in load_tests([QUALITY], Selection(
+        model="sdxl", submodel="punet*", backend="rocm"))] == ["sdxl/punet_int8_fp16_rocm",
+                                                               "sdxl/punet_int8_fp8_rocm"]
+    assert len(load_tests([QUALITY / "sdxl"], Selection(backend="cpu"))) == 5
     with pytest.raises(RunnerError, match="no test matches"):
-        load_tests([QUALITY], model="sdxl", submodel="nothing")
+        load_tests([QUALITY], Selection(model="sdxl", submodel="nothing"))
     with pytest.raises(RunnerError, match="unknown backend"):
-        load_tests([QUALITY], backend="tpu")
+        backend_name("tpu", "--backend")
 
 
 def test_benchmark_files_parse_separately():
@@ -112,11 +115,11 @@ def test_regression_schema_gives_one_test_per_backend(tmp_path):
     assert (cpu.schema, cpu.backend, rocm.backend) == ("regression", "cpu", "rocm")
     assert cpu.submodel == rocm.submodel == "punet_fp16" and cpu.model == "sdxl"
     # IREE CI's regression runner appends the target backend to each backend's flags.
-    assert cpu.compiler_flags == ("--iree-llvmcpu-target-cpu-features=host",
-                                  "--iree-hal-target-backends=llvm-cpu")
-    assert rocm.compiler_flags == ("--iree-opt-const-eval=false",
-                                   "--iree-hal-target-backends=rocm")
-    assert rocm.pipeline_compiler_flags == ("--verify=false", "--iree-hal-target-backends=rocm")
+    assert cpu.modules[0].compiler_flags == ("--iree-llvmcpu-target-cpu-features=host",
+                                             "--iree-hal-target-backends=llvm-cpu")
+    assert rocm.modules[0].compiler_flags == ("--iree-opt-const-eval=false",
+                                              "--iree-hal-target-backends=rocm")
+    assert len(rocm.modules) == 1  # no pipeline_mlir
     assert cpu.threshold_args == ("--expected_f16_threshold=0.5f",)
     assert (cpu.run_function, rocm.run_function) == ("main", "main_rocm")
     assert (cpu.run_test_expecting_to_fail, rocm.run_test_expecting_to_fail) == (False, True)

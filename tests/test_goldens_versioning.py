@@ -92,9 +92,12 @@ def test_generate_then_bump_touches_only_versioned_names(tmp_path, capsys):
     for g in manifest["goldens"]:
         old = suite / g["old_source"]
         spec = TensorSpec.parse(g["spec"])
-        # Same compiler, same machine: the regenerated goldens equal the committed ones.
-        assert np.array_equal(read_tensor(new / g["file"], spec), read_tensor(old, spec))
-        assert g["change_vs_old"]["max_abs"] == 0.0
+        # Same compiler; the committed goldens may come from another CPU (`target-cpu=host`
+        # vectorizes differently), so they agree within the test's thresholds, not bitwise.
+        change = g["change_vs_old"]
+        assert change["over_threshold"] == 0 and change["max_abs"] < 1e-4, g
+        assert np.allclose(read_tensor(new / g["file"], spec), read_tensor(old, spec),
+                           rtol=0, atol=1e-4)
     assert main(["goldens", "bump", str(suite), "--to", "v2.0"]) == 0
     out = capsys.readouterr().out
     assert "clip_out0_v1.0.bin -> clip_out0_v2.0.bin" in out

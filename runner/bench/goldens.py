@@ -26,7 +26,6 @@ exactly the module it describes, and is reused while that key holds.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 import subprocess
 import sys
@@ -35,27 +34,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.bench import benchmark_module as bm
-from runner.compile import (
-    CompileResult,
-    CompilerInfo,
-    compile_key,
-    compile_mlir,
-    compiler_info,
-    rocm_chip_flag,
-)
+from runner.compile import CompilerInfo, compile_key, compile_mlir, compiler_info, rocm_chip_flag
 from runner.errors import RunnerError
-from runner.goldens.check import (
-    TUNER_FLAG,
-    TUNING_SPEC_FLAG,
+from runner.goldens.plan import (
+    STATS_FILE_FLAG,
+    STATS_FORMAT_FLAG,
     CheckOptions,
-    check_spec,
+    compile_module,
+    dispatch_count,
+    placeholder,
     plan,
     splat_weights,
 )
+from runner.goldens.select import Selection, select
 from runner.goldens.testfile import (
     BenchmarkTest,
     GoldenTest,
+    file_kind,
     find_test_files,
+    golden_for,
     load_benchmark_file,
     load_test_file,
 )
@@ -63,8 +60,6 @@ from runner.paths import REPO_DIR, cache_dir
 
 DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
 DEFAULT_TOLERANCE = 1.1
-STATS_FORMAT_FLAG = "--iree-scheduling-dump-statistics-format"
-STATS_FILE_FLAG = "--iree-scheduling-dump-statistics-file"
 STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
 
 
@@ -138,8 +133,14 @@ class _Compiled:
     commands: tuple[str, ...]
 
 
-def load_benchmarks(paths: list[Path]) -> list[BenchmarkTest]:
-    return [load_benchmark_file(p) for p in find_test_files(paths or [DEFAULT_BENCH_SUITE])]
+def load_benchmarks(paths: list[Path], selection: Selection | None = None,
+                    module_dirs: tuple[Path, ...] = ()) -> list[BenchmarkTest]:
+    """Benchmark files of either layout; a directory's other files (quality and compstat
+    tests, module definitions) are left out."""
+    paths = paths or [DEFAULT_BENCH_SUITE]
+    found = [load_benchmark_file(p, module_dirs) for p in find_test_files(paths)
+             if p in paths or file_kind(p) == "benchmark"]
+    return select(((b, b.submodel) for b in found), selection or Selection(), paths)
 
 
 def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None = None
@@ -193,49 +194,26 @@ def write_stats(command: list[str], path: Path) -> None:
     scratch.replace(path)
 
 
-def dispatch_count(stats: Path) -> int:
-    try:
-        raw = json.loads(stats.read_text())
-        return int(raw["stream-aggregate"]["execution"]["dispatch-count"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunnerError(f"cannot read the dispatch count: {e}", where=str(stats),
-                          fix="compile with --iree-scheduling-dump-statistics-format=json") from e
-
-
-def _placeholder(c: CompileResult) -> CompileResult:
-    """A dry run of an MLIR not fetched yet cannot know its cache key: say so plainly."""
-    if Path(c.mlir).is_file():
-        return c
-    vmfb = str(cache_dir() / "vmfb" / f"<key of {Path(c.mlir).name}: known once fetched>.vmfb")
-    return dataclasses.replace(c, vmfb=vmfb, command=[*c.command[:-1], vmfb])
-
-
 def compile_quality(test: GoldenTest, opts: GoldenOptions, compiler: CompilerInfo,
                     with_stats: bool = True) -> _Compiled:
-    """The quality test's modules and weights, compiled as IREE CI does, plus statistics."""
-    runnable = dataclasses.replace(test, inputs=(), outputs=(), compile_only=False)
+    """The test's modules and weights, compiled as IREE CI does, plus statistics: a
+    torch-layout module's own compile writes them; an older quality test's module gets
+    the separate stream-phase compile."""
+    runnable = dataclasses.replace(test, inputs=(), outputs=(), compile_only=False,
+                                   kind="benchmark")
     check_opts = CheckOptions(sku=opts.sku, rocm_chip=opts.rocm_chip, tuner_dir=opts.files_dir,
                               dry_run=opts.dry_run, offline=opts.offline)
     p = plan(runnable, check_opts, compiler)
-    if not opts.dry_run:
-        for f in p.compile_flags:
-            if f.startswith((f"{TUNER_FLAG}=", f"{TUNING_SPEC_FLAG}=")):
-                check_spec(Path(f.split("=", 1)[1]))
-    main = _placeholder(compile_mlir(p.mlir, p.compile_flags, dry_run=opts.dry_run,
-                                     compiler=compiler))
-    results = [main]
-    if p.pipeline_mlir is not None:
-        results.append(_placeholder(compile_mlir(p.pipeline_mlir, p.pipeline_flags,
-                                                 dry_run=opts.dry_run, compiler=compiler)))
+    results = [compile_module(m, compiler, opts.dry_run) for m in p.modules]
     commands = [shlex.join(r.command) for r in results]
-    stats = None
-    if with_stats:
-        stats_cmd, stats = stats_command(p.mlir, p.compile_flags, compiler)
+    stats = p.modules[0].stats
+    if with_stats and stats is None:
+        stats_cmd, stats = stats_command(p.modules[0].mlir, p.modules[0].flags, compiler)
         commands.append(shlex.join(stats_cmd))
         if not opts.dry_run:
             write_stats(stats_cmd, stats)
     if p.weights_kind == "splat":
-        _, splat_cmd = splat_weights(p.mlir, compiler, dry_run=opts.dry_run)
+        _, splat_cmd = splat_weights(p.modules[0].mlir, compiler, dry_run=opts.dry_run)
         commands.append(shlex.join(splat_cmd))
     return _Compiled(tuple(Path(r.vmfb) for r in results), p.weights, stats, tuple(commands))
 
@@ -266,7 +244,7 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
         raise RunnerError(f"{mlir_name} not found in {', '.join(map(str, dirs))}",
                           where=f"{bench.path}: mlir_file_name",
                           fix="pass --files-dir DIR (where IREE CI keeps its test files)")
-    pipeline = _placeholder(compile_mlir(mlir, tuple(flags), dry_run=opts.dry_run,
+    pipeline = placeholder(compile_mlir(mlir, tuple(flags), dry_run=opts.dry_run,
                                          compiler=compiler))
     commands.append(shlex.join(pipeline.command))
     return [*modules, Path(pipeline.vmfb)], weights, commands
@@ -274,13 +252,19 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
 
 def _verdicts(bench: BenchmarkTest, result: GoldenResult) -> None:
     sku = result.sku
-    if sku in bench.golden_time_ms:
-        golden = float(bench.golden_time_ms[sku])
-        tol = float(bench.golden_time_tolerance_multiplier.get(sku, DEFAULT_TOLERANCE))
-        measured = result.latency.mean_ms if result.latency else None
+    golden_time = golden_for(bench.golden_time_ms, sku)
+    if golden_time is not None:
+        golden = float(golden_time)
+        tol = float(golden_for(bench.golden_time_tolerance_multiplier, sku)
+                    or DEFAULT_TOLERANCE)
+        latency = result.latency
+        measured = None if latency is None else (
+            latency.min_ms if bench.time_statistic == "min" else latency.mean_ms)
+        note = (f"tolerance x{tol:g}" if bench.time_statistic == "mean"
+                else "fastest repetition, no tolerance (IREE CI's torch_models rule)")
         result.checks.append(CheckLine(
             "time_ms", measured, golden, golden * tol,
-            None if measured is None else measured <= golden * tol, f"tolerance x{tol:g}"))
+            None if measured is None else measured <= golden * tol, note))
     if sku in bench.golden_dispatch:
         golden = bench.golden_dispatch[sku]
         count = result.dispatch_count
@@ -301,15 +285,14 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
     """Compiles (through the cache), benchmarks and judges one file; never raises for the
     file's own failure."""
     compiler = compiler or compiler_info()
-    result = GoldenResult(f"{bench.model}/{bench.submodel}_{bench.backend}", str(bench.path),
-                          opts.sku, bench.function)
+    result = GoldenResult(bench.name, str(bench.path), opts.sku, bench.function)
     ignore = bench.extra.get("specific_chip_to_ignore") or []
     if bench.backend == "rocm" and opts.rocm_chip in ignore:
         result.status = "skipped"
         result.message = f"the file ignores chip {opts.rocm_chip} (specific_chip_to_ignore)"
         return result
-    if not any(opts.sku in g for g in (bench.golden_time_ms, bench.golden_dispatch,
-                                       bench.golden_size)):
+    if not any(golden_for(g, opts.sku) is not None
+               for g in (bench.golden_time_ms, bench.golden_dispatch, bench.golden_size)):
         result.notes.append(f"no goldens for sku {opts.sku} (the file has "
                             f"{sorted(bench.golden_time_ms)}): measured only")
     main_vmfb: Path | None = None
@@ -318,16 +301,17 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
             modules, weights, commands = _e2e(bench, opts, compiler)
             stats = None
         else:
-            test = quality_test_for(bench, opts)
+            test = bench.module_test or quality_test_for(bench, opts)
             built = compile_quality(test, opts, compiler)
             main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
             weights = [built.weights] if built.weights else []
             # The function may live in the pipeline module (produce_image_latents); a dry
             # run cannot look, so it assumes the quality test's own function does.
-            in_pipeline = test.add_pipeline_module and bench.function == test.run_function
-            modules = list(bm.modules_for(built.vmfbs, bench.function,
-                                          f"{bench.path}: function_run",
-                                          fallback=len(built.vmfbs) if in_pipeline else 1))
+            loaded = [v for v, m in zip(built.vmfbs, test.modules, strict=True) if m.load]
+            in_pipeline = len(loaded) > 1 and bench.function == test.run_function
+            at = "run_args" if bench.module_test else "function_run"
+            modules = list(bm.modules_for(loaded, bench.function, f"{bench.path}: {at}",
+                                          fallback=len(loaded) if in_pipeline else 1))
         result.commands.extend(commands)
         cmd = bm.command(device=opts.device or bench.device, modules=modules,
                          function=bench.function, inputs=[str(s) for s in bench.inputs],

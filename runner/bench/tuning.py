@@ -4,7 +4,7 @@ Arm A is the profile with no user spec (`target.tuning_spec` cleared), arm B the
 with `--iree-codegen-tuning-spec-path=SPEC`; everything else (default specs, flags, inputs,
 benchmark settings) is shared, so a latency difference is the spec's. `iree-compile`
 prints errors for a spec it cannot parse and still exits 0, compiling untuned code, so the
-spec is parsed with `iree-opt` first (`runner.goldens.check.check_spec`).
+spec is parsed with `iree-opt` first (`runner.goldens.plan.check_spec`).
 
 The final specs (the user's linked with the defaults) are dumped with
 `--iree-codegen-dump-tuning-specs-to` by a separate compile that stops at
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from runner.compile import compiler_info
 from runner.errors import RunnerError
-from runner.goldens.check import check_spec
+from runner.goldens.plan import check_spec
 from runner.profile import Profile
 from runner.sources import local_source
 

@@ -1,75 +1,80 @@
-"""`runner goldens check`: IREE CI's quality tests, compiled through the cache and run in-process.
+"""`runner goldens check`: IREE CI's quality and compstat tests, compiled through the cache.
 
-For each test: resolve its artifacts (URLs through the download cache), compile the MLIR
-(and the pipeline MLIR) with the file's flags plus what IREE CI adds (the ROCm chip flag in
-the compiler's spelling, the SKU's tuner file as `--iree-codegen-transform-dialect-library`),
-call `run_function` through the IREE Python runtime with `real_weights` as parameter scope
-`model`, and compare the first k results with the k expected outputs under the file's
-`threshold_args`. `plan` alone gives the exact `iree-compile` commands and an equivalent
-`iree-run-module` line, which is all `--dry-run` prints.
+For each test: `plan` resolves its artifacts and completes its flags (see `plan.py`); each
+module is compiled once through the cache. A quality test then calls its function through the
+IREE Python runtime with its weights as parameter scope `model` and compares the first k
+results with the k expected outputs under the file's thresholds (iree-run-module's
+semantics, `thresholds.py`). A compstat test compares the compile's dispatch count
+(`stream-aggregate.execution.dispatch-count` of the scheduling statistics) and the vmfb's
+size in bytes with `golden_dispatch_count` and `golden_binary_size`: each must be <= its
+golden, as IREE CI's torch_models runner asserts; both numbers and the delta are reported.
+`--dry-run` prints the exact `iree-compile` commands and an equivalent `iree-run-module` line.
 
-Without `real_weights`, IREE CI's files are compile-only; when such a module still reads
-parameters, it runs here on splat weights (`iree-compile --iree-parameter-splat`), which
-checks that it runs, not what it computes.
+A test that compares nothing (no expected outputs, a compstat test with no goldens) passes
+with a warning, and fails under `strict`. With a `timeout`, each test runs in its own process
+group, killed (iree-compile included) when the time is up.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import shlex
-import shutil
-import subprocess
+import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from runner.compile import CompileResult, CompilerInfo, compile_mlir, compiler_info, rocm_chip_flag
+from runner.compile import CompileResult, CompilerInfo, compiler_info
 from runner.errors import RunnerError
-from runner.fileio import sha256_file
+from runner.goldens.plan import (
+    CheckOptions,
+    TestPlan,
+    compile_module,
+    dispatch_count,
+    plan,
+    splat_weights,
+    where,
+)
 from runner.goldens.testfile import GoldenTest, TensorRef
-from runner.goldens.thresholds import OutputComparison, Thresholds, compare
-from runner.paths import cache_dir
-from runner.sources import is_url, redact_url, resolve
+from runner.goldens.thresholds import OutputComparison, compare
+from runner.sources import redact_url
 from runner.tensors import read_tensor, tensor_format, write_tensor
 
-TUNER_FLAG = "--iree-codegen-transform-dialect-library"  # IREE CI's per-SKU spec flag
-TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"  # the user-facing spelling
 STATUSES = ("passed", "failed", "error", "xfailed", "xpassed", "planned")
 
 
 @dataclass(frozen=True)
-class CheckOptions:
-    sku: str = "mi300"
-    rocm_chip: str = "gfx942"
-    tuning_spec: Path | None = None
-    tuner_dir: Path | None = None
-    out: Path | None = None
-    dry_run: bool = False
-    offline: bool | None = None
-    compile_only: bool = False
-    device: str | None = None  # overrides the file's `device` (e.g. local-sync)
-    require_goldens: bool = True  # generate runs without the old outputs when it must
+class StatCheck:
+    """One compile statistic against its golden (a maximum, as IREE CI checks it)."""
 
+    name: str  # dispatch_count | binary_size
+    measured: int
+    golden: int | None
 
-@dataclass(frozen=True)
-class TestPlan:
-    test: GoldenTest
-    mlir: Path
-    pipeline_mlir: Path | None
-    weights: Path | None
-    weights_kind: str | None  # "real", "splat" or None
-    inputs: tuple[Path, ...]
-    outputs: tuple[Path | None, ...]  # None: golden unavailable (generate only)
-    compile_flags: tuple[str, ...]
-    pipeline_flags: tuple[str, ...]
-    thresholds: Thresholds
-    device: str
-    expect_compile_failure: bool
-    notes: tuple[str, ...] = ()
+    @property
+    def ok(self) -> bool | None:
+        return None if self.golden is None else self.measured <= self.golden
+
+    @property
+    def delta(self) -> int | None:
+        return None if self.golden is None else self.measured - self.golden
+
+    def describe(self) -> str:
+        if self.golden is None:
+            return f"{self.name} {self.measured} (no golden)"
+        verdict = "ok" if self.ok else "OVER"
+        return (f"{self.name} {self.measured}, golden {self.golden} "
+                f"(delta {self.delta:+d}) {verdict}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "measured": self.measured, "golden": self.golden,
+                "delta": self.delta, "ok": self.ok}
 
 
 @dataclass
@@ -82,8 +87,10 @@ class TestResult:
     compile_cached: bool = True
     run_seconds: float = 0.0
     outputs: list[OutputComparison] = field(default_factory=list)
+    stats: list[StatCheck] = field(default_factory=list)
     commands: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     actual: tuple[np.ndarray, ...] = ()
 
     @property
@@ -91,156 +98,14 @@ class TestResult:
         return self.status in ("passed", "xfailed", "xpassed", "planned")
 
     def to_dict(self) -> dict:
-        return {"name": self.test.name, "file": str(self.test.path), "status": self.status,
-                "phase": self.phase, "message": self.message,
+        return {"name": self.test.name, "file": str(self.test.path), "kind": self.test.kind,
+                "status": self.status, "phase": self.phase, "message": self.message,
                 "compile_seconds": self.compile_seconds, "compile_cached": self.compile_cached,
                 "run_seconds": self.run_seconds,
                 "outputs": [o.to_dict() for o in self.outputs],
-                "commands": [shlex.join(c) for c in self.commands], "notes": self.notes}
-
-
-def _where(test: GoldenTest, field_name: str) -> str:
-    return f"{test.path}: {field_name}"
-
-
-def _ref(test: GoldenTest, ref: str, where: str, opts: CheckOptions) -> Path:
-    """Fetches through the cache, or (dry run) names the path it would be read from."""
-    return resolve(ref, base_dir=test.base_dir, where=where, download=not opts.dry_run,
-                   offline_mode=opts.offline, must_exist=not opts.dry_run)
-
-
-def _golden(test: GoldenTest, ref: TensorRef, opts: CheckOptions, notes: list[str]
-            ) -> Path | None:
-    try:
-        return _ref(test, ref.source, ref.where, opts)
-    except RunnerError as e:
-        if opts.require_goldens:
-            raise
-        notes.append(f"old golden unavailable, not compared: {e}")
-        return None
-
-
-def tuner_spec(test: GoldenTest, opts: CheckOptions) -> tuple[Path | None, str | None]:
-    """The SKU's tuner file, looked up like IREE CI's runners do (next to the tests)."""
-    ref = test.tuner_file.get(opts.sku)
-    if ref is None:
-        return None, None
-    where = _where(test, f"tuner_file.{opts.sku}")
-    if is_url(ref) or ref.startswith("file://") or Path(ref).is_absolute():
-        return _ref(test, ref, where, opts), None
-    dirs = [d for d in (opts.tuner_dir, test.base_dir, test.base_dir.parent,
-                        test.base_dir.parent.parent) if d is not None]
-    for d in dirs:
-        if (d / ref).is_file():
-            return d / ref, None
-    if opts.dry_run:
-        return test.base_dir / ref, (f"tuner file {ref} for {opts.sku} not found (looked in "
-                                     f"{', '.join(map(str, dirs))}); pass --tuner-dir")
-    raise RunnerError(f"tuner file {ref!r} for SKU {opts.sku} not found in "
-                      f"{', '.join(map(str, dirs))}", where=where,
-                      fix="pass --tuner-dir DIR (where IREE CI keeps its specs), another "
-                      "--sku, or --tuning-spec PATH")
-
-
-def uses_parameters(mlir: Path) -> bool:
-    """Whether the module reads named parameters (so it needs an archive to run)."""
-    needle = b"parameter.named<"
-    with open(mlir, "rb") as f:
-        tail = b""
-        while block := f.read(1 << 22):
-            if needle in tail + block:
-                return True
-            tail = block[-len(needle):]
-    return False
-
-
-@cache
-def _splat_flag(compiler: str) -> str:
-    """`--iree-parameter-splat` (3.13); older compilers spell it `--iree-opt-splat-parameters`."""
-    out = subprocess.run([compiler, "--help-hidden"], capture_output=True, text=True,
-                         check=False).stdout
-    return "--iree-parameter-splat" if "--iree-parameter-splat=" in out \
-        else "--iree-opt-splat-parameters"
-
-
-def splat_weights(mlir: Path, compiler: CompilerInfo, dry_run: bool = False
-                  ) -> tuple[Path, list[str]]:
-    """A cached archive of splat values for every parameter the module reads."""
-    key = sha256_file(mlir) if mlir.is_file() else "<sha256 of the MLIR>"
-    path = cache_dir() / "splat" / f"{key}.irpa"
-    command = [compiler.path, str(mlir), f"{_splat_flag(compiler.path)}={path}",
-               "--compile-to=global-optimization", "-o", "/dev/null"]
-    if dry_run or path.is_file():
-        return path, command
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp.irpa")
-    proc = subprocess.run([*command[:2], f"{command[2].split('=')[0]}={tmp}", *command[3:]],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        raise RunnerError(f"cannot make splat weights: {proc.stderr.strip()[-2000:]}",
-                          where=str(mlir), fix="give the test `real_weights`")
-    tmp.replace(path)
-    return path, command
-
-
-# Flags naming a side file iree-compile writes; IREE CI runs it in the vmfb's directory.
-DUMP_FLAGS = ("--iree-scheduling-dump-statistics-file=",)
-
-
-def _dump_paths(test: GoldenTest, flags: tuple[str, ...], which: str) -> list[str]:
-    """Relative dump files go to a fixed per-test folder in the cache, not the current
-    directory: IREE CI writes them next to the vmfb, and a fixed path keeps the cache key."""
-    out = []
-    for flag in flags:
-        prefix = next((p for p in DUMP_FLAGS if flag.startswith(p)), None)
-        if prefix and not Path(flag[len(prefix):]).is_absolute():
-            folder = cache_dir() / "compile-stats" / test.name.replace("/", "__") / which
-            folder.mkdir(parents=True, exist_ok=True)
-            flag = prefix + str(folder / flag[len(prefix):])
-        out.append(flag)
-    return out
-
-
-def plan(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo) -> TestPlan:
-    notes = []
-    mlir = _ref(test, test.mlir, _where(test, "mlir"), opts)
-    pipeline = (_ref(test, test.pipeline_mlir, _where(test, "pipeline_mlir"), opts)
-                if test.pipeline_mlir else None)
-    flags = _dump_paths(test, test.compiler_flags, "model")
-    pipeline_flags = _dump_paths(test, test.pipeline_compiler_flags, "pipeline")
-    if test.backend == "rocm":
-        chip = rocm_chip_flag(opts.rocm_chip, compiler)
-        flags.append(chip)
-        pipeline_flags.append(chip)
-    spec, note = tuner_spec(test, opts)
-    if note:
-        notes.append(note)
-    if spec is not None:
-        flags.append(f"{TUNER_FLAG}={spec}")
-    if opts.tuning_spec is not None:
-        flags.append(f"{TUNING_SPEC_FLAG}={opts.tuning_spec.resolve()}")
-    run = not (test.compile_only or opts.compile_only)
-    weights, kind = None, None
-    if test.real_weights and run:
-        weights, kind = _ref(test, test.real_weights, _where(test, "real_weights"), opts), "real"
-    elif run and mlir.is_file() and uses_parameters(mlir):
-        weights, kind = splat_weights(mlir, compiler, dry_run=True)[0], "splat"
-        notes.append("no real_weights: running on splat weights (checks that it runs, "
-                     "not its numbers)")
-    inputs = tuple(_ref(test, r.source, r.where, opts) for r in test.inputs) if run else ()
-    outputs = tuple(_golden(test, r, opts, notes) for r in test.outputs) if run else ()
-    thresholds = Thresholds.parse(test.threshold_args, _where(test, "threshold_args"))
-    if thresholds.passthrough:
-        notes.append(f"threshold_args passed through unread: {list(thresholds.passthrough)}")
-    return TestPlan(
-        test=test, mlir=mlir, pipeline_mlir=pipeline, weights=weights, weights_kind=kind,
-        inputs=inputs, outputs=outputs, compile_flags=tuple(flags),
-        pipeline_flags=tuple(pipeline_flags), thresholds=thresholds,
-        device=opts.device or test.device,
-        expect_compile_failure=(test.backend == "rocm"
-                                and opts.rocm_chip in test.compile_chip_expecting_to_fail),
-        notes=tuple(notes))
+                "compile_stats": [s.to_dict() for s in self.stats],
+                "commands": [shlex.join(c) for c in self.commands], "notes": self.notes,
+                "warnings": self.warnings}
 
 
 def count_results(mlir: Path, function: str) -> int | None:
@@ -306,40 +171,21 @@ def run_module_command(p: TestPlan, vmfbs: list[str], out: Path | None,
     return cmd
 
 
-def check_spec(spec: Path) -> None:
-    """`iree-compile` ignores a transform library it cannot parse (it prints errors and
-    exits 0), so a broken spec would silently test nothing: parse it with iree-opt first."""
-    opt = shutil.which("iree-opt")
-    if opt is None:
-        return
-    proc = subprocess.run([opt, str(spec), "-o", "/dev/null"], capture_output=True,
-                          text=True, check=False)
-    if proc.returncode != 0:
-        raise RunnerError(f"tuning spec does not parse:\n{proc.stderr.strip()[-1500:]}",
-                          where=str(spec), fix="fix the spec (iree-opt must accept it)")
-
-
-def _specs_in(flags: tuple[str, ...]) -> list[Path]:
-    return [Path(f.split("=", 1)[1]) for f in flags
-            if f.startswith((f"{TUNER_FLAG}=", f"{TUNING_SPEC_FLAG}="))]
-
-
 def _test_dir(opts: CheckOptions, test: GoldenTest) -> Path | None:
     return opts.out / test.name.replace("/", "__") if opts.out else None
 
 
-def _placeholder(c: CompileResult) -> CompileResult:
-    """A dry run of an MLIR not fetched yet cannot know its cache key: say so plainly."""
-    if Path(c.mlir).is_file():
-        return c
-    vmfb = str(cache_dir() / "vmfb" / "<key: known once the MLIR is fetched>.vmfb")
-    return replace(c, vmfb=vmfb, command=[*c.command[:-1], vmfb])
+def _quiet(_: str) -> None:
+    return None
 
 
-def run_test(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo | None = None
-             ) -> TestResult:
-    """Plans, compiles, runs and compares one test; never raises for a test's own failure."""
+def run_test(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo | None = None,
+             on_phase: Callable[[str], None] = _quiet) -> TestResult:
+    """Plans, compiles, runs and compares one test; never raises for a test's own failure.
+    `on_phase` hears what it is doing (for the timeout's message)."""
     compiler = compiler or compiler_info()
+    if opts.timeout is not None and not opts.dry_run:
+        return _run_isolated(test, opts, compiler)
     result = TestResult(test)
     try:
         p = plan(test, opts, compiler)
@@ -348,19 +194,13 @@ def run_test(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo | None
         return result
     result.notes.extend(p.notes)
     out = _test_dir(opts, test)
-    # Compile.
     compiled: list[CompileResult] = []
     try:
-        if not opts.dry_run:
-            for spec in _specs_in(p.compile_flags):
-                check_spec(spec)
-        compiled.append(compile_mlir(p.mlir, p.compile_flags, dry_run=opts.dry_run,
-                                     compiler=compiler))
-        if p.pipeline_mlir is not None:
-            compiled.append(compile_mlir(p.pipeline_mlir, p.pipeline_flags,
-                                         dry_run=opts.dry_run, compiler=compiler))
+        for m in p.modules:
+            on_phase(f"compiling {m.module.name}")
+            compiled.append(compile_module(m, compiler, opts.dry_run))
         if p.weights_kind == "splat":
-            _, command = splat_weights(p.mlir, compiler, dry_run=opts.dry_run)
+            _, command = splat_weights(p.modules[0].mlir, compiler, dry_run=opts.dry_run)
             result.commands.append(command)
     except RunnerError as e:
         result.compile_seconds = sum(c.seconds for c in compiled)
@@ -370,16 +210,14 @@ def run_test(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo | None
         else:
             result.status, result.phase, result.message = "failed", "compile", str(e)
         return result
-    compiled = [_placeholder(c) for c in compiled]
     result.commands[:0] = [c.command for c in compiled]
     result.compile_seconds = sum(c.seconds for c in compiled)
     result.compile_cached = all(c.cached for c in compiled)
-    run = not (test.compile_only or opts.compile_only)
-    vmfbs = [c.vmfb for c in compiled] if test.add_pipeline_module else [compiled[0].vmfb]
+    run = test.runs and not opts.compile_only
+    vmfbs = [c.vmfb for c, m in zip(compiled, p.modules, strict=True) if m.module.load]
     if run:
-        n_results = count_results(p.pipeline_mlir if test.add_pipeline_module
-                                  and p.pipeline_mlir else p.mlir, test.run_function)
-        result.commands.append(run_module_command(p, vmfbs, out, n_results))
+        result.commands.append(run_module_command(
+            p, vmfbs, out, count_results(p.run_mlir, test.run_function)))
     if opts.dry_run:
         return result
     if p.expect_compile_failure:
@@ -387,11 +225,104 @@ def run_test(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo | None
         result.message = (f"compiled on {opts.rocm_chip}, which the test expects to fail: "
                           "consider removing it from compile_chip_expecting_to_fail")
         return result
-    if not run:
+    if test.kind == "compstat":
+        _compstat(p, compiled[0], result)
+    elif not run:
         result.status, result.phase, result.message = "passed", "compile", "compile only"
         return result
-    _run_and_compare(p, [Path(v) for v in vmfbs], result, out)
+    else:
+        on_phase(f"running {test.run_function}")
+        _run_and_compare(p, [Path(v) for v in vmfbs], result, out)
+    _nothing_compared(result, opts)
     return result
+
+
+def _compstat(p: TestPlan, compiled: CompileResult, result: TestResult) -> None:
+    test, stats = p.test, p.modules[0].stats
+    result.phase = "compstat"
+    try:
+        if stats is None:
+            raise RunnerError("this module was compiled without the statistics dump",
+                              where=where(test, "module"))
+        count = dispatch_count(stats)
+    except RunnerError as e:
+        result.status, result.message = "error", str(e)
+        return
+    result.stats = [StatCheck("dispatch_count", count, test.golden_dispatch_count),
+                    StatCheck("binary_size", Path(compiled.vmfb).stat().st_size,
+                              test.golden_binary_size)]
+    over = [s for s in result.stats if s.ok is False]
+    result.status = "failed" if over else "passed"
+    result.message = "; ".join(s.describe() for s in over)
+    for s in result.stats:
+        if s.ok and s.delta:
+            result.notes.append(f"{s.name} is {-s.delta} below its golden: consider "
+                                "lowering the golden")
+
+
+def _nothing_compared(result: TestResult, opts: CheckOptions) -> None:
+    """A passing test that compared nothing is a warning, or with `strict` a failure."""
+    test = result.test
+    if result.status != "passed":
+        return
+    if test.kind == "compstat" and all(s.golden is None for s in result.stats):
+        what = ("no golden_dispatch_count or golden_binary_size: the statistics were "
+                "measured, not compared", "module")
+    elif test.kind == "quality" and not result.outputs:
+        what = (f"no {test.outputs_field}: the run was not compared with anything",
+                test.outputs_field)
+    else:
+        return
+    if opts.strict:
+        result.status, result.message = "failed", f"{what[0]} (--strict)"
+        return
+    result.warnings.append(f"{what[0]} ({test.path}: {what[1]}); --strict makes this a "
+                           "failure")
+
+
+def _child(conn, test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo) -> None:
+    """Runs one test in a process group of its own, so a timeout can kill its compiles."""
+    os.setpgrp()
+    try:
+        result = run_test(test, replace(opts, timeout=None), compiler,
+                          lambda phase: conn.send(("phase", phase)))
+        conn.send(("result", result))
+    finally:
+        conn.close()
+
+
+def _run_isolated(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
+                  ) -> TestResult:
+    assert opts.timeout is not None
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, test, opts, compiler), daemon=True)
+    start = time.perf_counter()
+    proc.start()
+    send.close()
+    doing = "starting"
+    try:
+        while (left := start + opts.timeout - time.perf_counter()) > 0 and receive.poll(left):
+            kind, value = receive.recv()
+            if kind == "result":
+                proc.join()
+                return value
+            doing = value
+    except EOFError:
+        proc.join()
+        return TestResult(test, status="error", phase="run", message=(
+            f"the test's process ended (exit code {proc.exitcode}) while {doing}"))
+    finally:
+        receive.close()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had not made its group yet
+        proc.kill()
+    proc.join()
+    seconds = time.perf_counter() - start
+    return TestResult(test, status="error", phase="timeout", run_seconds=seconds, message=(
+        f"timed out after {opts.timeout:g}s (--timeout) while {doing}; the test's processes "
+        "(iree-compile, the run) were killed"))
 
 
 def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
@@ -423,7 +354,7 @@ def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
     start = time.perf_counter()
     try:
         session.load(ModuleFiles(test.name, tuple(vmfbs), p.weights))
-        fn = session.function(test.name, test.run_function, _where(test, "run_function"))
+        fn = session.function(test.name, test.run_function, where(test, "run_function"))
         actual = fn(*inputs)
     except RunnerError as e:
         result.run_seconds = time.perf_counter() - start

@@ -15,30 +15,67 @@ from runner.fileio import atomic_write_text
 from runner.paths import REPO_DIR
 
 DEFAULT_SUITE = REPO_DIR / "goldens" / "tiny"
+DEFAULT_SKU, DEFAULT_CHIP = "mi300", "gfx942"  # IREE CI's defaults for SKU and ROCM_CHIP
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
     return [Path(p) for p in args.paths] or [DEFAULT_SUITE]
 
 
+def selection(args: argparse.Namespace):
+    """Flags, else the environment variables IREE CI's runners read (BACKEND, ROCM_CHIP,
+    SKU); `bench goldens` selects the same way."""
+    from runner.goldens.select import (
+        ENV_BACKEND,
+        ENV_ROCM_CHIP,
+        ENV_SKU,
+        Expression,
+        Selection,
+        backend_name,
+        from_env,
+    )
+
+    backend, source = from_env(getattr(args, "backend", None), ENV_BACKEND)
+    chip, _ = from_env(args.rocm_chip, ENV_ROCM_CHIP)
+    sku, _ = from_env(args.sku, ENV_SKU)
+    marker = getattr(args, "marker", None)
+    keyword = getattr(args, "keyword", None)
+    return Selection(
+        model=getattr(args, "model", None), submodel=getattr(args, "submodel", "*"),
+        backend=backend_name(backend, "--backend" if source == "flag" else f"{source}"),
+        marker=Expression(marker, "--marker") if marker else None,
+        keyword=Expression(keyword, "-k") if keyword else None,
+        rocm_chip=chip, sku=sku)
+
+
+def module_dirs(args: argparse.Namespace) -> tuple[Path, ...]:
+    return tuple(Path(d) for d in getattr(args, "module_dir", None) or ())
+
+
 def _tests(args: argparse.Namespace):
     from runner.goldens.testfile import load_tests
 
-    backend = {"hip": "rocm"}.get(args.backend, args.backend)
-    return load_tests(_paths(args), model=args.model, submodel=args.submodel, backend=backend)
+    return load_tests(_paths(args), selection(args), module_dirs(args))
 
 
 def _options(args: argparse.Namespace, **over):
-    from runner.goldens.check import CheckOptions
+    from runner.goldens.plan import CheckOptions
 
     spec = Path(args.tuning_spec) if args.tuning_spec else None
     if spec is not None and not spec.is_file():
         raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}")
-    values = dict(sku=args.sku, rocm_chip=args.rocm_chip, tuning_spec=spec,
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and timeout <= 0:
+        raise RunnerError(f"--timeout {timeout:g} must be more than 0 seconds",
+                          where="--timeout")
+    chosen = selection(args)
+    values = dict(sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
+                  tuning_spec=spec,
                   tuner_dir=Path(args.tuner_dir) if args.tuner_dir else None,
                   out=Path(args.out) if getattr(args, "out", None) else None,
                   dry_run=getattr(args, "dry_run", False), offline=args.offline,
-                  compile_only=getattr(args, "compile_only", False), device=args.device)
+                  compile_only=getattr(args, "compile_only", False), device=args.device,
+                  strict=getattr(args, "strict", False), timeout=timeout)
     values.update(over)
     return CheckOptions(**values)
 
@@ -108,14 +145,32 @@ def cmd_compare_steps(args: argparse.Namespace) -> int:
     return 0 if report.first_over is None else 1
 
 
+def selection_flags(p: argparse.ArgumentParser, default_sku: str = DEFAULT_SKU) -> None:
+    """Test selection shared with `bench goldens`: markers, keywords, chip and SKU."""
+    p.add_argument("--marker", "-m", metavar="EXPR",
+                   help="pytest-style marker expression over each test's `markers` and "
+                   "`type`, e.g. \"hip and gfx942\" or \"cpu and not compstat\"")
+    p.add_argument("-k", dest="keyword", metavar="PATTERN",
+                   help="pytest-style keyword expression over test names (substrings, "
+                   "and/or/not), e.g. \"clip and not benchmark\"")
+    p.add_argument("--sku", help=f"SKU: picks tuner files and SKU-keyed goldens and leaves "
+                   f"out tests marked for another SKU (default: $SKU, else {default_sku})")
+    p.add_argument("--rocm-chip", help="ROCm chip to compile for; leaves out tests marked "
+                   f"for another chip (default: $ROCM_CHIP, else {DEFAULT_CHIP})")
+    p.add_argument("--module-dir", action="append", metavar="DIR",
+                   help="where torch-layout module names (sdxl/modules/clip_cpu) are looked "
+                   "up first, as IREE CI's --module-directory (default: the test file's "
+                   "directory and its parents)")
+
+
 def _selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
     p.add_argument("--model", help="with a directory: its <model>/ subdirectory (e.g. sdxl)")
     p.add_argument("--submodel", default="*", help="submodel name or glob (default: *)")
-    p.add_argument("--backend", choices=["cpu", "rocm", "hip"], help="only this backend")
-    p.add_argument("--sku", default="mi300", help="picks the tuner_file entry (default mi300)")
-    p.add_argument("--rocm-chip", default="gfx942", help="ROCm chip to compile for")
+    p.add_argument("--backend", choices=["cpu", "rocm", "hip"],
+                   help="only this backend (default: $BACKEND, else every backend)")
+    selection_flags(p)
     p.add_argument("--tuner-dir", help="where relative tuner_file names are found")
     p.add_argument("--tuning-spec", metavar="PATH",
                    help="add --iree-codegen-tuning-spec-path=PATH to every compile")
@@ -124,27 +179,52 @@ def _selection(p: argparse.ArgumentParser) -> None:
                    help="use only cached downloads (also RUNNER_OFFLINE=1)")
 
 
+EPILOGS = {
+    "check": """examples:
+  runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens
+  runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 --dry-run
+  BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 --strict""",
+    "generate": """examples:
+  runner goldens generate goldens/tiny-torch --to next --out new-goldens""",
+    "bump": """examples:
+  runner goldens bump goldens/tiny-torch --to next --out bumped""",
+}
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     goldens = subparsers.add_parser("goldens", help="IREE CI golden tests: check, regenerate, "
                                     "bump, upload; per-step compare")
     sub = goldens.add_subparsers(dest="goldens_command", required=True)
 
-    p = sub.add_parser("check", help="compile, run and compare like IREE CI's quality tests")
+    p = sub.add_parser("check", help="compile, run and compare like IREE CI's quality and "
+                       "compstat tests", epilog=EPILOGS["check"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _selection(p)
     p.add_argument("--out", help="write junit.xml, summary.md, results.json here")
     p.add_argument("--dry-run", action="store_true",
                    help="print the iree-compile and iree-run-module commands only")
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
+    p.add_argument("--strict", action="store_true",
+                   help="a test that compares nothing (no expected outputs, a compstat test "
+                   "without goldens) fails instead of warning")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds per test; a test past it is an error and its iree-compile "
+                   "and run processes are killed (default: no limit)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out")
+    p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out",
+                       epilog=EPILOGS["generate"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _selection(p)
     p.add_argument("--to", required=True, help="new version: v7.0, v7, or next (n+1 each)")
     p.add_argument("--out", required=True, help="directory for the new blobs + manifest.json")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("bump", help="rename output sources to the new version in the JSONs")
-    p.add_argument("paths", nargs="*", metavar="FILES|DIR")
+    p = sub.add_parser("bump", help="rename expected outputs to the new version in the JSONs "
+                       "(every other byte kept)", epilog=EPILOGS["bump"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
+                   help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
     p.add_argument("--model", help="with a directory: its <model>/ subdirectory")
     p.add_argument("--to", required=True, help="new version: v7.0, v7, or next")
     p.add_argument("--out", help="write the bumped files here instead of in place")

@@ -18,7 +18,8 @@ from pathlib import Path
 from runner.compile import compiler_info
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, sha256_file
-from runner.goldens.check import CheckOptions, run_test
+from runner.goldens.check import run_test
+from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import GoldenTest
 from runner.goldens.versioning import Version, bump_source
 from runner.provenance import iree_provenance
@@ -61,7 +62,8 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
     for test in tests:
         if not test.outputs:
             if echo:
-                print(f"skip  {test.name}: no outputs to regenerate", file=sys.stderr)
+                print(f"skip  {test.name}: no {test.outputs_field} to regenerate",
+                      file=sys.stderr)
             continue
         result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
                                         require_goldens=False), compiler)
@@ -70,7 +72,7 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
                               f"{result.phase}): {result.message}", where=str(test.path),
                               fix="fix the test or the compiler, then generate again")
         for i, ref in enumerate(test.outputs):
-            new_source, bump = bump_source(ref.source, to, f"{test.path}: outputs[{i}].source")
+            new_source, bump = bump_source(ref.source, to, ref.where)
             array = result.actual[i]
             spec = ref.spec
             if spec is not None and not TensorSpec.of(array).same_as(spec):

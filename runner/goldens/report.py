@@ -29,8 +29,10 @@ def console_line(r: TestResult, dry_run: bool = False) -> str:
         if o.passed:
             lines.append(f"      output {o.index} {o.spec}: max_abs {o.max_abs:.3g} "
                          f"mean_abs {o.mean_abs:.3g} max_rel {o.max_rel:.3g} (ok)")
+    lines.extend(f"      {s.describe()}" for s in r.stats)
     if r.message and r.status != "passed":
         lines.extend("      " + line for line in r.message.splitlines())
+    lines.extend(f"      warning: {w}" for w in r.warnings)
     lines.extend(f"      note: {n}" for n in r.notes)
     if dry_run:
         lines.extend(shlex.join(c) for c in r.commands)
@@ -53,7 +55,7 @@ def junit_xml(report: CheckReport) -> bytes:
     for r in results:
         t = r.test
         case = ET.SubElement(suite, "testcase", classname=f"goldens.{t.model}",
-                             name=f"{t.submodel}_{t.backend}", file=str(t.path),
+                             name=t.name.split("/", 1)[1], file=str(t.path),
                              time=f"{r.compile_seconds + r.run_seconds:.3f}")
         if r.status == "failed":
             first = r.message.splitlines()[0] if r.message else "failed"
@@ -65,6 +67,7 @@ def junit_xml(report: CheckReport) -> bytes:
         elif r.status == "xfailed":
             ET.SubElement(case, "skipped", message=f"expected failure: {r.message[:200]}")
         out = [f"status: {r.status}", *(o.describe() for o in r.outputs),
+               *(s.describe() for s in r.stats), *(f"warning: {w}" for w in r.warnings),
                *(f"note: {n}" for n in r.notes), *(shlex.join(c) for c in r.commands)]
         ET.SubElement(case, "system-out").text = "\n".join(out)
     ET.indent(suite)
@@ -86,6 +89,8 @@ def markdown(report: CheckReport) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report.results:
+        if r.test.kind == "compstat":
+            continue
         compile_cell = "cached" if r.compile_cached else f"{r.compile_seconds:.1f}s"
         head = f"| {r.test.name} | {LABELS[r.status]} | {compile_cell} | {r.run_seconds:.2f} "
         if not r.outputs:
@@ -95,6 +100,23 @@ def markdown(report: CheckReport) -> str:
             lines.append(head + f"| {o.index} `{o.spec}` | {o.max_abs:.3g} | {o.mean_abs:.3g} "
                          f"| {o.max_rel:.3g} | {tol} | {o.mismatches}/{o.elements} |")
             head = "| | | | "
+    compstats = [r for r in report.results if r.test.kind == "compstat"]
+    if compstats:
+        lines += ["", "## Compile statistics (each must be <= its golden)", "",
+                  "| test | status | dispatch count | golden | delta | binary size (B) "
+                  "| golden | delta |", "|---|---|---|---|---|---|---|---|"]
+        for r in compstats:
+            cells = []
+            for name in ("dispatch_count", "binary_size"):
+                s = next((s for s in r.stats if s.name == name), None)
+                cells += ["-", "-", "-"] if s is None else [
+                    str(s.measured), "-" if s.golden is None else str(s.golden),
+                    "-" if s.delta is None else f"{s.delta:+d}"]
+            lines.append(f"| {r.test.name} | {LABELS[r.status]} | " + " | ".join(cells) + " |")
+    warned = [r for r in report.results if r.warnings]
+    if warned:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {r.test.name}: {w}" for r in warned for w in r.warnings]
     problems = [r for r in report.results if r.status not in ("passed", "planned")]
     if problems:
         lines += ["", "## Failures and expected failures"]

@@ -1,28 +1,37 @@
-"""IREE CI's golden-test JSON files, both schemas, read into one `GoldenTest` per backend.
+"""IREE CI's golden-test JSON files, every layout, read into one `GoldenTest` model.
 
-Quality tests (`sharktank_models/quality_tests/<model>/<submodel>_<backend>.json`) hold one
-backend each; the older regression tests (`regression_tests/<model>/<submodel>.json`)
-prefix fields per backend (`cpu_compiler_flags`, `run_rocm_function`, ...) and give one
-test per backend. IREE CI's runners add target flags the files leave out; this module adds
-the same ones so a `GoldenTest` holds the flags CI compiles with, except the ROCm chip
-flag, whose spelling depends on the compiler (added at check time). References (`mlir`,
-`source`, `real_weights`, tuner files) stay as written; relative paths are relative to the
-JSON file's directory (how the tiny suite in `goldens/tiny/` refers to its blobs).
+Three layouts, told apart by the file itself:
+- `sharktank_models/quality_tests/<model>/<submodel>_<backend>.json`: one quality test with
+  its own `mlir` and flags (schema "quality");
+- the older `regression_tests/<model>/<submodel>.json`, fields prefixed per backend
+  (`cpu_compiler_flags`, `run_rocm_function`, ...): one test per backend ("regression");
+- `torch_models/<model>/*.json` with a `type` (`quality`, `compstat`, `benchmark`),
+  `markers`, and `modules` (or one `module`) naming shared `modules/<name>.json` files that
+  hold the MLIR and its flags ("torch").
+
+Whatever the layout, a test is a list of `ModuleDef`s to compile, weights by scope, inputs
+and expected outputs, the function and device to run, thresholds, and the goldens its kind
+compares. IREE CI's runners add target flags the older files leave out; this module adds the
+same ones, except the ROCm chip flag, whose spelling depends on the compiler (added at check
+time, and only to a module that names no chip itself). References (`mlir`, `source`/`url`,
+weights, tuner files) stay as written; relative paths are relative to the JSON file that
+holds them (how the tiny suites in `goldens/` refer to their blobs).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.goldens.select import Selection, select
 from runner.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
 DEFAULT_DEVICES = {"cpu": "local-task", "rocm": "hip"}
+KINDS = ("quality", "compstat", "benchmark")
 QUALITY_FIELDS = {
     "mlir", "inputs", "outputs", "real_weights", "pipeline_mlir", "pipeline_compiler_flags",
     "add_pipeline_module", "device", "compiler_flags", "threshold_args", "run_function",
@@ -36,16 +45,28 @@ REGRESSION_FIELDS = {
     "cpu_run_test_expecting_to_fail", "rocm_run_test_expecting_to_fail", "rocm_tests_only",
     "rocm_compile_chip_expecting_to_fail", "compile_only", "tuner_file",
 }
+TORCH_FIELDS = {"type", "markers", "modules", "module", "weights", "run_args", "inputs",
+                "expected_outputs", "outputs", "golden_time_ms", "golden_dispatch_count",
+                "golden_binary_size"}
+# A `modules/<name>.json` file: what to compile, nothing to run.
+MODULE_FIELDS = {"mlir", "compiler_flags", "type"}
 # Fields only the regression schema has: any of them marks a file as that schema.
 _REGRESSION_MARKERS = REGRESSION_FIELDS - QUALITY_FIELDS
 # What IREE CI's regression runner appends to the per-backend flags.
 REGRESSION_TARGET_FLAGS = {"cpu": ("--iree-hal-target-backends=llvm-cpu",),
                            "rocm": ("--iree-hal-target-backends=rocm",)}
+CHIP_FLAGS = ("--iree-rocm-target=", "--iree-hip-target=")
+# Markers that name the hardware a torch_models test is for.
+BACKEND_MARKERS = {"cpu": "cpu", "local-task": "cpu", "local-sync": "cpu", "hip": "rocm",
+                   "rocm": "rocm"}
+# run_args iree-run-module compares with; the rest go to the tool unchanged.
+THRESHOLD_ARG_PREFIXES = ("--expected_", "--equality_mode")
 
 
 @dataclass(frozen=True)
 class TensorRef:
-    """One `{"source": ..., "value": ...}` entry; `value` is optional for `.npy` blobs."""
+    """One input or output: `source` (a URL or path; `url` in the torch layout) and `value`,
+    the shape and type (optional for `.npy` blobs)."""
 
     source: str
     value: str | None
@@ -61,42 +82,89 @@ class TensorRef:
 
 
 @dataclass(frozen=True)
+class WeightRef:
+    """A parameter archive and the scope the module reads it under (`model`)."""
+
+    scope: str
+    source: str
+    where: str
+
+
+@dataclass(frozen=True)
+class ModuleDef:
+    """One MLIR to compile with its flags. `load`: whether the run loads it (the older
+    layout compiles `pipeline_mlir` always but loads it only with `add_pipeline_module`);
+    `stats`: compile with the scheduling statistics dump, as IREE CI's torch_models runner
+    compiles every module, so quality and compstat tests share one compile."""
+
+    name: str  # "model" / "pipeline", or the module reference (`sdxl/modules/clip_cpu`)
+    mlir: str
+    compiler_flags: tuple[str, ...]
+    where: str  # file and field, for errors about the MLIR
+    base_dir: Path  # relative `mlir` paths resolve here
+    load: bool = True
+    stats: bool = False
+
+    @property
+    def chip(self) -> str | None:
+        """The ROCm chip the module's own flags compile for, if any."""
+        return next((f.split("=", 1)[1] for f in reversed(self.compiler_flags)
+                     if f.startswith(CHIP_FLAGS)), None)
+
+
+@dataclass(frozen=True)
 class GoldenTest:
     path: Path
-    schema: str  # "quality" | "regression"
+    schema: str  # "quality" | "regression" | "torch"
     model: str  # the directory the file sits in (sdxl, tiny)
-    submodel: str
+    submodel: str  # older layouts: `clip`; torch layout: the file's stem
     backend: str  # cpu | rocm
-    mlir: str
+    modules: tuple[ModuleDef, ...]
+    kind: str = "quality"  # quality | compstat | benchmark
+    markers: tuple[str, ...] = ()
     inputs: tuple[TensorRef, ...] = ()
     outputs: tuple[TensorRef, ...] = ()
-    real_weights: str | None = None
-    pipeline_mlir: str | None = None
-    pipeline_compiler_flags: tuple[str, ...] = ()
-    add_pipeline_module: bool = False
+    weights: tuple[WeightRef, ...] = ()
     device: str = "local-task"
-    compiler_flags: tuple[str, ...] = ()
     threshold_args: tuple[str, ...] = ()
     run_function: str = "main"
     compile_only: bool = False
     run_test_expecting_to_fail: bool = False
     compile_chip_expecting_to_fail: tuple[str, ...] = ()
     tuner_file: dict[str, str] = field(default_factory=dict)
+    golden_dispatch_count: int | None = None
+    golden_binary_size: int | None = None
+    golden_time_ms: float | None = None
+    benchmark_flags: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # fields this runner does not use
 
     @property
     def name(self) -> str:
-        """`<model>/<submodel>_<backend>`, unique across a suite."""
+        """Unique across a suite: `<model>/<submodel>_<backend>`, or `<model>/<stem>`."""
+        if self.schema == "torch":
+            return f"{self.model}/{self.submodel}"
         return f"{self.model}/{self.submodel}_{self.backend}"
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
 
+    @property
+    def outputs_field(self) -> str:
+        return "expected_outputs" if self.schema == "torch" else "outputs"
+
+    @property
+    def runs(self) -> bool:
+        return self.kind != "compstat" and not self.compile_only
+
 
 @dataclass(frozen=True)
 class BenchmarkTest:
-    """A `benchmarks/<model>/*.json` file: inputs by type only, golden times and sizes."""
+    """A benchmark golden: inputs by type only, golden times (and, in the older layout,
+    dispatch counts and sizes) keyed by SKU. The older layout names no module (it borrows
+    its quality test's); a torch-layout file carries its own, as `module_test`, and one
+    golden time for the SKU its markers name (key `ANY_SKU`), met by the fastest
+    repetition, as IREE CI's torch_models runner judges it."""
 
     path: Path
     model: str
@@ -111,6 +179,23 @@ class BenchmarkTest:
     golden_dispatch: dict[str, int]
     golden_size: dict[str, int]
     extra: dict[str, Any] = field(default_factory=dict)
+    module_test: GoldenTest | None = None
+    time_statistic: str = "mean"  # or "min"
+    markers: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        if self.module_test is not None:
+            return self.module_test.name
+        return f"{self.model}/{self.submodel}_{self.backend}"
+
+
+ANY_SKU = "*"
+
+
+def golden_for(goldens: dict, sku: str):
+    """The SKU's golden, or the one a torch-layout file gives for any SKU."""
+    return goldens.get(sku, goldens.get(ANY_SKU))
 
 
 class _Fields:
@@ -146,6 +231,15 @@ class _Fields:
             raise self._bad(key, "a list of strings")
         return tuple(value)
 
+    def number(self, key: str, kind: type = float) -> Any:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+                or (kind is int and value != int(value)):
+            raise self._bad(key, "a whole number >= 0" if kind is int else "a number >= 0")
+        return kind(value)
+
     def mapping(self, key: str, kind: type | tuple[type, ...]) -> dict:
         value = self.raw.get(key) or {}
         if not isinstance(value, dict) or not all(
@@ -153,23 +247,23 @@ class _Fields:
             raise self._bad(key, "a mapping of SKU to value")
         return dict(value)
 
-    def tensors(self, key: str) -> tuple[TensorRef, ...]:
+    def tensors(self, key: str, ref_key: str = "source") -> tuple[TensorRef, ...]:
         value = self.raw.get(key) or []
         if not isinstance(value, list):
-            raise self._bad(key, 'a list of {"source": ..., "value": ...}')
+            raise self._bad(key, f'a list of {{"{ref_key}": ..., "value": ...}}')
         refs = []
         for i, entry in enumerate(value):
             where = f"{self.where}: {key}[{i}]"
-            if not isinstance(entry, dict) or not isinstance(entry.get("source"), str) \
-                    or not entry["source"]:
-                raise RunnerError("each entry needs a `source` string", where=where,
-                                  fix='write {"source": "<URL or path>", "value": '
+            if not isinstance(entry, dict) or not isinstance(entry.get(ref_key), str) \
+                    or not entry[ref_key]:
+                raise RunnerError(f"each entry needs a `{ref_key}` string", where=where,
+                                  fix=f'write {{"{ref_key}": "<URL or path>", "value": '
                                   '"<shape>x<type>"}')
             val = entry.get("value")
             if val is not None and not isinstance(val, str):
                 raise RunnerError("`value` must be a string like 1x64xi64",
                                   where=f"{where}.value")
-            ref = TensorRef(entry["source"], val or None, f"{self.where}: {key}[{i}]")
+            ref = TensorRef(entry[ref_key], val or None, where)
             _ = ref.spec  # validates the spelling now, naming the field
             if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
                 raise RunnerError("a raw blob needs a `value` (shape and type)",
@@ -216,38 +310,85 @@ def _backend(raw: dict, suffix: str | None, flags: tuple[str, ...], where: str) 
                       '"device" ("local-task" or "hip")')
 
 
-def is_benchmark(raw: dict) -> bool:
-    return "mlir" not in raw and ("golden_time_ms" in raw or "benchmark_flags" in raw)
+def layout(raw: dict) -> str:
+    """"torch", "module" (a torch-layout module definition), "benchmark" (the older
+    benchmark schema), "regression" or "quality"."""
+    if "mlir" in raw and "compiler_flags" in raw and raw.keys() <= MODULE_FIELDS:
+        return "module"
+    # The older e2e benchmark also has `modules` (submodel names), beside benchmark_flags.
+    if {"type", "markers", "module", "run_args", "expected_outputs"} & raw.keys() or (
+            "modules" in raw and "benchmark_flags" not in raw):
+        return "torch"
+    if "mlir" not in raw and ("golden_time_ms" in raw or "benchmark_flags" in raw):
+        return "benchmark"
+    return "regression" if _REGRESSION_MARKERS & raw.keys() else "quality"
 
 
-def load_test_file(path: Path) -> list[GoldenTest]:
-    """One test (quality schema) or one per backend (regression schema)."""
+def tensor_fields(raw: dict) -> tuple[tuple[str, str], tuple[str, str]]:
+    """((inputs field, reference key), (outputs field, reference key)) of a file's layout:
+    what `bump` rewrites."""
+    if layout(raw) == "torch":
+        return ("inputs", "url"), ("expected_outputs", "url")
+    return ("inputs", "source"), ("outputs", "source")
+
+
+def _module_file_error(path: Path) -> RunnerError:
+    name = f"modules/{path.stem}\""
+    users = sorted((p.name for p in path.parent.parent.glob("*.json")
+                    if name in p.read_text(encoding="utf-8", errors="replace")),
+                   key=lambda n: ("quality" not in n, n))
+    example = f" (e.g. {path.parent.parent / users[0]})" if users else ""
+    return RunnerError("this is a module definition (an MLIR and its compiler flags), not a "
+                       "test: it names nothing to run or compare", where=str(path),
+                       fix=f"point at the test files that list it under `modules`{example}")
+
+
+def load_test_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> list[GoldenTest]:
+    """One test (quality and torch layouts) or one per backend (regression schema).
+    `module_dirs`: where torch-layout module names are looked up first (IREE CI's
+    `--module-directory`); then the test file's directory and its parents."""
     raw = _read_json(path)
     where = str(path)
-    if is_benchmark(raw):
+    kind = layout(raw)
+    if kind == "benchmark":
         raise RunnerError("this is a benchmark file, not a quality test", where=where,
-                          fix="point `goldens check` at quality_tests/ (or regression_tests/)")
-    if _REGRESSION_MARKERS & raw.keys():
+                          fix="check it with `runner bench goldens`")
+    if kind == "module":
+        raise _module_file_error(path)
+    if kind == "torch":
+        test = _torch_test(path, raw, module_dirs)
+        if test.kind == "benchmark":
+            raise RunnerError("this is a benchmark test", where=f"{path}: type",
+                              fix="check it with `runner bench goldens`")
+        return [test]
+    if kind == "regression":
         return _regression_tests(path, raw)
     return [_quality_test(path, raw)]
 
 
-def _common(path: Path, f: _Fields) -> dict[str, Any]:
+def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
+                 pipeline_flags: tuple[str, ...]) -> tuple[ModuleDef, ...]:
+    main = ModuleDef("model", f.str("mlir", required=True), flags, f"{path}: mlir", path.parent)
+    pipeline = f.str("pipeline_mlir")
+    add = f.bool("add_pipeline_module")
+    if add and not pipeline:
+        raise RunnerError("`add_pipeline_module` is true but there is no `pipeline_mlir`",
+                          where=f"{path}: add_pipeline_module",
+                          fix='add "pipeline_mlir": "<URL>" or drop add_pipeline_module')
+    if not pipeline:
+        return (main,)
+    return main, ModuleDef("pipeline", pipeline, pipeline_flags, f"{path}: pipeline_mlir",
+                           path.parent, load=add)
+
+
+def _old_common(path: Path, f: _Fields) -> dict[str, Any]:
+    weights = f.str("real_weights")
     return dict(
-        path=path, model=path.resolve().parent.name, mlir=f.str("mlir", required=True),
-        inputs=f.tensors("inputs"), outputs=f.tensors("outputs"),
-        real_weights=f.str("real_weights"), pipeline_mlir=f.str("pipeline_mlir"),
-        add_pipeline_module=f.bool("add_pipeline_module"), compile_only=f.bool("compile_only"),
+        path=path, model=path.resolve().parent.name, inputs=f.tensors("inputs"),
+        outputs=f.tensors("outputs"), compile_only=f.bool("compile_only"),
+        weights=(WeightRef("model", weights, f"{path}: real_weights"),) if weights else (),
         tuner_file=f.mapping("tuner_file", str),
     )
-
-
-def _check_pipeline(test: GoldenTest) -> GoldenTest:
-    if test.add_pipeline_module and not test.pipeline_mlir:
-        raise RunnerError("`add_pipeline_module` is true but there is no `pipeline_mlir`",
-                          where=f"{test.path}: add_pipeline_module",
-                          fix='add "pipeline_mlir": "<URL>" or drop add_pipeline_module')
-    return test
 
 
 def _quality_test(path: Path, raw: dict) -> GoldenTest:
@@ -255,20 +396,21 @@ def _quality_test(path: Path, raw: dict) -> GoldenTest:
     submodel, suffix = _split_name(path.stem)
     flags = f.strs("compiler_flags")
     backend = _backend(raw, suffix, flags, str(path))
-    return _check_pipeline(GoldenTest(
-        **_common(path, f), schema="quality", submodel=submodel, backend=backend,
-        pipeline_compiler_flags=f.strs("pipeline_compiler_flags"),
-        device=f.str("device", DEFAULT_DEVICES[backend]), compiler_flags=flags,
+    return GoldenTest(
+        **_old_common(path, f), schema="quality", submodel=submodel, backend=backend,
+        modules=_old_modules(path, f, flags, f.strs("pipeline_compiler_flags")),
+        markers=("quality", backend),
+        device=f.str("device", DEFAULT_DEVICES[backend]),
         threshold_args=f.strs("threshold_args"), run_function=f.str("run_function", "main"),
         run_test_expecting_to_fail=f.bool("run_test_expecting_to_fail"),
         compile_chip_expecting_to_fail=f.strs("compile_chip_expecting_to_fail"),
         extra={k: v for k, v in raw.items() if k not in QUALITY_FIELDS},
-    ))
+    )
 
 
 def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
     f = _Fields(raw, str(path))
-    common = _common(path, f)
+    common = _old_common(path, f)
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
     tests = []
     for backend in BACKENDS:
@@ -277,22 +419,197 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
         flags = (*f.strs(f"{backend}_compiler_flags"), *REGRESSION_TARGET_FLAGS[backend])
         pipeline_flags = flags if backend == "cpu" else (
             *f.strs("rocm_pipeline_compiler_flags"), *REGRESSION_TARGET_FLAGS["rocm"])
-        tests.append(_check_pipeline(GoldenTest(
+        tests.append(GoldenTest(
             **{**common, "tuner_file": common["tuner_file"] if backend == "rocm" else {}},
             schema="regression", submodel=path.stem, backend=backend,
-            pipeline_compiler_flags=pipeline_flags, device=DEFAULT_DEVICES[backend],
-            compiler_flags=flags, threshold_args=f.strs(f"{backend}_threshold_args"),
+            modules=_old_modules(path, f, flags, pipeline_flags),
+            markers=("quality", backend), device=DEFAULT_DEVICES[backend],
+            threshold_args=f.strs(f"{backend}_threshold_args"),
             run_function=f.str(f"run_{backend}_function", "main"),
             run_test_expecting_to_fail=f.bool(f"{backend}_run_test_expecting_to_fail"),
             compile_chip_expecting_to_fail=(f.strs("rocm_compile_chip_expecting_to_fail")
                                             if backend == "rocm" else ()),
             extra=extra,
-        )))
+        ))
     return tests
 
 
-def load_benchmark_file(path: Path) -> BenchmarkTest:
+def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ...]
+                ) -> ModuleDef:
+    """A `modules/<name>.json` named as IREE CI names it: relative to its module directory
+    (`sdxl/modules/clip_cpu` under `torch_models/`)."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise RunnerError("a module is named by a string like sdxl/modules/clip_cpu",
+                          where=where, fix='write "modules": ["<model>/modules/<name>"]')
+    bases = [*module_dirs, *path.resolve().parents][: len(module_dirs) + 4]
+    candidates = [(b / ref).with_suffix(".json") for b in bases]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise RunnerError(f"module file {ref}.json not found (looked at "
+                          f"{', '.join(map(str, candidates))})", where=where,
+                          fix="fix the module name, or pass --module-dir DIR (IREE CI's "
+                          "--module-directory, where `<model>/modules/` lives)")
+    raw = _read_json(found)
+    f = _Fields(raw, str(found))
+    unknown = sorted(raw.keys() - MODULE_FIELDS)
+    if unknown:
+        raise RunnerError(f"unknown field `{unknown[0]}` in a module definition",
+                          where=f"{found}: {unknown[0]}",
+                          fix=f"a module file holds only {', '.join(sorted(MODULE_FIELDS))}")
+    # IREE CI: a `git-lfs` module's MLIR path is relative to the module directory.
+    base = found.parent
+    if raw.get("type") == "git-lfs":
+        base = next(b for b, c in zip(bases, candidates, strict=False) if c == found)
+    return ModuleDef(ref, f.str("mlir", required=True), f.strs("compiler_flags"),
+                     f"{found}: mlir", base, stats=True)
+
+
+def _torch_backend(path: Path, markers: tuple[str, ...], device: str | None,
+                   modules: tuple[ModuleDef, ...]) -> str:
+    found = {BACKEND_MARKERS[m] for m in markers if m in BACKEND_MARKERS}
+    if len(found) == 1:
+        return found.pop()
+    if device:
+        return _backend({"device": device}, None, (), f"{path}: markers")
+    flags = tuple(f for m in modules for f in m.compiler_flags)
+    try:
+        return _backend({}, None, flags, f"{path}: markers")
+    except RunnerError as e:
+        raise RunnerError("cannot tell the backend from the markers, run_args or the "
+                          "module's flags", where=f"{path}: markers",
+                          fix='add a marker "cpu" or "hip"') from e
+
+
+def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:
+    """`run_args` split into (function, device, threshold args, everything else)."""
+    function = device = None
+    thresholds, rest = [], []
+    for arg in f.strs("run_args"):
+        if arg.startswith("--function="):
+            function = arg.split("=", 1)[1]
+        elif arg.startswith("--device="):
+            device = arg.split("=", 1)[1]
+        elif arg.startswith(THRESHOLD_ARG_PREFIXES):
+            thresholds.append(arg)
+        else:
+            rest.append(arg)
+    return function, device, tuple(thresholds), tuple(rest)
+
+
+def _weights(f: _Fields) -> tuple[WeightRef, ...]:
+    value = f.raw.get("weights") or []
+    if not isinstance(value, list):
+        raise f._bad("weights", 'a list of {"type": "url", "url": ..., "scope": "model"}')
+    out = []
+    for i, entry in enumerate(value):
+        where = f"{f.where}: weights[{i}]"
+        if not isinstance(entry, dict):
+            raise RunnerError("each weight is an object", where=where,
+                              fix='write {"type": "url", "url": "<URL>", "scope": "model"}')
+        if entry.get("type", "url") != "url":
+            raise RunnerError(f"weights of type {entry.get('type')!r} are not supported",
+                              where=f"{where}.type",
+                              fix='give the archive: {"type": "url", "url": "<URL>"}')
+        url, scope = entry.get("url"), entry.get("scope", "model")
+        if not isinstance(url, str) or not url:
+            raise RunnerError("missing `url`", where=f"{where}.url", fix='add "url": "<URL>"')
+        if scope != "model":
+            raise RunnerError(f"parameter scope {scope!r}: only `model` is supported",
+                              where=f"{where}.scope", fix='use "scope": "model"')
+        out.append(WeightRef(scope, url, where))
+    if len(out) > 1:
+        raise RunnerError("more than one weights archive", where=f"{f.where}: weights",
+                          fix="merge them into one .irpa (scope `model`)")
+    return tuple(out)
+
+
+def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenTest:
+    where = str(path)
+    f = _Fields(raw, where)
+    kind = raw.get("type")
+    if kind not in KINDS:
+        raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
+                          else "missing required field `type`", where=f"{where}: type",
+                          fix=f"set \"type\" to one of {', '.join(KINDS)}")
+    markers = f.strs("markers")
+    if "markers" not in raw:
+        raise RunnerError("missing required field `markers`", where=f"{where}: markers",
+                          fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
+    names_field = "module" if kind == "compstat" else "modules"
+    if kind == "compstat":
+        names = [raw["module"]] if raw.get("module") is not None else []
+    else:
+        names = raw.get("modules") or []
+        if not isinstance(names, list):
+            raise f._bad("modules", "a list of module names")
+    if not names:
+        raise RunnerError("the test names no module", where=f"{where}: {names_field}",
+                          fix=f'add "{names_field}": '
+                          + ('"<model>/modules/<name>"' if kind == "compstat"
+                             else '["<model>/modules/<name>"]'))
+    modules = tuple(_module_def(n, f"{where}: {names_field}"
+                                + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
+                    for i, n in enumerate(names))
+    function, device, thresholds, rest = _run_args(f)
+    backend = _torch_backend(path, markers, device, modules)
+    inputs: tuple[TensorRef, ...] = ()
+    if kind == "quality":
+        inputs = f.tensors("inputs", "url")
+    elif kind == "benchmark":
+        _benchmark_inputs(f)
+    return GoldenTest(
+        path=path, schema="torch", kind=kind, model=path.resolve().parent.name,
+        submodel=path.stem, backend=backend, modules=modules,
+        markers=(kind, *markers), inputs=inputs,
+        outputs=f.tensors("expected_outputs", "url") if kind == "quality" else (),
+        weights=_weights(f), device=device or DEFAULT_DEVICES[backend],
+        threshold_args=thresholds + (rest if kind == "quality" else ()),
+        run_function=function or "main",
+        golden_dispatch_count=f.number("golden_dispatch_count", int),
+        golden_binary_size=f.number("golden_binary_size", int),
+        golden_time_ms=f.number("golden_time_ms"),
+        benchmark_flags=rest if kind == "benchmark" else (),
+        extra={k: v for k, v in raw.items() if k not in TORCH_FIELDS},
+    )
+
+
+def _benchmark_inputs(f: _Fields) -> tuple[TensorSpec, ...]:
+    """Benchmark inputs by type only (`{"value": "1x64xi64"}`): zero-filled, as IREE CI
+    gives them."""
+    value = f.raw.get("inputs") or []
+    if not isinstance(value, list):
+        raise f._bad("inputs", 'a list of {"value": "<shape>x<type>"}')
+    specs = []
+    for i, entry in enumerate(value):
+        text = entry.get("value") if isinstance(entry, dict) else entry
+        if not isinstance(text, str):
+            raise RunnerError("each input needs a `value` like 1x64xi64",
+                              where=f"{f.where}: inputs[{i}]")
+        specs.append(TensorSpec.parse(text, f"{f.where}: inputs[{i}].value"))
+    return tuple(specs)
+
+
+def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> BenchmarkTest:
+    """Either layout's benchmark file as one `BenchmarkTest`."""
     raw = _read_json(path)
+    kind = layout(raw)
+    if kind == "torch":
+        test = _torch_test(path, raw, module_dirs)
+        if test.kind != "benchmark":
+            raise RunnerError(f"this is a {test.kind} test, not a benchmark",
+                              where=f"{path}: type",
+                              fix="check it with `runner goldens check`")
+        golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
+        return BenchmarkTest(
+            path=path, model=test.model, submodel=test.submodel, backend=test.backend,
+            inputs=_benchmark_inputs(_Fields(raw, str(path))), function=test.run_function,
+            benchmark_flags=test.benchmark_flags, device=test.device, golden_time_ms=golden,
+            golden_time_tolerance_multiplier={ANY_SKU: 1.0} if golden else {},
+            golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
+            time_statistic="min", markers=test.markers)
+    if kind != "benchmark":
+        raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
+                          fix="check it with `runner goldens check`")
     f = _Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
     inputs = raw.get("inputs") or []
@@ -313,7 +630,20 @@ def load_benchmark_file(path: Path) -> BenchmarkTest:
         golden_dispatch=f.mapping("golden_dispatch", int),
         golden_size=f.mapping("golden_size", int),
         extra={k: v for k, v in raw.items() if k not in known},
+        markers=("benchmark", backend),
     )
+
+
+def file_kind(path: Path) -> str:
+    """What a file in a test directory is: "benchmark" (either layout), "module", "test",
+    or "other" (a torch-layout directory's JSON without a `type`, which IREE CI skips)."""
+    raw = _read_json(path)
+    kind = layout(raw)
+    if kind == "torch":
+        return "benchmark" if raw.get("type") == "benchmark" else "test"
+    if kind in ("benchmark", "module"):
+        return kind
+    return "test"
 
 
 def find_test_files(paths: list[Path], model: str | None = None) -> list[Path]:
@@ -334,25 +664,20 @@ def find_test_files(paths: list[Path], model: str | None = None) -> list[Path]:
     return files
 
 
-def load_tests(paths: list[Path], *, model: str | None = None, submodel: str = "*",
-               backend: str | None = None) -> list[GoldenTest]:
-    """Every test in `paths`, filtered like `run_thresholds.py --model --submodel`."""
-    if backend is not None and backend not in BACKENDS:
-        raise RunnerError(f"unknown backend {backend!r}", where="--backend",
-                          fix=f"use one of {', '.join(BACKENDS)}")
-    tests = []
-    for path in find_test_files(paths, model):
-        for test in load_test_file(path):
-            if model and test.model != model and not path.is_file():
+def load_tests(paths: list[Path], selection: Selection | None = None,
+               module_dirs: tuple[Path, ...] = ()) -> list[GoldenTest]:
+    """Every quality and compstat test in `paths` that `selection` keeps. A directory's
+    benchmark files, module definitions and files without a `type` are left to
+    `runner bench goldens` or skipped, as IREE CI's collectors do; a file named on its own
+    must be a test."""
+    selection = selection or Selection()
+    found: list[tuple[GoldenTest, str]] = []
+    for path in find_test_files(paths, selection.model):
+        explicit = path in paths
+        if not explicit and file_kind(path) != "test":
+            continue
+        for test in load_test_file(path, module_dirs):
+            if selection.model and test.model != selection.model and not explicit:
                 continue
-            if not (fnmatch.fnmatchcase(test.submodel, submodel)
-                    or fnmatch.fnmatchcase(f"{test.submodel}_{test.backend}", submodel)):
-                continue
-            if backend and test.backend != backend:
-                continue
-            tests.append(test)
-    if not tests:
-        raise RunnerError("no test matches the selection",
-                          where=", ".join(str(p) for p in paths),
-                          fix="check --model, --submodel and --backend")
-    return tests
+            found.append((test, test.submodel))
+    return select(found, selection, paths)

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
 from runner.errors import RunnerError
+from runner.goldens.testfile import tensor_fields
 
 # `v6`, `v6.0` as the last `_`/`-`/`.`-separated part of a file name's stem.
 _VERSION_RE = re.compile(r"(?:(?<=[_\-.])|^)v(\d+)(?:\.(\d+))?$")
@@ -115,19 +116,23 @@ def bump_source(source: str, to: Version | str, where: str = "--to") -> tuple[st
 
 
 def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[Bump]]:
-    """The test file's text with every output source bumped, nothing else changed."""
+    """The test file's text with every expected output's reference bumped (`outputs[].source`,
+    or `expected_outputs[].url` in the torch layout), nothing else changed."""
     try:
         raw = json.loads(text)
     except ValueError as e:
         raise RunnerError(f"not valid JSON: {e}", where=where) from e
-    outputs = [o.get("source") for o in raw.get("outputs") or [] if isinstance(o, dict)]
-    inputs = {i.get("source") for i in raw.get("inputs") or [] if isinstance(i, dict)}
+    if not isinstance(raw, dict):
+        raise RunnerError("a test file must hold a JSON object", where=where)
+    (in_field, in_key), (out_field, out_key) = tensor_fields(raw)
+    outputs = [o.get(out_key) for o in raw.get(out_field) or [] if isinstance(o, dict)]
+    inputs = {i.get(in_key) for i in raw.get(in_field) or [] if isinstance(i, dict)}
     bumps, seen = [], set()
     for i, source in enumerate(outputs):
         if not isinstance(source, str) or source in seen:
             continue
         seen.add(source)
-        field_where = f"{where}: outputs[{i}].source"
+        field_where = f"{where}: {out_field}[{i}].{out_key}"
         if source in inputs:
             raise RunnerError("this output is also an input; bumping it textually would "
                               "change the input too", where=field_where,
