@@ -71,95 +71,103 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sample_ids(args: argparse.Namespace, captions: Path | None) -> list[int]:
+def _sample_ids(args: argparse.Namespace, captions: Path | None,
+                default_count: int = 32) -> list[int]:
     from runner.batch.run import read_ids_file, validate_ids
 
     if args.ids:
         return validate_ids(read_ids_file(Path(args.ids)), args.ids, captions)
-    return validate_ids(list(range(args.count)), "--count", captions)
+    count = default_count if args.count is None else args.count
+    return validate_ids(list(range(count)), "--count", captions)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner.batch.aggregate import aggregate
-    from runner.batch.run import (
-        make_executor,
-        plan_for,
-        read_manifest,
-        recorded_profile,
-        resume_run,
-        start_run,
-    )
+    """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
+    from runner.batch.cluster import slurm_options
+    from runner.lifecycle import Lifecycle, executor_for
+    from runner.rundir import DiskFull
 
-    if args.resume:
-        run_dir = Path(args.resume)
-        requested = None
-        recorded = recorded_profile(run_dir)
-        if args.profile or args.set or _has_layout(args):
-            args.profile = args.profile or str(recorded.path)
-            requested = _profile(args)
-        manifest = read_manifest(run_dir)
-        if (args.executor or manifest["executor"]) == "slurm":
-            from runner.batch.slurm import resume_on_slurm, slurm_options
-
-            recorded_options = (manifest.get("slurm") or {}).get("options")
-            outcome = resume_on_slurm(run_dir, requested, slurm_options(args, recorded_options))
+    captions = Path(args.captions) if args.captions else None
+    try:
+        if args.resume:
+            lc = Lifecycle.open(args.resume)
         else:
-            executor = make_executor(args.executor or manifest["executor"], run_dir, recorded,
-                                     args.image or (manifest.get("image") or {}).get("ref"),
-                                     Path(manifest["captions"]))
-            outcome = resume_run(run_dir, requested, executor)
-    else:
-        if not args.out:
-            raise RunnerError("--out DIR is required for a new run", where="runner run")
-        args.profile = args.profile or "cpu"
-        profile = _profile(args)
-        run_dir = Path(args.out)
-        captions = Path(args.captions) if args.captions else None
-        if args.executor == "slurm":
-            from runner.batch.slurm import run_on_slurm, slurm_options
+            if not args.out:
+                raise RunnerError("--out DIR is required for a new run", where="runner run")
+            args.profile = args.profile or "cpu"
+            profile = _profile(args)
+            name = args.executor or "local"
+            executor = executor_for(name, profile, image=args.image, captions=captions,
+                                    slurm=slurm_options(args) if name == "slurm" else None)
+            lc = Lifecycle.create(Path(args.out), profile,
+                                  _sample_ids(args, captions, default_count=32), args.argv,
+                                  executor, captions=captions, score=args.score)
+        with lc:
+            if args.resume:
+                code = _resume(args, lc)
+                if code is not None:
+                    return code
+            return _run_to_end(args, lc)
+    except DiskFull as e:
+        print(str(e), file=sys.stderr)
+        return 1
 
-            outcome = run_on_slurm(profile, plan_for(profile), _sample_ids(args, captions),
-                                   run_dir, args.argv, slurm_options(args), captions=captions)
-        else:
-            executor = make_executor(args.executor or "local", run_dir, profile, args.image,
-                                     captions)
-            outcome = start_run(profile, plan_for(profile), _sample_ids(args, captions),
-                                run_dir, args.argv, executor, captions=captions)
-    from runner.report import write_reports
 
+def _resume(args: argparse.Namespace, lc) -> int | None:
+    """Checks a resume against the run and prepares it; an exit code when there is nothing
+    to run (a complete run: nothing, or a re-score when --rescore asks for one)."""
+    from runner.batch.cluster import slurm_options
+    from runner.lifecycle import executor_for
+
+    m = lc.manifest
+    requested = None
+    if args.profile or args.set or _has_layout(args):
+        args.profile = args.profile or m.profile_path
+        requested = _profile(args)
+    ids = (_sample_ids(args, Path(m.captions)) if args.ids or args.count is not None
+           else None)
+    lc.check_request(requested, ids)
+    if m.complete:
+        if not args.rescore:
+            print(f"run {lc.run.path} is already complete ({len(m.sample_ids)} samples); "
+                  "nothing to do (`--rescore` scores it again)", file=sys.stderr)
+            return 0
+        done = lc.rescore()
+        return _print_completed(lc, done)
+    name = args.executor or m.executor
+    executor = executor_for(name, lc.profile, image=args.image or m.image_ref,
+                            captions=Path(m.captions),
+                            slurm=slurm_options(args, m.slurm_options or None)
+                            if name == "slurm" else None)
+    lc.resume(executor)
+    if not args.score:
+        lc.manifest.score = False
+    return None
+
+
+def _run_to_end(args: argparse.Namespace, lc) -> int:
+    outcome = lc.execute()
+    run_dir = lc.run.path
     if not outcome.complete:
-        write_reports(run_dir)
+        lc.report()
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
               f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
         return 1
-    result = aggregate(run_dir)
     print(f"{outcome.done} samples in {outcome.seconds:.1f}s "
           f"({outcome.done / max(outcome.seconds, 1e-9):.2f} samples/s); "
           f"{len(outcome.deaths)} worker death(s)")
+    return _print_completed(lc, lc.complete())
+
+
+def _print_completed(lc, done) -> int:
+    """The dataset, the verdict (exit code 1 when it fails) and the reports."""
+    result = done.aggregate
     print(f"dataset: {result.log} ({result.samples} records, {result.mb_per_s:.0f} MB/s)")
-    code = _score_run(run_dir) if args.score else 0
-    reports = write_reports(run_dir)
-    print(f"reports: {', '.join(str(p) for p in reports)}")
-    print(f"run dir: {run_dir}")
-    return code
-
-
-def _score_run(run_dir: Path) -> int:
-    """The main job's last step: FID/CLIP against the profile's ranges, when the profile has
-    ranges and the [metrics] extra is installed; its exit code is the verdict's."""
-    from runner.batch.run import recorded_profile
-
-    if recorded_profile(run_dir).accuracy.fid is None:
-        print("not scored: the profile has no accuracy ranges", file=sys.stderr)
-        return 0
-    try:
-        from runner.accuracy.evaluate import evaluate_run
-    except ImportError as e:
-        print(f"not scored: {e} (pip install -e '.[metrics]')", file=sys.stderr)
-        return 0
-    score = evaluate_run(run_dir)
-    print("\n".join(score.verdict.lines()))
-    return score.verdict.exit_code
+    if done.score is not None:
+        print("\n".join(done.score.verdict.lines()))
+    print(f"reports: {', '.join(str(p) for p in done.reports)}")
+    print(f"run dir: {lc.run.path}")
+    return done.exit_code
 
 
 def _has_layout(args: argparse.Namespace) -> bool:
@@ -167,9 +175,10 @@ def _has_layout(args: argparse.Namespace) -> bool:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
-    from runner.batch.aggregate import aggregate
+    from runner.lifecycle import Lifecycle
 
-    result = aggregate(Path(args.run_dir), allow_incomplete=args.allow_incomplete)
+    with Lifecycle.open(args.run_dir) as lc:
+        result = lc.aggregate(allow_incomplete=args.allow_incomplete)
     print(f"{result.samples} samples -> {result.log} ({result.log_bytes / 1e6:.1f} MB, "
           f"{result.mb_per_s:.0f} MB/s); review images: {len(result.review)}")
     return 0
@@ -272,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(p, default=None)
     _add_layout(p)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--count", type=int, default=32, help="samples 0..N-1 (default 32)")
+    what.add_argument("--count", type=int, help="samples 0..N-1 (default 32; on --resume, "
+                      "as recorded: another count is an error)")
     what.add_argument("--ids", help="file of sample ids (qsl_idx), whitespace-separated")
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
     p.add_argument("--executor", choices=["local", "docker", "slurm"],
@@ -280,7 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="harness image tag for --executor docker")
     add_slurm_arguments(p)
     p.add_argument("--out", help="run directory to create")
-    p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run")
+    p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run "
+                   "(a complete one: nothing to do)")
+    p.add_argument("--rescore", action="store_true",
+                   help="with --resume of a complete run: score it again, rewrite reports")
     p.add_argument("--no-score", dest="score", action="store_false",
                    help="stop after aggregation (default: score FID/CLIP when the profile "
                    "has ranges)")

@@ -14,7 +14,8 @@ Public API (the shape other drivers build on):
                                         # `running` attempt (its driver was killed) -> killed
     lc.check_request(profile, sample_ids)   # a resume asking for something else: error
     lc.resume(executor, compile_fn=None)    # same modules or an error; status running
-    execution = lc.start()              # records the attempt as running, fills the queue,
+    execution = lc.start(fill=True)     # records the attempt as running, fills the queue
+                                        # (fill=False: the caller feeds it, e.g. LoadGen),
                                         # starts the executor (None: nothing left to do)
     watch([execution, ...])             # runner/batch/executors.py: poll until all ended
     outcome = lc.finish_attempt(execution.result())   # attempt finished, completeness
@@ -24,12 +25,14 @@ Public API (the shape other drivers build on):
     lc.aggregate(); lc.score(...); lc.report(...)     # the steps one by one (validate)
     lc.close()                          # releases the lock (also `with Lifecycle...`)
 
+`execute_run(...)` is create -> execute in one call (benchmarks that time only that).
 `executor_for(name, profile, ...)` makes the executor for a name (`local`, `docker`,
 `slurm`); nothing else in the runner branches on an executor's name.
 
 Status in run.json: `running` while a driver works on it (or until a killed driver's run is
 resumed), `incomplete` when an attempt ended with samples missing or a disk filled up,
-`complete` only once every sample, the MLPerf accuracy log and dataset.json (and
+`executed` when every sample is stored but the dataset is not aggregated yet (a bench run
+stops there), `complete` only once every sample, the MLPerf accuracy log and dataset.json (and
 accuracy.json for a scored run) are written. Reports are written after that; they are views
 that `runner report DIR` can always rewrite.
 """
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -52,7 +56,15 @@ from runner.batch.run import RunOutcome, plan_for, recorded_profile, write_repro
 from runner.batch.worker import stats_path
 from runner.errors import RunnerError
 from runner.layout import Plan
-from runner.manifest import FINISHED, KILLED, RUNNING, Attempt, RunManifest, now_text
+from runner.manifest import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    RUNNING,
+    Attempt,
+    RunManifest,
+    now_text,
+)
 from runner.mlperf_data import CAPTIONS_FILE
 from runner.mlperf_log import LOG_NAME
 from runner.profile import Profile
@@ -61,6 +73,7 @@ from runner.rundir import DiskFull, RunDir
 from runner.store import SampleStore
 
 ACCURACY_JSON = "accuracy.json"
+LOW_SPACE_BYTES = 4 << 20  # an SDXL sample PNG is about 1.5 MB
 
 
 @dataclass
@@ -145,12 +158,13 @@ class Lifecycle:
         if run.exists():
             raise RunnerError("this directory already holds a run", where=str(run.path),
                               fix=f"use `runner run --resume {run.path}` or another --out")
+        plan = plan or plan_for(profile)
+        executor.check(plan, str(profile.path))
         run.lock()
         try:
             if run.exists():  # made meanwhile by a driver that has finished since
                 raise RunnerError("this directory already holds a run", where=str(run.path),
                                   fix=f"use `runner run --resume {run.path}` or another --out")
-            plan = plan or plan_for(profile)
             layout = plan.layout
             compile_fn = compile_fn or executor.compiler(run.path)
             compiled = compile_fn(profile, layout.batch_size, layout.vae_batch_size)
@@ -236,18 +250,23 @@ class Lifecycle:
         self.run.save(self.manifest)
 
     # --- execute ------------------------------------------------------------------------
-    def start(self) -> Execution | None:
+    def start(self, fill: bool = True) -> Execution | None:
         """Records this attempt as running, fills the queue with the missing samples and
-        starts the executor; None when no sample is missing and nothing is left running."""
+        starts the executor; None when no sample is missing and nothing is left running.
+        With fill=False the workers start on the queue as it is (a LoadGen driver feeds
+        it query by query)."""
         executor = self._executor()
         self.attempt = Attempt(executor=executor.name)
         self.manifest.attempts.append(self.attempt)
         self.manifest.status = "running"
         self.run.save(self.manifest)
-        missing = self.requested - self.store.done_ids()
+        # Every sample checked against its sha256: a corrupt one is moved aside and redone.
+        missing = self.requested - self.store.verified_ids(self.requested)
         queue = WorkQueue(self.run.path)
         with self.run.writing(queue.root):
-            if executor.keeps_queue(self.run, self.manifest):
+            if not fill:
+                pass
+            elif executor.keeps_queue(self.run, self.manifest):
                 lost = missing - queue.covered_ids()
                 if lost:
                     queue.add(lost, self.plan.layout.batch_size)
@@ -272,21 +291,31 @@ class Lifecycle:
             m.worker_commands = executed.commands
         m.missing = sorted(requested - done)
         m.unexpected = sorted(done - requested)
-        m.status = "running" if not m.missing else "incomplete"
+        m.status = "executed" if not m.missing else "incomplete"
         self.run.save(m)
         self.write_reproduce()
         outcome = RunOutcome(self.run.path, len(requested), len(requested & done),
                              executed.seconds, executed.deaths)
-        if m.missing and any("No space left" in d.get("log_tail", "") for d in executed.deaths):
+        if m.missing and executed.deaths and _disk_full(self.run.path, executed.deaths):
             self.run.remove_temp_files(self.store.dir)
             raise DiskFull(self.store.dir, self.run.path)
         return outcome
 
     def execute(self) -> RunOutcome:
-        execution = self.start()
-        if execution is not None:
-            watch([execution])
-        return self.finish_attempt(execution.result() if execution else None)
+        """start -> watch -> finish_attempt; a full disk ends the attempt as `failed`."""
+        try:
+            execution = self.start()
+            if execution is not None:
+                watch([execution])
+            return self.finish_attempt(execution.result() if execution else None)
+        except DiskFull as e:
+            if self.attempt is not None and self.attempt.status == RUNNING:
+                self.attempt.status, self.attempt.error = FAILED, str(e)
+                self.attempt.finished_at = now_text()
+            self.manifest.status = "incomplete"
+            with contextlib.suppress(DiskFull):
+                self.run.save(self.manifest)
+            raise
 
     # --- the last steps -----------------------------------------------------------------
     def aggregate(self, allow_incomplete: bool = False) -> AggregateResult:
@@ -313,14 +342,16 @@ class Lifecycle:
         with self._step(self.run.path / "summary.md"):
             return list(write_reports(self.run.path, against=against))
 
-    def complete(self, score: bool | None = None) -> Completed:
-        """Aggregate -> score (as the run was made, unless told) -> complete -> reports."""
+    def complete(self, score: bool | None = None, reports: bool = True) -> Completed:
+        """Aggregate -> score (as the run was made, unless told) -> complete -> reports
+        (left to the caller with reports=False, e.g. to compare against a baseline)."""
         result = Completed(self.aggregate())
         if self.manifest.score if score is None else score:
             result.score = self.score()
         self.manifest.status = "complete"
         self.run.save(self.manifest)
-        result.reports = self.report()
+        if reports:
+            result.reports = self.report()
         return result
 
     def rescore(self) -> Completed:
@@ -354,6 +385,24 @@ class Lifecycle:
             raise
 
 
+def execute_run(run_dir: Path | str, profile: Profile, sample_ids: list[int],
+                argv: list[str], executor: Executor | None = None, **create: Any
+                ) -> RunOutcome:
+    """A new run up to its stored samples (create -> execute; no aggregation or score):
+    what a throughput benchmark times."""
+    with Lifecycle.create(run_dir, profile, sample_ids, argv, executor or LocalExecutor(),
+                          score=False, **create) as lc:
+        return lc.execute()
+
+
+def _disk_full(run_dir: Path, deaths: list[dict[str, Any]]) -> bool:
+    """Whether the workers died of a full disk: their logs say so, or (a log cannot be
+    written on a full disk either) less than one SDXL sample's worth of space is left."""
+    if any("No space left" in d.get("log_tail", "") for d in deaths):
+        return True
+    return shutil.disk_usage(run_dir).free < LOW_SPACE_BYTES
+
+
 def _worker_stats(run_dir: Path, names: list[str]) -> dict[str, Any]:
     out = {}
     for name in names:
@@ -376,4 +425,4 @@ def _remove_empty(path: Path) -> None:
         pass  # something is in there: keep it
 
 
-__all__ = ["Completed", "Lifecycle", "executor_for", "watch"]
+__all__ = ["Completed", "Lifecycle", "execute_run", "executor_for", "watch"]

@@ -19,8 +19,9 @@ from typing import Any
 from runner.errors import RunnerError
 
 # Attempt states: `running` is written when an attempt starts, so a driver killed with
-# SIGKILL leaves it behind; the next driver (holding the lock) marks it `killed`.
-RUNNING, FINISHED, KILLED = "running", "finished", "killed"
+# SIGKILL leaves it behind; the next driver (holding the lock) marks it `killed`. `failed`:
+# the driver itself stopped it on an error it could name (a full disk).
+RUNNING, FINISHED, KILLED, FAILED = "running", "finished", "killed", "failed"
 
 
 def now_text() -> str:
@@ -39,6 +40,7 @@ class Attempt:
     seconds: float | None = None
     deaths: list[dict[str, Any]] = field(default_factory=list)
     executor: str = ""
+    error: str | None = None  # why an attempt failed (a full disk)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Attempt:
@@ -52,7 +54,8 @@ class Attempt:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Fields not known (a killed attempt's end and duration) are left out, not null."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @dataclass

@@ -10,8 +10,10 @@ seconds. Upload stays a separate, explicit `runner goldens upload`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import shlex
 import sys
 import time
@@ -95,6 +97,8 @@ def validate(req: ValidateRequest) -> int:
     """0 only if every step passed; 1 when accuracy or goldens fail (saying which)."""
     from runner.docker.image import build_image, parse_source
 
+    # Absolute: paths under it go into containers, which do not share our cwd.
+    req = dataclasses.replace(req, out=Path(os.path.abspath(req.out)))
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
     ledger = Validation(out, req.dry_run)
@@ -144,9 +148,10 @@ def validate(req: ValidateRequest) -> int:
     if req.baseline and not req.dry_run:
         ledger.state["baseline"] = _against_baseline(req.baseline, ledger.state, run_dir)
     if not req.dry_run:
-        from runner.report import write_reports
+        from runner.lifecycle import Lifecycle
 
-        write_reports(run_dir, against=req.baseline / RUN if req.baseline else None)
+        with Lifecycle.open(run_dir) as lc:
+            lc.report(against=req.baseline / RUN if req.baseline else None)
     _write_report(out, ledger, passed)
     return 0 if passed else 1
 
@@ -168,63 +173,46 @@ def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> d
 
 def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: Path,
                    compile_fn) -> dict:
-    from runner.batch.aggregate import aggregate
-    from runner.batch.run import (
-        make_executor,
-        plan_for,
-        prepare_resume,
-        read_manifest,
-        start_run,
-    )
+    from runner.batch.run import plan_for
+    from runner.lifecycle import Lifecycle, executor_for
+    from runner.rundir import RunDir
 
-    compiled = json.loads((req.out / "compiled.json").read_text()) if not req.dry_run else {}
-    run_dir.mkdir(parents=True, exist_ok=True)  # mounted into every worker container
-    executor = make_executor("docker", run_dir, req.profile, tag)
+    run_dir = RunDir(run_dir).path  # absolute: mounted into every worker container
+    executor = executor_for("docker", req.profile, image=tag)
     if req.dry_run:
         plan = plan_for(req.profile)
         for worker in plan.workers:
-            print(executor.describe(worker, run_dir / "workers" / f"{worker.name}.json"))
+            print(executor.describe(run_dir, worker,  # type: ignore[attr-defined]
+                                    run_dir / "workers" / f"{worker.name}.json"))
         print(f"runner aggregate {run_dir}")
         print(f"runner score {run_dir}")
         return {}
+    compiled = json.loads((req.out / "compiled.json").read_text())
 
     def run_step() -> dict:
-        if (run_dir / "run.json").is_file():
-            recorded = [c["key"] for c in read_manifest(run_dir)["compiled"]["compiled"]]
-            if recorded != [c["key"] for c in compiled["compiled"]]:
-                raise RunnerError("this run was made by another IREE build or profile",
-                                  where=str(run_dir), fix="use a new --out for this build")
-            if read_manifest(run_dir)["status"] != "complete":
-                from runner.batch.run import execute, finish, write_reproduce
-
-                manifest, profile = prepare_resume(run_dir, compile_fn=compile_fn)
-                plan = plan_for(profile)
-                outcome = execute(run_dir, plan, manifest, executor)
-                finish(run_dir, plan, manifest, outcome)
-                write_reproduce(run_dir, manifest)
-        else:
-            ids_file = req.out / "sample_ids.txt"
-            atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
-            argv = ["run", "--profile", str((req.out / "profile.yaml").resolve()), "--ids",
-                    str(ids_file.resolve()), "--executor", "docker", "--image", tag]
-            start_run(req.profile, plan_for(req.profile), req.sample_ids, run_dir, argv,
-                      executor, compile_fn=compile_fn)
-        manifest = read_manifest(run_dir)
-        if manifest["status"] != "complete":
-            raise RunnerError(f"{len(manifest['missing'])} samples missing after the run",
-                              where=str(run_dir), fix="re-run the same validate to resume")
-        result = aggregate(run_dir)
-        return {"samples": result.samples, "seconds": manifest["attempts"][-1]["seconds"]}
+        if RunDir(run_dir).exists():
+            lc = Lifecycle.open(run_dir)
+            with lc:
+                if lc.manifest.compiled_keys != [c["key"] for c in compiled["compiled"]]:
+                    raise RunnerError("this run was made by another IREE build or profile",
+                                      where=str(run_dir), fix="use a new --out for this build")
+                return _execute(lc, lambda: lc.resume(executor, compile_fn))
+        ids_file = req.out / "sample_ids.txt"
+        atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
+        argv = ["run", "--profile", str((req.out / "profile.yaml").resolve()), "--ids",
+                str(ids_file.resolve()), "--executor", "docker", "--image", tag]
+        with Lifecycle.create(run_dir, req.profile, req.sample_ids, argv, executor,
+                              compile_fn=compile_fn, score=False) as lc:
+            return _execute(lc, lambda: None)
 
     run = ledger.step("run", _key(compiled, req.sample_ids, req.profile.layout.to_dict()),
                       [run_dir / "dataset.json"], run_step)
 
     def score_step() -> dict:
-        from runner.accuracy.evaluate import evaluate_run
-
         # A validate of fewer samples than the ranges were set for is still judged, and
         # labelled as a subset (not comparable with the full-set ranges) in every report.
-        score = evaluate_run(run_dir, profile=str((req.out / "profile.yaml").resolve()),
+        with Lifecycle.open(run_dir) as lc:
+            score = lc.score(profile=str((req.out / "profile.yaml").resolve()),
                              allow_subset=True)
         lines = score.verdict.lines()
         return {"passed": score.verdict.passed, "fid": score.result.fid,
@@ -237,6 +225,21 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
     ledger.state["throughput"] = run.get("samples", 0) / max(run.get("seconds", 0) or 1e-9,
                                                                 1e-9)
     return verdict
+
+
+def _execute(lc, prepare: Callable[[], None]) -> dict:
+    """The run step: the lifecycle's execute and aggregate (scoring is its own step, with
+    the standalone profile); a run already complete is only re-aggregated."""
+    if lc.manifest.complete:
+        result = lc.aggregate()
+    else:
+        prepare()
+        outcome = lc.execute()
+        if not outcome.complete:
+            raise RunnerError(f"{len(lc.manifest.missing)} samples missing after the run",
+                              where=str(lc.run.path), fix="re-run the same validate to resume")
+        result = lc.complete(score=False, reports=False).aggregate
+    return {"samples": result.samples, "seconds": lc.manifest.last_attempt_seconds()}
 
 
 def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str | None) -> bool:

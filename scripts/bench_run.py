@@ -1,6 +1,6 @@
 """Batch-run harness benchmark on the cpu profile, one run, everything as ratios:
 
-1. harness throughput (1 worker on core 0, through `start_run`) vs a bare in-process loop
+1. harness throughput (1 worker on core 0, through the run lifecycle) vs a bare in-process loop
    over the same modules on the same core (aim >= 0.97);
 2. scaling from 1 to 2 workers on 2 cores (aim >= 1.8x);
 3. aggregation write speed (MLPerf log, hex) vs a plain copy of the same raw bytes.
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from runner.batch.aggregate import aggregate
-from runner.batch.run import plan_for, start_run
 from runner.compiled_model import compile_model
 from runner.layout import CPU_IDS_FLAG
+from runner.lifecycle import execute_run
 from runner.mlperf_data import load_captions
 from runner.pipeline.loader import open_pipeline
 from runner.profile import load_profile
@@ -48,8 +48,8 @@ def harness(count: int, devices: str, out: Path) -> tuple[float, Path]:
     profile = load_profile("cpu")
     profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(devices=devices))
     run_dir = out / f"devices-{devices}"
-    outcome = start_run(profile, plan_for(profile), list(range(count)), run_dir,
-                        ["run", "--profile", "cpu", "--devices", devices])
+    outcome = execute_run(run_dir, profile, list(range(count)),
+                          ["run", "--profile", "cpu", "--devices", devices])
     assert outcome.complete
     return count / outcome.seconds, run_dir
 

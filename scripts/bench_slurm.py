@@ -1,8 +1,10 @@
 """Slurm executor overhead on the one-node cluster (scripts/slurm_setup.sh), one JSON line.
 
 The same samples on the same two cores, both measured in this run:
-- local: `start_run` with the cpu profile's two devices (two workers, one per core);
-- slurm: `run_on_slurm` with two array tasks of one CPU each, one worker per task.
+- local: a run (runner/lifecycle.py) with the cpu profile's two devices (two workers, one
+  per core);
+- slurm: the same run with the Slurm executor, two array tasks of one CPU each, one worker
+  per task.
 
 So the work and the core count are equal and the difference is what Slurm adds: sbatch,
 scheduling, starting a node task (Python + plan), polling squeue until every task ended.
@@ -23,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner.batch.run import plan_for, start_run
-from runner.batch.slurm import SlurmOptions, run_on_slurm
+from runner.batch.slurm import SlurmOptions
+from runner.lifecycle import execute_run, executor_for
 from runner.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 def local(count: int, out: Path) -> float:
     profile = load_profile("cpu")  # devices 0-1: two workers, one core each
     start = time.monotonic()
-    outcome = start_run(profile, plan_for(profile), list(range(count)), out, ["run"])
+    outcome = execute_run(out, profile, list(range(count)), ["run"])
     assert outcome.complete
     return time.monotonic() - start
 
@@ -43,8 +45,8 @@ def slurm(count: int, out: Path, poll: float) -> tuple[float, dict]:
     profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(devices="0"))
     options = SlurmOptions(nodes=2, cpus_per_node=1, poll_seconds=poll)
     start = time.monotonic()
-    outcome = run_on_slurm(profile, plan_for(profile), list(range(count)), out, ["run"],
-                           options)
+    outcome = execute_run(out, profile, list(range(count)), ["run"],
+                          executor_for("slurm", profile, slurm=options))
     seconds = time.monotonic() - start
     end_wall = time.time()
     assert outcome.complete and not outcome.deaths

@@ -28,18 +28,17 @@ from docker_support import build_tree, docker_client  # noqa: F401
 
 from runner.batch.aggregate import aggregate
 from runner.batch.cluster import node_state_path, slurm_flags
-from runner.batch.run import plan_for
+from runner.batch.run import RunOutcome
 from runner.batch.slurm import (
     SlurmOptions,
     add_slurm_arguments,
-    resume_on_slurm,
-    run_on_slurm,
     sbatch_argv,
     slurm_options,
 )
 from runner.batch.status import register, run_status
 from runner.cli import main
 from runner.errors import RunnerError
+from runner.lifecycle import Lifecycle, executor_for
 from runner.mlperf_data import CAPTIONS_FILE
 from runner.profile import load_profile
 from runner.store import SampleStore
@@ -56,6 +55,26 @@ ARGV = ["run", "--profile", "cpu", "--devices", "0", "--executor", "slurm", "--n
 
 def options(**kw) -> SlurmOptions:
     return SlurmOptions(**{"nodes": NODES, "cpus_per_node": 1, "poll_seconds": 0.3, **kw})
+
+
+def run_on_slurm(profile, ids: list[int], run_dir: Path, argv: list[str],
+                 opts: SlurmOptions, captions: Path | None = None) -> RunOutcome:
+    """A new run through the lifecycle with the Slurm executor, as `runner run` makes it."""
+    executor = executor_for("slurm", profile, slurm=opts, captions=captions)
+    with Lifecycle.create(run_dir, profile, ids, argv, executor, captions=captions,
+                          score=False) as lc:
+        outcome = lc.execute()
+        if outcome.complete:
+            lc.complete(reports=False)
+        return outcome
+
+
+def resume_on_slurm(run_dir: Path) -> RunOutcome:
+    """`runner run --resume DIR` of a Slurm run, with its recorded options."""
+    with Lifecycle.open(run_dir) as lc:
+        options = SlurmOptions.from_dict(lc.manifest.slurm_options)
+        lc.resume(executor_for("slurm", lc.profile, slurm=options))
+        return lc.execute()
 
 
 def one_core_profile():
@@ -110,8 +129,8 @@ def slurm_run(slurm_cluster, local_run, tmp_path_factory) -> Path:
     # Spaces, quotes and a command substitution in the path: the batch script and sbatch
     # argv must carry it as data, never run it.
     run_dir = tmp_path_factory.mktemp("slurm") / "run 'a' $(touch PWNED)"
-    outcome = run_on_slurm(one_core_profile(), plan_for(one_core_profile()),
-                           list(range(12)), run_dir, [*ARGV, "--count", "12"], options())
+    outcome = run_on_slurm(one_core_profile(), list(range(12)), run_dir,
+                           [*ARGV, "--count", "12"], options())
     assert outcome.complete and outcome.deaths == []
     aggregate(run_dir)
     return run_dir
@@ -173,8 +192,8 @@ def test_cancelled_node_task_is_rerun_without_loss_or_duplicates(slurm_cluster, 
 
     def submitter() -> None:
         try:
-            result["outcome"] = run_on_slurm(one_core_profile(), plan_for(one_core_profile()),
-                                             list(range(COUNT)), run_dir, ARGV, options())
+            result["outcome"] = run_on_slurm(one_core_profile(), list(range(COUNT)), run_dir,
+                                             ARGV, options())
         except BaseException as e:  # reported by the assertion below
             result["error"] = e
 
@@ -210,8 +229,7 @@ def test_requeued_node_task_hands_back_its_batches(slurm_cluster, local_run, tmp
     run_dir = tmp_path / "requeue"
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(outcome=run_on_slurm(
-        one_core_profile(), plan_for(one_core_profile()), list(range(COUNT)), run_dir, ARGV,
-        options())))
+        one_core_profile(), list(range(COUNT)), run_dir, ARGV, options())))
     thread.start()
     wait_for(lambda: node_state(run_dir, "j0n1").get("state") == "running"
              and SampleStore(run_dir).done_ids())
@@ -231,14 +249,14 @@ def test_requeued_node_task_hands_back_its_batches(slurm_cluster, local_run, tmp
 
 DRIVER = """
 import dataclasses, sys
-from pathlib import Path
-from runner.batch.run import plan_for
-from runner.batch.slurm import SlurmOptions, run_on_slurm
+from runner.batch.slurm import SlurmOptions
+from runner.lifecycle import Lifecycle, executor_for
 from runner.profile import load_profile
 p = load_profile("cpu")
 p = dataclasses.replace(p, layout=p.layout.with_overrides(devices="0"))
-run_on_slurm(p, plan_for(p), list(range(int(sys.argv[2]))), Path(sys.argv[1]), ["run"],
-             SlurmOptions(nodes=2, cpus_per_node=1, poll_seconds=0.3))
+ex = executor_for("slurm", p, slurm=SlurmOptions(nodes=2, cpus_per_node=1, poll_seconds=0.3))
+with Lifecycle.create(sys.argv[1], p, list(range(int(sys.argv[2]))), ["run"], ex) as lc:
+    lc.execute()
 """
 
 
@@ -259,6 +277,21 @@ def test_killed_submitter_resume_reattaches_to_running_nodes(slurm_cluster, loca
     manifest = json.loads((run_dir / "run.json").read_text())
     assert len(manifest["slurm"]["jobs"]) == 1  # re-attached, nothing resubmitted
     assert {n["outcome"] for n in manifest["slurm"]["nodes"].values()} == {"done"}
+    # The killed submitter's attempt is recorded as killed (its stale lock was taken over).
+    assert [a["status"] for a in manifest["attempts"]] == ["killed", "finished"]
+    assert not (run_dir / "run.lock").exists()
+
+
+def test_relative_out_dir_runs_on_the_nodes(slurm_cluster, local_run, tmp_path):
+    """`--out` relative to the submitter's cwd: the nodes get the absolute run dir."""
+    proc = subprocess.run([sys.executable, "-m", "runner", *ARGV, "--count", "4",
+                           "--out", "runs/rel"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "runs" / "rel"
+    assert hashes(run_dir) == {i: local_run[i] for i in range(4)}
+    batch = (run_dir / "slurm" / "j0.sbatch").read_text()
+    assert f"--run-dir {shlex.quote(str(run_dir))}" in batch
 
 
 def test_nodes_that_cannot_see_the_inputs_fail_clearly_and_boundedly(slurm_cluster, tmp_path,
@@ -276,8 +309,8 @@ def test_nodes_that_cannot_see_the_inputs_fail_clearly_and_boundedly(slurm_clust
 
     monkeypatch.setattr(slurm, "submit", submit_then_hide)
     run_dir = tmp_path / "hidden"
-    outcome = run_on_slurm(one_core_profile(), plan_for(one_core_profile()), [0, 1], run_dir,
-                           ARGV, options(max_resubmits=1), captions=captions)
+    outcome = run_on_slurm(one_core_profile(), [0, 1], run_dir, ARGV,
+                           options(max_resubmits=1), captions=captions)
     assert not outcome.complete and outcome.done == 0
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "incomplete" and manifest["missing"] == [0, 1]
@@ -314,7 +347,7 @@ def test_arguments_and_options(tmp_path):
 def test_a_layout_that_does_not_fit_a_node_task_fails_before_submitting(tmp_path):
     profile = load_profile("cpu")  # two cpu devices; a node task gets one CPU
     with pytest.raises(RunnerError, match="need 2 cores"):
-        run_on_slurm(profile, plan_for(profile), [0], tmp_path / "r", ARGV, options())
+        run_on_slurm(profile, [0], tmp_path / "r", ARGV, options())
     assert not (tmp_path / "r").exists()
 
 
@@ -358,7 +391,7 @@ def test_slurm_sweep_of_two_layouts_gives_one_table(slurm_cluster, local_run, tm
         assert lay["slurm"]["queue_wait_s"] >= 0 and lay["slurm"]["node_tasks"] == 1
         run_dir = Path(lay["run_dir"])
         run = json.loads((run_dir / "run.json").read_text())
-        assert run["executor"] == "slurm" and run["status"] == "complete"
+        assert run["executor"] == "slurm" and run["status"] == "executed"
         assert [j["job_id"] for j in run["slurm"]["jobs"]] == lay["slurm"]["jobs"]
         assert run["layout"]["batch_size"] == lay["layout"]["batch_size"]
         # Every worker ran on a node task; the samples are the local run's bytes.

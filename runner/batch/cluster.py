@@ -234,7 +234,8 @@ def slurm_version() -> str:
         return "unknown"
 
 
-def task_ids(manifest: dict[str, Any]) -> dict[str, str]:
-    """Node key -> `<job>_<task>` for every array task this run ever submitted."""
+def task_ids(slurm: dict[str, Any]) -> dict[str, str]:
+    """Node key -> `<job>_<task>` for every array task a run's `slurm` record (in run.json)
+    says it ever submitted."""
     return {node_key(job["index"], t): f"{job['job_id']}_{t}"
-            for job in manifest["slurm"]["jobs"] for t in range(job["tasks"])}
+            for job in slurm.get("jobs", []) for t in range(job["tasks"])}

@@ -1,20 +1,48 @@
-"""Executors start worker processes; the orchestrator does not care where they run.
+"""The executor protocol: where a run's work happens, behind one interface.
 
-Each returns handles with `poll()` and `kill()`, and can describe the exact command it runs
-(environment included) for the run's `reproduce.sh`.
+The lifecycle (runner/lifecycle.py) fills a run's queue and then asks its executor to
+`start` working through it; it never asks which executor it has. An executor returns an
+`Execution` that the lifecycle (or a caller driving several runs at once, like a Slurm
+bench sweep) polls until it is over, stops on Ctrl-C, and reads an `Executed` from.
+
+- `LocalExecutor` (here): one worker process per planned worker on this host.
+- `DockerExecutor` (runner/docker/executor.py): one container per worker from a harness
+  image.
+- `SlurmExecutor` (runner/batch/slurm.py): one sbatch array task per node; each node task
+  plans its own workers and runs them with a local or docker launcher.
+
+Local and docker workers are both a `WorkerPool` over a `WorkerLauncher` (how one worker
+process or container starts, and the exact command for reproduce.sh). A Slurm node task
+runs the same pool on its node.
+
+Every path handed to a worker, container or node is absolute (`RunDir` resolves its path
+once): none of them shares the driver's working directory.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.layout import Worker
+from runner import shellscript
+from runner.batch.queue import WorkQueue
+from runner.batch.run import Progress, log_tail
+from runner.batch.worker import stats_path, write_task
+from runner.compiled_model import CompiledModel
+from runner.layout import Plan, Worker
+from runner.store import SampleStore
+
+if TYPE_CHECKING:
+    from runner.manifest import RunManifest
+    from runner.rundir import RunDir
+
+CompileFn = Callable[..., CompiledModel]  # (profile, batch_size, vae_batch_size) -> model
 
 
 class WorkerHandle(Protocol):
@@ -22,8 +50,138 @@ class WorkerHandle(Protocol):
     def kill(self) -> None: ...
 
 
+@dataclass
+class Executed:
+    """What one execution did: its wall time from `started` (epoch seconds), the workers
+    that ran (by name, for their stats files), the deaths and the exact worker commands."""
+
+    started: float
+    seconds: float
+    workers: list[str] = field(default_factory=list)
+    deaths: list[dict[str, Any]] = field(default_factory=list)
+    commands: dict[str, str] = field(default_factory=dict)
+
+
+class Execution(Protocol):
+    interval: float  # seconds between polls
+
+    def poll(self) -> bool:
+        """One look: records what ended, hands dead workers' batches back; False once
+        nothing of this execution is alive any more."""
+
+    def stop(self) -> None:
+        """Kills everything still running (Ctrl-C, SIGTERM), so nothing writes on."""
+
+    def result(self) -> Executed: ...
+
+
+class Executor(Protocol):
+    name: str
+
+    def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
+        """How this executor's modules are compiled (the harness image's own compiler for
+        containers, so its runtime loads what its compiler wrote)."""
+
+    def image_info(self) -> dict[str, Any] | None:
+        """The harness image the workers run in, as recorded in the manifest."""
+
+    def check(self, plan: Plan, where: str) -> None:
+        """Refuses a plan this executor cannot run, before anything is created or compiled
+        (a layout too big for a Slurm node task)."""
+
+    def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
+        """Whether work of an earlier attempt still runs (Slurm node tasks outlive their
+        submitter): then the queue is topped up, never replaced."""
+
+    def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> Execution: ...
+
+
+class WorkerLauncher(Protocol):
+    name: str
+
+    def start_worker(self, run: Path, worker: Worker, task: Path) -> WorkerHandle: ...
+    def describe(self, run: Path, worker: Worker, task: Path) -> str: ...
+
+
 def worker_argv(worker: Worker, task: Path, python: str = sys.executable) -> list[str]:
     return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--task", str(task)]
+
+
+class WorkerPool:
+    """Workers over one run's queue until it is drained; a dead worker's claimed batches go
+    back to the queue for the survivors."""
+
+    interval = 0.2
+
+    def __init__(self, run_dir: Path, plan: Plan, compiled: CompiledModel, captions: str,
+                 launcher: WorkerLauncher, requested: set[int]):
+        self.run_dir = Path(run_dir).resolve()
+        self.store, self.queue = SampleStore(self.run_dir), WorkQueue(self.run_dir)
+        self.requested = requested
+        self.progress = Progress(len(requested), len(self.store.done_ids() & requested))
+        self.names = [w.name for w in plan.workers]
+        self.deaths: list[dict[str, Any]] = []
+        self.commands: dict[str, str] = {}
+        self.alive: dict[str, WorkerHandle] = {}
+        self.started = time.time()
+        self._t0 = time.monotonic()
+        self._seconds: float | None = None
+        try:
+            for worker in plan.workers:
+                task = write_task(self.run_dir, worker.to_dict(), compiled, captions)
+                stats_path(self.run_dir, worker.name).unlink(missing_ok=True)
+                self.commands[worker.name] = launcher.describe(self.run_dir, worker, task)
+                self.alive[worker.name] = launcher.start_worker(self.run_dir, worker, task)
+        except BaseException:
+            self.stop()
+            raise
+
+    def poll(self) -> bool:
+        for name, handle in list(self.alive.items()):
+            rc = handle.poll()
+            if rc is None:
+                continue
+            del self.alive[name]
+            if rc != 0:
+                returned = self.queue.release(name)
+                tail = log_tail(self.run_dir / "logs" / f"{name}.log")
+                self.deaths.append({"worker": name, "exit_code": rc, "requeued": returned,
+                                    "log_tail": tail})
+                print(f"\nworker {name} died (exit {rc}); {len(returned)} batch(es) back "
+                      f"in the queue for the others. Last log lines:\n{tail}",
+                      file=sys.stderr, flush=True)
+        done = len(self.store.done_ids() & self.requested)
+        if not self.alive:
+            self._seconds = time.monotonic() - self._t0
+            self.progress.update(done, 0, final=True)
+            return False
+        self.progress.update(done, len(self.alive))
+        return True
+
+    def stop(self) -> None:
+        for handle in self.alive.values():
+            handle.kill()
+        self.alive.clear()
+
+    def result(self) -> Executed:
+        seconds = self._seconds if self._seconds is not None else time.monotonic() - self._t0
+        return Executed(self.started, seconds, list(self.names), self.deaths, self.commands)
+
+
+def watch(executions: list[Execution]) -> None:
+    """Polls every execution until none is alive. Any exception (Ctrl-C here, SIGTERM on a
+    Slurm node) stops them all before it propagates, so nothing keeps writing into a run
+    dir behind the caller."""
+    active = list(executions)
+    try:
+        while active:
+            active = [e for e in active if e.poll()]
+            if active:
+                time.sleep(min(e.interval for e in active))
+    except BaseException:
+        for e in executions:
+            e.stop()
+        raise
 
 
 class LocalExecutor:
@@ -31,96 +189,35 @@ class LocalExecutor:
 
     name = "local"
 
-    def start(self, worker: Worker, task: Path, log_path: Path) -> subprocess.Popen:
+    def start_worker(self, run: Path, worker: Worker, task: Path) -> subprocess.Popen:
+        log_path = run / "logs" / f"{worker.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             return subprocess.Popen(worker_argv(worker, task), env={**os.environ, **worker.env},
                                     stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
 
-    def compiler(self, work_dir: Path, dry_run: bool = False):
-        """How this executor's modules are compiled: by this host's iree-compile."""
+    def describe(self, run: Path, worker: Worker, task: Path) -> str:
+        env = [f"{k}={v}" for k, v in worker.env.items()]
+        argv = worker_argv(worker, task, "python3")
+        return shellscript.join(["env", *env, *argv] if env else argv)
+
+    def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
+        """By this host's iree-compile."""
         from runner.compiled_model import compile_model
 
         return compile_model
 
-    def describe(self, worker: Worker, task: Path) -> str:
-        env = [f"{k}={v}" for k, v in worker.env.items()]
-        argv = worker_argv(worker, task, "python3")
-        return shlex.join(["env", *env, *argv] if env else argv)
+    def image_info(self) -> dict[str, Any] | None:
+        return None
 
+    def check(self, plan: Plan, where: str) -> None:
+        return None
 
-def covering_mounts(paths: list[tuple[Path, bool]]) -> list[tuple[str, bool]]:
-    """Each directory once, nested ones dropped (a read-write parent wins over a child)."""
-    out: dict[str, bool] = {}
-    for path, read_only in sorted(((p.resolve(), ro) for p, ro in paths), key=lambda x: x[0]):
-        parent = next((Path(m) for m in out if path.is_relative_to(m)), None)
-        if parent is None:
-            out[str(path)] = read_only
-        elif not read_only:
-            out[str(parent)] = False
-    return list(out.items())
+    def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
+        return False
 
+    def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> WorkerPool:
+        return WorkerPool(run.path, plan, CompiledModel.from_dict(manifest.compiled),
+                          manifest.captions, self, set(manifest.sample_ids))
 
-class DockerContainer:
-    """A worker's container as a handle: its output goes to the worker's log when it ends."""
-
-    def __init__(self, container, log_path: Path):
-        self.container, self.log_path = container, log_path
-
-    def poll(self) -> int | None:
-        from runner.docker.container import logs, poll
-
-        rc = poll(self.container)
-        if rc is not None:
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(logs(self.container))
-            self.container.remove(force=True)
-        return rc
-
-    def kill(self) -> None:
-        from runner.docker.container import kill
-
-        kill(self.container)
-
-
-class DockerExecutor:
-    """One container per worker from a harness image (see runner/docker/container.py for
-    why per worker). Host paths are mounted at the same paths, so task files need no
-    translation: the run dir read-write; the compile cache, model and captions read-only."""
-
-    name = "docker"
-
-    def __init__(self, image: str, run_dir: Path, read_only: list[Path]):
-        from runner.paths import cache_dir
-
-        self.image = image
-        self.mounts = covering_mounts([(run_dir, False), (cache_dir(), True),
-                                        *[(p, True) for p in read_only]])
-
-    def spec(self, worker: Worker, task: Path, name: str | None = None):
-        from runner.docker.container import worker_container_spec
-
-        return worker_container_spec(
-            self.image, worker, ["python3", "-m", "runner.batch.worker", "--task", str(task)],
-            self.mounts, name=name)
-
-    def start(self, worker: Worker, task: Path, log_path: Path) -> DockerContainer:
-        from runner.docker.container import start
-
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Unique per attempt: a killed run's containers may still exist under older names.
-        name = f"runner-{worker.name}-{os.getpid()}-{int(time.time())}"
-        return DockerContainer(start(self.spec(worker, task, name)), log_path)
-
-    def compiler(self, work_dir: Path, dry_run: bool = False):
-        """How this executor's modules are compiled: by the image's own iree-compile, so the
-        runtime in the image loads what its compiler wrote (runner/docker/in_image.py)."""
-        from runner.docker.in_image import ImageCompiler
-
-        return ImageCompiler(self.image, Path(work_dir) / "compile", dry_run)
-
-    def describe(self, worker: Worker, task: Path) -> str:
-        from runner.docker.container import run_command_text
-
-        return run_command_text(self.spec(worker, task), detach=False, remove=True)

@@ -32,20 +32,15 @@ from runner.batch.cluster import (
     worker_prefix,
     write_node_state,
 )
+from runner.batch.executors import WorkerPool, watch
 from runner.batch.queue import WorkQueue
-from runner.batch.run import (
-    Progress,
-    make_executor,
-    read_manifest,
-    recorded_profile,
-    start_workers,
-    watch_workers,
-)
+from runner.batch.run import recorded_profile
 from runner.compiled_model import CompiledModel
 from runner.errors import RunnerError
 from runner.layout import Plan, parse_device_ids, plan_workers
+from runner.lifecycle import executor_for
 from runner.profile import Profile
-from runner.store import SampleStore
+from runner.rundir import RunDir
 
 
 class Terminated(Exception):
@@ -118,7 +113,8 @@ def check_shared_files(compiled: CompiledModel, captions: Path) -> None:
 
 
 def run_node(run_dir: Path, job_index: int) -> int:
-    run_dir = Path(run_dir).resolve()
+    run = RunDir(run_dir)
+    run_dir = run.path
     task = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
     key = node_key(job_index, task)
     env = os.environ
@@ -144,28 +140,28 @@ def run_node(run_dir: Path, job_index: int) -> int:
         return code
 
     try:
-        manifest = read_manifest(run_dir)
-        profile = recorded_profile(run_dir)
-        options = SlurmOptions.from_dict(manifest.get("slurm", {}).get("options", {}))
+        manifest = run.load()
+        profile = recorded_profile(manifest.profile_config, manifest.profile_path,
+                                   manifest.layout, str(run.manifest_path))
+        options = SlurmOptions.from_dict(manifest.slurm_options)
         cores, how = allocated_cores()
         plan = node_plan(profile, key, cores)
-        compiled = CompiledModel.from_dict(manifest["compiled"])
-        captions = Path(manifest["captions"])
+        compiled = CompiledModel.from_dict(manifest.compiled)
+        captions = Path(manifest.captions)
         check_shared_files(compiled, captions)
-        executor = make_executor(options.node_executor, run_dir, profile, options.image,
-                                 captions)
+        launcher = executor_for(options.node_executor, profile, image=options.image,
+                                captions=captions)
         state.update(cores=list(cores), cores_from=how, layout=plan.layout.to_dict(),
                      plan=plan.to_dict(), workers=[w.name for w in plan.workers],
                      executor=options.node_executor)
         print(f"node {key} on {state['hostname']}: {len(plan.workers)} worker(s) on cores "
               f"{list(cores)} ({how})", file=sys.stderr, flush=True)
-        requested = set(manifest["sample_ids"])
-        already = len(SampleStore(run_dir).done_ids() & requested)
-        handles, commands = start_workers(run_dir, plan, compiled, manifest["captions"],
-                                          executor)
-        state.update(state="running", worker_commands=commands)
+        pool = WorkerPool(run_dir, plan, compiled, manifest.captions,
+                          launcher, set(manifest.sample_ids))  # type: ignore[arg-type]
+        state.update(state="running", worker_commands=pool.commands)
         write_node_state(run_dir, key, state)
-        deaths = watch_workers(run_dir, handles, requested, Progress(len(requested), already))
+        watch([pool])
+        deaths = pool.deaths
     except Terminated:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cleanup, even if signalled again
         released = queue.release_prefix(worker_prefix(key))

@@ -93,24 +93,14 @@ from runner.batch.cluster import (
     task_ids,
     worker_prefix,
 )
+from runner.batch.executors import CompileFn, Executed, Executor
 from runner.batch.queue import WorkQueue
-from runner.batch.run import (
-    LOG_TAIL_LINES,
-    MANIFEST,
-    RunOutcome,
-    finish,
-    make_executor,
-    new_run,
-    plan_for,
-    prepare_resume,
-    read_manifest,
-    recorded_profile,
-    write_reproduce,
-)
+from runner.batch.run import log_tail, write_reproduce
 from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text
 from runner.layout import Plan, plan_workers
-from runner.profile import Profile
+from runner.manifest import RunManifest
+from runner.rundir import RunDir
+from runner.shellscript import Script
 from runner.store import SampleStore
 
 # squeue states of a task waiting to (re)start: a requeued task is back in one of these.
@@ -120,34 +110,26 @@ MAX_QUERY_FAILURES = 30
 # A task squeue has never listed counts as gone only after this long without a final state.
 SUBMIT_GRACE_SECONDS = 120.0
 # The CLI-facing names, importable from here too (they live in cluster.py, which is light).
-__all__ = ["RunWatch", "SlurmOptions", "add_slurm_arguments", "finish_watched",
-           "resume_on_slurm", "run_on_slurm", "slurm_options", "submit_run", "wait_for_runs"]
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-    except OSError:
-        return "(no log)"
+__all__ = ["RunWatch", "SlurmExecutor", "SlurmOptions", "add_slurm_arguments",
+           "slurm_options"]
 
 
 # --- submission -------------------------------------------------------------------------
 
 def batch_script_text(run_dir: Path, job_index: int, reason: str) -> str:
     """The array's batch script: every task runs the same node command; the task id comes
-    from SLURM_ARRAY_TASK_ID. A file in the run dir, so no command goes through --wrap."""
+    from SLURM_ARRAY_TASK_ID. A file in the run dir, so no command goes through --wrap.
+    Rendered by runner/shellscript.py: the run dir is a quoted word, and comment lines
+    start with `# `, so no name can become a command or an `#SBATCH` directive."""
     command = [sys.executable, "-m", "runner.batch.node", "--run-dir", str(run_dir.resolve()),
                "--job", str(job_index)]
-    return "\n".join([
-        "#!/bin/bash",
-        f"# iree-sdxl-runner node task, run {run_dir.resolve()}, submission j{job_index}: "
-        f"{reason}.",
-        "# One array task per node: plans this node's workers, starts them, and pulls "
-        "batches",
-        "# from the run's shared queue until it is empty (see runner/batch/slurm.py).",
-        f"exec {shlex.join(command)}",
-        "",
-    ])
+    script = Script(shebang="#!/bin/bash")
+    script.comment(f"iree-sdxl-runner node task, run {run_dir.resolve()}, submission "
+                   f"j{job_index}: {reason}.")
+    script.comment("One array task per node: plans this node's workers, starts them, and "
+                   "pulls batches")
+    script.comment("from the run's shared queue until it is empty (see runner/batch/slurm.py).")
+    return script.run(command, exec_=True).text()
 
 
 def sbatch_argv(run_dir: Path, options: SlurmOptions, job_index: int, tasks: int,
@@ -168,14 +150,15 @@ def sbatch_argv(run_dir: Path, options: SlurmOptions, job_index: int, tasks: int
     return argv
 
 
-def submit(run_dir: Path, manifest: dict[str, Any], options: SlurmOptions, tasks: int,
+def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int,
            reason: str) -> dict[str, Any]:
     """Writes the batch script, runs sbatch, records the job in run.json and reproduce.sh."""
-    slurm = manifest["slurm"]
+    run_dir = run.path
+    slurm = _slurm_record(manifest)
     index = len(slurm["jobs"])
     script = run_dir / SLURM_DIR / f"j{index}.sbatch"
     text = batch_script_text(run_dir, index, reason)
-    atomic_write_text(script, text)
+    run.write_text(script, text)
     script.chmod(0o755)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     argv = sbatch_argv(run_dir, options, index, tasks, script)
@@ -193,8 +176,9 @@ def submit(run_dir: Path, manifest: dict[str, Any], options: SlurmOptions, tasks
            "sbatch": argv, "script": str(script), "script_text": text,
            "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "submitted": time.time()}
     slurm["jobs"].append(job)
-    atomic_write_json(run_dir / MANIFEST, manifest)
-    write_reproduce(run_dir, manifest)
+    run.save(manifest)
+    with run.writing(run.reproduce_path):
+        write_reproduce(run_dir, manifest.to_dict())
     print(f"submitted Slurm job {job_id}: {tasks} node task(s) ({reason})", file=sys.stderr,
           flush=True)
     return job
@@ -202,10 +186,21 @@ def submit(run_dir: Path, manifest: dict[str, Any], options: SlurmOptions, tasks
 
 # --- the submitter's wait ---------------------------------------------------------------
 
+def _slurm_record(manifest: RunManifest) -> dict[str, Any]:
+    """run.json's `slurm` record (options, version, jobs, nodes), made on first use."""
+    if manifest.slurm is None:
+        manifest.slurm = {}
+    for key, empty in (("jobs", []), ("nodes", {})):
+        manifest.slurm.setdefault(key, empty)
+    return manifest.slurm
+
+
 @dataclass
 class RunWatch:
-    run_dir: Path
-    manifest: dict[str, Any]
+    """A Slurm run's node tasks as one `Execution` (runner/batch/executors.py)."""
+
+    run: RunDir
+    manifest: RunManifest
     options: SlurmOptions
     plan: Plan  # as expanded on the submitting host; each node plans its own
     requested: set[int]
@@ -221,6 +216,14 @@ class RunWatch:
     already: int = 0  # samples stored before begin()
     last_progress: float = 0.0
     query_failures: int = 0
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def interval(self) -> float:
+        return self.options.poll_seconds
 
     @property
     def batch_size(self) -> int:
@@ -240,7 +243,7 @@ class RunWatch:
         return queue.add(lost, self.batch_size) if lost else 0
 
     def submit(self, tasks: int, reason: str) -> None:
-        job = submit(self.run_dir, self.manifest, self.options, tasks, reason)
+        job = submit(self.run, self.manifest, self.options, tasks, reason)
         for t in range(tasks):
             key = node_key(job["index"], t)
             self.open[key] = f"{job['job_id']}_{t}"
@@ -294,7 +297,7 @@ class RunWatch:
         record = {**node, "key": key, "slurm_id": slurm_id, "slurm": final,
                   "outcome": outcome, "released_by_submitter": released}
         if outcome not in ("done", "withdrawn"):
-            record["log_tail"] = _log_tail(node_log_path(self.run_dir, key))
+            record["log_tail"] = log_tail(node_log_path(self.run_dir, key))
             by_node = node.get("released", {})  # the node's own SIGTERM/error release
             failure = {"node": key, "slurm_id": slurm_id, "outcome": outcome,
                        "job_state": final.get("JobState", "?"),
@@ -306,8 +309,8 @@ class RunWatch:
                   f"{outcome} (Slurm: {final.get('JobState', '?')}); "
                   f"{len(failure['requeued'])} batch(es) back in the queue. Last log lines:\n"
                   f"{record['log_tail']}", file=sys.stderr, flush=True)
-        self.manifest["slurm"]["nodes"][key] = record
-        atomic_write_json(self.run_dir / MANIFEST, self.manifest)
+        _slurm_record(self.manifest)["nodes"][key] = record
+        self.run.save(self.manifest)
         return record
 
     def progress(self, final: bool = False) -> None:
@@ -392,153 +395,114 @@ class RunWatch:
         return True
 
 
-def wait_for_runs(watches: list[RunWatch]) -> None:
-    """Polls every run until none has a live node task. Ctrl-C cancels all their jobs."""
-    active = list(watches)
-    try:
-        while active:
-            active = [w for w in active if w.poll()]
-            if active:
-                time.sleep(min(w.options.poll_seconds for w in active))
-    except KeyboardInterrupt:
-        jobs = sorted({j for w in watches for j in w.job_ids()})
+    def stop(self) -> None:
+        """Ctrl-C in the submitter cancels the run's jobs (as a local run kills its
+        workers); a submitter that dies otherwise leaves them working, and `runner run
+        --resume DIR` re-attaches."""
+        jobs = self.job_ids()
         cancel(jobs)
-        dirs = " ".join(str(w.run_dir) for w in watches)
         print(f"\ninterrupted: cancelled Slurm job(s) {', '.join(jobs) or '-'}; "
-              f"`runner run --resume DIR` completes each run ({dirs})", file=sys.stderr)
-        raise
+              f"`runner run --resume {self.run_dir}` completes the run", file=sys.stderr)
+
+    def result(self) -> Executed:
+        """Every node's workers, deaths and worker commands; the wall time from the first
+        node task starting to the last one ending, so time spent waiting in the Slurm
+        queue does not count."""
+        records = _all_node_records(self.run_dir, self.manifest)
+        deaths: list[dict[str, Any]] = list(self.failures)
+        commands: dict[str, str] = {}
+        workers: list[str] = []
+        for record in records.values():
+            deaths += [{**d, "node": record.get("key")} for d in record.get("deaths", [])]
+            commands.update(record.get("worker_commands", {}))
+            workers += record.get("workers", [])
+        nodes = [n for n in records.values() if n.get("started")]
+        if nodes:
+            start = min(n["started"] for n in nodes)
+            end = max(n.get("ended", n["started"]) for n in nodes)
+        else:
+            start = end = time.time()
+        return Executed(start, end - start, workers, deaths, commands)
 
 
-def _all_node_records(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _all_node_records(run_dir: Path, manifest: RunManifest) -> dict[str, dict[str, Any]]:
     out = {}
-    for key in task_ids(manifest):
-        record = manifest["slurm"]["nodes"].get(key) or read_node_state(run_dir, key)
+    slurm = _slurm_record(manifest)
+    for key in task_ids(slurm):
+        record = slurm["nodes"].get(key) or read_node_state(run_dir, key)
         if record:
             out[key] = record
     return out
 
 
-def finish_watched(watch: RunWatch) -> RunOutcome:
-    """Records a run whose node tasks have all ended: deaths, worker commands and stats
-    from every node, the completeness check, reproduce.sh."""
-    run_dir, manifest = watch.run_dir, watch.manifest
-    records = _all_node_records(run_dir, manifest)
-    deaths: list[dict[str, Any]] = list(watch.failures)
-    commands: dict[str, str] = {}
-    workers: list[str] = []
-    for record in records.values():
-        deaths += [{**d, "node": record.get("key")} for d in record.get("deaths", [])]
-        commands.update(record.get("worker_commands", {}))
-        workers += record.get("workers", [])
-    manifest["worker_commands"] = commands
-    requested = set(manifest["sample_ids"])
-    done = len(SampleStore(run_dir).done_ids() & requested)
-    outcome = RunOutcome(run_dir, len(requested), done, time.monotonic() - watch.started,
-                         deaths)
-    finish(run_dir, watch.plan, manifest, outcome, worker_names=workers)
-    write_reproduce(run_dir, manifest)
-    return outcome
+class SlurmExecutor:
+    """Node tasks as one sbatch job array over the run's shared queue (see the module
+    docstring); each node task starts its workers with the `node` executor's launcher."""
 
+    name = "slurm"
 
-def _node_image_info(options: SlurmOptions) -> dict[str, Any] | None:
-    """The harness image as this host's engine sees it; None without one here (the nodes,
-    not the login node, need the image)."""
-    if options.node_executor != "docker" or not options.image:
-        return None
-    try:
-        from runner.docker.image import image_info
+    def __init__(self, options: SlurmOptions, node: Executor, label: str = ""):
+        self.options, self.node, self.label = options, node, label
 
-        return image_info(options.image)
-    except Exception:  # no docker here: the nodes record what they ran
-        return None
+    def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
+        """The node executor's: the host's for local workers, the image's for docker."""
+        return self.node.compiler(work_dir, dry_run)
 
+    def image_info(self) -> dict[str, Any] | None:
+        """The harness image as this host's engine sees it; None without one here (the
+        nodes, not the login node, need the image)."""
+        try:
+            return self.node.image_info()
+        except Exception:  # no docker here: the nodes record what they ran
+            return None
 
-def submit_run(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
-               argv: list[str], options: SlurmOptions, captions: Path | None = None,
-               compile_fn=None, label: str = "") -> RunWatch:
-    """Compiles, creates the run dir, fills its queue and submits its node tasks; returns
-    the watch `wait_for_runs` drives. Several runs can be submitted before any is waited
-    for (a bench sweep: one job per combination, all queued at once).
+    def check(self, plan: Plan, where: str) -> None:
+        """The Slurm commands are here, and a cpu layout fits the CPUs each node task gets
+        (else every node would fail)."""
+        check_slurm_commands()
+        cpus = self.options.cpus_per_node
+        if cpus and plan.layout.backend == "cpu":
+            plan_workers(plan.layout, tuple(range(cpus)),
+                         where=f"{where} (a node task with --cpus-per-node {cpus})")
 
-    `compile_fn` defaults to the compiler that goes with the node executor: the host's for
-    local workers, the harness image's own for docker ones.
-    """
-    options = options.validated()
-    executor = make_executor(options.node_executor, run_dir, profile, options.image, captions)
-    if options.cpus_per_node and profile.layout.backend == "cpu":
-        # A cpu layout must fit the CPUs each node task gets, or every node would fail.
-        plan_workers(profile.layout, tuple(range(options.cpus_per_node)),
-                     where=f"{profile.path} (a node task with --cpus-per-node "
-                     f"{options.cpus_per_node})")
-    check_slurm_commands()
-    manifest = new_run(profile, plan, sample_ids, run_dir, argv, executor_name="slurm",
-                       image=_node_image_info(options), captions=captions,
-                       compile_fn=compile_fn or executor.compiler(run_dir))
-    manifest["slurm"] = {"options": options.to_dict(), "version": slurm_version(),
-                         "jobs": [], "nodes": {}}
-    atomic_write_json(run_dir / MANIFEST, manifest)
-    requested = set(sample_ids)
-    WorkQueue(run_dir).fill(requested - SampleStore(run_dir).done_ids(),
-                            plan.layout.batch_size)
-    watch = RunWatch(run_dir, manifest, options, plan, requested, label=label)
-    watch.begin(options.nodes, f"initial: {options.nodes} node(s)")
-    return watch
+    def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
+        """True while node tasks of an earlier submitter are queued or running."""
+        return bool(self._unconcluded(manifest)) and bool(self._live(manifest))
 
+    def _unconcluded(self, manifest: RunManifest) -> dict[str, str]:
+        slurm = _slurm_record(manifest)
+        return {k: sid for k, sid in task_ids(slurm).items()
+                if slurm["nodes"].get(k, {}).get("outcome") is None}
 
-def run_on_slurm(profile: Profile, plan: Plan, sample_ids: list[int], run_dir: Path,
-                 argv: list[str], options: SlurmOptions, captions: Path | None = None
-                 ) -> RunOutcome:
-    """A new run on `options.nodes` Slurm nodes; returns when every node task has ended.
+    def _live(self, manifest: RunManifest) -> dict[str, dict[str, str]]:
+        unconcluded = self._unconcluded(manifest)
+        if not unconcluded:
+            return {}
+        live = live_tasks(sorted({sid.split("_")[0] for sid in unconcluded.values()}))
+        if live is None:
+            raise RunnerError("squeue failed; cannot tell which node tasks still run",
+                              where="squeue", fix="retry when the Slurm controller answers")
+        return live
 
-    `plan` is the layout expanded on this (submitting) host: it validates the layout and is
-    recorded as `plan`; each node's own plan, made on the node, is in slurm.nodes.<key>.
-    """
-    watch = submit_run(profile, plan, sample_ids, run_dir, argv, options, captions)
-    wait_for_runs([watch])
-    return finish_watched(watch)
-
-
-def resume_on_slurm(run_dir: Path, requested: Profile | None = None,
-                    options: SlurmOptions | None = None) -> RunOutcome:
-    """Completes a run on Slurm, re-attaching to its node tasks that are still queued or
-    running (a submitter that died leaves them working) and topping up to the node count.
-
-    Refuses another profile/layout/compiler like a local resume. A run started with another
-    executor can be finished on Slurm (same layout, same modules, so the same bytes).
-    """
-    check_slurm_commands()
-    recorded = read_manifest(run_dir).get("slurm") or {}
-    options = (options or SlurmOptions.from_dict(recorded.get("options", {}))).validated()
-    executor = make_executor(options.node_executor, run_dir, recorded_profile(run_dir),
-                             options.image)
-    manifest, profile = prepare_resume(run_dir, requested, executor.compiler(run_dir))
-    slurm = manifest.setdefault("slurm", {"jobs": [], "nodes": {}})
-    slurm["options"] = options.to_dict()
-    slurm["version"] = slurm_version()
-    manifest["executor"] = "slurm"
-    plan = plan_for(profile)
-    batch_size = profile.layout.batch_size
-    ids = task_ids(manifest)
-    unconcluded = {k: sid for k, sid in ids.items()
-                   if slurm["nodes"].get(k, {}).get("outcome") is None}
-    live = live_tasks(sorted({sid.split("_")[0] for sid in unconcluded.values()}))
-    if live is None:
-        raise RunnerError("squeue failed; cannot tell which node tasks still run",
-                          where="squeue", fix="retry when the Slurm controller answers")
-    watch = RunWatch(run_dir, manifest, options, plan, set(manifest["sample_ids"]))
-    for key, sid in unconcluded.items():
-        if sid in live:
-            watch.open[key] = sid
-        else:
-            watch.conclude(key, sid)
-    queue = WorkQueue(run_dir)
-    if watch.open:
-        watch.repair_queue()  # live nodes keep their queue; add only what nobody holds
-        print(f"re-attached to {len(watch.open)} running node task(s)", file=sys.stderr)
-    else:
-        queue.fill(watch.missing(), batch_size)
-    atomic_write_json(run_dir / MANIFEST, manifest)
-    extra = max(0, options.nodes - len(watch.open)) if watch.missing() else 0
-    watch.begin(extra, f"resume: {extra} node(s)")
-    wait_for_runs([watch])
-    return finish_watched(watch)
+    def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> RunWatch:
+        """Submits the run's node tasks, or re-attaches to those of an earlier submitter
+        that are still queued or running and tops the run up to its node count."""
+        self.check(plan, manifest.profile_path)
+        options = self.options
+        slurm = _slurm_record(manifest)
+        slurm.update(options=options.to_dict(), version=slurm_version())
+        watch = RunWatch(run, manifest, options, plan, set(manifest.sample_ids),
+                         label=self.label)
+        live = self._live(manifest)
+        for key, sid in self._unconcluded(manifest).items():
+            if sid in live:
+                watch.open[key] = sid
+            else:
+                watch.conclude(key, sid)
+        if watch.open:
+            print(f"re-attached to {len(watch.open)} running node task(s)", file=sys.stderr)
+        run.save(manifest)
+        extra = max(0, options.nodes - len(watch.open)) if watch.missing() else 0
+        first = not slurm["jobs"]
+        watch.begin(extra, f"initial: {extra} node(s)" if first else f"resume: {extra} node(s)")
+        return watch

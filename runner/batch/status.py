@@ -36,21 +36,22 @@ def sample_worker(path: Path) -> str | None:
 
 def run_status(run_dir: Path, query_slurm: bool = True) -> dict[str, Any]:
     # Imported here: the CLI imports this module (for `register`) on every command.
-    from runner.batch.run import read_manifest
+    from runner.rundir import RunDir
     from runner.store import SampleStore
 
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    requested = set(manifest["sample_ids"])
+    run = RunDir(run_dir)
+    run_dir = run.path
+    manifest = run.load()
+    requested = set(manifest.sample_ids)
     store, queue = SampleStore(run_dir), WorkQueue(run_dir)
     done = store.done_ids() & requested
     per_worker = Counter(sample_worker(store.path(i)) or "?" for i in sorted(done))
     claims = {w: c for w in queue.claimants() if (c := queue.claimed_by(w))}
-    slurm = manifest.get("slurm") or {}
+    slurm = manifest.slurm or {}
     nodes: list[dict[str, Any]] = []
     planned: list[str] = []
     if slurm.get("jobs"):
-        ids = task_ids(manifest)
+        ids = task_ids(slurm)
         live = None
         if query_slurm and shutil.which("squeue"):
             live = live_tasks(sorted({sid.split("_")[0] for sid in ids.values()}))
@@ -70,13 +71,13 @@ def run_status(run_dir: Path, query_slurm: bool = True) -> dict[str, Any]:
                 "claimed": sum(len(c) for w, c in claims.items() if node_of(w) == key),
             })
     else:
-        planned = [w["name"] for w in manifest.get("plan", {}).get("workers", [])]
+        planned = [w["name"] for w in manifest.plan.get("workers", [])]
     names = list(dict.fromkeys([*planned, *sorted(per_worker), *sorted(claims)]))
     workers = [{"worker": w, "node": node_of(w) or "local", "samples": per_worker.get(w, 0),
                 "claimed": claims.get(w, [])} for w in names]
     return {
-        "run_dir": str(run_dir), "executor": manifest.get("executor"),
-        "status": manifest.get("status"), "requested": len(requested), "done": len(done),
+        "run_dir": str(run_dir), "executor": manifest.executor,
+        "status": manifest.status, "requested": len(requested), "done": len(done),
         "pending_batches": queue.pending_count(),
         "claimed_batches": sum(len(c) for c in claims.values()),
         "jobs": [{"job_id": j["job_id"], "index": j["index"], "tasks": j["tasks"],

@@ -1,10 +1,11 @@
 """`runner bench`: layouts' throughput, stage latencies, a tuning-spec A/B and benchmark
 goldens, into one `bench.json` + `bench.md`.
 
-Everything measured is real: each layout is a `start_run` into `<out>/runs/<layout>/` (its
-own run.json and reproduce.sh), stage latencies come from `iree-benchmark-module` on
-inputs one pipeline pass recorded (`<out>/stages/bs<k>/`), the A/B arms are compiled through
-the same cache (`<out>/ab/bs<k>/{without,with}/`). A dry run prints every command instead.
+Everything measured is real: each layout is a run (runner/lifecycle.py) into
+`<out>/runs/<layout>/` (its own run.json and reproduce.sh), stage latencies come from
+`iree-benchmark-module` on inputs one pipeline pass recorded (`<out>/stages/bs<k>/`), the
+A/B arms are compiled through the same cache (`<out>/ab/bs<k>/{without,with}/`). A dry run
+prints every command instead.
 """
 
 from __future__ import annotations
@@ -224,11 +225,9 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                     combo.arm.image or ""))
                 if combo.case.plan is not None:
                     report.layouts[-1].status = "planned"
-        elif opts.executor == "slurm":
-            assert opts.slurm is not None
-            report.layouts = sweep.run_on_slurm(combos, ids, opts.slurm)
         else:
-            report.layouts = sweep.run_here(combos, ids)
+            report.layouts = sweep.run_combinations(
+                combos, ids, opts.slurm if opts.executor == "slurm" else None)
         tp.mark_best(report.layouts)
     elif opts.dry_run:
         for case in cases:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runner.mdtable import md_table
+
 if TYPE_CHECKING:
     from runner.bench.bench import BenchReport
     from runner.bench.goldens import GoldenResult
@@ -11,15 +13,6 @@ if TYPE_CHECKING:
 
 
 NA = "-"
-
-
-def _cell(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: list[str], rows: list[list[object]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]]
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -59,7 +52,7 @@ def _throughput(report: BenchReport) -> list[str]:
              f"{report.options.count} samples per layout; samples/s = samples / wall "
              f"({wall}); per-worker = samples / busy seconds inside "
              "batches; overhead = 1 - worker busy / (workers x wall).", "",
-             *_table(["layout", *(["IREE"] if several else []), "workers", "samples",
+             *md_table(["layout", *(["IREE"] if several else []), "workers", "samples",
                       "wall s", "samples/s", "per-worker samples/s", "overhead",
                       "first sample s", *(["Slurm job", "queue wait s"] if slurm else []),
                       "status"], rows)]
@@ -76,7 +69,7 @@ def _throughput(report: BenchReport) -> list[str]:
                for r in report.layouts for w in r.per_worker]
     if workers:
         lines += ["", "### Per worker", "",
-                  *_table(["layout", "worker", "device", "samples", "busy s", "samples/s",
+                  *md_table(["layout", "worker", "device", "samples", "busy s", "samples/s",
                            "load s", "in-run stage ms/call"], workers)]
         done = [r for r in report.layouts if r.per_worker]
         lines += ["", "Overhead breakdown: " + "; ".join(
@@ -98,7 +91,7 @@ def _stages(report: BenchReport) -> list[str]:
             f"Mean `real_time` over {s.repetitions} repetitions"
             + (f", min time {s.min_time} each" if s.min_time else "") + "; inputs recorded "
             "from one pipeline pass; device as the layout's first worker sees it.", "",
-            *_table(["batch", "stage", "function", "mean ms", "median ms", "stddev ms",
+            *md_table(["batch", "stage", "function", "mean ms", "median ms", "stddev ms",
                      "reps x calls", "status"], rows)]
 
 
@@ -110,7 +103,7 @@ def _ab(report: BenchReport) -> list[str]:
     return [f"## Tuning spec A/B (`{report.ab.spec}`)", "",
             "Same stages, inputs and settings; only `--iree-codegen-tuning-spec-path` "
             "differs. Negative change = faster with the spec.", "",
-            *_table(["batch", "stage", "function", "without ms", "with ms", "change"], rows)]
+            *md_table(["batch", "stage", "function", "without ms", "with ms", "change"], rows)]
 
 
 def _golden_cell(r: GoldenResult, name: str) -> tuple[str, str]:
@@ -134,7 +127,7 @@ def goldens_markdown(results: list[GoldenResult]) -> list[str]:
         rows.append([r.name, r.sku, f"`{r.function}`", t, tl, d, dl, z, zl, verdict])
     return ["## Benchmark goldens (IREE CI schema)", "",
             "Pass iff mean time <= golden x tolerance, dispatches <= golden, size <= golden.",
-            "", *_table(["test", "sku", "function", "time ms", "golden x tol", "dispatches",
+            "", *md_table(["test", "sku", "function", "time ms", "golden x tol", "dispatches",
                          "golden", "size B", "golden", "verdict"], rows)]
 
 

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch.cluster import SlurmOptions, slurm_flags
-from runner.batch.executors import LocalExecutor
-from runner.batch.run import RunOutcome
+from runner.batch.executors import Execution, Executor, LocalExecutor, watch
 from runner.batch.worker import task_path
 from runner.bench import throughput as tp
 from runner.compiled_model import compile_model
 from runner.docker.in_image import ImageCompiler
 from runner.errors import RunnerError
+from runner.lifecycle import Lifecycle, executor_for
+from runner.manifest import RunManifest
 
 EXECUTORS = ("local", "docker", "slurm")
 
@@ -142,19 +143,99 @@ def node_options(options: SlurmOptions, arm: IreeArm) -> SlurmOptions:
     return replace(options, node_executor="docker", image=arm.image)
 
 
-def _executor(combo: Combination):
-    """The executor of a run on this machine: the arm's containers, or host processes."""
-    from runner.batch.run import make_executor
+def _executor(combo: Combination, slurm: SlurmOptions | None, label: str) -> Executor:
+    """The arm's containers or host processes, here or (with Slurm options) on the nodes."""
+    profile = combo.case.profile
+    assert profile is not None
+    if slurm is not None:
+        from runner.batch.slurm import SlurmExecutor
 
-    if combo.arm.image is None or combo.case.profile is None:
+        options = node_options(slurm, combo.arm).validated()
+        node = executor_for(options.node_executor, profile, image=options.image)
+        return SlurmExecutor(options, node, label)
+    if combo.arm.image is None:
         return LocalExecutor()
-    return make_executor("docker", combo.run_dir, combo.case.profile, combo.arm.image)
+    return executor_for("docker", profile, image=combo.arm.image)
 
 
-def run_here(combos: list[Combination], ids: list[int]) -> list[tp.LayoutResult]:
-    """One combination after another on this machine."""
-    return [tp.run_layout(c.case, ids, c.run_dir, c.base, _executor(c), c.arm.compile_fn,
-                          c.arm.spec) for c in combos]
+@dataclass
+class _Started:
+    result: tp.LayoutResult
+    lc: Lifecycle
+    execution: Execution | None
+
+
+def _start(c: Combination, ids: list[int], slurm: SlurmOptions | None
+           ) -> tuple[tp.LayoutResult, _Started | None]:
+    """Creates the combination's run and starts its work; a combination that cannot run
+    (a layout too big for a node task, sbatch refusing it) is an error row."""
+    argv = c.argv(len(ids))
+    result = tp.layout_result(c.case, c.run_dir, argv, c.arm.spec, c.arm.image or "")
+    if c.case.profile is None or c.case.plan is None:
+        return result, None
+    label = f"{c.case.label} ({c.arm.spec})"
+    print(f"bench: layout {label}: {result.workers} worker(s), {len(ids)} samples -> "
+          f"{c.run_dir}", file=sys.stderr, flush=True)
+    try:
+        lc = Lifecycle.create(c.run_dir, c.case.profile, ids, argv,
+                              _executor(c, slurm, label), compile_fn=c.arm.compile_fn,
+                              score=False, plan=c.case.plan)
+    except RunnerError as e:
+        result.reason = str(e)
+        return result, None
+    try:
+        return result, _Started(result, lc, lc.start())
+    except RunnerError as e:
+        result.reason = str(e)
+        lc.close()
+        return result, None
+
+
+def _finish(started: _Started) -> None:
+    """Records the attempt; throughput from the workers' (or node tasks') wall time."""
+    with started.lc as lc:
+        executed = started.execution.result() if started.execution else None
+        try:
+            outcome = lc.finish_attempt(executed)
+        except RunnerError as e:
+            started.result.reason = str(e)
+            return
+        if executed is not None:
+            tp.record_outcome(started.result, outcome, executed.workers, executed.started)
+        if lc.manifest.slurm is not None:
+            slurm_info(started.result, lc.manifest)
+
+
+def run_combinations(combos: list[Combination], ids: list[int],
+                     slurm: SlurmOptions | None = None) -> list[tp.LayoutResult]:
+    """Here: one combination after another (the same cores for each, so their numbers
+    compare). On Slurm: every combination submitted as its own job, then all waited for
+    together."""
+    results: list[tp.LayoutResult] = []
+    if slurm is None:
+        for c in combos:
+            result, started = _start(c, ids, None)
+            results.append(result)
+            if started is not None:
+                if started.execution is not None:
+                    watch([started.execution])
+                _finish(started)
+        return results
+    all_started: list[_Started] = []
+    try:
+        for c in combos:
+            result, started = _start(c, ids, slurm)
+            results.append(result)
+            if started is not None:
+                all_started.append(started)
+        watch([s.execution for s in all_started if s.execution is not None])
+    except BaseException:
+        for s in all_started:
+            s.lc.close()
+        raise
+    for s in all_started:
+        _finish(s)
+    return results
 
 
 def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) -> list[str]:
@@ -184,56 +265,22 @@ def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) ->
     # itself, and the image it would run in.
     where = f"in {combo.arm.image}: " if combo.arm.image else ""
     lines += [f"#   {w.name}: {where}"
-              f"{LocalExecutor().describe(w, task_path(combo.run_dir, w.name))}"
+              f"{LocalExecutor().describe(combo.run_dir, w, task_path(combo.run_dir, w.name))}"
               for w in case.plan.workers]
     return lines
 
 
-def run_on_slurm(combos: list[Combination], ids: list[int], options: SlurmOptions
-                 ) -> list[tp.LayoutResult]:
-    """Every combination submitted as its own Slurm job, then all waited for together.
-    A combination that cannot be submitted (a layout too big for a node task, sbatch
-    refusing it) is an error row; the others still run."""
-    from runner.batch.slurm import finish_watched, submit_run, wait_for_runs
-
-    results: list[tp.LayoutResult] = []
-    watches: list[tuple[tp.LayoutResult, Any]] = []
-    for c in combos:
-        argv = c.argv(len(ids))
-        result = tp.layout_result(c.case, c.run_dir, argv, c.arm.spec, c.arm.image or "")
-        results.append(result)
-        if c.case.profile is None or c.case.plan is None:
-            continue
-        label = f"{c.case.label} ({c.arm.spec})"
-        print(f"bench: submitting {label}: {len(ids)} samples -> {c.run_dir}", file=sys.stderr,
-              flush=True)
-        try:
-            watches.append((result, submit_run(
-                c.case.profile, c.case.plan, ids, c.run_dir, argv,
-                node_options(options, c.arm), compile_fn=c.arm.compile_fn, label=label)))
-        except RunnerError as e:
-            result.reason = str(e)
-    wait_for_runs([w for _, w in watches])
-    for result, watch in watches:
-        slurm_result(result, watch.manifest, finish_watched(watch))
-    return results
-
-
-def slurm_result(result: tp.LayoutResult, manifest: dict[str, Any], outcome: RunOutcome
-                 ) -> tp.LayoutResult:
-    """Throughput of a Slurm run from its node records: wall = first node task started ->
-    last one ended; every node's workers count."""
-    slurm = manifest["slurm"]
-    nodes = [n for n in slurm["nodes"].values() if n.get("started")]
-    jobs = slurm["jobs"]
+def slurm_info(result: tp.LayoutResult, manifest: RunManifest) -> None:
+    """Where a Slurm run went: its jobs, hosts, node tasks, and how long it waited in the
+    Slurm queue (reported apart: throughput counts from the first node task starting)."""
+    slurm = manifest.slurm or {}
+    nodes = [n for n in slurm.get("nodes", {}).values() if n.get("started")]
+    jobs = slurm.get("jobs", [])
     result.slurm = {"jobs": [j["job_id"] for j in jobs],
                     "hosts": sorted({n.get("hostname", "?") for n in nodes}),
                     "node_tasks": len(nodes), "queue_wait_s": None}
     if not nodes:
-        result.reason = "no node task started"
-        return result
+        result.reason = result.reason or "no node task started"
+        return
     start = min(n["started"] for n in nodes)
-    end = max(n.get("ended", n["started"]) for n in nodes)
     result.slurm["queue_wait_s"] = round(start - min(j["submitted"] for j in jobs), 3)
-    workers = [w for n in nodes for w in n.get("workers", [])]
-    return tp.record_outcome(result, replace(outcome, seconds=end - start), workers, start)

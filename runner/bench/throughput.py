@@ -1,4 +1,4 @@
-"""MLPerf Offline-style throughput of layouts: each one a real `start_run` into its own dir.
+"""MLPerf Offline-style throughput of layouts: each one a real run into its own dir.
 
 Offline throughput is samples / wall seconds of the whole run (workers started -> last one
 exited, `RunOutcome.seconds`). The workers' own stats (`workers/<w>.stats.json`: per-batch
@@ -15,13 +15,11 @@ import dataclasses
 import itertools
 import json
 import shlex
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.run import RunOutcome, plan_for, start_run
+from runner.batch.run import RunOutcome, plan_for
 from runner.batch.worker import stats_path
 from runner.errors import RunnerError
 from runner.layout import Plan, format_device_ids
@@ -244,27 +242,6 @@ def record_outcome(result: LayoutResult, outcome: RunOutcome, workers: list[str]
         result.reason = (f"{outcome.done}/{outcome.requested} samples; "
                          f"{len(outcome.deaths)} worker death(s)")
     return result
-
-
-def run_layout(case: LayoutCase, sample_ids: list[int], run_dir: Path, argv_base: list[str],
-               executor=None, compile_fn=None, iree: str = HOST_IREE) -> LayoutResult:
-    """One real run of the layout on this machine; never raises for the run's own failure."""
-    argv = case.run_argv(argv_base, len(sample_ids), run_dir)
-    result = layout_result(case, run_dir, argv, iree, getattr(executor, "image", ""))
-    if case.profile is None or case.plan is None:
-        return result
-    print(f"bench: layout {case.label} ({iree}): {result.workers} worker(s), "
-          f"{len(sample_ids)} samples -> {run_dir}", file=sys.stderr, flush=True)
-    try:
-        outcome = start_run(case.profile, case.plan, sample_ids, run_dir, argv, executor,
-                            compile_fn=compile_fn)
-    except RunnerError as e:
-        result.reason = str(e)
-        return result
-    # execute() times workers started -> all exited; finish() after it only writes the
-    # manifest, so the run started `seconds` before start_run returned (to a few ms).
-    return record_outcome(result, outcome, [w.name for w in case.plan.workers],
-                          time.time() - outcome.seconds)
 
 
 def mark_best(results: list[LayoutResult]) -> LayoutResult | None:

@@ -100,6 +100,9 @@ class DockerExecutor:
 
         return image_info(self.image)
 
+    def check(self, plan: Plan, where: str) -> None:
+        return None
+
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False
 

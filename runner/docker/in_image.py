@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from runner.compiled_model import CompiledModel
+from runner.docker.container import covering_mounts
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.paths import cache_dir
@@ -129,8 +130,6 @@ class ImageCompiler:
     def _mounts(self, profile: Profile, batch_sizes: set[int]) -> list[tuple[str, bool]]:
         """The model dir and any MLIR kept elsewhere (read-only), the profile dir, and the
         compile cache (read-write: the modules are written there)."""
-        from runner.batch.executors import covering_mounts
-
         model = profile.model
         mlir = [Path(m).parent for name in model.submodels for b in batch_sizes
                 for m in model.mlir_sources(name, b) if "://" not in m]

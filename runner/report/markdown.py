@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from runner.bench.report import _table
+from runner.mdtable import md_table
 from runner.report.collect import FAIL, PASS, RunReport, label_parts, margin_text, number
 
 ICONS = {PASS: "✅", FAIL: "❌"}
@@ -95,12 +95,12 @@ def markdown(report: RunReport) -> str:
     for head, rest in map(label_parts, r.labels):
         lines += [f"> ⚠️ **{esc(head or 'Caution')}:** {esc(rest)}", ""]
     lines += ["### Checks", "",
-              *_table(["check", "result", "detail"],
+              *md_table(["check", "result", "detail"],
                       [[esc(c.title), STATUS[c.status], esc(c.message)] for c in r.checks]), ""]
     if s is not None:
         rows = [[m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
                  margin_text(m), "✅ PASS" if m.passed else "❌ FAIL"] for m in (s.fid, s.clip)]
-        lines += ["### Scores", "", *_table(["metric", "score", "range", "margin", "result"],
+        lines += ["### Scores", "", *md_table(["metric", "score", "range", "margin", "result"],
                                             rows), "",
                   f"{s.n} samples scored ({esc(s.sample_ids)}; ranges set for "
                   f"{esc(s.ranges_samples)}); backbones: {esc(s.backbones)}.",
@@ -121,13 +121,13 @@ def markdown(report: RunReport) -> str:
                                   f"job(s), {r.slurm.get('nodes')} node task(s)")])
     if r.plan_notes:
         rows.append(["plan notes", esc("; ".join(r.plan_notes))])
-    lines += ["### Run", "", *_table(["", ""], rows), ""]
+    lines += ["### Run", "", *md_table(["", ""], rows), ""]
     if r.workers:
         rows = [[esc(w.name), esc(w.device), w.samples, f"{w.busy_s:.2f}",
                  f"{w.samples_per_s:.3f}", f"{w.load_s:.2f}",
                  ", ".join(f"{k} {v:.1f}" for k, v in w.stage_ms.items())] for w in r.workers]
         lines += ["### Per worker", "",
-                  *_table(["worker", "device", "samples", "busy s", "samples/s", "load s",
+                  *md_table(["worker", "device", "samples", "busy s", "samples/s", "load s",
                            "stage ms/call"], rows), ""]
     if r.comparison is not None:
         c = r.comparison
@@ -139,7 +139,7 @@ def markdown(report: RunReport) -> str:
                   f"{summary.get('common')} common samples, {summary.get('identical')} "
                   "identical.", ""]
         if rows:
-            lines += [*_table(["qsl_idx", "PSNR dB", "SSIM", "max abs", "pixels differing"],
+            lines += [*md_table(["qsl_idx", "PSNR dB", "SSIM", "max abs", "pixels differing"],
                               rows), ""]
     lines += ["### Reproduce", "", *fence(r.reproduce or "# no reproduce.sh in the run dir",
                                           "sh"), ""]
