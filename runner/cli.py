@@ -127,7 +127,8 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     ids = (_sample_ids(args, Path(m.captions)) if args.ids or args.count is not None
            else None)
     lc.check_request(requested, ids)
-    if m.complete:
+    # A complete run whose samples fail their sha256 (moved aside) is resumed like any other.
+    if m.complete and lc.store.verified_ids(m.sample_ids) >= set(m.sample_ids):
         if not args.rescore:
             print(f"run {lc.run.path} is already complete ({len(m.sample_ids)} samples); "
                   "nothing to do (`--rescore` scores it again)", file=sys.stderr)

@@ -129,7 +129,7 @@ class SampleStore:
             elif record.sha256 != sha256_bytes(image.tobytes()):
                 problem = "its pixels do not match their recorded sha256"
         except MALFORMED as e:
-            problem = f"{type(e).__name__}: {e}"
+            problem = f"unreadable PNG: {_error_name(e)}: {e}"
         if problem is not None:
             raise CorruptSample(qsl_idx, problem, path, self.quarantine(qsl_idx), self.run_dir)
         return Loaded(record, image)
@@ -212,6 +212,12 @@ class SampleStore:
             return loaded if fn is None else fn(loaded)
 
         yield from ordered_map(one, ids, jobs or default_jobs())
+
+
+def _error_name(e: BaseException) -> str:
+    """`zlib.error`, `struct.error`, `ValueError`: which layer of the file is broken."""
+    module = type(e).__module__
+    return type(e).__name__ if module == "builtins" else f"{module}.{type(e).__name__}"
 
 
 def _record(text: dict[str, str]) -> SampleRecord:

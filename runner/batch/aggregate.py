@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,15 +37,16 @@ class AggregateResult:
         return self.raw_bytes / 1e6 / max(self.seconds, 1e-9)
 
 
-def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None
-              ) -> AggregateResult:
+def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
+              sample_ids: Iterable[int] | None = None) -> AggregateResult:
     """Decoding, sha256 verification and hex encoding run on `jobs` threads (default: every
     core) a bounded window ahead of the one thread writing the log in qsl_idx order, so the
     log's bytes are the same whatever `jobs` is. A corrupt sample stops it with the file
-    moved aside (see `SampleStore.read`) and no log written."""
-    manifest = read_manifest(run_dir)
+    moved aside (see `SampleStore.read`) and no log written. `sample_ids` defaults to the
+    run manifest's."""
     store = SampleStore(run_dir)
-    requested = sorted(manifest["sample_ids"])
+    requested = sorted(read_manifest(run_dir)["sample_ids"] if sample_ids is None
+                       else sample_ids)
     missing = sorted(set(requested) - store.done_ids())
     if missing and not allow_incomplete:
         raise RunnerError(f"{len(missing)} of {len(requested)} samples are missing "
@@ -72,8 +73,9 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
         bad = sorted(set(present) - store.verified_ids(present, report=lambda _: None))
         raise RunnerError(
             f"{len(bad)} corrupt sample(s) (qsl_idx {bad[:20]}) moved aside to "
-            f"{store.dir / CORRUPT_DIR}; no accuracy log written. First: {first.reason}",
-            where=str(first.moved_to or store.path(first.qsl_idx)),
+            f"{store.dir / CORRUPT_DIR}; no accuracy log written. First: sample "
+            f"{first.qsl_idx} is corrupt ({first.reason}), kept as {first.moved_to}",
+            where=str(store.dir),
             fix=f"`runner run --resume {run_dir}` regenerates them, then aggregate again"
         ) from first
     seconds = time.perf_counter() - start

@@ -1,0 +1,198 @@
+"""The sample store and the MLPerf log writer: self-describing PNGs, verified parallel reads,
+corrupt files moved aside (never deleted), the background writer's crash semantics, and log
+bytes identical to the ones the landed (single-threaded) writer produced."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runner.batch.aggregate import aggregate
+from runner.errors import RunnerError
+from runner.fileio import sha256_bytes, sha256_file
+from runner.images import png_text
+from runner.mlperf_log import LOG_NAME, hex_upper, iter_log_samples, write_log
+from runner.parallel import ordered_map, prefetch
+from runner.store import CORRUPT_DIR, CorruptSample, SampleStore, SampleWriter
+
+IDS = [0, 3, 7, 11, 12]
+# sha256 of the accuracy log `aggregate` wrote for `synthetic_run` before the data path was
+# parallelised (computed with the landed code at commit 4ba15d0): the log must stay
+# byte-identical.
+LANDED_LOG_SHA256 = "dea0b412a5862ecfc25992b02742d83eefde51daad5abccfb69b9be9052a6125"
+
+
+def synthetic(i: int, h: int = 40, w: int = 56) -> np.ndarray:
+    """Smooth structure plus noise, like a natural image (a constant would hide bugs)."""
+    rng = np.random.default_rng(1000 + i)
+    y, x = np.mgrid[0:h, 0:w]
+    base = ((np.sin(x / (3 + i)) * 60 + np.cos(y / 5) * 50 + 128)[..., None]
+            + rng.normal(0, 12, (h, w, 3)))
+    return np.clip(base, 0, 255).astype(np.uint8)
+
+
+def synthetic_run(run_dir: Path) -> SampleStore:
+    store = SampleStore(run_dir)
+    for i in IDS:
+        store.put(i, synthetic(i), "w000", "local-task#0")
+    return store
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-1000])
+
+
+def flip_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10  # inside the pixel data (stored deflate: no checksum hit)
+    path.write_bytes(bytes(data))
+
+
+def test_sample_png_is_self_describing_and_round_trips(tmp_path):
+    store = SampleStore(tmp_path)
+    image = synthetic(5)
+    record = store.put(5, image, "w001", "hip#3")
+    text = png_text(store.path(5).read_bytes())
+    assert text == {"qsl_idx": "5", "sha256": sha256_bytes(image.tobytes()), "worker": "w001",
+                    "device": "hip#3"}
+    assert record.to_dict() == {**text, "qsl_idx": 5}
+    assert np.array_equal(store.load(5), image)
+    assert store.verified_ids() == store.done_ids() == {5}
+
+
+def test_corrupt_files_are_moved_aside_named_and_no_longer_done(tmp_path):
+    store = synthetic_run(tmp_path)
+    truncate(store.path(3))
+    flip_bit(store.path(7))
+    store.path(11).write_bytes(store.path(12).read_bytes())  # another sample's file
+    recorded = png_text(store.path(0).read_bytes())["sha256"].encode()
+    store.path(0).write_bytes(store.path(0).read_bytes().replace(recorded, b"0" * 64))
+    bad = {i: store.path(i).read_bytes() for i in (0, 3, 7, 11)}
+    lines: list[str] = []
+    assert store.verified_ids(report=lines.append) == {12}
+    assert store.done_ids() == {12}  # moved, so resume and status see them as missing
+    moved = sorted((store.dir / CORRUPT_DIR).iterdir())
+    assert [p.name.split(".png.")[0] for p in moved] == ["00000", "00003", "00007", "00011"]
+    for path in moved:  # kept byte for byte, not deleted
+        assert path.read_bytes() == bad[int(path.name[:5])]
+    assert len(lines) == 4
+    for line, path in zip(lines, moved, strict=True):
+        assert str(path) in line and f"runner run --resume {tmp_path}" in line
+    assert "pixels do not match their recorded sha256" in lines[0]
+    assert "unreadable PNG" in lines[1] and "unreadable PNG: zlib.error" in lines[2]
+    assert "the file says it is sample 12" in lines[3]
+
+
+def test_reading_a_corrupt_sample_is_a_runner_error(tmp_path):
+    store = synthetic_run(tmp_path)
+    truncate(store.path(0))
+    with pytest.raises(CorruptSample, match="sample 0 is corrupt") as err:
+        store.load(0)
+    assert isinstance(err.value, RunnerError) and err.value.moved_to.is_file()
+    assert str(err.value.moved_to) in str(err.value) and "--resume" in str(err.value)
+    with pytest.raises(CorruptSample, match="sample 3 is corrupt"):
+        flip_bit(store.path(3))
+        list(store.iter_samples())
+
+
+def test_log_bytes_equal_the_landed_writers_for_any_thread_count(tmp_path):
+    synthetic_run(tmp_path)
+    for jobs in (1, 3):
+        result = aggregate(tmp_path, jobs=jobs, sample_ids=IDS)
+        assert sha256_file(tmp_path / LOG_NAME) == LANDED_LOG_SHA256
+        assert (result.samples, result.raw_bytes) == (5, 5 * 40 * 56 * 3)
+    image = synthetic(1)
+    assert hex_upper(image) == image.tobytes().hex().upper().encode()
+    write_log(tmp_path / "direct.json", [(i, synthetic(i)) for i in IDS])
+    assert sha256_file(tmp_path / "direct.json") == LANDED_LOG_SHA256
+    read = list(iter_log_samples(tmp_path / LOG_NAME, (40, 56, 3)))
+    assert [i for i, _ in read] == IDS and np.array_equal(read[1][1], synthetic(3))
+    records = json.loads((tmp_path / "dataset.json").read_text())["samples"]
+    assert [r["qsl_idx"] for r in records] == IDS
+
+
+def test_aggregate_of_a_corrupt_run_moves_every_bad_sample_and_writes_no_log(tmp_path):
+    store = synthetic_run(tmp_path)
+    aggregate(tmp_path, sample_ids=IDS)
+    before = (tmp_path / LOG_NAME).read_bytes()
+    flip_bit(store.path(3))
+    truncate(store.path(12))
+    with pytest.raises(RunnerError, match=r"2 corrupt sample\(s\) \(qsl_idx \[3, 12\]\)") as e:
+        aggregate(tmp_path, sample_ids=IDS)
+    assert "runner run --resume" in str(e.value)
+    assert (tmp_path / LOG_NAME).read_bytes() == before  # the old log, untouched
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert len(list((store.dir / CORRUPT_DIR).iterdir())) == 2
+    with pytest.raises(RunnerError, match=r"2 of 5 samples are missing"):
+        aggregate(tmp_path, sample_ids=IDS)
+
+
+def test_writer_marks_a_batch_done_only_after_its_samples_are_on_disk(tmp_path):
+    store = SampleStore(tmp_path)
+    seen: list[set[int]] = []
+    with SampleWriter(store, max_pending=2) as writer:
+        for batch in ([0, 1, 2], [3, 4]):
+            for i in batch:
+                writer.put(i, synthetic(i), "w000", "cpu#0")
+            writer.after(lambda: seen.append(store.verified_ids(report=pytest.fail)))
+    assert seen == [{0, 1, 2}, {0, 1, 2, 3, 4}]
+    assert writer.busy_seconds > 0
+
+
+def test_a_failed_write_stops_later_batches_and_reaches_the_worker(tmp_path):
+    store = SampleStore(tmp_path)
+    store.dir.parent.mkdir(exist_ok=True)
+    store.dir.write_text("not a directory")  # every write fails, as on a full disk
+    marked: list[int] = []
+    writer = SampleWriter(store)
+    writer.put(0, synthetic(0), "w000", "cpu#0")
+    writer.after(lambda: marked.append(0))
+    with pytest.raises(RunnerError, match="cannot write sample 0"):
+        writer.close()
+    assert marked == []  # the batch was never marked done: it goes back to the queue
+    with pytest.raises(RunnerError, match="cannot write sample 0"):
+        writer.put(1, synthetic(1), "w000", "cpu#0")
+
+
+def test_read_ahead_keeps_order_bounds_memory_and_passes_errors():
+    running, peak = 0, 0
+    lock = threading.Lock()
+
+    def slow(i: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.002 * (i % 3))
+        with lock:
+            running -= 1
+        return i * i
+
+    assert list(ordered_map(slow, range(40), jobs=3)) == [(i, i * i) for i in range(40)]
+    assert peak <= 3
+    assert list(prefetch(iter(range(10)), 2)) == list(range(10))
+
+    def failing():
+        yield 1
+        raise RunnerError("bad sample 2")
+
+    it = prefetch(failing(), 2)
+    assert next(it) == 1
+    with pytest.raises(RunnerError, match="bad sample 2"):
+        next(it)
+    produced: list[int] = []
+
+    def endless():
+        for i in range(10_000):
+            produced.append(i)
+            yield i
+
+    early = prefetch(endless(), 2)
+    assert next(early) == 0
+    early.close()  # the consumer stops: so does the producer
+    assert len(produced) < 10
