@@ -162,9 +162,11 @@ def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
     try:
         run_dir = mount / "run"
         proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
-        assert proc.returncode != 0
-        assert "free disk space" in (proc.stderr + "".join(
-            p.read_text() for p in (run_dir / "logs").glob("*.log")))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "run incomplete: disk full while writing" in proc.stderr
+        assert f"free space, then `runner run --resume {run_dir}`" in proc.stderr
+        assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]
+        assert json.loads((run_dir / "run.json").read_text())["status"] != "complete"
         kept = SampleStore(run_dir).done_ids()
         for qsl_idx in kept:  # every sample on disk is whole and verified
             SampleStore(run_dir).load(qsl_idx)

@@ -1,0 +1,158 @@
+"""The run lifecycle through `runner run` on the cpu profile: relative run dirs, the lock
+against a second driver, resume rules, killed attempts, and a disk that fills up while the
+accuracy log is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.store import SampleStore
+
+COUNT = 8
+
+
+def runner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def lock_pid(run_dir: Path) -> int | None:
+    try:
+        return json.loads((run_dir / "run.lock").read_text())["pid"]
+    except (OSError, ValueError, KeyError):  # not there, or taken over right now
+        return None
+
+
+def hashes(run_dir: Path) -> dict[int, str]:
+    data = json.loads((run_dir / "dataset.json").read_text())
+    return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}
+
+
+@pytest.fixture(scope="module")
+def relative_run(tmp_path_factory, tiny_compiled) -> Path:
+    """The README's shape of command, with --out relative to the driver's cwd."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    proc = runner("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
+                  "--out", "runs/main", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return cwd / "runs" / "main"
+
+
+def test_relative_out_hands_workers_absolute_paths(relative_run):
+    assert sorted(hashes(relative_run)) == list(range(COUNT))
+    for task in (relative_run / "workers").glob("w*.json"):
+        if task.name.endswith(".stats.json"):
+            continue
+        assert json.loads(task.read_text())["run_dir"] == str(relative_run)
+    m = manifest(relative_run)
+    assert m["status"] == "complete" and Path(m["captions"]).is_absolute()
+    assert [a["status"] for a in m["attempts"]] == ["finished"]
+    assert not (relative_run / "run.lock").exists()
+
+
+def test_resuming_a_complete_run_does_nothing(relative_run):
+    before = (relative_run / "run.json").read_bytes()
+    proc = runner("run", "--resume", str(relative_run))
+    assert proc.returncode == 0, proc.stderr
+    assert "already complete (8 samples); nothing to do" in proc.stderr
+    assert "samples/s" not in proc.stdout + proc.stderr  # no workers started
+    assert (relative_run / "run.json").read_bytes() == before
+
+
+def test_resume_with_another_count_is_an_error(relative_run):
+    proc = runner("run", "--resume", str(relative_run), "--count", "4")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "run was made for 8 samples" in proc.stderr and "--count" in proc.stderr
+    same = runner("run", "--resume", str(relative_run), "--count", str(COUNT))
+    assert same.returncode == 0 and "nothing to do" in same.stderr
+
+
+def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run, tmp_path):
+    """Kill a run, then resume it twice at once: the second resume is refused naming the
+    first; the killed attempt is in the manifest; the samples are the same bytes."""
+    run_dir = tmp_path / "r"
+    first = start("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
+                  "--out", str(run_dir))
+    wait_for(lambda: len(SampleStore(run_dir).done_ids()) >= 2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    assert lock_pid(run_dir) == first.pid  # stale now
+    assert manifest(run_dir)["attempts"][-1]["status"] == "running"
+
+    resume = start("run", "--resume", str(run_dir))
+    wait_for(lambda: lock_pid(run_dir) == resume.pid)
+    second = runner("run", "--resume", str(run_dir))
+    _, err = resume.communicate(timeout=600)
+    assert resume.returncode == 0, err
+    assert f"taking over the stale lock of pid {first.pid}" in err
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert f"another driver holds this run: pid {resume.pid} on " in second.stderr
+    m = manifest(run_dir)
+    assert [a["status"] for a in m["attempts"]] == ["killed", "finished"]
+    assert m["status"] == "complete"
+    assert hashes(run_dir) == hashes(relative_run)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
+    """Every sample stored, then the disk fills up under the accuracy log: a clear message,
+    no temp file, a run.json that does not say complete; after freeing space, resume ends
+    the run with the same dataset."""
+    run_dir = small_disk / "run"
+    shutil.copytree(relative_run, run_dir, ignore=shutil.ignore_patterns(
+        "mlperf_log_accuracy.json", "dataset.json", "review", "*.html", "*.md", "*.xml",
+        "results.json"))
+    m = manifest(run_dir)
+    m["status"] = "executed"  # samples stored, not aggregated: where a crash would leave it
+    (run_dir / "run.json").write_text(json.dumps(m))
+    used = int(subprocess.run(["du", "-sk", str(small_disk)], capture_output=True, text=True,
+                              check=True).stdout.split()[0])
+    # Room for run.json and reproduce.sh, not for a log of 8 hex-encoded 128x128 images.
+    subprocess.run(["mount", "-o", f"remount,size={used + 160}k", str(small_disk)], check=True)
+    proc = runner("run", "--resume", str(run_dir))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"run incomplete: disk full while writing {run_dir}/mlperf_log_accuracy.json; "
+            f"free space, then `runner run --resume {run_dir}`") in proc.stderr
+    assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]
+    assert not (run_dir / "mlperf_log_accuracy.json").exists()
+    assert manifest(run_dir)["status"] != "complete"
+    subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
+    resumed = runner("run", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert manifest(run_dir)["status"] == "complete"
+    assert hashes(run_dir) == hashes(relative_run)
