@@ -13,10 +13,10 @@ pytestmark = pytest.mark.docker
 COUNT = 6
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     args = (*args, "--no-score") if args[0] == "run" else args  # scoring is tested apart
     return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, cwd=cwd)
 
 
 def hashes(run_dir):
@@ -28,8 +28,9 @@ def test_docker_workers_match_local_workers_and_reproduce(wheels_image, tmp_path
     local, docked = tmp_path / "local", tmp_path / "docker"
     assert run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out",
                    str(local)).returncode == 0
+    # --out relative to the driver's cwd: containers get absolute paths (task files, mounts).
     proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--executor", "docker",
-                   "--image", wheels_image.tag, "--out", str(docked))
+                   "--image", wheels_image.tag, "--out", "docker", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert hashes(docked) == hashes(local) and len(hashes(local)) == COUNT
     # The modules come from the image's own iree-compile (here a cache hit: same compiler).
