@@ -359,3 +359,14 @@ def test_tiny_torch_benchmarks_through_bench_goldens(tmp_path, capsys):
         assert round(check["measured"], 6) == g["latency_ms"]["min_ms"]
         assert "fastest repetition" in check["note"] and g["latency_ms"]["repetitions"] == 3
     assert by_name["tiny-torch/clip_benchmark_cpu"]["dispatch_count"] == 136
+
+
+def test_bump_a_real_file_renames_only_its_expected_outputs(tmp_path, capsys):
+    src = SDXL / "vae_quality_gfx942.json"
+    assert goldens("bump", str(src), "--to", "v1", "--out", str(tmp_path)) == 0
+    assert "inference_output.0.bin has no version in its name" in capsys.readouterr().out
+    old, new = src.read_text(), (tmp_path / src.name).read_text()
+    url = json.loads(old)["expected_outputs"][0]["url"]
+    assert new == old.replace(url, url.replace("inference_output.0.bin",
+                                               "inference_output.0_v1.bin"))
+    assert new.count("_v1.bin") == 1  # the input of the same family is untouched

@@ -1,10 +1,14 @@
 """IREE CI's golden tests: read them, check them, regenerate, bump and upload their outputs.
 
-- `testfile`: the quality- and regression-test JSON schemas -> `GoldenTest` (+ `BenchmarkTest`)
-- `check`: compile through the cache, run in-process, compare (`check`, `run_test`, `plan`)
+- `testfile`: every layout (older quality/regression schemas, torch_models with `type`,
+  `markers` and shared `modules/`) -> one `GoldenTest` model (+ `BenchmarkTest`)
+- `select`: pytest-style `--marker`/`-k` expressions, BACKEND/ROCM_CHIP/SKU
+- `plan`: artifacts resolved, flags completed, modules compiled through the cache (shared
+  with `runner bench goldens`)
+- `check`: run in-process and compare, compile statistics against their goldens
 - `thresholds`: iree-run-module's `--expected_output` semantics, with worst elements
 - `report`: JUnit XML, Markdown summary, results JSON
 - `generate`, `versioning`, `upload`: v{n+1} blobs, JSON bumps, Azure uploads
-- `steps`: per-stage IREE vs PyTorch error; `tiny_suite`: builds `goldens/tiny/`
+- `steps`: per-stage IREE vs PyTorch error; `tiny_suite`: builds `goldens/tiny{,-torch}/`
 - `cli`: `register(subparsers)` adds `runner goldens ...`
 """

@@ -145,18 +145,14 @@ def cmd_compare_steps(args: argparse.Namespace) -> int:
     return 0 if report.first_over is None else 1
 
 
-def selection_flags(p: argparse.ArgumentParser, default_sku: str = DEFAULT_SKU) -> None:
-    """Test selection shared with `bench goldens`: markers, keywords, chip and SKU."""
+def selection_flags(p: argparse.ArgumentParser) -> None:
+    """Test selection shared with `bench goldens`: markers, keywords, module directory."""
     p.add_argument("--marker", "-m", metavar="EXPR",
                    help="pytest-style marker expression over each test's `markers` and "
                    "`type`, e.g. \"hip and gfx942\" or \"cpu and not compstat\"")
     p.add_argument("-k", dest="keyword", metavar="PATTERN",
                    help="pytest-style keyword expression over test names (substrings, "
                    "and/or/not), e.g. \"clip and not benchmark\"")
-    p.add_argument("--sku", help=f"SKU: picks tuner files and SKU-keyed goldens and leaves "
-                   f"out tests marked for another SKU (default: $SKU, else {default_sku})")
-    p.add_argument("--rocm-chip", help="ROCm chip to compile for; leaves out tests marked "
-                   f"for another chip (default: $ROCM_CHIP, else {DEFAULT_CHIP})")
     p.add_argument("--module-dir", action="append", metavar="DIR",
                    help="where torch-layout module names (sdxl/modules/clip_cpu) are looked "
                    "up first, as IREE CI's --module-directory (default: the test file's "
@@ -170,6 +166,10 @@ def _selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--submodel", default="*", help="submodel name or glob (default: *)")
     p.add_argument("--backend", choices=["cpu", "rocm", "hip"],
                    help="only this backend (default: $BACKEND, else every backend)")
+    p.add_argument("--sku", help="picks tuner files; leaves out tests marked for another SKU "
+                   f"(default: $SKU, else {DEFAULT_SKU})")
+    p.add_argument("--rocm-chip", help="ROCm chip to compile for; leaves out tests marked "
+                   f"for another chip (default: $ROCM_CHIP, else {DEFAULT_CHIP})")
     selection_flags(p)
     p.add_argument("--tuner-dir", help="where relative tuner_file names are found")
     p.add_argument("--tuning-spec", metavar="PATH",
