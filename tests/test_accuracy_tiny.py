@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 import yaml
 
@@ -79,7 +80,9 @@ def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
         evaluate_run(log_dir, backbones=backbones, progress=False)
     score = evaluate_run(log_dir, profile="cpu", backbones=backbones, batch_size=BATCH,
                          progress=False)
-    assert score.result.n == 32  # the log reader drops repeated qsl_idx (first wins)
+    assert score.result.n == 32  # repeated qsl_idx are skipped (first wins), and counted
+    assert score.result.duplicates == 2
+    assert json.loads(score.json_path.read_text())["duplicates_skipped"] == 2
     assert score.result.fid == CAL["fid"] and score.result.clip == CAL["clip"]
     assert score.verdict.passed
     record = json.loads(score.json_path.read_text())
@@ -124,8 +127,41 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     assert fid.margin_high < 0  # FID went up: further from the reference distribution
     assert json.loads(score.json_path.read_text())["verdict"] == "fail"
 
-    # An incomplete run is refused before scoring, unless --allow-subset.
+    # An incomplete run is refused before scoring: exit 3, resumable.
     (broken / "images" / "00031.png").unlink()
     with pytest.raises(RunnerError, match="1 of 32 requested samples are missing"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 2
+    assert main(["score", str(broken), "--device", "cpu"]) == 3
+
+
+def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng(2000 + i)
+        y, x = np.mgrid[0:size, 0:size]
+        base = ((np.sin(x / (3 + i)) * 60 + np.cos(y / (4 + i % 3)) * 50 + 128)[..., None]
+                + rng.normal(0, 20, (size, size, 3)))
+        out.append((i, np.clip(base, 0, 255).astype(np.uint8)))
+    return out
+
+
+# FID and CLIP of `_frozen_images` with the seeded backbones at batch 1 against the tiny
+# statistics, computed by the landed scorer (commit 4ba15d0) before scoring gained its loader
+# thread and the sample store its parallel reader: both must stay bit-identical.
+LANDED_FID, LANDED_CLIP = 5.655695530984897, -4.611465676377217
+
+
+def test_scores_equal_the_landed_scorers_and_duplicates_are_counted(backbones, tmp_path):
+    """Through the loader thread, from an MLPerf log holding three repeated records (the
+    store's parallel reader gives these pixels byte for byte: tests/test_store.py)."""
+    from runner.accuracy.score import ScoreSettings, score_samples
+    from runner.mlperf_data import load_captions
+
+    images = _frozen_images()
+    write_log(tmp_path / "mlperf_log_accuracy.json", images + images[:3])
+    samples = open_source(tmp_path).iter_samples((64, 64, 3), keep_duplicates=True)
+    result = score_samples(samples, load_captions(),
+                           ScoreSettings(batch_size=1, cross_check=False, progress=False),
+                           backbones, load_statistics(TINY_DIR / STATS_NAME))
+    assert (result.fid, result.clip) == (LANDED_FID, LANDED_CLIP)
+    assert result.duplicates == 3 and result.sample_ids == tuple(range(6))

@@ -110,7 +110,7 @@ def open_backbones(p: Plan, fid_weights=None, clip_weights=None, device: str = "
 def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: FidStatistics | None,
                batch_size: int = 1, progress: bool = True) -> AccuracyResult:
     size = p.profile.model.image_size
-    return score_samples(p.source.iter_samples((size, size, 3)), captions,
+    return score_samples(p.source.iter_samples((size, size, 3), keep_duplicates=True), captions,
                          ScoreSettings(batch_size=batch_size, image_size=(size, size),
                                        progress=progress),
                          backbones, reference, total=len(p.ids))
