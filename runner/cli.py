@@ -17,6 +17,7 @@ from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.docker.cli import register as register_image
 from runner.errors import RunnerError
+from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
 from runner.report.cli import register as register_report
 
@@ -185,14 +186,6 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from runner.export.export_tiny import TINY_DIR, export_tiny
-
-    for path in export_tiny(Path(args.out) if args.out else TINY_DIR):
-        print(path)
-    return 0
-
-
 def cmd_compile(args: argparse.Namespace) -> int:
     from runner.compiled_model import compile_model
 
@@ -255,10 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("export", help="export the embedded tiny SDXL (needs the [export] extra)")
-    p.add_argument("model", choices=["tiny"])
-    p.add_argument("--out", help="directory (default: the package's shipped assets)")
-    p.set_defaults(func=cmd_export)
+    register_export(sub)
 
     p = sub.add_parser("compile", help="compile the profile's model through the cache")
     _add_profile(p)

@@ -1,0 +1,86 @@
+"""Measures the seeded full-size SDXL lab path on this machine: export, then iree-compile of
+every module with a profile's flags (default mi325x: gfx942), one module at a time.
+
+    python scripts/measure_sdxl_seeded.py --out /tmp/sdxl-measure [--profile mi325x]
+
+Per step: wall time and peak RSS (GNU time's "Maximum resident set size"), file sizes, and
+per module the dispatch and executable counts from IREE's scheduling statistics (the
+`--iree-scheduling-dump-statistics-*` flags IREE CI adds). Writes `measure.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.compile import compiler_info
+from runner.export.store import ExportSource, ensure_export
+from runner.model_config import ModelConfig
+from runner.profile import load_profile
+
+
+def timed(argv: list[str], log: Path) -> dict:
+    """Runs `argv` under GNU time; wall seconds, peak RSS (GB) and exit status."""
+    start = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run(["/usr/bin/time", "-v", *argv], stdout=f, stderr=subprocess.STDOUT,
+                              check=False)
+    text = log.read_text(errors="replace")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    return {"seconds": round(time.perf_counter() - start, 1), "exit": proc.returncode,
+            "peak_rss_gb": round(int(rss.group(1)) / 1e6, 2) if rss else None,
+            "command": shlex.join(argv)}
+
+
+def dispatch_counts(stats_file: Path) -> dict:
+    """Sums IREE's per-module scheduling statistics (the JSON the dump flag writes)."""
+    if not stats_file.is_file():
+        return {}
+    text = stats_file.read_text()
+    return {key: sum(int(v) for v in re.findall(rf'"{key}":\s*(\d+)', text))
+            for key in ("dispatch-count", "executable-count", "command-buffer-count")
+            if f'"{key}"' in text}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--profile", default="mi325x")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    export = timed([sys.executable, "-m", "runner", "export", "sdxl", "--seeded"],
+                   out / "export.log")
+    results["export"] = export
+    model = ModelConfig.load(ensure_export(ExportSource(None, "sdxl", "float16"), [1], [1]))
+    results["files_mb"] = {p.name: round(p.stat().st_size / 1e6, 1)
+                           for p in sorted(model.base_dir.iterdir()) if p.is_file()}
+    profile = load_profile(args.profile)
+    compiler = compiler_info()
+    for name in model.submodels:
+        for i, mlir in enumerate(model.mlir_sources(name, 1)):
+            key = name if i == 0 else f"{name}_pipeline"
+            vmfb, stats = out / f"{key}.vmfb", out / f"{key}.stats.json"
+            argv = [compiler.path, mlir, *profile.target.flags_for(key, compiler),
+                    "--iree-scheduling-dump-statistics-format=json",
+                    f"--iree-scheduling-dump-statistics-file={stats}", "-o", str(vmfb)]
+            step = timed(argv, out / f"{key}.compile.log")
+            step["vmfb_mb"] = round(vmfb.stat().st_size / 1e6, 2) if vmfb.is_file() else None
+            step.update(dispatch_counts(stats))
+            results[key] = step
+            (out / "measure.json").write_text(json.dumps(results, indent=2) + "\n")
+            print(json.dumps({key: step}), flush=True)
+    results["compiler"] = f"{compiler.version} @ {compiler.commit}"
+    (out / "measure.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

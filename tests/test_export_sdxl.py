@@ -1,0 +1,241 @@
+"""`runner export sdxl`: a diffusers-format checkpoint written here (the tiny configs and
+seeded weights, saved with save_pretrained) goes through the same exporter as the embedded
+model and runs byte-identically; bad checkpoints are clear errors that write nothing."""
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("iree.turbine")
+
+from runner.cli import main
+from runner.errors import RunnerError
+from runner.export.export_tiny import MAX_LENGTH, TINY_DIR
+from runner.export.store import ExportSource, ensure_export, export_dir, export_key
+
+SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
+              "sharktank_models" / "quality_tests" / "sdxl")
+
+
+def write_checkpoint(root: Path) -> Path:
+    """The embedded tiny model as a diffusers-format SDXL directory, as a user would have it:
+    text_encoder_2's tokenizer saved by transformers (tokenizer.json), the other as CLIP's
+    vocab.json + merges.txt, the VAE with its encoder."""
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler
+    from transformers import CLIPTokenizer
+
+    from runner.export import tiny_model as tm
+    from runner.export.architecture import SDXL_DIR
+
+    vocab = json.loads((TINY_DIR / "tokenizer" / "vocab.json").read_text())
+    model = tm.build(vocab["<|startoftext|>"], vocab["<|endoftext|>"], len(vocab), MAX_LENGTH)
+    model.clip.text_encoder_1.save_pretrained(root / "text_encoder")
+    model.clip.text_encoder_2.save_pretrained(root / "text_encoder_2")
+    model.unet.unet.save_pretrained(root / "unet")
+    vae = AutoencoderKL.from_config(model.vae.vae.config)
+    vae.load_state_dict(model.vae.vae.state_dict(), strict=False)
+    vae.save_pretrained(root / "vae")
+    EulerDiscreteScheduler.from_config(
+        json.loads((SDXL_DIR / "scheduler" / "scheduler_config.json").read_text())
+    ).save_pretrained(root / "scheduler")
+    shutil.copytree(TINY_DIR / "tokenizer", root / "tokenizer")
+    CLIPTokenizer(str(TINY_DIR / "tokenizer" / "vocab.json"),
+                  str(TINY_DIR / "tokenizer" / "merges.txt"),
+                  pad_token="!").save_pretrained(root / "tokenizer_2")
+    shutil.copy(SDXL_DIR / "model_index.json", root / "model_index.json")
+    return root
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "sdxl-tiny")
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "tiny-from-checkpoint"
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--batch-sizes", "1,2",
+                 "--dtype", "fp32", "--out", str(out)]) == 0
+    return out
+
+
+def test_checkpoint_export_is_the_embedded_model(exported):
+    """One exporter: the checkpoint's export is the shipped tiny model, file for file."""
+    assert "tokenizer.json" not in {p.name for p in (exported / "tokenizer").iterdir()}
+    for name in ("clip_bs1.mlir", "unet_bs2.mlir", "unet_pipeline_bs1.mlir", "vae_bs2.mlir",
+                 "clip.irpa", "unet.irpa", "vae.irpa", "tokenizer/vocab.json",
+                 "tokenizer/merges.txt"):
+        assert (exported / name).read_bytes() == (TINY_DIR / name).read_bytes(), name
+    config = json.loads((exported / "model.json").read_text())
+    assert config["batch_sizes"] == [1, 2] and config["source"].startswith("checkpoint:")
+
+
+def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", str(profile),
+                           "--count", "2", "--no-score", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "dataset.json").read_text())
+    return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}
+
+
+def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, tmp_path,
+                                                                    tiny_compiled):
+    profile = tmp_path / "exported.yaml"
+    profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
+    builtin = _run(Path("tiny"), tmp_path / "builtin")
+    assert _run(profile, tmp_path / "bs1") == builtin
+    assert _run(profile, tmp_path / "bs2", "--batch-size", "2") == builtin
+
+
+def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monkeypatch,
+                                                                tmp_path):
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    source = ExportSource(checkpoint, None, "float32")
+    config = ensure_export(source, [1], [1])
+    assert config.parent == export_dir(source, export_key(source))
+    first = {p.name: p.stat().st_mtime_ns for p in config.parent.iterdir()}
+    messages: list[str] = []
+    ensure_export(source, [1], [1], log=messages.append)
+    assert messages == []  # nothing exported twice
+    assert json.loads(config.read_text())["batch_sizes"] == [1]
+    assert not [p for p in (tmp_path / "cache" / "exports").iterdir()
+                if p.name.startswith(".staging")]
+    assert first["clip.irpa"] == config.parent.joinpath("clip.irpa").stat().st_mtime_ns
+
+
+def _broken(checkpoint: Path, tmp_path: Path, damage) -> Path:
+    root = tmp_path / "broken"
+    shutil.copytree(checkpoint, root)
+    damage(root)
+    return root
+
+
+def _sd15(root: Path) -> None:
+    index = json.loads((root / "model_index.json").read_text())
+    index["_class_name"] = "StableDiffusionPipeline"
+    (root / "model_index.json").write_text(json.dumps(index))
+
+
+def _sd15_unet(root: Path) -> None:
+    config = json.loads((root / "unet" / "config.json").read_text())
+    config["cross_attention_dim"] = 768
+    (root / "unet" / "config.json").write_text(json.dumps(config))
+
+
+def _fp16_only(root: Path) -> None:
+    unet = root / "unet"
+    (unet / "diffusion_pytorch_model.safetensors").rename(
+        unet / "diffusion_pytorch_model.fp16.safetensors")
+
+
+def _truncate(root: Path) -> None:
+    path = root / "text_encoder_2" / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 1000])
+
+
+@pytest.mark.parametrize(("damage", "file", "message"), [
+    (lambda r: shutil.rmtree(r / "text_encoder_2"), "text_encoder_2/config.json",
+     "file missing"),
+    (lambda r: (r / "vae" / "diffusion_pytorch_model.safetensors").unlink(),
+     "vae/diffusion_pytorch_model.safetensors", "the vae weights are missing"),
+    (_sd15, "model_index.json", "'StableDiffusionPipeline' checkpoint, not SDXL"),
+    (_sd15_unet, "unet/config.json", "cross_attention_dim 768"),
+    (_fp16_only, "unet/diffusion_pytorch_model.fp16.safetensors", "only fp16 weights"),
+    (_truncate, "text_encoder_2/model.safetensors", "truncated safetensors file"),
+])
+def test_bad_checkpoint_is_a_clear_error_and_writes_nothing(checkpoint, tmp_path, monkeypatch,
+                                                            capsys, damage, file, message):
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    root = _broken(checkpoint, tmp_path, damage)
+    assert main(["export", "sdxl", "--from", str(root), "--dtype", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(root / file) in err, err
+    exports = tmp_path / "cache" / "exports"
+    left = [p.name for p in exports.iterdir()] if exports.is_dir() else []
+    assert all(n.endswith((".lock", ".json")) for n in left), left
+
+
+def test_fp16_only_checkpoint_exports_in_fp16(checkpoint, tmp_path):
+    """The fp16 variant files are what --dtype fp16 reads (diffusers' `variant`)."""
+    from runner.export.checkpoint import open_checkpoint
+
+    root = _broken(checkpoint, tmp_path, _fp16_only)
+    ckpt = open_checkpoint(root, "float16")
+    assert ckpt.variants["unet"] == "fp16" and ckpt.variants["vae"] is None
+    with pytest.raises(RunnerError, match="only fp16 weights"):
+        open_checkpoint(root, "float32")
+
+
+def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
+    assert main(["compile", "--profile", "mi325x", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("runner export sdxl --from ")
+    assert "--batch-sizes 32 --vae-batch-sizes 32 --dtype fp16" in lines[0]
+    assert [Path(shlex.split(line)[1]).name for line in lines[1:]] == [
+        "clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir", "vae_bs32.mlir"]
+
+
+def test_seeded_model_refuses_scoring():
+    from runner.profile import load_profile
+
+    model = load_profile("sdxl-seeded").model
+    assert model.source == "seeded:sdxl"
+    with pytest.raises(RunnerError, match=r"scoring refused.*seeded random weights"):
+        model.check_scorable()
+
+
+# --- the seeded full-size export against IREE CI's SDXL signatures ---------------------
+
+_FUNC = re.compile(r"func\.func @(\w+)\((.*?)\)\s*->\s*(.*?)\s*(?:attributes|\{)", re.S)
+
+
+def _mlir_type(text: str) -> str:
+    """`!torch.vtensor<[2,64,2048],f16>` or `tensor<2x64x2048xf16>` -> `2x64x2048xf16`."""
+    m = re.search(r"vtensor<\[([\d,]*)\],(\w+)>", text)
+    if m:
+        dims = m.group(1).replace(",", "x")
+        return f"{dims}x{m.group(2).replace('si64', 'i64')}"
+    m = re.search(r"tensor<([\w]+)>", text)
+    assert m, text
+    return m.group(1)
+
+
+def signatures(mlir: str) -> dict[str, tuple[list[str], list[str]]]:
+    out = {}
+    for name, args, results in _FUNC.findall(mlir):
+        out[name] = ([_mlir_type(a) for a in re.findall(r"(?:!torch\.v)?tensor<[^>]*>", args)],
+                     [_mlir_type(r) for r in re.findall(r"(?:!torch\.v)?tensor<[^>]*>",
+                                                        results)])
+    return out
+
+
+def ci_signature(test_file: str) -> tuple[list[str], list[str]]:
+    raw = json.loads((SDXL_SUITE / test_file).read_text())
+    return [i["value"] for i in raw["inputs"]], [o["value"] for o in raw["outputs"]]
+
+
+@pytest.mark.slow
+def test_seeded_full_size_export_has_iree_ci_signatures(tmp_path):
+    """The real SDXL graph at batch 1 fp16 takes and returns what IREE CI's artifacts do;
+    the VAE returns float32 images (MLPerf decodes in fp32: SDXL's VAE has force_upcast)."""
+    out = tmp_path / "seeded"
+    assert main(["export", "sdxl", "--seeded", "--out", str(out)]) == 0
+    clip = signatures((out / "clip_bs1.mlir").read_text())
+    assert clip["encode_prompts"] == ci_signature("clip_rocm.json")
+    unet = signatures((out / "unet_bs1.mlir").read_text())
+    pipeline = signatures((out / "unet_pipeline_bs1.mlir").read_text())
+    assert pipeline["produce_image_latents"] == ci_signature("unet_fp16_rocm.json")
+    # the pipeline module's declarations link to what the unet module exports
+    assert pipeline["compiled_unet.run_forward"] == unet["run_forward"]
+    assert pipeline["compiled_unet.run_initialize"] == unet["run_initialize"]
+    vae_in, vae_out = ci_signature("vae_rocm.json")
+    vae = signatures((out / "vae_bs1.mlir").read_text())["decode"]
+    assert vae == (vae_in, [vae_out[0].replace("xf16", "xf32")])
