@@ -127,11 +127,11 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     assert fid.margin_high < 0  # FID went up: further from the reference distribution
     assert json.loads(score.json_path.read_text())["verdict"] == "fail"
 
-    # An incomplete run is refused before scoring: exit 3, resumable.
+    # An incomplete run is refused before scoring, unless --allow-subset.
     (broken / "images" / "00031.png").unlink()
     with pytest.raises(RunnerError, match="1 of 32 requested samples are missing"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 3
+    assert main(["score", str(broken), "--device", "cpu"]) == 2
 
 
 def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:
