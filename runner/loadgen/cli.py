@@ -32,7 +32,8 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         profile=profile, scenario=args.scenario, mode=args.mode, out=Path(args.out),
         compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
         audit_conf=Path(args.audit_conf) if args.audit_conf else None,
-        flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions)
+        flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions,
+        score=args.score)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=_slurm(args) if args.executor == "slurm" else None)
     return run_mlperf(request, executor, dry_run=args.dry_run)
@@ -75,6 +76,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--cpus-per-node", type=int, metavar="N",
                    help="CPUs per node task instead of the whole node")
     g.add_argument("--sbatch-arg", action="append", metavar="ARG", help="extra sbatch option")
+    p.add_argument("--no-score", dest="score", action="store_false",
+                   help="leave the accuracy log unscored (a submission tree then lacks "
+                   "accuracy.txt)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to create")
     p.add_argument("--dry-run", action="store_true",
                    help="print the compile and worker commands and LoadGen's settings; run "

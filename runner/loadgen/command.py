@@ -101,7 +101,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
         "performance_count": prepared.performance_count, "failure": failure,
         "settings": prepared.settings, "tests": [o.to_dict() for o in outcomes],
         "work_dir": str(request.out / WORK_DIR)}
-    if failure is None and "accuracy" in by_name:
+    if failure is None and "accuracy" in by_name and request.score:
         record["accuracy"] = score_accuracy(prepared, by_name["accuracy"].log_dir)
     if failure is None and request.compliance:
         record["compliance"] = [v.to_dict() for v in _compliance(prepared, by_name)]
@@ -121,7 +121,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
     for o in outcomes:
         s = o.summary
         rate = f", {s.samples_per_second:.3f} samples/s" if s and s.samples_per_second else ""
-        print(f"{o.spec.name}: {s.result if s else 'no summary'}{rate}"
+        print(f"{o.spec.name}: {(s.result or 'log written') if s else 'no summary'}{rate}"
               + (f" ({'; '.join(s.reasons)})" if s and not s.valid and s.reasons else ""))
     for line in (record.get("accuracy") or {}).get("lines", []):
         print(line)

@@ -7,6 +7,7 @@ constraint lines indented under `Result is`, recommendations as ` * ` bullets.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,29 @@ class Summary:
                 "errors": self.errors}
 
 
+def detail_facts(path: Path) -> dict[str, Any]:
+    """The detail log's `effective_*` values (what LoadGen really ran) and its error
+    messages; the detail log is one `:::MLLOG {json}` record per line."""
+    facts: dict[str, Any] = {"errors": []}
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return facts
+    for line in lines:
+        if not line.startswith(":::MLLOG "):
+            continue
+        try:
+            entry = json.loads(line[len(":::MLLOG "):])
+        except ValueError:
+            continue
+        key = str(entry.get("key", ""))
+        if key.startswith("effective_"):
+            facts[key] = entry.get("value")
+        if (entry.get("metadata") or {}).get("is_error"):
+            facts["errors"].append(str(entry.get("value")))
+    return facts
+
+
 def _number(text: str) -> float | None:
     try:
         return float(text)
@@ -104,8 +128,13 @@ def parse_summary(path: Path) -> Summary:
             latency[key.split()[0].lower()] = float(value)
         elif (m := _PERCENTILE.match(key)) is not None:
             latency[f"p{float(m.group(1)):g}"] = float(value)
-    if "Scenario" not in fields:
-        raise RunnerError("not a LoadGen summary (no `Scenario :` line)", where=str(path))
+    if "Scenario" not in fields:  # an accuracy-mode summary: only the error counts
+        facts = detail_facts(Path(path).with_name(DETAIL))
+        if "effective_scenario" not in facts:
+            raise RunnerError("not a LoadGen summary (no `Scenario :` line, no detail log "
+                              "beside it)", where=str(path))
+        fields["Scenario"] = facts["effective_scenario"]
+        fields["Mode"] = facts.get("effective_test_mode", "")
     rate = fields.get("Samples per second") or fields.get("Completed samples per second")
     return Summary(str(path), fields["Scenario"], fields.get("Mode", ""),
                    fields.get("Result is"), _number(rate) if rate else None, constraints,

@@ -31,7 +31,7 @@ from runner.loadgen.conf import (
     parse_conf_text,
     read_conf,
 )
-from runner.loadgen.session import TestOutcome, TestSpec, describe_settings, test_settings
+from runner.loadgen.session import TestOutcome, TestSpec, describe_settings, loadgen_settings
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.profile import Profile
 
@@ -55,6 +55,7 @@ class MlperfRequest:
     flags: Flags = field(default_factory=Flags)
     argv: list[str] = field(default_factory=list)
     captions: Path | None = None
+    score: bool = True  # FID/CLIP of the accuracy test's log
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def prepare(request: MlperfRequest) -> Prepared:
         conf = Path(tmp) / USER_CONF
         atomic_write_text(conf, text)
         for spec in tests:
-            settings[spec.name] = describe_settings(test_settings(spec, conf))
+            settings[spec.name] = describe_settings(loadgen_settings(spec, conf))
     limit = request.profile.mlperf.batcher_limit_ms / 1000.0
     return Prepared(request, scenario, text, tests, total, performance_count,
                     limit if scenario == "Server" else None, settings)
@@ -196,8 +197,6 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
     workers on an empty, open queue, runs every test; (outcomes, failure)."""
     from runner.batch.queue import WorkQueue
     from runner.lifecycle import Lifecycle
-    from runner.loadgen.session import run_test
-    from runner.loadgen.sut import QueueSUT
 
     request = prepared.request
     out = request.out
@@ -214,20 +213,12 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
         queue.open()
         execution = lc.start(fill=False)
         assert execution is not None  # fill=False always starts the workers
-        sut = QueueSUT(work, lc.plan.layout.batch_size, execution)
         try:
             _wait_ready(work, len(lc.plan.workers), execution)
             for spec in prepared.tests:
-                print(f"LoadGen {spec.name}: {prepared.scenario} {spec.mode}",
-                      file=sys.stderr, flush=True)
-                outcome = run_test(spec, sut, out / USER_CONF, out / spec.name,
-                                   prepared.total, prepared.performance_count,
-                                   prepared.batcher_limit_s)
+                outcome = _run_one(prepared, spec, execution, lc.plan.layout.batch_size)
                 outcomes.append(outcome)
-                result = outcome.summary.result if outcome.summary else "no summary"
-                print(f"LoadGen {spec.name}: {result} in {outcome.seconds:.1f}s",
-                      file=sys.stderr, flush=True)
-                if sut.failure:
+                if outcome.failure:
                     break
         finally:
             queue.close()
@@ -236,8 +227,37 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
         # The results of a LoadGen run are LoadGen's logs: the store is emptied as samples
         # are answered, so the lifecycle's "missing samples" do not apply here.
         lc.manifest.missing = []
-        lc.manifest.status = "failed" if sut.failure else "complete"
+        failure = next((o.failure for o in outcomes if o.failure), None)
+        lc.manifest.status = "failed" if failure else "complete"
         lc.run.save(lc.manifest)
     finally:
         lc.close()
-    return outcomes, sut.failure
+    return outcomes, failure
+
+
+def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> TestOutcome:
+    """One test's process, while this process watches the workers: a dead worker's batches
+    go back to the queue; when none is left alive, the test is told so (marker file)."""
+    from runner.batch.queue import WorkQueue
+    from runner.loadgen.session import read_outcome, start_test
+    from runner.loadgen.sut import WORKERS_DEAD
+
+    out, work = prepared.request.out, prepared.request.out / WORK_DIR
+    print(f"LoadGen {spec.name}: {prepared.scenario} {spec.mode}", file=sys.stderr, flush=True)
+    deaths_before = len(execution.result().deaths)
+    proc = start_test(spec, work, out / USER_CONF, out / spec.name, prepared.total,
+                      prepared.performance_count, batch_size, prepared.batcher_limit_s)
+    try:
+        while proc.poll() is None:
+            if not execution.poll():
+                (WorkQueue(work).root / WORKERS_DEAD).touch()
+            time.sleep(execution.interval)
+    except BaseException:
+        proc.kill()
+        raise
+    outcome = read_outcome(spec, out / spec.name, proc.returncode,
+                           execution.result().deaths[deaths_before:])
+    result = (outcome.summary.result or "log written") if outcome.summary else "no summary"
+    print(f"LoadGen {spec.name}: {result} in {outcome.seconds:.1f}s", file=sys.stderr,
+          flush=True)
+    return outcome

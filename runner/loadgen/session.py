@@ -1,21 +1,29 @@
-"""One LoadGen test (accuracy, performance or a compliance run) over a running QueueSUT.
+"""One LoadGen test (accuracy, performance or a compliance run), in a process of its own.
 
-The settings are MLPerf's built-in rules for SDXL (LoadGen's embedded mlperf.conf) with the
-merged user.conf on top, then the mode; the audit.config path is always explicit, so a
-stray `audit.config` in the working directory (LoadGen's default) can never turn a
-submission run into a compliance test unnoticed.
+LoadGen allows one conf load per process: a second `FromConfig` in the same process logs
+"Multiple conf files are used. This is not valid for official submission." into the next
+test's detail log. So each test runs as `python -m runner.loadgen.session TASK.json`, a
+short-lived process holding LoadGen and the QueueSUT, while the process that started the
+workers keeps them (and hands a dead worker's batches back to the queue) across tests.
+
+The settings are MLPerf's built-in rules for SDXL (LoadGen's embedded mlperf.conf, which
+`FromConfig(..., conf_type=1)` loads before the user.conf), then the mode; the audit.config
+path is always explicit, so a stray `audit.config` in the working directory (LoadGen's
+default) can never turn a submission run into a compliance test unnoticed.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
+from runner.fileio import atomic_write_json, atomic_write_text
 from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import SUMMARY, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
@@ -27,6 +35,7 @@ SETTING_FIELDS = (
     "accuracy_log_sampling_target", "accuracy_log_rng_seed", "performance_issue_same",
     "performance_issue_same_index", "qsl_rng_seed", "sample_index_rng_seed",
     "schedule_rng_seed")
+TASK, RECORD = "loadgen_task.json", "sut.json"
 
 
 @dataclass(frozen=True)
@@ -55,15 +64,12 @@ class TestOutcome:
                 "summary": self.summary.to_dict() if self.summary else None, "sut": self.sut}
 
 
-def test_settings(spec: TestSpec, user_conf: Path):
-    """LoadGen's TestSettings: built-in SDXL rules, then the user.conf, then the mode."""
+def loadgen_settings(spec: TestSpec, user_conf: Path):
+    """LoadGen's TestSettings: built-in SDXL rules and the user.conf, then the mode."""
     import mlperf_loadgen as lg
 
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, spec.scenario)
-    if settings.FromConfig("", MODEL, spec.scenario, 0) != 0:
-        raise RunnerError(f"LoadGen has no built-in rules for {MODEL} {spec.scenario}",
-                          where="mlperf_loadgen", fix="install mlcommons-loadgen>=6.0")
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
     if rc != 0:
         raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
@@ -76,13 +82,14 @@ def describe_settings(settings) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in SETTING_FIELDS}
 
 
-def run_test(spec: TestSpec, sut: QueueSUT, user_conf: Path, log_dir: Path,
-             total: int, performance_count: int, batcher_limit_s: float | None) -> TestOutcome:
-    """Runs the test to its end; LoadGen's logs land in `log_dir` even when it fails."""
+def run_test(task: dict[str, Any]) -> dict[str, Any]:
+    """In the test's own process: LoadGen over a QueueSUT; LoadGen's logs land in the log
+    dir even when the workers fail. Returns the SUT's record of the test."""
     import mlperf_loadgen as lg
 
-    settings = test_settings(spec, user_conf)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    spec = TestSpec(**task["spec"])
+    log_dir = Path(task["log_dir"])
+    settings = loadgen_settings(spec, Path(task["user_conf"]))
     audit = log_dir / "audit.config"
     if spec.audit is not None:
         atomic_write_text(audit, spec.audit)
@@ -92,10 +99,12 @@ def run_test(spec: TestSpec, sut: QueueSUT, user_conf: Path, log_dir: Path,
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False  # the trace log is large and nobody here reads it
+    sut = QueueSUT(Path(task["work_dir"]), task["batch_size"])
     # Captions are read by the workers, so loading a sample into memory here is a no-op.
-    qsl = lg.ConstructQSL(total, performance_count, lambda ids: None, lambda ids: None)
+    qsl = lg.ConstructQSL(task["total"], task["performance_count"], lambda ids: None,
+                          lambda ids: None)
     lg_sut = lg.ConstructSUT(sut.issue_query, sut.flush_queries)
-    sut.begin_test(batcher_limit_s if spec.scenario == "Server" else None)
+    sut.begin_test(task["batcher_limit_s"] if spec.scenario == "Server" else None)
     start = time.monotonic()
     try:
         lg.StartTestWithLogSettings(lg_sut, qsl, settings, log_settings, str(audit))
@@ -103,11 +112,48 @@ def run_test(spec: TestSpec, sut: QueueSUT, user_conf: Path, log_dir: Path,
         sut.end_test()
         lg.DestroySUT(lg_sut)
         lg.DestroyQSL(qsl)
-    seconds = time.monotonic() - start
+    return {"seconds": time.monotonic() - start, "sut": sut.stats.to_dict(),
+            "failure": sut.failure}
+
+
+def start_test(spec: TestSpec, work_dir: Path, user_conf: Path, log_dir: Path, total: int,
+               performance_count: int, batch_size: int, batcher_limit_s: float | None
+               ) -> subprocess.Popen:
+    """Starts the test's process; its record lands in `log_dir`/sut.json."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    task = {"spec": asdict(spec), "work_dir": str(work_dir), "user_conf": str(user_conf),
+            "log_dir": str(log_dir), "total": total, "performance_count": performance_count,
+            "batch_size": batch_size, "batcher_limit_s": batcher_limit_s}
+    atomic_write_json(log_dir / TASK, task)
+    return subprocess.Popen([sys.executable, "-m", "runner.loadgen.session",
+                             str(log_dir / TASK)], stdin=subprocess.DEVNULL)
+
+
+def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, Any]]
+                 ) -> TestOutcome:
+    """The ended test's outcome, from its record and LoadGen's summary."""
+    try:
+        record = json.loads((log_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        record = {"seconds": 0.0, "sut": {}, "failure": f"the LoadGen test process exited "
+                  f"({rc}) without its record; see the messages above"}
     summary_path = log_dir / SUMMARY
     summary = parse_summary(summary_path) if summary_path.is_file() else None
-    return TestOutcome(spec, log_dir, seconds, summary, sut.stats.to_dict(), sut.failure)
+    return TestOutcome(spec, log_dir, record["seconds"], summary,
+                       {**record["sut"], "deaths": deaths}, record["failure"])
 
 
-def log_files(log_dir: Path) -> list[str]:
-    return sorted(p for p in os.listdir(log_dir) if p.startswith("mlperf_log_"))
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    task_file = Path(args[0])
+    try:
+        record = run_test(json.loads(task_file.read_text()))
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    atomic_write_json(task_file.with_name(RECORD), record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

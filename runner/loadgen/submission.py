@@ -92,8 +92,11 @@ def system_description(system: str, profile, host: dict[str, Any], iree: dict[st
 
 
 def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
+    """A file the run did not produce (accuracy.txt of an unscored run) is left out; the
+    tree's check then names it."""
+    if src.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
 
 
 def write_tree(root: Path, system: str, scenario: str, out: Path, compliance: tuple[str, ...],

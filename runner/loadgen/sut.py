@@ -27,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from runner.batch.executors import Execution
 from runner.batch.queue import WorkQueue
 from runner.errors import RunnerError
 from runner.loadgen.batcher import Batcher, Item
 from runner.store import SampleStore
+
+WORKERS_DEAD = "workers-dead"  # in the queue dir: written by the process owning the workers
+DEAD_POLL_S = 0.1
 
 
 @dataclass
@@ -48,7 +50,6 @@ class SutStats:
     recomputed: int = 0  # images that landed for keys already answered
     batches: int = 0
     land_to_complete_ns: list[int] = field(default_factory=list)
-    deaths: list[dict[str, Any]] = field(default_factory=list)
 
     def percentile_ms(self, q: float) -> float | None:
         if not self.land_to_complete_ns:
@@ -58,22 +59,22 @@ class SutStats:
     def to_dict(self) -> dict[str, Any]:
         return {"issued": self.issued, "completed": self.completed,
                 "completed_empty": self.completed_empty, "recomputed": self.recomputed,
-                "batches": self.batches, "deaths": self.deaths,
+                "batches": self.batches,
                 "store_to_complete_ms": {"p50": self.percentile_ms(50),
                                          "p99": self.percentile_ms(99),
                                          "max": self.percentile_ms(100)}}
 
 
 class QueueSUT:
-    """Issue -> queue batches; store -> QuerySamplesComplete; worker deaths -> requeue."""
+    """Issue -> queue batches; store -> QuerySamplesComplete; every worker dead -> empty
+    answers, so the test ends."""
 
-    def __init__(self, work_dir: Path, batch_size: int, execution: Execution,
-                 poll_s: float = 0.002):
-        """`execution`: the lifecycle's running workers (any executor); its `poll` hands a
-        dead worker's batches back to the queue and says whether any worker is alive."""
+    def __init__(self, work_dir: Path, batch_size: int, poll_s: float = 0.002):
+        """The workers are watched by the process that owns them (the lifecycle's
+        execution hands a dead worker's batches back to the queue); it says "every worker
+        is dead" with the queue's marker file, which this SUT checks."""
         self.queue, self.store = WorkQueue(work_dir), SampleStore(work_dir)
         self.batch_size, self.poll_s = batch_size, poll_s
-        self.execution = execution
         self.lock = threading.Lock()
         self.owed: dict[int, Owed] = {}
         self.next_key = 0
@@ -183,10 +184,8 @@ class QueueSUT:
         now = time.monotonic()
         if now < self._next_handle_poll:
             return
-        self._next_handle_poll = now + self.execution.interval
-        alive = self.execution.poll()
-        self.stats.deaths = list(self.execution.result().deaths)
-        if not alive and self.failure is None:
+        self._next_handle_poll = now + DEAD_POLL_S
+        if self.failure is None and self.queue.root.joinpath(WORKERS_DEAD).exists():
             with self.lock:
                 owed = len(self.owed)
             self.failure = (f"every worker is dead; {owed} issued sample(s) could not be "
