@@ -1,4 +1,5 @@
-"""One error type for bad input, so the CLI can print it and exit 2 without a traceback."""
+"""One error type for bad input, so the CLI can print it and exit 2 without a traceback,
+and the exit-code table every command shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ class RunnerError(Exception):
     part of the message so nobody has to read a traceback to find them.
     """
 
+    exit_code = 2  # EXIT_BAD_INPUT below; the CLI exits with it
+
     def __init__(self, message: str, *, where: str | None = None, fix: str | None = None):
         self.where = where
         self.fix = fix
@@ -17,3 +20,23 @@ class RunnerError(Exception):
         if fix:
             parts.append(f"fix: {fix}")
         super().__init__("\n  ".join(parts))
+
+
+# Exit codes, one table for every `runner` command (shown in each command's help epilog and
+# in the README), so a CI step can tell "the build is bad" from "the command was wrong" from
+# "the run was cut short and can be resumed".
+EXIT_OK = 0  # passed, or done (a command with no verdict; a dry run; a subset not judged)
+EXIT_FAILED = 1  # a verdict failed: accuracy out of range, a golden over tolerance, ...
+EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; nothing judged
+EXIT_INCOMPLETE = 3  # a run stopped with samples missing; `runner run --resume DIR` goes on
+
+EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset that is not judged)"),
+              (EXIT_FAILED, "a verdict failed (accuracy, goldens, benchmarks, --require-full)"),
+              (EXIT_BAD_INPUT, "bad input or a failed step: the error names file, field and fix"),
+              (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"))
+
+
+class IncompleteRun(RunnerError):
+    """A run dir that lacks samples it asked for: resumable, so not "bad input"."""
+
+    exit_code = EXIT_INCOMPLETE

@@ -31,9 +31,9 @@ from runner.accuracy.score import (
     score_samples,
 )
 from runner.accuracy.settings import accuracy_settings
-from runner.accuracy.verdict import SUBSET_LABEL, judge
+from runner.accuracy.verdict import judge, subset_label
 from runner.cli import main
-from runner.errors import RunnerError
+from runner.errors import IncompleteRun, RunnerError
 from runner.fileio import sha256_bytes
 from runner.images import write_png
 from runner.mlperf_data import load_captions
@@ -67,10 +67,11 @@ def backbones():
 def test_register_adds_the_subcommands():
     parser = argparse.ArgumentParser(prog="runner")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["score", "RUN", "--allow-subset", "--batch-size", "4",
+    args = parser.parse_args(["score", "RUN", "--require-full", "--images-per-pass", "4",
                               "--device", "cpu", "--log", "L", "--fid-weights", "F",
                               "--clip-weights", "C", "--profile", "sdxl"])
-    assert (args.run_dir, args.allow_subset, args.batch_size, args.log) == ("RUN", True, 4, "L")
+    assert (args.run_dir, args.require_full, args.images_per_pass, args.log) == (
+        "RUN", True, 4, "L")
     args = parser.parse_args(["calibrate", "RUN", "--out", "D"])
     assert (args.fid_percent, args.clip_percent) == (2.0, 0.2)
     args = parser.parse_args(["compare", "A", "B", "--out", "o.json"])
@@ -158,17 +159,37 @@ def test_bad_runs_exit_2_before_scoring(tmp_path, capsys):
     assert "run dir not found" in capsys.readouterr().err
     # Too few captions for the ids (MLPerf's file has 5000 rows: 0..4999).
     far = write_generate_dir(tmp_path / "far", [4999, 5000], synthetic_images(3, 2))
-    assert main(["score", str(far), "--allow-subset"]) == 2
+    assert main(["score", str(far)]) == 2
     assert "sample 5000 has no caption: the file has 5000 rows" in capsys.readouterr().err
-    # Not the set the ranges hold for (tiny: 0-31).
-    few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
-    assert main(["score", str(few)]) == 2
-    assert "not the 32 (0-31) the profile's ranges were set for" in capsys.readouterr().err
     # SDXL without MLPerf's val2014 statistics.
     sdxl = write_generate_dir(tmp_path / "sdxl", [0, 1], synthetic_images(3, 2), "sdxl")
-    assert main(["score", str(sdxl), "--allow-subset"]) == 2
+    assert main(["score", str(sdxl)]) == 2
     err = capsys.readouterr().err
     assert "FID statistics file not found" in err and "val2014.npz" in err
+
+
+def test_old_spellings_name_the_new_ones(capsys):
+    for argv, new in ((["score", "RUN", "--allow-subset"], "use no flag"),
+                      (["score", "RUN", "--batch-size", "4"], "use --images-per-pass N")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert new in capsys.readouterr().err
+
+
+def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys):
+    """3 samples where the tiny ranges were set for 32: scored, labelled, exit 0; with
+    --require-full the same scores fail (exit 1)."""
+    few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
+    assert main(["score", str(few), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: SUBSET (not judged" in out
+    assert "note: subset of 3: not judged against the full-set ranges" in out
+    record = json.loads((few / "accuracy.json").read_text())
+    assert record["verdict"] == "subset" and record["subset"] is True and record["n"] == 3
+    assert main(["score", str(few), "--device", "cpu", "--require-full"]) == 1
+    assert "verdict: FAIL" in capsys.readouterr().out
+    assert json.loads((few / "accuracy.json").read_text())["verdict"] == "fail"
 
 
 def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):
@@ -180,18 +201,18 @@ def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbone
     for i, img in enumerate(synthetic_images(3, 3)):
         store.put(i, img, "w0", "cpu:0")
     (run / "run.json").write_text(json.dumps({"profile": "cpu", "sample_ids": [0, 1, 2, 3]}))
-    with pytest.raises(RunnerError, match="1 of 4 requested samples are missing"):
+    with pytest.raises(IncompleteRun, match="1 of 4 requested samples are missing"):
         evaluate_run(run, backbones=backbones, progress=False)
     score = evaluate_run(run, allow_subset=True, backbones=backbones, progress=False)
     record = json.loads(score.json_path.read_text())
     assert record["profile"] == "cpu" and record["source"]["kind"] == "store"
-    assert SUBSET_LABEL in record["labels"] and record["subset"] is True
+    assert subset_label(3) in record["labels"] and record["subset"] is True
     assert record["comparable_with_mlperf"] is False and record["n"] == 3
     assert record["sample_ids"] == "0-2" and record["missing"] == "3"
     assert record["ranges_samples"] == "0-31"
-    # Synthetic images are far from the tiny model's: a fail, exit code 1.
-    assert record["verdict"] == "fail" and score.verdict.exit_code == 1
-    assert f"note: {SUBSET_LABEL}" in score.verdict.lines()
+    # Synthetic images are far from the tiny model's, but a subset is not judged: exit 0.
+    assert record["verdict"] == "subset" and score.verdict.exit_code == 0
+    assert f"note: {subset_label(3)}" in score.verdict.lines()
     assert (run / "accuracy.txt").read_text().startswith("Accuracy Results: {'FID_SCORE': '")
 
 

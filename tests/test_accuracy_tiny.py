@@ -100,7 +100,7 @@ def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, tmp_path, 
 
     out = tmp_path / "iree"
     generate(tiny_profile, IDS, out)
-    assert main(["score", str(out), "--batch-size", str(BATCH), "--device", "cpu"]) == 0
+    assert main(["score", str(out), "--images-per-pass", str(BATCH), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "verdict: PASS" in printed and "not comparable with MLPerf" in printed
     record = json.loads((out / "accuracy.json").read_text())
@@ -127,11 +127,11 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     assert fid.margin_high < 0  # FID went up: further from the reference distribution
     assert json.loads(score.json_path.read_text())["verdict"] == "fail"
 
-    # An incomplete run is refused before scoring, unless --allow-subset.
+    # An incomplete run is refused before scoring: exit 3, resumable.
     (broken / "images" / "00031.png").unlink()
     with pytest.raises(RunnerError, match="1 of 32 requested samples are missing"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 2
+    assert main(["score", str(broken), "--device", "cpu"]) == 3
 
 
 def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:

@@ -23,7 +23,7 @@ import pytest
 from runner.accuracy.backbones import BackboneInfo
 from runner.accuracy.frechet import FrechetResult
 from runner.accuracy.score import AccuracyResult
-from runner.accuracy.verdict import JSON_NAME, SUBSET_LABEL, judge, write_results
+from runner.accuracy.verdict import JSON_NAME, judge, write_results
 from runner.cli import main as runner_main
 from runner.images import decode_png
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
@@ -99,10 +99,11 @@ def copy_run(run_dir: Path, to: Path) -> Path:
     return to
 
 
-def score(run_dir: Path, fid: float, clip: float) -> dict:
+def score(run_dir: Path, fid: float, clip: float, subset: bool = False,
+          require_full: bool = False) -> dict:
     """accuracy.json through the accuracy module's own writer, as `runner score` leaves it,
     with given scores (the seeded backbones take minutes on CPU; their numbers are not what
-    this file tests)."""
+    this file tests). `subset`: scored as fewer samples than the ranges were set for."""
     profile = load_profile("cpu")
     ids = tuple(sorted(SampleStore(run_dir).done_ids()))
     info = BackboneInfo("seeded", 0, "seeded:0", "seeded:0", "f" * 64, "c" * 64)
@@ -112,10 +113,11 @@ def score(run_dir: Path, fid: float, clip: float) -> dict:
         frechet=FrechetResult(fid, "sqrtm"), frechet_check=None, backbones=info,
         statistics_path=None, statistics_sha256=None, batch_size=1, device="cpu",
         seconds=1.0, frechet_seconds=0.1, mu=np.zeros(2), sigma=np.eye(2))
-    verdict = judge(fid, clip, profile.accuracy, (info.label, SUBSET_LABEL))
+    verdict = judge(fid, clip, profile.accuracy, (info.label,),
+                    subset_of=len(ids) if subset else None, require_full=require_full)
     write_results(run_dir, result, verdict, {
         "profile": "cpu", "sample_ids": ",".join(map(str, ids)), "ranges_samples": "0-31",
-        "subset": True, "missing": ""})
+        "subset": subset, "missing": ""})
     return json.loads((run_dir / JSON_NAME).read_text())
 
 
@@ -228,7 +230,7 @@ def test_scores_pass_then_edited_ranges_fail(review_run, tmp_path):
     assert not any(c.find("failure") is not None for c in junit_cases(run_dir).values())
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("## ✅ PASS")
-    assert "Seeded random backbones" in summary and "Subset" in summary
+    assert "Seeded random backbones" in summary and "Subset" not in summary
     text, page = read_page(run_dir)
     assert 'class="verdict pass"' in text and "Seeded random backbones" in text
     assert len([1 for tag, _ in page.tags if tag == "svg"]) == 4  # FID, CLIP, 2 throughput
@@ -248,6 +250,71 @@ def test_scores_pass_then_edited_ranges_fail(review_run, tmp_path):
     assert suite.get("failures") == "1" and suite.get("tests") == "5"
     assert json.loads((run_dir / "results.json").read_text())["verdict"] == "FAIL"
     assert (run_dir / "summary.md").read_text().startswith("## ❌ FAIL")
+
+
+def test_subset_is_labelled_not_judged_and_require_full_fails_it(review_run, tmp_path):
+    run_dir = copy_run(review_run, tmp_path / "subset")
+    ranges = load_profile("cpu").accuracy
+    # Far outside the FID range: a subset is still not judged against it.
+    record = score(run_dir, ranges.fid[1] * 3, mid(ranges.clip), subset=True)
+    label = f"subset of {len(IDS)}: not judged against the full-set ranges"
+    assert record["verdict"] == "subset" and label in record["labels"]
+    assert main([str(run_dir)]) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "SUBSET" and results["scores"]["verdict"] == "subset"
+    cases = junit_cases(run_dir)
+    skipped = cases["fid_range"].find("skipped")
+    assert skipped is not None and skipped.get("message").startswith(
+        f"subset of {len(IDS)}, not judged: FID")
+    assert not any(c.find("failure") is not None for c in cases.values())
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("## 🔹 SUBSET")
+    assert "**Subset of 4:** not judged against the full-set ranges" in summary
+    assert "not judged (subset)" in summary
+    text, _ = read_page(run_dir)
+    assert 'class="verdict none"' in text and "NOT JUDGED (subset)" in text
+
+    record = score(run_dir, mid(ranges.fid), mid(ranges.clip), subset=True, require_full=True)
+    assert record["verdict"] == "fail" and record["require_full"] is True
+    assert main([str(run_dir)]) == 0  # `runner report` writes files whatever the verdict
+    failure = junit_cases(run_dir)["full_set"].find("failure")
+    assert failure is not None and "only 4 samples" in failure.get("message")
+    assert json.loads((run_dir / "results.json").read_text())["verdict"] == "FAIL"
+
+
+def test_junit_testcases_carry_their_time(review_run, tmp_path):
+    run_dir = copy_run(review_run, tmp_path / "timed")
+    ranges = load_profile("cpu").accuracy
+    score(run_dir, mid(ranges.fid), mid(ranges.clip))
+    write_reports(run_dir)
+    suite = ET.parse(run_dir / "junit.xml").getroot()
+    cases = junit_cases(run_dir)
+    times = {name: float(case.get("time")) for name, case in cases.items()}
+    assert times["completeness"] == pytest.approx(float(suite.get("time")), abs=1e-3)
+    assert times["fid_range"] == times["clip_range"] == 1.0  # the scoring's seconds
+    stats = json.loads((run_dir / "results.json").read_text())["workers"]
+    for w in stats:
+        assert times[f"worker_survived[{w['worker']}]"] > 0
+
+
+def test_github_step_summary_is_appended_and_failures_annotated(killed_run, tmp_path,
+                                                                 monkeypatch, capsys):
+    run_dir = copy_run(killed_run, tmp_path / "gha")
+    summary_file = tmp_path / "step_summary.md"
+    summary_file.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    write_reports(run_dir)
+    assert "::error" not in capsys.readouterr().out  # not under GitHub Actions: no commands
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    write_reports(run_dir)
+    text = summary_file.read_text()
+    own = (run_dir / "summary.md").read_text()
+    assert text.startswith("# earlier step\n") and text.count(own.rstrip("\n")) == 2
+    out = capsys.readouterr().out.splitlines()
+    errors = [line for line in out if line.startswith("::error ")]
+    assert len(errors) == 1
+    assert errors[0].startswith("::error title=worker w001 survived::w001 died (exit -9)")
 
 
 def test_killed_worker_fails_its_testcase(killed_run):

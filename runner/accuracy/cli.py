@@ -1,7 +1,7 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
-`register(subparsers)` adds them to the main parser; `main(argv)` runs them standalone
-(`runner score RUN_DIR`). Exit codes: 0 pass, 1 fail, 2 bad input.
+`register(subparsers)` adds them to the main `runner` parser (runner/cli.py).
+Exit codes: runner.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-EXIT_ERROR = 2
+from runner.clihelp import add_profile, add_require_full, document, profile_overrides, renamed
 
 
 def _device(name: str | None) -> str:
@@ -29,10 +29,13 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
                         "the cache's mlperf/ dir)")
     p.add_argument("--clip-weights", metavar="PATH",
                    help="OpenAI's ViT-B-32.pt (else $RUNNER_CLIP_WEIGHTS, else the cache)")
-    p.add_argument("--batch-size", type=int, default=1,
-                   help="images per forward pass (default 1, as MLPerf's script)")
+    p.add_argument("--images-per-pass", type=int, default=1, metavar="N",
+                   help="images per Inception/CLIP forward pass (default: 1, as MLPerf's "
+                   "script; larger is faster and equal to ~1e-8)")
+    renamed(p, "--batch-size", "--images-per-pass N",
+            "--batch-size is the layout's batch in `runner run`")
     p.add_argument("--device", choices=["cpu", "cuda"],
-                   help="default: cuda when torch sees one, else cpu")
+                   help="torch device (default: cuda when torch sees one, else cpu)")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -40,8 +43,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     score = evaluate_run(Path(args.run_dir), profile=args.profile,
                          log=Path(args.log) if args.log else None,
-                         allow_subset=args.allow_subset, fid_weights=args.fid_weights,
-                         clip_weights=args.clip_weights, batch_size=args.batch_size,
+                         require_full=args.require_full, fid_weights=args.fid_weights,
+                         clip_weights=args.clip_weights, batch_size=args.images_per_pass,
                          device=_device(args.device))
     r = score.result
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
@@ -79,7 +82,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                     reference_run=Path(args.reference_run) if args.reference_run else None,
                     fid_percent=args.fid_percent, clip_percent=args.clip_percent,
                     fid_weights=args.fid_weights, clip_weights=args.clip_weights,
-                    batch_size=args.batch_size, device=_device(args.device),
+                    batch_size=args.images_per_pass, device=_device(args.device),
                     command=[shlex.join(["runner", *sys.argv[1:]])])
     print(f"FID  {cal.fid!r} +/- {cal.fid_percent}% -> {list(cal.fid_range)}")
     print(f"CLIP {cal.clip!r} +/- {cal.clip_percent}% -> {list(cal.clip_range)}")
@@ -94,7 +97,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     from runner.profile import load_profile
 
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
-    out = oracle_run(Path(args.out), load_profile(args.profile),
+    out = oracle_run(Path(args.out), load_profile(args.profile, profile_overrides(args.set)),
                      list(parse_ids(args.samples, where="--samples")), perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
@@ -105,44 +108,60 @@ def register(subparsers) -> None:
         "score", help="MLPerf FID + CLIP of a run, judged against the profile's ranges",
         description="Scores a run dir (run.json + samples/), a generate dir (manifest.json + "
                     "images/) or an MLPerf accuracy log; writes accuracy.json and accuracy.txt "
-                    "into RUN_DIR. Exit 0 pass, 1 fail, 2 error.")
-    p.add_argument("run_dir", metavar="RUN_DIR")
+                    "into RUN_DIR. Fewer samples than the ranges were set for are scored and "
+                    "labelled a subset, not judged (exit 0) unless --require-full.")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="run dir, generate dir, or any dir with --log")
     _add_backbone_flags(p)
-    p.add_argument("--allow-subset", action="store_true",
-                   help="score an incomplete run or another sample set (labelled as not "
-                        "comparable with the ranges)")
+    add_require_full(p)
     p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json")
     p.set_defaults(func=cmd_score)
+    document(p, "runner score runs/main",
+             "runner score runs/smoke --require-full      # a subset fails instead of 'not judged'",
+             "runner score ANY_DIR --profile mi325x --log mlperf_log_accuracy.json")
 
     p = subparsers.add_parser("compare", help="per-image PSNR/SSIM between two runs")
-    p.add_argument("run_a", metavar="RUN_A")
-    p.add_argument("run_b", metavar="RUN_B")
-    p.add_argument("--out", metavar="PATH", help="write the comparison as JSON")
-    p.add_argument("--worst", type=int, default=10, help="how many worst samples to list")
-    p.add_argument("--profile", help="for accuracy logs: the profile giving the image size")
+    p.add_argument("run_a", metavar="RUN_A", help="a run dir, generate dir or accuracy log dir")
+    p.add_argument("run_b", metavar="RUN_B", help="the other one")
+    p.add_argument("--out", metavar="PATH", help="write the comparison as JSON to this file")
+    p.add_argument("--worst", type=int, default=10,
+                   help="how many worst samples to list (default: 10)")
+    p.add_argument("--profile", help="for accuracy logs: the profile giving the image size "
+                   "(default: the one the run recorded)")
     p.set_defaults(func=cmd_compare)
+    document(p, "runner compare runs/a runs/b", "runner compare runs/a runs/b --out cmp.json",
+             out="a JSON file with every per-image difference")
 
     p = subparsers.add_parser(
         "calibrate", help="reference statistics and ranges from a known-good run",
         description="Scores a known-good run and writes accuracy.yaml (ranges: its scores "
                     "+/- the percentages) and calibration.json into --out; with "
                     "--reference-run, also fid_statistics.npz from that run's images.")
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the known-good run")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for accuracy.yaml and calibration.json")
     p.add_argument("--reference-run", metavar="DIR",
                    help="images whose statistics become the FID reference (disjoint prompts)")
-    p.add_argument("--fid-percent", type=float, default=2.0, help="MLPerf: 2")
-    p.add_argument("--clip-percent", type=float, default=0.2, help="MLPerf: 0.2")
+    p.add_argument("--fid-percent", type=float, default=2.0,
+                   help="FID range half-width in percent (default: 2, as MLPerf)")
+    p.add_argument("--clip-percent", type=float, default=0.2,
+                   help="CLIP range half-width in percent (default: 0.2, as MLPerf)")
     _add_backbone_flags(p)
     p.set_defaults(func=cmd_calibrate)
+    document(p, "runner calibrate runs/known-good --out calib --fid-percent 2 --clip-percent 0.2",
+             out="a directory: accuracy.yaml, calibration.json (and fid_statistics.npz)")
 
     p = subparsers.add_parser(
         "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
-    p.add_argument("out", metavar="OUT")
-    p.add_argument("--samples", default="0-31", help="sample ids, e.g. 0-31")
-    p.add_argument("--profile", default="tiny")
+    p.add_argument("out", metavar="OUT", help="directory for manifest.json and images/")
+    p.add_argument("--samples", default="0-31", metavar="SPEC",
+                   help="sample ids, e.g. 0-31 (default: 0-31)")
+    add_profile(p, default="tiny")
     p.add_argument("--guidance", type=float, help="replace the guidance scale (8.0)")
     p.add_argument("--latent-noise", type=float, default=0.0,
-                   help="add N(0, s^2) noise to the fixed initial latent")
-    p.add_argument("--noise-seed", type=int, default=0)
+                   help="add N(0, s^2) noise to the fixed initial latent (default: 0)")
+    p.add_argument("--noise-seed", type=int, default=0,
+                   help="seed of that noise (default: 0)")
     p.set_defaults(func=cmd_oracle)
+    document(p, "runner oracle runs/oracle --samples 0-31",
+             "runner oracle runs/g2 --guidance 2.0       # a deliberately broken run")

@@ -2,8 +2,8 @@
 
 The checks that can fail fast do, before any image is scored: the profile has ranges and
 statistics, the weights are the published ones, the captions cover every id, the run holds
-every sample it asked for, and the scored set is the one the ranges were set for. The last
-two may be waived with `allow_subset`; the result is then labelled as not comparable.
+every sample it asked for (`allow_subset` waives this one). A scored set that is not the one
+the ranges were set for is scored and labelled a subset, not judged against them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
 from runner.accuracy.score import AccuracyResult, ScoreSettings, score_samples
 from runner.accuracy.settings import AccuracySettings, accuracy_settings
-from runner.accuracy.verdict import SUBSET_LABEL, Verdict, judge, require_ranges, write_results
-from runner.errors import RunnerError
+from runner.accuracy.verdict import Verdict, judge, require_ranges, write_results
+from runner.errors import IncompleteRun, RunnerError
 from runner.mlperf_data import Captions, load_captions
 from runner.profile import Profile, load_profile
 
@@ -74,20 +74,13 @@ def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subse
                           where=str(captions.path),
                           fix="use MLPerf's captions_source.tsv (5000 rows)")
     if missing and not allow_subset:
-        raise RunnerError(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
+        raise IncompleteRun(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
                           f"samples are missing ({_missing_text(missing)})",
                           where=source.location,
-                          fix="finish the run (`runner run --resume`), or pass --allow-subset "
-                              "to score what is there (labelled not comparable)")
+                          fix="finish the run (`runner run --resume`) and score it again")
     expected = settings.samples if settings.samples is not None else tuple(range(len(captions)))
+    # Not the ranges' set: scored, labelled "subset of N", not judged (runner.accuracy.verdict).
     subset = check_ranges_set and set(ids) != set(expected)
-    if subset and not allow_subset:
-        raise RunnerError(
-            f"{len(ids)} samples ({_missing_text(ids)}) are not the {len(expected)} "
-            f"({format_ids(expected)}) the profile's ranges were set for",
-            where=f"{profile.path}: accuracy.samples",
-            fix="score the full set, calibrate ranges for this subset (`runner calibrate`), or "
-                "pass --allow-subset (labelled not comparable)")
     return Plan(source, profile, settings, ids, missing, subset)
 
 
@@ -117,7 +110,8 @@ def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: Fid
 
 
 def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
-                 allow_subset: bool = False, fid_weights=None, clip_weights=None,
+                 allow_subset: bool = False, require_full: bool = False,
+                 fid_weights=None, clip_weights=None,
                  batch_size: int = 1, device: str = "cpu", progress: bool = True,
                  backbones: Backbones | None = None) -> RunScore:
     source = open_source(Path(run_dir), Path(log) if log else None)
@@ -132,15 +126,15 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
     if backbones.info.mode == "seeded":
         labels.append(backbones.info.label)
     scored_missing = tuple(sorted(set(p.ids) - set(result.sample_ids)))
-    if p.subset or p.missing or scored_missing:
-        labels.append(SUBSET_LABEL)
-    verdict = judge(result.fid, result.clip, prof.accuracy, tuple(labels), str(prof.path))
+    subset = bool(p.subset or p.missing or scored_missing)
+    verdict = judge(result.fid, result.clip, prof.accuracy, tuple(labels), str(prof.path),
+                    subset_of=result.n if subset else None, require_full=require_full)
     extra = {
         "profile": prof.name, "profile_path": str(prof.path),
         "source": {"kind": source.kind, "path": source.location},
         "sample_ids": format_ids(result.sample_ids),
         "ranges_samples": p.settings.samples_text or f"0-{len(captions) - 1}",
-        "subset": bool(p.subset or p.missing or scored_missing),
+        "subset": subset,
         "missing": format_ids(p.missing + scored_missing),
     }
     json_path, txt_path = write_results(Path(run_dir), result, verdict, extra)

@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from runner.accuracy.score import AccuracyResult
-from runner.errors import RunnerError
+from runner.errors import EXIT_FAILED, EXIT_OK, RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.profile import Accuracy
 
 JSON_NAME = "accuracy.json"
 TXT_NAME = "accuracy.txt"
-SUBSET_LABEL = "subset: not comparable with the MLPerf ranges"
-EXIT_PASS, EXIT_FAIL = 0, 1
+PASS, FAIL, SUBSET = "pass", "fail", "subset"
+
+
+def subset_label(n: int) -> str:
+    return f"subset of {n}: not judged against the full-set ranges"
 
 
 @dataclass(frozen=True)
@@ -58,20 +61,38 @@ class RangeCheck:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Pass or fail against the ranges; or, for fewer samples than the ranges were set for
+    (`subset_of`), not judged at all: a smoke test of 4 prompts says nothing about ranges
+    calibrated on 5000, so it completes with exit 0 unless `require_full` makes it a failure.
+    """
+
     checks: tuple[RangeCheck, ...]
     labels: tuple[str, ...]  # why the scores are not MLPerf-comparable, if they are not
+    subset_of: int | None = None  # samples scored, when they are not the ranges' set
+    require_full: bool = False
+
+    @property
+    def state(self) -> str:
+        if self.subset_of is not None:
+            return FAIL if self.require_full else SUBSET
+        return PASS if all(c.passed for c in self.checks) else FAIL
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        return self.state == PASS
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PASS if self.passed else EXIT_FAIL
+        return EXIT_FAILED if self.state == FAIL else EXIT_OK
 
     def lines(self) -> list[str]:
         out = [c.line() for c in self.checks]
-        out.append(f"verdict: {'PASS' if self.passed else 'FAIL'}")
+        if self.state == SUBSET:
+            out.append("verdict: SUBSET (not judged; --require-full makes this a failure)")
+        else:
+            out.append(f"verdict: {self.state.upper()}")
+        if self.subset_of is not None and self.require_full:
+            out.append(f"note: --require-full: only {self.subset_of} samples were scored")
         out.extend(f"note: {label}" for label in self.labels)
         return out
 
@@ -86,10 +107,16 @@ def require_ranges(accuracy: Accuracy, where: str) -> tuple[tuple[float, float],
 
 
 def judge(fid: float, clip: float, accuracy: Accuracy, labels: tuple[str, ...] = (),
-          where: str = "profile") -> Verdict:
+          where: str = "profile", subset_of: int | None = None,
+          require_full: bool = False) -> Verdict:
+    """`subset_of`: the number of samples scored when they are not the ranges' set; the
+    subset label is added here so every caller words it the same."""
     fid_range, clip_range = require_ranges(accuracy, where)
+    if subset_of is not None:
+        labels = (*labels, subset_label(subset_of))
     return Verdict((RangeCheck("FID", float(fid), *fid_range),
-                    RangeCheck("CLIP", float(clip), *clip_range)), tuple(labels))
+                    RangeCheck("CLIP", float(clip), *clip_range)), tuple(labels), subset_of,
+                   require_full)
 
 
 def mlperf_line(fid: float, clip: float) -> str:
@@ -115,7 +142,8 @@ def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any
     fid_check, clip_check = verdict.checks
     worst = sorted(zip(result.clip_per_sample, result.sample_ids, strict=True))[:10]
     record: dict[str, Any] = {
-        "verdict": "pass" if verdict.passed else "fail",
+        "verdict": verdict.state,
+        "require_full": verdict.require_full,
         "comparable_with_mlperf": not verdict.labels,
         "labels": list(verdict.labels),
         "fid": {**fid_check.to_dict(),

@@ -77,10 +77,11 @@ class SlurmOptions:
         return self
 
 
-def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
+def add_slurm_arguments(parser: argparse.ArgumentParser, resumable: bool = True) -> None:
     """Slurm flags for the `run` subparser. `--partition` is taken there by the GPU
     partition mode (spx/cpx), so the Slurm partition is `--slurm-partition`."""
-    g = parser.add_argument_group("Slurm (--executor slurm; on --resume, default: as recorded)")
+    g = parser.add_argument_group("Slurm (--executor slurm" + (
+        "; on --resume, default: as recorded)" if resumable else ")"))
     g.add_argument("--nodes", type=int, help="array tasks, one per node (default 1)")
     g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
     g.add_argument("--time", metavar="T", help="sbatch --time per node task, e.g. 2:00:00")

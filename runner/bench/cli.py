@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-import yaml
-
 from runner.batch.cluster import add_slurm_arguments
+from runner.clihelp import add_profile, document, profile_overrides, renamed
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
+
+DEFAULT_SKU = "mi300"  # IREE CI's, and `runner goldens check`'s
+STAGE_REPETITIONS = 5
 
 
 def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
@@ -34,13 +37,7 @@ def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
 def _profile(args: argparse.Namespace):
     from runner.profile import load_profile
 
-    overrides = {}
-    for item in args.set or []:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set")
-        overrides[key] = yaml.safe_load(value)
-    return load_profile(args.profile, overrides)
+    return load_profile(args.profile, profile_overrides(args.set))
 
 
 def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
@@ -55,12 +52,13 @@ def _golden_options(args: argparse.Namespace):
     from runner.bench.goldens import GoldenOptions
 
     return GoldenOptions(
-        sku=args.sku, rocm_chip=args.rocm_chip,
+        sku=args.sku or os.environ.get("SKU", "").strip() or DEFAULT_SKU,
+        rocm_chip=args.rocm_chip,
         quality_dir=Path(args.quality_dir) if getattr(args, "quality_dir", None) else None,
         files_dir=Path(args.files_dir) if getattr(args, "files_dir", None) else None,
         device=getattr(args, "golden_device", None), dry_run=args.dry_run,
-        offline=getattr(args, "offline", None), repetitions=args.golden_repetitions,
-        min_time=args.golden_min_time, warmup=args.golden_warmup,
+        offline=getattr(args, "offline", None), repetitions=args.repetitions,
+        min_time=args.min_time, warmup=args.warmup,
         out=Path(args.out) / "goldens" if args.out and not args.dry_run else None)
 
 
@@ -94,7 +92,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cpds=_ints(args.cpd, "--cpd"), batch_sizes=_ints(args.batch_size, "--batch-size"),
         throughput=not args.no_throughput, stages=not args.no_stages,
         stage_filter=tuple(args.stage or ()),
-        settings=BenchSettings(repetitions=args.repetitions, min_time=args.min_time,
+        settings=BenchSettings(repetitions=args.repetitions or STAGE_REPETITIONS,
+                               min_time=args.min_time,
                                warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ())),
         ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, goldens=goldens,
         golden_options=_golden_options(args), dry_run=args.dry_run,
@@ -128,15 +127,23 @@ def cmd_goldens(args: argparse.Namespace) -> int:
     return code
 
 
-def _golden_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument("--sku", default="cpu", help="which golden_* entry applies (default: cpu)")
-    p.add_argument("--rocm-chip", default="gfx942", help="ROCm chip to compile for")
-    p.add_argument(f"--{prefix}repetitions", dest="golden_repetitions", type=int,
-                   help="override the files' --benchmark_repetitions")
-    p.add_argument(f"--{prefix}min-time", dest="golden_min_time",
-                   help="add --benchmark_min_time (e.g. 0.1s or 10x)")
-    p.add_argument(f"--{prefix}warmup", dest="golden_warmup", type=float,
-                   help="override the files' --benchmark_min_warmup_time (seconds)")
+def _golden_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sku", help=f"which golden_* entry applies (default: $SKU, else "
+                   f"{DEFAULT_SKU}, as `runner goldens check`)")
+    p.add_argument("--rocm-chip", default="gfx942",
+                   help="ROCm chip to compile for (default: gfx942)")
+
+
+def _benchmark_flags(p: argparse.ArgumentParser) -> None:
+    """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike."""
+    p.add_argument("--repetitions", type=int, metavar="N",
+                   help="--benchmark_repetitions (default: stage latencies "
+                   f"{STAGE_REPETITIONS}, goldens the file's own)")
+    p.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
+    p.add_argument("--warmup", type=float,
+                   help="--benchmark_min_warmup_time in seconds (goldens: replaces the file's)")
+    for old in ("repetitions", "min-time", "warmup"):
+        renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -145,9 +152,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "benchmark goldens -> bench.json + bench.md",
         description="Without a subcommand: run the layout(s) and measure stage latencies. "
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
-    bench.add_argument("--profile", default="cpu", help="profile name or YAML (default: cpu)")
-    bench.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="override any profile field")
+    add_profile(bench)
     g = bench.add_argument_group("layouts (comma lists sweep every combination)")
     g.add_argument("--devices", action="append", metavar="IDS",
                    help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for "
@@ -163,17 +168,15 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "source:<sha> (a bare SHA means source:), build-dir:<path>; each is "
                    "built as a harness image and compiles and runs its own modules")
     r.add_argument("--image", help="one prebuilt harness image instead of --iree")
-    add_slurm_arguments(bench)
+    add_slurm_arguments(bench, resumable=False)
     bench.add_argument("--count", type=int, default=32,
-                       help="samples 0..N-1 per layout (default 32)")
-    bench.add_argument("--out", help="directory for runs, inputs, bench.json and bench.md")
+                       help="samples 0..N-1 per layout (default: 32)")
+    bench.add_argument("--out", metavar="DIR",
+                       help="directory for runs, inputs, bench.json and bench.md")
     bench.add_argument("--dry-run", action="store_true",
                        help="print every command and run it would start; run nothing")
-    m = bench.add_argument_group("stage latency (iree-benchmark-module)")
-    m.add_argument("--repetitions", type=int, default=5,
-                   help="--benchmark_repetitions (default 5)")
-    m.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
-    m.add_argument("--warmup", type=float, help="--benchmark_min_warmup_time in seconds")
+    m = bench.add_argument_group("iree-benchmark-module (stage latencies and goldens)")
+    _benchmark_flags(m)
     m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
                    help="extra iree-benchmark-module flag, e.g. --device_allocator=caching")
     m.add_argument("--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
@@ -188,8 +191,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     gg = bench.add_argument_group("benchmark goldens")
     gg.add_argument("--goldens", nargs="*", metavar="FILES|DIR",
                     help="also check these benchmark goldens (no value: goldens/tiny-bench)")
-    _golden_flags(gg, prefix="golden-")
+    _golden_flags(gg)
     bench.set_defaults(func=cmd_bench)
+    document(bench, "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 "
+             "--out runs/bench",
+             "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/"
+             "tiny_bmm_spec_cpu.mlir --no-throughput",
+             "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
+             "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep",
+             out="a directory: one run dir per layout, bench.json, bench.md")
 
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
     p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
@@ -197,6 +207,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help="benchmark JSONs or directories (default: goldens/tiny-bench)")
     _golden_flags(p)
+    _benchmark_flags(p)
     p.add_argument("--quality-dir", help="where the matching quality tests are "
                    "(default: the file's quality_test field, or ../../quality_tests/<model>)")
     p.add_argument("--files-dir", help="IREE CI's test files: e2e MLIR, tuner specs")
@@ -205,6 +216,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", default=None,
                    help="use only cached downloads")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
-    p.add_argument("--out", help="write bench.json and bench.md here")
+    p.add_argument("--out", metavar="DIR", help="write bench.json and bench.md here")
     p.set_defaults(func=cmd_goldens)
+    document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
+             "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",
+             out="a directory for bench.json and bench.md")
     return bench

@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from runner.clihelp import document
 from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, image_info, parse_source
 
 
@@ -53,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--base-image", default=DEFAULT_BASE_IMAGE,
                    help="a ROCm dev image in the labs (default: %(default)s, made by "
                    "scripts/docker_setup.sh)")
-    p.add_argument("--tag", action="append", help="extra tag(s) besides the content tag")
+    p.add_argument("--tag", action="append",
+                   help="extra tag besides the content tag (repeatable)")
     p.add_argument("--dry-run", action="store_true",
                    help="stage the context and print the equivalent `docker build` command")
     p.add_argument("--find-links", help="wheels: --find-links URL for nightly wheels")
@@ -67,10 +69,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="rebuild every layer even if the content tag exists")
     p.add_argument("--quiet", action="store_true", help="no build log on stderr")
     p.set_defaults(func=cmd_image_build)
+    document(p, "runner image build --from wheels:3.13.0",
+             "runner image build --from source:<sha> --dry-run",
+             "runner image build --from build-dir:/path/to/iree-build")
 
     p = sub.add_parser("inspect", help="image ID, labels and the IREE provenance recorded "
                        "inside it (JSON)")
-    p.add_argument("ref", metavar="TAG")
+    p.add_argument("ref", metavar="TAG", help="image tag or ID")
     p.add_argument("--no-provenance", action="store_true",
                    help="skip reading /opt/runner/iree-provenance.json from the image")
     p.set_defaults(func=cmd_image_inspect)
+    document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
+    document(image, "runner image build --from wheels:3.13.0",
+             "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")

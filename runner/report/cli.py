@@ -1,8 +1,7 @@
 """`runner report RUN_DIR [--against RUN_DIR]`: (re)writes a run's four report files.
 
-`register(subparsers)` adds it to the main parser; `main(argv)` runs it standalone
-(`runner report RUN_DIR`). Exit 0 when the files were written, whatever the
-verdict (CI reads the verdict from junit.xml); 2 on bad input.
+`register(subparsers)` adds it to the main `runner` parser. Exit 0 when the files were
+written, whatever the verdict (CI reads the verdict from junit.xml); 2 on bad input.
 """
 
 from __future__ import annotations
@@ -10,10 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runner.clihelp import document
 from runner.errors import RunnerError
 from runner.report.collect import WORST_DEFAULT
-
-EXIT_ERROR = 2
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -32,7 +30,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir to report on")
     p.add_argument("--against", metavar="RUN_DIR",
                    help="another run to compare images with (PSNR/SSIM; the [metrics] extra)")
     p.add_argument("--worst", type=int, default=WORST_DEFAULT,
@@ -47,5 +45,9 @@ def register(subparsers) -> None:
         description="Reads a run dir (run.json, worker stats, samples, accuracy.json when "
                     "`runner score` has run) and writes summary.md (a CI job summary), "
                     "results.json, junit.xml (one testcase per check) and a self-contained "
-                    "report.html. Exit 0 when written, 2 on bad input.")
+                    "report.html. Exit 0 when written, whatever the verdict (CI reads it from "
+                    "junit.xml), 2 on bad input. Under GitHub Actions summary.md is appended "
+                    "to $GITHUB_STEP_SUMMARY and failures print as ::error:: annotations.")
     add_arguments(p)
+    document(p, "runner report runs/main", "runner report runs/main --against runs/other",
+             out="a directory for the four files (default: RUN_DIR itself)")

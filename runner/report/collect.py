@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from runner.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.report.thumbs import thumbnail_png
 from runner.store import SampleStore
 
-PASS, FAIL, NOT_SCORED = "PASS", "FAIL", "NOT SCORED"
+PASS, FAIL, NOT_SCORED, SUBSET = "PASS", "FAIL", "NOT SCORED", "SUBSET"
 GALLERY_MAX = 12
 WORST_DEFAULT = 8
 NO_CAPTION = "(caption unavailable)"
@@ -42,6 +42,7 @@ class Check:
     status: str  # pass | fail | skip
     message: str  # one line, with the numbers
     details: str = ""  # e.g. a dead worker's log tail
+    seconds: float = 0.0  # what producing the checked thing took: JUnit's testcase time
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Scores:
     ranges_samples: str
     labels: tuple[str, ...]  # why the numbers are not comparable with MLPerf's ranges
     subset: bool
+    require_full: bool  # a subset is then a failure, not "not judged"
     backbones: str
     backbones_mode: str
     profile: str
@@ -67,6 +69,13 @@ class Scores:
     @property
     def passed(self) -> bool:
         return self.fid.passed and self.clip.passed
+
+    @property
+    def state(self) -> str:
+        """pass | fail | subset, as runner.accuracy.verdict.Verdict.state decides it."""
+        if self.subset:
+            return "fail" if self.require_full else "subset"
+        return "pass" if self.passed else "fail"
 
     @property
     def seeded(self) -> bool:
@@ -186,7 +195,9 @@ class RunReport:
     def verdict(self) -> str:
         if any(c.status == "fail" for c in self.checks):
             return FAIL
-        return NOT_SCORED if self.scores is None else PASS
+        if self.scores is None:
+            return NOT_SCORED
+        return SUBSET if self.scores.subset else PASS
 
     @property
     def failures(self) -> list[Check]:
@@ -277,6 +288,7 @@ def read_scores(run_dir: Path) -> tuple[Scores | None, str]:
         fid=fid, clip=clip, n=int(data.get("n", 0)), sample_ids=str(data.get("sample_ids", "")),
         ranges_samples=str(data.get("ranges_samples", "")),
         labels=tuple(str(x) for x in data.get("labels", [])), subset=bool(data.get("subset")),
+        require_full=bool(data.get("require_full")),
         backbones=str(backbones.get("label", "?")), backbones_mode=str(backbones.get("mode", "?")),
         profile=str(data.get("profile", "?")), mlperf_line=str(data.get("mlperf_line", "")),
         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
@@ -427,7 +439,36 @@ def _range_check(metric: str, check: RangeCheck | None, scores: Scores | None, n
     message = (f"{metric} {number(check.value)} {where} [{number(check.low)}, "
                f"{number(check.high)}]: {margin_text(check)}")
     notes = "\n".join(f"note: {label}" for label in (scores.labels if scores else ()))
+    if scores is not None and scores.subset:
+        # The ranges hold for another sample set: shown, never judged (see accuracy.verdict).
+        return Check(name, title, "skip", f"subset of {scores.n}, not judged: {message}", notes)
     return Check(name, title, "pass" if check.passed else "fail", message, notes)
+
+
+def _full_set(scores: Scores | None) -> tuple[Check, ...]:
+    """With --require-full, a subset is a failure of its own, named as such."""
+    if scores is None or not scores.require_full:
+        return ()
+    title = "the full sample set was scored (--require-full)"
+    if scores.subset:
+        return (Check("full_set", title, "fail",
+                      f"only {scores.n} samples ({scores.sample_ids}) were scored; the "
+                      f"ranges hold for {scores.ranges_samples}"),)
+    return (Check("full_set", title, "pass", f"{scores.n} samples: the ranges' set"),)
+
+
+def _timed(checks: tuple[Check, ...], timing: Timing, scores: Scores | None,
+           workers: dict[str, WorkerReport]) -> tuple[Check, ...]:
+    """Each check's time: the run's for completeness, scoring's for the score checks, a
+    worker's load + batch time for its survival."""
+    def seconds(c: Check) -> float:
+        if c.name == "completeness":
+            return timing.total_s
+        if c.name.startswith("worker_survived["):
+            w = workers.get(c.name.removeprefix("worker_survived[").removesuffix("]"))
+            return w.load_s + w.busy_s if w else 0.0
+        return (scores.seconds or 0.0) if scores else 0.0
+    return tuple(replace(c, seconds=seconds(c)) for c in checks)
 
 
 def _survival(names: list[str], deaths: list[Death], workers: dict[str, WorkerReport]
@@ -481,10 +522,12 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
     scores, note = read_scores(run_dir)
     captions = _captions(manifest)
     gallery, kind = _gallery(run_dir, done, captions, scores)
-    checks = (_completeness(run_dir, len(requested_ids), missing, unexpected),
-              _range_check("FID", scores.fid if scores else None, scores, note),
-              _range_check("CLIP", scores.clip if scores else None, scores, note),
-              *_survival(names, deaths, workers))
+    timing = _timing(manifest, list(workers.values()), len(done))
+    checks = _timed((_completeness(run_dir, len(requested_ids), missing, unexpected),
+                     _range_check("FID", scores.fid if scores else None, scores, note),
+                     _range_check("CLIP", scores.clip if scores else None, scores, note),
+                     *_full_set(scores),
+                     *_survival(names, deaths, workers)), timing, scores, workers)
     comparison = (_comparison(run_dir, Path(against), worst, captions)
                   if against is not None else None)
     reproduce = run_dir / "reproduce.sh"
@@ -504,7 +547,7 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
         image=manifest.get("image"), host=manifest.get("host") or {},
         slurm={"version": slurm.get("version"), "jobs": len(slurm.get("jobs", [])),
                "nodes": len(slurm.get("nodes", {}))} if isinstance(slurm, dict) else None,
-        compiled=compiled, timing=_timing(manifest, list(workers.values()), len(done)),
+        compiled=compiled, timing=timing,
         workers=tuple(workers.values()), deaths=tuple(deaths), scores=scores, score_note=note,
         checks=checks, gallery=tuple(gallery), gallery_kind=kind, comparison=comparison,
         reproduce=reproduce.read_text(errors="replace") if reproduce.is_file() else "",

@@ -15,6 +15,7 @@ from runner.report.collect import (
     FAIL,
     NOT_SCORED,
     PASS,
+    SUBSET,
     RunReport,
     Sample,
     label_parts,
@@ -25,7 +26,7 @@ from runner.report.junit import xml_text
 from runner.report.markdown import layout_line
 from runner.report.thumbs import data_uri
 
-VERDICT_CLASS = {PASS: "pass", FAIL: "fail", NOT_SCORED: "none"}
+VERDICT_CLASS = {PASS: "pass", FAIL: "fail", NOT_SCORED: "none", SUBSET: "none"}
 WORKER_TABLE_OPEN = 16  # longer plans start folded
 
 CSS = """
@@ -62,7 +63,8 @@ th, td { border: 1px solid var(--line); padding: 4px 9px; text-align: left;
 th { background: var(--soft); font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .st { font-weight: 700; white-space: nowrap; }
-.st.pass { color: var(--pass); } .st.fail { color: var(--fail); } .st.skip { color: var(--none); }
+.st.pass { color: var(--pass); } .st.fail { color: var(--fail); }
+.st.skip, .st.none { color: var(--none); }
 .scores { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr));
           gap: 16px; }
 .score { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
@@ -156,10 +158,11 @@ def _scores(r: RunReport) -> str:
                 f"<b>Not scored:</b> {rich(r.score_note)}</div></section>")
     cards = []
     for m in (s.fid, s.clip):
-        state = "pass" if m.passed else "fail"
+        state = "none" if s.subset else "pass" if m.passed else "fail"
+        shown = "NOT JUDGED (subset)" if s.subset else state.upper()
         cards.append(
             f'<div class="score"><h3>{e(m.metric)} <span class="st {state}">'
-            f"{'PASS' if m.passed else 'FAIL'}</span></h3>{range_bar(m)}"
+            f"{shown}</span></h3>{range_bar(m)}"
             f"<p><b>{e(number(m.value))}</b> against [{e(number(m.low))}, "
             f"{e(number(m.high))}]: {e(margin_text(m))}</p></div>")
     return ('<section id="scores"><h2>Accuracy</h2><div class="scores">' + "".join(cards)

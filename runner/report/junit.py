@@ -33,7 +33,8 @@ def junit_xml(report: RunReport) -> bytes:
         if value is not None:
             ET.SubElement(props, "property", name=name, value=xml_text(value))
     for c in checks:
-        case = ET.SubElement(suite, "testcase", classname=f"report.{r.profile}", name=c.name)
+        case = ET.SubElement(suite, "testcase", classname=f"report.{r.profile}", name=c.name,
+                             time=f"{c.seconds:.3f}")
         if c.status == "fail":
             ET.SubElement(case, "failure", message=xml_text(c.message), type=c.name).text = (
                 xml_text("\n\n".join(x for x in (c.message, c.details) if x)))

@@ -8,9 +8,17 @@ from __future__ import annotations
 import re
 
 from runner.mdtable import md_table
-from runner.report.collect import FAIL, PASS, RunReport, label_parts, margin_text, number
+from runner.report.collect import (
+    FAIL,
+    PASS,
+    SUBSET,
+    RunReport,
+    label_parts,
+    margin_text,
+    number,
+)
 
-ICONS = {PASS: "✅", FAIL: "❌"}
+ICONS = {PASS: "✅", FAIL: "❌", SUBSET: "🔹"}
 STATUS = {"pass": "✅ pass", "fail": "❌ FAIL", "skip": "⚪ skipped"}
 
 
@@ -99,7 +107,8 @@ def markdown(report: RunReport) -> str:
                       [[esc(c.title), STATUS[c.status], esc(c.message)] for c in r.checks]), ""]
     if s is not None:
         rows = [[m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
-                 margin_text(m), "✅ PASS" if m.passed else "❌ FAIL"] for m in (s.fid, s.clip)]
+                 margin_text(m), "⚪ not judged (subset)" if s.subset
+                 else "✅ PASS" if m.passed else "❌ FAIL"] for m in (s.fid, s.clip)]
         lines += ["### Scores", "", *md_table(["metric", "score", "range", "margin", "result"],
                                             rows), "",
                   f"{s.n} samples scored ({esc(s.sample_ids)}; ranges set for "

@@ -41,7 +41,7 @@ def results(report: RunReport) -> dict[str, Any]:
         "samples": {"requested": r.requested, "done": r.done, "missing": list(r.missing),
                     "unexpected": list(r.unexpected), "status": r.status},
         "scores": None if s is None else {
-            "verdict": "pass" if s.passed else "fail",
+            "verdict": s.state,
             "fid": _range(s.fid), "clip": _range(s.clip),
             "n": s.n, "sample_ids": s.sample_ids, "ranges_samples": s.ranges_samples,
             "subset": s.subset, "comparable_with_mlperf": not s.labels,

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from runner.fileio import atomic_write_bytes
-from runner.report.collect import WORST_DEFAULT, RunReport, collect
+from runner.report.ci import publish
+from runner.report.collect import WORST_DEFAULT, RunReport, collect, label_parts
 from runner.report.html import render_html
 from runner.report.junit import junit_xml
 from runner.report.markdown import markdown
@@ -36,7 +37,8 @@ def write_reports(run_dir: Path, against: Path | None = None, out: Path | None =
     """summary.md, results.json, junit.xml, report.html into `out` (default: the run dir).
 
     `against`: another run (or generate dir, or accuracy log dir) to compare images with;
-    needs the [metrics] extra. Returns the paths written, in REPORT_FILES order.
+    needs the [metrics] extra. Returns the paths written, in REPORT_FILES order. Under
+    GitHub Actions, summary.md also goes to the job summary and failures become annotations.
     """
     report = collect(Path(run_dir), Path(against) if against else None, worst)
     files = render(report)
@@ -46,4 +48,7 @@ def write_reports(run_dir: Path, against: Path | None = None, out: Path | None =
         path = target / name
         atomic_write_bytes(path, data)
         paths.append(path)
+    publish(files[SUMMARY_MD].decode("utf-8"),
+            errors=[(c.title, c.message) for c in report.failures],
+            warnings=[(head or "note", rest) for head, rest in map(label_parts, report.labels)])
     return paths
