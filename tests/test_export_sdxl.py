@@ -194,7 +194,8 @@ def test_seeded_model_refuses_scoring():
 
 # --- the seeded full-size export against IREE CI's SDXL signatures ---------------------
 
-_FUNC = re.compile(r"func\.func @(\w+)\((.*?)\)\s*->\s*(.*?)\s*(?:attributes|\{)", re.S)
+_FUNC = re.compile(r"func\.func (?:private )?@([\w.]+)\((.*?)\)\s*->\s*(.*?)\s*"
+                   r"(?:attributes\b|\{|\n)", re.S)
 
 
 def _mlir_type(text: str) -> str:
