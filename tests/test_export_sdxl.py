@@ -183,13 +183,17 @@ def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
         "clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir", "vae_bs32.mlir"]
 
 
-def test_seeded_model_refuses_scoring():
+def test_seeded_model_refuses_scoring(tmp_path, capsys):
     from runner.profile import load_profile
 
     model = load_profile("sdxl-seeded").model
     assert model.source == "seeded:sdxl"
     with pytest.raises(RunnerError, match=r"scoring refused.*seeded random weights"):
         model.check_scorable()
+    (tmp_path / "mlperf_log_accuracy.json").write_text("[]\n")
+    assert main(["score", str(tmp_path), "--profile", "sdxl-seeded",
+                 "--log", str(tmp_path / "mlperf_log_accuracy.json")]) == 2
+    assert "scoring refused for model sdxl-seeded-sdxl" in capsys.readouterr().err
 
 
 # --- the seeded full-size export against IREE CI's SDXL signatures ---------------------

@@ -116,6 +116,7 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
                  backbones: Backbones | None = None) -> RunScore:
     source = open_source(Path(run_dir), Path(log) if log else None)
     prof = resolve_profile(source, profile)
+    prof.model.check_scorable()  # seeded random weights: images that mean nothing
     require_ranges(prof.accuracy, str(prof.path))
     captions = load_captions(*([source.captions] if source.captions else []))
     p = plan(source, prof, captions, allow_subset)
