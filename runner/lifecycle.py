@@ -322,9 +322,10 @@ class Lifecycle:
         with self._step(self.run.path / LOG_NAME):
             return aggregate(self.run.path, allow_incomplete=allow_incomplete)
 
-    def score(self, profile: str | None = None, allow_subset: bool = False) -> Any:
+    def score(self, profile: str | None = None, allow_subset: bool = False,
+              require_full: bool = False) -> Any:
         """FID/CLIP against the profile's ranges; None (saying why) when the profile has no
-        ranges or the [metrics] extra is missing."""
+        ranges or the [metrics] extra is missing. `require_full`: a subset fails."""
         if profile is None and self.profile.accuracy.fid is None:
             print("not scored: the profile has no accuracy ranges", file=sys.stderr)
             return None
@@ -334,7 +335,8 @@ class Lifecycle:
             print(f"not scored: {e} (pip install -e '.[metrics]')", file=sys.stderr)
             return None
         with self._step(self.run.path / ACCURACY_JSON):
-            return evaluate_run(self.run.path, profile=profile, allow_subset=allow_subset)
+            return evaluate_run(self.run.path, profile=profile, allow_subset=allow_subset,
+                                require_full=require_full)
 
     def report(self, against: Path | None = None) -> list[Path]:
         from runner.report import write_reports
@@ -342,21 +344,22 @@ class Lifecycle:
         with self._step(self.run.path / "summary.md"):
             return list(write_reports(self.run.path, against=against))
 
-    def complete(self, score: bool | None = None, reports: bool = True) -> Completed:
+    def complete(self, score: bool | None = None, reports: bool = True,
+                 require_full: bool = False) -> Completed:
         """Aggregate -> score (as the run was made, unless told) -> complete -> reports
         (left to the caller with reports=False, e.g. to compare against a baseline)."""
         result = Completed(self.aggregate())
         if self.manifest.score if score is None else score:
-            result.score = self.score()
+            result.score = self.score(require_full=require_full)
         self.manifest.status = "complete"
         self.run.save(self.manifest)
         if reports:
             result.reports = self.report()
         return result
 
-    def rescore(self) -> Completed:
+    def rescore(self, require_full: bool = False) -> Completed:
         """A complete run scored again (asked for with --rescore), reports rewritten."""
-        result = Completed(self.aggregate(), self.score())
+        result = Completed(self.aggregate(), self.score(require_full=require_full))
         result.reports = self.report()
         return result
 

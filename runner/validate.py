@@ -26,7 +26,7 @@ import yaml
 
 from runner.compiled_model import CompiledModel
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
-from runner.errors import RunnerError
+from runner.errors import EXIT_FAILED, EXIT_OK, RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.paths import cache_dir
 from runner.profile import Profile
@@ -47,6 +47,7 @@ class ValidateRequest:
     baseline: Path | None = None
     base_image: str | None = None
     dry_run: bool = False
+    require_full: bool = False  # a subset fails instead of being "not judged"
 
 
 def _key(*parts: Any) -> str:
@@ -94,7 +95,8 @@ class Validation:
 
 
 def validate(req: ValidateRequest) -> int:
-    """0 only if every step passed; 1 when accuracy or goldens fail (saying which)."""
+    """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
+    accuracy or goldens fail (saying which), or a subset with `require_full`."""
     from runner.docker.image import build_image, parse_source
 
     # Absolute: paths under it go into containers, which do not share our cwd.
@@ -138,11 +140,13 @@ def validate(req: ValidateRequest) -> int:
     run_dir = out / RUN
     verdict = _run_and_score(req, ledger, built.tag, run_dir, compile_fn)
     passed = verdict.get("passed", False)
+    subset = verdict.get("state") == "subset"  # fewer samples than the ranges: not judged
     if req.goldens and not req.dry_run and not passed:
-        ledger.state["goldens"] = ("not run: accuracy failed, so these outputs must not "
-                                   "become goldens")
-        print(f"validate: accuracy FAILED ({verdict.get('summary')}); stopping before the "
-              "goldens step", file=sys.stderr)
+        ledger.state["goldens"] = ("not run: " + ("a subset is not judged" if subset else
+                                                  "accuracy failed")
+                                   + ", so these outputs must not become goldens")
+        print(f"validate: accuracy {'not judged (subset)' if subset else 'FAILED'} "
+              f"({verdict.get('summary')}); stopping before the goldens step", file=sys.stderr)
     elif req.goldens:
         passed = _goldens(req, ledger, built.tag, built.image_id) and passed
     if req.baseline and not req.dry_run:
@@ -152,8 +156,11 @@ def validate(req: ValidateRequest) -> int:
 
         with Lifecycle.open(run_dir) as lc:
             lc.report(against=req.baseline / RUN if req.baseline else None)
-    _write_report(out, ledger, passed)
-    return 0 if passed else 1
+    outcome = ("DRY RUN (nothing was run or judged)" if req.dry_run else
+               "SUBSET (not judged against the full-set ranges)" if subset else
+               "PASS" if passed else "FAIL")
+    _write_report(out, ledger, passed, outcome)
+    return EXIT_OK if passed or subset or req.dry_run else EXIT_FAILED
 
 
 def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -213,10 +220,10 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
         # labelled as a subset (not comparable with the full-set ranges) in every report.
         with Lifecycle.open(run_dir) as lc:
             score = lc.score(profile=str((req.out / "profile.yaml").resolve()),
-                             allow_subset=True)
+                             allow_subset=True, require_full=req.require_full)
         lines = score.verdict.lines()
-        return {"passed": score.verdict.passed, "fid": score.result.fid,
-                "clip": score.result.clip, "summary": "; ".join(lines),
+        return {"passed": score.verdict.passed, "state": score.verdict.state,
+                "fid": score.result.fid, "clip": score.result.clip, "summary": "; ".join(lines),
                 "accuracy_json": str(score.json_path)}
 
     verdict = ledger.step("score", _key(sha256_file(run_dir / "dataset.json"),
@@ -262,10 +269,10 @@ def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str |
     return True
 
 
-def _write_report(out: Path, ledger: Validation, passed: bool) -> None:
+def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> None:
     state = ledger.state
-    state["passed"] = passed
-    lines = [f"# validate: {'PASS' if passed else 'FAIL'}", "",
+    state["passed"], state["outcome"] = passed, outcome
+    lines = [f"# validate: {outcome}", "",
              f"- IREE: `{state['iree']}` in image `{state['image']['tag']}` "
              f"(`{state['image']['id']}`)",
              f"- profile: `{state['profile']}`, {state['samples']} samples", "",
