@@ -222,7 +222,9 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
          ) -> tuple[list[Path], list[Path], list[str]]:
     """IREE CI's e2e file: every listed submodel's main module and weights, then the
     pipeline compiled from `mlir_file_name` with the file's `compile_flags`."""
-    modules, weights, commands = [], [], []
+    modules: list[Path] = []
+    weights: list[Path] = []
+    commands: list[str] = []
     for name in bench.extra["modules"]:
         stem = f"{str(name).removeprefix(bench.model + '_')}_{bench.backend}"
         built = compile_quality(quality_test_for(bench, opts, stem), opts, compiler,

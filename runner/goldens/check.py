@@ -315,7 +315,8 @@ def _run_isolated(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
     finally:
         receive.close()
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.pid is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # it had not made its group yet
         proc.kill()
     proc.join()
@@ -344,7 +345,7 @@ def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
                                           ("expected_output", test.outputs, p.outputs,
                                            expected)):
             for i, (_, path, array) in enumerate(zip(refs, paths, arrays, strict=True)):
-                if path is not None and tensor_format(path) == ".irpa":
+                if path is not None and array is not None and tensor_format(path) == ".irpa":
                     write_tensor(out / f"{flag}{i}.npy", array)
     try:
         session = IreeSession(p.device)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from runner.errors import RunnerError
 
@@ -98,9 +98,17 @@ class Expression:
 
 
 class Selectable(Protocol):
-    name: str
-    backend: str
-    markers: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def markers(self) -> tuple[str, ...]: ...
+
+
+T = TypeVar("T", bound=Selectable)
 
 
 @dataclass(frozen=True)
@@ -164,8 +172,8 @@ def backend_name(value: str | None, where: str) -> str | None:
     return backend
 
 
-def select(tests: Iterable[tuple[Selectable, str]], selection: Selection, where: Iterable[Path]
-           ) -> list:
+def select(tests: Iterable[tuple[T, str]], selection: Selection, where: Iterable[Path]
+           ) -> list[T]:
     """The tests `selection` keeps (each given with its submodel); none kept is an error
     that says which choice excluded them and what the files offer."""
     tests = list(tests)

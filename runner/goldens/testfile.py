@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from runner.errors import RunnerError
 from runner.goldens.select import Selection, select
@@ -208,24 +208,33 @@ class _Fields:
         got = type(self.raw[key]).__name__
         return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}")
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+    @overload
+    def text(self, key: str, default: str) -> str: ...
+
+    @overload
+    def text(self, key: str, default: None = None) -> str | None: ...
+
+    def text(self, key: str, default: str | None = None) -> str | None:
         if key not in self.raw or self.raw[key] is None:
-            if required:
-                raise RunnerError(f"missing required field `{key}`",
-                                  where=f"{self.where}: {key}",
-                                  fix=f'add "{key}": "<URL or path>"')
             return default
         if not isinstance(self.raw[key], str) or not self.raw[key]:
             raise self._bad(key, "a non-empty string")
         return self.raw[key]
 
-    def bool(self, key: str) -> bool:
+    def required(self, key: str) -> str:
+        value = self.text(key)
+        if value is None:
+            raise RunnerError(f"missing required field `{key}`", where=f"{self.where}: {key}",
+                              fix=f'add "{key}": "<URL or path>"')
+        return value
+
+    def flag(self, key: str) -> bool:
         value = self.raw.get(key, False)
         if not isinstance(value, bool):
             raise self._bad(key, "true or false")
         return value
 
-    def strs(self, key: str) -> tuple[str, ...]:
+    def texts(self, key: str) -> tuple[str, ...]:
         value = self.raw.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self._bad(key, "a list of strings")
@@ -368,9 +377,9 @@ def load_test_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> list[Golde
 
 def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
                  pipeline_flags: tuple[str, ...]) -> tuple[ModuleDef, ...]:
-    main = ModuleDef("model", f.str("mlir", required=True), flags, f"{path}: mlir", path.parent)
-    pipeline = f.str("pipeline_mlir")
-    add = f.bool("add_pipeline_module")
+    main = ModuleDef("model", f.required("mlir"), flags, f"{path}: mlir", path.parent)
+    pipeline = f.text("pipeline_mlir")
+    add = f.flag("add_pipeline_module")
     if add and not pipeline:
         raise RunnerError("`add_pipeline_module` is true but there is no `pipeline_mlir`",
                           where=f"{path}: add_pipeline_module",
@@ -382,10 +391,10 @@ def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
 
 
 def _old_common(path: Path, f: _Fields) -> dict[str, Any]:
-    weights = f.str("real_weights")
+    weights = f.text("real_weights")
     return dict(
         path=path, model=path.resolve().parent.name, inputs=f.tensors("inputs"),
-        outputs=f.tensors("outputs"), compile_only=f.bool("compile_only"),
+        outputs=f.tensors("outputs"), compile_only=f.flag("compile_only"),
         weights=(WeightRef("model", weights, f"{path}: real_weights"),) if weights else (),
         tuner_file=f.mapping("tuner_file", str),
     )
@@ -394,16 +403,16 @@ def _old_common(path: Path, f: _Fields) -> dict[str, Any]:
 def _quality_test(path: Path, raw: dict) -> GoldenTest:
     f = _Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
-    flags = f.strs("compiler_flags")
+    flags = f.texts("compiler_flags")
     backend = _backend(raw, suffix, flags, str(path))
     return GoldenTest(
         **_old_common(path, f), schema="quality", submodel=submodel, backend=backend,
-        modules=_old_modules(path, f, flags, f.strs("pipeline_compiler_flags")),
+        modules=_old_modules(path, f, flags, f.texts("pipeline_compiler_flags")),
         markers=("quality", backend),
-        device=f.str("device", DEFAULT_DEVICES[backend]),
-        threshold_args=f.strs("threshold_args"), run_function=f.str("run_function", "main"),
-        run_test_expecting_to_fail=f.bool("run_test_expecting_to_fail"),
-        compile_chip_expecting_to_fail=f.strs("compile_chip_expecting_to_fail"),
+        device=f.text("device", DEFAULT_DEVICES[backend]),
+        threshold_args=f.texts("threshold_args"), run_function=f.text("run_function", "main"),
+        run_test_expecting_to_fail=f.flag("run_test_expecting_to_fail"),
+        compile_chip_expecting_to_fail=f.texts("compile_chip_expecting_to_fail"),
         extra={k: v for k, v in raw.items() if k not in QUALITY_FIELDS},
     )
 
@@ -414,20 +423,20 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
     tests = []
     for backend in BACKENDS:
-        if backend == "cpu" and f.bool("rocm_tests_only"):
+        if backend == "cpu" and f.flag("rocm_tests_only"):
             continue
-        flags = (*f.strs(f"{backend}_compiler_flags"), *REGRESSION_TARGET_FLAGS[backend])
+        flags = (*f.texts(f"{backend}_compiler_flags"), *REGRESSION_TARGET_FLAGS[backend])
         pipeline_flags = flags if backend == "cpu" else (
-            *f.strs("rocm_pipeline_compiler_flags"), *REGRESSION_TARGET_FLAGS["rocm"])
+            *f.texts("rocm_pipeline_compiler_flags"), *REGRESSION_TARGET_FLAGS["rocm"])
         tests.append(GoldenTest(
             **{**common, "tuner_file": common["tuner_file"] if backend == "rocm" else {}},
             schema="regression", submodel=path.stem, backend=backend,
             modules=_old_modules(path, f, flags, pipeline_flags),
             markers=("quality", backend), device=DEFAULT_DEVICES[backend],
-            threshold_args=f.strs(f"{backend}_threshold_args"),
-            run_function=f.str(f"run_{backend}_function", "main"),
-            run_test_expecting_to_fail=f.bool(f"{backend}_run_test_expecting_to_fail"),
-            compile_chip_expecting_to_fail=(f.strs("rocm_compile_chip_expecting_to_fail")
+            threshold_args=f.texts(f"{backend}_threshold_args"),
+            run_function=f.text(f"run_{backend}_function", "main"),
+            run_test_expecting_to_fail=f.flag(f"{backend}_run_test_expecting_to_fail"),
+            compile_chip_expecting_to_fail=(f.texts("rocm_compile_chip_expecting_to_fail")
                                             if backend == "rocm" else ()),
             extra=extra,
         ))
@@ -460,7 +469,7 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
     base = found.parent
     if raw.get("type") == "git-lfs":
         base = next(b for b, c in zip(bases, candidates, strict=False) if c == found)
-    return ModuleDef(ref, f.str("mlir", required=True), f.strs("compiler_flags"),
+    return ModuleDef(ref, f.required("mlir"), f.texts("compiler_flags"),
                      f"{found}: mlir", base, stats=True)
 
 
@@ -484,7 +493,7 @@ def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tupl
     """`run_args` split into (function, device, threshold args, everything else)."""
     function = device = None
     thresholds, rest = [], []
-    for arg in f.strs("run_args"):
+    for arg in f.texts("run_args"):
         if arg.startswith("--function="):
             function = arg.split("=", 1)[1]
         elif arg.startswith("--device="):
@@ -531,7 +540,7 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
         raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
                           else "missing required field `type`", where=f"{where}: type",
                           fix=f"set \"type\" to one of {', '.join(KINDS)}")
-    markers = f.strs("markers")
+    markers = f.texts("markers")
     if "markers" not in raw:
         raise RunnerError("missing required field `markers`", where=f"{where}: markers",
                           fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
@@ -616,14 +625,14 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
         raise RunnerError("`inputs` must list tensor types like 1x64xi64",
                           where=f"{path}: inputs")
-    backend = _backend(raw, suffix, f.strs("compile_flags"), str(path))
+    backend = _backend(raw, suffix, f.texts("compile_flags"), str(path))
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
     return BenchmarkTest(
         path=path, model=path.resolve().parent.name, submodel=submodel, backend=backend,
         inputs=tuple(TensorSpec.parse(v, f"{path}: inputs[{i}]") for i, v in enumerate(inputs)),
-        function=f.str("function_run", "main"), benchmark_flags=f.strs("benchmark_flags"),
-        device=f.str("device", DEFAULT_DEVICES[backend]),
+        function=f.text("function_run", "main"), benchmark_flags=f.texts("benchmark_flags"),
+        device=f.text("device", DEFAULT_DEVICES[backend]),
         golden_time_ms=f.mapping("golden_time_ms", (int, float)),
         golden_time_tolerance_multiplier=f.mapping("golden_time_tolerance_multiplier",
                                                    (int, float)),
