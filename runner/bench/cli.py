@@ -15,6 +15,7 @@ from runner.batch.cluster import add_slurm_arguments
 from runner.clihelp import add_profile, document, profile_overrides, renamed
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
+from runner.goldens.cli import selection_flags
 
 DEFAULT_SKU = "mi300"  # IREE CI's, and `runner goldens check`'s
 STAGE_REPETITIONS = 5
@@ -110,9 +111,10 @@ def cmd_goldens(args: argparse.Namespace) -> int:
     from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
     from runner.bench.goldens import check_benchmarks, load_benchmarks
     from runner.bench.report import goldens_markdown
+    from runner.goldens.cli import module_dirs, selection
 
-    results = check_benchmarks(load_benchmarks([Path(p) for p in args.paths]),
-                               _golden_options(args))
+    benches = load_benchmarks([Path(p) for p in args.paths], selection(args), module_dirs(args))
+    results = check_benchmarks(benches, _golden_options(args))
     code = 0 if all(r.ok for r in results) else 1
     if args.out and not args.dry_run:
         out = Path(args.out)
@@ -207,6 +209,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help="benchmark JSONs or directories (default: goldens/tiny-bench)")
     _golden_flags(p)
+    selection_flags(p)
     _benchmark_flags(p)
     p.add_argument("--quality-dir", help="where the matching quality tests are "
                    "(default: the file's quality_test field, or ../../quality_tests/<model>)")
@@ -220,5 +223,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
              "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",
+             "runner bench goldens goldens/tiny-torch --marker cpu -k clip",
              out="a directory for bench.json and bench.md")
     return bench

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from runner.clihelp import document
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.paths import REPO_DIR
@@ -179,15 +180,17 @@ def _selection(p: argparse.ArgumentParser) -> None:
                    help="use only cached downloads (also RUNNER_OFFLINE=1)")
 
 
-EPILOGS = {
-    "check": """examples:
-  runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens
-  runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 --dry-run
-  BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 --strict""",
-    "generate": """examples:
-  runner goldens generate goldens/tiny-torch --to next --out new-goldens""",
-    "bump": """examples:
-  runner goldens bump goldens/tiny-torch --to next --out bumped""",
+EXAMPLES = {  # each subcommand's help examples (runner.clihelp.document adds exit codes)
+    "check": ("runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens",
+              "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "
+              "gfx942 --dry-run",
+              "BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 "
+              "--strict"),
+    "generate": ("runner goldens generate goldens/tiny-torch --to next --out new-goldens",),
+    "bump": ("runner goldens bump goldens/tiny-torch --to next --out bumped",),
+    "upload": ("runner goldens upload runs/goldens-v2 --container-url "
+               "https://<account>.blob.core.windows.net/sharkpublic/<path>",),
+    "compare-steps": ("runner goldens compare-steps --profile tiny --prompt-id 0",),
 }
 
 
@@ -197,8 +200,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = goldens.add_subparsers(dest="goldens_command", required=True)
 
     p = sub.add_parser("check", help="compile, run and compare like IREE CI's quality and "
-                       "compstat tests", epilog=EPILOGS["check"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "compstat tests")
     _selection(p)
     p.add_argument("--out", help="write junit.xml, summary.md, results.json here")
     p.add_argument("--dry-run", action="store_true",
@@ -212,17 +214,14 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "and run processes are killed (default: no limit)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out",
-                       epilog=EPILOGS["generate"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out")
     _selection(p)
     p.add_argument("--to", required=True, help="new version: v7.0, v7, or next (n+1 each)")
     p.add_argument("--out", required=True, help="directory for the new blobs + manifest.json")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("bump", help="rename expected outputs to the new version in the JSONs "
-                       "(every other byte kept)", epilog=EPILOGS["bump"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "(every other byte kept)")
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
     p.add_argument("--model", help="with a directory: its <model>/ subdirectory")
@@ -240,11 +239,15 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare-steps", help="per-stage IREE vs PyTorch error, each stage "
                        "fed IREE's own inputs")
-    p.add_argument("--profile", default="tiny")
+    p.add_argument("--profile", default="tiny",
+                   help="profile name in configs/ or a YAML path (default: tiny)")
     p.add_argument("--prompt-id", type=int, default=0, help="MLPerf caption row")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--out", help="also write compare_steps.json and .md here")
     p.set_defaults(func=cmd_compare_steps)
+    for name, parser in sub.choices.items():
+        document(parser, *EXAMPLES[name])
+    document(goldens, *(examples[0] for examples in EXAMPLES.values()))
     return goldens
