@@ -7,6 +7,7 @@ every script is run from another cwd, and no such file may appear anywhere under
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 
 from runner.batch.reproduce import reproduce_script
 from runner.batch.slurm import batch_script_text
+from runner.docker.container import make_spec, run_argv, run_command_text
 from runner.shellscript import Script, quote, sanitize
 
 HOSTILE = {
@@ -183,4 +185,26 @@ def test_sbatch_script_of_a_hostile_run_dir_runs_only_the_node_command(tmp_path,
         assert calls(log)[-1] == ["python", "-m", "runner.batch.node", "--run-dir",
                                   str(run_dir.resolve()), "--job", "0"], case
     assert len(calls(log)) == len(HOSTILE)
+    assert not pwned(tmp_path)
+
+
+def test_docker_run_line_of_a_hostile_mount_reads_back_as_its_argv(tmp_path):
+    """The `docker run` line reproduce.sh shows for a worker: bash splits it into exactly
+    run_argv, and docker's CSV `--mount` value still names the path (quotes and all)."""
+    mounted = tmp_path / f"say \"hi\" {HOSTILE['dollar']} {HOSTILE['spaces-non-ascii']}"
+    mounted.mkdir()
+    spec = make_spec("img:tag", ["python3", "-m", "x", str(mounted)], "cpu",
+                     mounts=[(str(mounted), False)], env={"K": HOSTILE["newline"]})
+    line = run_command_text(spec, detach=False, remove=True)
+    assert "\n" not in line
+    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True,
+                         cwd=tmp_path, check=True).stdout
+    argv = run_argv(spec, detach=False, remove=True)
+    assert out.split(b"\0")[:-1] == [os.fsencode(a) for a in argv]
+    # docker's Go CSV reader rejects a bare `"` ("bare \" in non-quoted-field"): such a
+    # field must be quoted whole, its quotes doubled.
+    mount = argv[argv.index("--mount") + 1]
+    doubled = str(mounted).replace('"', '""')
+    assert mount == f'type=bind,"source={doubled}","target={doubled}"'
+    assert next(csv.reader([mount])) == ["type=bind", f"source={mounted}", f"target={mounted}"]
     assert not pwned(tmp_path)
