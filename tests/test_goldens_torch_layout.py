@@ -131,6 +131,8 @@ def test_bad_input_names_the_file_and_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "modules/clip_gfx942.json: this is a module definition" in err
     assert "clip_quality_gfx942.json" in err  # a test that uses it, as the fix
+    assert goldens("check", str(REPO / "goldens" / "tiny-bench")) == 2
+    assert "only benchmark tests here" in capsys.readouterr().err
     suite = tmp_path / "m"
     (suite / "modules").mkdir(parents=True)
     (suite / "modules" / "a_cpu.json").write_text(json.dumps(
@@ -267,8 +269,11 @@ def test_compstat_over_its_golden_fails_and_no_golden_warns(tmp_path, capsys):
     assert "FAIL " in capsys.readouterr().out
 
 
-def test_a_test_with_no_outputs_warns_and_fails_under_strict(tmp_path, capsys):
-    """Both layouts: nothing compared is never a silent pass."""
+def test_a_test_with_no_outputs_warns_and_fails_under_strict(tmp_path, capsys, monkeypatch):
+    """Both layouts: nothing compared is never a silent pass (and GitHub Actions shows it)."""
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     suite = tiny_torch_copy(tmp_path)
     path = suite / "clip_quality_cpu.json"
     raw = json.loads(path.read_text())
@@ -287,9 +292,11 @@ def test_a_test_with_no_outputs_warns_and_fails_under_strict(tmp_path, capsys):
         out = capsys.readouterr().out
         assert "PASS " in out and f"warning: no {field}: the run was not compared" in out
         assert f"{test_file}: {field}" in out
+        assert "::warning title=" in out and "## Warnings" in summary.read_text()
         assert goldens("check", str(test_file), "--strict") == 1
-        assert f"no {field}: the run was not compared with anything (--strict)" in \
-            capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"no {field}: the run was not compared with anything (--strict)" in out
+        assert "::error title=" in out
 
 
 def test_generate_then_bump_changes_only_versioned_names(tmp_path, capsys):

@@ -83,11 +83,19 @@ def _options(args: argparse.Namespace, **over):
 
 def cmd_check(args: argparse.Namespace) -> int:
     from runner.goldens.check import check
+    from runner.goldens.report import markdown
+    from runner.report.ci import publish
 
     report = check(_tests(args), _options(args))
-    if args.out and not args.dry_run:
+    if args.dry_run:
+        return report.exit_code
+    if args.out:
         print(f"reports: {Path(args.out) / 'summary.md'}, {Path(args.out) / 'junit.xml'}",
               file=sys.stderr)
+    # Under GitHub Actions: the summary in the job summary, failures and warnings annotated.
+    publish(markdown(report),
+            errors=[(r.test.name, r.message or r.status) for r in report.results if not r.ok],
+            warnings=[(r.test.name, w) for r in report.results for w in r.warnings])
     return report.exit_code
 
 

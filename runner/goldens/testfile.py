@@ -644,8 +644,8 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
 
 
 def file_kind(path: Path) -> str:
-    """What a file in a test directory is: "benchmark" (either layout), "module", "test",
-    or "other" (a torch-layout directory's JSON without a `type`, which IREE CI skips)."""
+    """What a file in a test directory is: "benchmark" (either layout), "module" (a
+    torch-layout module definition) or "test"."""
     raw = _read_json(path)
     kind = layout(raw)
     if kind == "torch":
@@ -681,12 +681,19 @@ def load_tests(paths: list[Path], selection: Selection | None = None,
     must be a test."""
     selection = selection or Selection()
     found: list[tuple[GoldenTest, str]] = []
+    benchmarks = []
     for path in find_test_files(paths, selection.model):
         explicit = path in paths
-        if not explicit and file_kind(path) != "test":
+        kind = "test" if explicit else file_kind(path)
+        if kind == "benchmark":
+            benchmarks.append(path)
+        if kind != "test":
             continue
         for test in load_test_file(path, module_dirs):
             if selection.model and test.model != selection.model and not explicit:
                 continue
             found.append((test, test.submodel))
+    if not found and benchmarks:
+        raise RunnerError("only benchmark tests here", where=str(benchmarks[0].parent),
+                          fix="check them with `runner bench goldens`")
     return select(found, selection, paths)
