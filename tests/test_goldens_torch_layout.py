@@ -205,7 +205,7 @@ def test_environment_variables_as_iree_ci_reads_them(capsys, monkeypatch):
     monkeypatch.setenv("BACKEND", "rocm")
     monkeypatch.setenv("ROCM_CHIP", "gfx950")
     assert goldens("check", str(TORCH), "--dry-run") == 2  # rocm tests are all gfx942
-    assert "no test matches the selection (--backend rocm, --rocm-chip gfx950)" in \
+    assert "no test matches the selection (backend rocm, ROCm chip gfx950)" in \
         capsys.readouterr().err
     monkeypatch.setenv("ROCM_CHIP", "gfx942")
     assert goldens("check", str(TORCH), "--dry-run") == 0

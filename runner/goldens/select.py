@@ -144,9 +144,8 @@ class Selection:
         return self.platform_ok(test)
 
     def describe(self) -> str:
-        parts = [f"{k} {v}" for k, v in (("--backend", self.backend), ("--rocm-chip",
-                                                                       self.rocm_chip),
-                                          ("--sku", self.sku)) if v]
+        parts = [f"{k} {v}" for k, v in (("backend", self.backend),
+                                          ("ROCm chip", self.rocm_chip), ("SKU", self.sku)) if v]
         parts += [f"{e.where} {e.text!r}" for e in (self.marker, self.keyword) if e]
         if self.submodel != "*":
             parts.append(f"--submodel {self.submodel}")
@@ -197,5 +196,5 @@ def select(tests: Iterable[tuple[T, str]], selection: Selection, where: Iterable
                           where=f"{selection.keyword.where} ({places})",
                           fix="names here: " + ", ".join(sorted(t.name for t, _ in tests)))
     raise RunnerError(f"no test matches the selection ({selection.describe()})", where=places,
-                      fix=f"check --model, --submodel and --backend; markers here: "
-                      f"{', '.join(markers)}")
+                      fix="check --model, --submodel, --backend, --rocm-chip, --sku (or "
+                      f"BACKEND, ROCM_CHIP, SKU); markers here: {', '.join(markers)}")
