@@ -181,6 +181,7 @@ def _dump_paths(test: GoldenTest, flags: tuple[str, ...], which: str) -> list[st
     for flag in flags:
         if flag.startswith(prefix) and not Path(flag[len(prefix):]).is_absolute():
             folder = cache_dir() / "compile-stats" / test.name.replace("/", "__") / which
+            folder.mkdir(parents=True, exist_ok=True)  # iree-compile does not make it
             flag = prefix + str(folder / flag[len(prefix):])
         out.append(flag)
     return out
