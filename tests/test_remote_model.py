@@ -53,10 +53,10 @@ def test_fetch_then_generate_from_urls(server, tmp_path):
     # (clip, unet, unet pipeline, vae) x 2 batch sizes + 3 weight archives
     assert len(fetched.stdout.split()) == 11
     out = tmp_path / "gen"
-    gen = runner_cli("generate", "--profile", str(profile), "--prompts", "2", "--out", str(out))
+    gen = runner_cli("generate", "--profile", str(profile), "--count", "2", "--out", str(out))
     assert gen.returncode == 0, gen.stderr
     shipped = tmp_path / "shipped"
-    assert runner_cli("generate", "--profile", "tiny", "--prompts", "2", "--out",
+    assert runner_cli("generate", "--profile", "tiny", "--count", "2", "--out",
                       str(shipped)).returncode == 0
     for name in ("00000.png", "00001.png"):
         assert np.array_equal(decode_png((out / "images" / name).read_bytes()),
