@@ -119,14 +119,15 @@ class Script:
 
         Found from BASH_SOURCE rather than baked in, so the script works from any cwd and
         after its directory moved. The `x` sentinel keeps a trailing newline of the name,
-        which `$(...)` would otherwise strip.
+        which `$(...)` would otherwise strip; then the sentinel and pwd's newline go.
         """
         self.lines += [
             'self_path="${BASH_SOURCE[0]}"',
             f'case "$self_path" in */*) {var.name}="${{self_path%/*}}/" ;; '
             f'*) {var.name}=./ ;; esac',
             f'{var.name}="$(cd -- "${var.name}" && pwd -P && echo x)"',
-            f"{var.name}=\"${{{var.name}%$'\\n'x}}\"",
+            f'{var.name}="${{{var.name}%x}}"',
+            f'{var.name}="${{{var.name}%?}}"',
         ]
         return self
 

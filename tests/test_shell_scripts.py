@@ -163,6 +163,8 @@ def test_reproduce_sh_takes_a_hostile_out_dir_and_renders_image_and_slurm_safely
     log.unlink()
     subprocess.run(["bash", str(script)], cwd=elsewhere, env=env, check=True)
     assert calls(log)[-1][-1] == f"{run_dir}-reproduced"
+    subprocess.run(["bash", "reproduce.sh"], cwd=run_dir, env=env, check=True)
+    assert calls(log)[-1][-1] == f"{run_dir}-reproduced"
     assert not pwned(tmp_path)
 
 
