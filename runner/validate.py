@@ -97,7 +97,7 @@ class Validation:
 def validate(req: ValidateRequest) -> int:
     """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
     accuracy or goldens fail (saying which), or a subset with `require_full`."""
-    from runner.docker.image import build_image, parse_source
+    from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, parse_source
 
     # Absolute: paths under it go into containers, which do not share our cwd.
     req = dataclasses.replace(req, out=Path(os.path.abspath(req.out)))
@@ -107,8 +107,8 @@ def validate(req: ValidateRequest) -> int:
     ledger.state.update({"iree": req.iree, "profile": req.profile.name, "argv": req.argv,
                          "samples": len(req.sample_ids)})
 
-    kwargs = {"base_image": req.base_image} if req.base_image else {}
-    built = build_image(parse_source(req.iree), dry_run=req.dry_run, **kwargs)
+    built = build_image(parse_source(req.iree), dry_run=req.dry_run,
+                        base_image=req.base_image or DEFAULT_BASE_IMAGE)
     image = {"tag": built.tag, "id": built.image_id, "cached": built.cached,
              "build_command": shlex.join(built.plan.command())}
     ledger.state["image"] = image
@@ -250,6 +250,7 @@ def _execute(lc, prepare: Callable[[], None]) -> dict:
 
 
 def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str | None) -> bool:
+    assert req.goldens is not None
     suite = req.goldens.resolve()
     target = req.out / "goldens"
     mounts = [(str(suite), True), (str(req.out.resolve()), False), (str(cache_dir()), False),

@@ -4,6 +4,7 @@ accuracy run, score, goldens v2.0; a failing verdict stops before goldens; a sec
 reuses every step."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,10 @@ def validate(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def passed(docker_client, tmp_path_factory):
+    """The README's command as written: --goldens and --out relative to the cwd (the
+    workers' containers must still get absolute paths)."""
     out = tmp_path_factory.mktemp("validate") / "ok"
-    proc = validate("--goldens", REPO_GOLDENS, "--to", "v2.0", "--out", str(out))
+    proc = validate("--goldens", REPO_GOLDENS, "--to", "v2.0", "--out", os.path.relpath(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 

@@ -63,7 +63,9 @@ class Executed:
 
 
 class Execution(Protocol):
-    interval: float  # seconds between polls
+    @property
+    def interval(self) -> float:
+        """Seconds between polls."""
 
     def poll(self) -> bool:
         """One look: records what ended, hands dead workers' batches back; False once

@@ -85,14 +85,14 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
                           fix="pass --iree wheels:3.13.0 (builds the image) or --image TAG")
     if not iree and not image:
         return [IreeArm(tp.HOST_IREE)]
-    from runner.docker.image import build_image, parse_source
+    from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, parse_source
 
     arms = []
     if image:
         arms.append(IreeArm(f"image:{image}", image))
     for spec in dict.fromkeys(iree_spec(s) for s in iree):
-        kwargs = {"base_image": base_image} if base_image else {}
-        built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run, **kwargs)
+        built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run,
+                            base_image=base_image or DEFAULT_BASE_IMAGE)
         command = shlex.join(built.plan.command())
         state = "dry run" if dry_run else "cached" if built.cached else "built"
         print(f"bench: IREE {spec}: image {built.tag} ({state})", file=sys.stderr, flush=True)
