@@ -236,8 +236,8 @@ def test_tiny_torch_suite_passes_on_cpu(tmp_path, capsys):
     assert "dispatch_count 136, golden 136 (delta +0) ok" in out
     results = json.loads((tmp_path / "results.json").read_text())
     by_name = {r["name"]: r for r in results["results"]}
-    stats = {s["name"]: s for s in by_name["tiny-torch/unet_compstat_cpu"]["compile_stats"]}
-    assert stats["dispatch_count"]["measured"] == 214 and stats["dispatch_count"]["ok"]
+    stats = {s["name"]: s for s in by_name["tiny-torch/vae_compstat_cpu"]["compile_stats"]}
+    assert stats["dispatch_count"]["measured"] == 129 and stats["dispatch_count"]["ok"]
     assert 0 < stats["binary_size"]["measured"] <= stats["binary_size"]["golden"]
     assert stats["binary_size"]["delta"] == (stats["binary_size"]["measured"]
                                              - stats["binary_size"]["golden"])
@@ -306,7 +306,7 @@ def test_generate_then_bump_changes_only_versioned_names(tmp_path, capsys):
     assert goldens("generate", str(suite), "--to", "next", "--out", str(new)) == 0
     manifest = json.loads((new / "manifest.json").read_text())
     assert sorted(g["file"] for g in manifest["goldens"]) == [
-        "clip_out0_v2.0.bin", "clip_out1_v2.0.bin", "unet_out0_v2.0.bin"]
+        "clip_out0_v2.0.bin", "clip_out1_v2.0.bin", "vae_out0_v2.0.bin"]
     for g in manifest["goldens"]:
         assert g["change_vs_old"]["over_threshold"] == 0
     assert goldens("bump", str(suite), "--to", "next") == 0
@@ -327,11 +327,11 @@ def test_generate_then_bump_changes_only_versioned_names(tmp_path, capsys):
 def test_timeout_kills_the_compile_and_says_where(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
     suite = tiny_torch_copy(tmp_path)
-    assert goldens("check", str(suite), "-k", "unet_quality", "--timeout", "2",
+    assert goldens("check", str(suite), "-k", "vae_quality", "--timeout", "2",
                    "--out", str(tmp_path / "out")) == 1
     out = capsys.readouterr().out
-    assert "ERROR tiny-torch/unet_quality_cpu" in out
-    assert "timed out after 2s (--timeout) while compiling tiny-torch/modules/unet_cpu" in out
+    assert "ERROR tiny-torch/vae_quality_cpu" in out
+    assert "timed out after 2s (--timeout) while compiling tiny-torch/modules/vae_cpu" in out
     compiles = [p for p in Path("/proc").iterdir() if p.name.isdigit()
                 and _cmdline(p).startswith("iree-compile") and str(tmp_path) in _cmdline(p)]
     assert compiles == []  # killed, not left running
@@ -358,7 +358,7 @@ def test_tiny_torch_benchmarks_through_bench_goldens(tmp_path, capsys):
                  "--warmup", "0", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     by_name = {g["name"]: g for g in report["goldens"]}
-    assert sorted(by_name) == ["tiny-torch/clip_benchmark_cpu", "tiny-torch/unet_benchmark_cpu"]
+    assert sorted(by_name) == ["tiny-torch/clip_benchmark_cpu", "tiny-torch/vae_benchmark_cpu"]
     for g in by_name.values():
         (check,) = g["checks"]
         assert check["name"] == "time_ms" and check["ok"] and check["limit"] == check["golden"]
