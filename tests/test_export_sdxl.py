@@ -110,6 +110,25 @@ def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monke
     assert first["clip.irpa"] == config.parent.joinpath("clip.irpa").stat().st_mtime_ns
 
 
+def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
+        checkpoint, monkeypatch, tmp_path):
+    """What `runner compile` does for `model: checkpoint:DIR` (fp16, the lab's dtype): the
+    layout's batch is exported first; a VAE batch of its own is exported at that size only."""
+    from runner.compiled_model import with_batch_sizes
+    from runner.profile import load_profile
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = {"model": f"checkpoint:{checkpoint}"}
+    assert load_profile("tiny", overrides).model.batch_sizes == ()
+    model = with_batch_sizes(load_profile("tiny", overrides).model, 1, 1)
+    assert model.batch_sizes == (1,) and model.dtype == "float16"
+    assert load_profile("tiny", overrides).model.path == model.path  # found in the cache
+    model = with_batch_sizes(model, 2, 1)
+    assert model.batch_sizes == (1, 2) and model.sizes_for("vae") == (1,)
+    assert sorted(p.name for p in model.base_dir.glob("*_bs2.mlir")) == [
+        "clip_bs2.mlir", "unet_bs2.mlir", "unet_pipeline_bs2.mlir"]
+
+
 def _broken(checkpoint: Path, tmp_path: Path, damage) -> Path:
     root = tmp_path / "broken"
     shutil.copytree(checkpoint, root)
