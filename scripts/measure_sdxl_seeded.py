@@ -1,11 +1,11 @@
 """Measures the seeded full-size SDXL lab path on this machine: export, then iree-compile of
 every module with a profile's flags (default mi325x: gfx942), one module at a time.
 
-    python scripts/measure_sdxl_seeded.py --out /tmp/sdxl-measure [--profile mi325x]
+    python scripts/measure_sdxl_seeded.py --out DIR [--profile mi325x] [--batch-size 32]
 
 Per step: wall time and peak RSS (GNU time's "Maximum resident set size"), file sizes, and
 per module the dispatch and executable counts from IREE's scheduling statistics (the
-`--iree-scheduling-dump-statistics-*` flags IREE CI adds). Writes `measure.json`.
+`--iree-scheduling-dump-statistics-*` flags IREE CI adds). Writes `measure_bs<N>.json`.
 """
 
 from __future__ import annotations
@@ -52,33 +52,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--profile", default="mi325x")
+    parser.add_argument("--batch-size", type=int, default=1)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {}
-    export = timed([sys.executable, "-m", "runner", "export", "sdxl", "--seeded"],
-                   out / "export.log")
+    batch = args.batch_size
+    results: dict = {"batch_size": batch}
+    export = timed([sys.executable, "-m", "runner", "export", "sdxl", "--seeded",
+                    "--batch-sizes", str(batch)], out / f"export_bs{batch}.log")
     results["export"] = export
-    model = ModelConfig.load(ensure_export(ExportSource(None, "sdxl", "float16"), [1], [1]))
+    model = ModelConfig.load(ensure_export(ExportSource(None, "sdxl", "float16"), [batch],
+                                           [batch]))
     results["files_mb"] = {p.name: round(p.stat().st_size / 1e6, 1)
                            for p in sorted(model.base_dir.iterdir()) if p.is_file()}
     profile = load_profile(args.profile)
     compiler = compiler_info()
     for name in model.submodels:
-        for i, mlir in enumerate(model.mlir_sources(name, 1)):
+        for i, mlir in enumerate(model.mlir_sources(name, batch)):
             key = name if i == 0 else f"{name}_pipeline"
-            vmfb, stats = out / f"{key}.vmfb", out / f"{key}.stats.json"
+            vmfb, stats = out / f"{key}_bs{batch}.vmfb", out / f"{key}_bs{batch}.stats.json"
             argv = [compiler.path, mlir, *profile.target.flags_for(key, compiler),
                     "--iree-scheduling-dump-statistics-format=json",
                     f"--iree-scheduling-dump-statistics-file={stats}", "-o", str(vmfb)]
-            step = timed(argv, out / f"{key}.compile.log")
+            step = timed(argv, out / f"{key}_bs{batch}.compile.log")
             step["vmfb_mb"] = round(vmfb.stat().st_size / 1e6, 2) if vmfb.is_file() else None
             step.update(dispatch_counts(stats))
             results[key] = step
-            (out / "measure.json").write_text(json.dumps(results, indent=2) + "\n")
+            (out / f"measure_bs{batch}.json").write_text(json.dumps(results, indent=2) + "\n")
             print(json.dumps({key: step}), flush=True)
     results["compiler"] = f"{compiler.version} @ {compiler.commit}"
-    (out / "measure.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"measure_bs{batch}.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
