@@ -39,7 +39,7 @@ def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None,
         + _chunk(b"IHDR", header)
         + b"".join(_chunk(b"tEXt", k.encode("latin-1") + b"\0" + v.encode("latin-1"))
                    for k, v in (text or {}).items())
-        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
+        + _chunk(b"IDAT", zlib.compress(rows, level))
         + _chunk(b"IEND", b"")
     )
 
@@ -67,18 +67,20 @@ def decode_png(data: bytes) -> np.ndarray:
     """Reads back what `encode_png` writes (8-bit RGB, filter type 0 on every row)."""
     if not data.startswith(b"\x89PNG\r\n\x1a\n"):
         raise ValueError("not a PNG file")
-    pos, idat, w, h = 8, b"", 0, 0
+    view = memoryview(data)  # chunk bodies as views: a 1024x1024 IDAT is not copied
+    pos, idat, w, h = 8, [], 0, 0
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        kind, body = data[pos + 4 : pos + 8], view[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             w, h, depth, color = struct.unpack(">IIBB", body[:10])
             if (depth, color) != (8, 2):
                 raise ValueError("only 8-bit RGB PNGs written by this tool are supported")
         elif kind == b"IDAT":
-            idat += body
+            idat.append(body)
         pos += 12 + length
-    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * 3)
+    stream = idat[0] if len(idat) == 1 else b"".join(idat)
+    rows = np.frombuffer(zlib.decompress(stream), np.uint8).reshape(h, 1 + w * 3)
     if rows[:, 0].any():
         raise ValueError("PNG uses row filters; only this tool's unfiltered PNGs are supported")
     return rows[:, 1:].reshape(h, w, 3).copy()

@@ -18,6 +18,7 @@ import numpy as np
 from runner.errors import RunnerError
 
 LOG_NAME = "mlperf_log_accuracy.json"
+Buffer = bytes | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,11 @@ class LogStats:
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint16)
 
 
-def hex_upper(image: np.ndarray) -> bytes:
-    """The log's `data` field for one image: upper-case hex of its raw uint8 bytes."""
+def hex_upper(image: np.ndarray) -> np.ndarray:
+    """The log's `data` field for one image: upper-case hex of its raw uint8 bytes, as a
+    buffer (a uint16 array whose memory is the ASCII text) that a file writes uncopied."""
     raw = np.ascontiguousarray(image, dtype=np.uint8).reshape(-1)
-    return np.take(_HEX, raw).tobytes()
+    return np.take(_HEX, raw)
 
 
 def write_log(path: Path, samples: Iterable[tuple[int, np.ndarray]]) -> LogStats:
@@ -44,10 +46,10 @@ def write_log(path: Path, samples: Iterable[tuple[int, np.ndarray]]) -> LogStats
                                 for qsl_idx, image in samples))
 
 
-def write_hex_log(path: Path, records: Iterable[tuple[int, bytes, int]]) -> LogStats:
+def write_hex_log(path: Path, records: Iterable[tuple[int, Buffer, int]]) -> LogStats:
     """`write_log` for callers that hex-encode elsewhere (in parallel): records are
-    (qsl_idx, upper-case hex bytes, raw size). Any failure, a full disk included, removes
-    the temp file and leaves the previous log (or none) in place."""
+    (qsl_idx, upper-case hex as bytes or `hex_upper`'s buffer, raw size). Any failure, a
+    full disk included, removes the temp file and leaves the previous log (or none) in place."""
     tmp = path.with_name(f".{path.name}.tmp")
     count = 0
     try:

@@ -15,6 +15,7 @@ while the caller consumes images in order, a bounded window ahead.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import struct
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from runner.errors import RunnerError
-from runner.fileio import atomic_write_bytes, sha256_bytes
+from runner.fileio import atomic_write_bytes
 from runner.images import decode_png, encode_png, png_text
 from runner.parallel import default_jobs, ordered_map
 
@@ -44,6 +45,11 @@ CORRUPT_DIR = "corrupt"
 PNG_LEVEL = 0
 # What decoding a truncated, bit-flipped or foreign file raises: all mean "corrupt".
 MALFORMED = (zlib.error, struct.error, ValueError, KeyError, IndexError)
+
+
+def pixel_sha256(image: np.ndarray) -> str:
+    """sha256 of the raw uint8 HWC bytes, hashed in place (no copy of a 3 MB image)."""
+    return hashlib.sha256(np.ascontiguousarray(image, dtype=np.uint8)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,7 @@ class SampleStore:
         """Encode, hash and write one sample durably (fsync + rename); seconds per 1024x1024
         image are in scripts/bench_scale.py. Workers call it through `SampleWriter`."""
         image = np.ascontiguousarray(image)
-        record = SampleRecord(qsl_idx, sha256_bytes(image.tobytes()), worker, device)
+        record = SampleRecord(qsl_idx, pixel_sha256(image), worker, device)
         text = {k: str(v) for k, v in record.to_dict().items()}
         try:
             atomic_write_bytes(self.path(qsl_idx), encode_png(image, text, PNG_LEVEL))
@@ -126,7 +132,7 @@ class SampleStore:
             problem = None
             if record.qsl_idx != qsl_idx:
                 problem = f"the file says it is sample {record.qsl_idx}"
-            elif record.sha256 != sha256_bytes(image.tobytes()):
+            elif record.sha256 != pixel_sha256(image):
                 problem = "its pixels do not match their recorded sha256"
         except MALFORMED as e:
             problem = f"unreadable PNG: {_error_name(e)}: {e}"

@@ -107,7 +107,7 @@ def test_log_bytes_equal_the_landed_writers_for_any_thread_count(tmp_path):
         assert sha256_file(tmp_path / LOG_NAME) == LANDED_LOG_SHA256
         assert (result.samples, result.raw_bytes) == (5, 5 * 40 * 56 * 3)
     image = synthetic(1)
-    assert hex_upper(image) == image.tobytes().hex().upper().encode()
+    assert hex_upper(image).tobytes() == image.tobytes().hex().upper().encode()
     write_log(tmp_path / "direct.json", [(i, synthetic(i)) for i in IDS])
     assert sha256_file(tmp_path / "direct.json") == LANDED_LOG_SHA256
     read = list(iter_log_samples(tmp_path / LOG_NAME, (40, 56, 3)))

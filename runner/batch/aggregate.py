@@ -16,7 +16,7 @@ from runner.batch.run import read_manifest
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import LOG_NAME, hex_upper, write_hex_log
+from runner.mlperf_log import LOG_NAME, Buffer, hex_upper, write_hex_log
 from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
 DATASET = "dataset.json"
@@ -55,10 +55,10 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     present = [i for i in requested if i not in set(missing)]
     records, raw_bytes = [], 0
 
-    def encoded(loaded: Loaded) -> tuple[dict, bytes, int]:
+    def encoded(loaded: Loaded) -> tuple[dict, Buffer, int]:
         return loaded.record.to_dict(), hex_upper(loaded.image), loaded.image.nbytes
 
-    def log_records() -> Iterator[tuple[int, bytes, int]]:
+    def log_records() -> Iterator[tuple[int, Buffer, int]]:
         nonlocal raw_bytes
         for qsl_idx, (record, data, size) in store.iter_mapped(present, encoded, jobs):
             records.append(record)

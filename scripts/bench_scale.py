@@ -1,0 +1,256 @@
+"""The data path at SDXL size: synthetic 1024x1024 RGB samples through the real sample store,
+every number a ratio against a baseline measured in the same run.
+
+1. Worker side: encode + hash + durable write of one sample (`SampleStore.put`), as a fraction
+   of a realistic per-sample generation time (default 3.4 s: the README's MI325X model, a
+   110 s batch of 32 per worker), and the time the generation thread itself spends handing
+   samples to the background `SampleWriter` (what the worker actually waits).
+2. Aggregation (verified decode + hex MLPerf log, fsynced) against a plain copy of the same
+   raw bytes (fsynced too), with its peak RSS at two sample counts.
+3. Scoring (store reads, decode, resize, both networks) against the backbones' raw forward
+   passes on random input at their real sizes (Inception 299, CLIP 224, plus the captions'
+   text tower) on the same device and batch size, with its peak RSS at two sample counts.
+   The backbones are the seeded ones the tiny profile scores with (same architectures and
+   cost as MLPerf's pretrained ones).
+
+    python scripts/bench_scale.py                      # 256 samples, scoring 16 and 48
+    python scripts/bench_scale.py --count 512 --score-counts 32,96 --device cuda
+
+Counts are extrapolated to MLPerf's 5000 samples linearly (the rates are per sample and the
+peak RSS is measured flat in N). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from runner.images import encode_png  # noqa: E402
+from runner.store import PNG_LEVEL, SampleStore, SampleWriter  # noqa: E402
+
+SIZE = 1024
+MLPERF_SAMPLES = 5000
+# The README's MI325X model: t_b ~ 110 s per batch of 32 per worker.
+DEFAULT_GEN_SECONDS = 110 / 32
+
+
+def synthetic_images(count: int):
+    """Distinct 1024x1024 images with natural-image-like statistics (smooth structure plus
+    sensor-like noise), cheap to make: a few noisy bases, rolled per sample."""
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:SIZE, 0:SIZE]
+    bases = []
+    for k in range(4):
+        smooth = (np.sin(x / (31 + 7 * k)) * 60 + np.cos(y / (23 + 5 * k)) * 50 + 128)[..., None]
+        noise = rng.normal(0, 6, (SIZE, SIZE, 3))
+        bases.append(np.clip(smooth + noise * [1.0, 0.8, 1.2], 0, 255).astype(np.uint8))
+    for i in range(count):
+        yield i, np.roll(bases[i % 4], 3 * i, axis=1)
+
+
+def worker_side(run_dir: Path, count: int, gen_seconds: float) -> dict:
+    store = SampleStore(run_dir)
+    images = synthetic_images(count)
+    put_s = []
+    for i, image in images:  # synchronous: what one sample costs, wherever it runs
+        if i >= count // 4:
+            break
+        start = time.perf_counter()
+        store.put(i, image, "w000", "bench#0")
+        put_s.append(time.perf_counter() - start)
+    per_put = float(np.median(put_s))
+    # The worker's way: generation (simulated by a sleep 3x the write cost, so the writer
+    # keeps up as it does at 3.4 s per sample) hands each sample to the background writer.
+    simulated = 3 * per_put
+    handed = []
+    with SampleWriter(store) as writer:
+        for i, image in synthetic_images(count):
+            if i < count // 4:
+                continue
+            time.sleep(simulated)
+            start = time.perf_counter()
+            writer.put(i, image, "w000", "bench#0")
+            handed.append(time.perf_counter() - start)
+    per_handoff = float(np.mean(handed))
+    levels = {}
+    sample = next(synthetic_images(1))[1]
+    for level in (0, 1, 6):
+        start = time.perf_counter()
+        data = encode_png(sample, {"k": "v"}, level)
+        levels[level] = {"encode_ms": round((time.perf_counter() - start) * 1e3, 1),
+                         "mb": round(len(data) / 1e6, 2)}
+    return {
+        "generation_seconds_per_sample": round(gen_seconds, 3),
+        "store_put_ms": round(per_put * 1e3, 2),
+        "store_put_fraction_of_generation": round(per_put / gen_seconds, 5),
+        "generation_thread_wait_ms": round(per_handoff * 1e3, 3),
+        "generation_thread_wait_fraction": round(per_handoff / gen_seconds, 6),
+        "png_level": PNG_LEVEL, "png_levels": levels,
+        "sample_mb": round(store.path(0).stat().st_size / 1e6, 2),
+    }
+
+
+def child(code: str, *args: str) -> dict:
+    """Runs `code` in a fresh interpreter (so its peak RSS is its own); it prints JSON."""
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=REPO, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+AGGREGATE = """
+import json, resource, sys, time
+from pathlib import Path
+from runner.batch.aggregate import aggregate
+run_dir, n = Path(sys.argv[1]), int(sys.argv[2])
+result = aggregate(run_dir, sample_ids=range(n))
+print(json.dumps({"mb_per_s": result.mb_per_s, "seconds": result.seconds,
+                  "raw_bytes": result.raw_bytes, "log_bytes": result.log_bytes,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def plain_copy(run_dir: Path, count: int, tmp: Path) -> float:
+    """MB/s of copying the samples' raw bytes (written once, then copied and fsynced)."""
+    raw = tmp / "raw.bin"
+    store = SampleStore(run_dir)
+    with open(raw, "wb") as f:
+        for _, image in store.iter_samples(range(count)):
+            f.write(image.tobytes())
+    size = raw.stat().st_size
+    start = time.perf_counter()
+    shutil.copyfile(raw, tmp / "raw-copy.bin")
+    with open(tmp / "raw-copy.bin", "rb+") as f:
+        os.fsync(f.fileno())
+    seconds = time.perf_counter() - start
+    raw.unlink()
+    (tmp / "raw-copy.bin").unlink()
+    return size / 1e6 / seconds
+
+
+def aggregation(run_dir: Path, count: int, small: int, tmp: Path) -> dict:
+    copy = plain_copy(run_dir, count, tmp)
+    full = child(AGGREGATE, str(run_dir), str(count))
+    copy_after = plain_copy(run_dir, count, tmp)  # before and after: the machine's drift
+    few = child(AGGREGATE, str(run_dir), str(small))
+    copy_mb_s = (copy + copy_after) / 2
+    return {
+        "aggregate_mb_per_s": round(full["mb_per_s"], 1),
+        "plain_copy_mb_per_s": round(copy_mb_s, 1),
+        "aggregate_vs_plain_copy": round(full["mb_per_s"] / copy_mb_s, 3),
+        "aggregate_seconds": round(full["seconds"], 2),
+        "aggregate_5000_seconds_extrapolated": round(full["seconds"] / count * MLPERF_SAMPLES),
+        "log_gb_5000_extrapolated": round(full["log_bytes"] / count * MLPERF_SAMPLES / 1e9, 1),
+        "aggregate_peak_rss_mb": {str(small): round(few["peak_rss_mb"]),
+                                  str(count): round(full["peak_rss_mb"])},
+    }
+
+
+SCORE = """
+import json, resource, sys, time
+import numpy as np, torch
+from pathlib import Path
+from runner.accuracy.backbones import load_backbones
+from runner.accuracy.inception import INPUT_SIZE
+from runner.accuracy.score import ScoreSettings, score_samples
+from runner.mlperf_data import load_captions
+from runner.store import SampleStore
+run_dir, n, batch, device = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+bb = load_backbones("seeded", 0, device=device)
+captions = load_captions()
+
+def raw_forward(count):
+    gen = torch.Generator().manual_seed(0)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for lo in range(0, count, batch):
+            k = min(batch, count - lo)
+            x = torch.rand(k, 3, INPUT_SIZE, INPUT_SIZE, generator=gen).to(device)
+            bb.inception.features(2 * x - 1).double().cpu()
+            pixels = torch.rand(k, 3, 224, 224, generator=gen).to(device)
+            bb.clip.scores_of_pixels(pixels, [captions[i] for i in range(lo, lo + k)])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return count / (time.perf_counter() - start)
+
+def score(count):
+    start = time.perf_counter()
+    settings = ScoreSettings(batch_size=batch, progress=False)
+    result = score_samples(SampleStore(run_dir).iter_samples(range(count)), captions,
+                           settings, bb, None)
+    assert result.n == count
+    return count / (time.perf_counter() - start)
+
+raw_forward(batch)  # warm-up: allocator, kernels
+score(max(batch, 2))
+before = raw_forward(n)
+scored = score(n)
+after = raw_forward(n)
+print(json.dumps({"raw_images_per_s": (before + after) / 2, "score_images_per_s": scored,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def scoring(run_dir: Path, counts: list[int], batch: int, device: str) -> dict:
+    runs = {n: child(SCORE, str(run_dir), str(n), str(batch), device) for n in counts}
+    big = runs[max(counts)]
+    return {
+        "score_device": device, "score_images_per_pass": batch,
+        "score_images_per_s": round(big["score_images_per_s"], 3),
+        "raw_forward_images_per_s": round(big["raw_images_per_s"], 3),
+        "score_vs_raw_forward": round(big["score_images_per_s"] / big["raw_images_per_s"], 3),
+        "score_5000_minutes_extrapolated": round(
+            MLPERF_SAMPLES / big["score_images_per_s"] / 60, 1),
+        "score_peak_rss_mb": {str(n): round(r["peak_rss_mb"]) for n, r in runs.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--count", type=int, default=256, help="samples written and aggregated")
+    p.add_argument("--small", type=int, default=64,
+                   help="the smaller count aggregation's peak RSS is measured at")
+    p.add_argument("--score-counts", default="16,48",
+                   help="the two counts scoring is measured at (the larger gives the rates)")
+    p.add_argument("--images-per-pass", type=int, default=1,
+                   help="scoring batch (MLPerf's scripts: 1)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--generation-seconds", type=float, default=DEFAULT_GEN_SECONDS,
+                   help="realistic per-sample generation time per worker")
+    p.add_argument("--dir", type=Path, help="work dir (default: a temporary one)")
+    args = p.parse_args(argv)
+    score_counts = sorted(int(n) for n in args.score_counts.split(","))
+    if args.count < max(*score_counts, args.small):
+        p.error("--count must cover --small and --score-counts")
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        run_dir = Path(tmp) / "run"
+        out = {"bench": "scale", "image": f"{SIZE}x{SIZE}x3", "count": args.count,
+               "cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg()[0]}
+        print(f"writing {args.count} samples ...", file=sys.stderr)
+        out |= worker_side(run_dir, args.count, args.generation_seconds)
+        print("aggregating ...", file=sys.stderr)
+        out |= aggregation(run_dir, args.count, args.small, Path(tmp))
+        print(f"scoring {score_counts} ...", file=sys.stderr)
+        out |= scoring(run_dir, score_counts, args.images_per_pass, args.device)
+        out["load_average_end"] = os.getloadavg()[0]
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
