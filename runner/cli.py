@@ -1,36 +1,37 @@
-"""The `runner` command: a thin argparse layer over the library; exit 2 on bad input."""
+"""The `runner` command: a thin argparse layer over the library.
+
+Exit codes are one table for every command (runner.errors.EXIT_CODES), printed in each
+command's help; every subcommand's help carries examples (runner.clihelp.document).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.accuracy.cli import register as register_accuracy
 from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
+from runner.clihelp import (
+    DEFAULT_PROFILE,
+    add_profile,
+    add_require_full,
+    add_samples,
+    document,
+    exit_code_table,
+    profile_overrides,
+)
 from runner.docker.cli import register as register_image
-from runner.errors import RunnerError
+from runner.errors import EXIT_INCOMPLETE, EXIT_OK, RunnerError
 from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
 from runner.report.cli import register as register_report
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """`--set a.b=v` plus the layout flags, as dotted profile overrides."""
-    out: dict[str, Any] = {}
-    for item in getattr(args, "set", None) or []:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def _profile(args: argparse.Namespace):
@@ -39,7 +40,7 @@ def _profile(args: argparse.Namespace):
 
     from runner.profile import load_profile
 
-    profile = load_profile(args.profile, _overrides(args))
+    profile = load_profile(args.profile, profile_overrides(getattr(args, "set", None)))
     flags = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
     if any(v is not None for v in flags.values()):
         profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
@@ -54,8 +55,10 @@ def _add_layout(p: argparse.ArgumentParser) -> None:
     g.add_argument("--partition", help="spx, dpx, qpx or cpx (a system setting; see the plan)")
     g.add_argument("--devices", help="device IDs: 0-63, 0,2,4, 0-3,8-11")
     g.add_argument("--cpd", type=int, help="pipeline processes per device ID (AMD's CPD)")
-    g.add_argument("--batch-size", type=int)
-    g.add_argument("--vae-batch-size", type=int)
+    g.add_argument("--batch-size", type=int,
+                   help="prompts per pipeline call in a worker (the layout's batch)")
+    g.add_argument("--vae-batch-size", type=int,
+                   help="images per VAE decode call (default: the batch size)")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -73,12 +76,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _sample_ids(args: argparse.Namespace, captions: Path | None,
-                default_count: int = 32) -> list[int]:
+                default_count: int | None = None) -> list[int]:
+    """The samples of --count N, --samples SPEC or --ids FILE (runner.clihelp.add_samples)."""
+    from runner.accuracy.samples import parse_ids
     from runner.batch.run import read_ids_file, validate_ids
 
     if args.ids:
         return validate_ids(read_ids_file(Path(args.ids)), args.ids, captions)
-    count = default_count if args.count is None else args.count
+    if args.samples:
+        return validate_ids(list(parse_ids(args.samples, where="--samples")), "--samples",
+                            captions)
+    count = args.count if args.count is not None else default_count or args.default_count
     return validate_ids(list(range(count)), "--count", captions)
 
 
@@ -111,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _run_to_end(args, lc)
     except DiskFull as e:
         print(str(e), file=sys.stderr)
-        return 1
+        return EXIT_INCOMPLETE  # what was written is kept; --resume goes on
 
 
 def _resume(args: argparse.Namespace, lc) -> int | None:
@@ -125,8 +133,8 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     if args.profile or args.set or _has_layout(args):
         args.profile = args.profile or m.profile_path
         requested = _profile(args)
-    ids = (_sample_ids(args, Path(m.captions)) if args.ids or args.count is not None
-           else None)
+    ids = (_sample_ids(args, Path(m.captions))
+           if args.ids or args.samples or args.count is not None else None)
     lc.check_request(requested, ids)
     # A complete run whose samples fail their sha256 (moved aside) is resumed like any other.
     if m.complete and lc.store.verified_ids(m.sample_ids) >= set(m.sample_ids):
@@ -134,7 +142,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
             print(f"run {lc.run.path} is already complete ({len(m.sample_ids)} samples); "
                   "nothing to do (`--rescore` scores it again)", file=sys.stderr)
             return 0
-        done = lc.rescore()
+        done = lc.rescore(require_full=args.require_full)
         return _print_completed(lc, done)
     name = args.executor or m.executor
     executor = executor_for(name, lc.profile, image=args.image or m.image_ref,
@@ -154,11 +162,11 @@ def _run_to_end(args: argparse.Namespace, lc) -> int:
         lc.report()
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "
               f"finish it with `runner run --resume {run_dir}`", file=sys.stderr)
-        return 1
+        return EXIT_INCOMPLETE
     print(f"{outcome.done} samples in {outcome.seconds:.1f}s "
           f"({outcome.done / max(outcome.seconds, 1e-9):.2f} samples/s); "
           f"{len(outcome.deaths)} worker death(s)")
-    return _print_completed(lc, lc.complete())
+    return _print_completed(lc, lc.complete(require_full=args.require_full))
 
 
 def _print_completed(lc, done) -> int:
@@ -211,12 +219,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from runner.validate import ValidateRequest, validate
 
-    args.profile = args.profile or "cpu"
+    args.profile = args.profile or DEFAULT_PROFILE
     request = ValidateRequest(
         iree=args.iree, profile=_profile(args), sample_ids=_sample_ids(args, None),
         out=Path(args.out), argv=args.argv, goldens=Path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
-        base_image=args.base_image, dry_run=args.dry_run)
+        base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
     return validate(request)
 
 
@@ -232,55 +240,121 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from runner.generate import generate
 
-    result = generate(_profile(args), list(range(args.prompts)), Path(args.out))
+    result = generate(_profile(args), _sample_ids(args, None), Path(args.out))
     print(f"{len(result.images)} images in {result.seconds:.1f}s -> {result.out}/images")
     return 0
 
 
-def _add_profile(p: argparse.ArgumentParser, default: str | None = "tiny") -> None:
-    p.add_argument("--profile", default=default,
-                   help=f"profile name in configs/ or a YAML path (default: {default})")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override any profile field, e.g. --set target.chip=gfx950")
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
+def version_text() -> str:
+    """The runner's version, then which IREE it would use and where that comes from: a
+    source build shadowed by an installed wheel shows up here first."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from runner.compile import compiler_info
+    from runner.provenance import iree_provenance
+
+    try:
+        mine = version("iree-sdxl-runner")
+    except PackageNotFoundError:
+        mine = "(not installed)"
+    lines = [f"runner {mine} ({Path(__file__).resolve().parent})"]
+    provenance = iree_provenance()
+    for name in ("iree.compiler", "iree.runtime"):
+        info = provenance[name]
+        lines.append(f"{name} {info['version']} @ {info['commit']} ({info['file']})"
+                     if info["available"] else f"{name}: not importable ({info['error']})")
+    try:
+        tool = compiler_info()
+        lines.append(f"iree-compile {tool.version} @ {tool.commit} ({tool.path})")
+    except RunnerError:
+        lines.append("iree-compile: not on PATH")
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    """--version, computed only when asked (it imports IREE and runs iree-compile)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the runner's, the IREE compiler's and the runtime's "
+                         "versions and where each is imported from, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
+MAIN_EPILOG = f"""\
+options shared by every command that takes them:
+  --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
+                       commands that read a run default to the profile it recorded)
+  --set KEY=VALUE      override any profile field
+  --count N | --samples SPEC | --ids FILE
+                       which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
+  --out DIR            where results go (each command's help says what it writes there)
+  --dry-run            print the exact commands, run nothing
+  --json               machine-readable output on stdout
+  --require-full       fail when fewer samples are scored than the ranges were set for
+
+examples:
+  runner run --profile cpu --count 32 --out runs/main
+  runner plan --profile mi325x
+  runner COMMAND --help
+
+exit codes:
+{exit_code_table()}
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__)
+    parser = argparse.ArgumentParser(prog="runner", description=__doc__, epilog=MAIN_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
 
     register_export(sub)
 
     p = sub.add_parser("compile", help="compile the profile's model through the cache")
-    _add_profile(p)
+    add_profile(p)
     p.add_argument("--batch-sizes", help="comma list (default: the layout's batch size)")
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
     p.add_argument("--json", action="store_true", help="print the compiled models as JSON")
     p.set_defaults(func=cmd_compile)
+    document(p, "runner compile --profile tiny        # a second time: every module cached",
+             "runner compile --profile mi325x --dry-run")
 
     p = sub.add_parser("fetch", help="download a profile's model artifacts into the cache")
-    _add_profile(p, default="sdxl")
+    add_profile(p)
     p.add_argument("--dry-run", action="store_true", help="print URL -> cache path only")
     p.set_defaults(func=cmd_fetch)
+    document(p, "runner fetch --profile sdxl", "runner fetch --profile sdxl --dry-run")
 
     p = sub.add_parser("plan", help="print the worker table of a profile's layout; runs nothing")
-    _add_profile(p, default="cpu")
+    add_profile(p)
     _add_layout(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the plan as JSON")
     p.set_defaults(func=cmd_plan)
+    document(p, "runner plan --profile mi325x", "runner plan --profile mi325x --partition spx",
+             "runner plan --profile mi325x --cpd 2 --json")
 
     p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
-    _add_profile(p, default=None)
+    add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
     _add_layout(p)
-    what = p.add_mutually_exclusive_group()
-    what.add_argument("--count", type=int, help="samples 0..N-1 (default 32; on --resume, "
-                      "as recorded: another count is an error)")
-    what.add_argument("--ids", help="file of sample ids (qsl_idx), whitespace-separated")
+    add_samples(p, 32, "; on --resume, as recorded: other samples are an error")
+    add_require_full(p)
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
     p.add_argument("--executor", choices=["local", "docker", "slurm"],
                    help="where workers run (default: local; on --resume, as recorded)")
     p.add_argument("--image", help="harness image tag for --executor docker")
     add_slurm_arguments(p)
-    p.add_argument("--out", help="run directory to create")
+    p.add_argument("--out", metavar="DIR", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run "
                    "(a complete one: nothing to do)")
     p.add_argument("--rescore", action="store_true",
@@ -289,27 +363,42 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after aggregation (default: score FID/CLIP when the profile "
                    "has ranges)")
     p.set_defaults(func=cmd_run)
+    document(p, "runner run --profile cpu --count 32 --out runs/main",
+             "runner run --profile cpu --count 4 --out runs/smoke   # a subset: not judged, "
+             "exit 0",
+             "runner run --resume runs/main",
+             "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
+             "--out /shared/runs/acc",
+             out="the run directory: run.json, samples/, the MLPerf log, scores, reports")
 
     p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
                        "run, score, then goldens v{n+1}; resumable")
     p.add_argument("--iree", required=True, help="wheels:<ver> | source:<sha> | build-dir:<path>")
-    _add_profile(p, default=None)
+    add_profile(p)
     _add_layout(p)
-    what = p.add_mutually_exclusive_group()
-    what.add_argument("--count", type=int, default=32)
-    what.add_argument("--ids", help="file of sample ids")
+    add_samples(p, 32)
+    add_require_full(p)
     p.add_argument("--goldens", help="IREE CI test-suite dir to regenerate on PASS")
     p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
     p.add_argument("--baseline", help="an earlier validate's --out to compare against")
     p.add_argument("--base-image", help="docker base image (default: runner-base:bookworm)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--dry-run", action="store_true", help="print every command it would run")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="validate directory: validate.json/.md, the run dir, goldens")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
+    document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
+             "--goldens goldens/tiny --to v2.0 --out runs/validate",
+             "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
+             out="the validate directory: validate.json, validate.md, run/ (with its "
+             "reports), goldens/")
 
     p = sub.add_parser("aggregate", help="write a run's MLPerf accuracy log and review images")
-    p.add_argument("run_dir")
-    p.add_argument("--allow-incomplete", action="store_true")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="write the log from the samples there are")
     p.set_defaults(func=cmd_aggregate)
+    document(p, "runner aggregate runs/main")
 
     register_goldens(sub)
     register_accuracy(sub)
@@ -319,21 +408,40 @@ def build_parser() -> argparse.ArgumentParser:
     register_status(sub)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
-    _add_profile(p)
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--out", required=True)
+    add_profile(p)
+    add_samples(p, 4)
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for manifest.json and images/")
     p.set_defaults(func=cmd_generate)
+    document(p, "runner generate --profile tiny --count 4 --out runs/gen")
+
+    p = sub.add_parser("completion", help="print a shell completion script (shtab)")
+    p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell to complete for")
+    p.set_defaults(func=cmd_completion)
+    document(p, "runner completion bash > ~/.local/share/bash-completion/completions/runner",
+             "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
+    from runner.report.ci import annotate
+
     try:
-        return args.func(args)
-    except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
+        try:
+            code = args.func(args)
+        except RunnerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            annotate("error", str(e), title=f"runner {args.command}")
+            return e.exit_code
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader left (`runner plan | head`): stop quietly, and keep Python from
+        # complaining at exit while it flushes a stdout nobody reads.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def print_json(obj: Any) -> None:

@@ -108,21 +108,24 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE) -> None:
-    """--profile/--set. `default=None` is for commands that read a run: they use the profile
-    the run recorded."""
+def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE,
+                none_means: str = "the one the run recorded") -> None:
+    """--profile/--set. `default=None` is for commands that read a run (they use the profile
+    it recorded) or that must tell "not given" apart; `none_means` says what happens then."""
     p.add_argument("--profile", default=default,
-                   help="profile name in configs/ or a YAML path (default: "
-                   + (f"{default})" if default else "the one the run recorded)"))
+                   help="profile name in configs/ or a YAML path "
+                   f"(default: {default or none_means})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override any profile field, e.g. --set target.chip=gfx950")
 
 
-def add_samples(p: argparse.ArgumentParser, default_count: int = 32) -> None:
-    """The one way samples are chosen: --count N, --samples SPEC or --ids FILE."""
+def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str = "") -> None:
+    """The one way samples are chosen: --count N, --samples SPEC or --ids FILE. --count's
+    default is left None so a resume can tell "not given" apart; `args.default_count` holds
+    the number to use then."""
     what = p.add_mutually_exclusive_group()
     what.add_argument("--count", type=int, default=None,
-                      help=f"samples 0..N-1 (default: {default_count})")
+                      help=f"samples 0..N-1 (default: {default_count}{note})")
     what.add_argument("--samples", metavar="SPEC",
                       help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19")
     what.add_argument("--ids", metavar="FILE", help="file of sample ids, whitespace-separated")

@@ -162,7 +162,7 @@ def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
     try:
         run_dir = mount / "run"
         proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
         assert "run incomplete: disk full while writing" in proc.stderr
         assert f"free space, then `runner run --resume {run_dir}`" in proc.stderr
         assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from runner.clihelp import document
 from runner.errors import RunnerError
 
 
@@ -68,3 +69,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the export cache, $RUNNER_CACHE_DIR/exports)")
     p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
     p.set_defaults(func=cmd_export)
+    document(p, "runner export tiny", "runner export sdxl --seeded --dry-run",
+             "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8")

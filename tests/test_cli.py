@@ -1,0 +1,162 @@
+"""The `runner` command as a user meets it: help with examples and the exit-code table on
+every subcommand, one spelling per option (old ones named), --version, shell completion, a
+closed pipe, and a short run that reports as a labelled subset."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from runner.cli import build_parser, main
+from runner.clihelp import help_problems, walk
+from runner.errors import EXIT_CODES
+
+
+def runner(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, timeout=600, **kwargs)
+
+
+def test_every_subcommand_follows_the_help_rule():
+    """Examples, exit codes, help on every option: for every subcommand registered now,
+    including those other modules add through their register()."""
+    assert help_problems(build_parser()) == []
+
+
+def test_every_subcommand_help_shows_examples_and_the_exit_codes(capsys):
+    paths = [path for path, _ in walk(build_parser())]
+    assert len(paths) > 20 and ("bench", "goldens") in paths and ("completion",) in paths
+    for path in paths:
+        with pytest.raises(SystemExit) as e:
+            main([*path, "--help"])
+        assert e.value.code == 0
+        text = capsys.readouterr().out
+        examples = text.split("examples:\n", 1)[1].split("\n\n", 1)[0]
+        assert re.search(rf"^  (\w+=\S+ )?runner {path[0]}\b", examples, re.M), path
+        for code, meaning in EXIT_CODES:
+            assert f"  {code}  {meaning}" in text, path
+        assert "default: None" not in text, path
+
+
+def test_one_default_profile_and_no_resume_where_there_is_none(capsys):
+    for path in (["compile"], ["fetch"], ["plan"], ["generate"], ["bench"], ["validate"]):
+        with pytest.raises(SystemExit):
+            main([*path, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "YAML path (default: cpu)" in text, path
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--resume" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, new", [
+    (["generate", "--prompts", "4", "--out", "x"], "use --count N"),
+    (["run", "--allow-subset"], "use no flag"),
+    (["bench", "--golden-repetitions", "3"], "use --repetitions"),
+    (["bench", "goldens", "--golden-warmup", "0"], "use --warmup"),
+    (["score", "RUN", "--batch-size", "16"], "use --images-per-pass N"),
+])
+def test_old_spellings_are_refused_naming_the_new_one(argv, new, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "is no longer accepted" in err and new in err
+
+
+def test_version_names_every_iree_and_where_it_comes_from():
+    proc = runner("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("runner 0.1.0 (") and lines[0].endswith("/runner)")
+    import iree.compiler
+    import iree.runtime
+
+    from runner.compile import compiler_info
+
+    assert lines[1].startswith("iree.compiler 3.13") and iree.compiler.__file__ in lines[1]
+    assert lines[2].startswith("iree.runtime 3.13") and iree.runtime.__file__ in lines[2]
+    assert lines[3].startswith("iree-compile 3.13") and compiler_info().path in lines[3]
+
+
+def test_completion_scripts_know_the_subcommands(tmp_path):
+    proc = runner("completion", "bash")
+    assert proc.returncode == 0, proc.stderr
+    script = tmp_path / "runner.bash"
+    script.write_text(proc.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0  # valid bash
+    # Source it and ask for completions the way bash does after `runner be<TAB>`.
+    ask = (f"source {script}; COMP_WORDS=(runner be); COMP_CWORD=1; COMP_LINE='runner be'; "
+           "COMP_POINT=9; _shtab_runner; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    words = subprocess.run(["bash", "-c", ask], capture_output=True, text=True).stdout.split()
+    assert words == ["bench"]
+    zsh = runner("completion", "zsh")
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef runner")
+    assert '"--require-full[fail (exit 1)' in zsh.stdout
+
+
+def test_a_closed_pipe_ends_quietly():
+    # `runner plan --profile mi325x | head -1`, piped as a shell would.
+    plan = subprocess.Popen([sys.executable, "-m", "runner", "plan", "--profile", "mi325x"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.Popen(["head", "-1"], stdin=plan.stdout, stdout=subprocess.PIPE)
+    plan.stdout.close()  # head alone holds the read end now
+    first = head.communicate(timeout=120)[0].decode()
+    assert plan.wait(timeout=120) == 0 and plan.stderr.read() == b""
+    assert len(first.splitlines()) == 1 and "worker" in first
+    # The reader gone before the first write: the write itself fails with EPIPE.
+    child = subprocess.Popen([sys.executable, "-m", "runner", "plan", "--profile", "mi325x"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 0
+    assert err == ""  # no BrokenPipeError traceback, no "Exception ignored"
+
+
+def test_bad_input_exits_2_with_a_github_annotation(monkeypatch, capsys):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main(["plan", "--profile", "cpu", "--set", "layout.cpd"]) == 2
+    captured = capsys.readouterr()
+    assert "error: --set: `--set layout.cpd` is not KEY=VALUE" in captured.err
+    assert captured.out == ("::error title=runner plan::--set: `--set layout.cpd` is not "
+                            "KEY=VALUE%0A  fix: e.g. --set target.chip=gfx950\n")
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    assert main(["plan", "--profile", "cpu", "--set", "layout.cpd"]) == 2
+    assert "::error" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
+    """4 samples where the cpu profile's ranges were set for 32: scored, every report says
+    so, exit 0; --require-full makes the same run a failure."""
+    if shutil.which("iree-compile") is None:
+        pytest.skip("needs the [compile] extra")
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "smoke"
+    proc = runner("run", "--profile", "cpu", "--count", "4", "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    label = "subset of 4: not judged against the full-set ranges"
+    assert "verdict: SUBSET (not judged" in proc.stdout and f"note: {label}" in proc.stdout
+    accuracy = json.loads((run_dir / "accuracy.json").read_text())
+    assert accuracy["verdict"] == "subset" and label in accuracy["labels"]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "SUBSET" and not results["failures"]
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("## 🔹 SUBSET") and "**Subset of 4:** not judged" in summary
+    assert "NOT JUDGED (subset)" in (run_dir / "report.html").read_text()
+    cases = {c.get("name"): c for c in ET.parse(run_dir / "junit.xml").getroot()
+             .iter("testcase")}
+    assert cases["fid_range"].find("skipped") is not None
+    assert all(c.get("time") is not None for c in cases.values())
+
+    proc = runner("run", "--resume", str(run_dir), "--rescore", "--require-full")
+    assert proc.returncode == 1, proc.stderr
+    assert "verdict: FAIL" in proc.stdout and "--require-full" in proc.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "FAIL" and "only 4 samples" in results["failures"][0]
