@@ -113,9 +113,9 @@ def test_dry_run_renders_every_real_quality_and_compstat_file(capsys, monkeypatc
 def test_bench_goldens_renders_the_real_mi325_benchmark(capsys, monkeypatch):
     """It used to fail with a hint about --allow-subset."""
     monkeypatch.setenv("RUNNER_OFFLINE", "1")
-    assert main(["bench", "goldens", str(SDXL / "clip_benchmark_mi325.json"), "--sku", "mi325",
-                 "--dry-run"]) == 0
+    assert main(["bench", "goldens", str(SDXL / "clip_benchmark_mi325.json"), "--dry-run"]) == 0
     out = capsys.readouterr().out
+    assert "PLANNED   sdxl/clip_benchmark_mi325 [mi325] encode_prompts" in out
     bench = next(shlex.split(line) for line in out.splitlines()
                  if line.startswith("iree-benchmark-module"))
     assert "--device=hip" in bench and "--function=encode_prompts" in bench
@@ -196,8 +196,12 @@ def test_markers_and_keywords_select_like_pytest(monkeypatch):
     with pytest.raises(RunnerError, match="no test has markers matching 'gfx950'") as e:
         names(marker="gfx950")
     assert "--marker" in str(e.value) and "gfx942, hip, local-task, quality" in str(e.value)
-    with pytest.raises(RunnerError, match="no test name matches 'unet'") as e:
+    with pytest.raises(RunnerError, match="no test name matches 'unet'"):
         names(keyword="unet")
+    # The older layout's tests carry their kind and backend as markers.
+    older = TORCH.parent / "sharktank_models" / "quality_tests"
+    rocm = load_tests([older], Selection(marker=Expression("quality and rocm", "--marker")))
+    assert len(rocm) == 7 and {t.backend for t in rocm} == {"rocm"}
 
 
 def test_environment_variables_as_iree_ci_reads_them(capsys, monkeypatch):

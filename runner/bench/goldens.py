@@ -1,7 +1,8 @@
-"""IREE CI's benchmark goldens (`sharktank_models/benchmarks/<model>/*.json`), checked here.
+"""IREE CI's benchmark goldens, both layouts, checked here.
 
-A benchmark file names no MLIR: IREE CI benchmarks the module its quality test of the same
-name compiled (`quality_tests/<model>/<name>.json`), with the file's `inputs` as shape-only
+An older benchmark file (`sharktank_models/benchmarks/<model>/*.json`) names no MLIR: IREE
+CI benchmarks the module its quality test of the same name compiled
+(`quality_tests/<model>/<name>.json`), with the file's `inputs` as shape-only
 `--input=1x64xi64` (zero-filled) and its `benchmark_flags`. The verdicts follow IREE CI's
 runner: the mean `real_time` must be <= `golden_time_ms[sku]` x
 `golden_time_tolerance_multiplier[sku]` (1.1 when the file gives none), the compile's
@@ -9,12 +10,20 @@ runner: the mean `real_time` must be <= `golden_time_ms[sku]` x
 module's size in bytes <= `golden_size[sku]`. A count or size below its golden passes and
 is reported, so a golden left behind by an improvement is visible.
 
-The quality test is found, in order, in `--quality-dir`, at the file's own `quality_test`
-field (a path relative to it; IREE CI ignores unknown fields), or where IREE CI keeps it
-(`../../quality_tests/<model>/`). The e2e file (`modules` + `mlir_file_name`) loads every
-listed submodel's module and weights, then its own compiled pipeline.
+IREE CI's torch_models layout (`type: benchmark`) carries its own `modules`, `weights`,
+`run_args` and one `golden_time_ms` for the SKU its markers name; its runner passes when the
+fastest repetition's `real_time` is <= the golden, with no tolerance, and so does this. Its
+modules compile exactly as `goldens check` compiles them (statistics included), so the
+dispatch count and size are reported for it too.
 
-Dispatch counts come from `--iree-scheduling-dump-statistics-format=json` and
+For the older layout the quality test is found, in order, in `--quality-dir`, at the file's
+own `quality_test` field (a path relative to it; IREE CI ignores unknown fields), or where
+IREE CI keeps it (`../../quality_tests/<model>/`). The e2e file (`modules` +
+`mlir_file_name`) loads every listed submodel's module and weights, then its own compiled
+pipeline.
+
+For an older quality test, dispatch counts come from
+`--iree-scheduling-dump-statistics-format=json` and
 `--iree-scheduling-dump-statistics-file=<path>`, written by a pass in the stream phase. So
 the benchmarked vmfb is compiled with exactly the quality test's flags (the same cache entry
 `goldens check` uses), and the statistics by a second compile that stops after the stream
@@ -46,8 +55,9 @@ from runner.goldens.plan import (
     plan,
     splat_weights,
 )
-from runner.goldens.select import Selection, select
+from runner.goldens.select import Selection, marked_skus, select
 from runner.goldens.testfile import (
+    ANY_SKU,
     BenchmarkTest,
     GoldenTest,
     file_kind,
@@ -287,13 +297,16 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
     """Compiles (through the cache), benchmarks and judges one file; never raises for the
     file's own failure."""
     compiler = compiler or compiler_info()
-    result = GoldenResult(bench.name, str(bench.path), opts.sku, bench.function)
+    # A torch-layout golden is for the SKU its markers name, whatever --sku says.
+    sku = next(iter(marked_skus(bench.markers)), opts.sku) \
+        if ANY_SKU in bench.golden_time_ms else opts.sku
+    result = GoldenResult(bench.name, str(bench.path), sku, bench.function)
     ignore = bench.extra.get("specific_chip_to_ignore") or []
     if bench.backend == "rocm" and opts.rocm_chip in ignore:
         result.status = "skipped"
         result.message = f"the file ignores chip {opts.rocm_chip} (specific_chip_to_ignore)"
         return result
-    if not any(golden_for(g, opts.sku) is not None
+    if not any(golden_for(g, sku) is not None
                for g in (bench.golden_time_ms, bench.golden_dispatch, bench.golden_size)):
         result.notes.append(f"no goldens for sku {opts.sku} (the file has "
                             f"{sorted(bench.golden_time_ms)}): measured only")

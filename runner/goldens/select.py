@@ -125,8 +125,7 @@ class Selection:
     sku: str | None = None
 
     def platform_ok(self, test: Selectable) -> bool:
-        chips = [m for m in test.markers if _CHIP_MARKER.match(m)]
-        skus = [m for m in test.markers if _SKU_MARKER.match(m)]
+        chips, skus = marked_chips(test.markers), marked_skus(test.markers)
         return not (self.rocm_chip and chips and self.rocm_chip not in chips) and \
             not (self.sku and skus and self.sku not in skus)
 
@@ -150,6 +149,16 @@ class Selection:
         if self.submodel != "*":
             parts.append(f"--submodel {self.submodel}")
         return ", ".join(parts) or "everything"
+
+
+def marked_chips(markers: Iterable[str]) -> list[str]:
+    """The ROCm chips (`gfx942`) among a test's markers."""
+    return [m for m in markers if _CHIP_MARKER.match(m)]
+
+
+def marked_skus(markers: Iterable[str]) -> list[str]:
+    """The SKUs (`mi325`) among a test's markers."""
+    return [m for m in markers if _SKU_MARKER.match(m)]
 
 
 def from_env(flag: str | None, variable: str) -> tuple[str | None, str]:
