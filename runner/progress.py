@@ -153,8 +153,10 @@ class Progress:
         self.item = None
         self.update(self.done + n, extra=extra)
 
-    def finish(self, extra: str | None = None) -> None:
+    def finish(self, extra: str | None = None, done: int | None = None) -> None:
         """The last line, always printed (a newline ends the live line)."""
+        if done is not None:
+            self.done = done
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()

@@ -32,15 +32,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import shellscript
 from runner.batch.queue import WorkQueue
-from runner.batch.run import Progress, log_tail
+from runner.batch.run import log_tail
 from runner.batch.worker import stats_path, write_task
 from runner.compiled_model import CompiledModel
 from runner.layout import Plan, Worker
+from runner.progress import Progress, echo
+from runner.rundir import RunDir
 from runner.store import SampleStore
 
 if TYPE_CHECKING:
     from runner.manifest import RunManifest
-    from runner.rundir import RunDir
 
 CompileFn = Callable[..., CompiledModel]  # (profile, batch_size, vae_batch_size) -> model
 
@@ -120,7 +121,8 @@ class WorkerPool:
         self.run_dir = Path(run_dir).resolve()
         self.store, self.queue = SampleStore(self.run_dir), WorkQueue(self.run_dir)
         self.requested = requested
-        self.progress = Progress(len(requested), len(self.store.done_ids() & requested))
+        self.progress = Progress("run", len(requested), unit="samples",
+                                 already=len(self.store.done_ids() & requested))
         self.names = [w.name for w in plan.workers]
         self.deaths: list[dict[str, Any]] = []
         self.commands: dict[str, str] = {}
@@ -146,18 +148,17 @@ class WorkerPool:
             del self.alive[name]
             if rc != 0:
                 returned = self.queue.release(name)
-                tail = log_tail(self.run_dir / "logs" / f"{name}.log")
+                tail = log_tail(RunDir(self.run_dir).log_path(name))
                 self.deaths.append({"worker": name, "exit_code": rc, "requeued": returned,
                                     "log_tail": tail})
-                print(f"\nworker {name} died (exit {rc}); {len(returned)} batch(es) back "
-                      f"in the queue for the others. Last log lines:\n{tail}",
-                      file=sys.stderr, flush=True)
+                echo(f"worker {name} died (exit {rc}); {len(returned)} batch(es) back "
+                     f"in the queue for the others. Last log lines:\n{tail}")
         done = len(self.store.done_ids() & self.requested)
         if not self.alive:
             self._seconds = time.monotonic() - self._t0
-            self.progress.update(done, 0, final=True)
+            self.progress.finish(extra="workers alive: 0", done=done)
             return False
-        self.progress.update(done, len(self.alive))
+        self.progress.update(done, extra=f"workers alive: {len(self.alive)}")
         return True
 
     def stop(self) -> None:
@@ -192,7 +193,7 @@ class LocalExecutor:
     name = "local"
 
     def start_worker(self, run: Path, worker: Worker, task: Path) -> subprocess.Popen:
-        log_path = run / "logs" / f"{worker.name}.log"
+        log_path = RunDir(run).log_path(worker.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             return subprocess.Popen(worker_argv(worker, task), env={**os.environ, **worker.env},

@@ -8,8 +8,6 @@ and runner/manifest.py; executors are runner/batch/executors.py.
 from __future__ import annotations
 
 import dataclasses
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,28 +72,6 @@ def log_tail(path: Path) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
     except OSError:
         return "(no log)"
-
-
-class Progress:
-    """Samples/s and ETA on stderr: a rewritten line on a terminal, a line every 10 s in logs."""
-
-    def __init__(self, total: int, already: int):
-        self.total, self.already = total, already
-        self.start = time.monotonic()
-        self.last_print = 0.0
-        self.tty = sys.stderr.isatty()
-
-    def update(self, done: int, workers: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - self.last_print < (1.0 if self.tty else 10.0):
-            return
-        self.last_print = now
-        rate = (done - self.already) / max(now - self.start, 1e-9)
-        eta = f"{(self.total - done) / rate:.0f}s" if rate > 0 else "?"
-        line = (f"{done}/{self.total} samples  {rate:.2f} samples/s  "
-                f"ETA {eta}  workers alive: {workers}")
-        print(("\r" + line) if self.tty else line, end="\n" if final or not self.tty else "",
-              file=sys.stderr, flush=True)
 
 
 def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
