@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
+from runner.rundir import RunDir
 
 SLURM_DIR = "slurm"
 NODES_DIR = "nodes"
@@ -165,7 +166,7 @@ def node_state_path(run_dir: Path, key: str) -> Path:
 
 
 def node_log_path(run_dir: Path, key: str) -> Path:
-    return Path(run_dir) / "logs" / f"node-{key}.log"
+    return RunDir(run_dir).log_path(f"node-{key}")
 
 
 def read_node_state(run_dir: Path, key: str) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def sbatch_argv(run_dir: Path, options: SlurmOptions, job_index: int, tasks: int
         argv.append(f"--time={options.time}")
     if options.account:
         argv.append(f"--account={options.account}")
-    log = run_dir.resolve() / "logs" / f"node-j{job_index}n%a.log"
+    log = RunDir(run_dir).log_path(f"node-j{job_index}n%a")
     argv += ["--requeue", f"--output={log}", "--open-mode=append", *options.sbatch_args,
              str(script.resolve())]
     return argv
@@ -160,7 +160,7 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     text = batch_script_text(run_dir, index, reason)
     run.write_text(script, text)
     script.chmod(0o755)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    run.logs.mkdir(parents=True, exist_ok=True)
     argv = sbatch_argv(run_dir, options, index, tasks, script)
     try:
         proc = run_command(argv)

@@ -79,7 +79,7 @@ class DockerExecutor:
     def start_worker(self, run: Path, worker: Worker, task: Path) -> DockerContainer:
         from runner.docker.container import start
 
-        log_path = Path(run) / "logs" / f"{worker.name}.log"
+        log_path = RunDir(run).log_path(worker.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Unique per attempt: a killed run's containers may still exist under older names.
         name = f"runner-{worker.name}-{os.getpid()}-{int(time.time())}"
