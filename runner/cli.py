@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("completion", help="print a shell completion script (shtab)")
     p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell to complete for")
     p.set_defaults(func=cmd_completion)
-    document(p, "runner completion bash > ~/.local/share/bash-completion/completions/runner",
+    document(p, "source <(runner completion bash)",
              "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc")
     return parser
 
