@@ -338,8 +338,8 @@ def _get_into(url: str, part: Path, offset: int, headers: dict[str, str],
         if resp.status == 206:
             mode = "ab"
             info = RemoteInfo.from_headers(resp.headers, whole=False)
-            info = RemoteInfo(info.size, info.etag or (remote and remote.etag),
-                              info.content_md5 or (remote and remote.content_md5),
+            info = RemoteInfo(info.size, info.etag or (remote.etag if remote else None),
+                              info.content_md5 or (remote.content_md5 if remote else None),
                               info.last_modified, True)
             expect = (info.size - offset) if info.size is not None else None
         else:  # 200: the whole blob, from the start
@@ -347,7 +347,8 @@ def _get_into(url: str, part: Path, offset: int, headers: dict[str, str],
             info = RemoteInfo.from_headers(resp.headers)
             same = remote is not None and remote.same_blob(info)
             info = RemoteInfo(info.size, info.etag,
-                              info.content_md5 or (remote.content_md5 if same else None),
+                              info.content_md5 or (remote.content_md5 if remote and same
+                                                   else None),
                               info.last_modified,
                               info.accept_ranges or bool(remote and remote.accept_ranges))
             expect = info.size

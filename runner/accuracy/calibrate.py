@@ -121,8 +121,10 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
         reference = load_statistics(stats_path)
     else:
         reference = reference_statistics(probe)
+        assert reference.path is not None  # statistics read from a file record it
         stats_path = Path(reference.path)
     result = run_scores(probe, backbones, captions, reference, batch_size, progress)
+    assert result.fid is not None  # None only without reference statistics
     fid_range = percent_range(result.fid, fid_percent)
     clip_range = percent_range(result.clip, clip_percent)
     samples = format_ids(result.sample_ids)
@@ -135,8 +137,8 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
         "fid": list(fid_range),
         "clip": list(clip_range),
     }
-    source = source_label or str(run_dir)
-    header = (f"# Calibrated by `runner calibrate` on {source} ({result.n} samples):\n"
+    run_label = source_label or str(run_dir)
+    header = (f"# Calibrated by `runner calibrate` on {run_label} ({result.n} samples):\n"
               f"# FID {result.fid!r} +/- {fid_percent}%, CLIP {result.clip!r} +/- "
               f"{clip_percent}%.\n")
     if backbones.info.mode == "seeded":
@@ -145,7 +147,7 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
     atomic_write_text(out / SNIPPET_NAME, header + yaml.safe_dump(
         {"accuracy": section}, sort_keys=False, default_flow_style=None, width=100))
     atomic_write_json(out / RECORD_NAME, {
-        "command": command, "run": source,
+        "command": command, "run": run_label,
         "reference_run": reference_label or (reference_run and str(reference_run)),
         "profile": prof.name, "samples": samples, "n": result.n,
         "fid": result.fid, "clip": result.clip,

@@ -92,6 +92,7 @@ def _ids(source: SampleSource) -> set[int]:
     if source.kind == "log":
         from runner.accuracy.samples import scan_log_ids
 
+        assert source.log is not None  # a "log" source always names its log
         return set(scan_log_ids(source.log))
     return set(source.available or ())
 
@@ -107,6 +108,7 @@ def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tb = torch.from_numpy(b).permute(0, 3, 1, 2).double()
     psnr = peak_signal_noise_ratio(tb, ta, data_range=255.0, reduction="none", dim=(1, 2, 3))
     ssim = structural_similarity_index_measure(tb, ta, data_range=255.0, reduction="none")
+    assert isinstance(ssim, torch.Tensor)  # a tuple only with return_full_image
     return psnr.numpy(), ssim.numpy()
 
 

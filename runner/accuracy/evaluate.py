@@ -59,7 +59,11 @@ def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subse
          check_ranges_set: bool = True) -> Plan:
     """`check_ranges_set=False` for calibration, where the run's set becomes the ranges' set."""
     settings = accuracy_settings(profile)
-    on_disk = source.available if source.kind != "log" else scan_log_ids(source.log)
+    if source.kind == "log":
+        assert source.log is not None  # a "log" source always names its log
+        on_disk = scan_log_ids(source.log)
+    else:
+        on_disk = source.available or ()
     requested = source.requested if source.requested is not None else (
         settings.samples if source.kind == "log" else None)
     if requested is None:
@@ -123,6 +127,7 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
     reference = reference_statistics(p)
     backbones = backbones or open_backbones(p, fid_weights, clip_weights, device)
     result = run_scores(p, backbones, captions, reference, batch_size, progress)
+    assert result.fid is not None  # None only without reference statistics
     labels = []
     if backbones.info.mode == "seeded":
         labels.append(backbones.info.label)

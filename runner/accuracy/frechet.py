@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,8 @@ def frechet_eigh(mu1, sigma1, mu2, sigma2, sqrt_sigma1: np.ndarray | None = None
     return FrechetResult(float(value), "eigh")
 
 
-FRECHET = {"sqrtm": frechet_sqrtm, "eigh": frechet_eigh}
+FRECHET: dict[str, Callable[..., FrechetResult]] = {"sqrtm": frechet_sqrtm,
+                                                    "eigh": frechet_eigh}
 
 
 @dataclass

@@ -140,8 +140,7 @@ def seeded_init(model, seed: int) -> None:
             elif isinstance(m, nn.BatchNorm2d):
                 m.weight.fill_(1.0)
                 m.bias.zero_()
-                m.running_mean.zero_()
-                m.running_var.fill_(1.0)
+                m.reset_running_stats()  # mean 0, variance 1
 
 
 def images_to_unit_float(images: np.ndarray):

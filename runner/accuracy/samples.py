@@ -53,7 +53,8 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
 
 def format_ids(ids: Iterable[int]) -> str:
     """The compact spelling parse_ids reads back (`0-31`, `0,2,4-9`)."""
-    parts, run = [], []
+    parts: list[str] = []
+    run: list[int] = []
     for i in sorted(set(ids)):
         if run and i == run[-1] + 1:
             run.append(i)
@@ -99,6 +100,7 @@ class SampleSource:
             if image_shape is None:
                 raise RunnerError("reading an accuracy log needs the image size",
                                   where=str(self.log), fix="pass --profile")
+            assert self.log is not None  # a "log" source always names its log
             yield from iter_log_samples(self.log, image_shape, keep_duplicates)
 
     def _load_png(self, qsl_idx: int) -> np.ndarray:

@@ -150,7 +150,7 @@ def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any
                 "method": result.frechet.method if result.frechet else None,
                 "eps_offset_used": bool(result.frechet and result.frechet.eps_offset),
                 "discarded_imaginary": result.frechet.max_imag if result.frechet else None,
-                "cross_check": (None if result.frechet_check is None else
+                "cross_check": (None if result.frechet_check is None or result.fid is None else
                                 {"method": result.frechet_check.method,
                                  "score": result.frechet_check.value,
                                  "difference": result.frechet_check.value - result.fid})},

@@ -66,7 +66,8 @@ def host_build_network() -> BuildNetwork:
         if not value:
             continue
         if key in _URL_KEYS:
-            kept, dropped = [], []
+            kept: list[str] = []
+            dropped: list[str] = []
             for item in value.split():
                 (kept if re.match(r"https?://", item) else dropped).append(item)
             for item in dropped:

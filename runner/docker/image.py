@@ -347,11 +347,11 @@ def validate_tag(tag: str, where: str = "--tag") -> str:
     """NAME[:TAG] or NAME@sha256:DIGEST, as docker accepts them."""
     name, at, digest = tag.partition("@")
     if at:
-        ok = _NAME.fullmatch(name) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        ok = bool(_NAME.fullmatch(name) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest))
     else:
         last = tag.split("/")[-1]
         name, _, version = tag.rpartition(":") if ":" in last else (tag, "", "")
-        ok = _NAME.fullmatch(name) and (not version or _TAG_PART.fullmatch(version))
+        ok = bool(_NAME.fullmatch(name) and (not version or _TAG_PART.fullmatch(version)))
     if not ok:
         raise RunnerError(f"{tag!r} is not a valid image reference", where=where,
                           fix="use NAME[:TAG] with a lower-case name, e.g. my-runner:dev")

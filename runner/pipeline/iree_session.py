@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,8 @@ class IreeSession:
                               "is visible to this process") from e
         self.driver = driver
         self.instance = rt.VmInstance()
-        self._contexts: dict[str, tuple[object, list[object]]] = {}
+        # iree.runtime has no type information: its contexts and modules are Any.
+        self._contexts: dict[str, tuple[Any, list[Any]]] = {}
         self._functions: list[IreeFunction] = []
 
     def load(self, files: ModuleFiles) -> None:
@@ -109,7 +111,7 @@ class IreeSession:
 @dataclass
 class IreeFunction:
     name: str
-    invoker: object
+    invoker: Any  # an iree.runtime FunctionInvoker; None once the session closed
 
     def __call__(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
         if self.invoker is None:
