@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install -q --disable-pip-version-check \
-  -e '.[export,metrics,docker,dev]' 2>&1 | grep -v "as the 'root' user" || true
+  -e '.[export,metrics,docker,mlperf,dev]' 2>&1 | grep -v "as the 'root' user" || true
 python3 -c "import runner, iree.runtime, iree.compiler, iree.turbine, torch, open_clip, docker"
 
 # Debian's headless Chromium renders report.html in the report tests.

@@ -99,7 +99,7 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False  # the trace log is large and nobody here reads it
-    sut = QueueSUT(Path(task["work_dir"]), task["batch_size"])
+    sut = QueueSUT(Path(task["work_dir"]), task["batch_size"], ordered=spec.mode == "accuracy")
     # Captions are read by the workers, so loading a sample into memory here is a no-op.
     qsl = lg.ConstructQSL(task["total"], task["performance_count"], lambda ids: None,
                           lambda ids: None)

@@ -69,12 +69,22 @@ class QueueSUT:
     """Issue -> queue batches; store -> QuerySamplesComplete; every worker dead -> empty
     answers, so the test ends."""
 
-    def __init__(self, work_dir: Path, batch_size: int, poll_s: float = 0.002):
-        """The workers are watched by the process that owns them (the lifecycle's
+    def __init__(self, work_dir: Path, batch_size: int, ordered: bool = False,
+                 poll_s: float = 0.002):
+        """`ordered` (accuracy mode, where LoadGen issues each qsl_idx once): batches and
+        answers go in ascending qsl_idx, as the runner's own queue and aggregation do, so
+        LoadGen's accuracy log lists the same images in the same order and scores to the
+        same float bits (FID's sums depend on the order); an image that lands early waits
+        on disk for its turn, not in memory.
+
+        The workers are watched by the process that owns them (the lifecycle's
         execution hands a dead worker's batches back to the queue); it says "every worker
         is dead" with the queue's marker file, which this SUT checks."""
         self.queue, self.store = WorkQueue(work_dir), SampleStore(work_dir)
         self.batch_size, self.poll_s = batch_size, poll_s
+        self.ordered = ordered
+        self.key_of_qsl: dict[int, int] = {}
+        self.next_qsl = 0
         self.lock = threading.Lock()
         self.owed: dict[int, Owed] = {}
         self.next_key = 0
@@ -103,11 +113,14 @@ class QueueSUT:
 
     def issue_query(self, samples) -> None:
         items: list[Item] = []
+        if self.ordered:
+            samples = sorted(samples, key=lambda s: s.index)
         with self.lock:
             for s in samples:
                 key = self.next_key
                 self.next_key += 1
                 self.owed[key] = Owed(s.id, s.index)
+                self.key_of_qsl[s.index] = key
                 items.append((key, s.index))
             self.stats.issued += len(items)
             failed = self.failure is not None
@@ -156,7 +169,8 @@ class QueueSUT:
     def _complete_landed(self) -> None:
         import mlperf_loadgen as lg
 
-        for key, landed_ns in self._landed():
+        landed = self._landed()
+        for key, landed_ns in self._in_order(landed) if self.ordered else landed:
             path = self.store.path(key)
             with self.lock:
                 owed = self.owed.pop(key, None)
@@ -170,6 +184,7 @@ class QueueSUT:
                 print(f"warning: {e}; recomputing", file=sys.stderr, flush=True)
                 with self.lock:
                     self.owed[key] = owed
+                    self.next_qsl = min(self.next_qsl, owed.qsl_idx)
                 self.queue.put(f"r{key:012d}", [key], [owed.qsl_idx])
                 continue
             lg.QuerySamplesComplete([lg.QuerySampleResponse(owed.response_id, image.ctypes.data,
@@ -179,6 +194,21 @@ class QueueSUT:
             path.unlink(missing_ok=True)
             self.stats.completed += 1
             self.stats.land_to_complete_ns.append(done_ns - landed_ns)
+
+    def _in_order(self, landed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The landed samples whose turn it is, plus the ones nobody waits for any more
+        (recomputed duplicates, to be dropped)."""
+        at = dict(landed)
+        out = []
+        with self.lock:
+            while (key := self.key_of_qsl.get(self.next_qsl)) is not None:
+                if key in self.owed:
+                    if key not in at:
+                        break
+                    out.append((key, at[key]))
+                self.next_qsl += 1
+            out += [(k, t) for k, t in landed if k not in self.owed]
+        return out
 
     def _watch_workers(self) -> None:
         now = time.monotonic()
