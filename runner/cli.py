@@ -107,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             profile = _profile(args)
             name = args.executor or "local"
             executor = executor_for(name, profile, image=args.image, captions=captions,
-                                    slurm=slurm_options(args) if name == "slurm" else None)
+                                    slurm=slurm_options(args))
             lc = Lifecycle.create(Path(args.out), profile,
                                   _sample_ids(args, captions, default_count=32), args.argv,
                                   executor, captions=captions, score=args.score)
@@ -147,8 +147,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     name = args.executor or m.executor
     executor = executor_for(name, lc.profile, image=args.image or m.image_ref,
                             captions=Path(m.captions),
-                            slurm=slurm_options(args, m.slurm_options or None)
-                            if name == "slurm" else None)
+                            slurm=slurm_options(args, m.slurm_options or None))
     lc.resume(executor)
     if not args.score:
         lc.manifest.score = False

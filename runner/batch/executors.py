@@ -81,6 +81,12 @@ class Execution(Protocol):
 class Executor(Protocol):
     name: str
 
+    @property
+    def on_this_host(self) -> bool:
+        """Whether the work runs on this machine (processes, containers): runs that are
+        compared (a bench sweep) then take turns, each with the machine to itself; runs
+        elsewhere (Slurm nodes) are all started, then waited for together."""
+
     def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
         """How this executor's modules are compiled (the harness image's own compiler for
         containers, so its runtime loads what its compiler wrote)."""
@@ -191,6 +197,7 @@ class LocalExecutor:
     """Worker processes on this host, with the worker's visibility env and log file."""
 
     name = "local"
+    on_this_host = True
 
     def start_worker(self, run: Path, worker: Worker, task: Path) -> subprocess.Popen:
         log_path = RunDir(run).log_path(worker.name)

@@ -440,6 +440,7 @@ class SlurmExecutor:
     docstring); each node task starts its workers with the `node` executor's launcher."""
 
     name = "slurm"
+    on_this_host = False
 
     def __init__(self, options: SlurmOptions, node: Executor, label: str = ""):
         self.options, self.node, self.label = options, node, label

@@ -226,8 +226,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                 if combo.case.plan is not None:
                     report.layouts[-1].status = "planned"
         else:
-            report.layouts = sweep.run_combinations(
-                combos, ids, opts.slurm if opts.executor == "slurm" else None)
+            report.layouts = sweep.run_combinations(combos, ids, opts.slurm)
         tp.mark_best(report.layouts)
     elif opts.dry_run:
         for case in cases:

@@ -162,6 +162,7 @@ def _executor(combo: Combination, slurm: SlurmOptions | None, label: str) -> Exe
 class _Started:
     result: tp.LayoutResult
     lc: Lifecycle
+    executor: Executor
     execution: Execution | None
 
 
@@ -176,15 +177,15 @@ def _start(c: Combination, ids: list[int], slurm: SlurmOptions | None
     label = f"{c.case.label} ({c.arm.spec})"
     print(f"bench: layout {label}: {result.workers} worker(s), {len(ids)} samples -> "
           f"{c.run_dir}", file=sys.stderr, flush=True)
+    executor = _executor(c, slurm, label)
     try:
-        lc = Lifecycle.create(c.run_dir, c.case.profile, ids, argv,
-                              _executor(c, slurm, label), compile_fn=c.arm.compile_fn,
-                              score=False, plan=c.case.plan)
+        lc = Lifecycle.create(c.run_dir, c.case.profile, ids, argv, executor,
+                              compile_fn=c.arm.compile_fn, score=False, plan=c.case.plan)
     except RunnerError as e:
         result.reason = str(e)
         return result, None
     try:
-        return result, _Started(result, lc, lc.start())
+        return result, _Started(result, lc, executor, lc.start())
     except RunnerError as e:
         result.reason = str(e)
         lc.close()
@@ -208,32 +209,29 @@ def _finish(started: _Started) -> None:
 
 def run_combinations(combos: list[Combination], ids: list[int],
                      slurm: SlurmOptions | None = None) -> list[tp.LayoutResult]:
-    """Here: one combination after another (the same cores for each, so their numbers
-    compare). On Slurm: every combination submitted as its own job, then all waited for
-    together."""
+    """Runs on this machine take turns (the same cores for each, so their numbers
+    compare); runs elsewhere (one Slurm job per combination) are all started, then waited
+    for together."""
     results: list[tp.LayoutResult] = []
-    if slurm is None:
-        for c in combos:
-            result, started = _start(c, ids, None)
-            results.append(result)
-            if started is not None:
-                if started.execution is not None:
-                    watch([started.execution])
-                _finish(started)
-        return results
-    all_started: list[_Started] = []
+    elsewhere: list[_Started] = []
     try:
         for c in combos:
             result, started = _start(c, ids, slurm)
             results.append(result)
-            if started is not None:
-                all_started.append(started)
-        watch([s.execution for s in all_started if s.execution is not None])
+            if started is None:
+                continue
+            if not started.executor.on_this_host:
+                elsewhere.append(started)
+                continue
+            if started.execution is not None:
+                watch([started.execution])
+            _finish(started)
+        watch([s.execution for s in elsewhere if s.execution is not None])
     except BaseException:
-        for s in all_started:
+        for s in elsewhere:
             s.lc.close()
         raise
-    for s in all_started:
+    for s in elsewhere:
         _finish(s)
     return results
 

@@ -59,6 +59,7 @@ class DockerContainer:
 
 class DockerExecutor:
     name = "docker"
+    on_this_host = True
 
     def __init__(self, image: str, read_only: list[Path]):
         self.image = image
