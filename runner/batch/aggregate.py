@@ -12,11 +12,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.batch.run import read_manifest
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
 from runner.mlperf_log import LOG_NAME, Buffer, hex_upper, write_hex_log
+from runner.rundir import RunDir
 from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
 DATASET = "dataset.json"
@@ -45,7 +45,7 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     moved aside (see `SampleStore.read`) and no log written. `sample_ids` defaults to the
     run manifest's."""
     store = SampleStore(run_dir)
-    requested = sorted(read_manifest(run_dir)["sample_ids"] if sample_ids is None
+    requested = sorted(RunDir(run_dir).load().sample_ids if sample_ids is None
                        else sample_ids)
     missing = sorted(set(requested) - store.done_ids())
     if missing and not allow_incomplete:
