@@ -39,7 +39,7 @@ def encode_png(image_hwc: np.ndarray, text: dict[str, str] | None = None,
         + _chunk(b"IHDR", header)
         + b"".join(_chunk(b"tEXt", k.encode("latin-1") + b"\0" + v.encode("latin-1"))
                    for k, v in (text or {}).items())
-        + _chunk(b"IDAT", zlib.compress(rows, level))
+        + _chunk(b"IDAT", zlib.compress(rows, level))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
         + _chunk(b"IEND", b"")
     )
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 
 def md_cell(value: object) -> str:
     """A value as one table cell: a `|` or newline inside would break the row."""
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def md_table(header: list[str], rows: list[list[object]]) -> list[str]:
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]]

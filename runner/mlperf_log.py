@@ -59,7 +59,7 @@ def write_hex_log(path: Path, records: Iterable[tuple[int, Buffer, int]]) -> Log
                 if count:
                     f.write(b",\n")
                 f.write(b'{"seq_id": %d, "qsl_idx": %d, "data": "' % (count, int(qsl_idx)))
-                f.write(data)
+                f.write(data)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
                 f.write(b'", "size": %d}' % size)
                 count += 1
             f.write(b"\n]\n")

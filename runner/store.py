@@ -49,7 +49,8 @@ MALFORMED = (zlib.error, struct.error, ValueError, KeyError, IndexError)
 
 def pixel_sha256(image: np.ndarray) -> str:
     """sha256 of the raw uint8 HWC bytes, hashed in place (no copy of a 3 MB image)."""
-    return hashlib.sha256(np.ascontiguousarray(image, dtype=np.uint8)).hexdigest()
+    contiguous = np.ascontiguousarray(image, dtype=np.uint8)
+    return hashlib.sha256(contiguous).hexdigest()  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"job {job['job_id']} (j{job['index']}, {job['tasks']} task(s)): "
                      f"{job['reason']}")
     if status["nodes"]:
-        rows = [("node", "slurm task", "host", "state", "job state", "workers", "samples",
-                 "claimed")]
+        rows: list[tuple[str, ...]] = [("node", "slurm task", "host", "state", "job state",
+                                         "workers", "samples", "claimed")]
         rows += [(n["node"], n["slurm_id"], n["host"], n["state"], n["job_state"],
                   str(len(n["workers"])), str(n["samples"]), str(n["claimed"]))
                  for n in status["nodes"]]

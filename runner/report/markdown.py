@@ -105,6 +105,7 @@ def markdown(report: RunReport) -> str:
     lines += ["### Checks", "",
               *md_table(["check", "result", "detail"],
                       [[esc(c.title), STATUS[c.status], esc(c.message)] for c in r.checks]), ""]
+    rows: list[list[object]]  # each table below, reused
     if s is not None:
         rows = [[m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
                  margin_text(m), "⚪ not judged (subset)" if s.subset
