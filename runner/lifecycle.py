@@ -292,29 +292,35 @@ class Lifecycle:
         m.missing = sorted(requested - done)
         m.unexpected = sorted(done - requested)
         m.status = "executed" if not m.missing else "incomplete"
-        self.run.save(m)
-        self.write_reproduce()
-        outcome = RunOutcome(self.run.path, len(requested), len(requested & done),
-                             executed.seconds, executed.deaths)
+        full = None
         if m.missing and executed.deaths and _disk_full(self.run.path, executed.deaths):
             self.run.remove_temp_files(self.store.dir)
-            raise DiskFull(self.store.dir, self.run.path)
-        return outcome
+            full = DiskFull(self.store.dir, self.run.path)
+            attempt.status, attempt.error = FAILED, str(full)
+        self.run.save(m)
+        self.write_reproduce()
+        if full is not None:
+            raise full
+        return RunOutcome(self.run.path, len(requested), len(requested & done),
+                          executed.seconds, executed.deaths)
 
     def execute(self) -> RunOutcome:
-        """start -> watch -> finish_attempt; a full disk ends the attempt as `failed`."""
+        """start -> watch -> finish_attempt; a full disk ends the attempt as `failed`, an
+        interrupt (Ctrl-C, SIGTERM raised as an exception) as `killed`."""
         try:
             execution = self.start()
             if execution is not None:
                 watch([execution])
             return self.finish_attempt(execution.result() if execution else None)
-        except DiskFull as e:
+        except BaseException as e:  # a full disk, Ctrl-C, SIGTERM: the attempt says so
             if self.attempt is not None and self.attempt.status == RUNNING:
-                self.attempt.status, self.attempt.error = FAILED, str(e)
+                failed = isinstance(e, DiskFull)
+                self.attempt.status = FAILED if failed else KILLED
+                self.attempt.error = str(e) if failed else type(e).__name__
                 self.attempt.finished_at = now_text()
-            self.manifest.status = "incomplete"
-            with contextlib.suppress(DiskFull):
-                self.run.save(self.manifest)
+                self.manifest.status = "incomplete"
+                with contextlib.suppress(OSError):  # DiskFull is one
+                    self.run.save(self.manifest)
             raise
 
     # --- the last steps -----------------------------------------------------------------
