@@ -41,7 +41,7 @@ def _profile(args: argparse.Namespace):
     from runner.profile import load_profile
 
     profile = load_profile(args.profile, profile_overrides(getattr(args, "set", None)))
-    flags = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
+    flags: dict[str, Any] = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
     if any(v is not None for v in flags.values()):
         profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
     return profile

@@ -88,7 +88,7 @@ class Renamed(argparse.Action):
 
 
 def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
-            nargs: str | None = "?") -> None:
+            nargs: str | int | None = "?") -> None:
     parser.add_argument(old, action=Renamed, new=new, note=note, nargs=nargs)
 
 
