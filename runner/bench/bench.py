@@ -361,7 +361,7 @@ def _dump(profile: Profile, per_batch: dict[int, tp.LayoutCase], out: Path,
         return []
     submodels = _stage_submodels(profile, opts.stage_filter)
     written: list[str] = []
-    for bs in per_batch or {profile.layout.batch_size: None}:
+    for bs in per_batch or (profile.layout.batch_size,):
         for arm, arm_profile in arms:
             cmds = tuning.dump_commands(arm_profile, bs, out / "tuning-specs" / f"bs{bs}" / arm,
                                         dry_run=opts.dry_run, submodels=submodels)
