@@ -19,13 +19,13 @@ Where the runs go:
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from runner import shellscript
 from runner.batch.cluster import SlurmOptions, slurm_flags
 from runner.batch.executors import Execution, Executor, LocalExecutor, watch
 from runner.batch.worker import task_path
@@ -93,7 +93,7 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
     for spec in dict.fromkeys(iree_spec(s) for s in iree):
         built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run,
                             base_image=base_image or DEFAULT_BASE_IMAGE)
-        command = shlex.join(built.plan.command())
+        command = shellscript.join(built.plan.command())
         state = "dry run" if dry_run else "cached" if built.cached else "built"
         print(f"bench: IREE {spec}: image {built.tag} ({state})", file=sys.stderr, flush=True)
         if dry_run:
@@ -246,18 +246,18 @@ def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) ->
     lay = case.profile.layout
     if isinstance(combo.arm.compile_fn, ImageCompiler):  # its own iree-compile, in there
         command = combo.arm.compile_fn.command(case.profile, lay.batch_size, lay.vae_batch_size)
-        lines.append(f"#   compile in {combo.arm.image}: {shlex.join(command)}")
+        lines.append(f"#   compile in {combo.arm.image}: {shellscript.join(command)}")
     else:
-        lines += [shlex.join(c.command) for c in compile_model(
+        lines += [shellscript.join(c.command) for c in compile_model(
             case.profile, lay.batch_size, lay.vae_batch_size, dry_run=True).compiled]
-    lines.append(shlex.join(["runner", *combo.argv(count)]))
+    lines.append(shellscript.join(["runner", *combo.argv(count)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv
 
         options = node_options(slurm, combo.arm)
         script = combo.run_dir / SLURM_DIR / "j0.sbatch"
         sbatch = sbatch_argv(combo.run_dir, options, 0, options.nodes, script)
-        lines.append(f"#   {shlex.join(sbatch)}")
+        lines.append(f"#   {shellscript.join(sbatch)}")
         return lines
     # A container's mounts must exist and a dry run makes no dirs: the worker command
     # itself, and the image it would run in.
