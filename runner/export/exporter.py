@@ -145,7 +145,7 @@ def export_mlir(module, name: str, batch: int, latent: int, length: int, dim: in
     t = TORCH_DTYPES[dtype]
     ids = torch.zeros(batch, length, dtype=torch.int64)
     latents = torch.zeros(batch, 4, latent, latent, dtype=t)
-    programs = {
+    programs: dict[str, dict[str, tuple]] = {
         "clip": {"encode_prompts": (ids, ids, ids, ids)},
         "unet": {
             "run_initialize": (latents,),
@@ -155,5 +155,5 @@ def export_mlir(module, name: str, batch: int, latent: int, length: int, dim: in
                             torch.zeros(1, dtype=torch.int64)),
         },
         "vae": {"decode": (latents,)},
-    }[name]
-    return _export_programs(module, f"compiled_{name}", programs)
+    }
+    return _export_programs(module, f"compiled_{name}", programs[name])

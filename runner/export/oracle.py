@@ -41,7 +41,9 @@ class TorchOracle:
                               config.max_length)
         for name, module in (("clip", self.model.clip), ("unet", self.model.unet),
                              ("vae", self.model.vae)):
-            weights = load_irpa(Path(config.resolve(config.submodels[name].weights)))
+            ref = config.submodels[name].weights
+            assert ref is not None, f"the tiny model's {name} has weights"
+            weights = load_irpa(Path(config.resolve(ref)))
             state = {k: torch.from_numpy(v) for k, v in weights.items()}
             module.load_state_dict(state, strict=True)
         self.latent = torch.from_numpy(fixed_latent(config.latent_size))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,6 +63,10 @@ class ScheduledUnet(nn.Module):
     `run_forward(sample, embeds, pooled, time_ids, guidance, step) -> next sample`.
     """
 
+    timesteps: torch.Tensor
+    sigmas: torch.Tensor
+    time_id_row: torch.Tensor
+
     def __init__(self, unet: nn.Module, sched, image_size: int,
                  dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -107,7 +112,7 @@ class VaeDecoder(nn.Module):
     fp16 latents are cast up on the way in and the images come out float32.
     """
 
-    def __init__(self, vae: nn.Module, latent_dtype: torch.dtype = torch.float32):
+    def __init__(self, vae: Any, latent_dtype: torch.dtype = torch.float32):
         super().__init__()
         self.vae = vae
         self.vae.encoder = None  # only the decoder ships; an encoder would be dead weight
@@ -137,9 +142,10 @@ def _text_encoders(arch: Architecture):
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     def config(raw: dict) -> CLIPTextConfig:
-        return CLIPTextConfig(**{k: v for k, v in raw.items()
-                                 if k not in ("architectures", "torch_dtype", "model_type")},
-                              attn_implementation="eager")
+        kwargs: dict[str, Any] = {k: v for k, v in raw.items()
+                                  if k not in ("architectures", "torch_dtype", "model_type")}
+        kwargs["attn_implementation"] = "eager"
+        return CLIPTextConfig(**kwargs)
 
     return (CLIPTextModel(config(arch.text_encoder)),
             CLIPTextModelWithProjection(config(arch.text_encoder_2)))

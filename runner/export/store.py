@@ -225,8 +225,9 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
         if not need and not need_vae:
             return out / "model.json"
+        for stale in out.parent.glob(f".staging-{out.name}-*"):  # a killed export's
+            shutil.rmtree(stale, ignore_errors=True)  # (we hold the lock: nobody else's)
         staging = out.parent / f".staging-{out.name}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
             arch = ckpt.arch if source.checkpoint is not None else _architecture(source)
