@@ -188,6 +188,9 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
     executor = executor_for("docker", req.profile, image=tag)
     if req.dry_run:
         plan = plan_for(req.profile)
+        # The printed `docker run` lines mount the run dir, and a mount's host path must
+        # exist; --out itself is already made, so an empty run/ inside it is the only trace.
+        run_dir.mkdir(parents=True, exist_ok=True)
         for worker in plan.workers:
             print(executor.describe(run_dir, worker,  # type: ignore[attr-defined]
                                     run_dir / "workers" / f"{worker.name}.json"))
