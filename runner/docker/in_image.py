@@ -114,6 +114,11 @@ class ImageCompiler:
 
             print(f"  in {self.image}: {shlex.join(argv)}", file=sys.stderr)
             return compile_model(profile, batch_size, vae_batch_size, dry_run=True)
+        from runner.compiled_model import with_batch_sizes
+
+        # A model from the export cache is exported here on the host (the image has no
+        # torch), into the directory the standalone profile already names.
+        with_batch_sizes(profile.model, batch_size, vae)
         stdout = run_in_image(self.image, argv,
                               self._mounts(profile, {batch_size, vae}),
                               self.dry_run)
