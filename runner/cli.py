@@ -31,6 +31,7 @@ from runner.docker.cli import register as register_image
 from runner.errors import EXIT_INCOMPLETE, EXIT_OK, RunnerError
 from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
+from runner.loadgen.cli import register as register_mlperf
 from runner.report.cli import register as register_report
 
 
@@ -405,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_report(sub)
     register_image(sub)
     register_status(sub)
+    register_mlperf(sub)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)

@@ -166,6 +166,16 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_executor(executor) -> None:
+    if executor.name == "slurm":
+        raise RunnerError(
+            "LoadGen runs on Slurm are not supported yet: the Slurm watcher submits node "
+            "tasks, repairs the queue and resubmits while a run's samples are missing, and a "
+            "LoadGen run's samples are issued by LoadGen, not listed in the run",
+            where="--executor", fix="run `runner mlperf` on the node with --executor local "
+            "or docker")
+
+
 def _wait_ready(work: Path, expected: int, execution) -> None:
     """Until every worker has loaded its modules (its stats file exists) or died: LoadGen
     must not start timing while models are still loading."""
@@ -204,8 +214,10 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
         raise RunnerError("this directory already holds a `runner mlperf` run", where=str(out),
                           fix="use another --out")
     work = out / WORK_DIR
-    lc = Lifecycle.create(work, request.profile, list(range(prepared.total)), request.argv,
-                          executor, captions=request.captions, score=False)
+    # No sample ids: LoadGen, not the run, decides what is computed (the store is keyed by
+    # issue, and emptied as samples are answered), so the lifecycle has nothing to track.
+    lc = Lifecycle.create(work, request.profile, [], request.argv, executor,
+                          captions=request.captions, score=False)
     outcomes: list[TestOutcome] = []
     try:
         atomic_write_text(out / USER_CONF, prepared.user_conf_text)
@@ -224,9 +236,6 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
             queue.close()
             _stop(execution)
         lc.finish_attempt(execution.result())
-        # The results of a LoadGen run are LoadGen's logs: the store is emptied as samples
-        # are answered, so the lifecycle's "missing samples" do not apply here.
-        lc.manifest.missing = []
         failure = next((o.failure for o in outcomes if o.failure), None)
         lc.manifest.status = "failed" if failure else "complete"
         lc.run.save(lc.manifest)

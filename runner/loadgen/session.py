@@ -15,9 +15,12 @@ default) can never turn a submission run into a compliance test unnoticed.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
+import tracemalloc
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ SETTING_FIELDS = (
     "performance_issue_same_index", "qsl_rng_seed", "sample_index_rng_seed",
     "schedule_rng_seed")
 TASK, RECORD = "loadgen_task.json", "sut.json"
+TRACE_MEMORY = "RUNNER_LOADGEN_TRACE_MEMORY"  # set: the test's Python heap peak is recorded
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
     qsl = lg.ConstructQSL(task["total"], task["performance_count"], lambda ids: None,
                           lambda ids: None)
     lg_sut = lg.ConstructSUT(sut.issue_query, sut.flush_queries)
+    trace = bool(os.environ.get(TRACE_MEMORY))
+    if trace:  # scripts/bench_loadgen.py: is every answered image released?
+        tracemalloc.start()
     sut.begin_test(task["batcher_limit_s"] if spec.scenario == "Server" else None)
     start = time.monotonic()
     try:
@@ -112,7 +119,9 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
         sut.end_test()
         lg.DestroySUT(lg_sut)
         lg.DestroyQSL(qsl)
-    return {"seconds": time.monotonic() - start, "sut": sut.stats.to_dict(),
+    memory = {"peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+              "python_heap_peak_bytes": tracemalloc.get_traced_memory()[1] if trace else None}
+    return {"seconds": time.monotonic() - start, "sut": {**sut.stats.to_dict(), **memory},
             "failure": sut.failure}
 
 
