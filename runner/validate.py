@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from runner import shellscript
 from runner.compiled_model import CompiledModel
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.errors import EXIT_FAILED, EXIT_OK, RunnerError
@@ -110,7 +110,7 @@ def validate(req: ValidateRequest) -> int:
     built = build_image(parse_source(req.iree), dry_run=req.dry_run,
                         base_image=req.base_image or DEFAULT_BASE_IMAGE)
     image = {"tag": built.tag, "id": built.image_id, "cached": built.cached,
-             "build_command": shlex.join(built.plan.command())}
+             "build_command": shellscript.join(built.plan.command())}
     ledger.state["image"] = image
     state = "dry run" if req.dry_run else "cached" if built.cached else "built"
     print(f"validate: image {built.tag} ({state})", file=sys.stderr)
@@ -292,7 +292,7 @@ def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> 
         lines.append(f"\nagainst `{b['iree']}` ({b['baseline']}): FID {b['fid_delta']:+.6f}, "
                      f"CLIP {b['clip_delta']:+.6f}, throughput {b['throughput_delta']:+.3f} "
                      f"samples/s; per-image PSNR/SSIM in {b['compare']}")
-    lines += ["", "Reproduce:", "", "```bash", f"runner {shlex.join(state['argv'])}", "```"]
+    lines += ["", "Reproduce:", "", "```bash", f"runner {shellscript.join(state['argv'])}", "```"]
     if not ledger.dry_run:
         atomic_write_json(out / STATE, state)
         atomic_write_text(out / "validate.md", "\n".join(lines) + "\n")
