@@ -69,11 +69,13 @@ class Progress:
     def __init__(self, label: str, total: int | None = None, *, unit: str = "",
                  already: int = 0, stream: TextIO | None = None, interval: float = 10.0,
                  heartbeat: float = 60.0, eta: bool = True, rate: bool = True, steps: bool = True,
-                 enabled: bool = True):
+                 live: bool = True, enabled: bool = True):
         self.label, self.total, self.unit = label, total, unit
         self.done = self.already = already
         self.stream = stream or sys.stderr
         self.mode = mode(self.stream) if enabled else "off"
+        if self.mode == "live" and not live:  # several at once on one stream: whole lines
+            self.mode = "plain"
         self.interval, self.heartbeat, self.show_eta = interval, heartbeat, eta
         self.show_rate = rate  # off where items differ wildly in cost (compile)
         self.steps = steps  # a line at each 10% in logs; off where every item has a start line

@@ -99,6 +99,7 @@ from runner.batch.run import log_tail, write_reproduce
 from runner.errors import RunnerError
 from runner.layout import Plan, plan_workers
 from runner.manifest import RunManifest
+from runner.progress import Progress
 from runner.rundir import RunDir
 from runner.shellscript import Script
 from runner.store import SampleStore
@@ -144,7 +145,9 @@ def sbatch_argv(run_dir: Path, options: SlurmOptions, job_index: int, tasks: int
         argv.append(f"--time={options.time}")
     if options.account:
         argv.append(f"--account={options.account}")
-    log = RunDir(run_dir).log_path(f"node-j{job_index}n%a")
+    # sbatch expands %-patterns in --output (%a: the array task); a `%` in the run dir's
+    # own path is doubled so it stays literal and node logs land where node_log_path reads.
+    log = f"{str(RunDir(run_dir).logs).replace('%', '%%')}/node-j{job_index}n%a.log"
     argv += ["--requeue", f"--output={log}", "--open-mode=append", *options.sbatch_args,
              str(script.resolve())]
     return argv
@@ -212,9 +215,7 @@ class RunWatch:
     resubmits: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
     label: str = ""  # names the run in progress lines when several are watched at once
-    started: float = 0.0  # monotonic, set by begin()
-    already: int = 0  # samples stored before begin()
-    last_progress: float = 0.0
+    meter: Progress | None = None  # set by begin()
     query_failures: int = 0
 
     @property
@@ -314,29 +315,24 @@ class RunWatch:
         return record
 
     def progress(self, final: bool = False) -> None:
-        now = time.monotonic()
-        tty = sys.stderr.isatty() and not self.label  # several runs: whole lines
-        if not final and now - self.last_progress < (1.0 if tty else 10.0):
+        if self.meter is None:
             return
-        self.last_progress = now
         done = len(self.requested) - len(self.missing())
-        rate = (done - self.already) / max(now - self.started, 1e-9)
-        eta = f"{len(self.missing()) / rate:.0f}s" if rate > 0 else "?"
         counts: dict[str, int] = {}
         for state in self.states.values():
             counts[state.lower()] = counts.get(state.lower(), 0) + 1
         nodes = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none live"
-        line = (f"{self.label + ': ' if self.label else ''}{done}/{len(self.requested)} "
-                f"samples  {rate:.2f} samples/s  ETA {eta}  node tasks: {nodes}")
-        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr,
-              flush=True)
-        if final and tty:
-            print(file=sys.stderr)
+        if final:
+            self.meter.finish(extra=f"node tasks: {nodes}", done=done)
+        else:
+            self.meter.update(done, extra=f"node tasks: {nodes}")
 
     def begin(self, initial_tasks: int, reason: str) -> None:
         """Starts the clock and submits `initial_tasks` node tasks (if any)."""
-        self.started = time.monotonic()
-        self.already = len(self.requested) - len(self.missing())
+        # Several runs watched at once (a sweep) print whole lines, each named by its label.
+        self.meter = Progress(self.label or "run", len(self.requested), unit="samples",
+                              already=len(self.requested) - len(self.missing()),
+                              live=not self.label)
         if initial_tasks:
             self.submit(initial_tasks, reason)
 
