@@ -256,8 +256,10 @@ def _goldens(req: ValidateRequest, ledger: Validation, tag: str, image_id: str |
     assert req.goldens is not None
     suite = req.goldens.resolve()
     target = req.out / "goldens"
-    mounts = [(str(suite), True), (str(req.out.resolve()), False), (str(cache_dir()), False),
-              (str(req.profile.model.base_dir), True)]
+    mounts = [(str(suite), True), (str(req.out.resolve()), False), (str(cache_dir()), False)]
+    model_dir = req.profile.model.base_dir
+    if not model_dir.resolve().is_relative_to(cache_dir().resolve()):  # exports: mounted
+        mounts.append((str(model_dir), True))
     to = req.to or "next"
 
     def goldens_step() -> dict:

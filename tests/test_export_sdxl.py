@@ -202,6 +202,17 @@ def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
         "clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir", "vae_bs32.mlir"]
 
 
+def test_validate_dry_run_of_the_lab_profile_prints_batch_32(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    suite = SDXL_SUITE
+    assert main(["validate", "--iree", "source:" + "0123456789abcdef" * 2 + "01234567",
+                 "--profile", "mi325x", "--count", "5000", "--goldens", str(suite),
+                 "--dry-run", "--out", str(tmp_path / "validate")]) == 0
+    out, err = capsys.readouterr()
+    assert "--batch-sizes 32 --vae-batch-sizes 32 --dtype fp16" in out
+    assert "compile-bs32-vae32.yaml" in err
+
+
 def test_seeded_model_refuses_scoring(tmp_path, capsys):
     from runner.profile import load_profile
 

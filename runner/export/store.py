@@ -129,7 +129,7 @@ def export_key(source: ExportSource) -> str | None:
 
 
 def export_dir(source: ExportSource, key: str | None) -> Path:
-    tag = key[:16] if key else "<key: sha256 of the checkpoint files, exporter, dtype>"
+    tag = key[:16] if key else "<key: sha256 of the checkpoint files and the exporter>"
     return cache_dir() / "exports" / f"{source.name}-{source.dtype}-{tag}"
 
 
