@@ -102,3 +102,14 @@ def test_compile_shows_each_module_with_n_of_total(tiny_compiled, capsys, monkey
     assert [ln.split("  ")[0] for ln in starts] == [f"compile {i}/4 modules" for i in range(4)]
     assert "clip bs1: clip_bs1.mlir" in starts[0] and "vae bs1: vae_bs1.mlir" in starts[3]
     assert lines[-1].startswith("compile 4/4 modules  elapsed")
+
+
+def test_several_meters_on_one_terminal_print_whole_lines():
+    out = Tty()
+    a = Progress("run-a", 2, unit="samples", stream=out, live=False)
+    b = Progress("run-b", 2, unit="samples", stream=out, live=False)
+    a.finish(done=2)
+    b.finish(done=1)
+    assert "\r" not in out.getvalue()
+    assert [ln.split("  ")[0] for ln in out.getvalue().splitlines()] == [
+        "run-a 2/2 samples", "run-b 1/2 samples"]
