@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the loopback Slurm cluster fixture from test_slurm is a parameter here)
 """Scripts the runner writes for a shell, executed with hostile names: they must do exactly
 what they should (re-run into the right dir, run the intended argv) and nothing else.
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.batch.reproduce import reproduce_script
 from runner.batch.slurm import batch_script_text
@@ -209,4 +211,20 @@ def test_docker_run_line_of_a_hostile_mount_reads_back_as_its_argv(tmp_path):
     doubled = str(mounted).replace('"', '""')
     assert mount == f'type=bind,"source={doubled}","target={doubled}"'
     assert next(csv.reader([mount])) == ["type=bind", f"source={mounted}", f"target={mounted}"]
+    assert not pwned(tmp_path)
+
+
+@pytest.mark.slurm
+def test_slurm_run_in_a_hostile_dir_keeps_its_node_logs_there(slurm_cluster, tmp_path):
+    """sbatch expands %-patterns in --output: a run dir's own `%j`/`%a` stay literal, so the
+    node task's log is in the run dir (where the submitter reads its tail)."""
+    run_dir = tmp_path / "run %j %a %% $(touch PWNED7)"
+    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
+                           "--devices", "0", "--executor", "slurm", "--nodes", "1",
+                           "--cpus-per-node", "1", "--no-score", "--count", "2",
+                           "--out", str(run_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / "logs" / "node-j0n0.log").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name]
     assert not pwned(tmp_path)
