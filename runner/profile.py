@@ -218,15 +218,11 @@ def _mlperf(raw: Any, where: str) -> Mlperf:
         return Mlperf()
     if not isinstance(raw, dict):
         raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf")
-    for key, value in raw.items():
+    for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
         if key == "system":
             ok = isinstance(value, str) and bool(value)
-        elif key in ("offline_expected_qps", "server_target_qps", "batcher_limit_ms"):
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
         else:
-            raise RunnerError(f"unknown field `mlperf.{key}`", where=f"{where}: mlperf.{key}",
-                              fix="use system, offline_expected_qps, server_target_qps, "
-                              "batcher_limit_ms")
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
         if not ok:
             raise RunnerError(f"`mlperf.{key}` is {value!r}", where=f"{where}: mlperf.{key}",
                               fix="a positive number" if key != "system" else "a name")
