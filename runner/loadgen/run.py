@@ -10,7 +10,6 @@ its manifest, worker logs and reproduce.sh.
 
 from __future__ import annotations
 
-import shlex
 import sys
 import tempfile
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import shellscript
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.loadgen.conf import (
@@ -150,16 +150,17 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
              f"{prepared.total} samples, performance set {prepared.performance_count}, "
              f"executor {executor.name}",
              "# compile (modules already in the cache are reused):",
-             *[shlex.join(c.command) for c in compiled.compiled],
+             *[shellscript.join(c.command) for c in compiled.compiled],
              f"# {len(plan.workers)} worker(s) per node, started once for every test:",
              *plan.table().splitlines()]
     describe = getattr(executor, "describe", None)  # Slurm nodes plan their own workers
     if describe is not None:
         lines += [describe(work, w, task_path(work, w.name)) for w in plan.workers]
-    lines += [f"# {out / USER_CONF}:", *[f"#   {line}" for line in
+    lines += [f"# {shellscript.sanitize(str(out / USER_CONF))}:", *[f"#   {line}" for line in
                                          prepared.user_conf_text.splitlines()]]
     for spec in prepared.tests:
-        lines.append(f"# LoadGen test {spec.name} ({spec.mode}) -> {out / spec.name}/")
+        lines.append(f"# LoadGen test {spec.name} ({spec.mode}) -> "
+                     f"{shellscript.sanitize(str(out / spec.name))}/")
         lines += [f"#   {k} = {v}" for k, v in prepared.settings[spec.name].items()]
         if spec.audit:
             lines += [f"#   audit.config: {line}" for line in spec.audit.splitlines()]
