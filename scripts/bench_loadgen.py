@@ -2,7 +2,8 @@
 
 1. Offline throughput through LoadGen (`runner mlperf`, LoadGen's own "Samples per second")
    vs the runner's own queue run (`runner run`) of the same count on the same layout,
-   samples / (first batch start .. last batch written) from the workers' stats (aim >= 0.98);
+   samples / (first batch start .. last batch written) from the workers' stats (aim >= 0.98),
+   best of alternating runs;
 2. Server: time from a sample landing in the store to its QuerySamplesComplete, p50/p99
    (aim p99 <= 50 ms);
 3. the LoadGen test process's Python heap peak (tracemalloc) at N and 6N samples in accuracy
@@ -45,16 +46,22 @@ def mlperf(out: Path, *args: str) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
-def run(work: Path, count: int, memory_count: int) -> dict:
+def run(work: Path, count: int, memory_count: int, repeats: int) -> dict:
+    """Offline: the two runs alternate `repeats` times and the best of each counts, so a
+    load spike from elsewhere on the machine does not decide the ratio."""
     conf = user_conf(work / "offline.conf", count, 1000)
-    own = work / "own"
-    if main(["run", "--profile", "cpu", "--count", str(count), "--no-score",
-             "--out", str(own)]) != 0:
-        raise SystemExit("runner run failed")
-    own_rate = compute_rate(own)
-    offline = mlperf(work / "offline", "--scenario", "offline", "--mode", "performance",
-                     "--count", str(count), "--user-conf", str(conf))
-    lg_rate = offline["tests"][0]["summary"]["samples_per_second"]
+    own_rates, lg_rates, results = [], [], []
+    for i in range(repeats):
+        own = work / f"own-{i}"
+        if main(["run", "--profile", "cpu", "--count", str(count), "--no-score",
+                 "--out", str(own)]) != 0:
+            raise SystemExit("runner run failed")
+        own_rates.append(compute_rate(own))
+        offline = mlperf(work / f"offline-{i}", "--scenario", "offline", "--mode",
+                         "performance", "--count", str(count), "--user-conf", str(conf))
+        lg_rates.append(offline["tests"][0]["summary"]["samples_per_second"])
+        results.append(offline["tests"][0]["summary"]["result"])
+    own_rate, lg_rate = max(own_rates), max(lg_rates)
 
     server = mlperf(work / "server", "--scenario", "server", "--mode", "performance",
                     "--count", str(count), "--qps", "2.5",
@@ -73,9 +80,9 @@ def run(work: Path, count: int, memory_count: int) -> dict:
     small, large = heap[memory_count], heap[6 * memory_count]
     return {
         "offline_samples": count,
-        "runner_queue_samples_per_s": round(own_rate, 3),
-        "loadgen_offline_samples_per_s": round(lg_rate, 3),
-        "loadgen_offline_result": offline["tests"][0]["summary"]["result"],
+        "runner_queue_samples_per_s": [round(r, 3) for r in own_rates],
+        "loadgen_offline_samples_per_s": [round(r, 3) for r in lg_rates],
+        "loadgen_offline_results": results,
         "offline_ratio": round(lg_rate / own_rate, 3),
         "server_result": server["tests"][0]["summary"]["result"],
         "server_samples": server["tests"][0]["sut"]["completed"],
@@ -95,14 +102,16 @@ def cli() -> None:
     parser.add_argument("--count", type=int, default=48, help="Offline/Server samples")
     parser.add_argument("--memory-count", type=int, default=16,
                         help="accuracy-mode samples for the memory check (and 6x that)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating Offline runs of each kind (best counts)")
     parser.add_argument("--out", help="keep the run dirs here (default: a temp dir)")
     args = parser.parse_args()
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=False)
-        result = run(Path(args.out), args.count, args.memory_count)
+        result = run(Path(args.out), args.count, args.memory_count, args.repeats)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            result = run(Path(tmp), args.count, args.memory_count)
+            result = run(Path(tmp), args.count, args.memory_count, args.repeats)
     print(json.dumps(result))
 
 
