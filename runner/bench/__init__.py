@@ -1,6 +1,7 @@
 """Benchmark mode: what a layout delivers, what each stage costs, whether goldens still hold.
 
-- `throughput`: layout sweeps, each a real `start_run`; samples/s, per worker, overhead
+- `throughput`: layout sweeps, each a real run (runner/lifecycle.py); samples/s, per
+  worker, overhead
 - `stages`: per-stage latency by `iree-benchmark-module` on inputs from one pipeline pass
 - `benchmark_module`: the tool's command lines and JSON output
 - `goldens`: IREE CI's benchmark JSON schema (time, dispatch count, size) checked here
