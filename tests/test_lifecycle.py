@@ -156,3 +156,18 @@ def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
     assert resumed.returncode == 0, resumed.stderr
     assert manifest(run_dir)["status"] == "complete"
     assert hashes(run_dir) == hashes(relative_run)
+
+
+def test_rescore_is_the_only_work_a_complete_run_does_on_resume(tmp_path):
+    """--rescore on a complete run re-runs the last steps only (here a profile without
+    accuracy ranges, so the score step says why it scores nothing); no workers start."""
+    run_dir = tmp_path / "r"
+    made = runner("run", "--profile", "cpu", "--set", "accuracy.fid=null", "--set",
+                  "accuracy.clip=null", "--count", "2", "--no-score", "--out", str(run_dir))
+    assert made.returncode == 0, made.stderr
+    attempts = manifest(run_dir)["attempts"]
+    proc = runner("run", "--resume", str(run_dir), "--rescore")
+    assert proc.returncode == 0, proc.stderr
+    assert "not scored: the profile has no accuracy ranges" in proc.stderr
+    assert f"reports: {run_dir}/summary.md" in proc.stdout and "samples/s" not in proc.stdout
+    assert manifest(run_dir)["attempts"] == attempts and manifest(run_dir)["status"] == "complete"
