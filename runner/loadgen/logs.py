@@ -117,6 +117,8 @@ def parse_summary(path: Path) -> Summary:
             continue
         key, sep, value = (part.strip() for part in line.partition(":"))
         if not sep:
+            if recommendations and raw.startswith(" "):  # a bullet's wrapped line
+                recommendations[-1] += " " + line
             continue
         if section == "Test Parameters Used":
             parameters[key] = value
