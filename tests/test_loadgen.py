@@ -200,6 +200,19 @@ def test_server_batches_fill_up_to_the_batch_size(tmp_path):
     assert sut["store_to_complete_ms"]["p99"] is not None
 
 
+def test_accuracy_mode_answers_every_sample_once_in_qsl_order(tmp_path):
+    """Server accuracy: LoadGen issues the 8 samples in its own random order; its log holds
+    each once, in ascending qsl_idx (the order the runner's aggregation scores)."""
+    out = tmp_path / "out"
+    assert mlperf("--profile", "cpu", "--scenario", "server", "--mode", "accuracy",
+                  "--count", "8", "--qps", "4", "--no-score",
+                  "--user-conf", str(user_conf(tmp_path, 8)), "--out", str(out)) == 0
+    log = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
+    assert [rec["qsl_idx"] for rec in log] == list(range(8))
+    assert {len(bytes.fromhex(rec["data"])) for rec in log} == {128 * 128 * 3}
+    assert parse_summary(out / "accuracy" / SUMMARY).mode == "AccuracyOnly"
+
+
 # --- faults -----------------------------------------------------------------------------------
 def _kill_when_busy(out: Path, names: list[str]) -> threading.Thread:
     """SIGKILLs the named workers once each holds a claimed batch of a LoadGen test."""

@@ -16,6 +16,7 @@ from runner.loadgen.compliance import Verification, verify
 from runner.loadgen.logs import ACCURACY_LOG
 from runner.loadgen.report import write_reports
 from runner.loadgen.run import (
+    MLPERF_SAMPLES,
     RECORD,
     WORK_DIR,
     MlperfRequest,
@@ -41,7 +42,7 @@ def score_accuracy(prepared: Prepared, log_dir: Path) -> dict[str, Any]:
         return {"verdict": "not scored: the profile has no accuracy ranges"}
     ranges_for = accuracy_settings(profile).samples
     qsl = set(range(prepared.total))
-    subset = qsl != set(ranges_for) if ranges_for is not None else prepared.total != 5000
+    subset = qsl != set(ranges_for) if ranges_for is not None else prepared.total != MLPERF_SAMPLES
     score = evaluate_run(log_dir, profile=str(profile.path), log=log_dir / ACCURACY_LOG,
                          allow_subset=subset, progress=False)
     return {"fid": score.result.fid, "clip": score.result.clip, "n": score.result.n,

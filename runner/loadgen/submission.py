@@ -83,7 +83,7 @@ def system_description(system: str, profile, host: dict[str, Any], iree: dict[st
         "system_type": "datacenter", "number_of_nodes": 1, "host_processors_per_node": 1,
         "host_processor_model_name": "", "host_processor_core_count": 0,
         "host_memory_capacity": "", "host_storage_capacity": "",
-        "accelerators_per_node": getattr(layout, "gpus", None) or len(layout.devices),
+        "accelerators_per_node": layout.gpus or len(layout.devices),
         "accelerator_model_name": profile.target.chip, "accelerator_memory_capacity": "",
         "framework": f"IREE {version}", "operating_system": host.get("platform", ""),
         "other_software_stack": f"iree-sdxl-runner, Python {host.get('python', '')}",
