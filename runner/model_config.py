@@ -68,6 +68,8 @@ class ModelConfig:
     source: str | None = None
     # Why FID/CLIP must not judge this model's images (seeded random weights), if so.
     no_scoring: str | None = None
+    # The export cache key of the inputs an exported model came from.
+    export_key: str | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -167,5 +169,5 @@ class ModelConfig:
             negative_prompt=need("negative_prompt", str), max_length=need("max_length", int),
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
-            source=source, no_scoring=raw.get("no_scoring"),
+            source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
         )

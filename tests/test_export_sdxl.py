@@ -76,6 +76,16 @@ def test_checkpoint_export_is_the_embedded_model(exported):
     assert config["batch_sizes"] == [1, 2] and config["source"].startswith("checkpoint:")
 
 
+def test_out_dir_takes_more_batch_sizes_of_the_same_inputs_only(exported, checkpoint, capsys):
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--batch-sizes", "2",
+                 "--dtype", "fp32", "--out", str(exported)]) == 0  # already there: no work
+    assert "export: " not in capsys.readouterr().err
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--dtype", "fp16",
+                 "--out", str(exported)]) == 2
+    err = capsys.readouterr().err
+    assert "holds an export of other inputs" in err and str(exported / "model.json") in err
+
+
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
     proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", str(profile),
                            "--count", "2", "--no-score", "--out", str(out), *args],

@@ -145,10 +145,10 @@ def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes
 
 
 def _config_dict(source: ExportSource, arch, batch_sizes: list[int],
-                 vae_batch_sizes: list[int]) -> dict:
+                 vae_batch_sizes: list[int], key: str | None) -> dict:
     from runner.export.exporter import model_config
 
-    extra: dict = {"source": source.ref}
+    extra: dict = {"source": source.ref, "export_key": key}
     if source.seeded:
         extra["no_scoring"] = SEEDED_REFUSAL
     return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
@@ -178,7 +178,7 @@ def exported_model(ref: str, base: Path, where: str) -> ModelConfig:
         from runner.export.architecture import sdxl_architecture
 
         arch = sdxl_architecture()
-    return ModelConfig.from_dict(_config_dict(source, arch, [], []), path)
+    return ModelConfig.from_dict(_config_dict(source, arch, [], [], key), path)
 
 
 @contextlib.contextmanager
@@ -193,11 +193,17 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _existing(out: Path) -> tuple[list[int], list[int]]:
+def _existing(out: Path, key: str | None) -> tuple[list[int], list[int]]:
+    """The batch sizes already in `out`, which must be an export of the same inputs."""
     path = out / "model.json"
     if not path.is_file():
         return [], []
     raw = json.loads(path.read_text())
+    if raw.get("export_key") != key:
+        raise RunnerError("this directory holds an export of other inputs (another "
+                          "checkpoint, dtype or exporter version)", where=str(path),
+                          fix="export into an empty --out, or leave --out out to use the "
+                          "export cache")
     return raw["batch_sizes"], raw["submodels"]["vae"].get("batch_sizes", raw["batch_sizes"])
 
 
@@ -213,14 +219,14 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                           fix="pip install -e '.[export]', then run: "
                           + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
                                                       out))) from e
-    if out is None:
-        out = export_dir(source, export_key(source))
     if source.checkpoint is not None:
         from runner.export.checkpoint import open_checkpoint
 
         ckpt = open_checkpoint(source.checkpoint, source.dtype)  # every check, before writing
+    key = export_key(source)
+    out = out or export_dir(source, key)
     with _locked(out):
-        have, have_vae = _existing(out)
+        have, have_vae = _existing(out, key)
         need = sorted(set(batch_sizes) - set(have))
         need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
         if not need and not need_vae:
@@ -240,7 +246,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, target)
             config = _config_dict(source, arch, sorted({*have, *need}),
-                                  sorted({*have_vae, *need_vae}))
+                                  sorted({*have_vae, *need_vae}), key)
             atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
