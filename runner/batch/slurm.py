@@ -237,6 +237,11 @@ class RunWatch:
     def missing(self) -> set[int]:
         return self.requested - self.store.done_ids()
 
+    def work_left(self) -> bool:
+        """Samples missing, or a LoadGen driver still feeding the open queue (its run lists
+        no samples: LoadGen issues them), so node tasks are wanted."""
+        return bool(self.missing()) or WorkQueue(self.run_dir).is_open()
+
     def repair_queue(self) -> int:
         """Batches for missing samples no batch file holds (a lost release); normally 0."""
         queue = WorkQueue(self.run_dir)
@@ -368,7 +373,7 @@ class RunWatch:
             if self.conclude(key, sid)["outcome"] not in ("done", "withdrawn"):
                 failed_now += 1
         need = failed_now or (0 if self.open else self.options.nodes)
-        if need and self.missing():
+        if need and self.work_left():
             if self.resubmits < self.options.max_resubmits:
                 self.repair_queue()
                 self.resubmits += 1
@@ -382,7 +387,7 @@ class RunWatch:
                 print(f"\nno node task left and --max-resubmits "
                       f"{self.options.max_resubmits} used up; "
                       f"{len(self.missing())} samples missing", file=sys.stderr)
-        if not self.missing():
+        if not self.work_left():
             self.withdraw_waiting()
         if not self.open:
             self.progress(final=True)
@@ -499,7 +504,7 @@ class SlurmExecutor:
         if watch.open:
             print(f"re-attached to {len(watch.open)} running node task(s)", file=sys.stderr)
         run.save(manifest)
-        extra = max(0, options.nodes - len(watch.open)) if watch.missing() else 0
+        extra = max(0, options.nodes - len(watch.open)) if watch.work_left() else 0
         first = not slurm["jobs"]
         watch.begin(extra, f"initial: {extra} node(s)" if first else f"resume: {extra} node(s)")
         return watch

@@ -10,6 +10,17 @@ from runner.clihelp import add_profile, document, profile_overrides
 from runner.loadgen.conf import COMPLIANCE_TESTS, MODES, SCENARIOS, Flags
 
 
+def _slurm(args: argparse.Namespace):
+    """SlurmOptions from this command's flags (`--time` is LoadGen's duration here, so the
+    node tasks' time limit is `--slurm-time`)."""
+    from runner.batch.cluster import SlurmOptions
+
+    given = {"nodes": args.nodes, "partition": args.slurm_partition, "time": args.slurm_time,
+             "node_executor": args.node_executor, "image": args.image,
+             "cpus_per_node": args.cpus_per_node, "sbatch_args": args.sbatch_arg}
+    return SlurmOptions.from_dict({k: v for k, v in given.items() if v is not None})
+
+
 def cmd_mlperf(args: argparse.Namespace) -> int:
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
@@ -25,7 +36,8 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         audit_conf=Path(args.audit_conf) if args.audit_conf else None,
         flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions,
         score=args.score)
-    executor = executor_for(args.executor, profile, image=args.image, captions=captions)
+    executor = executor_for(args.executor, profile, image=args.image, captions=captions,
+                            slurm=_slurm(args))
     return run_mlperf(request, executor, dry_run=args.dry_run)
 
 
@@ -54,9 +66,18 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--qps", type=float,
                    help="Offline expected QPS / Server target QPS (default: the profile's)")
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
-    p.add_argument("--executor", choices=["local", "docker"], default="local",
-                   help="where the workers run (default local; Slurm: run this on the node)")
+    p.add_argument("--executor", choices=["local", "docker", "slurm"], default="local",
+                   help="where the workers run (default local); LoadGen runs here")
     p.add_argument("--image", help="harness image tag for docker workers")
+    g = p.add_argument_group("Slurm (--executor slurm): node tasks serve the one queue")
+    g.add_argument("--nodes", type=int, help="array tasks, one per node (default 1)")
+    g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
+    g.add_argument("--slurm-time", metavar="T", help="sbatch --time per node task")
+    g.add_argument("--node-executor", choices=["local", "docker"],
+                   help="how each node starts its workers (default local)")
+    g.add_argument("--cpus-per-node", type=int, metavar="N",
+                   help="CPUs per node task instead of the whole node")
+    g.add_argument("--sbatch-arg", action="append", metavar="ARG", help="extra sbatch option")
     p.add_argument("--no-score", dest="score", action="store_false",
                    help="leave the accuracy log unscored (a submission tree then lacks "
                    "accuracy.txt)")

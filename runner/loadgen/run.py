@@ -167,16 +167,6 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_executor(executor) -> None:
-    if executor.name == "slurm":
-        raise RunnerError(
-            "LoadGen runs on Slurm are not supported yet: the Slurm watcher submits node "
-            "tasks, repairs the queue and resubmits while a run's samples are missing, and a "
-            "LoadGen run's samples are issued by LoadGen, not listed in the run",
-            where="--executor", fix="run `runner mlperf` on the node with --executor local "
-            "or docker")
-
-
 def _wait_ready(work: Path, expected: int, execution) -> None:
     """Until every worker has loaded its modules (its stats file exists) or died: LoadGen
     must not start timing while models are still loading."""
