@@ -7,6 +7,7 @@ the SUT's counts, FID/CLIP, compliance verdicts, the submission tree's check), w
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def _readme(prepared: Prepared) -> str:
     r = prepared.request
     return (f"# {r.profile.name}: stable-diffusion-xl {prepared.scenario}\n\n"
             "Run with iree-sdxl-runner:\n\n```bash\n"
-            f"runner {' '.join(r.argv)}\n```\n")
+            f"runner {shlex.join(r.argv)}\n```\n")
 
 
 def _compliance(prepared: Prepared, outcomes: dict[str, TestOutcome]) -> list[Verification]:

@@ -45,7 +45,9 @@ SCENARIO_NAMES = ("*", "Offline", "Server", "SingleStream", "MultiStream")
 _NUMBER = re.compile(r"^[+-]?(0[xX][0-9a-fA-F]+|\d+(\.\d*)?([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)$")
 
 # The compliance tests' audit.config, as MLPerf inference's compliance/nvidia/TEST0x ship
-# them (TEST01's generic one: performance mode with results sampled into the accuracy log).
+# them: TEST01 is performance mode with results sampled into the accuracy log (MLPerf's seed
+# and sampling target of 1024, as in its per-benchmark TEST01 files); TEST04 issues one
+# sample over and over, SDXL Offline at least 500 times. `--audit-conf` replaces one.
 AUDIT_CONFIGS = {
     "TEST01": ("*.*.mode = 2\n"
                "*.*.accuracy_log_rng_seed = 720381539243781796\n"
