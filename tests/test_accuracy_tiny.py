@@ -153,7 +153,8 @@ LANDED_FID, LANDED_CLIP = 5.655695530984897, -4.611465676377217
 
 def test_scores_equal_the_landed_scorers_and_duplicates_are_counted(backbones, tmp_path):
     """Through the loader thread, from an MLPerf log holding three repeated records (the
-    store's parallel reader gives these pixels byte for byte: tests/test_store.py)."""
+    store's parallel reader gives these pixels byte for byte: tests/test_store.py; the
+    default CPU path, no loader thread, is test_oracle_images_pass_...'s)."""
     from runner.accuracy.score import ScoreSettings, score_samples
     from runner.mlperf_data import load_captions
 
@@ -161,7 +162,8 @@ def test_scores_equal_the_landed_scorers_and_duplicates_are_counted(backbones, t
     write_log(tmp_path / "mlperf_log_accuracy.json", images + images[:3])
     samples = open_source(tmp_path).iter_samples((64, 64, 3), keep_duplicates=True)
     result = score_samples(samples, load_captions(),
-                           ScoreSettings(batch_size=1, cross_check=False, progress=False),
+                           ScoreSettings(batch_size=1, cross_check=False, progress=False,
+                                         prefetch=2),  # the GPU's loader thread, on CPU
                            backbones, load_statistics(TINY_DIR / STATS_NAME))
     assert (result.fid, result.clip) == (LANDED_FID, LANDED_CLIP)
     assert result.duplicates == 3 and result.sample_ids == tuple(range(6))

@@ -1,9 +1,9 @@
 """Streaming FID + CLIP over (qsl_idx, uint8 HWC) samples: MLPerf's numbers in bounded memory.
 
-Images arrive one at a time and are scored in batches, prepared on a loader thread while the
-networks run the previous batch; what is kept per sample is one CLIP float (MLPerf averages
-the per-sample floats with `np.mean`, so we do too), and the Inception
-features go straight into float64 running moments. Duplicate qsl_idx are skipped (the first
+Images arrive one at a time and are scored in batches (on a GPU prepared on a loader thread
+while the networks run the previous batch); what is kept per sample is one CLIP float (MLPerf
+averages the per-sample floats with `np.mean`, so we do too), and the Inception features go
+straight into float64 running moments. Duplicate qsl_idx are skipped (the first
 wins, as in MLPerf's accuracy script).
 """
 
@@ -40,7 +40,10 @@ class ScoreSettings:
     cross_check: bool = True  # also compute the other method and record the difference
     image_size: tuple[int, int] | None = None  # expected H, W; None: the first image's
     progress: bool = True
-    prefetch: int = 2  # batches prepared ahead of the forward passes
+    # Batches prepared ahead on a loader thread; None: 2 on a GPU, 0 on CPU, where the
+    # forward passes already use every core and a loader thread only contends with them
+    # (measured by scripts/bench_scale.py on a 2-core machine).
+    prefetch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,9 +157,9 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
                   settings: ScoreSettings, backbones: Backbones,
                   reference: FidStatistics | None, total: int | None = None
                   ) -> AccuracyResult:
-    """Reading, decoding, checking and preprocessing run on a loader thread (and the sample
-    store's reader threads) a bounded number of batches ahead, so the forward passes never
-    wait for them and memory holds a few batches whatever N is."""
+    """On a GPU, reading, decoding, checking and preprocessing run on a loader thread (and
+    the sample store's reader threads) a bounded number of batches ahead, so the forward
+    passes never wait for them; memory holds a few batches whatever N is."""
     import torch
 
     if settings.batch_size < 1:
@@ -173,8 +176,9 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
     clip_scores: list[float] = []
     counts = {"duplicates": 0}
     progress = Progress("scoring", total, unit="images", enabled=settings.progress)
-    batches = prefetch(_prepared_batches(samples, captions, settings, backbones, counts),
-                       settings.prefetch)
+    depth = settings.prefetch if settings.prefetch is not None else (
+        0 if backbones.device == "cpu" else 2)
+    batches = prefetch(_prepared_batches(samples, captions, settings, backbones, counts), depth)
     for batch in batches:
         with torch.no_grad():
             features = backbones.inception.features(batch.inception_input).double().cpu().numpy()
