@@ -20,11 +20,12 @@ import yaml
 from runner.accuracy.compare import ImageDiff, compare_runs
 from runner.accuracy.samples import format_ids, open_source
 from runner.accuracy.verdict import JSON_NAME, RangeCheck
-from runner.batch.run import read_manifest
 from runner.batch.worker import TASKS_DIR
 from runner.errors import RunnerError
+from runner.manifest import RunManifest
 from runner.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.report.thumbs import thumbnail_png
+from runner.rundir import RunDir
 from runner.store import SampleStore
 
 PASS, FAIL, NOT_SCORED, SUBSET = "PASS", "FAIL", "NOT SCORED", "SUBSET"
@@ -241,9 +242,9 @@ def margin_text(check: RangeCheck) -> str:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _model_name(manifest: dict[str, Any]) -> str:
-    fallback = str(manifest.get("profile_config", {}).get("model", "?"))
-    path = (manifest.get("compiled") or {}).get("model_config")
+def _model_name(manifest: RunManifest) -> str:
+    fallback = str(manifest.profile_config.get("model", "?"))
+    path = manifest.compiled.get("model_config")
     if not path:
         return fallback
     try:
@@ -297,12 +298,11 @@ def read_scores(run_dir: Path) -> tuple[Scores | None, str]:
     ), ""
 
 
-def _stats(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _stats(run_dir: Path, manifest: RunManifest) -> dict[str, dict[str, Any]]:
     """Worker stats as run.json's `finish` recorded them, else straight from the files (a run
     still going, or one whose driver was killed)."""
-    recorded = manifest.get("workers")
-    if isinstance(recorded, dict) and recorded:
-        return recorded
+    if manifest.workers:
+        return manifest.workers
     out = {}
     for path in sorted((Path(run_dir) / TASKS_DIR).glob("*.stats.json")):
         try:
@@ -323,10 +323,10 @@ def _worker(name: str, stats: dict[str, Any]) -> WorkerReport:
                         float(stats.get("load_seconds", 0.0)), batches, stage_ms)
 
 
-def _deaths(manifest: dict[str, Any]) -> list[Death]:
+def _deaths(manifest: RunManifest) -> list[Death]:
     out = []
-    for n, attempt in enumerate(manifest.get("attempts", []), start=1):
-        for d in attempt.get("deaths", []):
+    for n, attempt in enumerate(manifest.attempts, start=1):
+        for d in attempt.deaths:
             name = d.get("worker") or f"node {d.get('node', '?')}"
             code = d.get("exit_code")
             out.append(Death(str(name), code if isinstance(code, int) else None,
@@ -334,19 +334,19 @@ def _deaths(manifest: dict[str, Any]) -> list[Death]:
     return out
 
 
-def _timing(manifest: dict[str, Any], workers: list[WorkerReport], done: int) -> Timing:
-    attempts = manifest.get("attempts", [])
-    wall = float(attempts[-1]["seconds"]) if attempts and "seconds" in attempts[-1] else None
+def _timing(manifest: RunManifest, workers: list[WorkerReport], done: int) -> Timing:
+    attempts = manifest.attempts
+    last = attempts[-1] if attempts else None
     samples = sum(w.samples for w in workers)
     if not workers and len(attempts) == 1:
         samples = done
-    return Timing(manifest.get("started_at"),
-                  attempts[-1].get("finished_at") if attempts else None, len(attempts), wall,
-                  sum(float(a.get("seconds", 0.0)) for a in attempts), samples)
+    return Timing(manifest.started_at, last.finished_at if last else None, len(attempts),
+                  last.seconds if last else None,
+                  sum(a.seconds or 0.0 for a in attempts), samples)
 
 
-def _captions(manifest: dict[str, Any]):
-    for path in (manifest.get("captions"), CAPTIONS_FILE):
+def _captions(manifest: RunManifest):
+    for path in (manifest.captions, CAPTIONS_FILE):
         if path:
             try:
                 return load_captions(Path(path))
@@ -497,17 +497,17 @@ def _survival(names: list[str], deaths: list[Death], workers: dict[str, WorkerRe
 def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAULT
             ) -> RunReport:
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    requested_ids = [int(i) for i in manifest.get("sample_ids", [])]
+    manifest = RunDir(run_dir).load()
+    requested_ids = [int(i) for i in manifest.sample_ids]
     on_disk = SampleStore(run_dir).done_ids()
     done = set(requested_ids) & on_disk
     missing = sorted(set(requested_ids) - on_disk)
     unexpected = sorted(on_disk - set(requested_ids))
-    plan = manifest.get("plan") or {}
+    plan = manifest.plan
     stats = _stats(run_dir, manifest)
     workers = {name: _worker(name, s) for name, s in sorted(stats.items())}
     deaths = _deaths(manifest)
-    names = [] if manifest.get("executor") == "slurm" else [
+    names = [] if manifest.executor == "slurm" else [
         str(w["name"]) for w in plan.get("workers", []) if "name" in w]
     for name in [*workers, *(d.worker for d in deaths)]:
         if name not in names:
@@ -534,24 +534,24 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
     compiled = tuple(
         {"mlir": Path(c.get("mlir", "?")).name, "vmfb_sha256": c.get("vmfb_sha256", "?"),
          "cached": bool(c.get("cached")), "seconds": c.get("seconds")}
-        for c in (manifest.get("compiled") or {}).get("compiled", []))
-    slurm = manifest.get("slurm")
+        for c in manifest.compiled.get("compiled", []))
+    slurm = manifest.slurm
     return RunReport(
-        run_dir=run_dir, name=run_dir.resolve().name, profile=str(manifest.get("profile", "?")),
-        model=_model_name(manifest), status=str(manifest.get("status", "?")),
+        run_dir=run_dir, name=run_dir.resolve().name, profile=manifest.profile,
+        model=_model_name(manifest), status=manifest.status,
         requested=len(requested_ids), done=len(done), missing=tuple(missing),
-        unexpected=tuple(unexpected), layout=manifest.get("layout") or {},
+        unexpected=tuple(unexpected), layout=manifest.layout,
         plan_notes=tuple(str(n) for n in plan.get("notes", [])),
         plan_workers=tuple(plan.get("workers", [])),
-        executor=str(manifest.get("executor", "?")), iree=manifest.get("iree") or {},
-        image=manifest.get("image"), host=manifest.get("host") or {},
+        executor=manifest.executor, iree=manifest.iree,
+        image=manifest.image, host=manifest.host,
         slurm={"version": slurm.get("version"), "jobs": len(slurm.get("jobs", [])),
                "nodes": len(slurm.get("nodes", {}))} if isinstance(slurm, dict) else None,
         compiled=compiled, timing=timing,
         workers=tuple(workers.values()), deaths=tuple(deaths), scores=scores, score_note=note,
         checks=checks, gallery=tuple(gallery), gallery_kind=kind, comparison=comparison,
         reproduce=reproduce.read_text(errors="replace") if reproduce.is_file() else "",
-        argv=tuple(str(a) for a in manifest.get("argv", [])))
+        argv=tuple(str(a) for a in manifest.argv))
 
 
 def finite(value: float | None) -> float | None:
