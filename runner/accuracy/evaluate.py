@@ -14,7 +14,7 @@ from pathlib import Path
 from runner.accuracy.backbones import Backbones, load_backbones
 from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
-from runner.accuracy.score import AccuracyResult, ScoreSettings, score_samples
+from runner.accuracy.score import AccuracyResult, ScoreSettings, reader_jobs, score_samples
 from runner.accuracy.settings import AccuracySettings, accuracy_settings
 from runner.accuracy.verdict import Verdict, judge, require_ranges, write_results
 from runner.errors import IncompleteRun, RunnerError
@@ -107,7 +107,9 @@ def open_backbones(p: Plan, fid_weights=None, clip_weights=None, device: str = "
 def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: FidStatistics | None,
                batch_size: int = 1, progress: bool = True) -> AccuracyResult:
     size = p.profile.model.image_size
-    return score_samples(p.source.iter_samples((size, size, 3), keep_duplicates=True), captions,
+    samples = p.source.iter_samples((size, size, 3), keep_duplicates=True,
+                                    jobs=reader_jobs(backbones.device))
+    return score_samples(samples, captions,
                          ScoreSettings(batch_size=batch_size, image_size=(size, size),
                                        progress=progress),
                          backbones, reference, total=len(p.ids))

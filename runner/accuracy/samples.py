@@ -86,13 +86,15 @@ class SampleSource:
         return str(self.log if self.kind == "log" else self.run_dir)
 
     def iter_samples(self, image_shape: tuple[int, int, int] | None = None,
-                     keep_duplicates: bool = False) -> Iterator[tuple[int, np.ndarray]]:
+                     keep_duplicates: bool = False, jobs: int | None = None
+                     ) -> Iterator[tuple[int, np.ndarray]]:
         """One image at a time; a log's repeated qsl_idx are passed on with
-        `keep_duplicates` (for a consumer that counts what it skips)."""
+        `keep_duplicates` (for a consumer that counts what it skips); `jobs` threads read a
+        store (default: every core)."""
         if self.kind == "store":
             wanted = self.available if self.requested is None else sorted(
                 set(self.requested) & set(self.available or ()))
-            yield from SampleStore(self.run_dir).iter_samples(wanted)
+            yield from SampleStore(self.run_dir).iter_samples(wanted, jobs)
         elif self.kind == "generate":
             for qsl_idx in self.available or ():
                 yield qsl_idx, self._load_png(qsl_idx)
