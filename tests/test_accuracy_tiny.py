@@ -71,7 +71,13 @@ def test_shipped_calibration_is_what_the_profiles_use(backbones):
 def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
         oracle_dir, backbones, tmp_path):
     """Scored from an MLPerf accuracy log (what AMD's harness writes), in the calibration's
-    batch size: the scores equal the calibration's centre exactly."""
+    batch size: the scores reproduce the calibration's centre. Not bit for bit across
+    machines: PyTorch's CPU kernels (picked by the host's ISA) round the oracle's images and
+    the seeded backbones' features differently; on a machine other than the calibrating one
+    FID moved by 2.3e-5 and CLIP by 4.5e-6 relative (ranges: 2% and 0.05%). The scorer's
+    own exactness is pinned on fixed images in
+    test_scores_equal_the_landed_scorers_and_duplicates_are_counted and against
+    pytorch-fid/open_clip in test_accuracy.py."""
     images = list(open_source(oracle_dir).iter_samples())
     log_dir = tmp_path / "harness"
     log_dir.mkdir()
@@ -83,7 +89,8 @@ def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
     assert score.result.n == 32  # repeated qsl_idx are skipped (first wins), and counted
     assert score.result.duplicates == 2
     assert json.loads(score.json_path.read_text())["duplicates_skipped"] == 2
-    assert score.result.fid == CAL["fid"] and score.result.clip == CAL["clip"]
+    assert score.result.fid == pytest.approx(CAL["fid"], rel=1e-4)
+    assert score.result.clip == pytest.approx(CAL["clip"], rel=1e-4)
     assert score.verdict.passed
     record = json.loads(score.json_path.read_text())
     assert record["verdict"] == "pass" and record["subset"] is False
