@@ -28,7 +28,14 @@ from runner.clihelp import (
     profile_overrides,
 )
 from runner.docker.cli import register as register_image
-from runner.errors import EXIT_INCOMPLETE, EXIT_OK, RunnerError
+from runner.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    RunnerError,
+    is_disk_full,
+)
 from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
 from runner.loadgen.cli import register as register_mlperf
@@ -95,32 +102,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import Lifecycle, executor_for
-    from runner.rundir import DiskFull
 
+    # A full disk (DiskFull) is an IncompleteRun: main() prints it and exits 3, and what
+    # was written is kept for --resume.
     captions = Path(args.captions) if args.captions else None
-    try:
+    if args.resume:
+        lc = Lifecycle.open(args.resume)
+    else:
+        if not args.out:
+            raise RunnerError("--out DIR is required for a new run", where="runner run")
+        args.profile = args.profile or "cpu"
+        profile = _profile(args)
+        name = args.executor or "local"
+        executor = executor_for(name, profile, image=args.image, captions=captions,
+                                slurm=slurm_options(args))
+        lc = Lifecycle.create(Path(args.out), profile,
+                              _sample_ids(args, captions, default_count=32), args.argv,
+                              executor, captions=captions, score=args.score)
+    with lc:
         if args.resume:
-            lc = Lifecycle.open(args.resume)
-        else:
-            if not args.out:
-                raise RunnerError("--out DIR is required for a new run", where="runner run")
-            args.profile = args.profile or "cpu"
-            profile = _profile(args)
-            name = args.executor or "local"
-            executor = executor_for(name, profile, image=args.image, captions=captions,
-                                    slurm=slurm_options(args))
-            lc = Lifecycle.create(Path(args.out), profile,
-                                  _sample_ids(args, captions, default_count=32), args.argv,
-                                  executor, captions=captions, score=args.score)
-        with lc:
-            if args.resume:
-                code = _resume(args, lc)
-                if code is not None:
-                    return code
-            return _run_to_end(args, lc)
-    except DiskFull as e:
-        print(str(e), file=sys.stderr)
-        return EXIT_INCOMPLETE  # what was written is kept; --resume goes on
+            code = _resume(args, lc)
+            if code is not None:
+                return code
+        return _run_to_end(args, lc)
 
 
 def _resume(args: argparse.Namespace, lc) -> int | None:
@@ -436,8 +440,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             annotate("error", str(e), title=f"runner {args.command}")
             return e.exit_code
+        except OSError as e:
+            # The last net under every command: a read-only or full disk, a vanished file.
+            # Library code names its files itself; this keeps a traceback from the user.
+            if isinstance(e, BrokenPipeError):
+                raise
+            where = f" ({e.filename})" if e.filename else ""
+            print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+            annotate("error", f"{e.strerror or e}{where}", title=f"runner {args.command}")
+            return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:
+        # Ctrl-C: finished samples and files are on disk (writes are atomic); a run dir
+        # records the attempt as killed and `runner run --resume DIR` goes on.
+        print("\ninterrupted: finished work is kept; a run goes on with "
+              "`runner run --resume DIR`", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader left (`runner plan | head`): stop quietly, and keep Python from
         # complaining at exit while it flushes a stdout nobody reads.

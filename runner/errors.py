@@ -3,6 +3,8 @@ and the exit-code table every command shares."""
 
 from __future__ import annotations
 
+import errno
+
 
 class RunnerError(Exception):
     """Bad input or a failed step, described for the person who must fix it.
@@ -29,14 +31,21 @@ EXIT_OK = 0  # passed, or done (a command with no verdict; a dry run; a subset n
 EXIT_FAILED = 1  # a verdict failed: accuracy out of range, a golden over tolerance, ...
 EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; nothing judged
 EXIT_INCOMPLETE = 3  # a run stopped with samples missing; `runner run --resume DIR` goes on
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT; finished work is kept
 
 EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset that is not judged)"),
               (EXIT_FAILED, "a verdict failed (accuracy, goldens, benchmarks, --require-full)"),
               (EXIT_BAD_INPUT, "bad input or a failed step: the error names file, field and fix"),
-              (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"))
+              (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"),
+              (EXIT_INTERRUPTED, "interrupted (Ctrl-C): finished work is kept"))
 
 
 class IncompleteRun(RunnerError):
     """A run dir that lacks samples it asked for: resumable, so not "bad input"."""
 
     exit_code = EXIT_INCOMPLETE
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC or a quota: the one OSError that means "free space, then resume"."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)

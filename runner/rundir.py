@@ -36,7 +36,6 @@ stats, node state), never run.json.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -47,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.errors import IncompleteRun, RunnerError, is_disk_full
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.manifest import RunManifest
 
@@ -63,17 +62,13 @@ COMPILE_DIR = "compile"
 GUARD_SECONDS = 30.0
 
 
-class DiskFull(RunnerError):
+class DiskFull(IncompleteRun):
     """No space left while writing one of the run's files; nothing finished is lost."""
 
     def __init__(self, path: Path, run_dir: Path):
         self.path = path
         super().__init__(f"run incomplete: disk full while writing {path}; free space, then "
                          f"`runner run --resume {run_dir}`")
-
-
-def is_disk_full(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)

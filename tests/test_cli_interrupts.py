@@ -1,0 +1,72 @@
+"""No traceback reaches a user: Ctrl-C mid-run and a read-only --out end with a message and an
+exit code from the shared table, and the interrupted run resumes to completion."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from runner.manifest import KILLED
+from runner.rundir import RunDir
+from runner.store import SampleStore
+
+ENV = {**os.environ, "RUNNER_PROGRESS": "plain"}
+
+
+def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "12",
+         "--no-score", "--out", str(out)],
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    store = SampleStore(out)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "samples").is_dir() and store.done_ids():
+            break  # workers are generating: interrupt in the middle of the run
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err
+    assert "interrupted: finished work is kept" in err
+
+    resumed = _runner("run", "--resume", str(out), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    manifest = RunDir(out).load()
+    assert manifest.complete
+    assert manifest.attempts[0].status == KILLED
+    assert store.done_ids() == set(range(12))
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root")
+    path = tmp_path / "ro"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], check=True)
+    yield path
+    subprocess.run(["umount", str(path)], check=False)
+
+
+def test_read_only_out_is_a_clear_error(read_only_dir, tmp_path):
+    out = read_only_dir / "run"
+    done = _runner("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", str(out),
+                   cwd=tmp_path)
+    assert done.returncode == EXIT_BAD_INPUT
+    assert "Traceback" not in done.stderr
+    assert "Read-only file system" in done.stderr and str(out) in done.stderr
