@@ -21,7 +21,19 @@ class RunnerError(Exception):
         parts = [f"{where}: {message}" if where else message]
         if fix:
             parts.append(f"fix: {fix}")
-        super().__init__("\n  ".join(parts))
+        super().__init__("\n  ".join(elide(part) for part in parts))
+
+
+MAX_PART_CHARS = 600  # a huge field quoted back in full would bury the message itself
+
+
+def elide(text: str, limit: int = MAX_PART_CHARS) -> str:
+    """Keeps a message readable when it quotes a huge user value: its head and tail stay,
+    the middle becomes a count of what was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
+    return f"{head}... ({len(text) - len(head) - len(tail)} characters left out) ...{tail}"
 
 
 # Exit codes, one table for every `runner` command (shown in each command's help epilog and

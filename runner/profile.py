@@ -62,7 +62,7 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise RunnerError("profile `extends` loops back on itself", where=str(path))
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:  # not UTF-8 text: a clear error
         raise RunnerError(f"cannot read profile: {e}", where=str(path)) from e
     if not isinstance(raw, dict):
         raise RunnerError("a profile must be a YAML mapping", where=str(path))

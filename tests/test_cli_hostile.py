@@ -1,5 +1,6 @@
-"""No traceback reaches a user: Ctrl-C mid-run and a read-only --out end with a message and an
-exit code from the shared table, and the interrupted run resumes to completion."""
+"""No traceback reaches a user: Ctrl-C mid-run, a read-only --out, a profile that is not
+UTF-8 and a huge field each end with a message and an exit code from the shared table, and
+the interrupted run resumes to completion."""
 
 from __future__ import annotations
 
@@ -70,3 +71,22 @@ def test_read_only_out_is_a_clear_error(read_only_dir, tmp_path):
     assert done.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in done.stderr
     assert "Read-only file system" in done.stderr and str(out) in done.stderr
+
+
+def test_a_profile_that_is_not_utf8_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"name: x\nextends: cpu\n\xff\xfe: 1\n")
+    done = _runner("plan", "--profile", str(bad), cwd=tmp_path)
+    assert done.returncode == EXIT_BAD_INPUT
+    assert "Traceback" not in done.stderr
+    assert f"{bad}: cannot read profile" in done.stderr and "utf-8" in done.stderr
+
+
+def test_a_huge_field_is_elided_in_the_error(tmp_path):
+    huge = tmp_path / "huge.yaml"
+    huge.write_text('name: x\nextends: cpu\nlayout:\n  devices: "' + "0," * 200_000 + '0"\n')
+    done = _runner("plan", "--profile", str(huge), cwd=tmp_path)
+    assert done.returncode == EXIT_BAD_INPUT
+    assert "Traceback" not in done.stderr
+    assert "characters left out" in done.stderr and "names more than 4096 devices" in done.stderr
+    assert len(done.stderr) < 2000
