@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from host_support import tmpfs
 
 from runner.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from runner.manifest import KILLED
@@ -55,13 +56,8 @@ def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
 
 @pytest.fixture
 def read_only_dir(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only tmpfs needs root")
-    path = tmp_path / "ro"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], check=True)
-    yield path
-    subprocess.run(["umount", str(path)], check=False)
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
+        yield mount
 
 
 def test_read_only_out_is_a_clear_error(read_only_dir, tmp_path):

@@ -10,10 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from host_support import tmpfs, wait_for
 
 from runner.store import SampleStore
 
@@ -28,13 +28,6 @@ def runner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 def manifest(run_dir: Path) -> dict:
@@ -120,13 +113,8 @@ def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run,
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "small", "size=4m") as mount:
+        yield mount
 
 
 def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):

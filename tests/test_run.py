@@ -5,11 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_support import tmpfs, wait_for
 
 from runner.cli import main
 from runner.mlperf_log import LOG_NAME, iter_log_samples
@@ -32,13 +32,6 @@ def start_cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "runner", *no_score(args)],
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 def hashes(run_dir: Path) -> dict[int, str]:
@@ -154,12 +147,7 @@ def test_existing_run_dir_needs_resume(one_worker_run):
 
 
 def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "small", "size=400k") as mount:
         run_dir = mount / "run"
         proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
         assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
@@ -174,5 +162,3 @@ def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
         resumed = run_cli("run", "--resume", str(run_dir))
         assert resumed.returncode == 0, resumed.stderr
         assert hashes(run_dir) == hashes(one_worker_run)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)

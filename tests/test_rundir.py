@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from host_support import tmpfs
 
 from runner.errors import RunnerError
 from runner.manifest import FINISHED, RunManifest
@@ -150,13 +151,8 @@ def test_bad_manifests_are_clear_errors(tmp_path):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "small", "size=64k") as mount:
+        yield mount
 
 
 def test_full_disk_is_one_clear_error_with_no_temp_file(tiny_disk):

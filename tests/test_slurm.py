@@ -20,11 +20,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from docker_support import build_tree, docker_client  # noqa: F401
+from host_support import wait_for
 
 from runner.batch.aggregate import aggregate
 from runner.batch.cluster import node_state_path, slurm_flags
@@ -87,13 +87,6 @@ def hashes(run_dir: Path) -> dict[int, str]:
     ids = [s["qsl_idx"] for s in data["samples"]]
     assert len(ids) == len(set(ids)), "a sample is in the dataset twice"
     return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}
-
-
-def wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 def node_state(run_dir: Path, key: str) -> dict:
