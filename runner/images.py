@@ -72,6 +72,8 @@ def decode_png(data: bytes) -> np.ndarray:
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos : pos + 4])
         kind, body = data[pos + 4 : pos + 8], view[pos + 8 : pos + 8 + length]
+        if pos + 12 + length > len(data):  # zlib no longer catches a cut-off stream's end
+            raise ValueError(f"truncated PNG: its {kind!r} chunk ends past the file")
         if kind == b"IHDR":
             w, h, depth, color = struct.unpack(">IIBB", body[:10])
             if (depth, color) != (8, 2):
@@ -79,8 +81,36 @@ def decode_png(data: bytes) -> np.ndarray:
         elif kind == b"IDAT":
             idat.append(body)
         pos += 12 + length
-    stream = idat[0] if len(idat) == 1 else b"".join(idat)
-    rows = np.frombuffer(zlib.decompress(stream), np.uint8).reshape(h, 1 + w * 3)
+    stream = idat[0] if len(idat) == 1 else memoryview(b"".join(idat))
+    rows = np.frombuffer(_inflate(stream, h * (1 + w * 3)), np.uint8).reshape(h, 1 + w * 3)
     if rows[:, 0].any():
         raise ValueError("PNG uses row filters; only this tool's unfiltered PNGs are supported")
     return rows[:, 1:].reshape(h, w, 3).copy()
+
+
+def _inflate(stream: memoryview, size: int) -> bytes:
+    """zlib.decompress, but a stream of stored deflate blocks (level 0, what the sample store
+    writes) is unwrapped by slicing instead of an inflate pass. Checked as zlib checks it:
+    every block's LEN/NLEN pair, the adler32 (a stream failing it goes through zlib, which
+    names the error), and the total size. Any other stream (compressed blocks, a preset
+    dictionary, odd padding bits) goes through zlib."""
+    if len(stream) < 2 or stream[0] & 0x0F != 8 or stream[1] & 0x20 \
+            or (stream[0] << 8 | stream[1]) % 31:
+        return zlib.decompress(stream)
+    blocks, pos, final = [], 2, False
+    while not final:
+        header = stream[pos] if pos < len(stream) else -1
+        if header not in (0, 1):  # a compressed block (or a truncated stream): zlib's job
+            return zlib.decompress(stream)
+        final = header == 1
+        length, inverse = struct.unpack_from("<HH", stream, pos + 1)
+        if length ^ inverse != 0xFFFF or pos + 5 + length > len(stream):
+            raise ValueError(f"broken stored deflate block at byte {pos} of the image data")
+        blocks.append(stream[pos + 5 : pos + 5 + length])
+        pos += 5 + length
+    data = b"".join(blocks)
+    if struct.unpack_from(">I", stream, pos) != (zlib.adler32(data),):
+        return zlib.decompress(stream)  # which names the broken checksum
+    if len(data) != size:
+        raise ValueError(f"image data holds {len(data)} bytes, the header says {size}")
+    return data

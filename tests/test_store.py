@@ -15,7 +15,7 @@ import pytest
 from runner.batch.aggregate import aggregate
 from runner.errors import RunnerError
 from runner.fileio import sha256_bytes, sha256_file
-from runner.images import png_text
+from runner.images import decode_png, encode_png, png_text
 from runner.mlperf_log import LOG_NAME, hex_upper, iter_log_samples, write_log
 from runner.parallel import ordered_map, prefetch
 from runner.store import CORRUPT_DIR, CorruptSample, SampleStore, SampleWriter
@@ -196,3 +196,25 @@ def test_read_ahead_keeps_order_bounds_memory_and_passes_errors():
     assert next(early) == 0
     early.close()  # the consumer stops: so does the producer
     assert len(produced) < 10
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (3, 5, 3), (300, 257, 3)])
+def test_hex_and_stored_block_decoding_match_the_plain_ways(shape):
+    """The byte-pair hex table and the stored-block PNG path are what aggregation runs on;
+    they must give Python's own hex and zlib's inflate, for odd byte counts and images
+    spanning several 64 KiB stored blocks alike."""
+    image = np.random.default_rng(7).integers(0, 256, shape, dtype=np.uint8)
+    assert bytes(hex_upper(image)) == image.tobytes().hex().upper().encode()
+    for level in (0, 1):
+        assert np.array_equal(decode_png(encode_png(image, {"k": "v"}, level)), image)
+
+
+def test_a_broken_stored_block_or_cut_file_is_malformed():
+    data = bytearray(encode_png(np.zeros((300, 257, 3), np.uint8), None, 0))
+    first_block = data.index(b"IDAT") + 4 + 2  # after the zlib header
+    assert data[first_block] == 0  # a stored, non-final block: the path under test
+    with pytest.raises(ValueError, match="truncated PNG"):
+        decode_png(bytes(data[:-20]))  # pixels all there, checksum and IEND cut off
+    data[first_block + 3] ^= 0xFF  # NLEN no longer the complement of LEN
+    with pytest.raises(ValueError, match="broken stored deflate block"):
+        decode_png(bytes(data))

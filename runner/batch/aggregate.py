@@ -16,6 +16,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
 from runner.mlperf_log import LOG_NAME, Buffer, hex_upper, write_hex_log
+from runner.parallel import keep_freed_memory
 from runner.rundir import RunDir
 from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
@@ -44,6 +45,7 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     log's bytes are the same whatever `jobs` is. A corrupt sample stops it with the file
     moved aside (see `SampleStore.read`) and no log written. `sample_ids` defaults to the
     run manifest's."""
+    keep_freed_memory()
     store = SampleStore(run_dir)
     requested = sorted(RunDir(run_dir).load().sample_ids if sample_ids is None
                        else sample_ids)
