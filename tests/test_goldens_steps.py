@@ -60,9 +60,20 @@ def test_tolerance_names_the_first_stage_over(steps_report, tmp_path, capsys):
     assert "OVER" in (tmp_path / "compare_steps.md").read_text()
 
 
+def f32_threshold(test: dict) -> float:
+    """The test file's `--expected_f32_threshold`, as iree-run-module reads it."""
+    (value,) = [arg.split("=", 1)[1] for arg in test["threshold_args"]
+                if arg.startswith("--expected_f32_threshold=")]
+    return float(value)
+
+
 def test_tiny_suite_is_reproducible(tmp_path):
-    """`build_tiny_suite` regenerates goldens/tiny: inputs byte-identical, outputs within
-    the suite's thresholds (they are equal on the machine that made them)."""
+    """`build_tiny_suite` regenerates goldens/tiny: integer inputs byte-identical, float
+    inputs and outputs within the test's own f32 threshold. Float tensors come out of IREE's
+    llvm-cpu code for `--iree-llvmcpu-target-cpu=host`, so another host's ISA rounds them
+    differently (measured across two hosts: the UNet's input latents, several Euler steps
+    in, 5e-5 apart, against a threshold of 1e-3); on the machine that made them they are
+    equal."""
     from runner.goldens.tiny_suite import build_tiny_suite
 
     written = build_tiny_suite(tmp_path)
@@ -75,12 +86,13 @@ def test_tiny_suite_is_reproducible(tmp_path):
             assert (tmp_path / new[key]).resolve() == (TINY / old[key]).resolve()
         assert {k: v for k, v in new.items() if k not in ("mlir", "real_weights")} == \
             {k: v for k, v in old.items() if k not in ("mlir", "real_weights")}
-        for ref in new["inputs"]:
-            assert (tmp_path / ref["source"]).read_bytes() == (TINY / ref["source"]).read_bytes()
-        for ref in new["outputs"]:
+        for ref in [*new["inputs"], *new["outputs"]]:
             spec = TensorSpec.parse(ref["value"])
             a, b = (read_tensor(d / ref["source"], spec) for d in (tmp_path, TINY))
-            assert np.abs(a - b).max() <= 1e-5
+            if np.issubdtype(a.dtype, np.integer):
+                assert np.array_equal(a, b), ref["source"]
+            else:
+                assert np.abs(a - b).max() <= f32_threshold(old), ref["source"]
     clip = json.loads((TINY / "clip_cpu.json").read_text())
     ids = read_tensor(TINY / clip["inputs"][0]["source"], TensorSpec.parse("1x64xi64"))
     assert ids[0, 0] == 1022 and (ids[0] == 1023).sum() >= 1  # BOS, caption, EOS (a real prompt)
