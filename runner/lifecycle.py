@@ -371,7 +371,7 @@ class Lifecycle:
 
     def write_reproduce(self) -> None:
         with self.run.writing(self.run.reproduce_path):
-            write_reproduce(self.run.path, self.manifest.to_dict())
+            write_reproduce(self.run.path, self.manifest)
 
     # --- helpers ------------------------------------------------------------------------
     def _executor(self) -> Executor:

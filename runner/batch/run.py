@@ -16,9 +16,9 @@ from runner.batch.reproduce import reproduce_script
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.layout import LayoutSpec, Plan, plan_workers
+from runner.manifest import RunManifest
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.profile import Profile, profile_from_raw
-from runner.rundir import RunDir
 
 LOG_TAIL_LINES = 20
 
@@ -35,12 +35,6 @@ class RunOutcome:
     @property
     def complete(self) -> bool:
         return self.done == self.requested
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """run.json as plain JSON, for readers of its shape (reports, aggregate); drivers use
-    `RunDir.load()`, the typed manifest."""
-    return RunDir(run_dir).load().to_dict()
 
 
 def validate_ids(ids: list[int], where: str, captions_path: Path | None = None) -> list[int]:
@@ -74,14 +68,12 @@ def log_tail(path: Path) -> str:
         return "(no log)"
 
 
-def write_reproduce(run_dir: Path, manifest: dict[str, Any]) -> Path:
-    slurm = manifest.get("slurm") or {}
+def write_reproduce(run_dir: Path, manifest: RunManifest) -> Path:
     text = reproduce_script(
-        run_dir.resolve().name, argv=manifest["argv"], profile=manifest["profile"],
-        samples=len(manifest["sample_ids"]),
-        iree_version=str(manifest["iree"]["iree.runtime"].get("version", "?")),
-        image=manifest.get("image"), slurm_jobs=slurm.get("jobs", []),
-        worker_commands=list(manifest.get("worker_commands", {}).values()))
+        run_dir.resolve().name, argv=manifest.argv, profile=manifest.profile,
+        samples=len(manifest.sample_ids), iree_version=manifest.iree_version,
+        image=manifest.image, slurm_jobs=(manifest.slurm or {}).get("jobs", []),
+        worker_commands=list(manifest.worker_commands.values()))
     path = run_dir / "reproduce.sh"
     atomic_write_text(path, text)
     path.chmod(0o755)

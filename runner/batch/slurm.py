@@ -181,7 +181,7 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     slurm["jobs"].append(job)
     run.save(manifest)
     with run.writing(run.reproduce_path):
-        write_reproduce(run_dir, manifest.to_dict())
+        write_reproduce(run_dir, manifest)
     print(f"submitted Slurm job {job_id}: {tasks} node task(s) ({reason})", file=sys.stderr,
           flush=True)
     return job
