@@ -86,6 +86,7 @@ class Progress:
         self.last_decile = self._decile(already)
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._printed: tuple[int, str | None, str] | None = None  # (done, item, extra) shown
 
     # -- what is shown ------------------------------------------------------------------
     def line(self, now: float | None = None) -> str:
@@ -114,7 +115,10 @@ class Progress:
 
     def _emit(self, now: float, final: bool = False) -> None:
         with _LOCK:
-            self.last_print = now
+            state = (self.done, self.item, self.extra)
+            if self.mode != "live" and final and state == self._printed:
+                return  # the last whole line already says it: no twin line in the log
+            self.last_print, self._printed = now, state
             if self.mode == "live":
                 self._draw()
                 if final:
@@ -156,7 +160,11 @@ class Progress:
         self.update(self.done + n, extra=extra)
 
     def finish(self, extra: str | None = None, done: int | None = None) -> None:
-        """The last line, always printed (a newline ends the live line)."""
+        """The last line, printed once (a newline ends the live line): not again by a
+        `with` block's exit after an explicit finish, nor in logs when the last whole line
+        already showed the same count."""
+        if self._stop.is_set():
+            return
         if done is not None:
             self.done = done
         self._stop.set()

@@ -55,8 +55,9 @@ def test_plain_lines_are_throttled_between_tenths():
         p.update(n)
     p.finish()
     lines = out.getvalue().splitlines()
-    # one line per 10% step plus the final one, not a line per image
-    assert len(lines) == 11
+    # one line per 10% step, not a line per image; the last is the 100% line, not twice
+    assert len(lines) == 10
+    assert len({line.split("  ")[0] for line in lines}) == 10
     assert lines[0].startswith("score 100/1000 images")
     assert "images/s" in lines[0] and "ETA" in lines[0]
     assert lines[-1].startswith("score 1000/1000 images") and "ETA" not in lines[-1]
