@@ -16,8 +16,8 @@ from runner.clihelp import add_profile, document, profile_overrides, renamed
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.goldens.cli import selection_flags
+from runner.goldens.plan import DEFAULT_SKU
 
-DEFAULT_SKU = "mi300"  # IREE CI's, and `runner goldens check`'s
 STAGE_REPETITIONS = 5
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from runner.clihelp import document
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
+from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.paths import REPO_DIR
 
 DEFAULT_SUITE = REPO_DIR / "goldens" / "tiny"
-DEFAULT_SKU, DEFAULT_CHIP = "mi300", "gfx942"  # IREE CI's defaults for SKU and ROCM_CHIP
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:

@@ -44,10 +44,13 @@ STATS_FILE_FLAG = "--iree-scheduling-dump-statistics-file"
 STATS_FILE = "compilation_info.json"
 
 
+DEFAULT_SKU, DEFAULT_CHIP = "mi300", "gfx942"  # IREE CI's defaults for SKU and ROCM_CHIP
+
+
 @dataclass(frozen=True)
 class CheckOptions:
-    sku: str = "mi300"
-    rocm_chip: str = "gfx942"
+    sku: str = DEFAULT_SKU
+    rocm_chip: str = DEFAULT_CHIP
     tuning_spec: Path | None = None
     tuner_dir: Path | None = None
     out: Path | None = None
