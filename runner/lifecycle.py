@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -176,7 +177,7 @@ class Lifecycle:
                 captions=str((captions or CAPTIONS_FILE).resolve()),
                 compiled=compiled.to_dict(), host=host_info(),
                 iree=(image or {}).get("provenance") or iree_provenance(),
-                executor=executor.name, image=image, score=score)
+                executor=executor.name, image=image, score=score, cwd=os.getcwd())
             run.save(manifest)
             run.write_sample_ids(manifest.sample_ids)
             lc = cls(run, manifest, profile, executor, plan)

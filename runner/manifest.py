@@ -85,6 +85,7 @@ class RunManifest:
     missing: list[int] = field(default_factory=list)
     unexpected: list[int] = field(default_factory=list)
     slurm: dict[str, Any] | None = None
+    cwd: str = ""  # where the driver ran: `argv`'s relative paths (--ids FILE) are from here
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

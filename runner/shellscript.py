@@ -137,5 +137,17 @@ class Script:
         self.lines.append(f'if [ -z "${var.name}" ]; then {var.name}={word(default)}; fi')
         return self
 
+    def absolute(self, var: Var) -> Script:
+        """`var` made absolute against the cwd the script was started in, so a later `cd`
+        leaves what it names where the caller meant."""
+        self.lines.append(f'case "${var.name}" in /*) ;; *) {var.name}="$PWD/${var.name}" ;; esac')
+        return self
+
+    def cd_if_exists(self, path: str) -> Script:
+        """`cd` into `path` when it still exists (a recorded working directory; on another
+        machine it may not, and the script goes on from where it was started)."""
+        self.lines.append(f"if [ -d {quote(path)} ]; then cd -- {quote(path)}; fi")
+        return self
+
     def text(self) -> str:
         return "\n".join([self.shebang, *self.lines]) + "\n"

@@ -127,6 +127,26 @@ def test_reproduce_sh_of_a_hostile_run_dir_reruns_it_and_nothing_else(case, tmp_
     assert json.loads((again / "run.json").read_text())["argv"][-1] == str(again.resolve())
 
 
+def test_reproduce_sh_resolves_relative_arguments_where_the_run_was_made(tmp_path,
+                                                                         real_runner):
+    """A run made with relative `--ids` and `--out` re-runs from any directory: the recorded
+    argv runs from the recorded cwd, and a relative OUT_DIR is the caller's."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    (work / "ids.txt").write_text("3 5\n")
+    made = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
+                           "--ids", "ids.txt", "--no-score", "--out", "runs/a"],
+                          capture_output=True, text=True, cwd=work, timeout=600)
+    assert made.returncode == 0, made.stderr
+    rerun = subprocess.run(["bash", str(work / "runs" / "a" / "reproduce.sh"), "copy"],
+                           capture_output=True, text=True, cwd=elsewhere, env=real_runner,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert [i for i, _ in pixel_hashes(elsewhere / "copy")] == [3, 5]
+    assert pixel_hashes(elsewhere / "copy") == pixel_hashes(work / "runs" / "a")
+
+
 def test_reproduce_sh_takes_a_hostile_out_dir_and_renders_image_and_slurm_safely(tmp_path):
     """The docker-image and Slurm parts, rendered from hostile values and executed with
     `runner` and `docker` recording their argv (a real image build is test_docker_run's)."""
@@ -159,7 +179,9 @@ def test_reproduce_sh_takes_a_hostile_out_dir_and_renders_image_and_slurm_safely
         ["runner", "image", "build", "--from", f"wheels:{bad}", "--tag", f"img:{bad}",
          "--base-image", bad],
         ["docker", "image", "inspect", "--format", "{{.Id}}", f"img:{bad}"],
-        ["runner", "run", "--profile", bad, "--set", f"name={bad}", "--out", out],
+        # A relative OUT_DIR is the caller's: made absolute before anything else runs.
+        ["runner", "run", "--profile", bad, "--set", f"name={bad}", "--out",
+         str(elsewhere / out)],
     ]
     # Without OUT_DIR, the default is found next to the script, whatever the cwd.
     log.unlink()

@@ -64,9 +64,11 @@ def _slurm(script: Script, jobs: Sequence[Mapping[str, Any]]) -> None:
 def reproduce_script(run_name: str, *, argv: Sequence[str], profile: str, samples: int,
                      iree_version: str, image: Mapping[str, Any] | None = None,
                      slurm_jobs: Sequence[Mapping[str, Any]] = (),
-                     worker_commands: Sequence[str] = ()) -> str:
+                     worker_commands: Sequence[str] = (), cwd: str = "") -> str:
     """The text of reproduce.sh. `worker_commands` are one-line shell commands (the
-    executors' `describe`), shown as comments."""
+    executors' `describe`), shown as comments. `cwd` is where the run's driver ran: the
+    command runs from there, so relative paths in its argv (`--ids FILE`, `--profile
+    my.yaml`) name the same files whatever directory the script is started from."""
     script = Script()
     script.comment(f"Reproduces run {run_name}: profile {profile}, {samples} samples, "
                    f"IREE {iree_version}.")
@@ -74,8 +76,11 @@ def reproduce_script(run_name: str, *, argv: Sequence[str], profile: str, sample
     script.strict()
     script.script_dir(HERE)
     script.arg_or(OUT, 1, [HERE, "-reproduced"])
+    script.absolute(OUT)
     if image:
         _image(script, image)
+    if cwd:
+        script.cd_if_exists(cwd)
     script.run(["runner", *rerun_argv(argv), "--out", OUT])
     if slurm_jobs:
         _slurm(script, slurm_jobs)

@@ -73,7 +73,7 @@ def write_reproduce(run_dir: Path, manifest: RunManifest) -> Path:
         run_dir.resolve().name, argv=manifest.argv, profile=manifest.profile,
         samples=len(manifest.sample_ids), iree_version=manifest.iree_version,
         image=manifest.image, slurm_jobs=(manifest.slurm or {}).get("jobs", []),
-        worker_commands=list(manifest.worker_commands.values()))
+        worker_commands=list(manifest.worker_commands.values()), cwd=manifest.cwd)
     path = run_dir / "reproduce.sh"
     atomic_write_text(path, text)
     path.chmod(0o755)
