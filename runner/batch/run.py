@@ -19,6 +19,7 @@ from runner.layout import LayoutSpec, Plan, plan_workers
 from runner.manifest import RunManifest
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.profile import Profile, profile_from_raw
+from runner.rundir import REPRODUCE
 
 LOG_TAIL_LINES = 20
 
@@ -74,7 +75,7 @@ def write_reproduce(run_dir: Path, manifest: RunManifest) -> Path:
         samples=len(manifest.sample_ids), iree_version=manifest.iree_version,
         image=manifest.image, slurm_jobs=(manifest.slurm or {}).get("jobs", []),
         worker_commands=list(manifest.worker_commands.values()), cwd=manifest.cwd)
-    path = run_dir / "reproduce.sh"
+    path = run_dir / REPRODUCE
     atomic_write_text(path, text)
     path.chmod(0o755)
     return path

@@ -25,7 +25,7 @@ from runner.errors import RunnerError
 from runner.manifest import RunManifest
 from runner.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.report.thumbs import thumbnail_png
-from runner.rundir import RunDir
+from runner.rundir import REPRODUCE, RunDir
 from runner.store import SampleStore
 
 PASS, FAIL, NOT_SCORED, SUBSET = "PASS", "FAIL", "NOT SCORED", "SUBSET"
@@ -530,7 +530,7 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
                      *_survival(names, deaths, workers)), timing, scores, workers)
     comparison = (_comparison(run_dir, Path(against), worst, captions)
                   if against is not None else None)
-    reproduce = run_dir / "reproduce.sh"
+    reproduce = run_dir / REPRODUCE
     compiled = tuple(
         {"mlir": Path(c.get("mlir", "?")).name, "vmfb_sha256": c.get("vmfb_sha256", "?"),
          "cached": bool(c.get("cached")), "seconds": c.get("seconds")}
