@@ -118,18 +118,21 @@ from runner.batch.aggregate import aggregate
 run_dir, n = Path(sys.argv[1]), int(sys.argv[2])
 result = aggregate(run_dir, sample_ids=range(n))
 print(json.dumps({"mb_per_s": result.mb_per_s, "seconds": result.seconds,
+                  "o_direct": result.direct_io,
                   "raw_bytes": result.raw_bytes, "log_bytes": result.log_bytes,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
 def plain_copy(run_dir: Path, count: int, tmp: Path) -> float:
-    """MB/s of copying the samples' raw bytes (written once, then copied and fsynced)."""
+    """MB/s of copying the samples' raw bytes (written once and fsynced, so the timed copy
+    does not share the disk with its source's writeback; then copied and fsynced)."""
     raw = tmp / "raw.bin"
     store = SampleStore(run_dir)
     with open(raw, "wb") as f:
         for _, image in store.iter_samples(range(count)):
             f.write(image.tobytes())
+        os.fsync(f.fileno())
     size = raw.stat().st_size
     start = time.perf_counter()
     shutil.copyfile(raw, tmp / "raw-copy.bin")
@@ -141,21 +144,37 @@ def plain_copy(run_dir: Path, count: int, tmp: Path) -> float:
     return size / 1e6 / seconds
 
 
-def aggregation(run_dir: Path, count: int, small: int, tmp: Path) -> dict:
-    copy = plain_copy(run_dir, count, tmp)
-    full = child(AGGREGATE, str(run_dir), str(count))
-    copy_after = plain_copy(run_dir, count, tmp)  # before and after: the machine's drift
-    few = child(AGGREGATE, str(run_dir), str(small))
-    copy_mb_s = (copy + copy_after) / 2
+def aggregate_child(run_dir: Path, count: int) -> dict:
+    """One aggregation in a fresh interpreter, the previous log removed first (so its
+    unlink is not timed) and the disk settled."""
+    (run_dir / "mlperf_log_accuracy.json").unlink(missing_ok=True)
+    os.sync()
+    return child(AGGREGATE, str(run_dir), str(count))
+
+
+def aggregation(run_dir: Path, count: int, small: int, tmp: Path, rounds: int) -> dict:
+    """Copy and aggregation alternate for `rounds` rounds and the best of each is compared:
+    this virtual disk's throughput swings 2-4x between seconds, and alternating exposes
+    both to the same swings."""
+    copies, fulls = [], []
+    for _ in range(rounds):
+        copies.append(plain_copy(run_dir, count, tmp))
+        fulls.append(aggregate_child(run_dir, count))
+    few = aggregate_child(run_dir, small)
+    full = max(fulls, key=lambda r: r["mb_per_s"])
+    copy_mb_s = max(copies)
     return {
         "aggregate_mb_per_s": round(full["mb_per_s"], 1),
         "plain_copy_mb_per_s": round(copy_mb_s, 1),
         "aggregate_vs_plain_copy": round(full["mb_per_s"] / copy_mb_s, 3),
+        "aggregate_rounds_mb_per_s": [round(r["mb_per_s"]) for r in fulls],
+        "plain_copy_rounds_mb_per_s": [round(c) for c in copies],
         "aggregate_seconds": round(full["seconds"], 2),
         "aggregate_5000_seconds_extrapolated": round(full["seconds"] / count * MLPERF_SAMPLES),
         "log_gb_5000_extrapolated": round(full["log_bytes"] / count * MLPERF_SAMPLES / 1e9, 1),
+        "log_o_direct": full["o_direct"],
         "aggregate_peak_rss_mb": {str(small): round(few["peak_rss_mb"]),
-                                  str(count): round(full["peak_rss_mb"])},
+                                  str(count): round(max(r["peak_rss_mb"] for r in fulls))},
     }
 
 
@@ -223,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--count", type=int, default=256, help="samples written and aggregated")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternated copy/aggregation rounds (the best of each is compared)")
     p.add_argument("--small", type=int, default=64,
                    help="the smaller count aggregation's peak RSS is measured at")
     p.add_argument("--score-counts", default="16,48",
@@ -245,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"writing {args.count} samples ...", file=sys.stderr)
         out |= worker_side(run_dir, args.count, args.generation_seconds)
         print("aggregating ...", file=sys.stderr)
-        out |= aggregation(run_dir, args.count, args.small, Path(tmp))
+        out |= aggregation(run_dir, args.count, args.small, Path(tmp), args.rounds)
         print(f"scoring {score_counts} ...", file=sys.stderr)
         out |= scoring(run_dir, score_counts, args.images_per_pass, args.device)
         out["load_average_end"] = os.getloadavg()[0]

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import LOG_NAME, Buffer, hex_upper, write_hex_log
+from runner.mlperf_log import LOG_NAME, PositionalLog, hex_upper
 from runner.parallel import keep_freed_memory
 from runner.rundir import RunDir
 from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
@@ -32,6 +34,7 @@ class AggregateResult:
     raw_bytes: int
     seconds: float
     review: list[str]
+    direct_io: bool  # the log's whole blocks bypassed the page cache (`PositionalLog`)
 
     @property
     def mb_per_s(self) -> float:
@@ -40,11 +43,12 @@ class AggregateResult:
 
 def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
               sample_ids: Iterable[int] | None = None) -> AggregateResult:
-    """Decoding, sha256 verification and hex encoding run on `jobs` threads (default: every
-    core) a bounded window ahead of the one thread writing the log in qsl_idx order, so the
-    log's bytes are the same whatever `jobs` is. A corrupt sample stops it with the file
-    moved aside (see `SampleStore.read`) and no log written. `sample_ids` defaults to the
-    run manifest's."""
+    """Each of `jobs` threads (default: every core) reads, decodes, verifies (sha256) and
+    hex-encodes a sample and hands its record to the log's writer thread, which puts it in
+    its place (`PositionalLog`) while the reading threads go on; a bounded window ahead of
+    the thread collecting dataset.json's records. So the log's bytes are the same whatever
+    `jobs` is. A corrupt sample stops it with the file moved aside (see
+    `SampleStore.read`) and no log written. `sample_ids` defaults to the run manifest's."""
     keep_freed_memory()
     store = SampleStore(run_dir)
     requested = sorted(RunDir(run_dir).load().sample_ids if sample_ids is None
@@ -54,22 +58,27 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
         raise RunnerError(f"{len(missing)} of {len(requested)} samples are missing "
                           f"(first: {missing[:5]})", where=str(run_dir),
                           fix=f"`runner run --resume {run_dir}` completes them")
-    present = [i for i in requested if i not in set(missing)]
-    records, raw_bytes = [], 0
-
-    def encoded(loaded: Loaded) -> tuple[dict, Buffer, int]:
-        return loaded.record.to_dict(), hex_upper(loaded.image), loaded.image.nbytes
-
-    def log_records() -> Iterator[tuple[int, Buffer, int]]:
-        nonlocal raw_bytes
-        for qsl_idx, (record, data, size) in store.iter_mapped(present, encoded, jobs):
-            records.append(record)
-            raw_bytes += size
-            yield qsl_idx, data, size
-
+    present = sorted(set(requested) - set(missing))
+    records: list[dict] = []
     start = time.perf_counter()
     try:
-        stats = write_hex_log(run_dir / LOG_NAME, log_records())
+        shape = store.read(present[0]).image.shape if present else (0,)
+        size = int(np.prod(shape))
+        with PositionalLog(run_dir / LOG_NAME, present, size) as log:
+
+            def write(loaded: Loaded) -> dict:
+                if loaded.image.shape != shape:
+                    qsl_idx = loaded.record.qsl_idx
+                    raise RunnerError(
+                        f"sample {qsl_idx} is {_dims(loaded.image.shape)} but sample "
+                        f"{present[0]} is {_dims(shape)}: one accuracy log holds one image "
+                        "size", where=str(store.path(qsl_idx)),
+                        fix="aggregate the samples of one profile only")
+                log.write(loaded.record.qsl_idx, hex_upper(loaded.image))
+                return loaded.record.to_dict()
+
+            records.extend(record for _, record in store.iter_mapped(present, write, jobs))
+        stats = log.stats()
     except CorruptSample as first:
         # Find (and move aside) every other bad file now, so one resume fixes them all.
         bad = sorted(set(present) - store.verified_ids(present, report=lambda _: None))
@@ -81,15 +90,19 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
             fix=f"`runner run --resume {run_dir}` regenerates them, then aggregate again"
         ) from first
     seconds = time.perf_counter() - start
-    review = []
+    review, aggregated = [], set(present)
     for qsl_idx in load_review_ids():
-        if qsl_idx in set(present):
+        if qsl_idx in aggregated:
             target = run_dir / REVIEW_DIR / f"{qsl_idx:05d}.png"
             target.parent.mkdir(exist_ok=True)
             shutil.copyfile(store.path(qsl_idx), target)
             review.append(target.name)
-    result = AggregateResult(str(run_dir / LOG_NAME), stats.records, stats.bytes, raw_bytes,
-                             seconds, review)
+    result = AggregateResult(str(run_dir / LOG_NAME), stats.records, stats.bytes,
+                             size * len(present), seconds, review, log.direct)
     atomic_write_json(run_dir / DATASET, {"samples": records, "missing": missing,
                                           "aggregate": asdict(result)})
     return result
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
