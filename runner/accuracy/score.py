@@ -25,7 +25,7 @@ from runner.accuracy.frechet import (
 )
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.errors import RunnerError
-from runner.parallel import prefetch
+from runner.parallel import keep_freed_memory, prefetch
 from runner.progress import Progress
 
 
@@ -157,8 +157,8 @@ def reader_jobs(device: str) -> int | None:
     """Threads that read and verify samples while scoring: every core when the networks run
     on a GPU; none besides the scoring thread on CPU, where the forward passes already use
     every core and any thread beside them (readers, a loader) slowed scoring down 1.3-7x on
-    a 2-core machine (scripts/bench_scale.py), against ~14 ms of reading and preprocessing
-    per 1024x1024 image next to ~250 ms of forward passes."""
+    a 2-core machine (scripts/bench_scale.py), against ~10 ms of reading and preprocessing
+    per 1024x1024 image next to ~175 ms of forward passes."""
     return 1 if device == "cpu" else None
 
 
@@ -179,6 +179,9 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
                           fix=f"use one of {', '.join(FRECHET)}")
     if reference is not None:
         check_statistics_backbone(reference, backbones.info)
+    # A 1024x1024 image passes through 12 MB float tensors; fresh mmap()s for each cost
+    # page faults worth ~10% of the forward passes on CPU (see keep_freed_memory).
+    keep_freed_memory()
     start = time.perf_counter()
     moments = RunningMoments(FEATURE_DIMS)
     ids: list[int] = []
