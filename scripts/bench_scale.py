@@ -216,7 +216,7 @@ def score(count):
 raw_forward(batch)  # warm-up: allocator, kernels
 score(max(batch, 2))
 raw, scored = [], []
-for _ in range(2):  # alternated, best of each: a busy machine's noise hits both alike
+for _ in range(3):  # alternated, best of each: a busy machine's noise hits both alike
     raw.append(raw_forward(n))
     scored.append(score(n))
 print(json.dumps({"raw_images_per_s": max(raw), "score_images_per_s": max(scored),
