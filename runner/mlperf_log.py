@@ -177,7 +177,7 @@ class PositionalLog:
         stop = start + sum(len(p) for p in parts)
         first, last = -(-start // _BLOCK) * _BLOCK, stop // _BLOCK * _BLOCK
         if self._direct_fd < 0 or last <= first:
-            self._queue.put(_Record([(start, parts)]))
+            self._submit(_Record([(start, parts)]))
             return
         blocks = self._staging()
         at = 0
@@ -186,7 +186,19 @@ class PositionalLog:
             at += len(piece)
         edges = [(start, _slice(parts, 0, first - start)),
                  (last, _slice(parts, last - start, stop - start))]
-        self._queue.put(_Record(edges, first, blocks, at))
+        self._submit(_Record(edges, first, blocks, at))
+
+    def _submit(self, record: _Record) -> None:
+        """Waits for room in the queue, but not on a log that is being discarded: a reading
+        thread still running after a failure (Ctrl-C, a corrupt sample) must not block
+        forever on a writer that has stopped."""
+        while not self._abandoned:
+            try:
+                self._queue.put(record, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise RuntimeError(f"{self.path}: log discarded; record not written")
 
     def _staging(self) -> np.ndarray:
         """A block-aligned buffer that holds any record's whole blocks, reused record after

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from host_support import tmpfs
+from host_support import tmpfs, wait_for
 
 from runner.batch.aggregate import aggregate
 from runner.errors import RunnerError
@@ -299,3 +299,39 @@ def test_aggregate_refuses_samples_of_two_sizes_and_writes_no_log(tmp_path):
         aggregate(tmp_path, sample_ids=[*IDS, 20])
     assert str(store.path(20)) in str(e.value) and "one profile" in str(e.value)
     assert not (tmp_path / LOG_NAME).exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_failed_log_never_leaves_a_reading_thread_blocked(tmp_path):
+    """Readers still handing records over when the log is discarded (Ctrl-C, a corrupt
+    sample elsewhere) get an error instead of waiting forever: here the writer is held up
+    until after the failure, so one record is being written, one waits in the queue and
+    six threads wait for room when the log is discarded."""
+    image = np.zeros(3 * 4096, np.uint8)
+    outcomes: list[str] = []
+    disk_busy = threading.Event()
+
+    def hand_over(log: PositionalLog, qsl_idx: int) -> None:
+        try:
+            log.write(qsl_idx, hex_upper(image))
+            outcomes.append("queued")
+        except RuntimeError as e:
+            outcomes.append(str(e))
+
+    threads: list[threading.Thread] = []
+    with (pytest.raises(KeyboardInterrupt),
+          PositionalLog(tmp_path / LOG_NAME, list(range(8)), image.size, pending=1) as log):
+        put = log._put
+        log._put = lambda record: (disk_busy.wait(), put(record))  # type: ignore[method-assign]
+        threads = [threading.Thread(target=hand_over, args=(log, i)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: log._queue.full())
+        threading.Timer(0.5, disk_busy.set).start()
+        raise KeyboardInterrupt
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    discarded = [o for o in outcomes if o != "queued"]
+    assert len(discarded) == 6
+    assert all(o.endswith("log discarded; record not written") for o in discarded)
+    assert not list(tmp_path.iterdir())
