@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("iree.turbine")
@@ -45,9 +46,12 @@ def write_checkpoint(root: Path) -> Path:
         json.loads((SDXL_DIR / "scheduler" / "scheduler_config.json").read_text())
     ).save_pretrained(root / "scheduler")
     shutil.copytree(TINY_DIR / "tokenizer", root / "tokenizer")
+    # Each tokenizer says how long prompts are, as SDXL base's say 77: diffusers pads to it.
+    (root / "tokenizer" / "tokenizer_config.json").write_text(
+        json.dumps({"model_max_length": MAX_LENGTH}))
     CLIPTokenizer(str(TINY_DIR / "tokenizer" / "vocab.json"),
-                  str(TINY_DIR / "tokenizer" / "merges.txt"),
-                  pad_token="!").save_pretrained(root / "tokenizer_2")
+                  str(TINY_DIR / "tokenizer" / "merges.txt"), pad_token="!",
+                  model_max_length=MAX_LENGTH).save_pretrained(root / "tokenizer_2")
     shutil.copy(SDXL_DIR / "model_index.json", root / "model_index.json")
     return root
 
@@ -102,6 +106,93 @@ def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, tmp
     builtin = _run(Path("tiny"), tmp_path / "builtin")
     assert _run(profile, tmp_path / "bs1") == builtin
     assert _run(profile, tmp_path / "bs2", "--batch-size", "2") == builtin
+
+
+def _images(out: Path, count: int = 2) -> np.ndarray:
+    from runner.store import SampleStore
+
+    return np.stack([SampleStore(out).load(i) for i in range(count)])
+
+
+def diffusers_images(checkpoint: Path, model_json: Path, count: int = 2) -> np.ndarray:
+    """MLPerf's reference itself: diffusers' StableDiffusionXLPipeline loaded from the
+    checkpoint, run with the settings the export recorded (steps, guidance, MLPerf's negative
+    prompt, the fixed latent, the captions of samples 0..count-1), converted to uint8 as
+    MLPerf converts images."""
+    import torch
+    from diffusers import StableDiffusionXLPipeline
+
+    from runner.images import to_uint8_hwc
+    from runner.mlperf_data import fixed_latent, load_captions
+
+    config = json.loads(model_json.read_text())
+    pipe = StableDiffusionXLPipeline.from_pretrained(str(checkpoint), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    captions = load_captions()
+    latent = torch.from_numpy(fixed_latent(config["latent_size"]))
+    images = pipe(prompt=[captions[i] for i in range(count)],
+                  negative_prompt=[config["negative_prompt"]] * count,
+                  num_inference_steps=config["steps"], guidance_scale=config["guidance_scale"],
+                  latents=latent.repeat(count, 1, 1, 1), height=config["image_size"],
+                  width=config["image_size"], output_type="np").images
+    return to_uint8_hwc(images.transpose(0, 3, 1, 2))
+
+
+def assert_within_one_lsb(mine: np.ndarray, reference: np.ndarray) -> None:
+    diff = np.abs(mine.astype(np.int16) - reference.astype(np.int16))
+    assert mine.shape == reference.shape and diff.max() <= 1, (diff.max(), (diff > 1).sum())
+
+
+def test_images_equal_diffusers_pipeline_within_one_lsb(exported, checkpoint, tmp_path,
+                                                        tiny_compiled):
+    """The reference for every image is diffusers' own pipeline: the checkpoint's export,
+    run by the runner through IREE, gives its images to 1 LSB (the float order of the two
+    differs; the mean absolute difference is ~1e-4)."""
+    profile = tmp_path / "exported.yaml"
+    profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
+    _run(profile, tmp_path / "run")
+    assert_within_one_lsb(_images(tmp_path / "run"),
+                          diffusers_images(checkpoint, exported / "model.json"))
+
+
+def test_prompt_length_is_the_checkpoints_and_max_length_overrides_it(checkpoint, tmp_path,
+                                                                      tiny_compiled):
+    """A checkpoint whose tokenizers pad to 48 tokens (SDXL base's pad to 77) exports
+    48-token prompts and still equals diffusers' pipeline, which pads to the same; its images
+    differ from the 64-token export's. `--max-length 64` gives the 64-token export (IREE CI's
+    and AMD's artifact shape) of the same weights, file for file the embedded model's."""
+    root = tmp_path / "ckpt48"
+    shutil.copytree(checkpoint, root)
+    set_prompt_length(root, 48)
+    out = tmp_path / "export48"
+    assert main(["export", "sdxl", "--from", str(root), "--dtype", "fp32", "--out",
+                 str(out)]) == 0
+    assert json.loads((out / "model.json").read_text())["max_length"] == 48
+    clip = (out / "clip_bs1.mlir").read_text()
+    assert "@encode_prompts(%arg0: !torch.vtensor<[1,48],si64>" in clip
+    profile = tmp_path / "p48.yaml"
+    profile.write_text(f"extends: tiny\nname: p48\nmodel: {out / 'model.json'}\n")
+    _run(profile, tmp_path / "run48")
+    mine = _images(tmp_path / "run48")
+    assert_within_one_lsb(mine, diffusers_images(root, out / "model.json"))
+    _run(Path("tiny"), tmp_path / "run64")
+    assert not np.array_equal(mine, _images(tmp_path / "run64"))
+
+    out64 = tmp_path / "export64"
+    assert main(["export", "sdxl", "--from", str(root), "--dtype", "fp32", "--max-length", "64",
+                 "--out", str(out64)]) == 0
+    for name in ("clip_bs1.mlir", "unet_bs1.mlir", "unet_pipeline_bs1.mlir", "clip.irpa"):
+        assert (out64 / name).read_bytes() == (TINY_DIR / name).read_bytes(), name
+
+
+def test_max_length_beyond_the_text_encoders_is_refused(checkpoint, capsys):
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--max-length", "100",
+                 "--dry-run"]) == 0  # a dry run only prints
+    assert "--max-length 100" in capsys.readouterr().out
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--max-length", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-length" in err and "prompts of 100 tokens, but the text encoders have 64 " \
+        "positions" in err
 
 
 def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monkeypatch,
@@ -170,9 +261,22 @@ def _truncate(root: Path) -> None:
     path.write_bytes(data[: len(data) - 1000])
 
 
+def set_prompt_length(root: Path, first: int, second: int | None = None) -> None:
+    """Both tokenizers' `model_max_length` (the second defaults to the first)."""
+    for name, length in (("tokenizer", first), ("tokenizer_2", second or first)):
+        path = root / name / "tokenizer_config.json"
+        config = json.loads(path.read_text())
+        config["model_max_length"] = length
+        path.write_text(json.dumps(config))
+
+
 @pytest.mark.parametrize(("damage", "file", "message"), [
     (lambda r: shutil.rmtree(r / "text_encoder_2"), "text_encoder_2/config.json",
      "file missing"),
+    (lambda r: set_prompt_length(r, 48, 32), "tokenizer/tokenizer_config.json",
+     "the tokenizers pad prompts to different lengths: 48 here, 32 in"),
+    (lambda r: set_prompt_length(r, 77), "tokenizer/tokenizer_config.json",
+     "prompts of 77 tokens, but the text encoders have 64 positions"),
     (lambda r: (r / "vae" / "diffusion_pytorch_model.safetensors").unlink(),
      "vae/diffusion_pytorch_model.safetensors", "the vae weights are missing"),
     (_sd15, "model_index.json", "'StableDiffusionPipeline' checkpoint, not SDXL"),

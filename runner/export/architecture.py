@@ -51,6 +51,12 @@ class Architecture:
     def pooled_dim(self) -> int:
         return int(self.text_encoder_2["projection_dim"])
 
+    @property
+    def prompt_positions(self) -> int:
+        """The longest prompt, in tokens, both text encoders have positions for."""
+        return min(int(self.text_encoder.get("max_position_embeddings", 77)),
+                   int(self.text_encoder_2.get("max_position_embeddings", 77)))
+
 
 def read_json(path: Path) -> dict:
     try:
@@ -110,6 +116,17 @@ def check_architecture(arch: Architecture, root: Path) -> None:
         raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
                           "step assumes epsilon prediction",
                           where=str(root / "scheduler" / "scheduler_config.json"))
+
+
+def check_prompt_length(length: int, arch: Architecture, where: str) -> int:
+    """A prompt length both text encoders have positions for."""
+    positions = arch.prompt_positions
+    if not 2 <= length <= positions:
+        raise RunnerError(f"prompts of {length} tokens, but the text encoders have "
+                          f"{positions} positions", where=where,
+                          fix=f"use 2 to {positions} tokens (SDXL base pads to 77; IREE CI's "
+                          "and AMD's artifacts take 64)")
+    return length
 
 
 def sdxl_architecture() -> Architecture:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import RunnerError
-from runner.export.architecture import Architecture, load_architecture, read_json
+from runner.export.architecture import (
+    Architecture,
+    check_prompt_length,
+    load_architecture,
+    read_json,
+)
 from runner.fileio import atomic_write_text
 
 # Weight file stem of each submodel (diffusers and transformers name them differently).
@@ -24,6 +29,9 @@ WEIGHT_STEMS = {
     "vae": "diffusion_pytorch_model",
 }
 TOKENIZER_DIRS = ("tokenizer", "tokenizer_2")
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# What transformers records as `model_max_length` for a tokenizer saved without one.
+_NO_LENGTH = 10**12
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class Checkpoint:
     arch: Architecture
     weights: dict[str, Path]  # submodel -> the safetensors file to load
     variants: dict[str, str | None]  # submodel -> "fp16" or None (diffusers' `variant`)
+    max_length: int  # tokens a prompt is padded to (see `prompt_length`)
 
     def files(self) -> list[Path]:
         """Every file the export reads: what its cache key hashes."""
@@ -39,7 +48,8 @@ class Checkpoint:
                    *(self.root / sub / "config.json" for sub in WEIGHT_STEMS),
                    self.root / "scheduler" / "scheduler_config.json"]
         tokenizers = [p for d in TOKENIZER_DIRS for p in sorted((self.root / d).iterdir())
-                      if p.name in ("vocab.json", "merges.txt", "tokenizer.json")]
+                      if p.name in ("vocab.json", "merges.txt", "tokenizer.json",
+                                    TOKENIZER_CONFIG)]
         return [*configs, *self.weights.values(), *tokenizers]
 
 
@@ -88,8 +98,9 @@ def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
                       "pickled .bin weights are not read)")
 
 
-def open_checkpoint(root: Path, dtype: str) -> Checkpoint:
-    """Checks the whole directory; raises RunnerError naming the first file at fault."""
+def open_checkpoint(root: Path, dtype: str, max_length: int | None = None) -> Checkpoint:
+    """Checks the whole directory; raises RunnerError naming the first file at fault.
+    `max_length` overrides the checkpoint's prompt length (`prompt_length`)."""
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise RunnerError("checkpoint directory not found", where=str(root),
@@ -105,7 +116,32 @@ def open_checkpoint(root: Path, dtype: str) -> Checkpoint:
         raise RunnerError("tokenizer and tokenizer_2 have different vocabularies; the runner "
                           "encodes both prompts with one", where=str(root / "tokenizer_2"),
                           fix="SDXL's two CLIP tokenizers share one vocabulary: check the copy")
-    return Checkpoint(root, arch, weights, variants)
+    length = (check_prompt_length(max_length, arch, "--max-length") if max_length
+              else prompt_length(root, arch))
+    return Checkpoint(root, arch, weights, variants, length)
+
+
+def prompt_length(root: Path, arch: Architecture) -> int:
+    """The tokens a prompt is padded and truncated to: the tokenizers' `model_max_length`,
+    which diffusers' StableDiffusionXLPipeline pads to (77 for SDXL base 1.0), so the
+    exported pipeline encodes prompts exactly as the reference does; without one, the text
+    encoders' position count."""
+    lengths: dict[Path, int] = {}
+    for name in TOKENIZER_DIRS:
+        path = root / name / TOKENIZER_CONFIG
+        if path.is_file():
+            value = read_json(path).get("model_max_length")
+            if isinstance(value, int | float) and value < _NO_LENGTH:
+                lengths[path] = int(value)
+    if len(set(lengths.values())) > 1:
+        (a, la), (b, lb) = lengths.items()
+        raise RunnerError(f"the tokenizers pad prompts to different lengths: {la} here, "
+                          f"{lb} in {b}", where=f"{a}: model_max_length",
+                          fix="SDXL's two tokenizers share one length; check the copy")
+    if not lengths:
+        return arch.prompt_positions
+    path, length = next(iter(lengths.items()))
+    return check_prompt_length(length, arch, f"{path}: model_max_length")
 
 
 def tokenizer_files(directory: Path) -> tuple[dict, list[str]]:

@@ -37,8 +37,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                           fix="--from a local diffusers-format SDXL checkpoint, or --seeded for "
                           "SDXL's architecture with seeded random weights")
     dtype = DTYPES[args.dtype]
-    source = (ExportSource(None, "sdxl", dtype) if args.seeded
-              else ExportSource(Path(args.source).expanduser().resolve(), None, dtype))
+    source = (ExportSource(None, "sdxl", dtype, args.max_length) if args.seeded
+              else ExportSource(Path(args.source).expanduser().resolve(), None, dtype,
+                                args.max_length))
     batches = _sizes(args.batch_sizes, "--batch-sizes")
     vae_batches = _sizes(args.vae_batch_sizes, "--vae-batch-sizes") if args.vae_batch_sizes \
         else batches
@@ -65,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vae-batch-sizes", help="sdxl: comma list (default: --batch-sizes)")
     p.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16",
                    help="sdxl: text encoders and UNet (default fp16; the VAE decodes in fp32)")
+    p.add_argument("--max-length", type=int, metavar="TOKENS",
+                   help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
+                   "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
+                   "CI's and AMD's artifact shapes)")
     p.add_argument("--out", help="directory (tiny: default the shipped assets; sdxl: default "
                    "the export cache, $RUNNER_CACHE_DIR/exports)")
     p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")

@@ -34,7 +34,7 @@ SOURCE_PREFIXES = ("checkpoint:", "seeded:")
 SEEDED_MODELS = ("sdxl",)
 SEED = 20251123
 DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16", "float32": "float32"}
-MAX_LENGTH = 64  # IREE CI's and AMD's SDXL artifacts take 64-token prompts
+SEEDED_MAX_LENGTH = 64  # the seeded model stands in for IREE CI's and AMD's artifacts
 STEPS = 20  # MLPerf
 SEEDED_REFUSAL = ("seeded random weights: its images mean nothing, so FID/CLIP cannot judge "
                   "them (this model is for throughput and compile checks)")
@@ -48,6 +48,9 @@ class ExportSource:
     checkpoint: Path | None
     seeded: str | None
     dtype: str
+    # Prompt tokens; None: the checkpoint's own (`checkpoint.prompt_length`, what diffusers
+    # pads to), 64 for the seeded model.
+    max_length: int | None = None
 
     @classmethod
     def parse(cls, ref: str, dtype: str = "float16", base: Path | None = None,
@@ -115,17 +118,33 @@ def export_key(source: ExportSource) -> str | None:
     if source.seeded:
         root = ASSETS_DIR / "sdxl"
         inputs = {"seeded": source.seeded, "seed": SEED, "files": _hash_files(_seeded_files(),
-                                                                              root)}
+                                                                              root),
+                  "max_length": prompt_length(source)}
     else:
         from runner.export.checkpoint import open_checkpoint
 
         assert source.checkpoint is not None
         if not source.checkpoint.is_dir():
             return None
-        ckpt = open_checkpoint(source.checkpoint, source.dtype)
-        inputs = {"files": _hash_files(ckpt.files(), ckpt.root)}
-    inputs.update(code=code_version(), dtype=source.dtype, max_length=MAX_LENGTH, steps=STEPS)
+        ckpt = open_checkpoint(source.checkpoint, source.dtype, source.max_length)
+        inputs = {"files": _hash_files(ckpt.files(), ckpt.root), "max_length": ckpt.max_length}
+    inputs.update(code=code_version(), dtype=source.dtype, steps=STEPS)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def prompt_length(source: ExportSource) -> int:
+    """The export's prompt tokens: `max_length` if given, else the checkpoint's own, else
+    64 for the seeded model (IREE CI's artifacts' length), and for a checkpoint not on this
+    machine (a dry run) SDXL base's 77."""
+    from runner.export.architecture import check_prompt_length, sdxl_architecture
+
+    if source.checkpoint is not None and source.checkpoint.is_dir():
+        from runner.export.checkpoint import open_checkpoint
+
+        return open_checkpoint(source.checkpoint, source.dtype, source.max_length).max_length
+    arch = sdxl_architecture()
+    default = SEEDED_MAX_LENGTH if source.seeded else arch.prompt_positions
+    return check_prompt_length(source.max_length or default, arch, "--max-length")
 
 
 def export_dir(source: ExportSource, key: str | None) -> Path:
@@ -141,6 +160,8 @@ def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes
             "--batch-sizes", ",".join(map(str, sorted(batch_sizes))),
             "--vae-batch-sizes", ",".join(map(str, sorted(vae_batch_sizes))),
             "--dtype", "fp16" if source.dtype == "float16" else "fp32"]
+    if source.max_length:
+        argv += ["--max-length", str(source.max_length)]
     return argv + (["--out", str(out)] if out else [])
 
 
@@ -152,7 +173,7 @@ def _config_dict(source: ExportSource, arch, batch_sizes: list[int],
     if source.seeded:
         extra["no_scoring"] = SEEDED_REFUSAL
     return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
-                        arch.image_size, arch.latent_size, STEPS, MAX_LENGTH, extra)
+                        arch.image_size, arch.latent_size, STEPS, prompt_length(source), extra)
 
 
 def _architecture(source: ExportSource):
@@ -222,7 +243,8 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
     if source.checkpoint is not None:
         from runner.export.checkpoint import open_checkpoint
 
-        ckpt = open_checkpoint(source.checkpoint, source.dtype)  # every check, before writing
+        ckpt = open_checkpoint(source.checkpoint, source.dtype,  # every check, before writing
+                               source.max_length)
     key = export_key(source)
     out = out or export_dir(source, key)
     with _locked(out):
@@ -277,7 +299,7 @@ def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: li
         if not (out / names[name]["weights"]).is_file():
             exporter.save_weights(module, staging / names[name]["weights"])
             log(f"export: {names[name]['weights']} written")
-    dims = (arch.latent_size, MAX_LENGTH, arch.embed_dim, arch.pooled_dim)
+    dims = (arch.latent_size, prompt_length(source), arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
         for batch in vae_batch_sizes if name == "vae" else batch_sizes:
             t0 = time.perf_counter()
