@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import mmap
 import os
 import queue
 import sys
@@ -275,8 +276,9 @@ class _Record:
 
 
 # O_DIRECT's unit: offsets, lengths and buffer addresses are multiples of it. 4 KiB covers
-# 512-byte and 4 KiB logical blocks alike.
-_BLOCK = 4096
+# 512-byte and 4 KiB logical blocks alike; a whole memory page, so the page-cached edges
+# and the direct writes never share a page (64 KiB pages on some arm64 kernels).
+_BLOCK = max(4096, mmap.PAGESIZE)
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
