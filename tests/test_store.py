@@ -335,3 +335,13 @@ def test_a_failed_log_never_leaves_a_reading_thread_blocked(tmp_path):
     assert len(discarded) == 6
     assert all(o.endswith("log discarded; record not written") for o in discarded)
     assert not list(tmp_path.iterdir())
+
+
+def test_aggregate_shows_its_progress_unless_asked_not_to(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RUNNER_PROGRESS", "plain")
+    synthetic_run(tmp_path)
+    aggregate(tmp_path, sample_ids=IDS)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and lines[-1].startswith("aggregate 5/5 samples  elapsed"), lines
+    aggregate(tmp_path, sample_ids=IDS, progress=False)
+    assert capsys.readouterr().err == ""

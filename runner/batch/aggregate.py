@@ -19,6 +19,7 @@ from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
 from runner.mlperf_log import LOG_NAME, PositionalLog, hex_upper
 from runner.parallel import keep_freed_memory
+from runner.progress import Progress
 from runner.rundir import RunDir
 from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
@@ -42,7 +43,8 @@ class AggregateResult:
 
 
 def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
-              sample_ids: Iterable[int] | None = None) -> AggregateResult:
+              sample_ids: Iterable[int] | None = None, progress: bool = True
+              ) -> AggregateResult:
     """Each of `jobs` threads (default: every core) reads, decodes, verifies (sha256) and
     hex-encodes a sample and hands its record to the log's writer thread, which puts it in
     its place (`PositionalLog`) while the reading threads go on; a bounded window ahead of
@@ -77,7 +79,11 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
                 log.write(loaded.record.qsl_idx, hex_upper(loaded.image))
                 return loaded.record.to_dict()
 
-            records.extend(record for _, record in store.iter_mapped(present, write, jobs))
+            with Progress("aggregate", len(present), unit="samples",
+                          enabled=progress) as shown:
+                for _, record in store.iter_mapped(present, write, jobs):
+                    records.append(record)
+                    shown.update(len(records))
         stats = log.stats()
     except CorruptSample as first:
         # Find (and move aside) every other bad file now, so one resume fixes them all.
