@@ -17,7 +17,7 @@ import numpy as np
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import LOG_NAME, PositionalLog, hex_upper
+from runner.mlperf_log import LOG_NAME, PositionalLog
 from runner.parallel import keep_freed_memory
 from runner.progress import Progress
 from runner.rundir import RunDir
@@ -76,7 +76,7 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
                         f"{present[0]} is {_dims(shape)}: one accuracy log holds one image "
                         "size", where=str(store.path(qsl_idx)),
                         fix="aggregate the samples of one profile only")
-                log.write(loaded.record.qsl_idx, hex_upper(loaded.image))
+                log.write(loaded.record.qsl_idx, loaded.image)
                 return loaded.record.to_dict()
 
             with Progress("aggregate", len(present), unit="samples",
