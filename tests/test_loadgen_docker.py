@@ -6,6 +6,7 @@ import json
 
 import pytest
 from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
+from test_loadgen import user_conf
 
 from runner.cli import main
 
@@ -13,9 +14,7 @@ pytestmark = pytest.mark.docker
 
 
 def test_loadgen_drives_docker_workers(wheels_image, tmp_path):
-    conf = tmp_path / "user.conf"
-    conf.write_text("stable-diffusion-xl.*.min_duration = 1000\n"
-                    "stable-diffusion-xl.*.min_query_count = 6\n")
+    conf = user_conf(tmp_path, 6)
     out = tmp_path / "out"
     rc = main(["mlperf", "--profile", "cpu", "--scenario", "offline", "--mode", "performance",
                "--count", "4", "--user-conf", str(conf), "--executor", "docker",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_loadgen import user_conf
 from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.cli import main
@@ -16,9 +17,7 @@ pytestmark = pytest.mark.slurm
 
 
 def test_loadgen_drives_slurm_node_tasks(slurm_cluster, tmp_path):
-    conf = tmp_path / "user.conf"
-    conf.write_text("stable-diffusion-xl.*.min_duration = 1000\n"
-                    "stable-diffusion-xl.*.min_query_count = 8\n")
+    conf = user_conf(tmp_path, 8)
     out = tmp_path / "out"
     rc = main(["mlperf", "--profile", "cpu", "--set", "layout.devices=0", "--scenario",
                "offline", "--mode", "performance", "--count", "8", "--user-conf", str(conf),
