@@ -24,7 +24,6 @@ import numpy as np
 from runner.errors import RunnerError
 
 LOG_NAME = "mlperf_log_accuracy.json"
-Buffer = bytes | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -68,27 +67,21 @@ def _tail(size: int) -> bytes:
 
 
 def write_log(path: Path, samples: Iterable[tuple[int, np.ndarray]]) -> LogStats:
-    """Writes to a temp file and renames, so a reader never sees half a log."""
-    return write_hex_log(path, ((qsl_idx, hex_upper(image), np.asarray(image).size)
-                                for qsl_idx, image in samples))
-
-
-def write_hex_log(path: Path, records: Iterable[tuple[int, Buffer, int]]) -> LogStats:
-    """`write_log` for callers that hex-encode elsewhere: records are (qsl_idx, upper-case
-    hex as bytes or `hex_upper`'s buffer, raw size), written in the order given. Any
-    failure, a full disk included, removes the temp file and leaves the previous log (or
-    none) in place."""
+    """The log of (qsl_idx, uint8 image) in the order given, written sequentially (samples
+    of any sizes; aggregation's same-size logs go through `PositionalLog`). Written to a
+    temp file and renamed, so a reader never sees half a log: any failure, a full disk
+    included, removes the temp file and leaves the previous log (or none) in place."""
     tmp = _temp_path(path)
     count = 0
     try:
         with open(tmp, "wb") as f:
             f.write(_OPEN)
-            for qsl_idx, data, size in records:
+            for qsl_idx, image in samples:
                 if count:
                     f.write(_SEPARATOR)
                 f.write(_head(count, int(qsl_idx)))
-                f.write(data)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-                f.write(_tail(size))
+                f.write(hex_upper(image))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
+                f.write(_tail(np.asarray(image).size))
                 count += 1
             f.write(_CLOSE)
             f.flush()
@@ -108,7 +101,7 @@ class PositionalLog:
     """The log of samples that all have `size` raw bytes, written in any order from any
     number of threads: every record's offset follows from the qsl_idx order alone, so a
     reading thread hands its record over (`write`) and goes on to its next sample while
-    one writer thread puts the record in its place. The bytes equal `write_hex_log`'s for
+    one writer thread puts the record in its place. The bytes equal `write_log`'s for
     the same records.
 
     Where the file system allows it, each record's whole 4 KiB blocks go to the disk with
