@@ -166,6 +166,8 @@ class RunningMoments:
         self.n = n
 
     def _apply_queued(self) -> None:
+        if not self._queued:
+            return
         edges = range(0, self.dims, _BLOCK)
         for i in edges:
             for j in edges:
