@@ -166,14 +166,14 @@ def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes
 
 
 def _config_dict(source: ExportSource, arch, batch_sizes: list[int],
-                 vae_batch_sizes: list[int], key: str | None) -> dict:
+                 vae_batch_sizes: list[int], key: str | None, max_length: int) -> dict:
     from runner.export.exporter import model_config
 
     extra: dict = {"source": source.ref, "export_key": key}
     if source.seeded:
         extra["no_scoring"] = SEEDED_REFUSAL
     return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
-                        arch.image_size, arch.latent_size, STEPS, prompt_length(source), extra)
+                        arch.image_size, arch.latent_size, STEPS, max_length, extra)
 
 
 def _architecture(source: ExportSource):
@@ -199,7 +199,8 @@ def exported_model(ref: str, base: Path, where: str) -> ModelConfig:
         from runner.export.architecture import sdxl_architecture
 
         arch = sdxl_architecture()
-    return ModelConfig.from_dict(_config_dict(source, arch, [], [], key), path)
+    return ModelConfig.from_dict(_config_dict(source, arch, [], [], key,
+                                               prompt_length(source)), path)
 
 
 @contextlib.contextmanager
@@ -259,7 +260,9 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         staging.mkdir(parents=True)
         try:
             arch = ckpt.arch if source.checkpoint is not None else _architecture(source)
-            _write(source, arch, staging, out, need, need_vae, log,
+            # The checkpoint opened above already holds its length: not opened again.
+            length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
+            _write(source, arch, staging, out, need, need_vae, length, log,
                    ckpt if source.checkpoint is not None else None)
             out.mkdir(parents=True, exist_ok=True)
             for path in sorted(staging.rglob("*")):
@@ -268,7 +271,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, target)
             config = _config_dict(source, arch, sorted({*have, *need}),
-                                  sorted({*have_vae, *need_vae}), key)
+                                  sorted({*have_vae, *need_vae}), key, length)
             atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -277,7 +280,8 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
 
 
 def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: list[int],
-           vae_batch_sizes: list[int], log: Callable[[str], None], ckpt) -> None:
+           vae_batch_sizes: list[int], max_length: int, log: Callable[[str], None],
+           ckpt) -> None:
     """Builds the modules and writes every missing file into `staging`."""
     from runner.export import exporter, sdxl_model
     from runner.export.checkpoint import write_tokenizer
@@ -299,7 +303,7 @@ def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: li
         if not (out / names[name]["weights"]).is_file():
             exporter.save_weights(module, staging / names[name]["weights"])
             log(f"export: {names[name]['weights']} written")
-    dims = (arch.latent_size, prompt_length(source), arch.embed_dim, arch.pooled_dim)
+    dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
         for batch in vae_batch_sizes if name == "vae" else batch_sizes:
             t0 = time.perf_counter()
