@@ -164,8 +164,9 @@ def log_write_floor(tmp: Path, log_bytes: int) -> float:
     start = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_DIRECT", 0))
     try:
-        for offset in range(0, log_bytes - log_bytes % 4096, chunk):
-            os.pwrite(fd, buf[: min(chunk, log_bytes - log_bytes % 4096 - offset)], offset)
+        whole = log_bytes - log_bytes % 4096  # O_DIRECT writes whole blocks
+        for offset in range(0, whole, chunk):
+            os.pwrite(fd, buf[: min(chunk, whole - offset)], offset)
         os.fsync(fd)
     finally:
         os.close(fd)
