@@ -15,7 +15,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,29 +33,51 @@ class LogStats:
     bytes: int
 
 
-# Two ASCII bytes per uint8 value, upper-case as MLPerf's log has them: indexing this table
-# with the raw bytes is the whole hex encoding, in C and off the GIL (numpy's take).
+# Two ASCII bytes per uint8 value, upper-case as MLPerf's log has them.
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint16)
+_HEX_CHARS = _HEX.view(np.uint8)  # byte b's characters at 2b and 2b + 1
 # The same for byte pairs: a uint16 view of the raw bytes indexes four ASCII bytes at once,
-# half the lookups (1.2 ms instead of 2.4 ms per 1024x1024x3 image). A uint16 read as
-# native-endian holds the first byte in its low half on little-endian machines, so its
-# entry is the first byte's hex then the second's in memory order; big-endian the reverse.
+# half the lookups. A uint16 read as native-endian holds the first byte in its low half on
+# little-endian machines, so its entry is the first byte's hex then the second's in memory
+# order; big-endian the reverse.
 _PAIR_FIRST = np.tile(_HEX, 256).astype(np.uint32)
 _PAIR_SECOND = np.repeat(_HEX, 256).astype(np.uint32)
 _HEX_PAIRS = (_PAIR_FIRST | _PAIR_SECOND << 16 if sys.byteorder == "little"
               else _PAIR_FIRST << 16 | _PAIR_SECOND)
+# Raw bytes numpy encodes per step: its index temporaries (8 bytes per byte pair) and the
+# characters stay in cache instead of streaming through memory.
+_HEX_CHUNK = 1 << 16
+
+
+def _numpy_hex_upper_into(src: np.ndarray, dest: np.ndarray) -> None:
+    """dest[:] = the upper-case hex of src (flat uint8; dest flat uint8, twice as long), by
+    numpy's table lookup: the encoder where `runner._hex` was not built."""
+    even = src.size - src.size % 2
+    for begin in range(0, even, _HEX_CHUNK):
+        end = min(begin + _HEX_CHUNK, even)
+        dest[2 * begin : 2 * end] = np.take(_HEX_PAIRS, src[begin:end].view(np.uint16)
+                                            ).view(np.uint8)
+    if even < src.size:
+        dest[2 * even :] = _HEX_CHARS[2 * int(src[-1]) :][:2]
+
+
+try:  # vectorised C with the GIL released, ~5x numpy's lookup (runner/_hex.c)
+    from runner._hex import upper_into as hex_upper_into
+except ImportError:  # installed without a C compiler
+    hex_upper_into = _numpy_hex_upper_into
 
 
 def hex_upper(image: np.ndarray) -> np.ndarray:
     """The log's `data` field for one image: upper-case hex of its raw uint8 bytes, as a
     buffer (an array whose memory is the ASCII text) that a file writes uncopied."""
     raw = np.ascontiguousarray(image, dtype=np.uint8).reshape(-1)
-    if raw.size % 2:
-        return np.take(_HEX, raw)
-    return np.take(_HEX_PAIRS, raw.view(np.uint16))
+    text = np.empty(2 * raw.size, np.uint8)
+    hex_upper_into(raw, text)
+    return text
 
 
 _OPEN, _SEPARATOR, _CLOSE = b"[\n", b",\n", b"\n]\n"
+_NO_BYTES = np.empty(0, np.uint8)
 
 
 def _head(seq_id: int, qsl_idx: int) -> bytes:
@@ -100,23 +122,28 @@ def _temp_path(path: Path) -> Path:
 class PositionalLog:
     """The log of samples that all have `size` raw bytes, written in any order from any
     number of threads: every record's offset follows from the qsl_idx order alone, so a
-    reading thread hands its record over (`write`) and goes on to its next sample while
-    one writer thread puts the record in its place. The bytes equal `write_log`'s for
-    the same records.
+    reading thread hex-encodes its record straight into the file's bytes (`write`) and
+    goes on to its next sample. The bytes equal `write_log`'s for the same records.
 
-    Where the file system allows it, each record's whole 4 KiB blocks go to the disk with
-    O_DIRECT from an aligned staging buffer: a 30 GB log would otherwise cost the kernel a
-    page-cache copy and page bookkeeping per 4 KiB (as much CPU as decoding and hashing, on
-    the same cores) plus a final fsync of everything. Only the partial blocks where two
-    records meet go through the page cache. One writer, because the file system serialises
-    writes to one file anyway and the disk takes direct writes faster in order; at most
-    `pending` records wait for it, so memory is bounded. As a context manager: the temp
-    file is renamed over `path` on success and removed on any failure (a full disk, a
-    corrupt sample, Ctrl-C), leaving the previous log (or none) in place."""
+    The file is written in aligned windows of `window` bytes, each held in memory until
+    the records that cover it are all in place and then written whole by one writer
+    thread, with O_DIRECT where the file system allows it: a 30 GB log would otherwise
+    cost the kernel a page-cache copy and page bookkeeping per 4 KiB (as much CPU as
+    decoding and hashing, on the same cores) plus a final fsync of everything. Large
+    writes because this disk loses throughput to the gaps between writes whenever the
+    cores are busy: 16 MiB windows write the log ~1.5x faster beside the reading threads
+    than one write per 6 MB record did. One writer, because the file system serialises
+    writes to one file anyway; at most `pending` whole windows wait for it. Memory holds
+    the windows that records in flight touch: a few for a caller that writes in roughly
+    qsl_idx order, as aggregation's bounded read-ahead does. As a context manager: the
+    temp file is renamed over `path` on success and removed on any failure (a full disk,
+    a corrupt sample, Ctrl-C), leaving the previous log (or none) in place."""
 
     def __init__(self, path: Path, qsl_ids: list[int], size: int, direct: bool = True,
-                 pending: int = 4):
-        self.path, self.size, self._want_direct = path, size, direct
+                 pending: int = 2, window: int = 16 << 20):
+        if window <= 0 or window % _BLOCK:
+            raise ValueError(f"a log window is a positive multiple of {_BLOCK} bytes")
+        self.path, self.size, self._want_direct, self._window = path, size, direct, window
         self._seq = {qsl_idx: seq for seq, qsl_idx in enumerate(qsl_ids)}
         if len(self._seq) != len(qsl_ids):
             raise ValueError("a log's qsl_ids must be distinct")
@@ -125,12 +152,14 @@ class PositionalLog:
             self._offsets.append(end)
             end += (len(_SEPARATOR) if seq else 0) + len(_head(seq, qsl_idx)) + 2 * size \
                 + len(_tail(size))
-        self._close_at = end
+        self._close_at, self._length = end, end + len(_CLOSE)
         self._fd = self._direct_fd = -1
-        # Whether records' whole blocks bypassed the page cache: False where the file
-        # system refuses O_DIRECT (some overlay and network mounts) or `direct` was off.
+        # Whether the windows bypassed the page cache: False where the file system refuses
+        # O_DIRECT (some overlay and network mounts) or `direct` was off.
         self.direct = False
-        self._queue: queue.Queue[_Record | None] = queue.Queue(pending)
+        self._windows: dict[int, _Window] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[_Window | None] = queue.Queue(pending)
         self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._abandoned = False
@@ -139,9 +168,7 @@ class PositionalLog:
         self._tmp = _temp_path(self.path)
         self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(self._fd, self._close_at + len(_CLOSE))
-            _pwrite_all(self._fd, [memoryview(_OPEN)], 0)
-            _pwrite_all(self._fd, [memoryview(_CLOSE)], self._close_at)
+            os.ftruncate(self._fd, self._length)
             if self._want_direct and _O_DIRECT:
                 with contextlib.suppress(OSError):
                     self._direct_fd = os.open(self._tmp, os.O_WRONLY | _O_DIRECT)
@@ -149,15 +176,19 @@ class PositionalLog:
         except BaseException:
             self._discard()
             raise
-        self._writer = threading.Thread(target=self._write_records, name="log-writer",
+        self._writer = threading.Thread(target=self._write_windows, name="log-writer",
                                         daemon=True)
         self._writer.start()
+        # The brackets are the only bytes no record covers: with them in place, an empty
+        # log's one window is complete at once, like any window when its last record lands.
+        for text, at in ((_OPEN, 0), (_CLOSE, self._close_at)):
+            self._place(at, at + len(text), _RecordText(text, _NO_BYTES, b"").fill)
         return self
 
     def write(self, qsl_idx: int, image: np.ndarray) -> None:
-        """Queues sample `qsl_idx`'s record, hex-encoding `image` (uint8, `size` bytes)
-        on the calling thread; `image` must not change afterwards. Raises the writer's
-        error, if it had one."""
+        """Hex-encodes sample `qsl_idx`'s record (`image`: uint8, `size` bytes) into its
+        place on the calling thread, handing every window it completes to the writer.
+        Raises the writer's error, if it had one."""
         if self._error is not None:
             raise self._error
         seq = self._seq[qsl_idx]
@@ -168,61 +199,73 @@ class PositionalLog:
         record = _RecordText((_SEPARATOR if seq else b"") + _head(seq, qsl_idx), raw,
                              _tail(self.size))
         start = self._offsets[seq]
-        stop = start + record.length
-        first, last = -(-start // _BLOCK) * _BLOCK, stop // _BLOCK * _BLOCK
-        if self._direct_fd < 0 or last <= first:
-            self._submit(_Record([(start, record.views())]))
-            return
-        blocks = self._staging()
-        record.fill(blocks[: last - first], first - start, last - start)
-        edges = [(start, [record.span(0, first - start)]),
-                 (last, [record.span(last - start, record.length)])]
-        self._submit(_Record(edges, first, blocks, last - first))
+        self._place(start, start + record.length, record.fill)
 
-    def _submit(self, record: _Record) -> None:
+    def _place(self, start: int, stop: int,
+               fill: Callable[[np.ndarray, int, int], None]) -> None:
+        """fill(dest, lo, hi) puts bytes [start + lo, start + hi) of the file in dest, for
+        each window the range covers; windows it completes go to the writer. The fills run
+        unlocked (no two ranges overlap), so the reading threads encode in parallel."""
+        for index in range(start // self._window, (stop - 1) // self._window + 1):
+            with self._lock:
+                window = self._windows.get(index) or self._open_window(index)
+            a, b = max(start, window.offset), min(stop, window.offset + window.length)
+            fill(window.buffer[a - window.offset : b - window.offset], a - start, b - start)
+            with self._lock:
+                window.missing -= b - a
+                done = window.missing == 0
+                if done:
+                    del self._windows[index]
+            if done:
+                self._submit(window)
+
+    def _open_window(self, index: int) -> _Window:
+        offset = index * self._window
+        length = min(self._window, self._length - offset)
+        try:  # reused window after window: a fresh 16 MiB would cost ~4000 page faults
+            buffer = self._free.get_nowait()
+        except queue.Empty:
+            raw = np.empty(self._window + _BLOCK, np.uint8)
+            skip = -raw.ctypes.data % _BLOCK
+            buffer = raw[skip : skip + self._window]
+        window = _Window(offset, length, buffer, length)
+        self._windows[index] = window
+        return window
+
+    def _submit(self, window: _Window) -> None:
         """Waits for room in the queue, but not on a log that is being discarded: a reading
         thread still running after a failure (Ctrl-C, a corrupt sample) must not block
         forever on a writer that has stopped."""
         while not self._abandoned:
             try:
-                self._queue.put(record, timeout=0.1)
+                self._queue.put(window, timeout=0.1)
                 return
             except queue.Full:
                 continue
         raise RuntimeError(f"{self.path}: log discarded; record not written")
 
-    def _staging(self) -> np.ndarray:
-        """A block-aligned buffer that holds any record's whole blocks, reused record after
-        record (a fresh 6 MB one would cost ~1500 page faults each time)."""
-        try:
-            return self._free.get_nowait()
-        except queue.Empty:
-            raw = np.empty(2 * self.size + 3 * _BLOCK, np.uint8)
-            skip = -raw.ctypes.data % _BLOCK
-            return raw[skip : skip + 2 * self.size + 2 * _BLOCK]
-
-    def _write_records(self) -> None:
-        while (record := self._queue.get()) is not None:
+    def _write_windows(self) -> None:
+        while (window := self._queue.get()) is not None:
             if self._error is None and not self._abandoned:
                 try:
-                    self._put(record)
+                    self._put(window)
                 except BaseException as e:  # handed to the next write() or __exit__
                     self._error = e
-            if record.blocks is not None:
-                self._free.put(record.blocks)
+            self._free.put(window.buffer)
 
-    def _put(self, record: _Record) -> None:
-        for offset, views in record.buffered:
-            _pwrite_all(self._fd, views, offset)
-        if record.blocks is None:
-            return
-        blocks = [memoryview(record.blocks[: record.length])]  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-        try:
-            _pwrite_all(self._direct_fd, blocks, record.offset)
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-            _pwrite_all(self._fd, blocks, record.offset)  # an alignment the device refuses
+    def _put(self, window: _Window) -> None:
+        """The window's whole blocks with O_DIRECT, the file's last partial block (or all
+        of it, without O_DIRECT) through the page cache."""
+        whole = window.length // _BLOCK * _BLOCK if self._direct_fd >= 0 else 0
+        view = memoryview(window.buffer)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
+        if whole:
+            try:
+                _pwrite_all(self._direct_fd, [view[:whole]], window.offset)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                whole = 0  # an alignment the device refuses: all through the page cache
+        _pwrite_all(self._fd, [view[whole : window.length]], window.offset + whole)
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self._abandoned = kind is not None
@@ -234,6 +277,9 @@ class PositionalLog:
         try:
             if self._error is not None:
                 raise self._error
+            if self._windows:
+                raise RuntimeError(f"{self.path}: {len(self._seq)} records were expected, "
+                                   "some were never written")
             os.fsync(self._fd)
             self._close()
             os.replace(self._tmp, self.path)
@@ -256,26 +302,20 @@ class PositionalLog:
 
 
 @dataclass
-class _Record:
-    """One record's writes: byte ranges through the page cache, then `length` bytes of
-    `blocks` (whole disk blocks, aligned) at `offset` with O_DIRECT."""
-    buffered: list[tuple[int, list[memoryview]]]
-    offset: int = 0
-    blocks: np.ndarray | None = None
-    length: int = 0
+class _Window:
+    """Bytes [offset, offset + length) of the log, `missing` of them not yet in `buffer`
+    (block-aligned, reused once written)."""
+    offset: int
+    length: int
+    buffer: np.ndarray
+    missing: int
 
 
 # O_DIRECT's unit: offsets, lengths and buffer addresses are multiples of it. 4 KiB covers
-# 512-byte and 4 KiB logical blocks alike; a whole memory page, so the page-cached edges
+# 512-byte and 4 KiB logical blocks alike; a whole memory page, so the page-cached tail
 # and the direct writes never share a page (64 KiB pages on some arm64 kernels).
 _BLOCK = max(4096, mmap.PAGESIZE)
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
-
-
-# Raw bytes hex-encoded per step when a record is built in place: numpy's index temporaries
-# (8 bytes per byte pair) and the characters stay in cache instead of streaming ~45 MB
-# through memory per 1024x1024 image, which two threads on two cores cannot share.
-_HEX_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -291,17 +331,6 @@ class _RecordText:
     def length(self) -> int:
         return len(self.prefix) + 2 * self.raw.size + len(self.tail)
 
-    def views(self) -> list[memoryview]:
-        """The whole record as buffers, the hex encoded at once."""
-        encoded = memoryview(hex_upper(self.raw)).cast("B")  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-        return [memoryview(self.prefix), encoded, memoryview(self.tail)]
-
-    def span(self, lo: int, hi: int) -> memoryview:
-        """Bytes [lo, hi) of the record, in a new buffer."""
-        out = np.empty(hi - lo, np.uint8)
-        self.fill(out, lo, hi)
-        return memoryview(out)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-
     def fill(self, dest: np.ndarray, lo: int, hi: int) -> None:
         """dest[:hi - lo] = bytes [lo, hi) of the record."""
         hex_at, tail_at = len(self.prefix), len(self.prefix) + 2 * self.raw.size
@@ -316,13 +345,15 @@ class _RecordText:
             dest[a - lo : b - lo] = np.frombuffer(self.tail, np.uint8)[a - tail_at : b - tail_at]
 
     def _fill_hex(self, dest: np.ndarray, lo: int, hi: int) -> None:
-        """dest[:] = hex characters [lo, hi), encoded a cache-sized chunk at a time from
-        even raw offsets (so the byte pairs `hex_upper` looks up stay 2-byte aligned)."""
-        first = lo // 4 * 2
-        for begin in range(first, (hi + 1) // 2, _HEX_CHUNK):
-            chars = hex_upper(self.raw[begin : begin + _HEX_CHUNK]).view(np.uint8)
-            a, b = max(lo, 2 * begin), min(hi, 2 * begin + chars.size)
-            dest[a - lo : b - lo] = chars[a - 2 * begin : b - 2 * begin]
+        """dest[:] = hex characters [lo, hi): whole bytes' in one call, and the one
+        character of a byte the range cuts at either end (a block edge can fall mid-byte)."""
+        first, stop = -(-lo // 2), hi // 2  # the bytes whose two characters are both inside
+        if first < stop:
+            hex_upper_into(self.raw[first:stop], dest[2 * first - lo : 2 * stop - lo])
+        if lo % 2:
+            dest[0] = _HEX_CHARS[2 * int(self.raw[lo // 2]) + 1]
+        if hi % 2:
+            dest[hi - 1 - lo] = _HEX_CHARS[2 * int(self.raw[hi // 2])]
 
 
 def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from host_support import tmpfs, wait_for
 
+from runner import mlperf_log
 from runner.batch.aggregate import aggregate
 from runner.errors import RunnerError
 from runner.fileio import sha256_bytes, sha256_file
@@ -24,10 +25,21 @@ from runner.parallel import ordered_map, prefetch
 from runner.store import CORRUPT_DIR, CorruptSample, SampleStore, SampleWriter
 
 IDS = [0, 3, 7, 11, 12]
+BLOCK = mlperf_log._BLOCK  # O_DIRECT's unit: a log window is a multiple of it
 # sha256 of the accuracy log `aggregate` wrote for `synthetic_run` before the data path was
 # parallelised (computed with the landed code at commit 4ba15d0): the log must stay
 # byte-identical.
 LANDED_LOG_SHA256 = "dea0b412a5862ecfc25992b02742d83eefde51daad5abccfb69b9be9052a6125"
+
+
+@pytest.fixture(params=["c", "numpy"])
+def encoder(request, monkeypatch) -> str:
+    """Runs a test with the C hex encoder (runner/_hex.c, built by the install) and with
+    numpy's, the fallback where no compiler was at hand: the log's bytes must not depend on
+    which one the install got."""
+    if request.param == "numpy":
+        monkeypatch.setattr(mlperf_log, "hex_upper_into", mlperf_log._numpy_hex_upper_into)
+    return request.param
 
 
 def synthetic(i: int, h: int = 40, w: int = 56) -> np.ndarray:
@@ -105,7 +117,7 @@ def test_reading_a_corrupt_sample_is_a_runner_error(tmp_path):
         list(store.iter_samples())
 
 
-def test_log_bytes_equal_the_landed_writers_for_any_thread_count(tmp_path):
+def test_log_bytes_equal_the_landed_writers_for_any_thread_count(tmp_path, encoder):
     synthetic_run(tmp_path)
     for jobs in (1, 3):
         result = aggregate(tmp_path, jobs=jobs, sample_ids=IDS)
@@ -204,14 +216,38 @@ def test_read_ahead_keeps_order_bounds_memory_and_passes_errors():
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 3), (3, 5, 3), (300, 257, 3)])
-def test_hex_and_stored_block_decoding_match_the_plain_ways(shape):
-    """The byte-pair hex table and the stored-block PNG path are what aggregation runs on;
-    they must give Python's own hex and zlib's inflate, for odd byte counts and images
-    spanning several 64 KiB stored blocks alike."""
+def test_hex_and_stored_block_decoding_match_the_plain_ways(shape, encoder):
+    """The hex encoders and the stored-block PNG path are what aggregation runs on; they
+    must give Python's own hex and zlib's inflate, for odd byte counts and images spanning
+    several 64 KiB stored blocks (and numpy's 64 KiB encoding chunks) alike."""
     image = np.random.default_rng(7).integers(0, 256, shape, dtype=np.uint8)
     assert bytes(hex_upper(image)) == image.tobytes().hex().upper().encode()
     for level in (0, 1):
         assert np.array_equal(decode_png(encode_png(image, {"k": "v"}, level)), image)
+
+
+def test_hex_encoders_agree_at_any_alignment_and_refuse_a_wrong_destination(encoder):
+    """Aggregation encodes straight into a record's staging buffer, where the hex starts
+    at whatever offset the record's head leaves, from any byte of the image."""
+    raw = np.random.default_rng(3).integers(0, 256, 5000, dtype=np.uint8)
+    for start, stop, at in [(0, 5000, 0), (1, 4999, 3), (3, 4, 1), (2, 2, 0), (7, 4100, 2)]:
+        dest = np.full(2 * (stop - start) + 8, ord("?"), np.uint8)
+        mlperf_log.hex_upper_into(raw[start:stop], dest[at : at + 2 * (stop - start)])
+        expected = b"?" * at + raw[start:stop].tobytes().hex().upper().encode()
+        assert dest.tobytes() == expected + b"?" * (8 - at)
+    if encoder == "c":  # numpy's own error for a wrong length is a broadcast ValueError
+        with pytest.raises(ValueError, match="destination holds 9 bytes"):
+            mlperf_log.hex_upper_into(raw[:5], np.empty(9, np.uint8))
+        with pytest.raises(TypeError):
+            mlperf_log.hex_upper_into(raw[:5], bytes(10))  # read-only
+
+
+def test_the_install_built_the_c_hex_encoder():
+    """The extension is optional so an install without a compiler still works; the test
+    command's install has one, and a silently failed build would hide a 5x slower log."""
+    assert mlperf_log.hex_upper_into is not mlperf_log._numpy_hex_upper_into, (
+        "runner._hex is not built: install a C compiler (gcc) and re-run "
+        "`python3 -m pip install -e .`")
 
 
 def test_a_broken_stored_block_or_cut_file_is_malformed():
@@ -225,20 +261,23 @@ def test_a_broken_stored_block_or_cut_file_is_malformed():
         decode_png(bytes(data))
 
 
+@pytest.mark.parametrize("window", [BLOCK, 5 * BLOCK, None])
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("size", [0, 1, 700, 2048, 2049, 4096, 6000, 40 * 56 * 3,
                                   2 << 16, (3 << 16) + 7])
 def test_positional_log_bytes_equal_the_sequential_writers_in_any_write_order(
-        tmp_path, size, direct):
-    """Records smaller than a 4 KiB block (several per block, no whole block of their own),
-    records straddling block edges, records with whole blocks of their own (the O_DIRECT
-    path) and records hex-encoded in several chunks, an odd byte last, all land where the
-    sequential writer puts them, whichever thread writes first."""
+        tmp_path, size, direct, window, encoder):
+    """Records smaller than a 4 KiB block, records straddling block and window edges (a
+    window shared by records from different threads, an edge mid-byte of the hex), records
+    spanning many windows, the whole log in one window (the default's 16 MiB), the file's
+    last partial block, and records hex-encoded in several numpy chunks, an odd byte last:
+    all land where the sequential writer puts them, whichever thread writes first."""
     ids = [0, 2, 3, 9, 10, 11, 57, 58, 999, 1000, 4999]
     rng = np.random.default_rng(size)
     images = {i: rng.integers(0, 256, size, dtype=np.uint8) for i in ids}
     write_log(tmp_path / "sequential.json", [(i, images[i]) for i in ids])
-    with PositionalLog(tmp_path / LOG_NAME, ids, size, direct=direct) as log:
+    sizes = {} if window is None else {"window": window}
+    with PositionalLog(tmp_path / LOG_NAME, ids, size, direct=direct, **sizes) as log:
         order = list(rng.permutation(ids))
         threads = [threading.Thread(target=lambda part=order[k::3]: [
             log.write(int(i), images[i]) for i in part]) for k in range(3)]
@@ -278,6 +317,17 @@ def test_positional_log_refuses_a_record_of_the_wrong_size(tmp_path):
     assert not list(tmp_path.iterdir())  # no log, no temp file
 
 
+def test_positional_log_missing_a_record_is_an_error_not_a_log_with_a_hole(tmp_path):
+    with (pytest.raises(RuntimeError, match="3 records were expected, some were never "
+                        "written"),
+          PositionalLog(tmp_path / LOG_NAME, [1, 2, 3], 4, window=BLOCK) as log):
+        log.write(1, np.zeros(4, np.uint8))
+        log.write(3, np.zeros(4, np.uint8))
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=f"positive multiple of {BLOCK} bytes"):
+        PositionalLog(tmp_path / LOG_NAME, [1], 4, window=BLOCK + 1)
+
+
 def test_positional_log_on_a_full_disk_leaves_the_previous_log(tmp_path):
     """A full disk mid-log (O_DIRECT where tmpfs allows it) raises the OS's ENOSPC, the temp
     file goes, and the log written before stays whole."""
@@ -304,10 +354,12 @@ def test_aggregate_refuses_samples_of_two_sizes_and_writes_no_log(tmp_path):
 
 
 def test_a_failed_log_never_leaves_a_reading_thread_blocked(tmp_path):
-    """Readers still handing records over when the log is discarded (Ctrl-C, a corrupt
+    """Readers still handing windows over when the log is discarded (Ctrl-C, a corrupt
     sample elsewhere) get an error instead of waiting forever: here the writer is held up
-    until after the failure, so one record is being written, one waits in the queue and
-    six threads wait for room when the log is discarded."""
+    until after the failure, with one-block windows, so one window is being written, one
+    waits in the queue, and each of the eight threads waits for room to hand over the
+    first window its record completes on its own (every record covers four whole ones)
+    when the log is discarded."""
     image = np.zeros(3 * 4096, np.uint8)
     outcomes: list[str] = []
     disk_busy = threading.Event()
@@ -321,9 +373,10 @@ def test_a_failed_log_never_leaves_a_reading_thread_blocked(tmp_path):
 
     threads: list[threading.Thread] = []
     with (pytest.raises(KeyboardInterrupt),
-          PositionalLog(tmp_path / LOG_NAME, list(range(8)), image.size, pending=1) as log):
+          PositionalLog(tmp_path / LOG_NAME, list(range(8)), image.size, pending=1,
+                        window=BLOCK) as log):
         put = log._put
-        log._put = lambda record: (disk_busy.wait(), put(record))  # type: ignore[method-assign]
+        log._put = lambda window: (disk_busy.wait(), put(window))  # type: ignore[method-assign]
         threads = [threading.Thread(target=hand_over, args=(log, i)) for i in range(8)]
         for thread in threads:
             thread.start()
@@ -334,7 +387,7 @@ def test_a_failed_log_never_leaves_a_reading_thread_blocked(tmp_path):
         thread.join(timeout=30)
         assert not thread.is_alive()
     discarded = [o for o in outcomes if o != "queued"]
-    assert len(discarded) == 6
+    assert len(discarded) == 8
     assert all(o.endswith("log discarded; record not written") for o in discarded)
     assert not list(tmp_path.iterdir())
 

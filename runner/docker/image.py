@@ -74,6 +74,9 @@ _PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "REA
 _PROJECT_DIRS = ("runner",)
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", "CMakeFiles"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".o", ".obj", ".a", ".egg-info")
+# A checkout's compiled extension (runner/_hex*.so) is the host interpreter's: the image's
+# wheel build compiles its own, or goes without where the base image has no compiler.
+_PROJECT_SKIP_SUFFIXES = (*_SKIP_SUFFIXES, ".so")
 # Parts of a build tree a worker uses. lib/ holds libIREECompiler.so for tools/ in a real
 # build (tools are linked with RPATH $ORIGIN/../lib).
 _TREE_PARTS = ("tools", "lib", "compiler/bindings/python", "runtime/bindings/python")
@@ -506,7 +509,8 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
                           fix="image builds need a source checkout of iree-sdxl-runner")
     for name in _PROJECT_DIRS:
         src = project_dir / name
-        _copy_tree(src, project / name, notes, [(os.path.realpath(src), project / name)])
+        _copy_tree(src, project / name, notes, [(os.path.realpath(src), project / name)],
+                   suffixes=_PROJECT_SKIP_SUFFIXES)
     # The dependency stub (fragments/worker.Dockerfile): the project's metadata and an empty
     # package, so the dependency layer is keyed on pyproject.toml alone.
     deps = ctx / "project-deps"
@@ -535,18 +539,19 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
 Roots = list[tuple[str, Path]]
 
 
-def _copy_tree(src: Path, dst: Path, notes: list[str], roots: Roots, skip: bool = True) -> None:
+def _copy_tree(src: Path, dst: Path, notes: list[str], roots: Roots, skip: bool = True,
+               suffixes: tuple[str, ...] = _SKIP_SUFFIXES) -> None:
     """Copy with hard links where possible (a build tree is gigabytes).
 
     `roots` pairs each real source directory being staged with where it is staged. A
     symlink whose target is inside one of them stays a relative link to the staged copy,
     as the tree had it; one that leaves them (IREE's binding trees link into the source
     checkout) is copied as what it points at, since the image will not have the target.
-    Build intermediates (CMakeFiles/, *.o, *.a, __pycache__) are left out.
+    Build intermediates (CMakeFiles/, __pycache__, names ending in `suffixes`) are left out.
     """
     dst.mkdir(parents=True, exist_ok=True)
     for entry in sorted(os.scandir(src), key=lambda e: e.name):
-        if skip and (entry.name in _SKIP_NAMES or entry.name.endswith(_SKIP_SUFFIXES)):
+        if skip and (entry.name in _SKIP_NAMES or entry.name.endswith(suffixes)):
             continue
         target = dst / entry.name
         if entry.is_symlink():
@@ -558,11 +563,11 @@ def _copy_tree(src: Path, dst: Path, notes: list[str], roots: Roots, skip: bool 
             if staged is not None:
                 os.symlink(os.path.relpath(staged, dst), target)
             elif os.path.isdir(real):
-                _copy_tree(Path(real), target, notes, [*roots, (real, target)], skip=skip)
+                _copy_tree(Path(real), target, notes, [*roots, (real, target)], skip, suffixes)
             else:
                 _link_or_copy(real, target)
         elif entry.is_dir():
-            _copy_tree(Path(entry.path), target, notes, roots, skip=skip)
+            _copy_tree(Path(entry.path), target, notes, roots, skip, suffixes)
         elif entry.is_file():
             _link_or_copy(entry.path, target)
 
