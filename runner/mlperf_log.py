@@ -260,12 +260,12 @@ class PositionalLog:
         view = memoryview(window.buffer)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
         if whole:
             try:
-                _pwrite_all(self._direct_fd, [view[:whole]], window.offset)
+                _pwrite_all(self._direct_fd, view[:whole], window.offset)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
                 whole = 0  # an alignment the device refuses: all through the page cache
-        _pwrite_all(self._fd, [view[whole : window.length]], window.offset + whole)
+        _pwrite_all(self._fd, view[whole : window.length], window.offset + whole)
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self._abandoned = kind is not None
@@ -356,17 +356,12 @@ class _RecordText:
             dest[hi - 1 - lo] = _HEX_CHARS[2 * int(self.raw[hi // 2])]
 
 
-def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
-    """pwritev until every byte is written: a regular file writes all of it, but a signal
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    """pwrite until every byte is written: a regular file writes all of it, but a signal
     or a nearly full disk may cut a write short."""
-    views = [v for v in views if len(v)]
-    while views:
-        done = os.pwritev(fd, views, offset)
-        offset += done
-        while views and done >= len(views[0]):
-            done -= len(views.pop(0))
-        if views:
-            views[0] = views[0][done:]
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 def _records(path: Path) -> Iterator[dict]:
