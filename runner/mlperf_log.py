@@ -15,7 +15,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,15 +67,6 @@ except ImportError:  # installed without a C compiler
     hex_upper_into = _numpy_hex_upper_into
 
 
-def hex_upper(image: np.ndarray) -> np.ndarray:
-    """The log's `data` field for one image: upper-case hex of its raw uint8 bytes, as a
-    buffer (an array whose memory is the ASCII text) that a file writes uncopied."""
-    raw = np.ascontiguousarray(image, dtype=np.uint8).reshape(-1)
-    text = np.empty(2 * raw.size, np.uint8)
-    hex_upper_into(raw, text)
-    return text
-
-
 _OPEN, _SEPARATOR, _CLOSE = b"[\n", b",\n", b"\n]\n"
 _NO_BYTES = np.empty(0, np.uint8)
 
@@ -88,33 +79,6 @@ def _tail(size: int) -> bytes:
     return b'", "size": %d}' % size
 
 
-def write_log(path: Path, samples: Iterable[tuple[int, np.ndarray]]) -> LogStats:
-    """The log of (qsl_idx, uint8 image) in the order given, written sequentially (samples
-    of any sizes; aggregation's same-size logs go through `PositionalLog`). Written to a
-    temp file and renamed, so a reader never sees half a log: any failure, a full disk
-    included, removes the temp file and leaves the previous log (or none) in place."""
-    tmp = _temp_path(path)
-    count = 0
-    try:
-        with open(tmp, "wb") as f:
-            f.write(_OPEN)
-            for qsl_idx, image in samples:
-                if count:
-                    f.write(_SEPARATOR)
-                f.write(_head(count, int(qsl_idx)))
-                f.write(hex_upper(image))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-                f.write(_tail(np.asarray(image).size))
-                count += 1
-            f.write(_CLOSE)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return LogStats(str(path), count, path.stat().st_size)
-
-
 def _temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
@@ -123,7 +87,7 @@ class PositionalLog:
     """The log of samples that all have `size` raw bytes, written in any order from any
     number of threads: every record's offset follows from the qsl_idx order alone, so a
     reading thread hex-encodes its record straight into the file's bytes (`write`) and
-    goes on to its next sample. The bytes equal `write_log`'s for the same records.
+    goes on to its next sample.
 
     The file is written in aligned windows of `window` bytes, each held in memory until
     the records that cover it are all in place and then written whole by one writer

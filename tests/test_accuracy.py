@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from mlperf_log_support import write_log
 
 from runner.accuracy.frechet import (
     RunningMoments,
@@ -22,7 +23,6 @@ from runner.accuracy.samples import format_ids, open_source, parse_ids, scan_log
 from runner.accuracy.score import check_image
 from runner.accuracy.verdict import judge, mlperf_line
 from runner.errors import RunnerError
-from runner.mlperf_log import write_log
 from runner.profile import Accuracy
 
 # MLPerf's published SDXL ranges (closed division) and fp32 reference scores.

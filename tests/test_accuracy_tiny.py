@@ -13,6 +13,8 @@ import yaml
 pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 
+from mlperf_log_support import write_log
+
 from runner.accuracy.backbones import load_backbones
 from runner.accuracy.calibrate import (
     RECORD_NAME,
@@ -27,7 +29,6 @@ from runner.accuracy.samples import open_source, parse_ids
 from runner.accuracy.settings import accuracy_settings
 from runner.cli import main
 from runner.errors import RunnerError
-from runner.mlperf_log import write_log
 from runner.paths import CONFIGS_DIR
 from runner.profile import load_profile
 
