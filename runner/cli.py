@@ -1,7 +1,8 @@
 """The `runner` command: a thin argparse layer over the library.
 
 Exit codes are one table for every command (runner.errors.EXIT_CODES), printed in each
-command's help; every subcommand's help carries examples (runner.clihelp.document).
+command's help; every subcommand's help carries examples (runner.clihelp.document), and the
+root help groups the commands by workflow (runner.clihelp.COMMAND_GROUPS).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.clihelp import (
     DEFAULT_PROFILE,
+    CommandGroupsFormatter,
     add_profile,
     add_require_full,
     add_samples,
     document,
-    exit_code_table,
+    main_description,
+    main_epilog,
     profile_overrides,
 )
 from runner.docker.cli import register as register_image
@@ -295,33 +298,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-MAIN_EPILOG = f"""\
-options shared by every command that takes them:
-  --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
-                       commands that read a run default to the profile it recorded)
-  --set KEY=VALUE      override any profile field
-  --count N | --samples SPEC | --ids FILE
-                       which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
-  --out DIR            where results go (each command's help says what it writes there)
-  --dry-run            print the exact commands, run nothing
-  --json               machine-readable output on stdout
-  --require-full       fail when fewer samples are scored than the ranges were set for
-
-examples:
-  runner run --profile cpu --count 32 --out runs/main
-  runner plan --profile mi325x
-  runner COMMAND --help
-
-exit codes:
-{exit_code_table()}
-"""
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__, epilog=MAIN_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="runner", description=main_description(),
+                                     epilog=main_epilog(), formatter_class=CommandGroupsFormatter)
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(title="commands", dest="command", required=True,
+                                metavar="COMMAND")
 
     register_export(sub)
 

@@ -10,7 +10,10 @@ user. Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
 from __future__ import annotations
 
 import argparse
+import textwrap
+import weakref
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import EXIT_CODES
@@ -18,15 +21,169 @@ from runner.errors import EXIT_CODES
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
 EXAMPLES, EXITS = "examples:", "exit codes:"
 
+# `runner --help`, for someone who has not read the code: what the tool does, the three
+# workflows people come for (each as real commands), then every command under the workflow it
+# serves, as `git --help` groups git's.
+ABOUT = """\
+runner compiles Stable Diffusion XL with IREE, runs it in MLPerf-style batches across a
+machine's devices (device IDs, SPX/CPX partitions, processes per device, batch size), scores
+the images as MLPerf does (FID, CLIP), runs and regenerates IREE CI's golden tests,
+benchmarks, and records every run so it can be reproduced. With no GPU it runs the embedded
+tiny-sdxl model on CPU (profiles `tiny` and `cpu`); real SDXL is the same code with a lab
+profile (mi300x, mi325x, mi355x)."""
+
+VALIDATE, LAB, MLPERF, MODELS, TOOLS = (
+    "validate an IREE build before a golden update",
+    "a lab accuracy or benchmark run",
+    "an MLPerf submission",
+    "models and compiled modules",
+    "calibration and tools",
+)
+
+# The workflows `runner --help` opens with: 2-4 commands each, as a user types them.
+WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (VALIDATE, (
+        "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
+        "--to v2.0 --out runs/validate",
+        "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
+        "runner goldens upload runs/validate/goldens --container-url "
+        "https://<account>.blob.core.windows.net/sharkpublic/...",
+    )),
+    (LAB, (
+        "runner plan --profile mi325x",
+        "runner run --profile mi325x --out runs/acc",
+        "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench",
+    )),
+    (MLPERF, (
+        "runner mlperf --profile mi325x --scenario offline --mode submission "
+        "--compliance TEST01,TEST04 --out runs/lg-offline",
+        "runner mlperf --profile mi325x --scenario server --mode submission "
+        "--compliance TEST01,TEST04 --out runs/lg-server",
+    )),
+)
+
+# Which heading each subcommand is listed under in `runner --help`, in this order. A new
+# subcommand is one line here; tests/test_cli.py fails while a registered one has none.
+COMMAND_GROUPS: dict[str, str] = {
+    "validate": VALIDATE,
+    "goldens": VALIDATE,
+    "image": VALIDATE,
+    "plan": LAB,
+    "run": LAB,
+    "status": LAB,
+    "aggregate": LAB,
+    "score": LAB,
+    "compare": LAB,
+    "report": LAB,
+    "bench": LAB,
+    "mlperf": MLPERF,
+    "export": MODELS,
+    "fetch": MODELS,
+    "compile": MODELS,
+    "generate": MODELS,
+    "calibrate": TOOLS,
+    "oracle": TOOLS,
+    "completion": TOOLS,
+}
+OTHER = "other commands"  # a command missing from COMMAND_GROUPS still shows, here
+
+
+def workflows_text() -> str:
+    lines = ["workflows:"]
+    for title, commands in WORKFLOWS:
+        lines += [f"  {title}:", *(f"    {c}" for c in commands)]
+    return "\n".join(lines)
+
+
+def main_description() -> str:
+    return f"{ABOUT}\n\n{workflows_text()}"
+
+
+def main_epilog() -> str:
+    return f"""\
+options shared by every command that takes them:
+  --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
+                       commands that read a run default to the profile it recorded)
+  --set KEY=VALUE      override any profile field
+  --count N | --samples SPEC | --ids FILE
+                       which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
+  --out DIR            where results go (each command's help says what it writes there)
+  --dry-run            print the exact commands, run nothing
+  --json               machine-readable output on stdout
+  --require-full       fail when fewer samples are scored than the ranges were set for
+
+`runner COMMAND --help` shows a command's options, examples and what its --out holds.
+
+{EXITS}
+{exit_code_table()}
+"""
+
+
+def command_summaries(subparsers: argparse._SubParsersAction) -> dict[str, str]:
+    """Each subcommand's one-line help, in registration order."""
+    return {a.dest: a.help or "" for a in subparsers._choices_actions}
+
+
+def grouped_commands(subparsers: argparse._SubParsersAction
+                     ) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(heading, [(command, its help)]) in COMMAND_GROUPS' order; registered commands only."""
+    summaries = command_summaries(subparsers)
+    groups: dict[str, list[tuple[str, str]]] = {
+        h: [] for h in [*dict.fromkeys(COMMAND_GROUPS.values()), OTHER]}
+    for name, heading in COMMAND_GROUPS.items():
+        if name in summaries:
+            groups[heading].append((name, summaries[name]))
+    for name, text in summaries.items():
+        if name not in COMMAND_GROUPS:
+            groups[OTHER].append((name, text))
+    return [(h, cmds) for h, cmds in groups.items() if cmds]
+
+
+class CommandGroupsFormatter(argparse.RawDescriptionHelpFormatter):
+    """The root help's command list under workflow headings (COMMAND_GROUPS) instead of
+    argparse's flat `{a,b,c}` list; everything else as RawDescriptionHelpFormatter."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not isinstance(action, argparse._SubParsersAction):
+            return super()._format_action(action)
+        groups = grouped_commands(action)
+        name_width = max(len(n) for _, cmds in groups for n, _ in cmds) + 2
+        width = max(self._width - 4 - name_width, 30)
+        lines = []
+        for heading, commands in groups:
+            lines.append(f"  {heading}")
+            for name, text in commands:
+                wrapped = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+                lines.append(f"    {name:<{name_width}}{wrapped[0]}")
+                lines += [" " * (4 + name_width) + more for more in wrapped[1:]]
+        return "\n".join(lines) + "\n"
+
 
 def exit_code_table(indent: str = "  ") -> str:
     return "\n".join(f"{indent}{code}  {text}" for code, text in EXIT_CODES)
+
+
+@dataclass(frozen=True)
+class Documented:
+    """What document() added to a subcommand's help, kept apart for the CLI reference."""
+
+    examples: tuple[str, ...]
+    out: str | None
+
+
+_DOCUMENTED: weakref.WeakKeyDictionary[argparse.ArgumentParser, Documented] = (
+    weakref.WeakKeyDictionary())
+
+
+def documented(parser: argparse.ArgumentParser) -> Documented:
+    return _DOCUMENTED.get(parser, Documented((), None))
 
 
 def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = None
              ) -> argparse.ArgumentParser:
     """Examples, what --out means here (when the command has one) and the exit codes,
     appended to the parser's help; the description and epilog keep their line breaks."""
+    _DOCUMENTED[parser] = Documented(tuple(examples), out)
     parts = [EXAMPLES, *(f"  {e}" for e in examples)]
     if out:
         parts += ["", f"--out: {out}"]

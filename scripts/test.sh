@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install -q --disable-pip-version-check \
-  -e '.[export,metrics,docker,mlperf,dev]' 2>&1 | grep -v "as the 'root' user" || true
-python3 -c "import runner, iree.runtime, iree.compiler, iree.turbine, torch, open_clip, docker"
+  -e '.[export,metrics,docker,mlperf,docs,dev]' 2>&1 | grep -v "as the 'root' user" || true
+python3 -c "import runner, iree.runtime, iree.compiler, iree.turbine, torch, open_clip, docker, mkdocs, material"
 
 # Debian's headless Chromium renders report.html in the report tests.
 if ! command -v chromium >/dev/null 2>&1; then
