@@ -111,7 +111,8 @@ def summaries(parser: argparse.ArgumentParser) -> dict[tuple[str, ...], str]:
     for path, sub in [((), parser), *walk(parser)]:
         for action in subparsers_of(sub):
             for choice in action._choices_actions:
-                out[(*path, choice.dest)] = choice.help or ""
+                key = (*path, choice.dest)
+                out[key] = choice.help or ""
     return out
 
 
