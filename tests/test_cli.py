@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from runner.cli import build_parser, main
-from runner.clihelp import help_problems, walk
+from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
 from runner.errors import EXIT_CODES
 
 
@@ -42,6 +42,55 @@ def test_every_subcommand_help_shows_examples_and_the_exit_codes(capsys):
         for code, meaning in EXIT_CODES:
             assert f"  {code}  {meaning}" in text, path
         assert "default: None" not in text, path
+
+
+def test_every_command_is_in_exactly_one_workflow_group():
+    """COMMAND_GROUPS names each registered subcommand, and nothing else: a new subcommand
+    is one line there."""
+    registered = list(next(subparsers_of(build_parser())).choices)
+    assert len(registered) >= 19 and sorted(COMMAND_GROUPS) == sorted(registered)
+
+
+def test_root_help_says_what_it_does_then_workflows_then_grouped_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: runner [-h] [--version] COMMAND ...\n\nrunner compiles "
+                           "Stable Diffusion XL with IREE")
+    assert "thin argparse layer" not in text and "clihelp" not in text  # no maintainer talk
+    workflows = text.split("\nworkflows:\n", 1)[1].split("\n\n", 1)[0]
+    for title, commands in WORKFLOWS:
+        assert f"  {title}:" in workflows and 2 <= len(commands) <= 4
+        for command in commands:
+            assert f"\n    {command}" in workflows
+    assert [t for t, _ in WORKFLOWS] == [
+        "validate an IREE build before a golden update", "a lab accuracy or benchmark run",
+        "an MLPerf submission"]
+    listing = text.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    headings = [line.strip() for line in listing if not line.startswith("    ")]
+    assert headings == list(dict.fromkeys(COMMAND_GROUPS.values()))
+    # Every command once, under its own heading, with its one-line help.
+    listed = {}
+    heading = ""
+    for line in listing:
+        if not line.startswith("    "):
+            heading = line.strip()
+        elif not line.startswith("     "):
+            name = line.split()[0]
+            assert name not in listed, name
+            listed[name] = heading
+    assert listed == COMMAND_GROUPS
+    assert re.search(r"^    plan +print the worker table", "\n".join(listing), re.M)
+    assert "exit codes:\n  0  passed" in text
+
+
+def test_a_command_missing_from_the_groups_still_shows(capsys):
+    parser = build_parser()
+    sub = next(subparsers_of(parser))
+    sub.add_parser("later", help="a command added without its COMMAND_GROUPS line")
+    text = parser.format_help()
+    assert "  other commands\n    later" in text
 
 
 def test_one_default_profile_and_no_resume_where_there_is_none(capsys):

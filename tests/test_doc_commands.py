@@ -1,0 +1,464 @@
+"""Every command the README and the docs site show (fenced `bash` blocks in README.md and
+docs/*.md, and the examples of the generated CLI reference) either runs here, verbatim, in a
+fresh copy of the repo with its relative paths as written, or is in NOT_HERE with the reason
+it cannot and the test that covers it. A shown command in neither fails the suite, and so
+does an entry for a command no page shows any more."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.cli import build_parser
+from runner.clidoc import examples
+
+REPO = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+CONTINUATION = re.compile(r"\s*\\\n\s*")
+
+
+def strip_comment(line: str) -> str:
+    """The line without its shell comment (a `#` outside quotes, after a blank)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def commands_in(markdown: str) -> list[str]:
+    """The commands of a page's fenced bash blocks, one per (continued) line."""
+    found = []
+    for block in FENCE.findall(markdown):
+        for line in CONTINUATION.sub(" ", block).splitlines():
+            command = strip_comment(line).strip()
+            if command:
+                found.append(command)
+    return found
+
+
+def doc_pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def shown_commands() -> dict[str, list[str]]:
+    """command -> the pages that show it ("cli" for the generated CLI reference)."""
+    shown: dict[str, list[str]] = {}
+    for page in doc_pages():
+        for command in commands_in(page.read_text(encoding="utf-8")):
+            shown.setdefault(command, []).append(str(page.relative_to(REPO)))
+    for example in examples(build_parser()):
+        shown.setdefault(strip_comment(example).strip(), []).append("cli")
+    return shown
+
+
+# Run here in a fresh copy, in this order: command -> text its output must contain.
+# No compile and no samples: plans, dry runs, --version, completion.
+QUICK = {
+    "runner --version": "iree-compile 3.13",
+    "runner plan --profile mi325x": "64 workers",
+    "runner plan --profile mi325x --partition spx": "8 workers",
+    "runner plan --profile mi325x --cpd 2 --json": '"w127"',
+    "runner plan --profile cpu --set layout.cpd=2": "4 workers",
+    "runner plan --profile mi325x | head -3": "w001",
+    "runner compile --profile mi325x --dry-run": "--batch-sizes 32",
+    "runner compile --profile sdxl-seeded --dry-run": "unet_pipeline_bs1.mlir",
+    "runner fetch --profile sdxl --dry-run": "sharkpublic/sai/sdxl-vae-decode/model.mlir -> ",
+    "runner export sdxl --seeded --dry-run": "runner export sdxl --seeded --batch-sizes 1",
+    "runner goldens check tests/fixtures/iree-test-suites/sharktank_models/quality_tests/sdxl "
+    "--sku mi300 --rocm-chip gfx942 --backend rocm --dry-run": "iree-run-module --device=hip",
+    'runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "hip and gfx942" '
+    "--dry-run": "--iree-rocm-target=gfx942",
+    "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 "
+    "--dry-run": "--iree-rocm-target=gfx942",
+    "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run": "3 benchmark goldens",
+    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
+    "TEST01,TEST04 --out runs/lg-mi325x --dry-run": "audit.config",
+    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
+    "TEST01,TEST04 --out runs/lg-sub --dry-run": "audit.config",
+    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
+    "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
+    "source <(runner completion bash)": "_shtab_runner",
+    "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
+    "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
+}
+# With the tiny model's modules in the compile cache (the tiny_compiled fixture).
+CACHED = {
+    "runner compile --profile tiny": "cached ->",
+    "runner generate --profile tiny --count 4 --out runs/gen": "4 images",
+}
+# The main job (slow: a scored run of 32 samples), then the commands that read its run dir.
+MAIN_JOB = {
+    "runner run --profile cpu --count 32 --out runs/main": "verdict: PASS",
+    "runner run --resume runs/main": "is already complete (32 samples); nothing to do",
+    "runner aggregate runs/main": "32 samples -> ",
+    "runner status runs/main": "32/32",
+    "runner report runs/main": "PASS",
+}
+# What a shell command is checked by, run in the same shell right after it.
+THEN = {
+    "source <(runner completion bash)": "declare -F _shtab_runner",
+    "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
+    "2000\\n' > short.conf": "cat short.conf",
+}
+
+GPU = "needs an AMD GPU (ROCm) and a lab node"
+WEIGHTS = "needs the real SDXL checkpoint (about 7 GB of weights)"
+PLACEHOLDER = "holds a placeholder to fill in (<sha>, <hash>, <account>, a path of yours)"
+SLURM = "needs a lab Slurm cluster with GPU nodes and a shared /shared filesystem"
+INSTALL = "installs packages into the Python that runs the tests"
+LONG = "minutes of work that the covering test does at a smaller size"
+DOCKER_LONG = "builds a harness image or runs workers in containers (minutes)"
+
+# Shown but not run here: command -> (why, the test or script that covers it).
+NOT_HERE: dict[str, tuple[str, str]] = {
+    "python3 -m pip install -e '.[compile,metrics]' && python3 -m runner run --profile cpu "
+    "--count 32 --out runs/main": (
+        INSTALL + "; its run is `runner run --profile cpu --count 32 --out runs/main`, run here",
+        "tests/test_doc_commands.py::test_the_main_job_and_what_reads_its_run_dir"),
+    "python3 -m pip install -e '.[compile,metrics]'": (INSTALL, "scripts/test.sh"),
+    "python3 -m pip install -e '.[docs]'": (INSTALL, "scripts/test.sh"),
+    "python3 -m pip install -e '.[docs]' && mkdocs serve": (
+        INSTALL + "; a server that runs until stopped",
+        "tests/test_docs.py::test_the_site_builds_strict"),
+    "mkdocs serve": ("a server that runs until stopped",
+                     "tests/test_docs.py::test_the_site_builds_strict"),
+    "mkdocs build --strict": ("run with --site-dir in a temporary directory, to leave the "
+                              "checkout clean", "tests/test_docs.py::test_the_site_builds_strict"),
+    "python3 -m pip install torch==2.14.1 torchvision==0.29.1 --index-url "
+    "https://download.pytorch.org/whl/cpu": (
+        INSTALL + "; download.pytorch.org is not reachable here", "scripts/test.sh"),
+    "python3 -m pip install torch==2.14.1 torchvision==0.29.1 --index-url "
+    "https://download.pytorch.org/whl/rocm<X.Y>": (INSTALL + "; " + PLACEHOLDER,
+                                                  "scripts/test.sh"),
+    "bash scripts/test.sh": ("it is the test suite itself", "scripts/test.sh"),
+    # Runs and what reads them
+    "runner run --profile cpu --count 4 --out runs/smoke": (
+        LONG, "tests/test_cli.py::test_a_short_run_completes_as_a_labelled_subset"),
+    "runner run --resume runs/main --rescore": (
+        LONG, "tests/test_lifecycle.py::"
+              "test_rescore_is_the_only_work_a_complete_run_does_on_resume"),
+    "bash runs/main/reproduce.sh": (
+        LONG, "tests/test_shell_scripts.py::"
+              "test_reproduce_sh_resolves_relative_arguments_where_the_run_was_made"),
+    "bash runs/main/reproduce.sh /tmp/main-again": (
+        LONG, "tests/test_shell_scripts.py::"
+              "test_reproduce_sh_takes_a_hostile_out_dir_and_renders_image_and_slurm_safely"),
+    "runner report runs/main --against runs/other": (
+        PLACEHOLDER + " (runs/other: a second run)",
+        "tests/test_report.py::test_against_shows_the_worst_samples"),
+    "runner run --profile mi325x --out runs/acc": (GPU, "tests/test_run.py::"
+                                                        "test_plan_mi325x_cpx_spx_and_cpd"),
+    # Accuracy
+    "runner score runs/main": (LONG, "tests/test_accuracy_tiny.py::"
+                                     "test_iree_run_passes_through_the_cli"),
+    "runner score runs/smoke --require-full": (
+        LONG, "tests/test_report.py::test_subset_is_labelled_not_judged_and_require_full_fails_it"),
+    "runner score ANY_DIR --profile mi325x --log mlperf_log_accuracy.json": (
+        PLACEHOLDER + "; needs MLPerf's pretrained Inception/CLIP weights and val2014 statistics",
+        "tests/test_accuracy_tiny.py::"
+        "test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log"),
+    "runner compare runs/a runs/b": (PLACEHOLDER + " (two run dirs)",
+                                     "tests/test_accuracy_cli.py::"
+                                     "test_compare_lists_the_images_that_moved"),
+    "runner compare runs/a runs/b --out cmp.json": (
+        PLACEHOLDER + " (two run dirs)", "tests/test_accuracy_cli.py::"
+                                         "test_compare_lists_the_images_that_moved"),
+    "runner calibrate runs/known-good --out calib --fid-percent 2 --clip-percent 0.2": (
+        PLACEHOLDER + " (a known-good run)",
+        "tests/test_accuracy_cli.py::test_calibrate_then_score_with_the_written_snippet"),
+    "runner oracle runs/oracle --samples 0-31": (
+        LONG, "tests/test_accuracy_tiny.py::"
+              "test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log"),
+    "runner oracle runs/g2 --guidance 2.0": (LONG, "tests/test_accuracy_tiny.py::"
+                                                   "test_broken_pipeline_fails"),
+    # Validate
+    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny --to "
+    "v2.0 --out runs/validate": (DOCKER_LONG, "tests/test_validate.py::"
+                                              "test_validate_passes_and_writes_bumped_goldens"),
+    "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v": (
+        PLACEHOLDER, "tests/test_export_sdxl.py::"
+                     "test_validate_dry_run_of_the_lab_profile_prints_batch_32"),
+    "runner validate --iree source:<sha> --profile mi325x --count 5000 --goldens "
+    "iree-test-suites/sharktank_models/quality_tests/sdxl --out runs/validate-<sha>": (
+        GPU + "; " + PLACEHOLDER, "tests/test_validate.py::"
+                                  "test_validate_passes_and_writes_bumped_goldens"),
+    "runner validate --iree source:<sha> --profile mi325x --count 5000 --goldens "
+    "iree-test-suites/sharktank_models/quality_tests/sdxl --out runs/validate-<sha> --baseline "
+    "runs/validate-<previous sha>": (
+        GPU + "; " + PLACEHOLDER, "tests/test_validate.py::"
+                                  "test_failing_accuracy_stops_before_goldens"),
+    # Goldens
+    "runner goldens check goldens/tiny goldens/tiny-torch": (
+        LONG + " (5 compiles with a cold cache)", "tests/test_goldens_check.py::"
+                                                  "test_tiny_suite_passes_on_cpu"),
+    "runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens": (
+        LONG + " (5 compiles with a cold cache)",
+        "tests/test_goldens_torch_layout.py::test_tiny_torch_suite_passes_on_cpu"),
+    'BACKEND=cpu runner goldens check goldens/tiny-torch -k "clip or compstat" --timeout 600 '
+    "--strict": (LONG, "tests/test_goldens_torch_layout.py::"
+                       "test_within_its_timeout_a_test_runs_isolated_and_passes"),
+    "BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 --strict": (
+        LONG, "tests/test_goldens_torch_layout.py::"
+              "test_environment_variables_as_iree_ci_reads_them"),
+    "runner goldens generate goldens/tiny --to v2.0 --out runs/goldens-v2": (
+        LONG, "tests/test_goldens_versioning.py::"
+              "test_generate_then_bump_touches_only_versioned_names"),
+    "runner goldens generate goldens/tiny-torch --to next --out new-goldens": (
+        LONG, "tests/test_goldens_torch_layout.py::"
+              "test_generate_then_bump_changes_only_versioned_names"),
+    "runner goldens bump goldens/tiny --to v2.0 --out runs/goldens-v2/json": (
+        "needs runs/goldens-v2 from `goldens generate` above",
+        "tests/test_goldens_versioning.py::test_bump_to_out_dir_and_unversioned_names"),
+    "runner goldens bump goldens/tiny-torch --to next --out bumped": (
+        LONG, "tests/test_goldens_torch_layout.py::"
+              "test_generate_then_bump_changes_only_versioned_names"),
+    "runner goldens upload runs/goldens-v2 --container-url "
+    "https://<account>.blob.core.windows.net/sharkpublic/...": (
+        PLACEHOLDER + "; uploads to Azure with --execute",
+        "tests/test_goldens_upload.py::test_dry_run_prints_exact_commands_without_secrets"),
+    "runner goldens upload runs/goldens-v2 --container-url "
+    "https://<account>.blob.core.windows.net/sharkpublic/<path>": (
+        PLACEHOLDER, "tests/test_goldens_upload.py::"
+                     "test_dry_run_prints_exact_commands_without_secrets"),
+    "runner goldens upload runs/validate/goldens --container-url "
+    "https://<account>.blob.core.windows.net/sharkpublic/...": (
+        PLACEHOLDER, "tests/test_goldens_upload.py::"
+                     "test_dry_run_prints_exact_commands_without_secrets"),
+    "runner goldens compare-steps --profile tiny --prompt-id 0": (
+        LONG, "tests/test_goldens_steps.py::test_every_stage_is_compared_on_its_own"),
+    # Benchmarks
+    "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 --out runs/bench": (
+        LONG, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
+    "runner bench goldens goldens/tiny-bench --sku cpu": (
+        LONG, "tests/test_bench_goldens.py::test_shipped_tiny_goldens_pass_and_report_everything"),
+    "runner bench goldens goldens/tiny-torch --sku cpu": (
+        LONG, "tests/test_goldens_torch_layout.py::"
+              "test_tiny_torch_benchmarks_through_bench_goldens"),
+    "runner bench goldens goldens/tiny-torch --marker cpu -k clip": (
+        LONG, "tests/test_goldens_torch_layout.py::"
+              "test_tiny_torch_benchmarks_through_bench_goldens"),
+    "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/tiny_bmm_spec_cpu.mlir": (
+        LONG, "tests/test_bench_ab.py::test_ab_measures_both_arms_and_dumps_the_final_specs"),
+    "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/tiny_bmm_spec_cpu.mlir "
+    "--no-throughput": (LONG, "tests/test_bench_ab.py::"
+                              "test_ab_measures_both_arms_and_dumps_the_final_specs"),
+    "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench": (
+        GPU, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
+    # Images and containers
+    "runner image build --from wheels:3.13.0": (
+        DOCKER_LONG, "tests/test_docker_image.py::"
+                     "test_wheels_image_imports_runner_and_runs_iree_compile"),
+    "runner image build --from source:<sha> --dry-run": (
+        PLACEHOLDER, "tests/test_docker_image.py::"
+                     "test_the_printed_docker_build_command_builds_the_same_image"),
+    "runner image build --from build-dir:/path/to/iree-build": (
+        PLACEHOLDER + "; " + DOCKER_LONG,
+        "tests/test_docker_image.py::test_build_dir_image_takes_iree_from_the_tree"),
+    "runner image build --from source:<sha> --base-image rocm/dev-ubuntu-22.04:6.3 --backends "
+    "llvm-cpu,rocm --drivers local-task,hip": (
+        PLACEHOLDER + "; a from-source IREE build takes hours",
+        "tests/test_docker_dockerfiles.py"),
+    "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>": (
+        PLACEHOLDER, "tests/test_docker_image.py::"
+                     "test_image_info_has_id_labels_and_the_provenance_from_inside"),
+    "runner run --profile cpu --executor docker --image iree-sdxl-runner:wheels-3.13.0-<hash> "
+    "--out runs/d": (PLACEHOLDER + "; " + DOCKER_LONG,
+                     "tests/test_docker_run.py::"
+                     "test_docker_workers_match_local_workers_and_reproduce"),
+    # MLPerf
+    "runner mlperf --profile cpu --scenario offline --mode performance --count 32 --user-conf "
+    "short.conf --out runs/lg-offline": (
+        LONG, "tests/test_loadgen.py::test_offline_performance_summary_and_reports"),
+    "runner mlperf --profile cpu --scenario server --mode performance --count 32 --qps 3 "
+    "--user-conf short.conf --out runs/lg-server": (
+        LONG, "tests/test_loadgen.py::test_server_batches_fill_up_to_the_batch_size"),
+    "runner mlperf --profile cpu --scenario offline --mode submission --compliance TEST01 "
+    "--count 32 --user-conf short.conf --out runs/lg-sub": (
+        LONG, "tests/test_loadgen.py::"
+              "test_submission_scores_like_the_runner_and_its_tree_conforms"),
+    "runner mlperf --profile cpu --scenario offline --mode performance --count 16 --time 2 "
+    "--out runs/lg-perf": (LONG, "tests/test_loadgen.py::"
+                                 "test_offline_performance_summary_and_reports"),
+    "runner mlperf --profile mi325x --scenario offline --mode submission --compliance "
+    "TEST01,TEST04 --out runs/lg-offline": (
+        GPU, "tests/test_loadgen.py::test_dry_run_prints_commands_and_loadgen_settings"),
+    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
+    "TEST01,TEST04 --out runs/lg-server": (
+        GPU, "tests/test_loadgen.py::test_dry_run_prints_commands_and_loadgen_settings"),
+    # Slurm
+    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --time "
+    "2:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc": (
+        SLURM, "tests/test_slurm.py::test_slurm_run_gives_the_local_bytes_and_records_nodes"),
+    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --out "
+    "/shared/runs/acc": (SLURM, "tests/test_slurm.py::"
+                                "test_slurm_run_gives_the_local_bytes_and_records_nodes"),
+    "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
+    "--batch-size 1,2,4 --cpd 1,2 --iree a1b2c3d,d4e5f6a --count 640 --out /shared/runs/sweep": (
+        SLURM, "tests/test_slurm.py::test_slurm_sweep_over_two_iree_builds"),
+    "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
+    "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep": (
+        SLURM, "tests/test_bench_sweep.py::test_slurm_sweep_dry_run_is_one_job_per_combination"),
+    "runner status /shared/runs/acc --json": (
+        SLURM, "tests/test_slurm.py::test_status_shows_each_node_and_worker"),
+    # Models
+    "runner export tiny": ("rewrites the shipped assets; torch export (minutes)",
+                           "tests/test_export.py::"
+                           "test_reexport_matches_shipped_assets_byte_for_byte"),
+    "runner export sdxl --seeded": (
+        "exports SDXL's full graph: 7 GB of weights, 8 GB of memory, about 4 minutes",
+        "tests/test_export_sdxl.py::test_seeded_full_size_export_has_iree_ci_signatures"),
+    "runner export sdxl --seeded && runner compile --profile sdxl-seeded": (
+        "exports SDXL's full graph (about 4 minutes) and compiles it for gfx942 (about 6)",
+        "tests/test_export_sdxl.py::test_seeded_full_size_export_has_iree_ci_signatures"),
+    "python3 scripts/measure_sdxl_seeded.py --out /tmp/sdxl-measure": (
+        "the measurement of the seeded SDXL export and compiles (about 15 minutes)",
+        "tests/test_export_sdxl.py::test_seeded_full_size_export_has_iree_ci_signatures"),
+    "runner export sdxl --from ~/models/stable-diffusion-xl-base-1.0 --batch-sizes 1,8,32": (
+        WEIGHTS, "tests/test_export_sdxl.py::test_checkpoint_export_is_the_embedded_model"),
+    "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8": (
+        WEIGHTS, "tests/test_export_sdxl.py::"
+                 "test_export_cache_adds_batch_sizes_and_skips_what_is_there"),
+    "runner compile --profile mi325x --set "
+    "model=checkpoint:$HOME/models/stable-diffusion-xl-base-1.0": (
+        WEIGHTS, "tests/test_export_sdxl.py::"
+                 "test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand"),
+    "runner fetch --profile sdxl": ("downloads IREE CI's SDXL artifacts (GBs) from Azure",
+                                    "tests/test_remote_model.py::"
+                                    "test_fetch_then_generate_from_urls"),
+    "runner completion zsh > ~/.zfunc/_runner": (
+        "writes into your home directory", "tests/test_cli.py::"
+                                           "test_completion_scripts_know_the_subcommands"),
+}
+
+
+def test_every_shown_command_runs_here_or_is_listed():
+    shown = shown_commands()
+    runs = {*QUICK, *CACHED, *MAIN_JOB}
+    assert not runs & set(NOT_HERE), "a command both runs and is listed as not run"
+    missing = {c: where for c, where in shown.items() if c not in runs and c not in NOT_HERE}
+    assert not missing, ("commands shown in the docs that no test runs; run them in "
+                         f"tests/test_doc_commands.py or list them in NOT_HERE: {missing}")
+    stale = (runs | set(NOT_HERE)) - set(shown)
+    assert not stale, f"no page shows these any more: {sorted(stale)}"
+    assert set(THEN) <= runs
+
+
+def test_every_covering_test_exists():
+    for command, (reason, cover) in NOT_HERE.items():
+        assert reason, command
+        path, _, name = cover.partition("::")
+        assert (REPO / path).is_file(), f"{command}: {path} does not exist"
+        if name:
+            text = (REPO / path).read_text(encoding="utf-8")
+            assert re.search(rf"^def {re.escape(name)}\(", text, re.M), \
+                f"{command}: {cover} does not exist"
+
+
+def test_commands_are_read_as_a_shell_would():
+    page = ("```bash\nrunner a --x 'y # z' \\\n  --w   # note\n# alone\n\nB=1 runner b\n```\n"
+            "```text\nnot a command\n```\n")
+    assert commands_in(page) == ["runner a --x 'y # z' --w", "B=1 runner b"]
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory) -> Path:
+    """The repo's files as a clone has them (tracked and not ignored), and a `runner` on PATH
+    that is this copy's, as `pip install -e .` would make it."""
+    clone = tmp_path_factory.mktemp("clone") / "iree-sdxl-runner"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, capture_output=True, check=True)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    bin_dir = clone.parent / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "runner"
+    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m runner \"$@\"\n")
+    shim.chmod(0o755)
+    return clone
+
+
+def environment(clone: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(clone), RUNNER_PROGRESS="off")
+    env["PATH"] = f"{clone.parent / 'bin'}{os.pathsep}{env['PATH']}"
+    return env
+
+
+# Plain `runner ...` commands run one after another in one Python, through runner.cli.main
+# with the command's own argv (as the console script calls it), which saves an interpreter
+# start and the imports per command; anything that needs a shell runs in bash.
+DRIVER = """
+import contextlib, io, json, sys
+from runner.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    results.append([code, out.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def plain(command: str) -> list[str] | None:
+    """The argv of a command that needs no shell (no pipe, redirect, variable or `~`)."""
+    if re.search(r"[|&;<>$~`(]", command):
+        return None
+    argv = shlex.split(command)
+    return argv[1:] if argv[0] == "runner" else None
+
+
+def run_commands(clone: Path, commands: dict[str, str]) -> None:
+    env = environment(clone)
+    outputs: dict[str, tuple[int, str]] = {}
+    batch = [c for c in commands if plain(c) is not None]
+    if batch:
+        proc = subprocess.run([sys.executable, "-c", DRIVER,
+                               json.dumps([plain(c) for c in batch])],
+                              cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        results = json.loads(proc.stdout.splitlines()[-1])
+        outputs.update({c: (code, out) for c, (code, out) in zip(batch, results, strict=True)})
+    for command in commands:
+        if command in outputs:
+            continue
+        script = f"set -e -o pipefail\n{command}\n{THEN.get(command, '')}"
+        proc = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=900)
+        outputs[command] = (proc.returncode, proc.stdout + proc.stderr)
+    for command, expected in commands.items():
+        code, out = outputs[command]
+        assert code == 0, f"`{command}` exited {code}:\n{out[-3000:]}"
+        assert expected in out, f"`{command}` did not print {expected!r}:\n{out[-3000:]}"
+
+
+def test_quick_commands(fresh_clone):
+    run_commands(fresh_clone, QUICK)
+
+
+def test_commands_that_use_the_compile_cache(fresh_clone, tiny_compiled):
+    run_commands(fresh_clone, CACHED)
+
+
+@pytest.mark.slow
+def test_the_main_job_and_what_reads_its_run_dir(fresh_clone):
+    pytest.importorskip("torch")
+    run_commands(fresh_clone, MAIN_JOB)

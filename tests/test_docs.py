@@ -1,0 +1,99 @@
+"""The documentation site: `mkdocs build --strict` passes, fails on a broken link or anchor,
+leaves docs/incoming/ out, and its CLI reference is the parser's; the README's links to the
+pages resolve (GitHub shows them as files)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.cli import build_parser
+from runner.clidoc import anchor, inline, reference
+from runner.clihelp import walk
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("material")
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = ["index", "install", "runs", "layouts", "images", "goldens", "validate", "bench",
+         "accuracy", "mlperf", "sdxl", "slurm", "failure-modes", "benchmarks", "cli",
+         "CONTRIBUTING"]
+
+
+def build(root: Path, site: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(site)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    proc = build(REPO, site)
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING" not in proc.stderr
+    return site
+
+
+def test_the_site_builds_strict(site):
+    for page in PAGES:
+        path = site / ("index.html" if page == "index" else f"{page}/index.html")
+        assert path.is_file(), page
+    assert not (site / "incoming").exists()
+
+
+def test_the_cli_reference_is_the_parsers(site):
+    html = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    parser = build_parser()
+    for path, sub in walk(parser):
+        assert f'id="{anchor(path)}"' in html, path
+        for action in sub._actions:
+            if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue  # old spellings and -h are not documented options
+            for option in action.option_strings:
+                assert f"<code>{option}" in html or f", {option}" in html, (path, option)
+    # The generator's own Markdown, escaped so that `<sha>` and `*` show as written.
+    assert "wheels:&lt;ver&gt; | source:&lt;sha&gt; | build-dir:&lt;path&gt;" in html
+    assert inline("a <b> *c* | d_e `x|y`") == "a &lt;b&gt; \\*c\\* \\| d\\_e `x\\|y`"
+    assert reference(parser).count("\n## runner ") == len([p for p, _ in walk(parser)
+                                                            if len(p) == 1])
+
+
+def test_a_broken_anchor_or_link_fails_the_build_and_incoming_is_left_out(tmp_path):
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "docs", root / "docs")
+    shutil.copy(REPO / "mkdocs.yml", root)
+    shutil.copytree(REPO / "scripts", root / "scripts")
+    incoming = root / "docs" / "incoming"
+    incoming.mkdir(exist_ok=True)
+    (incoming / "draft.md").write_text("[a draft's link](nowhere.md#nothing)\n")
+    assert build(root, tmp_path / "ok").returncode == 0  # drafts are not checked
+    assert not (tmp_path / "ok" / "incoming").exists()
+    index = root / "docs" / "index.md"
+    text = index.read_text()
+    for broken, message in (("[x](runs.md#no-such-heading)", "does not contain an anchor"),
+                            ("[x](#no-such-heading)", "there is no such anchor on this page"),
+                            ("[x](no-such-page.md)", "not found among documentation files")):
+        index.write_text(f"{text}\n{broken}\n")
+        proc = build(root, tmp_path / "site")
+        assert proc.returncode != 0, broken
+        output = proc.stdout + proc.stderr
+        assert message in output and "Aborted with 1 warnings in strict mode" in output
+
+
+def test_readme_links_resolve_and_the_readme_stays_a_front_page():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert {f"docs/{page}.md" for page in PAGES} <= set(local)
+    for link in local:
+        assert (REPO / link).exists(), link
+    assert len(readme.splitlines()) < 120
