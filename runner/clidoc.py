@@ -20,6 +20,7 @@ from runner.clihelp import (
     walk,
 )
 from runner.errors import EXIT_CODES
+from runner.paths import REPO_DIR
 
 USAGE_WIDTH = 100  # fixed, so the page does not depend on the terminal that built it
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
@@ -28,7 +29,10 @@ _SPECIAL = re.compile(r"([\\*_\[\]|#])")
 
 def inline(text: str) -> str:
     """Help text as Markdown that shows it as written: `code spans` stay code, and the rest
-    cannot turn into emphasis, links, HTML tags (`<sha>`) or table cells."""
+    cannot turn into emphasis, links, HTML tags (`<sha>`) or table cells. The checkout's own
+    path (a default such as goldens/tiny) is `<checkout>`, so the page is the same wherever
+    it is built."""
+    text = text.replace(str(REPO_DIR), "<checkout>")
     parts = []
     for i, part in enumerate(_CODE_SPAN.split(" ".join(text.split()))):
         if i % 2:

@@ -17,7 +17,8 @@ def on_page_markdown(markdown: str, page, **kwargs) -> str:
     if MARKER not in markdown:
         raise ValueError(f"docs/cli.md lost its {MARKER} line: the reference goes there")
     # This checkout's runner, even where another copy is installed.
-    sys.path.insert(0, str(REPO))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     from runner.cli import build_parser
     from runner.clidoc import reference
 

@@ -61,6 +61,7 @@ def test_the_cli_reference_is_the_parsers(site):
             for option in action.option_strings:
                 assert f"<code>{option}" in html or f", {option}" in html, (path, option)
     # The generator's own Markdown, escaped so that `<sha>` and `*` show as written.
+    assert str(REPO) not in html and "&lt;checkout&gt;/goldens/tiny" in html  # any machine
     assert "wheels:&lt;ver&gt; | source:&lt;sha&gt; | build-dir:&lt;path&gt;" in html
     assert inline("a <b> *c* | d_e `x|y`") == "a &lt;b&gt; \\*c\\* \\| d\\_e `x\\|y`"
     assert reference(parser).count("\n## runner ") == len([p for p, _ in walk(parser)
