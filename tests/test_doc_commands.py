@@ -104,7 +104,7 @@ MAIN_JOB = {
     "runner run --profile cpu --count 32 --out runs/main": "verdict: PASS",
     "runner run --resume runs/main": "is already complete (32 samples); nothing to do",
     "runner aggregate runs/main": "32 samples -> ",
-    "runner status runs/main": "32/32",
+    "runner status runs/main": "complete): 32/32 samples (100%)",
     "runner report runs/main": "PASS",
 }
 # What a shell command is checked by, run in the same shell right after it.
@@ -378,13 +378,18 @@ def fresh_clone(tmp_path_factory) -> Path:
     """The repo's files as a clone has them (tracked and not ignored), and a `runner` on PATH
     that is this copy's, as `pip install -e .` would make it."""
     clone = tmp_path_factory.mktemp("clone") / "iree-sdxl-runner"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=REPO, capture_output=True, check=True)
-    for name in filter(None, listed.stdout.decode().split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, clone / name)
+    if (REPO / ".git").exists():
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=REPO, capture_output=True,
+                                check=True)
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            source = REPO / name
+            if source.is_file():
+                (clone / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, clone / name)
+    else:  # an unpacked archive: what .gitignore leaves out, by hand
+        shutil.copytree(REPO, clone, ignore=shutil.ignore_patterns(
+            "runs", "site", "build", "__pycache__", "*.egg-info", "*.so", ".*_cache"))
     bin_dir = clone.parent / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "runner"
@@ -433,7 +438,7 @@ def run_commands(clone: Path, commands: dict[str, str]) -> None:
     if batch:
         proc = subprocess.run([sys.executable, "-c", DRIVER,
                                json.dumps([plain(c) for c in batch])],
-                              cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+                              cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr
         results = json.loads(proc.stdout.splitlines()[-1])
         outputs.update({c: (code, out) for c, (code, out) in zip(batch, results, strict=True)})
@@ -442,7 +447,7 @@ def run_commands(clone: Path, commands: dict[str, str]) -> None:
             continue
         script = f"set -e -o pipefail\n{command}\n{THEN.get(command, '')}"
         proc = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True,
-                              text=True, timeout=900)
+                              text=True, timeout=1800)
         outputs[command] = (proc.returncode, proc.stdout + proc.stderr)
     for command, expected in commands.items():
         code, out = outputs[command]
