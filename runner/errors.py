@@ -36,9 +36,9 @@ def elide(text: str, limit: int = MAX_PART_CHARS) -> str:
     return f"{head}... ({len(text) - len(head) - len(tail)} characters left out) ...{tail}"
 
 
-# Exit codes, one table for every `runner` command (shown in each command's help epilog and
-# in the README), so a CI step can tell "the build is bad" from "the command was wrong" from
-# "the run was cut short and can be resumed".
+# Exit codes, one table for every `runner` command (shown in each command's help epilog, the
+# CLI reference and docs/failure-modes.md), so a CI step can tell "the build is bad" from "the
+# command was wrong" from "the run was cut short and can be resumed".
 EXIT_OK = 0  # passed, or done (a command with no verdict; a dry run; a subset not judged)
 EXIT_FAILED = 1  # a verdict failed: accuracy out of range, a golden over tolerance, ...
 EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; nothing judged
