@@ -62,7 +62,11 @@ def run_worker(task_file: Path) -> int:
     queue, store = WorkQueue(run_dir), SampleStore(run_dir)
     stats = {"worker": name, "device": device, "pid": os.getpid(),
              "load_seconds": time.perf_counter() - start, "samples": 0, "batches": [],
-             "store_wait_seconds": 0.0}
+             "store_wait_seconds": 0.0,
+             # The device view as this process really has it: what a stage benchmark that
+             # stands for this worker must reproduce (runner bench checks it in tests).
+             "view": {"cores": sorted(os.sched_getaffinity(0)),
+                      "env": {k: os.environ.get(k) for k in sorted(worker["env"])}}}
     log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
     atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
 
