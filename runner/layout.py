@@ -456,6 +456,23 @@ class Worker:
     batch_size: int
     vae_batch_size: int
 
+    def view_prefix(self) -> tuple[str, ...]:
+        """The argv prefix that puts another process (an `iree-benchmark-module` stage) in
+        this worker's device view: its NUMA binding, then its CPU affinity. The worker sets
+        its affinity itself at start; a tool started beside it needs `taskset`, or its
+        calling thread runs on any core and the stage looks faster than the worker's."""
+        taskset = ("taskset", "-c", _core_ranges(self.cpu_affinity)) if self.cpu_affinity else ()
+        return (*self.command_prefix, *taskset)
+
+    def view_text(self) -> str:
+        """The device view in one line: visibility variables, cores, NUMA binding."""
+        parts = [f"{k}={v}" for k, v in self.env.items()]
+        if self.cpu_affinity is not None:
+            parts.append(f"cores {_core_ranges(self.cpu_affinity)}")
+        if self.numa_node is not None:
+            parts.append(f"NUMA node {self.numa_node}")
+        return ", ".join(parts) or "whole host"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,

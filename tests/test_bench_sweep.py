@@ -98,6 +98,15 @@ def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):
         assert round(bm.parse_benchmark_json(raw.read_text()).mean_ms, 6) == \
             s["latency_ms"]["mean_ms"]
         assert "--task_topology_cpu_ids=0" in s["command"]  # as worker w000 sees its device
+        # ... with its affinity too: without taskset the tool's calling thread runs on any
+        # core and a stage reads faster than the same worker's calls.
+        assert s["command"].startswith("taskset -c 0 iree-benchmark-module ")
+        assert s["device_view"] == "cores 0"
+        layout = next(lay for lay in report["layouts"] if lay["layout"]["batch_size"] == bs)
+        w000 = next(w for w in layout["per_worker"] if w["worker"] == "w000")
+        assert s["in_run_ms_per_call"] == pytest.approx(w000["stage_ms"][stage], abs=1e-4)
+        assert s["in_run_over_stage"] == pytest.approx(
+            s["in_run_ms_per_call"] / s["latency_ms"]["mean_ms"], rel=1e-3)
     import numpy as np
 
     ids = [np.load(out / "stages" / "bs2" / "clip" / f"input{i}.npy") for i in range(4)]
@@ -110,7 +119,8 @@ def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):
 
 def test_dry_run_prints_exactly_what_runs(sweep):
     _, report, _, dry = sweep
-    benchmark_lines = [x for x in dry if x.startswith("iree-benchmark-module")]
+    benchmark_lines = [x for x in dry if x.startswith("taskset -c 0 iree-benchmark-module")]
+    assert len(benchmark_lines) == 4
     assert benchmark_lines == [s["command"] for s in report["stages"]]
     for lay in report["layouts"]:
         if lay["status"] == "ok":
@@ -157,3 +167,57 @@ def test_slurm_sweep_dry_run_is_one_job_per_combination(capsys):
 def test_sweep_flags_that_cannot_work_exit_2(argv, where, capsys):
     assert main(["bench", "--profile", "cpu", *argv, "--dry-run"]) == 2
     assert where in capsys.readouterr().err
+
+
+def test_stage_benchmarks_run_in_the_workers_own_device_view(sweep):
+    """The recorded stage command, run as printed with a probe in the tool's place, sees
+    exactly the cores and visibility variables the real worker recorded for itself."""
+    import shlex
+    import subprocess
+    import sys
+
+    _, report, md, _ = sweep
+    for s in report["stages"]:
+        layout = next(lay for lay in report["layouts"]
+                      if lay["layout"]["batch_size"] == s["batch_size"])
+        stats = json.loads((Path(layout["run_dir"]) / "workers" / "w000.stats.json"
+                            ).read_text())
+        words = shlex.split(s["command"])
+        env = dict(os.environ)
+        if words[0] == "env":
+            words.pop(0)
+            while "=" in words[0]:
+                key, value = words.pop(0).split("=", 1)
+                env[key] = value
+        prefix = words[:words.index(bm.TOOL)]
+        probe = ("import json, os, sys; keys = json.loads(sys.argv[1]); print(json.dumps("
+                 "{'cores': sorted(os.sched_getaffinity(0)), "
+                 "'env': {k: os.environ.get(k) for k in keys}}))")
+        seen = subprocess.run([*prefix, sys.executable, "-c", probe,
+                               json.dumps(sorted(stats["view"]["env"]))],
+                              env=env, capture_output=True, text=True, check=True)
+        assert json.loads(seen.stdout) == stats["view"]
+        assert stats["view"]["cores"] == [0]
+    assert "in-run / stage" in md and "| cores 0 |" in md
+
+
+def test_a_gpu_workers_stage_commands_carry_its_whole_view(capsys):
+    """A ROCm worker's stage benchmark: its visibility variables and NUMA binding, as in
+    the plan; the dry run prints the exact commands, the table will print the view."""
+    argv = ["bench", "--profile", "sdxl", "--set", "layout.numa=true", "--set",
+            "layout.gpus=8", "--set", "layout.partition=cpx", "--devices", "41",
+            "--no-throughput", "--stage", "vae", "--dry-run"]
+    assert main(argv) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if bm.TOOL in x]
+    assert len(lines) == 1
+    assert lines[0].startswith("env HIP_VISIBLE_DEVICES=0 ROCR_VISIBLE_DEVICES=41 "
+                               f"numactl --cpunodebind=1 --membind=1 {bm.TOOL} --device=hip ")
+
+    from runner.batch.run import plan_for
+    from runner.profile import load_profile
+
+    worker = plan_for(load_profile("sdxl", {"layout.numa": True, "layout.gpus": 8,
+                                            "layout.partition": "cpx", "layout.devices": "41"})
+                      ).workers[0]
+    assert worker.view_text() == ("ROCR_VISIBLE_DEVICES=41, HIP_VISIBLE_DEVICES=0, "
+                                  "NUMA node 1")

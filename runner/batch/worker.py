@@ -55,14 +55,18 @@ def run_worker(task_file: Path) -> int:
     (run_dir / TASKS_DIR / f"{name}.pid").write_text(str(os.getpid()))
     if worker.get("cpu_affinity"):
         os.sched_setaffinity(0, worker["cpu_affinity"])
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     compiled = CompiledModel.from_dict(task["compiled"])
     session, pipeline = open_pipeline(compiled, worker.get("runtime_flags", ()))
     captions = load_captions(Path(task["captions"]))
     queue, store = WorkQueue(run_dir), SampleStore(run_dir)
-    stats = {"worker": name, "device": device, "pid": os.getpid(),
+    stats = {"worker": name, "device": device, "pid": os.getpid(), "started_at": started_at,
              "load_seconds": time.perf_counter() - start, "samples": 0, "batches": [],
-             "store_wait_seconds": 0.0}
+             "store_wait_seconds": 0.0,
+             # The device view as this process really has it: what a stage benchmark that
+             # stands for this worker must reproduce (runner bench checks it in tests).
+             "view": {"cores": sorted(os.sched_getaffinity(0)),
+                      "env": {k: os.environ.get(k) for k in sorted(worker["env"])}}}
     log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
     atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
 

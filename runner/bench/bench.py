@@ -258,6 +258,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
             report.stages += without if same else _run(_plans(
                 case, profile, shared, shared.input_dir(bs), opts, emit, ""), opts, "")
 
+    _beside_in_run(report, per_batch)
+
     # 3. Final tuning specs, dumped into the out dir.
     if opts.dump_tuning_specs:
         report.tuning_specs = _dump(profile, per_batch, out, opts, emit)
@@ -286,8 +288,7 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
     lay = case.profile.layout  # type: ignore[union-attr]
     worker = case.plan.workers[0]  # type: ignore[union-attr]
     compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run)
-    plans = st.plan_stages(compiled, out_dir, opts.settings, env=worker.env,
-                           runtime_flags=worker.runtime_flags,
+    plans = st.plan_stages(compiled, out_dir, opts.settings, worker=worker,
                            inputs=shared.inputs(inputs_from or compiled),
                            only=opts.stage_filter)
     if opts.dry_run:
@@ -300,10 +301,27 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
     return plans
 
 
+def _beside_in_run(report: BenchReport, per_batch: dict[int, tp.LayoutCase]) -> None:
+    """Each stage's in-run ms/call: the mean per call of the worker whose device view the
+    stage ran in, inside its layout's run (none without a throughput run)."""
+    def in_run(result: st.StageResult) -> st.StageResult:
+        case = per_batch.get(result.batch_size)
+        run = next((r for r in report.layouts if case is not None and r.label == case.label
+                    and r.iree == tp.HOST_IREE and r.status == "ok"), None)
+        if case is None or case.plan is None or run is None:
+            return result
+        first = case.plan.workers[0].name
+        worker = next((w for w in run.per_worker if w.worker == first), None)
+        ms = worker.stage_ms.get(result.stage) if worker else None
+        return dataclasses.replace(result, in_run_ms=ms)
+
+    report.stages = [in_run(r) for r in report.stages]
+
+
 def _run(plans: list[st.StagePlan], opts: BenchOptions, label: str) -> list[st.StageResult]:
     if opts.dry_run:
-        return [st.StageResult(p.stage, p.function, p.batch_size, None, p.command.text())
-                for p in plans]
+        return [st.StageResult(p.stage, p.function, p.batch_size, None, p.command.text(),
+                               view=p.view) for p in plans]
     return st.run_stages(plans, opts.settings, label)
 
 

@@ -34,14 +34,21 @@ WARMUP_FLAG = "--benchmark_min_warmup_time"
 
 @dataclass(frozen=True)
 class BenchCommand:
-    """One `iree-benchmark-module` invocation; `env` holds only what differs from ours."""
+    """One `iree-benchmark-module` invocation; `env` holds only what differs from ours and
+    `prefix` what runs it (a worker's NUMA binding and `taskset`), so the process runs, and
+    the printed command reproduces, exactly the device view of the worker it stands for."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    prefix: tuple[str, ...] = ()
 
     def text(self) -> str:
         env = [f"{k}={v}" for k, v in sorted(self.env.items())]
-        return shlex.join(["env", *env, *self.argv] if env else list(self.argv))
+        return shlex.join([*(["env", *env] if env else []), *self.prefix, *self.argv])
+
+    def launch_argv(self) -> list[str]:
+        """What is executed: the prefix, then the tool as found (not a bare name)."""
+        return [*self.prefix, tool_path(), *self.argv[1:]]
 
 
 @dataclass(frozen=True)
@@ -112,21 +119,20 @@ def with_overrides(flags: Sequence[str], repetitions: int | None = None,
 def command(*, device: str, modules: Sequence[Path | str], function: str,
             inputs: Sequence[str], parameters: Sequence[Path | str] = (),
             flags: Sequence[str] = (), env: Mapping[str, str] | None = None,
-            runtime_flags: Sequence[str] = ()) -> BenchCommand:
+            runtime_flags: Sequence[str] = (), prefix: Sequence[str] = ()) -> BenchCommand:
     """`inputs` as `--input=` takes them: `@file.npy` or a shape-only `1x64xi64` (zeros)."""
     argv = [TOOL, f"--device={device}", *runtime_flags,
             *[f"--parameters=model={p}" for p in parameters],
             *[f"--module={m}" for m in modules], f"--function={function}",
             *[f"--input={i}" for i in inputs], "--benchmark_format=json", *flags]
-    return BenchCommand(tuple(argv), dict(env or {}))
+    return BenchCommand(tuple(argv), dict(env or {}), tuple(prefix))
 
 
 def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
         ) -> Latency:
     """Runs the command (never through a shell); keeps its raw JSON next to the results."""
-    argv = [tool_path(), *cmd.argv[1:]]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False,
+        proc = subprocess.run(cmd.launch_argv(), capture_output=True, text=True, check=False,
                               env={**os.environ, **cmd.env}, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise RunnerError(f"{TOOL} ran past {timeout}s", fix=f"reproduce with: {cmd.text()}"

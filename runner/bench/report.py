@@ -85,14 +85,19 @@ def _stages(report: BenchReport) -> list[str]:
              _f(r.latency.median_ms) if r.latency else NA,
              _f(r.latency.stddev_ms) if r.latency else NA,
              f"{r.latency.repetitions} x {r.latency.iterations}" if r.latency else NA,
+             _f(r.in_run_ms), _f(r.in_run_ratio, 2), r.view or NA,
              "ok" if r.latency else (r.error.splitlines()[0] if r.error else "planned")]
             for r in report.stages]
     return ["## Stage latency (iree-benchmark-module)", "",
             f"Mean `real_time` over {s.repetitions} repetitions"
             + (f", min time {s.min_time} each" if s.min_time else "") + "; inputs recorded "
-            "from one pipeline pass; device as the layout's first worker sees it.", "",
+            "from one pipeline pass; run in the device view of the layout's first worker "
+            "(its visibility variables, cores and NUMA binding, as the view column says). "
+            "In-run ms/call is that worker's mean inside its layout's run; in-run / stage is "
+            "1.00 when the harness calls IREE at IREE's own speed.", "",
             *md_table(["batch", "stage", "function", "mean ms", "median ms", "stddev ms",
-                     "reps x calls", "status"], rows)]
+                     "reps x calls", "in-run ms/call", "in-run / stage", "device view",
+                     "status"], rows)]
 
 
 def _ab(report: BenchReport) -> list[str]:
