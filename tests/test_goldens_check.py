@@ -171,13 +171,14 @@ def rocm_test(folder: Path, **fields) -> Path:
 
 
 def test_rocm_compiles_for_real_and_chip_expectations(tmp_path):
-    """Compiling for gfx942 needs no GPU: the chip flag in 3.13's spelling is accepted."""
+    """Compiling for gfx942 needs no GPU: the chip flag in 3.13's spelling is accepted. A
+    chip IREE CI expects to fail is not compiled (its runner xfails before compiling)."""
     path = rocm_test(tmp_path / "ok", compile_only=True)
     (r,) = check(load_tests([path]), CheckOptions(), echo=False).results
-    assert r.status == "passed" and "--iree-rocm-target=gfx942" in r.commands[0]
+    assert r.status == "skipped" and "--iree-rocm-target=gfx942" in r.commands[0]
     path = rocm_test(tmp_path / "ok", compile_only=True, compile_chip_expecting_to_fail=["gfx942"])
     (r,) = check(load_tests([path]), CheckOptions(), echo=False).results
-    assert r.status == "xpassed" and "consider removing" in r.message
+    assert r.status == "xfailed" and r.commands == [] and "not compiled" in r.message
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "m.mlir").write_text("this is not MLIR\n")
     path = rocm_test(tmp_path / "broken", compile_chip_expecting_to_fail=["gfx942"])
@@ -192,11 +193,11 @@ def test_run_expected_to_fail(tmp_path):
     suite = copy_suite(tmp_path / "suite", ("unet",))
     raw = json.loads((suite / "unet_cpu.json").read_text())
     (suite / "unet_cpu.json").write_text(json.dumps({**raw, "run_test_expecting_to_fail": True}))
-    (r,) = check(load_tests([suite]), CheckOptions(), echo=False).results
-    assert r.status == "xpassed"
-    corrupt(suite / "unet_out0_v1.0.bin", "1x4x16x16xf32", 0, 1.0)
     report = check(load_tests([suite]), CheckOptions(), echo=False)
-    assert report.results[0].status == "xfailed" and report.exit_code == 0
+    (r,) = report.results
+    # IREE CI's runner xfails it after the compile, without running it.
+    assert (r.status, r.phase, r.actual, r.run_seconds) == ("xfailed", "run", (), 0.0)
+    assert Path(r.commands[0][0]).name == "iree-compile" and report.exit_code == 0
 
 
 def test_compile_only_and_splat_weights(tmp_path):
@@ -217,7 +218,7 @@ def test_compile_only_and_splat_weights(tmp_path):
     assert any("--iree-parameter-splat=" in " ".join(c) for c in r.commands)
     (folder / "vae_cpu.json").write_text(json.dumps({**raw, "compile_only": True}))
     (r,) = check(load_tests([folder]), CheckOptions(), echo=False).results
-    assert r.status == "passed" and r.message == "compile only" and r.actual == ()
+    assert r.status == "skipped" and r.message.startswith("compile_only") and r.actual == ()
 
 
 BATCH_MATMUL_SPEC = """\

@@ -353,6 +353,11 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
                             f"{sorted(bench.golden_time_ms)}): measured only")
     main_vmfb: Path | None = None
     try:
+        if bench.unset and not opts.dry_run:
+            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
+                              "CI's runner passes the string None (--device=None, "
+                              "--function=None) and iree-benchmark-module fails",
+                              where=str(bench.path))
         if "modules" in bench.extra:
             modules, weights, commands = _e2e(bench, opts, compiler)
             stats = None
@@ -383,11 +388,6 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
         if opts.dry_run:
             _verdicts(bench, result)
             return
-        if bench.unset:
-            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
-                              "CI's runner passes the string None (--device=None, "
-                              "--function=None) and iree-benchmark-module fails",
-                              where=str(bench.path))
         if stats is not None:
             result.dispatch_count = dispatch_count(stats)
         if main_vmfb is not None:
