@@ -185,11 +185,20 @@ def _load(folder: Path, rel: str) -> dict:
     return json.loads((folder / rel).read_text())
 
 
+# The shipped time goldens are tight (a loaded machine misses them now and then); a time
+# verdict is compared only where a case sets the golden far from the measurement, so the
+# other cases get goldens no run can miss.
+ROOMY_MS = 1e5
+
+
 def torch_suite() -> Suite:
     root = GOLDENS / "tiny-torch"
     rels = sorted(str(p.relative_to(root)) for p in root.rglob("*.json"))
-    return Suite("torch", {f"tiny-torch/{r}": _load(root, r) for r in rels},
-                 {f"tiny-torch/{r}": (root / r).parent for r in rels})
+    files = {f"tiny-torch/{r}": _load(root, r) for r in rels}
+    for raw in files.values():
+        if "golden_time_ms" in raw:
+            raw["golden_time_ms"] = ROOMY_MS
+    return Suite("torch", files, {f"tiny-torch/{r}": (root / r).parent for r in rels})
 
 
 def quality_suite(names=("clip", "vae")) -> Suite:
@@ -201,6 +210,7 @@ def quality_suite(names=("clip", "vae")) -> Suite:
         origin[f"tiny/{name}_cpu.json"] = GOLDENS / "tiny"
         b = _load(GOLDENS / "tiny-bench", f"{name}_cpu.json")
         b.pop("quality_test")
+        b["golden_time_ms"] = {"cpu": ROOMY_MS}
         bench[f"tiny/{name}_cpu.json"] = b
     return Suite("quality", files, origin, bench)
 
@@ -487,7 +497,7 @@ def _outputs(s: Suite, d: Path) -> None:
 
 
 CASES = [
-    Case("torch-base", "torch", "the suite as shipped: everything passes"),
+    Case("torch-base", "torch", "the suite (time goldens roomy): everything passes"),
     Case("torch-corrupt-output", "torch", "expected output corrupted: quality fails",
          lambda s, d: torch_file(s, "clip_quality_cpu")["expected_outputs"][0].update(
              url=corrupt(GOLDENS / "tiny-torch" / "clip_out0_v1.0.bin", d))),
@@ -503,8 +513,7 @@ CASES = [
                                                                   tolerance_factor=1e7)),
     Case("torch-tolerance-tightens", "torch",
          "golden far above but tolerance_factor 1e-6: fails (factor honoured)",
-         lambda s, d: torch_file(s, "vae_benchmark_cpu").update(golden_time_ms=1000.0,
-                                                                tolerance_factor=1e-6)),
+         lambda s, d: torch_file(s, "vae_benchmark_cpu").update(tolerance_factor=1e-6)),
     Case("torch-random-weights", "torch",
          "random weights (seed 7), no expected outputs: runs and passes; archives compared",
          lambda s, d: (_random(s, "clip_quality_cpu", False),

@@ -99,16 +99,19 @@ def test_iree_run_module_agrees_with_the_printed_command(tmp_path):
         assert (tool.returncode == 0) == (r.status == "passed"), tool.stdout + tool.stderr
 
 
-def test_partial_expected_outputs_compare_the_first_k(tmp_path):
+def test_expected_outputs_cover_every_result_or_fail(tmp_path):
+    """iree-run-module (what IREE CI's runners call) fails when expected outputs do not cover
+    every result; so does the in-process run, and the exact command shown fails for real."""
     suite = copy_suite(tmp_path / "suite", ("clip",))
     raw = json.loads((suite / "clip_cpu.json").read_text())
     raw["outputs"] = raw["outputs"][:1]
     (suite / "clip_cpu.json").write_text(json.dumps(raw))
     (result,) = check(load_tests([suite]), CheckOptions(), echo=False).results
-    assert result.status == "passed" and [o.index for o in result.outputs] == [0]
-    cmd = result.commands[-1]  # iree-run-module wants a value per result: ignore the 2nd
-    assert cmd.count("--expected_output=(ignored)") == 1
-    assert subprocess.run(cmd, capture_output=True, check=False).returncode == 0
+    assert result.status == "failed" and "1 expected outputs but encode_prompts returned 2" \
+        in result.message
+    proc = subprocess.run(result.commands[-1], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "expected 1 list elements but 2 provided" in (
+        proc.stdout + proc.stderr)
 
 
 def test_dry_run_renders_every_real_sdxl_fixture(tmp_path, capsys, monkeypatch):

@@ -360,8 +360,10 @@ def test_tiny_torch_benchmarks_through_bench_goldens(tmp_path, capsys):
     assert sorted(by_name) == ["tiny-torch/clip_benchmark_cpu", "tiny-torch/vae_benchmark_cpu"]
     for g in by_name.values():
         (check,) = g["checks"]
-        assert check["name"] == "time_ms" and check["ok"] and check["limit"] == check["golden"]
-        # IREE CI's torch_models rule: the fastest repetition against the golden.
+        assert check["name"] == "time_ms" and check["ok"]
+        # IREE CI's torch_models rule: the fastest repetition against the golden x
+        # tolerance_factor (1.1 when the file gives none).
+        assert check["limit"] == pytest.approx(check["golden"] * 1.1)
         assert round(check["measured"], 6) == g["latency_ms"]["min_ms"]
         assert "fastest repetition" in check["note"] and g["latency_ms"]["repetitions"] == 3
     assert by_name["tiny-torch/clip_benchmark_cpu"]["dispatch_count"] == 136
