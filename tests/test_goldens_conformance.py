@@ -463,3 +463,18 @@ def test_torch_benchmark_feeds_files_and_passes_everything(tmp_path, capsys, mon
     r = check_benchmark(load_benchmark_file(write_torch(tmp_path, "w_cpu", raw)),
                         GoldenOptions(repetitions=2, warmup=0.0))
     assert r.status == "error" and "iree-benchmark-module failed" in r.message
+
+
+def test_a_file_without_type_is_passed_over_like_iree_does(tmp_path, capsys):
+    """conftest.py: a JSON without `type` is "not a valid JSON test file" and yields no
+    test; here it is passed over with a warning (named on its own, it is an error)."""
+    from runner.goldens.testfile import load_tests
+
+    write_torch(tmp_path, "s_cpu", json.loads((TINY_TORCH / "clip_compstat_cpu.json")
+                                              .read_text()))
+    untyped = {k: v for k, v in tiny("clip_quality_cpu").items() if k != "type"}
+    path = write_torch(tmp_path, "q_cpu", untyped)
+    assert [t.submodel for t in load_tests([tmp_path / "tiny-torch"])] == ["s_cpu"]
+    assert f"{path}: no `type`: not a test" in capsys.readouterr().err
+    with pytest.raises(RunnerError, match="missing required field `type`"):
+        load_tests([path])

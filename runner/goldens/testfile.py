@@ -21,6 +21,7 @@ holds them (how the tiny suites in `goldens/` refer to their blobs).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -735,10 +736,13 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
 
 def file_kind(path: Path) -> str:
     """What a file in a test directory is: "benchmark" (either layout), "module" (a
-    torch-layout module definition) or "test"."""
+    torch-layout module definition), "untyped" (a torch-layout file without `type`, which
+    IREE CI's collector passes over) or "test"."""
     raw = _read_json(path)
     kind = layout(raw)
     if kind == "torch":
+        if "type" not in raw:
+            return "untyped"
         return "benchmark" if raw.get("type") == "benchmark" else "test"
     if kind in ("benchmark", "module"):
         return kind
@@ -777,6 +781,9 @@ def load_tests(paths: list[Path], selection: Selection | None = None,
         kind = "test" if explicit else file_kind(path)
         if kind == "benchmark":
             benchmarks.append(path)
+        if kind == "untyped":
+            print(f"warning: {path}: no `type`: not a test (IREE CI's torch_models collector "
+                  "skips it too)", file=sys.stderr)
         if kind != "test":
             continue
         for test in load_test_file(path, module_dirs):
