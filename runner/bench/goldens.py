@@ -4,17 +4,21 @@ An older benchmark file (`sharktank_models/benchmarks/<model>/*.json`) names no 
 CI benchmarks the module its quality test of the same name compiled
 (`quality_tests/<model>/<name>.json`), with the file's `inputs` as shape-only
 `--input=1x64xi64` (zero-filled) and its `benchmark_flags`. The verdicts follow IREE CI's
-runner: the mean `real_time` must be <= `golden_time_ms[sku]` x
-`golden_time_tolerance_multiplier[sku]` (1.1 when the file gives none), the compile's
-`stream-aggregate.execution.dispatch-count` <= `golden_dispatch[sku]`, and the main
-module's size in bytes <= `golden_size[sku]`. A count or size below its golden passes and
-is reported, so a golden left behind by an improvement is visible.
+runner (model_benchmark_run.py): each golden is checked only when set and non-zero; the
+`mean` aggregate's `real_time` (so more than one repetition) must be <= `golden_time_ms[sku]`
+x `golden_time_tolerance_multiplier[sku]` (which must then exist: IREE's runner fails
+without it), the compile's `stream-aggregate.execution.dispatch-count` <=
+`golden_dispatch[sku]`, and the main module's size in bytes <= `golden_size[sku]`;
+`specific_chip_to_ignore` skips the file. A count or size below its golden passes and is
+reported, so a golden left behind by an improvement is visible.
 
 IREE CI's torch_models layout (`type: benchmark`) carries its own `modules`, `weights`,
-`run_args` and one `golden_time_ms` for the SKU its markers name; its runner passes when the
-fastest repetition's `real_time` is <= the golden, with no tolerance, and so does this. Its
-modules compile exactly as `goldens check` compiles them (statistics included), so the
-dispatch count and size are reported for it too.
+`inputs` (a `url` is fed, a bare shape is zeros), `outputs`, `expected_outputs`, `run_args`
+and one `golden_time_ms` for the SKU its markers name. The command is the one its runner
+builds (`_torch_command`), and it passes when the fastest repetition's `real_time` is <= the
+golden x `tolerance_factor` (1.1 by default), as its runner judges it. Its modules compile
+exactly as `goldens check` compiles them (statistics included), so the dispatch count and
+size are reported for it too.
 
 For the older layout the quality test is found, in order, in `--quality-dir`, at the file's
 own `quality_test` field (a path relative to it; IREE CI ignores unknown fields), or where
