@@ -544,7 +544,8 @@ def _torch_weights(f: _Fields, path: Path, module_dirs: tuple[Path, ...]
     value = f.raw.get("weights") or []
     if not isinstance(value, list):
         raise f._bad("weights", 'a list of {"type": "url", "url": ..., "scope": "model"}')
-    out, unknown = [], []
+    out: list[WeightRef] = []
+    unknown: list[str] = []
     fix = 'write {"type": "url", "url": "<URL>", "scope": "model"}'
     for i, entry in enumerate(value):
         where = f"{f.where}: weights[{i}]"
@@ -582,7 +583,8 @@ def _argspecs(f: _Fields, key: str) -> tuple[tuple[ArgSpec, ...], tuple[str, ...
     value = f.raw.get(key) or []
     if not isinstance(value, list):
         raise f._bad(key, 'a list of {"url": ..., "value": ...}')
-    specs, unknown = [], []
+    specs: list[ArgSpec] = []
+    unknown: list[str] = []
     for i, entry in enumerate(value):
         where = f"{f.where}: {key}[{i}]"
         parts = {k: entry.get(k) for k in ("url", "value")} if isinstance(entry, dict) else {}
