@@ -404,12 +404,12 @@ def iree_torch(env: Env, case_dir: Path) -> dict[str, Verdict]:
 def iree_quality(env: Env, case_dir: Path, shared: Path) -> dict[str, Verdict]:
     xml = case_dir / "iree-quality.xml"
     run([env.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
-         "model_quality_run.py", f"--test-file-directory={case_dir / 'iree'}"],
+         "model_quality_run.py", f"--test-file-directory={case_dir / 'iree' / 'tiny'}"],
         env.its / "sharktank_models" / "quality_tests",
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "mi300",
                       "IREE_TEST_FILES": str(shared), "TEST_OUTPUT_ARTIFACTS": str(shared)}),
         case_dir / "iree-quality.log")
-    return {k.split(" :: ")[-1]: v for k, v in junit(xml).items()}
+    return {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
 
 
 def iree_bench(env: Env, case_dir: Path, shared: Path) -> dict[str, Verdict]:
@@ -421,7 +421,7 @@ def iree_bench(env: Env, case_dir: Path, shared: Path) -> dict[str, Verdict]:
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "cpu",
                       "IREE_TEST_FILES": str(shared), "TEST_OUTPUT_ARTIFACTS": str(shared),
                       "JOB_SUMMARY_PATH": str(summary)}), case_dir / "iree-bench.log")
-    found = {k.split(" :: ")[-1]: v for k, v in junit(xml).items()}
+    found = {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
     table = summary / "job_summary.json"
     for key, number in (("time_summary", "time_ms"), ("dispatch_summary", "dispatch_count"),
                         ("size_summary", "size_bytes")):
@@ -676,10 +676,12 @@ def run_case(case: Case, env: Env) -> list[dict]:
     for name in sorted(set(iree) | set(ours) - {"*"}):
         a = iree.get(name, Verdict("missing"))
         b = ours.get(name, ours.get("*", Verdict("missing")))
-        same = {k: (a.numbers[k], b.numbers.get(k)) for k in a.numbers
-                if k in ("dispatch_count", "binary_size", "size_bytes", "time_ms_limit")}
-        numbers_agree = all(x == y or (isinstance(x, float) and y is not None
-                                       and abs(x - y) < 1e-3) for x, y in same.values())
+        # Numbers both report (a run that errored reports none of its own).
+        same = {k: (a.numbers[k], b.numbers[k]) for k in a.numbers
+                if k in ("dispatch_count", "binary_size", "size_bytes", "time_ms_limit")
+                and b.numbers.get(k) is not None}
+        numbers_agree = all(x == y or (isinstance(x, float) and abs(x - y) < 1e-3)
+                            for x, y in same.values())
         row = {"case": case.name, "intent": case.intent, "test": name, "iree": a.status,
                "ours": b.status, "agree": a.status == b.status and numbers_agree,
                "numbers": same, "iree_time_ms": a.numbers.get("time_ms"),
@@ -695,6 +697,7 @@ def run_case(case: Case, env: Env) -> list[dict]:
                      "ours": archives["ours"][:16],
                      "agree": archives["iree"] == archives["ours"] != "missing",
                      "numbers": {}})
+    (case_dir / "rows.json").write_text(json.dumps(rows, indent=1))
     return rows
 
 
@@ -730,7 +733,6 @@ def main() -> int:
     env = Env(args.iree_test_suites.resolve(), args.python, args.work.resolve(),
               AzureOnThisMachine(args.work.resolve()),
               args.regression_checkout.resolve() if args.regression_checkout else None)
-    rows: list[dict] = []
     for case in CASES:
         if args.only and not any(case.name.startswith(o) for o in args.only):
             continue
@@ -739,7 +741,9 @@ def main() -> int:
         for r in got:
             print(f"   {r['test']}: IREE {r['iree']}, ours {r['ours']}"
                   + ("" if r["agree"] else "  <-- DISAGREE"), file=sys.stderr, flush=True)
-        rows += got
+    # Every case's latest rows, this invocation's and earlier ones' (--only reruns a few).
+    rows = [r for case in CASES if (args.work / case.name / "rows.json").is_file()
+            for r in json.loads((args.work / case.name / "rows.json").read_text())]
     (args.work / "conformance.json").write_text(json.dumps(rows, indent=1))
     (args.work / "conformance.md").write_text(markdown(rows) + "\n")
     print(markdown(rows))
