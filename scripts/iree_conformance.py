@@ -245,21 +245,30 @@ def _rewrite(obj, keys: tuple[str, ...], fn: Callable[[str, str], str]):
 
 
 def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
-                 artifacts: Path) -> None:
+                 work: Path) -> None:
     """ours/: references as absolute paths; iree/: as Azure URLs served from here.
 
     A vmfb embeds the path of the MLIR it was compiled from, so its size depends on that
     path's length. IREE's runner keeps a download under `<artifacts>/azure/<name>`, its name
     taken from `manifest.json` when the URL is listed there: the torch MLIRs are listed
     (a pre-seeded cache entry) and our copy sits at `<artifacts>/ours_/<name>`, a path of the
-    same length, so both compiles give vmfbs of the same size."""
+    same length, so both compiles give vmfbs of the same size. The sharktank runners keep it
+    under `<IREE_TEST_FILES>/artifacts/<model>_<submodel>/<name>` (`sk-iree`, shared by the
+    cases); ours sits under `sk-ours`, the same length."""
+    artifacts = work / "torch-artifacts"
     manifest_path = artifacts / "azure" / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     for rel, raw in suite.files.items():
         base = suite.origin[rel]
 
-        def local(ref: str, key: str, base=base) -> str:
+        def local(ref: str, key: str, base=base, rel=rel) -> str:
             path = (base / ref).resolve()
+            if suite.layout == "quality" and key == "mlir":
+                submodel = Path(rel).stem.rsplit("_", 1)[0]
+                copy_path = work / "sk-ours" / "artifacts" / f"tiny_{submodel}" / path.name
+                copy_path.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy_path)
+                return str(copy_path)
             if suite.layout != "torch" or key != "mlir":
                 return str(path)
             name = f"{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}-{path.name}"
@@ -327,7 +336,14 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> int:
 
 
 def runner(args: list[str], log: Path) -> int:
-    return run([sys.executable, "-m", "runner", *args], REPO, {"PYTHONPATH": str(REPO)}, log)
+    """Our runner. The sharktank suites get a compile cache of their own: a cached vmfb keeps
+    the MLIR path of its first compile, and the torch suite compiles the same MLIR with the
+    same flags from another path (see write_copies)."""
+    cache = Path(os.environ["RUNNER_CACHE_DIR"])
+    if "/tiny-torch" not in " ".join(args):
+        cache = cache.with_name(cache.name + "-sharktank")
+    return run([sys.executable, "-m", "runner", *args], REPO,
+               {"PYTHONPATH": str(REPO), "RUNNER_CACHE_DIR": str(cache)}, log)
 
 
 def ours_check(folder: Path, out: Path, extra: list[str] = ()) -> dict[str, Verdict]:
@@ -401,26 +417,27 @@ def iree_torch(env: Env, case_dir: Path) -> dict[str, Verdict]:
     return found
 
 
-def iree_quality(env: Env, case_dir: Path, shared: Path) -> dict[str, Verdict]:
+def iree_quality(env: Env, case_dir: Path, vmfbs: Path) -> dict[str, Verdict]:
     xml = case_dir / "iree-quality.xml"
     run([env.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
          "model_quality_run.py", f"--test-file-directory={case_dir / 'iree' / 'tiny'}"],
         env.its / "sharktank_models" / "quality_tests",
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "mi300",
-                      "IREE_TEST_FILES": str(shared), "TEST_OUTPUT_ARTIFACTS": str(shared)}),
-        case_dir / "iree-quality.log")
+                      "IREE_TEST_FILES": str(env.work / "sk-iree"),
+                      "TEST_OUTPUT_ARTIFACTS": str(vmfbs)}), case_dir / "iree-quality.log")
     return {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
 
 
-def iree_bench(env: Env, case_dir: Path, shared: Path) -> dict[str, Verdict]:
+def iree_bench(env: Env, case_dir: Path, vmfbs: Path) -> dict[str, Verdict]:
     xml, summary = case_dir / "iree-bench.xml", case_dir / "iree-bench-summary"
     summary.mkdir(exist_ok=True)
     run([env.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
          "model_benchmark_run.py", f"--test-file-directory={case_dir / 'iree' / 'bench'}"],
         env.its / "sharktank_models" / "benchmarks",
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "cpu",
-                      "IREE_TEST_FILES": str(shared), "TEST_OUTPUT_ARTIFACTS": str(shared),
-                      "JOB_SUMMARY_PATH": str(summary)}), case_dir / "iree-bench.log")
+                      "IREE_TEST_FILES": str(env.work / "sk-iree"),
+                      "TEST_OUTPUT_ARTIFACTS": str(vmfbs), "JOB_SUMMARY_PATH": str(summary)}),
+        case_dir / "iree-bench.log")
     found = {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
     table = summary / "job_summary.json"
     for key, number in (("time_summary", "time_ms"), ("dispatch_summary", "dispatch_count"),
@@ -643,7 +660,7 @@ def run_case(case: Case, env: Env) -> list[dict]:
             "regression": regression_suite}[case.layout]()
     suite = copy.deepcopy(base)
     case.mutate(suite, case_dir)
-    write_copies(suite, case_dir, env.azure, env.work / "torch-artifacts")
+    write_copies(suite, case_dir, env.azure, env.work)
     ours_dir = case_dir / "ours"
     extra: dict[str, dict[str, Verdict]] = {}
     if case.layout == "torch":
@@ -654,15 +671,14 @@ def run_case(case: Case, env: Env) -> list[dict]:
             extra = {"strict": ours_check(ours_dir / "tiny-torch", case_dir / "ours-strict",
                                           ["--strict"])}
     elif case.layout == "quality":
-        iree = iree_quality(env, case_dir, case_dir / "iree-artifacts")
+        iree = iree_quality(env, case_dir, case_dir / "iree-vmfbs")
         ours = ours_check(ours_dir / "tiny", case_dir / "ours-check")
         if case.strict:
             extra = {"strict": ours_check(ours_dir / "tiny", case_dir / "ours-strict",
                                           ["--strict"])}
     elif case.layout == "bench":
-        shared = case_dir / "iree-artifacts"
-        iree_quality(env, case_dir, shared)  # compiles the modules the benchmarks use
-        iree = iree_bench(env, case_dir, shared)
+        iree_quality(env, case_dir, case_dir / "iree-vmfbs")  # the modules benchmarked
+        iree = iree_bench(env, case_dir, case_dir / "iree-vmfbs")
         ours = ours_bench(ours_dir / "bench" / "tiny", case_dir / "ours-bench",
                           ["--sku", "cpu", "--quality-dir", str(ours_dir / "tiny")])
     else:
