@@ -98,9 +98,9 @@ def test_dry_run_renders_every_real_quality_and_compstat_file(capsys, monkeypatc
         if test.kind == "compstat":
             assert len(commands) == 1
             continue
-        run = commands[1]
-        assert run[:2] == ["iree-run-module", f"--device={test.device}"]
-        assert f"--function={test.run_function}" in run
+        run = commands[1]  # IREE's runner: the modules first, then weights, tensors, run_args
+        assert run[0] == "iree-run-module" and run[1].startswith("--module=")
+        assert f"--device={test.device}" in run and f"--function={test.run_function}" in run
         for ref in test.inputs:
             assert f"--input={ref.value}=@{download_path(ref.source)}" in run
         for ref in test.outputs:
@@ -137,8 +137,6 @@ def test_bad_input_names_the_file_and_field(tmp_path, capsys):
     (suite / "modules").mkdir(parents=True)
     (suite / "modules" / "a_cpu.json").write_text(json.dumps(
         {"mlir": "a.mlir", "compiler_flags": []}))
-    (suite / "modules" / "bad_cpu.json").write_text(json.dumps(
-        {"mlir": "a.mlir", "compiler_flags": [], "flagz": 1}))
     cases = [
         ({"type": "quality", "markers": ["cpu"], "modules": ["m/modules/nope"]},
          "module file m/modules/nope.json not found", "modules[0]"),
@@ -151,11 +149,9 @@ def test_bad_input_names_the_file_and_field(tmp_path, capsys):
          "type"),
         ({"type": "quality", "modules": ["m/modules/a_cpu"]},
          "missing required field `markers`", "markers"),
-        ({"type": "compstat", "markers": ["cpu"], "module": "m/modules/bad_cpu"},
-         "unknown field `flagz` in a module definition", "flagz"),
         ({"type": "quality", "markers": ["cpu"], "modules": ["m/modules/a_cpu"],
           "weights": [{"type": "random", "seed": 1, "scope": "model"}]},
-         "weights of type 'random' are not supported", "weights[0].type"),
+         "a module is named by a string", "weights[0].module"),
         ({"type": "compstat", "markers": ["cpu"], "module": "m/modules/a_cpu",
           "golden_dispatch_count": "many"}, "`golden_dispatch_count` must be a whole number",
          "golden_dispatch_count"),
@@ -165,8 +161,7 @@ def test_bad_input_names_the_file_and_field(tmp_path, capsys):
         path.write_text(json.dumps(raw))
         with pytest.raises(RunnerError, match=message) as e:
             load_test_file(path)
-        where = suite / "modules" / "bad_cpu.json" if field == "flagz" else path
-        assert f"{where}: {field}" in str(e.value), (raw, str(e.value))
+        assert f"{path}: {field}" in str(e.value), (raw, str(e.value))
 
 
 def test_markers_and_keywords_select_like_pytest(monkeypatch):
@@ -365,8 +360,10 @@ def test_tiny_torch_benchmarks_through_bench_goldens(tmp_path, capsys):
     assert sorted(by_name) == ["tiny-torch/clip_benchmark_cpu", "tiny-torch/vae_benchmark_cpu"]
     for g in by_name.values():
         (check,) = g["checks"]
-        assert check["name"] == "time_ms" and check["ok"] and check["limit"] == check["golden"]
-        # IREE CI's torch_models rule: the fastest repetition against the golden.
+        assert check["name"] == "time_ms" and check["ok"]
+        # IREE CI's torch_models rule: the fastest repetition against the golden x
+        # tolerance_factor (1.1 when the file gives none).
+        assert check["limit"] == pytest.approx(check["golden"] * 1.1)
         assert round(check["measured"], 6) == g["latency_ms"]["min_ms"]
         assert "fastest repetition" in check["note"] and g["latency_ms"]["repetitions"] == 3
     assert by_name["tiny-torch/clip_benchmark_cpu"]["dispatch_count"] == 136

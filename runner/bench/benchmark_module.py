@@ -61,6 +61,7 @@ class Latency:
     min_ms: float
     repetitions: int
     iterations: int  # calls per repetition (Google Benchmark picks it from --benchmark_min_time)
+    mean_is_aggregate: bool = True  # False: no `mean` row (one repetition), mean computed here
 
     def to_dict(self) -> dict:
         return {k: round(v, 6) if isinstance(v, float) else v
@@ -93,7 +94,8 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     mean = aggregates.get("mean", sum(times) / len(times))
     median = aggregates.get("median", times[len(times) // 2])
     stddev = aggregates.get("stddev", 0.0)
-    return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)))
+    return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)),
+                   "mean" in aggregates)
 
 
 @cache

@@ -59,7 +59,7 @@ def _golden_options(args: argparse.Namespace):
         files_dir=Path(args.files_dir) if getattr(args, "files_dir", None) else None,
         device=getattr(args, "golden_device", None), dry_run=args.dry_run,
         offline=getattr(args, "offline", None), repetitions=args.repetitions,
-        min_time=args.min_time, warmup=args.warmup,
+        min_time=args.min_time, warmup=args.warmup, strict=getattr(args, "strict", False),
         out=Path(args.out) / "goldens" if args.out and not args.dry_run else None)
 
 
@@ -220,6 +220,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="use only cached downloads")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.md here")
+    p.add_argument("--strict", action="store_true",
+                   help="a field IREE CI's runner does not read fails the file (default: a "
+                   "warning)")
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
              "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",

@@ -4,17 +4,21 @@ An older benchmark file (`sharktank_models/benchmarks/<model>/*.json`) names no 
 CI benchmarks the module its quality test of the same name compiled
 (`quality_tests/<model>/<name>.json`), with the file's `inputs` as shape-only
 `--input=1x64xi64` (zero-filled) and its `benchmark_flags`. The verdicts follow IREE CI's
-runner: the mean `real_time` must be <= `golden_time_ms[sku]` x
-`golden_time_tolerance_multiplier[sku]` (1.1 when the file gives none), the compile's
-`stream-aggregate.execution.dispatch-count` <= `golden_dispatch[sku]`, and the main
-module's size in bytes <= `golden_size[sku]`. A count or size below its golden passes and
-is reported, so a golden left behind by an improvement is visible.
+runner (model_benchmark_run.py): each golden is checked only when set and non-zero; the
+`mean` aggregate's `real_time` (so more than one repetition) must be <= `golden_time_ms[sku]`
+x `golden_time_tolerance_multiplier[sku]` (which must then exist: IREE's runner fails
+without it), the compile's `stream-aggregate.execution.dispatch-count` <=
+`golden_dispatch[sku]`, and the main module's size in bytes <= `golden_size[sku]`;
+`specific_chip_to_ignore` skips the file. A count or size below its golden passes and is
+reported, so a golden left behind by an improvement is visible.
 
 IREE CI's torch_models layout (`type: benchmark`) carries its own `modules`, `weights`,
-`run_args` and one `golden_time_ms` for the SKU its markers name; its runner passes when the
-fastest repetition's `real_time` is <= the golden, with no tolerance, and so does this. Its
-modules compile exactly as `goldens check` compiles them (statistics included), so the
-dispatch count and size are reported for it too.
+`inputs` (a `url` is fed, a bare shape is zeros), `outputs`, `expected_outputs`, `run_args`
+and one `golden_time_ms` for the SKU its markers name. The command is the one its runner
+builds (`_torch_command`), and it passes when the fastest repetition's `real_time` is <= the
+golden x `tolerance_factor` (1.1 by default), as its runner judges it. Its modules compile
+exactly as `goldens check` compiles them (statistics included), so the dispatch count and
+size are reported for it too.
 
 For the older layout the quality test is found, in order, in `--quality-dir`, at the file's
 own `quality_test` field (a path relative to it; IREE CI ignores unknown fields), or where
@@ -38,6 +42,7 @@ import dataclasses
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +54,8 @@ from runner.goldens.plan import (
     STATS_FILE_FLAG,
     STATS_FORMAT_FLAG,
     CheckOptions,
+    TestPlan,
+    common_run_args,
     compile_module,
     dispatch_count,
     placeholder,
@@ -69,7 +76,6 @@ from runner.goldens.testfile import (
 from runner.paths import REPO_DIR, cache_dir
 
 DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
-DEFAULT_TOLERANCE = 1.1
 STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
 
 
@@ -87,6 +93,7 @@ class GoldenOptions:
     warmup: float | None = None
     timeout: float | None = 900.0
     out: Path | None = None  # keeps each file's raw benchmark JSON (<out>/<model>/<name>.json)
+    strict: bool = False  # a field IREE CI's runner does not read fails the file
 
 
 @dataclass
@@ -118,6 +125,7 @@ class GoldenResult:
     checks: list[CheckLine] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -132,7 +140,7 @@ class GoldenResult:
                 "latency_ms": self.latency.to_dict() if self.latency else None,
                 "dispatch_count": self.dispatch_count, "size_bytes": self.size_bytes,
                 "checks": [c.to_dict() for c in self.checks], "commands": self.commands,
-                "notes": self.notes}
+                "notes": self.notes, "warnings": self.warnings}
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,7 @@ class _Compiled:
     weights: Path | None
     stats: Path | None
     commands: tuple[str, ...]
+    plan: TestPlan
 
 
 def load_benchmarks(paths: list[Path], selection: Selection | None = None,
@@ -225,7 +234,8 @@ def compile_quality(test: GoldenTest, opts: GoldenOptions, compiler: CompilerInf
     if p.weights_kind == "splat":
         _, splat_cmd = splat_weights(p.modules[0].mlir, compiler, dry_run=opts.dry_run)
         commands.append(shlex.join(splat_cmd))
-    return _Compiled(tuple(Path(r.vmfb) for r in results), p.weights, stats, tuple(commands))
+    return _Compiled(tuple(Path(r.vmfb) for r in results), p.weights, stats, tuple(commands),
+                     p)
 
 
 def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
@@ -263,33 +273,56 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
 
 
 def _verdicts(bench: BenchmarkTest, result: GoldenResult) -> None:
+    """IREE CI's rules. Older layout (model_benchmark_run.py): each golden is checked only
+    when set and non-zero; the mean must be <= golden_time_ms[sku] x
+    golden_time_tolerance_multiplier[sku], which must then exist. torch_models
+    (benchmark_test.py): the fastest repetition <= golden_time_ms x tolerance_factor (1.1)."""
     sku = result.sku
+    torch = bench.time_statistic == "min"
     golden_time = golden_for(bench.golden_time_ms, sku)
-    if golden_time is not None:
+    if golden_time is not None and (torch or golden_time):
         golden = float(golden_time)
-        tol = float(golden_for(bench.golden_time_tolerance_multiplier, sku)
-                    or DEFAULT_TOLERANCE)
+        tol = golden_for(bench.golden_time_tolerance_multiplier, sku)
+        if tol is None:
+            raise RunnerError(f"golden_time_ms has {sku} but golden_time_tolerance_multiplier "
+                              "does not: IREE CI's runner fails on golden x None",
+                              where=f"{bench.path}: golden_time_tolerance_multiplier",
+                              fix=f'add "{sku}": 1.1 to golden_time_tolerance_multiplier')
         latency = result.latency
-        measured = None if latency is None else (
-            latency.min_ms if bench.time_statistic == "min" else latency.mean_ms)
-        note = (f"tolerance x{tol:g}" if bench.time_statistic == "mean"
-                else "fastest repetition, no tolerance (IREE CI's torch_models rule)")
+        measured = None if latency is None else (latency.min_ms if torch else latency.mean_ms)
+        note = (f"fastest repetition, tolerance x{tol:g} (IREE CI's torch_models rule)"
+                if torch else f"mean, tolerance x{tol:g}")
         result.checks.append(CheckLine(
             "time_ms", measured, golden, golden * tol,
             None if measured is None else measured <= golden * tol, note))
-    if sku in bench.golden_dispatch:
-        golden = bench.golden_dispatch[sku]
+    golden_count = golden_for(bench.golden_dispatch, sku)
+    if golden_count:
         count = result.dispatch_count
         note = ""
-        if count is not None and count < golden:
-            note = f"{golden - count} fewer dispatches than the golden: consider lowering it"
-        result.checks.append(CheckLine("dispatch_count", count, golden, golden,
-                                       None if count is None else count <= golden, note))
-    if sku in bench.golden_size:
-        golden = bench.golden_size[sku]
+        if count is not None and count < golden_count:
+            note = f"{golden_count - count} fewer dispatches than the golden: consider lowering it"
+        result.checks.append(CheckLine("dispatch_count", count, golden_count, golden_count,
+                                       None if count is None else count <= golden_count, note))
+    golden_size = golden_for(bench.golden_size, sku)
+    if golden_size:
         size = result.size_bytes
-        result.checks.append(CheckLine("size_bytes", size, golden, golden,
-                                       None if size is None else size <= golden))
+        result.checks.append(CheckLine("size_bytes", size, golden_size, golden_size,
+                                       None if size is None else size <= golden_size))
+
+
+def _torch_command(built: _Compiled, opts: GoldenOptions) -> bm.BenchCommand:
+    """iree-benchmark-module as IREE CI's torch_models runner builds it: `--benchmark_format=
+    json`, every module, then the test's weights, inputs (files fed, shapes alone as zeros),
+    outputs and expected outputs (which the tool accepts and ignores) and run_args; the
+    repetition/time overrides and --device replace theirs."""
+    scratch = opts.out / built.plan.test.model if opts.out else Path(tempfile.gettempdir())
+    args = bm.with_overrides(common_run_args(built.plan, scratch), opts.repetitions,
+                             opts.min_time, opts.warmup)
+    if opts.device:
+        args = [a for a in args if not a.startswith("--device=")] + [f"--device={opts.device}"]
+    loaded = [v for v, m in zip(built.vmfbs, built.plan.modules, strict=True) if m.module.load]
+    return bm.BenchCommand((bm.TOOL, "--benchmark_format=json",
+                            *[f"--module={v}" for v in loaded], *args))
 
 
 def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
@@ -301,22 +334,43 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
     sku = next(iter(marked_skus(bench.markers)), opts.sku) \
         if ANY_SKU in bench.golden_time_ms else opts.sku
     result = GoldenResult(bench.name, str(bench.path), sku, bench.function)
+    result.warnings.extend(bench.unknown)
+    _run_benchmark(bench, opts, compiler, result)
+    if opts.strict and bench.unknown and result.ok and result.status != "planned":
+        result.status = "failed"
+        result.message = (f"{len(bench.unknown)} field(s) IREE CI's runner does not read "
+                          "(--strict): " + "; ".join(bench.unknown))
+    return result
+
+
+def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo,
+                   result: GoldenResult) -> None:
+    sku = result.sku
     ignore = bench.extra.get("specific_chip_to_ignore") or []
-    if bench.backend == "rocm" and opts.rocm_chip in ignore:
+    if opts.rocm_chip in ignore:  # IREE CI skips it whatever the backend
         result.status = "skipped"
         result.message = f"the file ignores chip {opts.rocm_chip} (specific_chip_to_ignore)"
-        return result
+        return
     if not any(golden_for(g, sku) is not None
                for g in (bench.golden_time_ms, bench.golden_dispatch, bench.golden_size)):
         result.notes.append(f"no goldens for sku {opts.sku} (the file has "
                             f"{sorted(bench.golden_time_ms)}): measured only")
     main_vmfb: Path | None = None
     try:
+        if bench.unset and not opts.dry_run:
+            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
+                              "CI's runner passes the string None (--device=None, "
+                              "--function=None) and iree-benchmark-module fails",
+                              where=str(bench.path))
         if "modules" in bench.extra:
             modules, weights, commands = _e2e(bench, opts, compiler)
             stats = None
+        elif bench.module_test is not None:
+            built = compile_quality(bench.module_test, opts, compiler)
+            main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
+            cmd = _torch_command(built, opts)
         else:
-            test = bench.module_test or quality_test_for(bench, opts)
+            test = quality_test_for(bench, opts)
             built = compile_quality(test, opts, compiler)
             main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
             weights = [built.weights] if built.weights else []
@@ -324,19 +378,20 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
             # run cannot look, so it assumes the quality test's own function does.
             loaded = [v for v, m in zip(built.vmfbs, test.modules, strict=True) if m.load]
             in_pipeline = len(loaded) > 1 and bench.function == test.run_function
-            at = "run_args" if bench.module_test else "function_run"
-            modules = list(bm.modules_for(loaded, bench.function, f"{bench.path}: {at}",
+            modules = list(bm.modules_for(loaded, bench.function,
+                                          f"{bench.path}: function_run",
                                           fallback=len(loaded) if in_pipeline else 1))
+        if bench.module_test is None:
+            cmd = bm.command(device=opts.device or bench.device, modules=modules,
+                             function=bench.function, inputs=[str(s) for s in bench.inputs],
+                             parameters=weights,
+                             flags=bm.with_overrides(bench.benchmark_flags, opts.repetitions,
+                                                     opts.min_time, opts.warmup))
         result.commands.extend(commands)
-        cmd = bm.command(device=opts.device or bench.device, modules=modules,
-                         function=bench.function, inputs=[str(s) for s in bench.inputs],
-                         parameters=weights,
-                         flags=bm.with_overrides(bench.benchmark_flags, opts.repetitions,
-                                                 opts.min_time, opts.warmup))
         result.commands.append(cmd.text())
         if opts.dry_run:
             _verdicts(bench, result)
-            return result
+            return
         if stats is not None:
             result.dispatch_count = dispatch_count(stats)
         if main_vmfb is not None:
@@ -345,10 +400,15 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
         result.latency = bm.run(cmd, raw, timeout=opts.timeout)
+        if bench.time_statistic == "mean" and not result.latency.mean_is_aggregate:
+            raise RunnerError("the output has no `mean` row (one repetition): IREE CI's "
+                              "runner fails (\"Benchmark results was not found\")",
+                              where=str(bench.path),
+                              fix="keep --benchmark_repetitions above 1")
+        _verdicts(bench, result)
     except RunnerError as e:
         result.status, result.message = "error", str(e)
-        return result
-    _verdicts(bench, result)
+        return
     failed = [c for c in result.checks if c.ok is False]
     if failed:
         result.status = "failed"
@@ -358,7 +418,6 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
             for c in failed)
     else:
         result.status = "passed" if result.checks else "unchecked"
-    return result
 
 
 def check_benchmarks(benches: list[BenchmarkTest], opts: GoldenOptions) -> list[GoldenResult]:
@@ -380,6 +439,7 @@ def console_lines(r: GoldenResult, dry_run: bool = False) -> str:
                          f"{c.golden:g}) {verdict}" + (f"; {c.note}" if c.note else ""))
     if r.message and r.status != "passed":
         lines.extend("          " + m for m in r.message.splitlines())
+    lines.extend(f"          warning: {w}" for w in r.warnings)
     lines.extend(f"          note: {n}" for n in r.notes)
     if dry_run:
         lines.extend(r.commands)

@@ -216,7 +216,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
     p.add_argument("--strict", action="store_true",
                    help="a test that compares nothing (no expected outputs, a compstat test "
-                   "without goldens) fails instead of warning")
+                   "without goldens) or has fields IREE CI's runner does not read fails "
+                   "instead of warning")
     p.add_argument("--timeout", type=float, metavar="S",
                    help="seconds per test; a test past it is an error and its iree-compile "
                    "and run processes are killed (default: no limit)")

@@ -19,7 +19,7 @@ import json
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from runner.compile import (
 )
 from runner.errors import RunnerError
 from runner.fileio import sha256_file
+from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
 from runner.paths import cache_dir
@@ -75,14 +76,16 @@ class PlannedModule:
 class TestPlan:
     test: GoldenTest
     modules: tuple[PlannedModule, ...]
-    weights: Path | None
-    weights_kind: str | None  # "real", "splat" or None
+    weights: Path | None  # the one scope-`model` archive the in-process run loads
+    weights_kind: str | None  # "real", "random", "splat" or None
     inputs: tuple[Path, ...]
     outputs: tuple[Path | None, ...]  # None: golden unavailable (generate only)
     thresholds: Thresholds
     device: str
     expect_compile_failure: bool
     notes: tuple[str, ...] = ()
+    parameters: tuple[tuple[str, Path], ...] = ()  # every (scope, archive), in order
+    spec_paths: dict[str, Path] = field(default_factory=dict)  # argspec `where` -> its file
 
     @property
     def run_mlir(self) -> Path:
@@ -225,6 +228,64 @@ def _module_flags(test: GoldenTest, module: ModuleDef, mlir: Path, opts: CheckOp
     return [*flags, f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}"], stats
 
 
+def expects_compile_failure(test: GoldenTest, chip: str) -> bool:
+    """IREE CI xfails the compile when ROCM_CHIP is listed: the quality runner for any
+    file, the older regression runner for its rocm test only."""
+    if test.schema == "regression" and test.backend != "rocm":
+        return False
+    return chip in test.compile_chip_expecting_to_fail
+
+
+def _parameters(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
+                ) -> tuple[tuple[str, Path], ...]:
+    out = []
+    for w in test.weights:
+        if w.kind == "random":
+            assert w.module is not None and w.seed is not None
+            mlir = _ref(w.module.mlir, w.module.base_dir, w.module.where, opts)
+            path = random_weights(mlir, w.seed, w.where, dry_run=opts.dry_run)
+        else:
+            path = _ref(w.source, test.base_dir, w.where, opts)
+        out.append((w.scope, path))
+    return tuple(out)
+
+
+def _spec_paths(test: GoldenTest, opts: CheckOptions) -> dict[str, Path]:
+    """Every argspec `url` fetched, as IREE's runner fetches them (outputs included); an old
+    golden may be missing while `generate` makes its successor."""
+    found = {}
+    for spec in (*test.input_specs, *test.output_specs, *test.expected_specs):
+        if spec.url is None:
+            continue
+        try:
+            found[spec.where] = _ref(spec.url, test.base_dir, f"{spec.where}.url", opts)
+        except RunnerError:
+            if opts.require_goldens or spec not in test.expected_specs:
+                raise
+    return found
+
+
+def common_run_args(p: TestPlan, scratch: Path) -> list[str]:
+    """What IREE's torch_models runner hands `iree-run-module` and `iree-benchmark-module`
+    after the modules (test_base.py `_get_common_run_args`): `--parameters=<scope>=<file>` per
+    weight, then `--input=`, `--output=` and `--expected_output=` as `<value>=@<file>` (either
+    part alone when the other is absent), then `run_args` as written. The tool writes an
+    `--output` into `scratch`, not over the cached download IREE's runner would overwrite."""
+    t = p.test
+    args = [f"--parameters={scope}={path}" for scope, path in p.parameters]
+    for flag, specs in (("--input", t.input_specs), ("--output", t.output_specs),
+                        ("--expected_output", t.expected_specs)):
+        for i, spec in enumerate(specs):
+            parts = [] if spec.value is None else [spec.value]
+            if spec.url is not None:
+                path = p.spec_paths.get(spec.where, Path(f"<{spec.url}>"))
+                if flag == "--output":
+                    path = scratch / f"output{i}_{Path(spec.url.split('?', 1)[0]).name}"
+                parts.append(f"@{path}")
+            args.append(f"{flag}={'='.join(parts)}")
+    return [*args, *t.run_args]
+
+
 def plan(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo) -> TestPlan:
     notes: list[str] = []
     modules = []
@@ -234,26 +295,30 @@ def plan(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo) -> TestPl
         modules.append(PlannedModule(module, mlir, tuple(flags), stats))
     run = test.runs and not opts.compile_only
     weights, kind = None, None
-    if test.weights and run:
-        ref = test.weights[0]
-        weights, kind = _ref(ref.source, test.base_dir, ref.where, opts), "real"
-    elif run and modules[0].mlir.is_file() and uses_parameters(modules[0].mlir):
+    parameters = _parameters(test, opts, compiler) if run else ()
+    if parameters:
+        model = [path for scope, path in parameters if scope == "model"]
+        weights = model[0] if len(model) == 1 == len(parameters) else None
+        kind = "random" if any(w.kind == "random" for w in test.weights) else "real"
+    elif run and test.schema == "quality" and modules[0].mlir.is_file() \
+            and uses_parameters(modules[0].mlir):
+        # IREE CI's quality runner compiles a file without real_weights with a splat
+        # archive and runs on it; the regression and torch_models runners pass none.
         weights, kind = splat_weights(modules[0].mlir, compiler, dry_run=True)[0], "splat"
+        parameters = (("model", weights),)
         notes.append("no weights: running on splat weights (checks that it runs, "
                      "not its numbers)")
     inputs = tuple(_ref(r.source, test.base_dir, r.where, opts) for r in test.inputs) \
         if run else ()
     outputs = tuple(_golden(test, r, opts, notes) for r in test.outputs) if run else ()
     thresholds = Thresholds.parse(test.threshold_args, where(test, "threshold_args"))
-    if thresholds.passthrough:
-        notes.append(f"threshold_args passed through unread: {list(thresholds.passthrough)}")
     return TestPlan(
         test=test, modules=tuple(modules), weights=weights, weights_kind=kind,
         inputs=inputs, outputs=outputs, thresholds=thresholds,
         device=opts.device or test.device,
-        expect_compile_failure=(test.backend == "rocm"
-                                and opts.rocm_chip in test.compile_chip_expecting_to_fail),
-        notes=tuple(notes))
+        expect_compile_failure=expects_compile_failure(test, opts.rocm_chip),
+        notes=tuple(notes), parameters=parameters,
+        spec_paths=_spec_paths(test, opts) if run else {})
 
 
 def check_spec(spec: Path) -> None:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from runner.goldens.check import CheckReport, TestResult
 
 LABELS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "xfailed": "XFAIL",
-          "xpassed": "XPASS", "planned": "PLAN"}
+          "skipped": "SKIP", "planned": "PLAN"}
 
 
 def _timing(r: TestResult) -> str:
@@ -44,7 +44,7 @@ def junit_xml(report: CheckReport) -> bytes:
     suite = ET.Element("testsuite", name="goldens", tests=str(len(results)),
                        failures=str(sum(r.status == "failed" for r in results)),
                        errors=str(sum(r.status == "error" for r in results)),
-                       skipped=str(sum(r.status == "xfailed" for r in results)),
+                       skipped=str(sum(r.status in ("xfailed", "skipped") for r in results)),
                        time=f"{report.seconds:.3f}")
     props = ET.SubElement(suite, "properties")
     for name, value in (("iree_compile", report.compiler.path),
@@ -66,6 +66,8 @@ def junit_xml(report: CheckReport) -> bytes:
                           else "error", type=r.phase).text = r.message
         elif r.status == "xfailed":
             ET.SubElement(case, "skipped", message=f"expected failure: {r.message[:200]}")
+        elif r.status == "skipped":
+            ET.SubElement(case, "skipped", message=r.message[:200])
         out = [f"status: {r.status}", *(o.describe() for o in r.outputs),
                *(s.describe() for s in r.stats), *(f"warning: {w}" for w in r.warnings),
                *(f"note: {n}" for n in r.notes), *(shlex.join(c) for c in r.commands)]
@@ -119,7 +121,7 @@ def markdown(report: CheckReport) -> str:
         lines += [f"- {r.test.name}: {w}" for r in warned for w in r.warnings]
     problems = [r for r in report.results if r.status not in ("passed", "planned")]
     if problems:
-        lines += ["", "## Failures and expected failures"]
+        lines += ["", "## Failures, expected failures and skips"]
         for r in problems:
             lines += ["", f"### {r.test.name}: {r.status} ({r.phase})", "", "```",
                       r.message.strip(), "```"]

@@ -21,35 +21,23 @@ holds them (how the tiny suites in `goldens/` refer to their blobs).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
 from runner.errors import RunnerError
+from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
 DEFAULT_DEVICES = {"cpu": "local-task", "rocm": "hip"}
 KINDS = ("quality", "compstat", "benchmark")
-QUALITY_FIELDS = {
-    "mlir", "inputs", "outputs", "real_weights", "pipeline_mlir", "pipeline_compiler_flags",
-    "add_pipeline_module", "device", "compiler_flags", "threshold_args", "run_function",
-    "compile_only", "run_test_expecting_to_fail", "compile_chip_expecting_to_fail",
-    "tuner_file",
-}
-REGRESSION_FIELDS = {
-    "mlir", "inputs", "outputs", "real_weights", "pipeline_mlir", "add_pipeline_module",
-    "cpu_compiler_flags", "rocm_compiler_flags", "rocm_pipeline_compiler_flags",
-    "cpu_threshold_args", "rocm_threshold_args", "run_cpu_function", "run_rocm_function",
-    "cpu_run_test_expecting_to_fail", "rocm_run_test_expecting_to_fail", "rocm_tests_only",
-    "rocm_compile_chip_expecting_to_fail", "compile_only", "tuner_file",
-}
-TORCH_FIELDS = {"type", "markers", "modules", "module", "weights", "run_args", "inputs",
-                "expected_outputs", "outputs", "golden_time_ms", "golden_dispatch_count",
-                "golden_binary_size"}
+QUALITY_FIELDS = fields.QUALITY
+REGRESSION_FIELDS = fields.REGRESSION
 # A `modules/<name>.json` file: what to compile, nothing to run.
-MODULE_FIELDS = {"mlir", "compiler_flags", "type"}
+MODULE_FIELDS = fields.TORCH_MODULE | fields.RUNNER_MODULE_EXTENSIONS
 # Fields only the regression schema has: any of them marks a file as that schema.
 _REGRESSION_MARKERS = REGRESSION_FIELDS - QUALITY_FIELDS
 # What IREE CI's regression runner appends to the per-backend flags.
@@ -61,6 +49,7 @@ BACKEND_MARKERS = {"cpu": "cpu", "local-task": "cpu", "local-sync": "cpu", "hip"
                    "rocm": "rocm"}
 # run_args iree-run-module compares with; the rest go to the tool unchanged.
 THRESHOLD_ARG_PREFIXES = ("--expected_", "--equality_mode")
+DEFAULT_TOLERANCE_FACTOR = 1.1  # torch_models benchmark_test.py: tolerance_factor's default
 
 
 @dataclass(frozen=True)
@@ -82,12 +71,26 @@ class TensorRef:
 
 
 @dataclass(frozen=True)
+class ArgSpec:
+    """A torch_models argspec (`inputs`, `outputs`, `expected_outputs`): IREE's runner passes
+    `<value>=@<the url's file>`, either part optional, to the tool's flag."""
+
+    value: str | None
+    url: str | None
+    where: str
+
+
+@dataclass(frozen=True)
 class WeightRef:
-    """A parameter archive and the scope the module reads it under (`model`)."""
+    """A parameter archive and the scope the module reads it under (`model`). `kind`
+    "random": generated from `module`'s MLIR with `seed`, as IREE's runner does."""
 
     scope: str
-    source: str
+    source: str  # the URL or path; for random weights, the module's name
     where: str
+    kind: str = "url"
+    seed: int | None = None
+    module: ModuleDef | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class ModuleDef:
     base_dir: Path  # relative `mlir` paths resolve here
     load: bool = True
     stats: bool = False
+    unknown: tuple[str, ...] = ()  # fields of its module file IREE's runner does not read
 
     @property
     def chip(self) -> str | None:
@@ -137,6 +141,16 @@ class GoldenTest:
     golden_time_ms: float | None = None
     benchmark_flags: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # fields this runner does not use
+    # torch_models: run_args and argspecs exactly as written (IREE's runner passes them on).
+    run_args: tuple[str, ...] = ()
+    input_specs: tuple[ArgSpec, ...] = ()
+    output_specs: tuple[ArgSpec, ...] = ()
+    expected_specs: tuple[ArgSpec, ...] = ()
+    tolerance_factor: float | None = None
+    unknown: tuple[str, ...] = ()  # fields IREE's runner does not read: warnings
+    # Run fields the file leaves out that IREE's runner would pass as the string "None"
+    # (`--function=None`): the run fails there, so it fails here.
+    unset: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -182,6 +196,8 @@ class BenchmarkTest:
     module_test: GoldenTest | None = None
     time_statistic: str = "mean"  # or "min"
     markers: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()  # fields IREE's runner does not read: warnings
+    unset: tuple[str, ...] = ()  # fields IREE's runner would pass as "None" (it then fails)
 
     @property
     def name(self) -> str:
@@ -390,6 +406,22 @@ def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
                            path.parent, load=add)
 
 
+def _entry_unknown(f: _Fields, known: frozenset[str], reader: str) -> tuple[str, ...]:
+    """Unknown fields of the file and of its inputs[] / outputs[] entries."""
+    found = list(fields.unknown(f.raw, known, f.where, reader))
+    for key in ("inputs", "outputs"):
+        entries = f.raw.get(key)
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict):
+                found += fields.unknown(entry, fields.TENSOR_ENTRY, f"{f.where}: {key}[{i}]",
+                                        reader)
+    return tuple(found)
+
+
+def _unset(f: _Fields, *keys: str) -> tuple[str, ...]:
+    return tuple(k for k in keys if f.raw.get(k) is None)
+
+
 def _old_common(path: Path, f: _Fields) -> dict[str, Any]:
     weights = f.text("real_weights")
     return dict(
@@ -414,6 +446,8 @@ def _quality_test(path: Path, raw: dict) -> GoldenTest:
         run_test_expecting_to_fail=f.flag("run_test_expecting_to_fail"),
         compile_chip_expecting_to_fail=f.texts("compile_chip_expecting_to_fail"),
         extra={k: v for k, v in raw.items() if k not in QUALITY_FIELDS},
+        unknown=_entry_unknown(f, QUALITY_FIELDS, "IREE CI's model_quality_run.py"),
+        unset=_unset(f, "device", "run_function"),
     )
 
 
@@ -421,6 +455,7 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
     f = _Fields(raw, str(path))
     common = _old_common(path, f)
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
+    unknown = _entry_unknown(f, REGRESSION_FIELDS, "IREE CI's test_model_threshold.py")
     tests = []
     for backend in BACKENDS:
         if backend == "cpu" and f.flag("rocm_tests_only"):
@@ -438,7 +473,7 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
             run_test_expecting_to_fail=f.flag(f"{backend}_run_test_expecting_to_fail"),
             compile_chip_expecting_to_fail=(f.texts("rocm_compile_chip_expecting_to_fail")
                                             if backend == "rocm" else ()),
-            extra=extra,
+            extra=extra, unknown=unknown, unset=_unset(f, f"run_{backend}_function"),
         ))
     return tests
 
@@ -460,17 +495,13 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
                           "--module-directory, where `<model>/modules/` lives)")
     raw = _read_json(found)
     f = _Fields(raw, str(found))
-    unknown = sorted(raw.keys() - MODULE_FIELDS)
-    if unknown:
-        raise RunnerError(f"unknown field `{unknown[0]}` in a module definition",
-                          where=f"{found}: {unknown[0]}",
-                          fix=f"a module file holds only {', '.join(sorted(MODULE_FIELDS))}")
+    unknown = fields.unknown(raw, MODULE_FIELDS, str(found), "IREE CI's torch_models runner")
     # IREE CI: a `git-lfs` module's MLIR path is relative to the module directory.
     base = found.parent
     if raw.get("type") == "git-lfs":
         base = next(b for b, c in zip(bases, candidates, strict=False) if c == found)
     return ModuleDef(ref, f.required("mlir"), f.texts("compiler_flags"),
-                     f"{found}: mlir", base, stats=True)
+                     f"{found}: mlir", base, stats=True, unknown=unknown)
 
 
 def _torch_backend(path: Path, markers: tuple[str, ...], device: str | None,
@@ -505,31 +536,85 @@ def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tupl
     return function, device, tuple(thresholds), tuple(rest)
 
 
-def _weights(f: _Fields) -> tuple[WeightRef, ...]:
+def _torch_weights(f: _Fields, path: Path, module_dirs: tuple[Path, ...]
+                   ) -> tuple[tuple[WeightRef, ...], tuple[str, ...]]:
+    """Every `weights` entry, as IREE's runner reads it (test_base.py `_get_weights`): `type`
+    and `scope` required; `url` archives, or `random` ones generated from a module's MLIR
+    with a seed. Each is passed as `--parameters=<scope>=<file>`, in order."""
     value = f.raw.get("weights") or []
     if not isinstance(value, list):
         raise f._bad("weights", 'a list of {"type": "url", "url": ..., "scope": "model"}')
-    out = []
+    out: list[WeightRef] = []
+    unknown: list[str] = []
+    fix = 'write {"type": "url", "url": "<URL>", "scope": "model"}'
     for i, entry in enumerate(value):
         where = f"{f.where}: weights[{i}]"
         if not isinstance(entry, dict):
-            raise RunnerError("each weight is an object", where=where,
-                              fix='write {"type": "url", "url": "<URL>", "scope": "model"}')
-        if entry.get("type", "url") != "url":
-            raise RunnerError(f"weights of type {entry.get('type')!r} are not supported",
-                              where=f"{where}.type",
-                              fix='give the archive: {"type": "url", "url": "<URL>"}')
-        url, scope = entry.get("url"), entry.get("scope", "model")
-        if not isinstance(url, str) or not url:
-            raise RunnerError("missing `url`", where=f"{where}.url", fix='add "url": "<URL>"')
-        if scope != "model":
-            raise RunnerError(f"parameter scope {scope!r}: only `model` is supported",
-                              where=f"{where}.scope", fix='use "scope": "model"')
-        out.append(WeightRef(scope, url, where))
-    if len(out) > 1:
-        raise RunnerError("more than one weights archive", where=f"{f.where}: weights",
-                          fix="merge them into one .irpa (scope `model`)")
-    return tuple(out)
+            raise RunnerError("each weight is an object", where=where, fix=fix)
+        kind, scope = entry.get("type"), entry.get("scope")
+        if kind not in fields.TORCH_WEIGHT:
+            raise RunnerError(f"weights of type {kind!r}: IREE CI's runner knows `url` and "
+                              "`random`", where=f"{where}.type", fix=fix)
+        if not isinstance(scope, str) or not scope:
+            raise RunnerError("missing `scope` (IREE CI's runner requires it)",
+                              where=f"{where}.scope", fix='add "scope": "model"')
+        unknown += fields.unknown(entry, fields.TORCH_WEIGHT[kind], where,
+                                  "IREE CI's torch_models runner")
+        if kind == "url":
+            url = entry.get("url")
+            if not isinstance(url, str) or not url:
+                raise RunnerError("missing `url`", where=f"{where}.url",
+                                  fix='add "url": "<URL>"')
+            out.append(WeightRef(scope, url, where))
+            continue
+        seed = entry.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise RunnerError("`seed` must be a whole number >= 0 (numpy's default_rng seed)",
+                              where=f"{where}.seed", fix='add "seed": 0')
+        module = _module_def(entry.get("module"), f"{where}.module", path, module_dirs)
+        out.append(WeightRef(scope, module.name, where, kind="random", seed=seed,
+                             module=module))
+    return tuple(out), tuple(unknown)
+
+
+def _argspecs(f: _Fields, key: str) -> tuple[tuple[ArgSpec, ...], tuple[str, ...]]:
+    """`inputs` / `outputs` / `expected_outputs` entries: `url` and `value`, either optional
+    but not both (test_base.py `_get_arg_strings`)."""
+    value = f.raw.get(key) or []
+    if not isinstance(value, list):
+        raise f._bad(key, 'a list of {"url": ..., "value": ...}')
+    specs: list[ArgSpec] = []
+    unknown: list[str] = []
+    for i, entry in enumerate(value):
+        where = f"{f.where}: {key}[{i}]"
+        parts = {k: entry.get(k) for k in ("url", "value")} if isinstance(entry, dict) else {}
+        if not parts or not all(v is None or (isinstance(v, str) and v)
+                                for v in parts.values()) \
+                or all(v is None for v in parts.values()):
+            raise RunnerError("each entry needs a `url` or a `value` (a non-empty string)",
+                              where=where, fix='write {"url": "<URL>", "value": "<shape>x<type>"}')
+        unknown += fields.unknown(entry, fields.TORCH_ARGSPEC, where,
+                                  "IREE CI's torch_models runner")
+        specs.append(ArgSpec(parts["value"], parts["url"], where))
+    return tuple(specs), tuple(unknown)
+
+
+def _tensor_refs(specs: tuple[ArgSpec, ...]) -> tuple[TensorRef, ...] | None:
+    """The argspecs as tensors this runner reads itself (a file and its type), or None when
+    one is something else (a literal value, an output file): then only the tool runs it."""
+    refs = []
+    for spec in specs:
+        if spec.url is None:
+            return None
+        ref = TensorRef(spec.url, spec.value, spec.where)
+        try:
+            _ = ref.spec
+        except RunnerError:
+            return None
+        if spec.value is None and not ref.name.lower().endswith(".npy"):
+            return None
+        refs.append(ref)
+    return tuple(refs)
 
 
 def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenTest:
@@ -559,43 +644,40 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
     modules = tuple(_module_def(n, f"{where}: {names_field}"
                                 + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
                     for i, n in enumerate(names))
+    reader = "IREE CI's torch_models runner"
+    unknown = [*fields.unknown(raw, fields.TORCH_COMMON | fields.TORCH_BY_KIND[kind], where,
+                               reader, fields.TORCH_ANY_KIND),
+               *(u for m in modules for u in m.unknown)]
     function, device, thresholds, rest = _run_args(f)
     backend = _torch_backend(path, markers, device, modules)
-    inputs: tuple[TensorRef, ...] = ()
-    if kind == "quality":
-        inputs = f.tensors("inputs", "url")
-    elif kind == "benchmark":
-        _benchmark_inputs(f)
+    specs: dict[str, tuple[ArgSpec, ...]] = {}
+    weights: tuple[WeightRef, ...] = ()
+    if kind != "compstat":  # compstat_test.py reads none of these
+        for key in ("inputs", "outputs", "expected_outputs"):
+            specs[key], more = _argspecs(f, key)
+            unknown += more
+        weights, more = _torch_weights(f, path, module_dirs)
+        unknown += more
+        unknown += (u for w in weights if w.module for u in w.module.unknown)
+    inputs = _tensor_refs(specs.get("inputs", ()))
+    outputs = _tensor_refs(specs.get("expected_outputs", ()))
     return GoldenTest(
         path=path, schema="torch", kind=kind, model=path.resolve().parent.name,
         submodel=path.stem, backend=backend, modules=modules,
-        markers=(kind, *markers), inputs=inputs,
-        outputs=f.tensors("expected_outputs", "url") if kind == "quality" else (),
-        weights=_weights(f), device=device or DEFAULT_DEVICES[backend],
+        markers=(kind, *markers), inputs=inputs or (),
+        outputs=(outputs or ()) if kind == "quality" else (),
+        weights=weights, device=device or DEFAULT_DEVICES[backend],
         threshold_args=thresholds + (rest if kind == "quality" else ()),
         run_function=function or "main",
         golden_dispatch_count=f.number("golden_dispatch_count", int),
         golden_binary_size=f.number("golden_binary_size", int),
         golden_time_ms=f.number("golden_time_ms"),
         benchmark_flags=rest if kind == "benchmark" else (),
-        extra={k: v for k, v in raw.items() if k not in TORCH_FIELDS},
+        run_args=f.texts("run_args"), input_specs=specs.get("inputs", ()),
+        output_specs=specs.get("outputs", ()), expected_specs=specs.get("expected_outputs", ()),
+        tolerance_factor=f.number("tolerance_factor"),
+        unknown=tuple(dict.fromkeys(unknown)),
     )
-
-
-def _benchmark_inputs(f: _Fields) -> tuple[TensorSpec, ...]:
-    """Benchmark inputs by type only (`{"value": "1x64xi64"}`): zero-filled, as IREE CI
-    gives them."""
-    value = f.raw.get("inputs") or []
-    if not isinstance(value, list):
-        raise f._bad("inputs", 'a list of {"value": "<shape>x<type>"}')
-    specs = []
-    for i, entry in enumerate(value):
-        text = entry.get("value") if isinstance(entry, dict) else entry
-        if not isinstance(text, str):
-            raise RunnerError("each input needs a `value` like 1x64xi64",
-                              where=f"{f.where}: inputs[{i}]")
-        specs.append(TensorSpec.parse(text, f"{f.where}: inputs[{i}].value"))
-    return tuple(specs)
 
 
 def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> BenchmarkTest:
@@ -609,13 +691,21 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
                               where=f"{path}: type",
                               fix="check it with `runner goldens check`")
         golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
+        factor = DEFAULT_TOLERANCE_FACTOR if test.tolerance_factor is None \
+            else test.tolerance_factor
+        shapes = []
+        for spec in test.input_specs:
+            try:
+                shapes.append(TensorSpec.parse(spec.value or "", f"{spec.where}.value"))
+            except RunnerError:
+                break
         return BenchmarkTest(
             path=path, model=test.model, submodel=test.submodel, backend=test.backend,
-            inputs=_benchmark_inputs(_Fields(raw, str(path))), function=test.run_function,
+            inputs=tuple(shapes), function=test.run_function,
             benchmark_flags=test.benchmark_flags, device=test.device, golden_time_ms=golden,
-            golden_time_tolerance_multiplier={ANY_SKU: 1.0} if golden else {},
+            golden_time_tolerance_multiplier={ANY_SKU: factor} if golden else {},
             golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
-            time_statistic="min", markers=test.markers)
+            time_statistic="min", markers=test.markers, unknown=test.unknown)
     if kind != "benchmark":
         raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
                           fix="check it with `runner goldens check`")
@@ -629,6 +719,9 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
     return BenchmarkTest(
+        unknown=fields.unknown(raw, fields.BENCHMARK | fields.RUNNER_BENCHMARK_EXTENSIONS,
+                               str(path), "IREE CI's model_benchmark_run.py"),
+        unset=_unset(f, "device", "function_run"),
         path=path, model=path.resolve().parent.name, submodel=submodel, backend=backend,
         inputs=tuple(TensorSpec.parse(v, f"{path}: inputs[{i}]") for i, v in enumerate(inputs)),
         function=f.text("function_run", "main"), benchmark_flags=f.texts("benchmark_flags"),
@@ -645,10 +738,13 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
 
 def file_kind(path: Path) -> str:
     """What a file in a test directory is: "benchmark" (either layout), "module" (a
-    torch-layout module definition) or "test"."""
+    torch-layout module definition), "untyped" (a torch-layout file without `type`, which
+    IREE CI's collector passes over) or "test"."""
     raw = _read_json(path)
     kind = layout(raw)
     if kind == "torch":
+        if "type" not in raw:
+            return "untyped"
         return "benchmark" if raw.get("type") == "benchmark" else "test"
     if kind in ("benchmark", "module"):
         return kind
@@ -687,6 +783,9 @@ def load_tests(paths: list[Path], selection: Selection | None = None,
         kind = "test" if explicit else file_kind(path)
         if kind == "benchmark":
             benchmarks.append(path)
+        if kind == "untyped":
+            print(f"warning: {path}: no `type`: not a test (IREE CI's torch_models collector "
+                  "skips it too)", file=sys.stderr)
         if kind != "test":
             continue
         for test in load_test_file(path, module_dirs):
