@@ -121,6 +121,8 @@ SLURM = "needs a lab Slurm cluster with GPU nodes and a shared /shared filesyste
 INSTALL = "installs packages into the Python that runs the tests"
 LONG = "minutes of work that the covering test does at a smaller size"
 DOCKER_LONG = "builds a harness image or runs workers in containers (minutes)"
+NETWORK = ("needs a clone of iree-org/iree-test-suites from GitHub, and its runner's packages "
+           "in a venv of its own")
 
 # Shown but not run here: command -> (why, the test or script that covers it).
 NOT_HERE: dict[str, tuple[str, str]] = {
@@ -338,6 +340,21 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner fetch --profile sdxl": ("downloads IREE CI's SDXL artifacts (GBs) from Azure",
                                     "tests/test_remote_model.py::"
                                     "test_fetch_then_generate_from_urls"),
+    # IREE's own test-suite runner beside ours (iree-test-suites is a network clone)
+    "git clone https://github.com/iree-org/iree-test-suites /tmp/its": (
+        NETWORK, "scripts/iree_conformance.py"),
+    "git -C /tmp/its checkout 612f93663b32ea86ea442e87be549f1056a5de1c": (
+        NETWORK, "scripts/iree_conformance.py"),
+    "git -C /tmp/its worktree add /tmp/its-regression a8791d2^": (
+        NETWORK, "scripts/iree_conformance.py"),
+    "python3 -m venv --system-site-packages /tmp/its-venv": (
+        NETWORK, "scripts/iree_conformance.py"),
+    "/tmp/its-venv/bin/pip install azure-storage-blob tabulate pytest-timeout pytest-check": (
+        NETWORK, "scripts/iree_conformance.py"),
+    "python3 scripts/iree_conformance.py --iree-test-suites /tmp/its --regression-checkout "
+    "/tmp/its-regression --python /tmp/its-venv/bin/python --work /tmp/conformance": (
+        NETWORK + "; about 40 minutes", "tests/test_goldens_conformance.py::"
+        "test_random_weights_match_iree_runners_bytes"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),
