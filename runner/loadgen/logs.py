@@ -59,9 +59,9 @@ class Summary:
                 "errors": self.errors}
 
 
-def detail_facts(path: Path) -> dict[str, Any]:
-    """The detail log's `effective_*` values (what LoadGen really ran) and its error
-    messages; the detail log is one `:::MLLOG {json}` record per line."""
+def detail_values(path: Path) -> dict[str, Any]:
+    """Every `key: value` of the detail log (one `:::MLLOG {json}` record per line; a key
+    logged twice keeps its last value), and its error messages under "errors"."""
     facts: dict[str, Any] = {"errors": []}
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -75,11 +75,17 @@ def detail_facts(path: Path) -> dict[str, Any]:
         except ValueError:
             continue
         key = str(entry.get("key", ""))
-        if key.startswith("effective_"):
+        if key and key != "errors":
             facts[key] = entry.get("value")
         if (entry.get("metadata") or {}).get("is_error"):
             facts["errors"].append(str(entry.get("value")))
     return facts
+
+
+def detail_facts(path: Path) -> dict[str, Any]:
+    """The detail log's `effective_*` values (what LoadGen really ran) and its errors."""
+    return {k: v for k, v in detail_values(path).items()
+            if k == "errors" or k.startswith("effective_")}
 
 
 def _number(text: str) -> float | None:
