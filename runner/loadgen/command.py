@@ -8,7 +8,6 @@ the SUT's counts, FID/CLIP, compliance verdicts, the submission tree's check), w
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -37,19 +36,21 @@ SUBMISSION_DIR = "submission"
 
 
 def images_digest(log: Path, shape: tuple[int, int, int]) -> str:
-    """sha256 over (qsl_idx, image) of a log's first record per qsl_idx, by qsl_idx."""
-    per_sample = {qsl_idx: hashlib.sha256(image.tobytes()).hexdigest()
-                  for qsl_idx, image in iter_log_samples(log, shape)}
-    return hashlib.sha256(json.dumps(sorted(per_sample.items())).encode()).hexdigest()
+    """sha256 over the (qsl_idx, image) sequence of a log's first record per qsl_idx, in the
+    log's order (the order FID's sums run in); seq_ids left out."""
+    h = hashlib.sha256()
+    for qsl_idx, image in iter_log_samples(log, shape):
+        h.update(f"{qsl_idx}:".encode() + hashlib.sha256(image.tobytes()).digest())
+    return h.hexdigest()
 
 
 def score_accuracy(prepared: Prepared, log_dir: Path,
                    scored: dict[str, tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
     """LoadGen's accuracy log scored by the runner's FID/CLIP (MLPerf's computation). A log
-    holding the same images as one already scored in this command (`scored`, by their
-    digest: the scenarios' accuracy tests compute the same images, in another order and
-    with other seq_ids) takes that score and its files: FID/CLIP is a function of the
-    images by qsl_idx (scoring reads them in qsl_idx order)."""
+    holding the same images in the same order as one already scored in this command
+    (`scored`, by `images_digest`: Offline's and Server's accuracy tests answer in qsl_idx
+    order, with other seq_ids) takes that score and its files, since FID/CLIP is a function
+    of that sequence."""
     import shutil
 
     from runner.accuracy.evaluate import evaluate_run
@@ -146,7 +147,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
     tree conforms and meets the round's rules; 1 otherwise."""
     from runner.batch.run import plan_for
     from runner.compiled_model import compile_model
-    from runner.loadgen.system import runner_provenance
+    from runner.provenance import runner_provenance
 
     prepared = prepare(request)
     if dry_run:

@@ -149,8 +149,7 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     """The round, the system description and the scenario set, checked before anything
     runs (the systems JSON's framework is the local IREE here; the tree gets the one the
     workers ran, from the work dir's manifest)."""
-    from runner.loadgen.system import runner_provenance
-    from runner.provenance import iree_provenance
+    from runner.provenance import iree_provenance, runner_provenance
 
     rules = installed_round()
     mlperf = request.profile.mlperf

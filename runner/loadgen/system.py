@@ -231,24 +231,6 @@ ACCELERATOR_FIELDS = (
     "accelerator_on-chip_memories")
 
 
-def runner_provenance() -> dict[str, Any]:
-    """The runner's version and, from a git checkout, its commit and whether it is dirty."""
-    import runner
-
-    root = Path(runner.__file__).resolve().parent.parent
-    out: dict[str, Any] = {"version": runner.__version__, "commit": None, "dirty": None}
-    if shutil.which("git") and (root / ".git").exists():
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, check=False)
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
-                                 "runner", "configs"], capture_output=True, text=True,
-                                check=False)
-        if head.returncode == 0:
-            out["commit"] = head.stdout.strip()
-            out["dirty"] = bool(status.stdout.strip())
-    return out
-
-
 def software_facts(iree: dict[str, Any], runner_info: dict[str, Any]) -> dict[str, str]:
     """framework (IREE) and other_software_stack (runner, LoadGen, Python, numpy)."""
     import importlib.metadata
