@@ -105,6 +105,13 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path, capsys):
                   "--scenario", "offline,server", "--mode", "submission",
                   "--out", str(out)) == 2
     assert "takes no stable-diffusion-xl result from a 'datacenter'" in capsys.readouterr().err
+    assert mlperf("--profile", "tiny", *full, "--audit-conf", "TEST05=x", "--out", str(out)) == 2
+    assert "is not TEST=FILE" in capsys.readouterr().err
+    no_mode = tmp_path / "audit.config"
+    no_mode.write_text("*.*.performance_issue_same = 1\n")
+    assert mlperf("--profile", "tiny", *full, "--audit-conf", f"TEST04={no_mode}",
+                  "--out", str(out)) == 2
+    assert "must set the mode" in capsys.readouterr().err
     assert mlperf("--profile", "tiny", "--scenario", "offline,offline", "--mode", "accuracy",
                   "--out", str(out)) == 2
     assert mlperf("--profile", "tiny", "--scenario", "multistream", "--mode", "performance",

@@ -27,6 +27,21 @@ def _split(items: list[str]) -> tuple[str, ...]:
     return tuple(t.strip() for item in items for t in item.split(",") if t.strip())
 
 
+def _audit_confs(items: list[str] | None) -> dict[str, Path]:
+    """`--audit-conf TEST04=FILE` items."""
+    from runner.errors import RunnerError
+
+    out: dict[str, Path] = {}
+    for item in items or []:
+        test, eq, path = item.partition("=")
+        if not eq or test not in COMPLIANCE_TESTS or not path:
+            raise RunnerError(f"`--audit-conf {item}` is not TEST=FILE", where="--audit-conf",
+                              fix=f"e.g. --audit-conf TEST04=my-audit.config "
+                              f"({', '.join(COMPLIANCE_TESTS)})")
+        out[test] = Path(path)
+    return out
+
+
 def cmd_mlperf(args: argparse.Namespace) -> int:
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
@@ -40,7 +55,7 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
     request = MlperfRequest(
         profile=profile, scenarios=_split(args.scenario), mode=args.mode, out=Path(args.out),
         compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
-        audit_conf=Path(args.audit_conf) if args.audit_conf else None,
+        audit_confs=_audit_confs(args.audit_conf),
         flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions,
         score=args.score, division=args.division, submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
@@ -73,8 +88,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "profile's mlperf.submitter)")
     p.add_argument("--user-conf", metavar="FILE", help="LoadGen user.conf (checked line by "
                    "line; merged with the profile's `mlperf:` values)")
-    p.add_argument("--audit-conf", metavar="FILE",
-                   help="replaces the one --compliance test's shipped audit.config")
+    p.add_argument("--audit-conf", action="append", metavar="TEST=FILE",
+                   help="replaces a compliance test's shipped audit.config (MLPerf's own); "
+                   "a result run so is not a valid submission")
     p.add_argument("--count", type=int, help="QSL and performance sample count (default 5000)")
     p.add_argument("--time", type=float, metavar="S", help="minimum test duration, seconds")
     p.add_argument("--qps", type=float,

@@ -53,7 +53,7 @@ class MlperfRequest:
     out: Path
     compliance: tuple[str, ...] | None = None  # None: the round's (submission) or none
     user_conf: Path | None = None
-    audit_conf: Path | None = None
+    audit_confs: dict[str, Path] = field(default_factory=dict)  # test -> its audit.config
     flags: Flags = field(default_factory=Flags)
     argv: list[str] = field(default_factory=list)
     captions: Path | None = None
@@ -131,16 +131,18 @@ def _compliance(request: MlperfRequest, rules: Round | None) -> tuple[str, ...]:
 
 def _tests(request: MlperfRequest, scenarios: tuple[str, ...], compliance: tuple[str, ...]
            ) -> tuple[TestSpec, ...]:
-    if request.audit_conf is not None and len(compliance) != 1:
-        raise RunnerError("--audit-conf replaces one compliance test's audit.config",
-                          where="--audit-conf", fix="name exactly one --compliance test")
+    stray = [t for t in request.audit_confs if t not in compliance]
+    if stray:
+        raise RunnerError(f"--audit-conf {stray[0]}=... names no compliance test of this "
+                          "command", where="--audit-conf",
+                          fix=f"use one of {', '.join(compliance) or '(none: --mode submission)'}")
     tests = []
     for scenario in scenarios:
         if request.mode in ("accuracy", "submission"):
             tests.append(TestSpec("accuracy", scenario, "accuracy"))
         if request.mode in ("performance", "submission"):
             tests.append(TestSpec("performance", scenario, "performance"))
-        tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_conf))
+        tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
                   for t in compliance]
     return tuple(tests)
 
