@@ -40,8 +40,11 @@ from runner.profile import load_profile
 pytestmark = pytest.mark.slow
 SCENARIOS = ("SingleStream", "Offline", "Server")
 SHAPE = (128, 128, 3)
+# Offline's one query holds 16 samples over the 8-sample set: TEST01's log then repeats
+# every qsl_idx, which the compliance checks must compare too.
 CONF = ("stable-diffusion-xl.*.min_duration = 1000\n"
-        "stable-diffusion-xl.*.min_query_count = 8\n")
+        "stable-diffusion-xl.*.min_query_count = 8\n"
+        "stable-diffusion-xl.Offline.min_query_count = 16\n")
 SYSTEM = "cpu-2dev"
 
 
@@ -127,7 +130,7 @@ def test_a_conforming_tree_broken_is_named(run, tmp_path):
 # --- systems JSON and measurements ----------------------------------------------------------
 def test_systems_json_fills_every_field_the_round_requires(run):
     fields = json.loads((base(run) / "systems" / f"{SYSTEM}.json").read_text())
-    assert list(fields) == list(V6_1.system_fields)
+    assert set(fields) == set(V6_1.system_fields)
     assert all(v not in ("", None) for v in fields.values()), fields
     assert fields["submitter"] == "Demo" and fields["division"] == "closed"
     assert fields["system_type"] == "datacenter,edge" and fields["number_of_nodes"] == 1
@@ -272,7 +275,7 @@ def test_rules_not_met_are_exactly_the_short_runs(run):
     categories = {
         "sample count": r"performance sample count 8 < 5000",
         "duration": r"min_duration 1000 ms < 600000",
-        "offline samples per query": r"Offline/\w+: samples per query \d+ < 5000",
+        "offline samples per query": r"Offline/\w+: samples per query 16 < 5000",
         "early stopping": r"(SingleStream|Server)/\w+: early stopping not met",
         "invalid": r"LoadGen result INVALID",
         "dataset": r"/accuracy: 8 samples, the dataset has 5000",
@@ -311,46 +314,67 @@ def test_test01_compares_every_record_repeated_ones_included(tmp_path):
     assert check_accuracy(reference, clean, SHAPE).passed
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_mlperfs_run_verification_agrees_with_our_verdicts(run, tmp_path, scenario):
-    """MLPerf's TEST01 and TEST04 run_verification.py on the run's logs, and on a TEST01 log
-    whose repeated record was corrupted: the same verdicts as ours."""
-    root = checkout()
-    d = scenario_dir(run, scenario)
-    results = tmp_path / "results"
+def _verification_inputs(run: Path, scenario: str, tmp: Path) -> Path:
+    """A results dir as MLPerf's run_verification.py reads it: the full accuracy log and
+    the performance logs."""
+    results = tmp / "results"
     (results / "accuracy").mkdir(parents=True)
     shutil.copy(run / scenario / "accuracy" / ACCURACY_LOG, results / "accuracy")
-    shutil.copytree(d / "performance", results / "performance")
+    shutil.copytree(scenario_dir(run, scenario) / "performance", results / "performance")
+    return results
+
+
+def _mlperf_verdicts(test: str, results: Path, compliance: Path, work: Path) -> dict[str, bool]:
+    work.mkdir()
+    done = run_script(checkout() / "compliance" / test / "run_verification.py", "-r",
+                      str(results), "-c", str(compliance), "-o", str(work / "out"), cwd=work)
+    assert done.returncode == 0, done.stderr
+    return {p.stem.removeprefix("verify_"): "TEST PASS" in p.read_text()
+            for p in work.glob("verify_*.txt")}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_mlperfs_run_verification_agrees_with_our_verdicts(run, tmp_path, scenario):
+    """MLPerf's TEST01 and TEST04 run_verification.py on the run's logs: our verdicts."""
+    results = _verification_inputs(run, scenario, tmp_path)
     ours = {v["test"].split("/")[1]: v for v in record(run)["compliance"]
             if v["test"].startswith(f"{scenario}/")}
     for test in ("TEST01", "TEST04"):
-        work = tmp_path / test
-        work.mkdir()
-        done = run_script(root / "compliance" / test / "run_verification.py", "-r", str(results),
-                          "-c", str(run / scenario / test), "-o", str(work / "out"), cwd=work)
-        assert done.returncode == 0, done.stderr
-        for check, verdict in ours[test]["checks"].items():
-            theirs = (work / f"verify_{check}.txt").read_text()
-            assert ("TEST PASS" in theirs) == verdict["passed"], (test, check, theirs)
-    # A repeated TEST01 record corrupted in its first byte: both fail it.
-    records = json.loads((run / scenario / "TEST01" / ACCURACY_LOG).read_text())
-    assert len(records) > len({r["qsl_idx"] for r in records}), "no repeated record"
+        theirs = _mlperf_verdicts(test, results, run / scenario / test, tmp_path / test)
+        assert theirs == {name: c["passed"] for name, c in ours[test]["checks"].items()}, test
+
+
+def test_a_tampered_repeated_test01_record_fails_mlperfs_check_and_ours(run, tmp_path):
+    """Offline's TEST01 log repeats every qsl_idx; its second record of one is corrupted in
+    the first byte (what MLPerf's script compares): both verdicts fail it, while the
+    untouched log passes both."""
+    results = _verification_inputs(run, "Offline", tmp_path)
+    records = json.loads((run / "Offline" / "TEST01" / ACCURACY_LOG).read_text())
     seen: set[int] = set()
     for rec in records:
         if rec["qsl_idx"] in seen:
             rec["data"] = ("00" if rec["data"][:2] != "00" else "FF") + rec["data"][2:]
             break
         seen.add(rec["qsl_idx"])
-    compliance = tmp_path / "tampered"
-    shutil.copytree(run / scenario / "TEST01", compliance)
-    (compliance / ACCURACY_LOG).write_text(json.dumps(records))
-    work = tmp_path / "tampered-run"
-    work.mkdir()
-    done = run_script(root / "compliance" / "TEST01" / "run_verification.py", "-r", str(results),
-                      "-c", str(compliance), "-o", str(work / "out"), cwd=work)
-    assert "TEST FAIL" in (work / "verify_accuracy.txt").read_text()
-    assert not check_accuracy(run / scenario / "accuracy" / ACCURACY_LOG,
-                              compliance / ACCURACY_LOG, SHAPE).passed
+    else:
+        pytest.fail("no repeated record in Offline's TEST01 log")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run / "Offline" / "TEST01", tampered)
+    (tampered / ACCURACY_LOG).write_text(json.dumps(records))
+    reference = run / "Offline" / "accuracy" / ACCURACY_LOG
+    assert _mlperf_verdicts("TEST01", results, run / "Offline" / "TEST01",
+                            tmp_path / "clean")["accuracy"]
+    assert check_accuracy(reference, run / "Offline" / "TEST01" / ACCURACY_LOG, SHAPE).passed
+    assert not _mlperf_verdicts("TEST01", results, tampered, tmp_path / "bad")["accuracy"]
+    assert not check_accuracy(reference, tampered / ACCURACY_LOG, SHAPE).passed
+
+
+def test_offline_test01_log_repeats_and_every_record_is_compared(run):
+    text = (run / "Offline" / "TEST01" / "verify_accuracy.txt").read_text()
+    records = json.loads((run / "Offline" / "TEST01" / ACCURACY_LOG).read_text())
+    assert len(records) == 16 and len({r["qsl_idx"] for r in records}) == 8
+    assert "num_perf_log_entries = 16" in text and "num_perf_log_qsl_idx_match = 16" in text
+    assert "num_perf_log_data_mismatch = 0" in text and "TEST PASS" in text
 
 
 # --- MLPerf's submission checker on the tree ---------------------------------------------------
@@ -358,7 +382,7 @@ def test_mlperfs_run_verification_agrees_with_our_verdicts(run, tmp_path, scenar
 EXPECTED_CHECKER_ERRORS = {
     "performance sample count": r"performance_sample_count, found 8, needs to be >= 5000",
     "minimum duration": r"Test duration less than 600s in user config",
-    "Offline samples per query": r"Required minimum samples per query not met",
+    "Offline samples per query": r"Required minimum samples per query not met.*Found=16",
     "early stopping": r"Early stopping condition was not met",
     "dataset size": r"accurcy run does not cover all dataset",
     "compliance verdict (INVALID short runs)": r"Compliance test performance check in .* failed",
