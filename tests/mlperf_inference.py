@@ -44,7 +44,7 @@ def run_checker(tree: Path, version: str, submitter: str, tmp: Path) -> tuple[in
         cwd=root / "tools" / "submission", capture_output=True, text=True, timeout=600,
         check=False)
     lines = (done.stdout + done.stderr).splitlines()
-    return done.returncode, [line for line in lines if " ERROR " in line or "Traceback" in line]
+    return done.returncode, [line for line in lines if " ERROR]" in line or "Traceback" in line]
 
 
 def run_script(script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:

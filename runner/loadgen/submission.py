@@ -115,8 +115,8 @@ def code_readme(runner_info: dict[str, Any], argv: list[str], manifest) -> str:
                         sorted((manifest.worker_commands or {}).items()))
     return ("# stable-diffusion-xl with iree-sdxl-runner\n\n"
             f"- iree-sdxl-runner {runner_info['version']}, commit {commit}{dirty}\n"
-            "- source: https://github.com/iree-org (iree-sdxl-runner); LoadGen drives the\n"
-            "  runner's per-device IREE workers through its file queue.\n\n"
+            "- LoadGen (in the `runner mlperf` process) drives the runner's per-device IREE\n"
+            "  workers through its file queue; the workers' commands are below.\n\n"
             "## The command that produced these results\n\n"
             f"```bash\nrunner {shlex.join(argv)}\n```\n\n"
             "## The worker commands it ran\n\n"
