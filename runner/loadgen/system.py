@@ -2,7 +2,8 @@
 
 Every field the round requires is filled: detected where a machine can tell (CPU model,
 sockets, cores, caches and clock from /proc and /sys; memory; storage; OS; accelerators via
-rocm-smi / nvidia-smi, or none when IREE runs on the CPU; IREE and runner versions as
+rocm-smi (model, memory) / nvidia-smi (model, memory, clock), or none when IREE runs on the
+CPU; IREE and runner versions as
 framework and software), derived from the profile's layout, or given in the profile's
 `mlperf.system` section (a given value wins over a detected one: the submitter answers for
 the description). A field that is none of these is an error naming every such field before
@@ -183,8 +184,9 @@ def parse_nvidia_smi(text: str) -> dict[str, Any]:
 
 
 def parse_rocm_smi(text: str) -> dict[str, Any]:
-    """`rocm-smi --showproductname --showmeminfo vram --showmaxclkfrequency --json`: one
-    object per card; the keys are matched loosely (they vary across ROCm releases)."""
+    """`rocm-smi --showproductname --showmeminfo vram --json`: one object per card
+    (`Card series`, `VRAM Total Memory (B)`, ...); keys matched loosely, as their spelling
+    varies across ROCm releases."""
     try:
         cards = {k: v for k, v in json.loads(text).items() if k.startswith("card")}
     except (ValueError, AttributeError):
@@ -199,8 +201,6 @@ def parse_rocm_smi(text: str) -> dict[str, Any]:
             out["accelerator_model_name"] = str(value)
         elif "vram total memory" in low and str(value).isdigit():
             out["accelerator_memory_capacity"] = _binary(int(value)).replace("iB", "B")
-        elif "sclk" in low and "accelerator_frequency" not in out:
-            out["accelerator_frequency"] = str(value).strip("()")
     return out
 
 
@@ -214,7 +214,7 @@ def accelerator_facts(profile) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     if backend == "hip":
         facts = parse_rocm_smi(_run(["rocm-smi", "--showproductname", "--showmeminfo", "vram",
-                                     "--showmaxclkfrequency", "--json"]) or "")
+                                     "--json"]) or "")
     elif backend == "cuda":
         facts = parse_nvidia_smi(_run(["nvidia-smi",
                                        "--query-gpu=name,memory.total,clocks.max.sm",
