@@ -418,3 +418,29 @@ def test_unknown_system_fields_and_hostile_names_fail_before_anything_runs(tmp_p
         from runner.loadgen.system import check_name
 
         check_name(None, "system id (mlperf.system.id)", "here")
+
+
+def test_loadgen_accuracy_scores_like_the_runners_own_run(run, tmp_path):
+    """The same 8 samples through the runner's own queue run and aggregation score to the
+    same FID/CLIP bits as LoadGen's Offline and Server accuracy logs (answered in qsl_idx
+    order); SingleStream's log, in LoadGen's issue order, holds the same images."""
+    from runner.accuracy.evaluate import evaluate_run
+    from runner.cli import main
+
+    own_dir = tmp_path / "own"
+    assert main(["run", "--profile", "cpu", "--count", "8", "--no-score",
+                 "--out", str(own_dir)]) == 0
+    own = evaluate_run(own_dir, allow_subset=True, progress=False)
+    accuracy = record(run)["accuracy"]
+    for scenario in ("Offline", "Server"):
+        assert (accuracy[scenario]["fid"], accuracy[scenario]["clip"]) == \
+            (own.result.fid, own.result.clip)
+        assert accuracy[scenario]["n"] == own.result.n == 8
+    assert accuracy["Server"]["same_log_as"].endswith("Offline/accuracy/mlperf_log_accuracy.json")
+    from runner.mlperf_log import iter_log_samples
+
+    def images(scenario: str) -> dict[int, bytes]:
+        log = run / scenario / "accuracy" / ACCURACY_LOG
+        return {i: a.tobytes() for i, a in iter_log_samples(log, SHAPE)}
+
+    assert images("SingleStream") == images("Offline")
