@@ -404,7 +404,7 @@ def test_unknown_system_fields_and_hostile_names_fail_before_anything_runs(tmp_p
     out = tmp_path / "out"
     full = ("--profile", "tiny", "--scenario", "singlestream,offline,server",
             "--mode", "submission", "--out", str(out))
-    assert mlperf(*full, "--set", "mlperf.system.cooling=") == 2
+    assert mlperf(*full, "--set", "mlperf.system.cooling=\"\"") == 2
     assert "lacks 1 field(s) that nothing detects: cooling" in capsys.readouterr().err
     assert mlperf(*full, "--set", "mlperf.system.colling=air") == 2
     assert "does not know: colling" in capsys.readouterr().err
