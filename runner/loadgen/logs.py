@@ -30,7 +30,7 @@ class Summary:
     scenario: str
     mode: str
     result: str | None  # VALID | INVALID; None when the run ended before the summary did
-    samples_per_second: float | None  # Offline: samples/s; Server: completed samples/s
+    samples_per_second: float | None  # Offline: samples/s; Server: completed; SingleStream: QPS
     constraints: dict[str, bool]  # "Min duration satisfied": True ...
     recommendations: tuple[str, ...]
     latency_ns: dict[str, float]  # min, max, mean, p50, p90, ..., p99.9
@@ -143,7 +143,8 @@ def parse_summary(path: Path) -> Summary:
                               "beside it)", where=str(path))
         fields["Scenario"] = facts["effective_scenario"]
         fields["Mode"] = facts.get("effective_test_mode", "")
-    rate = fields.get("Samples per second") or fields.get("Completed samples per second")
+    rate = (fields.get("Samples per second") or fields.get("Completed samples per second")
+            or fields.get("QPS w/o loadgen overhead"))  # SingleStream: one sample per query
     return Summary(str(path), fields["Scenario"], fields.get("Mode", ""),
                    fields.get("Result is"), _number(rate) if rate else None, constraints,
                    tuple(recommendations), latency, parameters, counts["warning"],
