@@ -134,13 +134,26 @@ class Accuracy:
 
 @dataclass(frozen=True)
 class Mlperf:
-    """The system's MLPerf LoadGen values (`runner mlperf`): what its user.conf says, plus
-    how long the Server batcher may hold a sample to fill a batch."""
+    """The system's MLPerf LoadGen values (`runner mlperf`): what its user.conf says, how long
+    the Server batcher may hold a sample to fill a batch, and who submits what system.
 
-    system: str | None = None  # system description id in a submission tree
+    `system` is the systems JSON section: `id` (the system description id naming the JSON
+    file and the results directory) and the fields the host cannot tell (cooling,
+    interconnects, ...); a plain string is the id alone. runner/loadgen/system.py checks its
+    keys against the round's field list and detects the rest.
+    """
+
+    system: dict[str, Any] | None = None
+    division: str | None = None  # default for --division
+    submitter: str | None = None  # default for --submitter
     offline_expected_qps: float | None = None
     server_target_qps: float | None = None
+    singlestream_expected_latency_ms: float | None = None
     batcher_limit_ms: float = 100.0
+
+    @property
+    def system_id(self) -> str | None:
+        return None if self.system is None else self.system.get("id")
 
 
 @dataclass(frozen=True)
@@ -218,15 +231,33 @@ def _mlperf(raw: Any, where: str) -> Mlperf:
         return Mlperf()
     if not isinstance(raw, dict):
         raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf")
+    values = dict(raw)
     for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
+        at = f"{where}: mlperf.{key}"
         if key == "system":
-            ok = isinstance(value, str) and bool(value)
-        else:
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        if not ok:
-            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=f"{where}: mlperf.{key}",
-                              fix="a positive number" if key != "system" else "a name")
-    return Mlperf(**raw)
+            values[key] = _mlperf_system(value, at)
+        elif key in ("division", "submitter"):
+            if not isinstance(value, str) or not value.strip():
+                raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at, fix="a name")
+        elif not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at,
+                              fix="a positive number")
+    return Mlperf(**values)
+
+
+def _mlperf_system(value: Any, where: str) -> dict[str, Any]:
+    """`system: ID` or a mapping of systems JSON fields with its `id`: plain values only."""
+    if isinstance(value, str) and value.strip():
+        return {"id": value}
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str) \
+            or not value["id"].strip():
+        raise RunnerError(f"`mlperf.system` is {value!r}", where=where,
+                          fix="a system id, or a mapping with `id` and systems JSON fields")
+    for key, item in value.items():
+        if not isinstance(item, str | int | float) or isinstance(item, bool):
+            raise RunnerError(f"`mlperf.system.{key}` is {item!r}", where=f"{where}.{key}",
+                              fix="a string or a number")
+    return dict(value)
 
 
 def profile_schema() -> dict[str, tuple[str, ...] | None]:

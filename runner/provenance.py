@@ -7,7 +7,9 @@ import importlib
 import platform
 import shutil
 import socket
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -32,3 +34,21 @@ def iree_provenance() -> dict[str, Any]:
 def host_info() -> dict[str, Any]:
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable}
+
+
+def runner_provenance() -> dict[str, Any]:
+    """The runner's version and, from a git checkout, its commit and whether it is dirty."""
+    import runner
+
+    root = Path(runner.__file__).resolve().parent.parent
+    out: dict[str, Any] = {"version": runner.__version__, "commit": None, "dirty": None}
+    if shutil.which("git") and (root / ".git").exists():
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=False)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                 "runner", "configs"], capture_output=True, text=True,
+                                check=False)
+        if head.returncode == 0:
+            out["commit"] = head.stdout.strip()
+            out["dirty"] = bool(status.stdout.strip())
+    return out

@@ -21,7 +21,6 @@ from runner.loadgen.batcher import Batcher
 from runner.loadgen.conf import Flags, merged_user_conf, parse_conf_text
 from runner.loadgen.logs import DETAIL, SUMMARY, detail_facts, parse_summary
 from runner.loadgen.run import MlperfRequest, prepare
-from runner.loadgen.submission import check_tree, expected_files
 from runner.profile import load_profile
 
 SHORT = ("stable-diffusion-xl.*.min_duration = 1000\n"
@@ -92,31 +91,81 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path, capsys):
     assert mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "performance",
                   "--compliance", "TEST01", "--out", str(out)) == 2
     assert "--mode submission" in capsys.readouterr().err
-    assert mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "submission",
-                  "--compliance", "TEST05", "--out", str(out)) == 2
-    assert mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "submission",
-                  "--compliance", "TEST04", "--count", "3", "--out", str(out)) == 2
+    full = ("--scenario", "singlestream,offline,server", "--mode", "submission")
+    assert mlperf("--profile", "tiny", *full, "--compliance", "TEST05", "--out", str(out)) == 2
+    assert mlperf("--profile", "tiny", *full, "--count", "3", "--out", str(out)) == 2
     assert "issues sample 3 only" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        mlperf("--profile", "tiny", "--scenario", "multistream", "--mode", "performance",
-               "--out", str(out))
+    # A submission is the round's whole set: scenarios for the system_type, both tests.
+    assert mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "submission",
+                  "--out", str(out)) == 2
+    assert "missing SingleStream, Server" in capsys.readouterr().err
+    assert mlperf("--profile", "tiny", *full, "--compliance", "TEST04", "--out", str(out)) == 2
+    assert "missing TEST01" in capsys.readouterr().err
+    assert mlperf("--profile", "tiny", "--set", "mlperf.system.system_type=datacenter",
+                  "--scenario", "offline,server", "--mode", "submission",
+                  "--out", str(out)) == 2
+    assert "takes no stable-diffusion-xl result from a 'datacenter'" in capsys.readouterr().err
+    assert mlperf("--profile", "tiny", *full, "--audit-conf", "TEST05=x", "--out", str(out)) == 2
+    assert "is not TEST=FILE" in capsys.readouterr().err
+    no_mode = tmp_path / "audit.config"
+    no_mode.write_text("*.*.performance_issue_same = 1\n")
+    assert mlperf("--profile", "tiny", *full, "--audit-conf", f"TEST04={no_mode}",
+                  "--out", str(out)) == 2
+    assert "must set the mode" in capsys.readouterr().err
+    assert mlperf("--profile", "tiny", "--scenario", "offline,offline", "--mode", "accuracy",
+                  "--out", str(out)) == 2
+    assert mlperf("--profile", "tiny", "--scenario", "multistream", "--mode", "performance",
+                  "--out", str(out)) == 2
+    assert "unknown scenario 'multistream'" in capsys.readouterr().err
     with pytest.raises(RunnerError, match="unknown mode"):
-        prepare(MlperfRequest(load_profile("tiny"), "offline", "findpeak", out))
+        prepare(MlperfRequest(load_profile("tiny"), ("offline",), "findpeak", out))
     assert not out.exists()
 
 
-def test_dry_run_prints_commands_and_loadgen_settings(tmp_path, capsys):
+def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
+    """Every test of the command, not only the first, gets (and prints) MLPerf's settings:
+    the round's seeds, SDXL's 20 s Server target latency, the user.conf's duration and
+    count, its audit.config on top, and the batcher's wait limit."""
     out = tmp_path / "dry"
-    assert mlperf("--profile", "tiny", "--scenario", "server", "--mode", "submission",
-                  "--compliance", "TEST01,TEST04", "--count", "8", "--qps", "3",
+    assert mlperf("--profile", "tiny", "--scenario", "singlestream,offline,server",
+                  "--mode", "submission", "--count", "8", "--qps", "3", "--time", "2",
                   "--out", str(out), "--dry-run") == 0
     text = capsys.readouterr().out
     assert "iree-compile" in text and "runner.batch.worker --task" in text
     assert "stable-diffusion-xl.Server.target_qps = 3" in text
-    # MLPerf's rules come from LoadGen itself: SDXL Server's 20 s target latency.
-    assert "server_target_latency_ns = 20000000000" in text
-    assert "# LoadGen test TEST04" in text and "performance_issue_same_index = 3" in text
+    assert f"submission tree: {out}/submission/closed/Demo/ (MLPerf v6.1" in text
+    blocks = {block.split(" ", 1)[0]: block for block in text.split("# LoadGen test ")[1:]}
+    assert list(blocks) == [f"{s}/{t}" for s in ("SingleStream", "Offline", "Server")
+                            for t in ("accuracy", "performance", "TEST01", "TEST04")]
+    for key, block in blocks.items():
+        assert "qsl_rng_seed = 2085463073848966840" in block, key
+        assert "schedule_rng_seed = 16159082839903944936" in block, key
+        assert "min_duration_ms = 2000" in block and \
+            "performance_sample_count_override = 8" in block, key
+        server = key.startswith("Server/")
+        assert ("server_target_latency_ns = 20000000000" in block) == server, key
+        assert ("batcher_limit_ms = 100" in block) == server, key
+        assert ("batcher_limit_ms = none" in block) == (not server), key
+        assert ("accuracy_log_sampling_target = 128" in block) == key.endswith("TEST01"), key
+        assert ("performance_issue_same_index = 3" in block) == key.endswith("TEST04"), key
+        assert ("mode = AccuracyOnly" in block) == key.endswith("accuracy"), key
     assert not out.exists()
+
+
+def test_mi325x_dry_run_prints_the_settings_of_every_test(tmp_path, capsys):
+    """The lab profile's submission plan: AMD's recipe (VAE batch 1), MLPerf's settings."""
+    assert mlperf("--profile", "mi325x", "--scenario", "singlestream,offline,server",
+                  "--mode", "submission", "--out", str(tmp_path / "lab"), "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "closed/AMD/ (MLPerf v6.1, system 8xMI325X_iree, datacenter,edge" in text
+    assert "batch/vae" in text and "32/1" in text
+    for scenario in ("SingleStream", "Offline", "Server"):
+        for test in ("accuracy", "performance", "TEST01", "TEST04"):
+            block = text.split(f"# LoadGen test {scenario}/{test} ")[1].split("# LoadGen")[0]
+            assert "min_duration_ms = 600000" in block
+            assert "performance_sample_count_override = 5000" in block
+    assert "stable-diffusion-xl.Offline.target_qps = 18.6" in text
+    assert "single_stream_expected_latency_ns = 2000000000" in text
 
 
 # --- the batcher ----------------------------------------------------------------------------
@@ -158,7 +207,7 @@ def offline_perf(tmp_path_factory) -> Path:
 def test_offline_performance_summary_and_reports(offline_perf):
     r = record(offline_perf)
     (test,) = r["tests"]
-    summary = parse_summary(offline_perf / "performance" / SUMMARY)
+    summary = parse_summary(offline_perf / "Offline" / "performance" / SUMMARY)
     assert summary.scenario == "Offline" and summary.mode == "PerformanceOnly"
     assert summary.result in ("VALID", "INVALID") and summary.samples_per_second > 0
     assert set(summary.latency_ns) >= {"min", "max", "mean", "p50", "p90", "p99"}
@@ -169,7 +218,7 @@ def test_offline_performance_summary_and_reports(offline_perf):
     assert summary.result in md and f"{summary.samples_per_second:.3f}" in md
     html = (offline_perf / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and summary.result in html
-    assert not detail_facts(offline_perf / "performance" / DETAIL)["errors"]
+    assert not detail_facts(offline_perf / "Offline" / "performance" / DETAIL)["errors"]
 
 
 def test_repeated_samples_are_each_computed_and_completed_once(offline_perf):
@@ -190,7 +239,7 @@ def test_server_batches_fill_up_to_the_batch_size(tmp_path):
                 "--user-conf", str(user_conf(tmp_path, 10)), "--out", str(out))
     assert rc in (0, 1)
     sut = record(out)["tests"][0]["sut"]
-    summary = parse_summary(out / "performance" / SUMMARY)
+    summary = parse_summary(out / "Server" / "performance" / SUMMARY)
     assert summary.scenario == "Server" and "Completed samples per second" in summary.fields
     if not summary.valid:  # a 1 s Server test usually fails early stopping: LoadGen says why
         assert summary.reasons and all(not r.endswith(",") for r in summary.reasons)
@@ -207,10 +256,10 @@ def test_accuracy_mode_answers_every_sample_once_in_qsl_order(tmp_path):
     assert mlperf("--profile", "cpu", "--scenario", "server", "--mode", "accuracy",
                   "--count", "8", "--qps", "4", "--no-score",
                   "--user-conf", str(user_conf(tmp_path, 8)), "--out", str(out)) == 0
-    log = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
+    log = json.loads((out / "Server" / "accuracy" / "mlperf_log_accuracy.json").read_text())
     assert [rec["qsl_idx"] for rec in log] == list(range(8))
     assert {len(bytes.fromhex(rec["data"])) for rec in log} == {128 * 128 * 3}
-    assert parse_summary(out / "accuracy" / SUMMARY).mode == "AccuracyOnly"
+    assert parse_summary(out / "Server" / "accuracy" / SUMMARY).mode == "AccuracyOnly"
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -245,7 +294,7 @@ def test_killed_worker_batch_is_requeued_and_completed_once(tmp_path):
     (death,) = sut["deaths"]
     assert death["worker"] == "w000" and death["requeued"]
     assert sut["completed"] == sut["issued"] and sut["completed_empty"] == 0
-    assert not detail_facts(out / "performance" / DETAIL)["errors"]
+    assert not detail_facts(out / "Offline" / "performance" / DETAIL)["errors"]
 
 
 def test_all_workers_dead_fails_clearly_and_keeps_loadgen_logs(tmp_path, capsys):
@@ -263,77 +312,5 @@ def test_all_workers_dead_fails_clearly_and_keeps_loadgen_logs(tmp_path, capsys)
     sut = r["tests"][0]["sut"]
     assert sut["completed_empty"] > 0
     assert sut["completed"] + sut["completed_empty"] == sut["issued"]
-    assert (out / "performance" / SUMMARY).is_file()  # LoadGen's logs are kept
+    assert (out / "Offline" / "performance" / SUMMARY).is_file()  # LoadGen's logs are kept
     assert json.loads((out / "work" / "run.json").read_text())["status"] == "failed"
-
-
-# --- compliance ---------------------------------------------------------------------------------
-def test_test04_issues_one_sample_and_every_issue_is_computed(tmp_path):
-    """TEST04 (no caching) issues qsl_idx 3 over and over; each is computed and verified
-    against the performance run. Unscored, so the submission tree names accuracy.txt missing."""
-    out = tmp_path / "out"
-    audit = tmp_path / "audit.config"
-    audit.write_text("*.*.mode = 2\n*.*.performance_issue_unique = 0\n"
-                     "*.*.performance_issue_same = 1\n*.*.performance_issue_same_index = 3\n")
-    rc = mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "submission",
-                "--compliance", "TEST04", "--audit-conf", str(audit), "--count", "4",
-                "--user-conf", str(user_conf(tmp_path, 6)), "--no-score", "--out", str(out))
-    assert rc == 1
-    r = record(out)
-    names = [t["name"] for t in r["tests"]]
-    assert names == ["accuracy", "performance", "TEST04"]
-    test04 = r["tests"][2]["sut"]
-    assert test04["completed"] == test04["issued"] >= 6
-    assert worker_samples(out) == sum(t["sut"]["issued"] for t in r["tests"])
-    accuracy = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
-    assert sorted(rec["qsl_idx"] for rec in accuracy) == [0, 1, 2, 3]
-    (v,) = r["compliance"]
-    assert v["test"] == "TEST04" and set(v["checks"]) == {"performance"}
-    verdict = (out / "TEST04" / "verify_performance.txt").read_text()
-    assert ("TEST PASS" in verdict) == v["passed"]
-    assert f"reference score = {r['tests'][1]['summary']['samples_per_second']}" in verdict
-    problems = r["submission"]["problems"]
-    assert any("accuracy/accuracy.txt" in p for p in problems), problems
-
-
-def test_tree_check_names_missing_and_misplaced_files(tmp_path):
-    rel = expected_files("sys", "Offline", ("TEST01",))
-    assert "results/sys/stable-diffusion-xl/Offline/performance/run_1/mlperf_log_summary.txt" \
-        in rel
-    assert "compliance/sys/stable-diffusion-xl/Offline/TEST01/accuracy/mlperf_log_accuracy.json" \
-        in rel
-    problems = check_tree(tmp_path, "sys", "Offline", ("TEST01",))
-    assert len(problems) == len(rel)
-
-
-# --- a scored submission (slow: the FID/CLIP networks load for tens of seconds) -------------
-@pytest.mark.slow
-def test_submission_scores_like_the_runner_and_its_tree_conforms(tmp_path):
-    out = tmp_path / "sub"
-    rc = mlperf("--profile", "tiny", "--scenario", "offline", "--mode", "submission",
-                "--compliance", "TEST01", "--count", "8",
-                "--user-conf", str(user_conf(tmp_path, 8)), "--out", str(out))
-    r = record(out)
-    assert rc in (0, 1) and r["failure"] is None
-    # The same 8 samples through the runner's own queue run and aggregation.
-    own_dir = tmp_path / "own"
-    assert main(["run", "--profile", "tiny", "--count", "8", "--no-score",
-                 "--out", str(own_dir)]) == 0
-    from runner.accuracy.evaluate import evaluate_run
-
-    own = evaluate_run(own_dir, allow_subset=True, progress=False)
-    assert (r["accuracy"]["fid"], r["accuracy"]["clip"]) == (own.result.fid, own.result.clip)
-    assert r["accuracy"]["n"] == own.result.n == 8
-    # TEST01: the images sampled in performance mode are the accuracy run's.
-    (v,) = r["compliance"]
-    assert v["checks"]["accuracy"]["passed"]
-    assert "num_perf_log_data_mismatch = 0" in (out / "TEST01" / "verify_accuracy.txt").read_text()
-    # MLPerf's submission layout.
-    root, system = out / "submission", "tiny-cpu"
-    assert r["submission"]["problems"] == [] == check_tree(root, system, "Offline", ("TEST01",))
-    assert set(r["submission"]["files"]) == set(expected_files(system, "Offline", ("TEST01",)))
-    summary = root / "results" / system / "stable-diffusion-xl" / "Offline" / "performance" \
-        / "run_1" / SUMMARY
-    summary.rename(summary.with_name("summary.txt"))
-    assert check_tree(root, system, "Offline", ("TEST01",)) == [
-        f"missing {summary.relative_to(root)} (PerformanceOnly)"]

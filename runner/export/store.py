@@ -108,6 +108,18 @@ def _hash_files(files: list[Path], root: Path) -> dict[str, str]:
     return out
 
 
+def checkpoint_sha256(checkpoint: Path, dtype: str) -> str | None:
+    """One name for a checkpoint's weights: sha256 of its files' sha256s (by relative path,
+    as `export_key` hashes them); None when the checkpoint is not on this machine."""
+    from runner.export.checkpoint import open_checkpoint
+
+    if not checkpoint.is_dir():
+        return None
+    ckpt = open_checkpoint(checkpoint, dtype)
+    files = _hash_files(ckpt.files(), ckpt.root)
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
 def _seeded_files() -> list[Path]:
     return sorted(p for p in (ASSETS_DIR / "sdxl").rglob("*.json"))
 

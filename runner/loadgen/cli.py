@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from runner.clihelp import add_profile, document, profile_overrides
-from runner.loadgen.conf import COMPLIANCE_TESTS, MODES, SCENARIOS, Flags
+from runner.loadgen.conf import MODES, SCENARIOS, Flags
+from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
 
 
 def _slurm(args: argparse.Namespace):
@@ -21,6 +22,26 @@ def _slurm(args: argparse.Namespace):
     return SlurmOptions.from_dict({k: v for k, v in given.items() if v is not None})
 
 
+def _split(items: list[str]) -> tuple[str, ...]:
+    """`--scenario a,b --scenario c` -> (a, b, c)."""
+    return tuple(t.strip() for item in items for t in item.split(",") if t.strip())
+
+
+def _audit_confs(items: list[str] | None) -> dict[str, Path]:
+    """`--audit-conf TEST04=FILE` items."""
+    from runner.errors import RunnerError
+
+    out: dict[str, Path] = {}
+    for item in items or []:
+        test, eq, path = item.partition("=")
+        if not eq or test not in COMPLIANCE_TESTS or not path:
+            raise RunnerError(f"`--audit-conf {item}` is not TEST=FILE", where="--audit-conf",
+                              fix=f"e.g. --audit-conf TEST04=my-audit.config "
+                              f"({', '.join(COMPLIANCE_TESTS)})")
+        out[test] = Path(path)
+    return out
+
+
 def cmd_mlperf(args: argparse.Namespace) -> int:
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
@@ -28,14 +49,16 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
     from runner.profile import load_profile
 
     profile = load_profile(args.profile, profile_overrides(args.set))
-    compliance = tuple(t for item in args.compliance or [] for t in item.split(",") if t)
+    compliance = None if args.compliance is None else tuple(
+        t for item in args.compliance for t in item.split(",") if t)
     captions = Path(args.captions) if args.captions else None
     request = MlperfRequest(
-        profile=profile, scenario=args.scenario, mode=args.mode, out=Path(args.out),
+        profile=profile, scenarios=_split(args.scenario), mode=args.mode, out=Path(args.out),
         compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
-        audit_conf=Path(args.audit_conf) if args.audit_conf else None,
+        audit_confs=_audit_confs(args.audit_conf),
         flags=Flags(args.count, args.time, args.qps), argv=args.argv, captions=captions,
-        score=args.score)
+        score=args.score, division=args.division, submitter=args.submitter,
+        nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=_slurm(args))
     return run_mlperf(request, executor, dry_run=args.dry_run)
@@ -49,18 +72,25 @@ def register(subparsers) -> argparse.ArgumentParser:
         "them. A submission runs the accuracy test, the performance test and the compliance "
         "tests, verifies them and writes MLPerf's submission tree.")
     add_profile(p)
-    p.add_argument("--scenario", required=True, choices=list(SCENARIOS),
-                   help="LoadGen scenario")
+    p.add_argument("--scenario", required=True, action="append", metavar="NAME[,NAME]",
+                   help=f"LoadGen scenario(s), run in the order given: {', '.join(SCENARIOS)}"
+                   " (a submission needs the set its system_type takes in the round)")
     p.add_argument("--mode", required=True, choices=list(MODES),
                    help="accuracy (every QSL sample once, scored), performance (timed), "
                    "submission (both, plus --compliance tests and the submission tree)")
     p.add_argument("--compliance", action="append", metavar="TEST",
                    help=f"compliance tests with --mode submission: {','.join(COMPLIANCE_TESTS)}"
-                   " (SDXL requires both)")
+                   " (SDXL requires both; the default)")
+    p.add_argument("--division", choices=list(DIVISIONS),
+                   help="submission division (default: the profile's mlperf.division)")
+    p.add_argument("--submitter", metavar="NAME",
+                   help="submitter, the tree's <division>/<submitter>/ (default: the "
+                   "profile's mlperf.submitter)")
     p.add_argument("--user-conf", metavar="FILE", help="LoadGen user.conf (checked line by "
                    "line; merged with the profile's `mlperf:` values)")
-    p.add_argument("--audit-conf", metavar="FILE",
-                   help="replaces the one --compliance test's shipped audit.config")
+    p.add_argument("--audit-conf", action="append", metavar="TEST=FILE",
+                   help="replaces a compliance test's shipped audit.config (MLPerf's own); "
+                   "a result run so is not a valid submission")
     p.add_argument("--count", type=int, help="QSL and performance sample count (default 5000)")
     p.add_argument("--time", type=float, metavar="S", help="minimum test duration, seconds")
     p.add_argument("--qps", type=float,
@@ -87,10 +117,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "nothing")
     document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
              "--count 16 --time 2 --out runs/lg-perf",
-             "runner mlperf --profile mi325x --scenario server --mode submission "
-             "--compliance TEST01,TEST04 --out runs/lg-sub --dry-run",
-             out="LoadGen's logs per test (accuracy/, performance/, TEST01/, TEST04/), "
-             "user.conf, work/ (the workers' run dir), submission/, results.json, summary.md, "
+             "runner mlperf --profile mi325x --scenario singlestream,offline,server "
+             "--mode submission --out runs/lg-sub --dry-run",
+             out="LoadGen's logs per scenario and test (<Scenario>/accuracy/, performance/, "
+             "TEST01/, TEST04/), user.conf, work/ (the workers' run dir), "
+             "submission/<division>/<submitter>/ (MLPerf's tree), results.json, summary.md, "
              "report.html")
     p.set_defaults(func=cmd_mlperf)
     return p

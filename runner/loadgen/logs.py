@@ -30,7 +30,7 @@ class Summary:
     scenario: str
     mode: str
     result: str | None  # VALID | INVALID; None when the run ended before the summary did
-    samples_per_second: float | None  # Offline: samples/s; Server: completed samples/s
+    samples_per_second: float | None  # Offline: samples/s; Server: completed; SingleStream: QPS
     constraints: dict[str, bool]  # "Min duration satisfied": True ...
     recommendations: tuple[str, ...]
     latency_ns: dict[str, float]  # min, max, mean, p50, p90, ..., p99.9
@@ -59,9 +59,9 @@ class Summary:
                 "errors": self.errors}
 
 
-def detail_facts(path: Path) -> dict[str, Any]:
-    """The detail log's `effective_*` values (what LoadGen really ran) and its error
-    messages; the detail log is one `:::MLLOG {json}` record per line."""
+def detail_values(path: Path) -> dict[str, Any]:
+    """Every `key: value` of the detail log (one `:::MLLOG {json}` record per line; a key
+    logged twice keeps its last value), and its error messages under "errors"."""
     facts: dict[str, Any] = {"errors": []}
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -75,11 +75,17 @@ def detail_facts(path: Path) -> dict[str, Any]:
         except ValueError:
             continue
         key = str(entry.get("key", ""))
-        if key.startswith("effective_"):
+        if key and key != "errors":
             facts[key] = entry.get("value")
         if (entry.get("metadata") or {}).get("is_error"):
             facts["errors"].append(str(entry.get("value")))
     return facts
+
+
+def detail_facts(path: Path) -> dict[str, Any]:
+    """The detail log's `effective_*` values (what LoadGen really ran) and its errors."""
+    return {k: v for k, v in detail_values(path).items()
+            if k == "errors" or k.startswith("effective_")}
 
 
 def _number(text: str) -> float | None:
@@ -137,7 +143,8 @@ def parse_summary(path: Path) -> Summary:
                               "beside it)", where=str(path))
         fields["Scenario"] = facts["effective_scenario"]
         fields["Mode"] = facts.get("effective_test_mode", "")
-    rate = fields.get("Samples per second") or fields.get("Completed samples per second")
+    rate = (fields.get("Samples per second") or fields.get("Completed samples per second")
+            or fields.get("QPS w/o loadgen overhead"))  # SingleStream: one sample per query
     return Summary(str(path), fields["Scenario"], fields.get("Mode", ""),
                    fields.get("Result is"), _number(rate) if rate else None, constraints,
                    tuple(recommendations), latency, parameters, counts["warning"],

@@ -30,7 +30,7 @@ def _test_rows(record: dict[str, Any]) -> list[list[str]]:
         lat = s.get("latency_ms", {})
         result = s.get("result") or ("log written" if t["mode"] == "accuracy" and s
                                      else "no summary")
-        rows.append([t["name"], t["mode"], result,
+        rows.append([t.get("key", t["name"]), t["mode"], result,
                      _f(s.get("samples_per_second")),
                      *[_f(lat.get(p), 1) for p in PERCENTILES],
                      str(t["sut"].get("completed", "-")), str(t["sut"].get("recomputed", "-")),
@@ -44,11 +44,26 @@ HEADER = ["test", "mode", "result", "samples/s", *[f"{p} ms" for p in PERCENTILE
 
 
 def _accuracy_lines(record: dict[str, Any]) -> list[str]:
-    acc = record.get("accuracy")
-    if not acc:
+    out = []
+    for scenario, acc in (record.get("accuracy") or {}).items():
+        if "fid" not in acc:
+            out.append(f"{scenario}: {acc['verdict']}")
+            continue
+        out += [f"{scenario}: FID {acc['fid']}, CLIP {acc['clip']} over {acc['n']} samples: "
+                f"{acc['verdict']}", *acc["lines"]]
+    return out
+
+
+def _submission_lines(record: dict[str, Any]) -> list[str]:
+    sub = record.get("submission")
+    if not sub:
         return []
-    return [f"FID {acc['fid']}, CLIP {acc['clip']} over {acc['n']} samples: "
-            f"{acc['verdict']}", *acc["lines"]]
+    head = (f"{sub['root']}/{sub['division']}/{sub['submitter']} (MLPerf {sub['round']}, "
+            f"system {sub['system']}): "
+            + ("conforms to the round's layout" if not sub["problems"] else
+               f"{len(sub['problems'])} problem(s)"))
+    return [head, *sub["problems"],
+            *[f"rule not met: {line}" for line in sub.get("rules_not_met", [])]]
 
 
 def _compliance_lines(record: dict[str, Any]) -> list[str]:
@@ -58,49 +73,44 @@ def _compliance_lines(record: dict[str, Any]) -> list[str]:
 
 
 def markdown(record: dict[str, Any]) -> str:
-    lines = [f"## MLPerf LoadGen {esc(record['scenario'])} {esc(record['mode'])}: "
+    lines = [f"## MLPerf LoadGen {esc(', '.join(record['scenarios']))} {esc(record['mode'])}: "
              f"**{esc(record['status'])}**", "",
              f"profile `{record['profile']}`, system `{record['system']}`, QSL "
              f"{record['total']} samples (performance set {record['performance_count']})", ""]
     if record.get("failure"):
         lines += [f"**failure:** {esc(record['failure'])}", ""]
     lines += md_table(HEADER, _test_rows(record))
-    for title, body in (("Accuracy", _accuracy_lines(record)),
-                        ("Compliance", _compliance_lines(record))):
+    for title, body in _sections(record):
         if body:
             lines += ["", f"### {title}", *[f"- {esc(b)}" for b in body]]
-    if record.get("submission"):
-        sub = record["submission"]
-        state = "conforms" if not sub["problems"] else "; ".join(sub["problems"])
-        lines += ["", f"### Submission tree\n`{sub['root']}`: {esc(state)}"]
     return "\n".join(lines) + "\n"
+
+
+def _sections(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    return [("Accuracy", _accuracy_lines(record)), ("Compliance", _compliance_lines(record)),
+            ("Submission tree", _submission_lines(record))]
 
 
 def html(record: dict[str, Any]) -> str:
     cls = "pass" if record["status"] == "PASS" else "fail"
     rows = [[e(c) for c in row] for row in _test_rows(record)]
     parts = [f'<header class="verdict {cls}"><div class="badge">{e(record["status"])}</div>'
-             f"<div><h1>MLPerf LoadGen {e(record['scenario'])} {e(record['mode'])}</h1>"
+             f"<div><h1>MLPerf LoadGen {e(', '.join(record['scenarios']))} "
+             f"{e(record['mode'])}</h1>"
              f"<p>profile <code>{e(record['profile'])}</code>, system "
              f"<code>{e(record['system'])}</code>, QSL {record['total']} samples</p></div>"
              "</header><main>"]
     if record.get("failure"):
         parts.append(f'<p class="reasons">{e(record["failure"])}</p>')
     parts += ["<h2>LoadGen tests</h2>", _table([e(h) for h in HEADER], rows)]
-    for title, body in (("Accuracy", _accuracy_lines(record)),
-                        ("Compliance", _compliance_lines(record))):
+    for title, body in _sections(record):
         if body:
             parts.append(f"<h2>{title}</h2><ul>" + "".join(f"<li>{e(b)}</li>" for b in body)
                          + "</ul>")
-    if record.get("submission"):
-        sub = record["submission"]
-        parts.append(f"<h2>Submission tree</h2><p><code>{e(sub['root'])}</code>: "
-                     + (e("; ".join(sub["problems"])) or "conforms to MLPerf's layout")
-                     + "</p>")
     parts.append("<h2>Settings</h2><pre>" + e(json.dumps(record["settings"], indent=1))
                  + "</pre></main>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"/><title>MLPerf '
-            f"{e(record['scenario'])}</title><style>{CSS}</style></head><body>"
+            f"{e(', '.join(record['scenarios']))}</title><style>{CSS}</style></head><body>"
             + "".join(parts) + "</body></html>\n")
 
 

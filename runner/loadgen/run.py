@@ -1,11 +1,12 @@
 """`runner mlperf`: LoadGen tests driven over the runner's per-device workers.
 
-Everything that can be wrong with the request (scenario, mode, conf files, counts) is
-checked by `prepare` before anything is compiled or started. Then the workers start once,
-load their modules, and serve every test of the command in turn (a submission is the
-accuracy test, the performance test and the compliance tests), each test's LoadGen logs in
-its own directory of the out dir; the work run dir (`work/`) is an ordinary run dir with
-its manifest, worker logs and reproduce.sh.
+Everything that can be wrong with the request (scenarios, mode, conf files, counts, and for
+a submission the round's scenario set, compliance tests and system description) is checked
+by `prepare` before anything is compiled or started. Then the workers start once, load
+their modules, and serve every test of the command in turn (per scenario: the accuracy
+test, the performance test and the compliance tests), each test's LoadGen logs in
+`<out>/<Scenario>/<test>/`; the work run dir (`work/`) is an ordinary run dir with its
+manifest, worker logs and reproduce.sh.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from runner import shellscript
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.loadgen.conf import (
-    COMPLIANCE_TESTS,
     MODES,
     SCENARIOS,
     Flags,
@@ -31,7 +31,9 @@ from runner.loadgen.conf import (
     parse_conf_text,
     read_conf,
 )
-from runner.loadgen.session import TestOutcome, TestSpec, describe_settings, loadgen_settings
+from runner.loadgen.rules import COMPLIANCE_TESTS, Round, check_scenarios, installed_round
+from runner.loadgen.session import TestOutcome, TestSpec, planned_settings
+from runner.loadgen.system import SystemDescription, check_name, describe_system
 from runner.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.profile import Profile
 
@@ -46,62 +48,133 @@ EXIT_WAIT_S = 30.0
 @dataclass(frozen=True)
 class MlperfRequest:
     profile: Profile
-    scenario: str  # offline | server
+    scenarios: tuple[str, ...]  # singlestream | offline | server, in the order they run
     mode: str  # accuracy | performance | submission
     out: Path
-    compliance: tuple[str, ...] = ()
+    compliance: tuple[str, ...] | None = None  # None: the round's (submission) or none
     user_conf: Path | None = None
-    audit_conf: Path | None = None
+    audit_confs: dict[str, Path] = field(default_factory=dict)  # test -> its audit.config
     flags: Flags = field(default_factory=Flags)
     argv: list[str] = field(default_factory=list)
     captions: Path | None = None
     score: bool = True  # FID/CLIP of the accuracy test's log
+    division: str | None = None  # default: the profile's mlperf.division
+    submitter: str | None = None  # default: the profile's mlperf.submitter
+    nodes: int = 1  # systems JSON number_of_nodes
+
+
+@dataclass(frozen=True)
+class SubmissionPlan:
+    """Where and as what the tree is written: the round's rules and the system."""
+
+    rules: Round
+    division: str
+    submitter: str
+    system: SystemDescription
 
 
 @dataclass(frozen=True)
 class Prepared:
     request: MlperfRequest
-    scenario: str  # LoadGen's spelling: Offline | Server
+    scenarios: tuple[str, ...]  # LoadGen's spelling: SingleStream | Offline | Server
+    compliance: tuple[str, ...]
     user_conf_text: str
     tests: tuple[TestSpec, ...]
     total: int  # QSL size
     performance_count: int
-    batcher_limit_s: float | None
-    settings: dict[str, dict[str, Any]]  # per test, LoadGen's effective values
+    batcher_limit_s: float | None  # Server's; the other scenarios never hold a sample
+    settings: dict[str, dict[str, Any]]  # per test key, what LoadGen will use
+    submission: SubmissionPlan | None = None
 
 
-def _tests(request: MlperfRequest, scenario: str) -> tuple[TestSpec, ...]:
+def _scenarios(request: MlperfRequest) -> tuple[str, ...]:
+    if not request.scenarios:
+        raise RunnerError("no scenario given", where="--scenario",
+                          fix=f"use {', '.join(SCENARIOS)} (comma-separated for several)")
+    out: list[str] = []
+    for name in request.scenarios:
+        scenario = SCENARIOS.get(name)
+        if scenario is None:
+            raise RunnerError(f"unknown scenario {name!r}", where="--scenario",
+                              fix=f"use one of {', '.join(SCENARIOS)}")
+        if scenario in out:
+            raise RunnerError(f"scenario {name!r} is given twice", where="--scenario")
+        out.append(scenario)
+    return tuple(out)
+
+
+def _compliance(request: MlperfRequest, rules: Round | None) -> tuple[str, ...]:
     if request.mode not in MODES:
         raise RunnerError(f"unknown mode {request.mode!r}", where="--mode",
                           fix=f"use one of {', '.join(MODES)}")
-    unknown = [t for t in request.compliance if t not in COMPLIANCE_TESTS]
+    given = request.compliance
+    unknown = [t for t in given or () if t not in COMPLIANCE_TESTS]
     if unknown:
         raise RunnerError(f"unknown compliance test {unknown[0]!r}", where="--compliance",
                           fix=f"SDXL's required tests are {', '.join(COMPLIANCE_TESTS)}")
-    if request.compliance and request.mode != "submission":
+    if given and request.mode != "submission":
         raise RunnerError("compliance tests are verified against the same command's accuracy "
                           "and performance logs", where="--compliance",
                           fix="use --mode submission")
-    if request.audit_conf is not None and len(request.compliance) != 1:
-        raise RunnerError("--audit-conf replaces one compliance test's audit.config",
-                          where="--audit-conf", fix="name exactly one --compliance test")
+    if rules is None:
+        return ()
+    if given is None:
+        return rules.compliance
+    missing = [t for t in rules.compliance if t not in given]
+    if missing:
+        raise RunnerError(f"an MLPerf {rules.version} SDXL submission needs "
+                          f"{', '.join(rules.compliance)}; missing {', '.join(missing)}",
+                          where="--compliance",
+                          fix=f"use --compliance {','.join(rules.compliance)} (the default)")
+    return tuple(t for t in rules.compliance if t in given)
+
+
+def _tests(request: MlperfRequest, scenarios: tuple[str, ...], compliance: tuple[str, ...]
+           ) -> tuple[TestSpec, ...]:
+    stray = [t for t in request.audit_confs if t not in compliance]
+    if stray:
+        raise RunnerError(f"--audit-conf {stray[0]}=... names no compliance test of this "
+                          "command", where="--audit-conf",
+                          fix=f"use one of {', '.join(compliance) or '(none: --mode submission)'}")
     tests = []
-    if request.mode in ("accuracy", "submission"):
-        tests.append(TestSpec("accuracy", scenario, "accuracy"))
-    if request.mode in ("performance", "submission"):
-        tests.append(TestSpec("performance", scenario, "performance"))
-    tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_conf))
-              for t in request.compliance]
+    for scenario in scenarios:
+        if request.mode in ("accuracy", "submission"):
+            tests.append(TestSpec("accuracy", scenario, "accuracy"))
+        if request.mode in ("performance", "submission"):
+            tests.append(TestSpec("performance", scenario, "performance"))
+        tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
+                  for t in compliance]
     return tuple(tests)
+
+
+def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> SubmissionPlan:
+    """The round, the system description and the scenario set, checked before anything
+    runs (the systems JSON's framework is the local IREE here; the tree gets the one the
+    workers ran, from the work dir's manifest)."""
+    from runner.provenance import iree_provenance, runner_provenance
+
+    rules = installed_round()
+    mlperf = request.profile.mlperf
+    where = f"{request.profile.path}: mlperf"
+    division = request.division or mlperf.division
+    if division is None:
+        raise RunnerError("no division for the submission", where="--division",
+                          fix="pass --division closed|open or set mlperf.division")
+    submitter = check_name(request.submitter or mlperf.submitter, "submitter",
+                           "--submitter" if request.submitter else f"{where}.submitter")
+    system = describe_system(rules, request.profile, division, submitter, request.nodes,
+                             request.out, iree_provenance(), runner_provenance())
+    check_scenarios(rules, str(system.fields["system_type"]), list(scenarios),
+                    f"{where}.system.system_type")
+    return SubmissionPlan(rules, division, submitter, system)
 
 
 def prepare(request: MlperfRequest) -> Prepared:
     """Checks the whole request and computes LoadGen's settings; writes and starts nothing."""
-    scenario = SCENARIOS.get(request.scenario)
-    if scenario is None:
-        raise RunnerError(f"unknown scenario {request.scenario!r}", where="--scenario",
-                          fix=f"use one of {', '.join(SCENARIOS)}")
-    tests = _tests(request, scenario)
+    scenarios = _scenarios(request)
+    submission = _submission(request, scenarios) if request.mode == "submission" else None
+    compliance = _compliance(request, submission.rules if submission else None)
+    tests = _tests(request, scenarios, compliance)
     flags = request.flags
     captions = load_captions(request.captions or CAPTIONS_FILE)
     total = flags.count if flags.count is not None else MLPERF_SAMPLES
@@ -113,55 +186,80 @@ def prepare(request: MlperfRequest) -> Prepared:
     if flags.qps is not None and flags.qps <= 0:
         raise RunnerError("--qps must be positive", where="--qps")
     user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
-    text = merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
-                            str(request.user_conf) if request.user_conf else None)
+    text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
+                                    str(request.user_conf) if request.user_conf else None)
+                   for scenario in scenarios)
     merged = parse_conf_text(text, "merged user.conf")
-    count_text = effective_value(merged, scenario, "performance_sample_count_override")
+    counts = {effective_value(merged, scenario, "performance_sample_count_override")
+              for scenario in scenarios}
+    if len(counts) != 1:
+        raise RunnerError("the scenarios' performance sample counts differ "
+                          f"({', '.join(sorted(c or 'default' for c in counts))}); one QSL "
+                          "serves every test", where=str(request.user_conf or "--count"),
+                          fix="set performance_sample_count_override for all scenarios")
+    (count_text,) = counts
     performance_count = int(float(count_text)) if count_text else min(total, MLPERF_SAMPLES)
     if not 1 <= performance_count <= total:
         raise RunnerError(f"performance sample count {performance_count} must be within the "
                           f"QSL's {total} samples", where=str(request.user_conf or "--count"),
                           fix="lower performance_sample_count_override or raise --count")
     for spec in tests:
-        same = spec.audit and effective_value(parse_conf_text(spec.audit, spec.name), scenario,
-                                              "performance_issue_same_index")
+        same = spec.audit and effective_value(parse_conf_text(spec.audit, spec.name),
+                                              spec.scenario, "performance_issue_same_index")
         if same and int(float(same)) >= performance_count:
             raise RunnerError(f"{spec.name} issues sample {same} only, but the performance "
                               f"set has {performance_count} samples", where="--count",
                               fix="use --count 4 or more")
+    limit_ms = request.profile.mlperf.batcher_limit_ms
     settings = {}
     with tempfile.TemporaryDirectory() as tmp:
         conf = Path(tmp) / USER_CONF
         atomic_write_text(conf, text)
         for spec in tests:
-            settings[spec.name] = describe_settings(loadgen_settings(spec, conf))
-    limit = request.profile.mlperf.batcher_limit_ms / 1000.0
-    return Prepared(request, scenario, text, tests, total, performance_count,
-                    limit if scenario == "Server" else None, settings)
+            audit = None
+            if spec.audit:
+                audit = Path(tmp) / f"{spec.name}.audit.config"
+                atomic_write_text(audit, spec.audit)
+            settings[spec.key] = {**planned_settings(spec, conf, audit),
+                                  "batcher_limit_ms": limit_ms if spec.scenario == "Server"
+                                  else None}
+    return Prepared(request, scenarios, compliance, text, tests, total, performance_count,
+                    limit_ms / 1000.0, settings, submission)
 
 
 def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
-    """What a real run would do, exactly: compile commands, workers, LoadGen's settings."""
+    """What a real run would do, exactly: compile commands, workers, and per test the
+    settings LoadGen will use (and the batcher's wait limit)."""
     from runner.batch.worker import task_path
 
-    out = prepared.request.out
+    request = prepared.request
+    out = request.out
     work = (out / WORK_DIR).resolve()
-    lines = [f"# runner mlperf {prepared.scenario} {prepared.request.mode}: QSL "
+    lines = [f"# runner mlperf {','.join(prepared.scenarios)} {request.mode}: QSL "
              f"{prepared.total} samples, performance set {prepared.performance_count}, "
-             f"executor {executor.name}",
-             "# compile (modules already in the cache are reused):",
-             *[shellscript.join(c.command) for c in compiled.compiled],
-             f"# {len(plan.workers)} worker(s) per node, started once for every test:",
-             *plan.table().splitlines()]
+             f"executor {executor.name}"]
+    sub = prepared.submission
+    if sub is not None:
+        detected = sum(1 for s in sub.system.sources.values() if s != "profile")
+        lines.append(f"# submission tree: {shellscript.sanitize(str(out))}/submission/"
+                     f"{sub.division}/{sub.submitter}/ (MLPerf {sub.rules.version}, system "
+                     f"{sub.system.id}, {sub.system.fields['system_type']}; "
+                     f"{detected} systems JSON fields detected or derived, "
+                     f"{len(sub.system.sources) - detected} from the profile)")
+    lines += ["# compile (modules already in the cache are reused):",
+              *[shellscript.join(c.command) for c in compiled.compiled],
+              f"# {len(plan.workers)} worker(s) per node, started once for every test:",
+              *plan.table().splitlines()]
     describe = getattr(executor, "describe", None)  # Slurm nodes plan their own workers
     if describe is not None:
         lines += [describe(work, w, task_path(work, w.name)) for w in plan.workers]
     lines += [f"# {shellscript.sanitize(str(out / USER_CONF))}:", *[f"#   {line}" for line in
                                          prepared.user_conf_text.splitlines()]]
     for spec in prepared.tests:
-        lines.append(f"# LoadGen test {spec.name} ({spec.mode}) -> "
-                     f"{shellscript.sanitize(str(out / spec.name))}/")
-        lines += [f"#   {k} = {v}" for k, v in prepared.settings[spec.name].items()]
+        lines.append(f"# LoadGen test {spec.key} ({spec.mode}) -> "
+                     f"{shellscript.sanitize(str(out / spec.key))}/")
+        lines += [f"#   {k} = {'none' if v is None else v}"
+                  for k, v in prepared.settings[spec.key].items()]
         if spec.audit:
             lines += [f"#   audit.config: {line}" for line in spec.audit.splitlines()]
     return "\n".join(lines) + "\n"
@@ -243,9 +341,9 @@ def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> 
     from runner.loadgen.sut import WORKERS_DEAD
 
     out, work = prepared.request.out, prepared.request.out / WORK_DIR
-    print(f"LoadGen {spec.name}: {prepared.scenario} {spec.mode}", file=sys.stderr, flush=True)
+    print(f"LoadGen {spec.key}: {spec.mode}", file=sys.stderr, flush=True)
     deaths_before = len(execution.result().deaths)
-    proc = start_test(spec, work, out / USER_CONF, out / spec.name, prepared.total,
+    proc = start_test(spec, work, out / USER_CONF, out / spec.key, prepared.total,
                       prepared.performance_count, batch_size, prepared.batcher_limit_s)
     try:
         while proc.poll() is None:
@@ -255,9 +353,9 @@ def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> 
     except BaseException:
         proc.kill()
         raise
-    outcome = read_outcome(spec, out / spec.name, proc.returncode,
+    outcome = read_outcome(spec, out / spec.key, proc.returncode,
                            execution.result().deaths[deaths_before:])
     result = (outcome.summary.result or "log written") if outcome.summary else "no summary"
-    print(f"LoadGen {spec.name}: {result} in {outcome.seconds:.1f}s", file=sys.stderr,
+    print(f"LoadGen {spec.key}: {result} in {outcome.seconds:.1f}s", file=sys.stderr,
           flush=True)
     return outcome

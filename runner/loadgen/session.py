@@ -31,13 +31,21 @@ from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import SUMMARY, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
 
+# The TestSettings a test's record and the dry run show: the ones every scenario reads,
+# then each scenario's own.
 SETTING_FIELDS = (
-    "min_duration_ms", "max_duration_ms", "min_query_count", "max_query_count",
-    "offline_expected_qps", "server_target_qps", "server_target_latency_ns",
-    "server_target_latency_percentile", "performance_sample_count_override",
-    "accuracy_log_sampling_target", "accuracy_log_rng_seed", "performance_issue_same",
-    "performance_issue_same_index", "qsl_rng_seed", "sample_index_rng_seed",
-    "schedule_rng_seed")
+    "mode", "min_duration_ms", "max_duration_ms", "min_query_count", "max_query_count",
+    "performance_sample_count_override", "qsl_rng_seed", "sample_index_rng_seed",
+    "schedule_rng_seed", "accuracy_log_rng_seed", "accuracy_log_sampling_target",
+    "accuracy_log_probability", "performance_issue_unique", "performance_issue_same",
+    "performance_issue_same_index")
+SCENARIO_FIELDS = {
+    "Offline": ("offline_expected_qps",),
+    "Server": ("server_target_qps", "server_target_latency_ns",
+               "server_target_latency_percentile"),
+    "SingleStream": ("single_stream_expected_latency_ns",
+                     "single_stream_target_latency_percentile"),
+}
 TASK, RECORD = "loadgen_task.json", "sut.json"
 TRACE_MEMORY = "RUNNER_LOADGEN_TRACE_MEMORY"  # set: the test's Python heap peak is recorded
 
@@ -47,9 +55,14 @@ class TestSpec:
     """One LoadGen test: `name` is its directory (accuracy, performance, TEST01, TEST04)."""
 
     name: str
-    scenario: str  # Offline | Server
+    scenario: str  # SingleStream | Offline | Server
     mode: str  # accuracy | performance
     audit: str | None = None  # audit.config text for a compliance test
+
+    @property
+    def key(self) -> str:
+        """The test's log directory under the out dir, and its key in records."""
+        return f"{self.scenario}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -62,28 +75,67 @@ class TestOutcome:
     failure: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.spec.name, "scenario": self.spec.scenario,
+        return {"name": self.spec.name, "key": self.spec.key, "scenario": self.spec.scenario,
                 "mode": self.spec.mode, "log_dir": str(self.log_dir),
                 "seconds": self.seconds, "failure": self.failure,
                 "summary": self.summary.to_dict() if self.summary else None, "sut": self.sut}
 
 
-def loadgen_settings(spec: TestSpec, user_conf: Path):
-    """LoadGen's TestSettings: built-in SDXL rules and the user.conf, then the mode."""
+def _settings(spec: TestSpec):
     import mlperf_loadgen as lg
 
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, spec.scenario)
-    rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
-    if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
-    settings.mode = (lg.TestMode.AccuracyOnly if spec.mode == "accuracy"
-                     else lg.TestMode.PerformanceOnly)
     return settings
 
 
-def describe_settings(settings) -> dict[str, Any]:
-    return {name: getattr(settings, name) for name in SETTING_FIELDS}
+def _set_mode(settings, spec: TestSpec) -> None:
+    import mlperf_loadgen as lg
+
+    settings.mode = (lg.TestMode.AccuracyOnly if spec.mode == "accuracy"
+                     else lg.TestMode.PerformanceOnly)
+
+
+def loadgen_settings(spec: TestSpec, user_conf: Path):
+    """LoadGen's TestSettings in the test's own process: built-in SDXL rules and the
+    user.conf (`conf_type=1`, once per process), then the mode; StartTest applies the
+    audit.config on top."""
+    settings = _settings(spec)
+    rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
+    if rc != 0:
+        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
+    _set_mode(settings, spec)
+    return settings
+
+
+def planned_settings(spec: TestSpec, user_conf: Path, audit: Path | None) -> dict[str, Any]:
+    """What LoadGen will use in the test, computed here for any number of tests.
+
+    LoadGen loads its built-in rules only on the first `FromConfig(..., conf_type=1)` of a
+    process (a second one gets LoadGen's bare defaults: 100 ms target latency, zero seeds),
+    so this replays the steps without that counter: the built-in rules (`conf_type=0`), the
+    user.conf, the mode, then the audit.config as StartTest reads it (model `*`).
+    """
+    settings = _settings(spec)
+    settings.FromConfig("", MODEL, spec.scenario, 0)
+    rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 2)
+    if rc != 0:
+        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
+    _set_mode(settings, spec)
+    if audit is not None:
+        rc = settings.FromConfig(str(audit), "*", spec.scenario, 2)
+        if rc != 0:
+            raise RunnerError(f"LoadGen refused the audit.config (error {rc})",
+                              where=str(audit))
+    return describe_settings(settings, spec.scenario)
+
+
+def describe_settings(settings, scenario: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in (*SETTING_FIELDS, *SCENARIO_FIELDS[scenario]):
+        value = getattr(settings, name)
+        out[name] = value.name if name == "mode" else value
+    return out
 
 
 def run_test(task: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +155,10 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False  # the trace log is large and nobody here reads it
-    sut = QueueSUT(Path(task["work_dir"]), task["batch_size"], ordered=spec.mode == "accuracy")
+    # Accuracy mode answers in qsl order, except SingleStream: LoadGen issues its next
+    # sample only when the last is answered, so an answer cannot wait for a later issue.
+    sut = QueueSUT(Path(task["work_dir"]), task["batch_size"],
+                   ordered=spec.mode == "accuracy" and spec.scenario != "SingleStream")
     # Captions are read by the workers, so loading a sample into memory here is a no-op.
     qsl = lg.ConstructQSL(task["total"], task["performance_count"], lambda ids: None,
                           lambda ids: None)
