@@ -55,10 +55,10 @@ WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench",
     )),
     (MLPERF, (
-        "runner mlperf --profile mi325x --scenario offline --mode submission "
-        "--compliance TEST01,TEST04 --out runs/lg-offline",
-        "runner mlperf --profile mi325x --scenario server --mode submission "
-        "--compliance TEST01,TEST04 --out runs/lg-server",
+        "runner mlperf --profile mi325x --scenario singlestream,offline,server "
+        "--mode submission --out runs/lg-sub --dry-run",
+        "runner mlperf --profile mi325x --scenario singlestream,offline,server "
+        "--mode submission --out runs/lg-sub",
     )),
 )
 

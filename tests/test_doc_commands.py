@@ -84,15 +84,17 @@ QUICK = {
     "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 "
     "--dry-run": "--iree-rocm-target=gfx942",
     "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run": "3 benchmark goldens",
-    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
-    "TEST01,TEST04 --out runs/lg-mi325x --dry-run": "audit.config",
-    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
-    "TEST01,TEST04 --out runs/lg-sub --dry-run": "audit.config",
+    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
+    "--out runs/lg-mi325x --dry-run": "audit.config",
+    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
+    "--out runs/lg-sub --dry-run": "audit.config",
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
     "source <(runner completion bash)": "_shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
     "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
+    "printf 'stable-diffusion-xl.*.min_duration = 1000\\nstable-diffusion-xl.*.min_query_count = "
+    "8\\n' > short8.conf": "stable-diffusion-xl.*.min_query_count = 8",
 }
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
@@ -112,6 +114,8 @@ THEN = {
     "source <(runner completion bash)": "declare -F _shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
     "2000\\n' > short.conf": "cat short.conf",
+    "printf 'stable-diffusion-xl.*.min_duration = 1000\\nstable-diffusion-xl.*.min_query_count = "
+    "8\\n' > short8.conf": "cat short8.conf",
 }
 
 GPU = "needs an AMD GPU (ROCm) and a lab node"
@@ -121,6 +125,8 @@ SLURM = "needs a lab Slurm cluster with GPU nodes and a shared /shared filesyste
 INSTALL = "installs packages into the Python that runs the tests"
 LONG = "minutes of work that the covering test does at a smaller size"
 DOCKER_LONG = "builds a harness image or runs workers in containers (minutes)"
+MLCOMMONS = ("needs a clone of mlcommons/inference from GitHub (the tests run its checker where "
+             "MLPERF_INFERENCE_DIR names a checkout)")
 NETWORK = ("needs a clone of iree-org/iree-test-suites from GitHub, and its runner's packages "
            "in a venv of its own")
 
@@ -287,19 +293,40 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner mlperf --profile cpu --scenario server --mode performance --count 32 --qps 3 "
     "--user-conf short.conf --out runs/lg-server": (
         LONG, "tests/test_loadgen.py::test_server_batches_fill_up_to_the_batch_size"),
-    "runner mlperf --profile cpu --scenario offline --mode submission --compliance TEST01 "
+    "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
     "--count 32 --user-conf short.conf --out runs/lg-sub": (
-        LONG, "tests/test_loadgen.py::"
-              "test_submission_scores_like_the_runner_and_its_tree_conforms"),
+        LONG, "tests/test_loadgen_submission.py::"
+              "test_tree_is_the_rounds_layout_under_division_and_submitter"),
+    "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
+    "--count 8 --user-conf short8.conf --out runs/lg-sub8": (
+        LONG, "tests/test_loadgen_submission.py::"
+              "test_tree_is_the_rounds_layout_under_division_and_submitter"),
+    "git clone https://github.com/mlcommons/inference /tmp/inference && git -C /tmp/inference "
+    "checkout b66003e10e2db4b8c36a448b0545ec90fcc6e9e9": (
+        MLCOMMONS, "tests/test_loadgen_submission.py::"
+                   "test_mlperfs_checker_finds_only_the_short_runs_errors"),
+    "PYTHONPATH=/tmp/inference/tools/submission python3 -m submission_checker.main --input "
+    "runs/lg-sub8/submission --version v6.1 --submitter Demo --csv runs/lg-sub8.csv": (
+        MLCOMMONS, "tests/test_loadgen_submission.py::"
+                   "test_mlperfs_checker_finds_only_the_short_runs_errors"),
+    "PYTHONPATH=/tmp/inference/tools/submission python3 -m submission_checker.main --input "
+    "runs/lg-sub8-docker/submission --version v6.1 --submitter Demo --csv "
+    "runs/lg-sub8-docker.csv": (
+        MLCOMMONS, "tests/test_loadgen_submission.py::"
+                   "test_mlperfs_checker_finds_only_the_short_runs_errors"),
+    "runner image build --from wheels:3.13.0 --tag iree-sdxl-runner:mlperf": (
+        DOCKER_LONG, "tests/test_docker_image.py::"
+                     "test_wheels_image_imports_runner_and_runs_iree_compile"),
+    "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
+    "--count 8 --user-conf short8.conf --executor docker --image iree-sdxl-runner:mlperf "
+    "--out runs/lg-sub8-docker": (
+        DOCKER_LONG, "tests/test_loadgen_docker.py::test_loadgen_drives_docker_workers"),
+    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
+    "--out runs/lg-sub": (
+        GPU, "tests/test_loadgen.py::test_mi325x_dry_run_prints_the_settings_of_every_test"),
     "runner mlperf --profile cpu --scenario offline --mode performance --count 16 --time 2 "
     "--out runs/lg-perf": (LONG, "tests/test_loadgen.py::"
                                  "test_offline_performance_summary_and_reports"),
-    "runner mlperf --profile mi325x --scenario offline --mode submission --compliance "
-    "TEST01,TEST04 --out runs/lg-offline": (
-        GPU, "tests/test_loadgen.py::test_dry_run_prints_commands_and_loadgen_settings"),
-    "runner mlperf --profile mi325x --scenario server --mode submission --compliance "
-    "TEST01,TEST04 --out runs/lg-server": (
-        GPU, "tests/test_loadgen.py::test_dry_run_prints_commands_and_loadgen_settings"),
     # Slurm
     "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --time "
     "2:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc": (
