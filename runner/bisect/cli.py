@@ -92,11 +92,13 @@ def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from runner.bisect.builds import candidates, parse_build
+    from runner.bisect.envs import plan_setup
     from runner.bisect.search import BisectRequest, bisect
 
     plan, sources, inputs = _plan(args, args.test, trend=False)
     good = parse_build(args.good, sources, "--good")
     bad = parse_build(args.bad, sources, "--bad")
+    plan_setup(good, sources, plan.executor, plan.from_source)  # refuses a bad pairing now
     inputs.update(good=good.spec, bad=bad.spec)
     from runner.bisect.ledger import Ledger
 
@@ -116,6 +118,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def cmd_trend(args: argparse.Namespace) -> int:
     from runner.bisect.builds import parse_build, parse_range
+    from runner.bisect.envs import plan_setup
     from runner.bisect.trend import TrendRequest, trend
 
     if bool(args.builds) == bool(args.range):
@@ -130,6 +133,8 @@ def cmd_trend(args: argparse.Namespace) -> int:
         if len({b.spec for b in builds}) != len(builds):
             raise RunnerError("a build is listed twice", where="BUILD")
     inputs["builds"] = [b.spec for b in builds]
+    for build in builds:  # refuses a bad pairing (a commit in the image) before any work
+        plan_setup(build, sources, plan.executor, plan.from_source)
     state = trend(TrendRequest(builds, plan, args.argv, inputs, args.dry_run))
     if args.dry_run:
         return EXIT_OK
