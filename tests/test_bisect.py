@@ -327,3 +327,44 @@ def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
     assert trend.returncode == 0, trend.stderr
     assert "runner image build --from wheels:3.12.0" in trend.stdout
     assert "--passes 2 --compstat" in trend.stdout
+
+
+def host_build_tree(root: Path) -> Path:
+    """This host's own IREE (the installed wheels) laid out as a CMake build tree: tools/
+    and the two Python binding dirs, by links, so `build-dir:` builds cost nothing to make."""
+    import iree.compiler
+    import iree.runtime
+
+    package = Path(iree.runtime.__file__).parent.parent  # site-packages/iree
+    (root / "tools").mkdir(parents=True)
+    (root / "tools" / "iree-compile").symlink_to(
+        Path(iree.compiler.__file__).parent / "_mlir_libs" / "iree-compile")
+    for binding, names in (("compiler", ["compiler"]),
+                           ("runtime", ["runtime", "_runtime", "_runtime_libs"])):
+        target = root / binding / "bindings" / "python" / "iree"
+        target.mkdir(parents=True)
+        for name in names:
+            if (package / name).exists():
+                (target / name).symlink_to(package / name)
+    return root
+
+
+def test_script_bisect_over_build_trees_with_hostile_names(tmp_path):
+    good = host_build_tree(tmp_path / "tree good")
+    bad = host_build_tree(tmp_path / "tree $(touch pwned) bad")
+    out = tmp_path / "out $(touch pwned)\n'q"
+    # the build's tools come first on PATH, and RUNNER_BUILD says which build it is
+    script = ('command -v iree-compile | grep -q "/tools/iree-compile$" || exit 125; '
+              'case "$RUNNER_BUILD" in *bad) exit 3;; esac')
+    proc = runner("bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{bad}",
+                  "--test", f"script:sh -c '{script}'", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads((out / "bisect.json").read_text())["answer"]
+    assert answer["first_bad"] == f"build-dir:{bad}" and answer["exact"]
+    steps = json.loads((out / "bisect.json").read_text())["steps"]
+    assert [s["verdict"]["metric"] for s in steps] == ["exit 0", "exit 3"]
+    assert sorted(p.name for p in (out / "builds").iterdir()) == [
+        "000-tree_good", "001-tree___touch_pwned__bad"]
+    assert subprocess.run(["bash", "-n", str(out / "reproduce.sh")]).returncode == 0
+    ET.fromstring((out / "report.html").read_text().split("\n", 1)[1])
+    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()

@@ -196,7 +196,8 @@ def dry_run_lines(plan: MeasurePlan, index: int, build: Build) -> list[str]:
     setup = plan_setup(build, plan.sources, plan.executor, plan.from_source)
     lines = [f"# {build.spec}: environment ({setup.executor})"]
     if setup.root is not None and (setup.root / "build.json").is_file():
-        lines.append(f"# cached: {setup.root}")
+        lines.append(f"# cached: {setup.root}, made by:")
+        lines += [f"#   {line}" for line in setup_lines(setup)]
     else:
         lines += setup_lines(setup)
     out = plan.step_dir(index, build)
