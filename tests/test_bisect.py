@@ -161,7 +161,7 @@ def test_commit_without_packages_dry_run_prints_the_pkgci_fetch(tmp_path, releas
     assert (f"RUN_ID=$(gh api -H 'Accept: application/vnd.github+json' -H "
             f"'X-GitHub-Api-Version: 2022-11-28' '/repos/iree-org/iree/actions/workflows/"
             f"pkgci.yml/runs?head_sha={shas[0]}'") in proc.stdout
-    assert (f"gh run download --repo iree-org/iree \"$RUN_ID\" --name "
+    assert ("gh run download --repo iree-org/iree \"$RUN_ID\" --name "
             "linux_x86_64_release_packages --dir") in proc.stdout
 
 

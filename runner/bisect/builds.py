@@ -222,9 +222,11 @@ def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:
 
 
 def parse_range(text: str, sources: Sources, where: str = "--range") -> list[Build]:
-    """`A..B`: every build from A to B (trend)."""
+    """`A..B`: every build from A to B (trend); `wheels:3.10.0..3.13.0` for short."""
     a, dots, b = text.partition("..")
     if not dots or not a or not b:
         raise RunnerError(f"{text!r} is not a range", where=where,
                           fix="use A..B, e.g. wheels:3.10.0..wheels:3.13.0")
+    if ":" not in b:
+        b = f"{a.partition(':')[0]}:{b}"
     return candidates(parse_build(a, sources, where), parse_build(b, sources, where), sources)

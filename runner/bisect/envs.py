@@ -17,8 +17,10 @@ Per-commit packages (`commit:<sha>`) are PkgCI's wheels for that commit, fetched
 `install_packages_for_commit.py` does (`gh api .../pkgci.yml/runs?head_sha=` then
 `gh run download <run> --name linux_x86_64_release_packages`) into
 `$RUNNER_CACHE_DIR/pkgci/<sha>/`, or found in `--find-links DIR` as `DIR/<sha>/*.whl` (the
-layout of IREE's script's own work dir, so its downloads are reused). A commit's venv is
-keyed by the wheels' bytes: commits whose packages are the same share one.
+layout of IREE's script's own work dir, so its downloads are reused). A release's wheels
+are `pip download`ed into `$RUNNER_CACHE_DIR/wheels/`. Every venv is keyed by the bytes of
+the wheels it installs: the same packages, whether a PyPI release or a commit's, make one
+venv.
 """
 
 from __future__ import annotations
@@ -136,17 +138,29 @@ def _key(*parts: object) -> str:
 
 
 def packages_dir(build: Build, sources: Sources) -> Path:
-    """Where a commit's PkgCI wheels are (or will be fetched to)."""
+    """Where a build's wheels are, or will be downloaded to: a release's from its index
+    (one dir per index, since two indexes may serve other bytes), a commit's PkgCI wheels
+    in `--find-links DIR/<sha>/` or the cache."""
+    if build.kind == "wheels":
+        index = _key(sources.find_links, sources.pre)[:8]
+        return cache_dir() / "wheels" / f"{build.version}-{index}"
     assert build.commit is not None
     if sources.find_links and "://" not in sources.find_links:
         return Path(sources.find_links) / build.commit
     return cache_dir() / "pkgci" / build.commit
 
 
-def fetch_commands(build: Build, dest: Path) -> list[list[str]]:
-    """IREE's install_packages_for_commit.py, as commands: the pkgci workflow's latest run
-    for the commit, then its release-packages artifact. The second needs the first's
-    answer (`.workflow_runs[-1].id`), shown in a dry run as `$RUN_ID`."""
+def fetch_commands(build: Build, dest: Path, sources: Sources) -> list[list[str]]:
+    """How the build's wheels are fetched. A release: `pip download` of the two packages
+    (pip's own index configuration, plus `--find-links`/`--pre`). A commit: IREE's
+    install_packages_for_commit.py, as commands: the pkgci workflow's latest run for the
+    commit, then its release-packages artifact; the second needs the first's answer
+    (`.workflow_runs[-1].id`), shown in a dry run as `$RUN_ID`."""
+    if build.kind == "wheels":
+        return [[_python(), "-m", "pip", "download", "--quiet", "--no-deps",
+                 "--disable-pip-version-check", "-d", str(dest),
+                 f"{COMPILER_PACKAGE}=={build.version}", f"{RUNTIME_PACKAGE}=={build.version}",
+                 *sources.pip_index_args()]]
     return [["gh", "api", "-H", "Accept: application/vnd.github+json",
              "-H", "X-GitHub-Api-Version: 2022-11-28",
              f"/repos/{PKGCI_REPO}/actions/workflows/{PKGCI_WORKFLOW}/runs?head_sha="
@@ -180,28 +194,23 @@ def plan_setup(build: Build, sources: Sources, executor: str = "venv",
     if build.kind == "build-dir":
         return Setup(build, "venv", [], notes=[f"the build tree {build.path} as it is"])
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if build.kind == "wheels":
-        index = sources.pip_index_args() if sources.find_links else (
-            ["--pre"] if sources.pre else [])
-        key = _key("wheels", build.version, sources.find_links, py, WORKER_REQUIREMENTS)
-        root = venv_root(f"wheels-{build.version}-{key[:12]}")
-        packages = [f"{COMPILER_PACKAGE}=={build.version}", f"{RUNTIME_PACKAGE}=={build.version}"]
-        return Setup(build, "venv", _venv_commands(root, [*packages, *index]), root)
     directory = packages_dir(build, sources)
     wheels = _wheels(directory)
     commands: list[list[str]] = []
     notes = []
     if not wheels:
-        if sources.find_links:
+        if build.kind == "commit" and sources.find_links:
             notes.append(f"no packages in {directory}")
         else:
-            commands += fetch_commands(build, directory)
+            commands += fetch_commands(build, directory, sources)
     if wheels:
-        key = _key("commit", [sha256_file(w) for w in wheels], py, WORKER_REQUIREMENTS)
+        # keyed by the packages' bytes: the same wheels, from PyPI or a commit, one venv
+        key = _key([sha256_file(w) for w in wheels], py, WORKER_REQUIREMENTS)
         versions = sorted({m.group(1) for w in wheels if (m := _WHEEL_VERSION.match(w.name))})
-        name = f"pkgci-{'-'.join(versions) or 'wheels'}-{key[:12]}"
+        name = f"iree-{'-'.join(versions) or 'wheels'}-{key[:12]}"
     else:
-        name = f"pkgci-{build.commit}"  # known once fetched: the wheels' bytes decide
+        name = f"iree-{build.label}-KEY"
+        notes.append("KEY: known once the wheels are fetched (a hash of their bytes)")
     root = venv_root(name)
     commands += _venv_commands(root, [str(w) for w in wheels] or [f"{directory}{GLOB}"])
     return Setup(build, "venv", commands, root, notes=notes, wheels=wheels)
@@ -272,26 +281,38 @@ def _run_setup(argv: list[str], log: Path, build: Build) -> None:
                                fix=f"see {log}")
 
 
-def _fetch(build: Build, directory: Path, log: Path) -> list[Path]:
-    """PkgCI's wheels for the commit, downloaded with gh (IREE's script's two calls)."""
+def _fetch(build: Build, directory: Path, log: Path, sources: Sources) -> list[Path]:
+    """The build's wheels, downloaded into a staging dir that becomes `directory` only
+    once it holds them: a release's with pip, a commit's with gh (IREE's script's calls)."""
+    staged = directory.with_name(f".{directory.name}.{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        _download(build, staged, log, sources)
+        shutil.rmtree(directory, ignore_errors=True)  # an empty leftover
+        staged.replace(directory)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return _wheels(directory)
+
+
+def _download(build: Build, staged: Path, log: Path, sources: Sources) -> None:
+    if build.kind == "wheels":
+        _run_setup(fetch_commands(build, staged, sources)[0], log, build)
+        return
     if shutil.which("gh") is None:
         raise BuildUnavailable("no packages, and `gh` is not on PATH to fetch PkgCI's",
                                where=build.spec,
                                fix="install gh and `gh auth login`, or pass --find-links DIR "
                                "holding DIR/<sha>/*.whl")
-    api, download = fetch_commands(build, directory)
+    api, download = fetch_commands(build, staged, sources)
     proc = subprocess.run(api, capture_output=True, text=True, check=False, timeout=300)
     run_id = proc.stdout.strip()
     if proc.returncode != 0 or not run_id.isdigit():
         raise BuildUnavailable(f"no pkgci run for this commit: {proc.stderr.strip()[-300:]}",
                                where=build.spec)
-    staged = directory.with_name(f".{directory.name}.{os.getpid()}")
-    shutil.rmtree(staged, ignore_errors=True)
     _run_setup([*download[:5], run_id, *download[6:-1], str(staged)], log, build)
     if not _wheels(staged):
         raise BuildUnavailable(f"pkgci run {run_id} has no wheels", where=build.spec)
-    staged.replace(directory)
-    return _wheels(directory)
 
 
 def ensure_env(build: Build, sources: Sources, executor: str = "venv",
@@ -307,14 +328,15 @@ def ensure_env(build: Build, sources: Sources, executor: str = "venv",
         bin_dir, paths = build_tree_paths(Path(build.path))
         return BuildEnv(build, "venv", _python(), bin_dir, (*paths, str(runner_source_dir())),
                         cached=True)
-    if build.kind == "commit" and not setup.wheels:
-        if sources.find_links:
+    if not setup.wheels:
+        if build.kind == "commit" and sources.find_links:
             raise BuildUnavailable(f"no packages for this commit in {sources.find_links}",
                                    where=build.spec,
                                    fix=f"put its wheels in {packages_dir(build, sources)}/")
         directory = packages_dir(build, sources)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        _fetch(build, directory, directory.parent / f"{build.commit}.log")
+        with _locked(directory):  # another bisect may be fetching the same packages
+            if not _wheels(directory):
+                _fetch(build, directory, directory.parent / f"{directory.name}.log", sources)
         setup = plan_setup(build, sources, executor, from_source)
     assert setup.root is not None
     root = setup.root
@@ -331,6 +353,7 @@ def ensure_env(build: Build, sources: Sources, executor: str = "venv",
                                     capture_output=True, text=True, check=False).stdout
             atomic_write_json(root / MARKER, {
                 "build": build.to_dict(), "commands": setup.commands,
+                "wheels": {w.name: sha256_file(w) for w in setup.wheels},
                 "seconds": round(time.perf_counter() - start, 3),
                 "packages": freeze.split()})
     seconds = time.perf_counter() - start
