@@ -368,3 +368,19 @@ def test_script_bisect_over_build_trees_with_hostile_names(tmp_path):
     assert subprocess.run(["bash", "-n", str(out / "reproduce.sh")]).returncode == 0
     ET.fromstring((out / "report.html").read_text().split("\n", 1)[1])
     assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()
+
+
+def test_goldens_bisect_runs_the_suite_with_each_build(tmp_path):
+    good = host_build_tree(tmp_path / "a")
+    same = host_build_tree(tmp_path / "b")
+    out = tmp_path / "out"
+    proc = runner("bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{same}",
+                  "--test", f"goldens:{REPO / 'goldens' / 'tiny'}", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((out / "bisect.json").read_text())
+    assert state["answer"]["no_change"]  # the same IREE twice: nothing to find
+    for step in state["steps"]:
+        results = json.loads((Path(step["measurement"]["dir"]) / "goldens" / "results.json")
+                             .read_text())
+        assert results["compiler"]["path"].startswith(str(tmp_path))  # that build's compiler
+        assert {r["status"] for r in results["results"]} == {"passed"}
