@@ -171,9 +171,9 @@ def register(subparsers) -> None:
         description="Bisects the builds between --good and --bad: each build gets a cached "
         "environment, is measured with the test, and judged against the good build. "
         "Resumes from --out. Tests: images | pixels:TOL | accuracy | throughput:PCT | "
-        "compile | compstat | goldens:SUITE | script:CMD (CMD's exit code, IREE's bisect "
-        "script's contract: 0 good, 125 skip, else bad; the build's tools first on PATH, "
-        "RUNNER_BUILD/IREE_VERSION/IREE_COMMIT set).")
+        "compile | compstat | goldens:SUITE | script:CMD (CMD's exit code, as IREE's bisect "
+        "script judges it: 0 good, any other bad, except 125: skip, as git bisect run has "
+        "it; the build's tools first on PATH, RUNNER_BUILD/IREE_VERSION/IREE_COMMIT set).")
     p.add_argument("--good", required=True, metavar="BUILD",
                    help="the last build known good: wheels:<ver>, commit:<sha>, source:<sha>, "
                    "build-dir:<path>")

@@ -42,7 +42,8 @@ def _inputs_lines(state: dict[str, Any]) -> list[str]:
     return [f"- test: {code(i['test'])}; profile {code(i['profile'])}, samples "
             f"{code(i['samples'])}; executor {esc(i['executor'])}",
             f"- {len(state.get('candidates') or [])} builds; {len(state['steps'])} measured "
-            f"in {duration(state.get('seconds', 0.0))}"]
+            f"in {duration(sum(s['seconds'] for s in state['steps']))} (the steps' time, "
+            "an interrupted run's included)"]
 
 
 def _evidence_md(ev: dict[str, Any]) -> list[str]:

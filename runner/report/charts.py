@@ -228,10 +228,10 @@ def series_chart(labels: Sequence[str], values: Sequence[float | None], title: s
     lo, hi = lo - pad, hi + pad
     top, right_m, bottom, left_m = 24, 16, 56, 72
     x0, x1, y0, y1 = left_m, width - right_m, height - bottom, top
-    step = (x1 - x0) / max(len(labels) - 1, 1)
+    step = (x1 - x0) / len(labels)
 
-    def x(i: float) -> float:
-        return x0 + (i * step if len(labels) > 1 else (x1 - x0) / 2)
+    def x(i: float) -> float:  # each build at the middle of its own slot
+        return x0 + (i + 0.5) * step
 
     def y(v: float) -> float:
         return y0 - (v - lo) / (hi - lo) * (y0 - y1)
