@@ -384,3 +384,43 @@ def test_goldens_bisect_runs_the_suite_with_each_build(tmp_path):
                              .read_text())
         assert results["compiler"]["path"].startswith(str(tmp_path))  # that build's compiler
         assert {r["status"] for r in results["results"]} == {"passed"}
+
+
+def test_verdicts_of_throughput_compstat_and_exit_codes():
+    from runner.bisect.judge import judge
+
+    def run(*rates):
+        return {"probe": {"ok": True, "run": {"samples_per_s": list(rates)}}}
+
+    good = run(10.0, 10.4)
+    slower = judge(parse_test("throughput:5"), good, run(9.0, 9.2))
+    assert slower.state == BAD and slower.detail["change_pct"] == pytest.approx(-100 * 1.1 / 10.2)
+    assert slower.detail["noise_pct"] == pytest.approx(100 * 0.4 / 10.2, 1e-6)  # stated
+    assert judge(parse_test("throughput:15"), good, run(9.0, 9.2)).state == GOOD
+
+    def stats(dispatches, size):
+        return {"probe": {"ok": True, "compile": {"dispatch_count": dispatches,
+                                                  "vmfb_bytes": size, "modules": []}}}
+
+    assert judge(parse_test("compstat"), stats(480, 1000), stats(480, 1000)).state == GOOD
+    grown = judge(parse_test("compstat"), stats(480, 1000), stats(481, 900))
+    assert grown.state == BAD and grown.detail["over"] == ["dispatch_count"]
+    script = parse_test("script:true")
+    assert [judge(script, None, {"script": {"exit_code": rc}}).state
+            for rc in (0, 1, 125, 245)] == [GOOD, BAD, SKIP, BAD]
+    suite = parse_test(f"goldens:{REPO / 'goldens' / 'tiny'}")
+    assert [judge(suite, None, {"goldens": {"exit_code": rc}}).state
+            for rc in (0, 1, 2)] == [GOOD, BAD, SKIP]
+    # a build that cannot compile: skipped, unless compiling is the test
+    broken = {"probe": {"ok": False, "stage": "compile", "error": "iree-compile failed"}}
+    assert judge(parse_test("images"), good, broken).state == SKIP
+    assert judge(parse_test("compile"), None, broken).state == BAD
+    crashed = {"probe": {"ok": False, "stage": "run", "error": "the pipeline crashed"}}
+    assert judge(parse_test("images"), good, crashed).state == BAD
+
+
+def test_accuracy_needs_the_profiles_sample_set(tmp_path):
+    proc = runner("bisect", "--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test",
+                  "accuracy", "--profile", "tiny", "--count", "2", "--out",
+                  str(tmp_path / "b"), "--dry-run")
+    assert proc.returncode == 2 and "drop --count/--samples" in proc.stderr
