@@ -294,8 +294,8 @@ def test_trend_over_commits_marks_where_the_image_bytes_changed(tmp_path, releas
     repo, links, shas = make_repo(tmp_path, release_wheels, ["3.11.0", None, "3.12.0"])
     out = tmp_path / "t"
     proc = runner("trend", "--range", f"commit:{shas[0]}..commit:{shas[2]}", "--repo",
-                  str(repo), "--find-links", str(links), "--profile", "tiny", "--count", "1",
-                  "--out", str(out))
+                  str(repo), "--find-links", str(links), "--profile", "tiny", "--count", "2",
+                  "--out", str(out))  # FID needs two images
     assert proc.returncode == 0, proc.stderr
     points = json.loads((out / "trend.json").read_text())["points"]
     assert [p["verdict"] for p in points] == [GOOD, SKIP, BAD]

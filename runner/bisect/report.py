@@ -128,7 +128,7 @@ def trend_markdown(state: dict[str, Any]) -> str:
                          duration(p["seconds"])] for p in points])]
     errors = [(p["build"], p["error"]) for p in points if p.get("error")]
     if errors:
-        lines += ["", "Builds that could not be measured:", ""]
+        lines += ["", "Builds not measured or not scored:", ""]
         lines += [f"- {code(b)}: {esc(str(err).splitlines()[0][:300])}" for b, err in errors]
     lines += ["", "Reproduce: `reproduce.sh` in this directory, or", "",
               *fence(_command(state), "bash")]

@@ -58,7 +58,7 @@ def point(step: dict[str, Any], previous: dict[int, str] | None) -> dict[str, An
         "vmfb_bytes": compile_.get("vmfb_bytes"),
         "images_changed": (None if digests is None or previous is None
                            else digests != previous),
-        "error": m.get("unavailable") or probe.get("error"),
+        "error": m.get("unavailable") or probe.get("error") or score.get("error"),
     }
 
 
