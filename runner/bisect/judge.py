@@ -153,8 +153,9 @@ def _throughput(test: TestSpec, ref: dict, now: dict) -> Verdict:
     drop = 100.0 * (r - n) / r if r > 0 else 0.0
     noise = 100.0 * max(r_noise, n_noise)
     state = BAD if drop > test.number else GOOD
+    caveat = "; the change is within that noise: measure again" if abs(drop) <= noise else ""
     return Verdict(state, f"{n:.3f} samples/s ({-drop:+.1f}% vs good {r:.3f}; pass-to-pass "
-                          f"noise {noise:.1f}%)",
+                          f"noise {noise:.1f}%{caveat})",
                    {"samples_per_s": n, "good_samples_per_s": r, "change_pct": -drop,
                     "noise_pct": noise, "within_noise": abs(drop) <= noise})
 
