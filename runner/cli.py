@@ -19,6 +19,7 @@ from runner.accuracy.cli import register as register_accuracy
 from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
+from runner.bisect.cli import register as register_bisect
 from runner.clihelp import (
     DEFAULT_PROFILE,
     CommandGroupsFormatter,
@@ -389,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_goldens(sub)
     register_accuracy(sub)
     register_bench(sub)
+    register_bisect(sub)
     register_report(sub)
     register_image(sub)
     register_status(sub)

@@ -133,10 +133,16 @@ class ImageCompiler:
         return compiled
 
     def _mounts(self, profile: Profile, batch_sizes: set[int]) -> list[tuple[str, bool]]:
-        """The model dir and any MLIR kept elsewhere (read-only), the profile dir, and the
-        compile cache (read-write: the modules are written there)."""
-        model = profile.model
-        mlir = [Path(m).parent for name in model.submodels for b in batch_sizes
-                for m in model.mlir_sources(name, b) if "://" not in m]
-        return covering_mounts([(model.base_dir, True), (self.work_dir, True),
-                                (cache_dir(), False), *[(d, True) for d in mlir]])
+        return compile_mounts(profile, batch_sizes, [(self.work_dir, True)])
+
+
+def compile_mounts(profile: Profile, batch_sizes: set[int], extra: list[tuple[Path, bool]]
+                   ) -> list[tuple[str, bool]]:
+    """What a compile in the image reads and writes: the model dir and any MLIR kept
+    elsewhere (read-only), the compile cache (read-write: the modules are written there),
+    and the caller's own directories (`extra`)."""
+    model = profile.model
+    mlir = [Path(m).parent for name in model.submodels for b in batch_sizes
+            for m in model.mlir_sources(name, b) if "://" not in m]
+    return covering_mounts([(model.base_dir, True), *extra, (cache_dir(), False),
+                            *[(d, True) for d in mlir]])

@@ -211,3 +211,63 @@ def progress_chart(workers: Sequence[WorkerReport], width: int = 880, height: in
     parts.append(f'<path d="{" ".join(d)}" fill="none" stroke="#0969da" stroke-width="2"/>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def series_chart(labels: Sequence[str], values: Sequence[float | None], title: str,
+                 y_title: str, marks: Sequence[int] = (), width: int = 880,
+                 height: int = 240) -> str:
+    """One number per build, as a line over the builds in order; a missing value (a build
+    that could not be measured) breaks the line, and `marks` (e.g. where the image bytes
+    changed) are dashed vertical lines. The y axis spans the data, not zero: the changes
+    between builds are what the chart is for."""
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    if not labels or not known:
+        return ""
+    lo, hi = min(known), max(known)
+    pad = (hi - lo) * 0.12 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    top, right_m, bottom, left_m = 24, 16, 56, 72
+    x0, x1, y0, y1 = left_m, width - right_m, height - bottom, top
+    step = (x1 - x0) / len(labels)
+
+    def x(i: float) -> float:  # each build at the middle of its own slot
+        return x0 + (i + 0.5) * step
+
+    def y(v: float) -> float:
+        return y0 - (v - lo) / (hi - lo) * (y0 - y1)
+
+    parts = [f'<svg class="chart" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" {FONT}>',
+             f"<title>{escape(title)}</title>",
+             f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="#ffffff" '
+             'stroke="#d0d7de"/>',
+             _text(x0, 16, title, weight="bold")]
+    for t in nice_ticks(lo, hi):
+        parts.append(f'<line x1="{x0}" y1="{y(t):.1f}" x2="{x1}" y2="{y(t):.1f}" '
+                     'stroke="#eaeef2"/>')
+        parts.append(_text(x0 - 6, y(t) + 4, f"{t:.6g}", "end", fill="#57606a"))
+    for i in marks:
+        parts.append(f'<line x1="{x(i):.1f}" y1="{y1}" x2="{x(i):.1f}" y2="{y0}" '
+                     f'stroke="{FAIL_COLOR}" stroke-dasharray="4 3"/>')
+    for i, label in enumerate(labels):
+        parts.append(_text(x(i), y0 + 16, label, "middle", size=10, fill="#57606a"))
+    parts.append(f'<text x="14" y="{(y0 + y1) / 2:.1f}" font-size="11" fill="#57606a" '
+                 f'text-anchor="middle" transform="rotate(-90 14 {(y0 + y1) / 2:.1f})">'
+                 f"{escape(y_title)}</text>")
+    d, pen = [], "M"
+    for i, v in enumerate(values):
+        if v is None or not math.isfinite(v):
+            pen = "M"
+            continue
+        d.append(f"{pen}{x(i):.1f} {y(v):.1f}")
+        pen = "L"
+    parts.append(f'<path d="{" ".join(d)}" fill="none" stroke="{color(0)}" stroke-width="2"/>')
+    for i, v in enumerate(values):
+        if v is not None and math.isfinite(v):
+            parts.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="4" fill="{color(0)}">'
+                         f"<title>{escape(labels[i])}: {v:.6g}</title></circle>")
+    if marks:
+        parts.append(_text(x1, height - 8, "dashed: the image bytes changed at this build",
+                           "end", size=10, fill=FAIL_COLOR))
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,0 +1,232 @@
+"""What an IREE build is here, and the candidate builds between two of them.
+
+A build is one of the `--iree` specs the runner already knows (`wheels:<version>`,
+`source:<sha>`, `build-dir:<path>`) or a per-commit package, `commit:<sha>` of an IREE
+checkout (`--repo`), whose wheels are PkgCI's artifacts for that commit, as IREE's own
+bisect script installs them. A range between two builds of one kind lists the builds in
+between, in order from the good end to the bad end:
+
+- wheels: the versions the package index holds (`pip index versions`, so pip's own
+  configuration, `--find-links` pages or dirs and `--pre` nightlies apply), PEP 440 order,
+  which orders IREE's `X.Y.ZrcYYYYMMDD` nightlies by date;
+- commits: the first-parent commits from `git rev-list` (git bisect's `--first-parent`,
+  as IREE's script runs it: merges count, not the commits they bring in).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.docker.image import parse_source, validate_commit
+from runner.errors import RunnerError
+
+KINDS = ("wheels", "commit", "source", "build-dir")
+COMPILER_PACKAGE, RUNTIME_PACKAGE = "iree-base-compiler", "iree-base-runtime"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_PEP440 = re.compile(r"(?P<release>[0-9]+(?:\.[0-9]+)*)(?:(?P<pre>a|b|rc)(?P<pre_n>[0-9]+))?"
+                     r"(?:\.post(?P<post>[0-9]+))?(?:\.dev(?P<dev>[0-9]+))?")
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
+
+
+@dataclass(frozen=True)
+class Build:
+    """One IREE build under test. `spec` is canonical (`commit:` with the full SHA), and
+    `label` the short name tables and directories use."""
+
+    kind: str
+    spec: str
+    label: str
+    version: str | None = None  # wheels
+    commit: str | None = None  # commit, source
+    path: str | None = None  # build-dir
+    subject: str = ""  # a commit's subject line and date, for the step table
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "spec": self.spec, "label": self.label,
+                "version": self.version, "commit": self.commit, "path": self.path,
+                "subject": self.subject}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Build:
+        return cls(raw["kind"], raw["spec"], raw["label"], raw.get("version"),
+                   raw.get("commit"), raw.get("path"), raw.get("subject", ""))
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where builds come from: the package index options (`find_links`, `pre`) and the
+    IREE checkout that `commit:` specs name commits of."""
+
+    find_links: str | None = None
+    pre: bool = False
+    repo: Path | None = None
+
+    def pip_index_args(self) -> list[str]:
+        """The pip options that pick the index: a find-links page or dir, nightlies."""
+        args = ["--find-links", self.find_links] if self.find_links else []
+        return [*args, "--pre"] if self.pre else args
+
+
+def check_find_links(value: str | None, where: str = "--find-links") -> str | None:
+    """A plain http(s) URL (no credentials: they would land in reports) or a directory."""
+    if not value:
+        return None
+    if "://" in value:
+        parse_source("wheels:0", find_links=value, where=where)  # the URL rules of images
+        return value
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise RunnerError(f"{value!r} is neither an http(s) URL nor a directory", where=where,
+                          fix="give a find-links page (https://iree.dev/pip-release-links.html)"
+                          " or a directory of wheels")
+    return str(path.resolve())
+
+
+def version_key(version: str) -> tuple:
+    """PEP 440 order for the versions IREE publishes: 3.4.0rc20250101 < 3.4.0 < 3.4.1."""
+    m = _PEP440.fullmatch(version)
+    if m is None:
+        raise RunnerError(f"{version!r} is not a PEP 440 version", where="wheels",
+                          fix="use a release such as 3.13.0 or a nightly such as "
+                          "3.14.0rc20250601")
+    release = tuple(int(x) for x in m["release"].split("."))
+    release += (0,) * (4 - len(release))
+    pre = (_PRE_RANK[m["pre"]], int(m["pre_n"])) if m["pre"] else (3, 0)
+    dev = int(m["dev"]) if m["dev"] is not None else sys.maxsize
+    return (release, pre, int(m["post"] or -1), dev)
+
+
+def parse_build(text: str, sources: Sources, where: str = "--good") -> Build:
+    """A build spec, checked: a wheel version, a commit of `--repo` resolved to its full
+    SHA, a source ref, or a build tree."""
+    kind, colon, value = text.strip().partition(":")
+    if not colon or kind not in KINDS or not value:
+        raise RunnerError(f"{text!r} is not a build", where=where,
+                          fix="use wheels:<version> (e.g. wheels:3.13.0), commit:<sha> (with "
+                          "--repo IREE_CHECKOUT), source:<sha>, or build-dir:<path>")
+    if kind == "wheels":
+        parse_source(text, where=where)
+        version_key(value)
+        return Build("wheels", text, value, version=value)
+    if kind == "source":
+        source = parse_source(text, where=where)
+        return Build("source", f"source:{source.commit}", str(source.commit)[:12],
+                     commit=source.commit)
+    if kind == "build-dir":
+        source = parse_source(text, where=where)
+        return Build("build-dir", f"build-dir:{source.build_dir}", Path(value).name or value,
+                     path=str(source.build_dir))
+    validate_commit(value, where)
+    if sources.repo is None:
+        raise RunnerError(f"{text} names a commit, but of which repository?", where=where,
+                          fix="pass --repo IREE_CHECKOUT (a clone of iree-org/iree)")
+    sha, subject = resolve_commit(sources.repo, value, where)
+    return Build("commit", f"commit:{sha}", sha[:10], commit=sha, subject=subject)
+
+
+def _git(repo: Path, *args: str, where: str) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError(f"git failed: {e}", where=where, fix="install git") from e
+    if proc.returncode != 0:
+        raise RunnerError(f"`git {' '.join(args)}` failed: {proc.stderr.strip()[-500:]}",
+                          where=where, fix="pass --repo a clone of iree-org/iree holding "
+                          "both commits (git fetch)")
+    return proc.stdout
+
+
+def resolve_commit(repo: Path, ref: str, where: str) -> tuple[str, str]:
+    """(full SHA, "subject (date)") of a commit of `repo`. `--end-of-options` keeps a ref
+    from ever being read as an option."""
+    out = _git(repo, "log", "-1", "--format=%H%x00%s%x00%cs", "--end-of-options",
+               f"{ref}^{{commit}}", "--", where=where)
+    sha, subject, date = [*out.strip().split("\0"), "", ""][:3]
+    if not _FULL_SHA.fullmatch(sha):
+        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where)
+    return sha, f"{subject[:80]} ({date})"
+
+
+def available_versions(sources: Sources) -> list[str]:
+    """Every `iree-base-compiler` version the index offers, through pip itself, so the
+    user's pip configuration (index URL, proxy, certificates) is the one used."""
+    argv = [sys.executable, "-m", "pip", "index", "versions", COMPILER_PACKAGE,
+            "--disable-pip-version-check", *sources.pip_index_args()]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad") from e
+    m = re.search(r"^Available versions: (.*)$", proc.stdout, re.MULTILINE)
+    if proc.returncode != 0 or m is None:
+        raise RunnerError(f"the package index lists no {COMPILER_PACKAGE}: "
+                          f"{proc.stderr.strip()[-500:]}", where=" ".join(argv[2:]),
+                          fix="check the network / pip's index configuration, or pass "
+                          "--find-links DIR|URL")
+    return [v.strip() for v in m.group(1).split(",") if _PEP440.fullmatch(v.strip())]
+
+
+def _wheel_range(good: Build, bad: Build, sources: Sources) -> list[Build]:
+    assert good.version is not None and bad.version is not None
+    versions = available_versions(sources)
+    for end, flag in ((good, "--good"), (bad, "--bad")):
+        if end.version not in versions:
+            hint = " (a nightly needs --pre)" if "rc" in str(end.version) and \
+                not sources.pre else ""
+            raise RunnerError(f"{COMPILER_PACKAGE}=={end.version} is not in the index{hint}",
+                              where=flag, fix=f"pick one of: {', '.join(versions[:20])}")
+    lo, hi = sorted([version_key(good.version), version_key(bad.version)])
+    inside = sorted((v for v in versions if lo <= version_key(v) <= hi), key=version_key,
+                    reverse=version_key(good.version) > version_key(bad.version))
+    return [Build("wheels", f"wheels:{v}", v, version=v) for v in inside]
+
+
+def _commit_range(good: Build, bad: Build, repo: Path) -> list[Build]:
+    assert good.commit and bad.commit
+    where = f"--repo {repo}"
+    ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor",
+                               good.commit, bad.commit], capture_output=True, check=False)
+    if ancestor.returncode != 0:
+        raise RunnerError(f"{good.label} is not an ancestor of {bad.label}", where=where,
+                          fix="the good commit must come before the bad one on its branch")
+    out = _git(repo, "rev-list", "--first-parent", "--reverse",
+               "--format=%H%x00%s%x00%cs", f"{good.commit}..{bad.commit}", where=where)
+    builds = [good]
+    for line in out.splitlines():
+        if line.startswith("commit "):
+            continue
+        sha, subject, date = [*line.split("\0"), "", ""][:3]
+        builds.append(Build("commit", f"commit:{sha}", sha[:10], commit=sha,
+                            subject=f"{subject[:80]} ({date})"))
+    if builds[-1].commit != bad.commit:
+        raise RunnerError(f"{bad.label} is not on the first-parent line from {good.label}",
+                          where=where, fix="bisect along the branch the bad commit is on")
+    return builds
+
+
+def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:
+    """The builds from `good` to `bad`, both included, in that order."""
+    if good.spec == bad.spec:
+        raise RunnerError("the good and the bad build are the same", where="--good/--bad")
+    if good.kind != bad.kind or good.kind not in ("wheels", "commit"):
+        # two unrelated builds: nothing lies between them, the answer is the bad one
+        return [good, bad]
+    if good.kind == "wheels":
+        return _wheel_range(good, bad, sources)
+    assert sources.repo is not None
+    return _commit_range(good, bad, sources.repo)
+
+
+def parse_range(text: str, sources: Sources, where: str = "--range") -> list[Build]:
+    """`A..B`: every build from A to B (trend); `wheels:3.10.0..3.13.0` for short."""
+    a, dots, b = text.partition("..")
+    if not dots or not a or not b:
+        raise RunnerError(f"{text!r} is not a range", where=where,
+                          fix="use A..B, e.g. wheels:3.10.0..wheels:3.13.0")
+    if ":" not in b:
+        b = f"{a.partition(':')[0]}:{b}"
+    return candidates(parse_build(a, sources, where), parse_build(b, sources, where), sources)

@@ -1,0 +1,214 @@
+"""`runner bisect` and `runner trend`: a thin layer over runner/bisect/."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.clihelp import DEFAULT_PROFILE, add_profile, add_samples, document, profile_overrides
+from runner.errors import EXIT_OK, RunnerError
+
+DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
+
+
+def _sample_spec(args: argparse.Namespace, profile) -> str:
+    """The samples as one id spec; `accuracy` defaults to (and needs) the profile's set."""
+    from runner.accuracy.samples import format_ids, parse_ids
+    from runner.accuracy.settings import accuracy_settings
+    from runner.batch.run import read_ids_file, validate_ids
+
+    ranges = accuracy_settings(profile).samples if profile.accuracy else None
+    if args.ids:
+        ids = validate_ids(read_ids_file(Path(args.ids)), args.ids, None)
+    elif args.samples:
+        ids = validate_ids(list(parse_ids(args.samples, where="--samples")), "--samples", None)
+    elif args.count is None and args.test.startswith("accuracy") and ranges:
+        ids = list(ranges)
+    else:
+        count = DEFAULT_COUNT if args.count is None else args.count
+        ids = validate_ids(list(range(count)), "--count", None)
+    if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
+        raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
+                          f"ranges were set for, not {len(ids)}", where="--count",
+                          fix=f"drop --count/--samples (or use --samples {format_ids(ranges)})")
+    return format_ids(ids)
+
+
+def _plan(args: argparse.Namespace, test_text: str, trend: bool):
+    """The shared MeasurePlan and the inputs that key the out dir's state."""
+    import yaml
+
+    from runner.bisect.builds import Sources, check_find_links
+    from runner.bisect.judge import parse_test
+    from runner.bisect.ledger import inputs_key
+    from runner.bisect.measure import MeasurePlan
+    from runner.docker.in_image import standalone_profile
+    from runner.fileio import atomic_write_text
+    from runner.profile import load_profile
+
+    test = parse_test(test_text)
+    repo = Path(args.repo).resolve() if args.repo else None
+    if repo is not None and not (repo / ".git").exists():
+        raise RunnerError(f"{args.repo} is not a git checkout", where="--repo",
+                          fix="pass a clone of iree-org/iree")
+    sources = Sources(check_find_links(args.find_links), args.pre, repo)
+    profile = load_profile(args.profile, profile_overrides(args.set))
+    args.test = test_text
+    samples = _sample_spec(args, profile)
+    out = Path(os.path.abspath(args.out))
+    standalone = standalone_profile(profile)
+    profile_file = out / "profile.yaml"
+    if not args.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(profile_file, yaml.safe_dump(standalone, sort_keys=True))
+    executor = "docker" if args.build else args.executor
+    plan = MeasurePlan(out, profile, profile_file, samples, test, sources, executor,
+                       args.build, args.base_image, passes=2 if trend else test.passes,
+                       compstat=trend or test.kind == "compstat",
+                       score=trend and profile.accuracy is not None, cwd=os.getcwd())
+    inputs: dict[str, Any] = {
+        "test": test.text, "profile": profile.name, "profile_key": inputs_key(standalone),
+        "samples": samples, "executor": executor, "build_from_source": args.build,
+        "find_links": sources.find_links, "pre": sources.pre,
+        "repo": str(repo) if repo else None}
+    if test.kind == "script":
+        inputs["cwd"] = os.getcwd()
+    return plan, sources, inputs
+
+
+def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -> None:
+    from runner.bisect.measure import dry_run_lines
+    from runner.bisect.report import write_reports
+
+    lines = dry_run_lines(plan, index, builds[index]) if index is not None else []
+    paths = write_reports(out, state, lines)
+    print(paths[0].read_text(), end="")
+    print(f"\nwrote {out / (state['command'] + '.json')}, "
+          f"{', '.join(str(p) for p in paths)}", file=sys.stderr)
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from runner.bisect.builds import candidates, parse_build
+    from runner.bisect.envs import plan_setup
+    from runner.bisect.search import BisectRequest, bisect
+
+    plan, sources, inputs = _plan(args, args.test, trend=False)
+    good = parse_build(args.good, sources, "--good")
+    bad = parse_build(args.bad, sources, "--bad")
+    plan_setup(good, sources, plan.executor, plan.from_source)  # refuses a bad pairing now
+    inputs.update(good=good.spec, bad=bad.spec)
+    from runner.bisect.ledger import Ledger
+
+    state_file = plan.out / "bisect.json"
+    resumed = (Ledger(state_file, "bisect", inputs, args.argv).candidates
+               if state_file.is_file() else None)
+    builds = resumed or candidates(good, bad, sources)
+    state = bisect(BisectRequest(good, bad, plan, args.argv, inputs, builds, args.dry_run))
+    if args.dry_run:
+        return EXIT_OK
+    answer = state["answer"]
+    culprit = next((i for i, b in enumerate(builds) if b.spec == answer.get("first_bad")),
+                   None)
+    _finish(plan.out, state, plan, culprit, builds)
+    return EXIT_OK
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    from runner.bisect.builds import parse_build, parse_range
+    from runner.bisect.envs import plan_setup
+    from runner.bisect.trend import TrendRequest, trend
+
+    if bool(args.builds) == bool(args.range):
+        raise RunnerError("give the builds, or --range A..B (one of them)", where="runner trend",
+                          fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
+                          "--range wheels:3.10.0..wheels:3.13.0")
+    plan, sources, inputs = _plan(args, args.test, trend=True)
+    if args.range:
+        builds = parse_range(args.range, sources)
+    else:
+        builds = [parse_build(b, sources, "BUILD") for b in args.builds]
+        if len({b.spec for b in builds}) != len(builds):
+            raise RunnerError("a build is listed twice", where="BUILD")
+    inputs["builds"] = [b.spec for b in builds]
+    for build in builds:  # refuses a bad pairing (a commit in the image) before any work
+        plan_setup(build, sources, plan.executor, plan.from_source)
+    state = trend(TrendRequest(builds, plan, args.argv, inputs, args.dry_run))
+    if args.dry_run:
+        return EXIT_OK
+    _finish(plan.out, state, plan, 0, builds)
+    return EXIT_OK
+
+
+def _common(p: argparse.ArgumentParser, count_note: str) -> None:
+    add_profile(p, DEFAULT_PROFILE)
+    add_samples(p, DEFAULT_COUNT, count_note)
+    p.add_argument("--find-links", metavar="URL|DIR",
+                   help="wheels: a find-links page or dir of IREE wheels (nightlies: "
+                   "https://iree.dev/pip-release-links.html with --pre); commit: builds: a dir "
+                   "holding DIR/<sha>/*.whl per commit (default: fetch PkgCI's with gh)")
+    p.add_argument("--pre", action="store_true",
+                   help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    p.add_argument("--repo", metavar="IREE_CHECKOUT",
+                   help="the git checkout whose commits commit:<sha> builds name")
+    p.add_argument("--build", action="store_true",
+                   help="build each commit from source in the harness image (docker) instead "
+                   "of installing its PkgCI packages")
+    p.add_argument("--executor", choices=["venv", "docker"], default="venv",
+                   help="a venv per build (default), or the harness image per build")
+    p.add_argument("--base-image", help="docker base image for --executor docker "
+                   "(default: runner-base:bookworm)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every candidate build and the commands of the first step")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bisect", help="find the first IREE build that changed SDXL (images, accuracy, "
+        "throughput, compile stats, goldens, or a script)",
+        description="Bisects the builds between --good and --bad: each build gets a cached "
+        "environment, is measured with the test, and judged against the good build. "
+        "Resumes from --out. Tests: images | pixels:TOL | accuracy | throughput:PCT | "
+        "compile | compstat | goldens:SUITE | script:CMD (CMD's exit code, as IREE's bisect "
+        "script judges it: 0 good, any other bad, except 125: skip, as git bisect run has "
+        "it; the build's tools first on PATH, RUNNER_BUILD/IREE_VERSION/IREE_COMMIT set).")
+    p.add_argument("--good", required=True, metavar="BUILD",
+                   help="the last build known good: wheels:<ver>, commit:<sha>, source:<sha>, "
+                   "build-dir:<path>")
+    p.add_argument("--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
+    p.add_argument("--test", required=True, metavar="KIND",
+                   help="images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
+                   "| goldens:SUITE | script:CMD")
+    _common(p, "; accuracy: the profile's sample set")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/")
+    p.set_defaults(func=cmd_bisect)
+    document(p, "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images "
+             "--profile tiny --count 2 --out runs/bisect",
+             "runner bisect --good commit:<sha> --bad commit:<sha> --repo ~/iree --test "
+             "script:./repro.sh --out runs/b --dry-run",
+             "runner bisect --good wheels:3.5.0rc20250601 --bad wheels:3.5.0rc20250620 --pre "
+             "--find-links https://iree.dev/pip-release-links.html --test accuracy --out runs/n",
+             out="the bisect dir: bisect.json, bisect.md, report.html, reproduce.sh, "
+             "builds/NNN-<build>/ (each step's images and logs)")
+
+    p = subparsers.add_parser(
+        "trend", help="measure SDXL over every build of a list or range: FID, CLIP, "
+        "samples/s, compile time, dispatches, vmfb size",
+        description="The steps of `runner bisect` over every build (no bisection), one "
+        "report with a chart per metric and the builds where image bytes changed marked.")
+    p.add_argument("builds", nargs="*", metavar="BUILD", help="builds, as runner bisect takes")
+    p.add_argument("--range", metavar="A..B",
+                   help="every build from A to B, e.g. wheels:3.10.0..wheels:3.13.0")
+    p.add_argument("--test", default="images", metavar="KIND",
+                   help="the verdict column, against the first build (default: images)")
+    _common(p, "")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="trend dir: trend.json/.md, report.html, reproduce.sh, builds/")
+    p.set_defaults(func=cmd_trend)
+    document(p, "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 "
+             "--out runs/trend",
+             "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t",
+             out="the trend dir: trend.json, trend.md, report.html, reproduce.sh, builds/")

@@ -1,0 +1,145 @@
+"""What runs inside one build's environment: `python -m runner.bisect.probe`.
+
+It imports only what a worker does (the IREE runtime, numpy) plus the build's own
+`iree-compile` (first on PATH), so it runs in a bare venv of any IREE release and in a
+harness image alike. Stages, each recorded in `probe.json` as it ends, so the host can
+tell a build that cannot be installed or imported (skip) from one that cannot compile
+(skip, or the verdict of a `compile` test) from one whose pipeline fails (bad):
+
+1. import: `iree.runtime` and `iree-compile` of this build;
+2. compile: the profile's modules through the compile cache (keyed by the compiler's
+   version and commit, so every build has its own, shared with `runner run`), each
+   module's compile time (the time it took when it was compiled, for a cached one) and
+   vmfb size; with `--compstat`, also IREE CI's dispatch count (a second compile with the
+   scheduling statistics, cached as well);
+3. run: `runner generate` of the samples, `--passes` times (the first writes `images/`,
+   later ones `passN/`), each pass timed, and whether every pass made the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+PROBE_FILE = "probe.json"
+
+
+def _write(out: Path, state: dict[str, Any]) -> None:
+    from runner.fileio import atomic_write_json
+
+    atomic_write_json(out / PROBE_FILE, state)
+
+
+def _compile_seconds(result) -> float:
+    """How long the module took to compile: now, or (cached) when it was compiled."""
+    if not result.cached:
+        return float(result.seconds)
+    try:
+        return float(json.loads(Path(result.vmfb).with_suffix(".json").read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+def _dispatch_count(result, compiler) -> int:
+    """IREE CI's compstat number for one module: the same compile with the scheduling
+    statistics dumped (into the cache, named by the plain compile's key)."""
+    from runner.compile import compile_mlir
+    from runner.goldens.plan import STATS_FILE_FLAG, STATS_FORMAT_FLAG, dispatch_count
+    from runner.paths import cache_dir
+
+    stats = cache_dir() / "compstat" / result.key[:2] / f"{result.key}.json"
+    flags = (*result.command[2:-2], f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}")
+    stats.parent.mkdir(parents=True, exist_ok=True)
+    with_stats = compile_mlir(Path(result.mlir), flags, compiler=compiler)
+    if not stats.is_file():  # a cached vmfb whose statistics are gone: compile again
+        Path(with_stats.vmfb).unlink(missing_ok=True)
+        compile_mlir(Path(result.mlir), flags, compiler=compiler)
+    return dispatch_count(stats)
+
+
+def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: bool
+          ) -> dict[str, Any]:
+    state: dict[str, Any] = {"stage": "import", "ok": False, "pid": os.getpid()}
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out, state)
+    import iree.runtime  # noqa: F401  (a build whose runtime does not import is skipped)
+
+    from runner.compile import compiler_info
+    from runner.compiled_model import compile_model
+    from runner.generate import generate
+    from runner.profile import load_profile
+    from runner.provenance import iree_provenance
+
+    compiler = compiler_info()
+    state.update(iree=iree_provenance(), compiler={"path": compiler.path,
+                                                   "version": compiler.version,
+                                                   "commit": compiler.commit})
+    state["stage"] = "compile"
+    _write(out, state)
+    profile = load_profile(str(profile_path))
+    lay = profile.layout
+    compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size)
+    modules: list[dict[str, Any]] = [
+        {"mlir": Path(r.mlir).name, "seconds": round(_compile_seconds(r), 3), "cached": r.cached,
+         "vmfb_bytes": Path(r.vmfb).stat().st_size, "key": r.key} for r in compiled.compiled]
+    state["compile"] = {"modules": modules,
+                        "seconds": round(sum(m["seconds"] for m in modules), 3),
+                        "vmfb_bytes": sum(m["vmfb_bytes"] for m in modules)}
+    if compstat:
+        counts = [_dispatch_count(r, compiler) for r in compiled.compiled]
+        for m, count in zip(modules, counts, strict=True):
+            m["dispatch_count"] = count
+        state["compile"]["dispatch_count"] = sum(counts)
+    _write(out, state)
+    if passes:
+        state["stage"] = "run"
+        _write(out, state)
+        seconds, digests = [], []
+        for k in range(passes):
+            result = generate(profile, ids, out if k == 0 else out / f"pass{k + 1}")
+            seconds.append(round(result.seconds, 4))
+            manifest = json.loads((result.out / "manifest.json").read_text())
+            digests.append([s["sha256"] for s in manifest["samples"]])
+        state["run"] = {"samples": len(ids), "seconds": seconds,
+                        "samples_per_s": [len(ids) / max(s, 1e-9) for s in seconds],
+                        "repeatable": all(d == digests[0] for d in digests[1:])}
+    state.update(stage="done", ok=True)
+    _write(out, state)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m runner.bisect.probe", description=__doc__)
+    p.add_argument("--profile", required=True, help="a standalone profile YAML")
+    p.add_argument("--samples", required=True, help="sample ids, e.g. 0-3")
+    p.add_argument("--out", required=True, help="where probe.json and images go")
+    p.add_argument("--passes", type=int, default=1, help="generate passes (0: compile only)")
+    p.add_argument("--compstat", action="store_true", help="also the dispatch count")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    start = time.perf_counter()
+    from runner.accuracy.samples import parse_ids
+
+    try:
+        probe(Path(args.profile), list(parse_ids(args.samples)), out, args.passes,
+              args.compstat)
+        return 0
+    except (Exception, KeyboardInterrupt) as e:  # recorded for the host, which decides
+        path = out / PROBE_FILE
+        state = json.loads(path.read_text()) if path.is_file() else {"stage": "import"}
+        state.update(ok=False, error=f"{type(e).__name__}: {e}",
+                     traceback=traceback.format_exc()[-4000:],
+                     seconds=round(time.perf_counter() - start, 3))
+        _write(out, state)
+        print(f"probe: {state['stage']} failed: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

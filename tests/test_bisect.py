@@ -1,0 +1,426 @@
+"""`runner bisect` / `runner trend` over real IREE builds.
+
+The per-commit path is tested for real without the network: a local git repository whose
+commits each map to real IREE release wheels in a per-commit find-links directory
+(DIR/<sha>/*.whl, the layout of IREE's bisect script's work dir), or to none (a commit
+without packages, which the bisection must skip). The PyPI path bisects real releases.
+Venvs are cached by build under $RUNNER_CACHE_DIR, so a second session reuses them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from runner.bisect.builds import Sources, parse_build, version_key
+from runner.bisect.judge import BAD, GOOD, SKIP, parse_test
+from runner.bisect.search import Bisection
+from runner.errors import RunnerError
+from runner.paths import cache_dir
+
+REPO = Path(__file__).resolve().parent.parent
+WHEEL_VERSIONS = ("3.11.0", "3.12.0")  # their tiny-model images differ by 1 LSB
+SHA = re.compile(r"\b[0-9a-f]{40}\b")
+
+
+def runner(*args: str, cwd: Path = REPO, timeout: float = 1800
+           ) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def release_wheels() -> dict[str, list[Path]]:
+    """Real iree-base-compiler/runtime wheels of two releases, downloaded once (pip's
+    cache, then ours) and kept under the runner's cache across sessions."""
+    out = {}
+    for version in WHEEL_VERSIONS:
+        directory = cache_dir() / "test-wheels" / version
+        if len(list(directory.glob("*.whl"))) < 2:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d",
+                 str(directory), f"iree-base-compiler=={version}",
+                 f"iree-base-runtime=={version}"], capture_output=True, text=True,
+                check=False, timeout=900)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        out[version] = sorted(directory.glob("*.whl"))
+    return out
+
+
+def make_repo(root: Path, wheels: dict[str, list[Path]], versions: list[str | None]
+              ) -> tuple[Path, Path, list[str]]:
+    """A git repo of one commit per entry, and a find-links dir holding each commit's
+    wheels (hard links to the real release wheels), none for a None entry."""
+    repo, links = root / "iree", root / "packages"
+    repo.mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    shas = []
+    for i, version in enumerate(versions):
+        (repo / "iree_version.txt").write_text(f"{version or 'none'}\n")
+        subprocess.run([*git, "add", "iree_version.txt"], check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m",
+                        f"change {i}: IREE {version}"], check=True)
+        sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        shas.append(sha)
+        if version is not None:
+            (links / sha).mkdir(parents=True)
+            for wheel in wheels[version]:
+                os.link(wheel, links / sha / wheel.name)
+    return repo, links, shas
+
+
+def git_bisect_run(repo: Path, good: str, bad: str, script: str) -> str:
+    """A plain exit-code bisect with git itself (IREE's script's contract)."""
+    git = ["git", "-C", str(repo)]
+    subprocess.run([*git, "bisect", "start", "--first-parent"], check=True, capture_output=True)
+    subprocess.run([*git, "bisect", "good", good], check=True, capture_output=True)
+    subprocess.run([*git, "bisect", "bad", bad], check=True, capture_output=True)
+    proc = subprocess.run([*git, "bisect", "run", "sh", "-c", script], capture_output=True,
+                          text=True, check=False)
+    subprocess.run([*git, "bisect", "reset"], check=True, capture_output=True)
+    return proc.stdout
+
+
+# --------------------------------------------------------------------------- fast checks
+
+def test_bisection_picks_the_middle_and_names_a_range_hidden_by_skips():
+    state = Bisection(list(range(6)))  # type: ignore[arg-type]
+    state.verdicts.update({0: GOOD, 5: BAD})
+    assert state.next() == 2 and state.steps_left() == 3
+    state.verdicts[2] = SKIP  # git bisect skip: the next nearest the middle instead
+    assert state.next() == 3
+    state.verdicts[3] = GOOD
+    assert state.next() == 4
+    state.verdicts[4] = BAD
+    assert state.next() is None and (state.last_good, state.first_bad) == (3, 4)
+    assert state.skipped() == []  # the skip lies below the last good: it hides nothing
+    hidden = Bisection(list(range(4)))  # type: ignore[arg-type]
+    hidden.verdicts.update({0: GOOD, 1: GOOD, 2: SKIP, 3: BAD})
+    assert hidden.next() is None and hidden.skipped() == [2]
+
+
+def test_versions_order_nightlies_by_date_and_before_their_release():
+    versions = ["3.4.0", "3.4.0rc20250105", "3.3.1", "3.4.0rc20241231", "3.10.0", "2.9.0"]
+    assert sorted(versions, key=version_key) == [
+        "2.9.0", "3.3.1", "3.4.0rc20241231", "3.4.0rc20250105", "3.4.0", "3.10.0"]
+
+
+@pytest.mark.parametrize("spec", ["wheels:$(touch pwned)", "wheels:3.1;ls", "commit:--all",
+                                  "commit:a..b", "nightly:3.1", "wheels:", "3.13.0"])
+def test_hostile_or_malformed_builds_are_refused(spec, tmp_path):
+    with pytest.raises(RunnerError):
+        parse_build(spec, Sources(repo=tmp_path))
+    assert not (REPO / "pwned").exists()
+
+
+@pytest.mark.parametrize("text", ["pixels", "pixels:-1", "pixels:nan", "throughput:x",
+                                  "images:3", "goldens:/no/such/suite", "script:", "fid"])
+def test_bad_tests_are_refused(text):
+    with pytest.raises(RunnerError):
+        parse_test(text)
+
+
+def test_script_tests_keep_their_words():
+    spec = parse_test("script:sh -c 'echo \"$(touch pwned)\"' _")
+    assert spec.script_argv == ["sh", "-c", 'echo "$(touch pwned)"', "_"]
+
+
+def test_commit_dry_run_lists_first_parent_commits_and_the_first_step(tmp_path,
+                                                                     release_wheels):
+    repo, links, shas = make_repo(tmp_path, release_wheels, ["3.11.0", None, "3.12.0"])
+    proc = runner("bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[2][:12]}",
+                  "--repo", str(repo), "--find-links", str(links), "--test", "images",
+                  "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),
+                  "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [SHA.search(line).group(0) for line in lines[1:4]] == shas  # type: ignore[union-attr]
+    assert "change 1: IREE None" in lines[2]
+    text = proc.stdout
+    assert f"{links / shas[0]}/iree_base_compiler-3.11.0-" in text  # its own wheels
+    assert "-m venv" in text and "-m runner.bisect.probe" in text
+    assert not (tmp_path / "b").exists()  # a dry run writes nothing
+
+
+def test_commit_without_packages_dry_run_prints_the_pkgci_fetch(tmp_path, release_wheels):
+    repo, _, shas = make_repo(tmp_path, release_wheels, [None, None])
+    proc = runner("bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[1]}",
+                  "--repo", str(repo), "--test", "script:true", "--out", str(tmp_path / "b"),
+                  "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert (f"RUN_ID=$(gh api -H 'Accept: application/vnd.github+json' -H "
+            f"'X-GitHub-Api-Version: 2022-11-28' '/repos/iree-org/iree/actions/workflows/"
+            f"pkgci.yml/runs?head_sha={shas[0]}'") in proc.stdout
+    assert ("gh run download --repo iree-org/iree \"$RUN_ID\" --name "
+            "linux_x86_64_release_packages --dir") in proc.stdout
+
+
+def test_other_inputs_into_a_bisect_dir_are_refused(tmp_path, release_wheels):
+    repo, _, shas = make_repo(tmp_path, release_wheels, [None, None])
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "bisect.json").write_text(json.dumps({"command": "bisect", "key": "other",
+                                                 "steps": []}))
+    proc = runner("bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[1]}",
+                  "--repo", str(repo), "--test", "script:true", "--out", str(out))
+    assert proc.returncode == 2 and "of other inputs" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_wheels_dry_run_lists_the_index_releases():
+    proc = runner("bisect", "--good", "wheels:3.10.0", "--bad", "wheels:3.13.0", "--test",
+                  "images", "--out", "/nonexistent/never-written", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    listed = re.findall(r"^\s+\d+\s+wheels:(\S+)", proc.stdout, re.MULTILINE)
+    assert listed == ["3.10.0", "3.11.0", "3.12.0", "3.13.0"]
+    assert "iree-base-compiler==3.10.0 iree-base-runtime==3.10.0" in proc.stdout
+
+
+def test_nightlies_from_a_find_links_dir_are_listed_by_date(tmp_path):
+    for date in ("20250620", "20250601", "20250610"):
+        for package in ("compiler", "runtime"):
+            (tmp_path / f"iree_base_{package}-3.14.0rc{date}-cp311-cp311-"
+                        "manylinux_2_28_x86_64.whl").write_bytes(b"")
+    proc = runner("bisect", "--good", "wheels:3.14.0rc20250601", "--bad",
+                  "wheels:3.14.0rc20250620", "--pre", "--find-links", str(tmp_path), "--test",
+                  "compile", "--out", str(tmp_path / "b"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert re.findall(r"wheels:(3\.14\.0rc\d+)", proc.stdout)[:3] == [
+        "3.14.0rc20250601", "3.14.0rc20250610", "3.14.0rc20250620"]
+    assert f"--find-links {tmp_path} --pre" in proc.stdout
+
+
+# --------------------------------------------------------------------------- real bisects
+
+@pytest.mark.slow
+def test_images_bisect_over_commits_finds_the_first_changed_build(tmp_path, release_wheels):
+    versions = ["3.11.0", None, "3.11.0", "3.12.0", None, "3.12.0"]
+    repo, links, shas = make_repo(tmp_path, release_wheels, versions)
+    out = tmp_path / "b"
+    args = ["bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[-1]}",
+            "--repo", str(repo), "--find-links", str(links), "--test", "images",
+            "--profile", "tiny", "--count", "1", "--out", str(out)]
+    proc = runner(*args)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((out / "bisect.json").read_text())
+    answer = state["answer"]
+    assert answer["first_bad"] == f"commit:{shas[3]}" and answer["exact"]
+    assert answer["last_good"] == f"commit:{shas[2]}"
+    changed = answer["evidence"]["changed_samples"]
+    assert [c["qsl_idx"] for c in changed] == [0] and changed[0]["max_abs"] >= 1
+    tested = {s["build"]: s["verdict"]["state"] for s in state["steps"]}
+    assert tested == {f"commit:{shas[0]}": GOOD, f"commit:{shas[5]}": BAD,
+                      f"commit:{shas[2]}": GOOD, f"commit:{shas[3]}": BAD}
+    # commits with the same wheels share one venv (keyed by the wheels' bytes)
+    envs = {s["measurement"]["env"]["root"] for s in state["steps"]}
+    assert len(envs) == 2
+    assert "is the first bad build" in (out / "bisect.md").read_text()
+    ET.fromstring((out / "report.html").read_text().split("\n", 1)[1])  # well-formed
+    assert subprocess.run(["bash", "-n", str(out / "reproduce.sh")]).returncode == 0
+    # a second run resumes from bisect.json: every step is reused, none runs again
+    again = runner(*args)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("not run again") == 4 and "step 5" not in again.stderr
+    # an interrupted bisect (the last step and the answer lost) runs only what is missing
+    state["steps"] = [s for s in state["steps"] if s["order"] < 4]
+    del state["answer"]
+    (out / "bisect.json").write_text(json.dumps(state))
+    resumed = runner(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("not run again") == 3
+    assert re.search(r"step 4: " + shas[3][:10] + r": BAD", resumed.stderr)
+
+
+SCRIPT = 'iree-compile --version | grep -q "compiler version 3.11"'  # good while 3.11
+GIT_SCRIPT = ('v=$(cat iree_version.txt); [ "$v" = none ] && exit 125; '
+              '[ "$v" = 3.11.0 ]')  # the same, from the checkout, for git bisect run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("versions,expected", [
+    (["3.11.0", None, "3.11.0", "3.12.0"], [3]),  # a skip on the way, the answer exact
+    (["3.11.0", "3.11.0", None, "3.12.0"], [2, 3]),  # a skip hides which of two it is
+])
+def test_script_bisect_reproduces_git_bisect_run(tmp_path, release_wheels, versions,
+                                                 expected):
+    repo, links, shas = make_repo(tmp_path, release_wheels, versions)
+    git_says = git_bisect_run(repo, shas[0], shas[-1], GIT_SCRIPT)
+    out = tmp_path / "b"
+    proc = runner("bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[-1]}",
+                  "--repo", str(repo), "--find-links", str(links), "--test",
+                  f"script:sh -c '{SCRIPT}'", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads((out / "bisect.json").read_text())["answer"]
+    if len(expected) == 1:
+        assert f"{shas[3]} is the first bad commit" in git_says
+        assert answer["exact"] and answer["first_bad"] == f"commit:{shas[3]}"
+    else:
+        assert "could be any of" in git_says
+        assert set(SHA.findall(git_says.split("could be any of", 1)[1])) == \
+            {shas[i] for i in expected}
+        assert not answer["exact"]
+        assert answer["range"] == [f"commit:{shas[i]}" for i in expected]
+        assert answer["skipped"] == [f"commit:{shas[2]}"]
+        assert "skipped build(s) hide which" in (out / "bisect.md").read_text()
+    skipped = [s for s in json.loads((out / "bisect.json").read_text())["steps"]
+               if s["verdict"]["state"] == SKIP]
+    assert skipped and "no packages for this commit" in skipped[0]["verdict"]["metric"]
+
+
+@pytest.mark.slow
+def test_images_bisect_over_pypi_releases(tmp_path):
+    out = tmp_path / "b"
+    proc = runner("bisect", "--good", "wheels:3.11.0", "--bad", "wheels:3.13.0", "--test",
+                  "images", "--profile", "tiny", "--count", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads((out / "bisect.json").read_text())["answer"]
+    # 3.12.0 and 3.13.0 make the same bytes; 3.11.0 differs from both by 1 LSB
+    assert answer["first_bad"] == "wheels:3.12.0" and answer["last_good"] == "wheels:3.11.0"
+    assert "bisect: 3 builds from 3.11.0 (good) to 3.13.0 (bad)" in proc.stderr
+
+
+@pytest.mark.slow
+def test_trend_over_commits_marks_where_the_image_bytes_changed(tmp_path, release_wheels):
+    repo, links, shas = make_repo(tmp_path, release_wheels, ["3.11.0", None, "3.12.0"])
+    out = tmp_path / "t"
+    proc = runner("trend", "--range", f"commit:{shas[0]}..commit:{shas[2]}", "--repo",
+                  str(repo), "--find-links", str(links), "--profile", "tiny", "--count", "2",
+                  "--out", str(out))  # FID needs two images
+    assert proc.returncode == 0, proc.stderr
+    points = json.loads((out / "trend.json").read_text())["points"]
+    assert [p["verdict"] for p in points] == [GOOD, SKIP, BAD]
+    assert [p["images_changed"] for p in points] == [None, None, True]
+    for p in (points[0], points[2]):
+        assert p["dispatch_count"] > 0 and p["vmfb_bytes"] > 0 and p["compile_s"] > 0
+        assert len(p["samples_per_s_passes"]) == 2 and p["fid"] is not None
+    html = (out / "report.html").read_text()
+    root = ET.fromstring(html.split("\n", 1)[1])
+    svgs = [el for el in root.iter() if el.tag == "svg"]
+    assert len(svgs) == 6  # FID, CLIP, samples/s, compile time, dispatches, vmfb size
+    assert "the image bytes changed at this build" in html
+
+
+def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
+    repo, _, shas = make_repo(tmp_path, release_wheels, [None, None])
+    ends = ["--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[1]}", "--repo", str(repo)]
+    built = runner("bisect", *ends, "--build", "--test", "compile", "--out",
+                   str(tmp_path / "b"), "--dry-run")
+    assert built.returncode == 0, built.stderr
+    assert f"runner image build --from source:{shas[0]}" in built.stdout
+    assert "# in the harness image: python3 -m runner.bisect.probe" in built.stdout
+    refused = runner("bisect", *ends, "--executor", "docker", "--test", "compile", "--out",
+                     str(tmp_path / "b"), "--dry-run")
+    assert refused.returncode == 2 and "add --build" in refused.stderr
+    assert refused.stdout == ""  # refused before any candidate is listed
+    trend = runner("trend", "wheels:3.12.0", "wheels:3.13.0", "--executor", "docker",
+                   "--test", "throughput:5", "--out", str(tmp_path / "t"), "--dry-run")
+    assert trend.returncode == 0, trend.stderr
+    assert "runner image build --from wheels:3.12.0" in trend.stdout
+    assert "--passes 2 --compstat" in trend.stdout
+
+
+def host_build_tree(root: Path) -> Path:
+    """This host's own IREE (the installed wheels) laid out as a CMake build tree: tools/
+    and the two Python binding dirs, by links, so `build-dir:` builds cost nothing to make."""
+    import iree.compiler
+    import iree.runtime
+
+    package = Path(iree.runtime.__file__).parent.parent  # site-packages/iree
+    (root / "tools").mkdir(parents=True)
+    (root / "tools" / "iree-compile").symlink_to(
+        Path(iree.compiler.__file__).parent / "_mlir_libs" / "iree-compile")
+    for binding, names in (("compiler", ["compiler"]),
+                           ("runtime", ["runtime", "_runtime", "_runtime_libs"])):
+        target = root / binding / "bindings" / "python" / "iree"
+        target.mkdir(parents=True)
+        for name in names:
+            if (package / name).exists():
+                (target / name).symlink_to(package / name)
+    return root
+
+
+def test_script_bisect_over_build_trees_with_hostile_names(tmp_path):
+    good = host_build_tree(tmp_path / "tree good")
+    bad = host_build_tree(tmp_path / "tree $(touch pwned) bad")
+    out = tmp_path / "out $(touch pwned)\n'q"
+    # the build's tools come first on PATH, and RUNNER_BUILD says which build it is
+    script = ('command -v iree-compile | grep -q "/tools/iree-compile$" || exit 125; '
+              'case "$RUNNER_BUILD" in *bad) exit 3;; esac')
+    proc = runner("bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{bad}",
+                  "--test", f"script:sh -c '{script}'", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads((out / "bisect.json").read_text())["answer"]
+    assert answer["first_bad"] == f"build-dir:{bad}" and answer["exact"]
+    steps = json.loads((out / "bisect.json").read_text())["steps"]
+    assert [s["verdict"]["metric"] for s in steps] == ["exit 0", "exit 3"]
+    assert sorted(p.name for p in (out / "builds").iterdir()) == [
+        "000-tree_good", "001-tree___touch_pwned__bad"]
+    assert subprocess.run(["bash", "-n", str(out / "reproduce.sh")]).returncode == 0
+    ET.fromstring((out / "report.html").read_text().split("\n", 1)[1])
+    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()
+
+
+def test_goldens_bisect_runs_the_suite_with_each_build(tmp_path):
+    good = host_build_tree(tmp_path / "a")
+    same = host_build_tree(tmp_path / "b")
+    out = tmp_path / "out"
+    proc = runner("bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{same}",
+                  "--test", f"goldens:{REPO / 'goldens' / 'tiny'}", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((out / "bisect.json").read_text())
+    assert state["answer"]["no_change"]  # the same IREE twice: nothing to find
+    for step in state["steps"]:
+        results = json.loads((Path(step["measurement"]["dir"]) / "goldens" / "results.json")
+                             .read_text())
+        assert results["compiler"]["path"].startswith(str(tmp_path))  # that build's compiler
+        assert {r["status"] for r in results["results"]} == {"passed"}
+
+
+def test_verdicts_of_throughput_compstat_and_exit_codes():
+    from runner.bisect.judge import judge
+
+    def run(*rates):
+        return {"probe": {"ok": True, "run": {"samples_per_s": list(rates)}}}
+
+    good = run(10.0, 10.4)
+    slower = judge(parse_test("throughput:5"), good, run(9.0, 9.2))
+    assert slower.state == BAD and slower.detail["change_pct"] == pytest.approx(-100 * 1.1 / 10.2)
+    assert slower.detail["noise_pct"] == pytest.approx(100 * 0.4 / 10.2, 1e-6)  # stated
+    assert judge(parse_test("throughput:15"), good, run(9.0, 9.2)).state == GOOD
+
+    def stats(dispatches, size):
+        return {"probe": {"ok": True, "compile": {"dispatch_count": dispatches,
+                                                  "vmfb_bytes": size, "modules": []}}}
+
+    assert judge(parse_test("compstat"), stats(480, 1000), stats(480, 1000)).state == GOOD
+    grown = judge(parse_test("compstat"), stats(480, 1000), stats(481, 900))
+    assert grown.state == BAD and grown.detail["over"] == ["dispatch_count"]
+    script = parse_test("script:true")
+    assert [judge(script, None, {"script": {"exit_code": rc}}).state
+            for rc in (0, 1, 125, 245)] == [GOOD, BAD, SKIP, BAD]
+    suite = parse_test(f"goldens:{REPO / 'goldens' / 'tiny'}")
+    assert [judge(suite, None, {"goldens": {"exit_code": rc}}).state
+            for rc in (0, 1, 2)] == [GOOD, BAD, SKIP]
+    # a build that cannot compile: skipped, unless compiling is the test
+    broken = {"probe": {"ok": False, "stage": "compile", "error": "iree-compile failed"}}
+    assert judge(parse_test("images"), good, broken).state == SKIP
+    assert judge(parse_test("compile"), None, broken).state == BAD
+    crashed = {"probe": {"ok": False, "stage": "run", "error": "the pipeline crashed"}}
+    assert judge(parse_test("images"), good, crashed).state == BAD
+
+
+def test_accuracy_needs_the_profiles_sample_set(tmp_path):
+    proc = runner("bisect", "--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test",
+                  "accuracy", "--profile", "tiny", "--count", "2", "--out",
+                  str(tmp_path / "b"), "--dry-run")
+    assert proc.returncode == 2 and "drop --count/--samples" in proc.stderr
