@@ -66,6 +66,7 @@ WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # subcommand is one line here; tests/test_cli.py fails while a registered one has none.
 COMMAND_GROUPS: dict[str, str] = {
     "validate": VALIDATE,
+    "bisect": VALIDATE,
     "goldens": VALIDATE,
     "image": VALIDATE,
     "plan": LAB,
@@ -73,6 +74,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "status": LAB,
     "aggregate": LAB,
     "score": LAB,
+    "trend": LAB,
     "compare": LAB,
     "report": LAB,
     "bench": LAB,

@@ -90,6 +90,8 @@ QUICK = {
     "--out runs/lg-sub --dry-run": "audit.config",
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
+    "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
+    "--count 2 --out runs/bisect --dry-run": "# 4 candidate builds, good .. bad:",
     "source <(runner completion bash)": "_shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
     "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
@@ -125,6 +127,7 @@ SLURM = "needs a lab Slurm cluster with GPU nodes and a shared /shared filesyste
 INSTALL = "installs packages into the Python that runs the tests"
 LONG = "minutes of work that the covering test does at a smaller size"
 DOCKER_LONG = "builds a harness image or runs workers in containers (minutes)"
+BUILDS = "installs IREE releases into venvs of their own and runs each (minutes)"
 MLCOMMONS = ("needs a clone of mlcommons/inference from GitHub (the tests run its checker where "
              "MLPERF_INFERENCE_DIR names a checkout)")
 NETWORK = ("needs a clone of iree-org/iree-test-suites from GitHub, and its runner's packages "
@@ -382,6 +385,28 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "/tmp/its-regression --python /tmp/its-venv/bin/python --work /tmp/conformance": (
         NETWORK + "; about 40 minutes", "tests/test_goldens_conformance.py::"
         "test_random_weights_match_iree_runners_bytes"),
+    # Bisect and trend: each build is a venv of its own IREE release (about 95 MB of wheels)
+    "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
+    "--count 2 --out runs/bisect": (
+        BUILDS, "tests/test_bisect.py::test_images_bisect_over_pypi_releases"),
+    "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 --out "
+    "runs/trend": (
+        BUILDS, "tests/test_bisect.py::"
+                "test_trend_over_commits_marks_where_the_image_bytes_changed"),
+    "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t": (
+        BUILDS, "tests/test_bisect.py::test_verdicts_of_throughput_compstat_and_exit_codes"),
+    "runner bisect --good commit:<sha> --bad commit:<sha> --repo ~/iree --test "
+    "script:./repro.sh --out runs/b --dry-run": (
+        PLACEHOLDER + "; an IREE checkout", "tests/test_bisect.py::"
+        "test_commit_dry_run_lists_first_parent_commits_and_the_first_step"),
+    "runner bisect --good wheels:3.5.0rc20250601 --bad wheels:3.5.0rc20250620 --pre "
+    "--find-links https://iree.dev/pip-release-links.html --test accuracy --out runs/n": (
+        "needs iree.dev's nightly index (not a package registry)", "tests/test_bisect.py::"
+        "test_nightlies_from_a_find_links_dir_are_listed_by_date"),
+    'python3 -m pytest -q -p no:cacheprovider tests/test_bisect.py -m "not slow"': (
+        "the suite itself", "scripts/test.sh"),
+    "python3 -m pytest -q -p no:cacheprovider tests/test_bisect.py -m slow": (
+        "the suite itself", "scripts/test.sh"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),
