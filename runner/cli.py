@@ -38,6 +38,7 @@ from runner.errors import (
 )
 from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
+from runner.inputs.cliargs import COUNT, count_list
 from runner.loadgen.cli import register as register_mlperf
 from runner.report.cli import register as register_report
 
@@ -62,10 +63,10 @@ def _add_layout(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout overrides (any profile field also via --set layout.X=V)")
     g.add_argument("--partition", help="spx, dpx, qpx or cpx (a system setting; see the plan)")
     g.add_argument("--devices", help="device IDs: 0-63, 0,2,4, 0-3,8-11")
-    g.add_argument("--cpd", type=int, help="pipeline processes per device ID (AMD's CPD)")
-    g.add_argument("--batch-size", type=int,
+    g.add_argument("--cpd", type=COUNT, help="pipeline processes per device ID (AMD's CPD)")
+    g.add_argument("--batch-size", type=COUNT,
                    help="prompts per pipeline call in a worker (the layout's batch)")
-    g.add_argument("--vae-batch-size", type=int,
+    g.add_argument("--vae-batch-size", type=COUNT,
                    help="images per VAE decode call (default: the batch size)")
 
 
@@ -202,7 +203,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from runner.compiled_model import compile_model
 
     profile = _profile(args)
-    sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
+    sizes = args.batch_sizes
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
                             dry_run=args.dry_run)
               for batch in sizes or [profile.layout.batch_size]]
@@ -327,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile the profile's model through the cache")
     add_profile(p)
-    p.add_argument("--batch-sizes", help="comma list (default: the layout's batch size)")
+    p.add_argument("--batch-sizes", type=count_list,
+                   help="comma list (default: the layout's batch size)")
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
     p.add_argument("--json", action="store_true", help="print the compiled models as JSON")
     p.set_defaults(func=cmd_compile)

@@ -1,0 +1,64 @@
+"""Paths read from files stay inside the directory they are relative to.
+
+A test-suite JSON, a profile or a model config names other files (MLIR, weights, module
+definitions, tuning specs) relative to itself. Followed blindly, `../../../home/me/.ssh/x`
+or a symlink out of the directory reaches any file on the machine, and the tool that then
+reads it (iree-compile, a YAML parser) prints its contents in an error. So such a reference
+must resolve, symlinks followed, inside its base directory; otherwise it is refused naming
+the field, and the file is never opened.
+
+Absolute paths: a test-suite file (third-party content, fetched from IREE's repositories)
+may not name one at all, nor a `file://` URL. A profile or model config is the user's own
+configuration: there an explicit absolute (or `~`) path is the user's statement of where a
+file is (the shipped SDXL config keeps its tokenizer under `~/.cache`), as a path on the
+command line is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runner.errors import RunnerError
+
+
+def resolved(path: Path, where: str) -> Path:
+    """`path` with symlinks resolved; a symlink loop or an unreadable link is a RunnerError
+    (Path.resolve raises RuntimeError or OSError for them)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as e:
+        raise RunnerError(f"cannot resolve the path: {e}", where=where,
+                          fix="check for a symlink that points at itself or a loop") from e
+
+
+def is_inside(path: Path, base: Path) -> bool:
+    """Whether `path`, symlinks resolved, is `base` or below it (resolved too)."""
+    try:
+        return resolved(path, str(path)).is_relative_to(resolved(base, str(base)))
+    except RunnerError:
+        return False
+
+
+def inside(ref: str, base: Path, where: str, *, absolute_ok: bool) -> Path:
+    """The path `ref` names relative to `base`, refused unless it resolves inside `base`
+    (an absolute or `~` path only when `absolute_ok`: a user's own config). Returns the
+    path as written joined to `base` (not resolved: printed commands stay readable)."""
+    expanded = Path(os.path.expanduser(ref)) if ref.startswith("~") else Path(ref)
+    if expanded.is_absolute():
+        if absolute_ok:
+            return expanded
+        raise RunnerError(f"an absolute path ({_shown(ref)}) where a path relative to "
+                          f"{base} is meant", where=where,
+                          fix="name the file relative to the file that refers to it, or by "
+                          "URL; files outside it are refused")
+    path = Path(os.path.abspath(base / expanded))
+    if not is_inside(path, base):
+        raise RunnerError(f"the path {_shown(ref)} leads outside {base}", where=where,
+                          fix="name a file inside that directory (no `..` out of it, no "
+                          "symlink out of it)")
+    return path
+
+
+def _shown(ref: str) -> str:
+    return repr(ref if len(ref) <= 120 else ref[:80] + "..." + ref[-30:])
