@@ -11,6 +11,7 @@ from pathlib import Path
 from runner.clihelp import document
 from runner.errors import RunnerError
 from runner.inputs.cliargs import COUNT, count_list
+from runner.inputs.paths import resolved
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -28,11 +29,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                           "SDXL's architecture with seeded random weights")
     dtype = DTYPES[args.dtype]
     source = (ExportSource(None, "sdxl", dtype, args.max_length) if args.seeded
-              else ExportSource(Path(args.source).expanduser().resolve(), None, dtype,
+              else ExportSource(resolved(Path(args.source), "--from"), None, dtype,
                                 args.max_length))
     batches = args.batch_sizes
     vae_batches = args.vae_batch_sizes or batches
-    out = Path(args.out).resolve() if args.out else None
+    out = resolved(Path(args.out), "--out") if args.out else None
     if args.dry_run:
         print(shlex.join(export_command(source, batches, vae_batches, out)))
         return 0

@@ -7,19 +7,23 @@ reads it (iree-compile, a YAML parser) prints its contents in an error. So such 
 must resolve, symlinks followed, inside its base directory; otherwise it is refused naming
 the field, and the file is never opened.
 
-Absolute paths: a test-suite file (third-party content, fetched from IREE's repositories)
-may not name one at all, nor a `file://` URL. A profile or model config is the user's own
-configuration: there an explicit absolute (or `~`) path is the user's statement of where a
-file is (the shipped SDXL config keeps its tokenizer under `~/.cache`), as a path on the
-command line is.
+Test-suite files (third-party content, fetched from IREE's repositories): every local
+reference, relative, absolute or `file://`, must resolve inside the directory it is relative
+to, or inside the runner's own shipped assets (`runner/assets/`: public files; the shipped
+tiny suites compile the shipped tiny model from there). A profile or model config is the
+user's own configuration: there an explicit absolute (or `~`) path is the user's statement
+of where a file is (the shipped SDXL config keeps its tokenizer under `~/.cache`), as a path
+on the command line is; relative ones must stay inside the config's directory.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from runner.errors import RunnerError
+from runner.paths import ASSETS_DIR
 
 
 def resolved(path: Path, where: str) -> Path:
@@ -62,3 +66,17 @@ def inside(ref: str, base: Path, where: str, *, absolute_ok: bool) -> Path:
 
 def _shown(ref: str) -> str:
     return repr(ref if len(ref) <= 120 else ref[:80] + "..." + ref[-30:])
+
+
+def suite_ref(ref: str, base: Path, where: str) -> None:
+    """Refuses a test-suite reference (a path or `file://` URL; http(s) pass) that does not
+    resolve inside `base` or the runner's shipped assets; the file is never opened."""
+    parts = urlparse(ref)
+    if parts.scheme in ("http", "https"):
+        return
+    path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
+    path = Path(os.path.abspath(base / path))
+    if not (is_inside(path, base) or is_inside(path, ASSETS_DIR)):
+        raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,
+                          fix="test files may name files inside their own directory (or by "
+                          "URL); a file elsewhere is refused, never read")
