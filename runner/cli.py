@@ -318,9 +318,19 @@ exit codes:
 """
 
 
+class RunnerParser(argparse.ArgumentParser):
+    """argparse with its usage errors redacted as every other message is (an option value
+    can be a URL carrying a token); subcommand parsers are made of the same class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        from runner.sources import redact_secrets
+
+        super().error(redact_secrets(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description=__doc__, epilog=MAIN_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = RunnerParser(prog="runner", description=__doc__, epilog=MAIN_EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -431,16 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runner.report.ci import annotate
-
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
         try:
             code = args.func(args)
         except RunnerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            annotate("error", str(e), title=f"runner {args.command}")
+            _error(str(e), args.command)
             return e.exit_code
         except OSError as e:
             # The last net under every command: a read-only or full disk, a vanished file.
@@ -448,8 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, BrokenPipeError):
                 raise
             where = f" ({e.filename})" if e.filename else ""
-            print(f"error: {e.strerror or e}{where}", file=sys.stderr)
-            annotate("error", f"{e.strerror or e}{where}", title=f"runner {args.command}")
+            _error(f"{e.strerror or e}{where}", args.command)
             return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
         sys.stdout.flush()
         return code
@@ -464,6 +470,17 @@ def main(argv: list[str] | None = None) -> int:
         # complaining at exit while it flushes a stdout nobody reads.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _error(message: str, command: str) -> None:
+    """The one place a command's error reaches the user (and CI annotations): redacted, so
+    no token in a URL, path or tool output a message quotes is ever printed."""
+    from runner.report.ci import annotate
+    from runner.sources import redact_secrets
+
+    message = redact_secrets(message)
+    print(f"error: {message}", file=sys.stderr)
+    annotate("error", message, title=f"runner {command}")
 
 
 def print_json(obj: Any) -> None:

@@ -23,6 +23,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_captions
 from runner.pipeline.loader import open_pipeline
+from runner.sources import redact_secrets
 from runner.store import SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_worker(args.task)
     except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
         return 2
 
 

@@ -30,6 +30,7 @@ from runner.fileio import atomic_write_json, atomic_write_text
 from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import SUMMARY, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
+from runner.sources import redact_secrets
 
 SETTING_FIELDS = (
     "min_duration_ms", "max_duration_ms", "min_query_count", "max_query_count",
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         record = run_test(json.loads(task_file.read_text()))
     except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
         return 2
     atomic_write_json(task_file.with_name(RECORD), record)
     return 0
