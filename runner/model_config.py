@@ -70,6 +70,9 @@ class ModelConfig:
     no_scoring: str | None = None
     # The export cache key of the inputs an exported model came from.
     export_key: str | None = None
+    # An export's files (path relative to the config -> sha256): what model.json describes,
+    # verified before an export reuses any of them (runner.export.store).
+    files: dict[str, str] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -166,6 +169,10 @@ class ModelConfig:
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
         for key in ("source", "no_scoring", "export_key"):
             _typed(raw, key, str | None, where)
+        files = raw.get("files") or {}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise RunnerError("`files` must map file names to sha256 digests",
+                              where=f"{where}.files")
         return cls(
             path=path, name=need("name", str), dtype=dtype,
             batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
@@ -175,6 +182,7 @@ class ModelConfig:
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
             source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
+            files=files,
         )
 
 
