@@ -76,7 +76,8 @@ def read_json(path: Path, where: str | None = None, *, kind: type | None = dict,
     data = parse_json(decode_utf8(read_bytes(path, where, max_bytes, what), where, what),
                       where, max_depth, what)
     if kind is not None and not isinstance(data, kind):
-        want = {dict: "a JSON object", list: "a JSON list"}.get(kind, kind.__name__)
+        want = "a JSON object" if kind is dict else "a JSON list" if kind is list \
+            else kind.__name__
         raise RunnerError(f"the {what} must hold {want}, not {_json_type(data)}", where=where,
                           fix=f"check that this is the {what} meant")
     return data

@@ -65,7 +65,7 @@ class BoundedLoader(yaml.SafeLoader):
         explicit = tag is not None and not (implicit is True or (
             isinstance(implicit, tuple) and any(implicit)))
         if explicit:
-            raise _Refused(f"a tag ({tag[:40]}) is not allowed", event.start_mark)
+            raise _Refused(f"a tag ({str(tag)[:40]}) is not allowed", event.start_mark)
         self._depth += 1
         if self._depth > MAX_DEPTH:
             raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
