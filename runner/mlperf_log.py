@@ -368,10 +368,11 @@ def _records(path: Path) -> Iterator[dict]:
                     while pos < len(buf) and buf[pos] in " \t\r\n,":
                         pos += 1
                     if not started:
-                        if pos < len(buf):
-                            if buf[pos] != "[":
-                                raise RunnerError("not a JSON list", where=str(path))
-                            started, pos = True, pos + 1
+                        if pos >= len(buf):
+                            break  # need more text (an empty log used to spin here)
+                        if buf[pos] != "[":
+                            raise RunnerError("not a JSON list", where=str(path))
+                        started, pos = True, pos + 1
                         continue
                     if pos < len(buf) and buf[pos] == "]":
                         return

@@ -23,7 +23,12 @@ def read_bytes(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG
     where = where or str(path)
     try:
         with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+            # In chunks: read(max_bytes + 1) would allocate the whole bound for any file.
+            chunks, size = [], 0
+            while size <= max_bytes and (chunk := f.read(min(MiB, max_bytes + 1 - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
     except IsADirectoryError as e:
         raise RunnerError(f"cannot read the {what}: it is a directory", where=where,
                           fix=f"pass the {what} itself") from e

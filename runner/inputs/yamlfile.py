@@ -32,8 +32,8 @@ from runner.errors import RunnerError
 from runner.inputs.limits import (
     INT64_MAX,
     INT64_MIN,
-    MAX_CONFIG_BYTES,
     MAX_DEPTH,
+    MiB,
     check_depth,
     read_text,
 )
@@ -81,7 +81,10 @@ class BoundedLoader(yaml.SafeLoader):
         return value
 
     def construct_yaml_int(self, node: Any) -> int:
-        value = super().construct_yaml_int(node)
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError:  # more digits than Python converts (4300)
+            value = INT64_MAX + 1
         if not INT64_MIN <= value <= INT64_MAX:
             raise _Refused("an integer out of 64-bit range", node.start_mark)
         return value
@@ -105,9 +108,6 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_y
 # Non-string keys would be refused above; `<<` merge keys need an alias, refused too.
 BoundedLoader.add_constructor("tag:yaml.org,2002:map", BoundedLoader.construct_yaml_map)
 
-_WHERE_MARK = re.compile(r"^\s*in \"<unicode string>\".*$", re.M)
-
-
 def _position(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
@@ -116,6 +116,9 @@ def _message(e: yaml.YAMLError) -> str:
     """What went wrong and where, without PyYAML's quoted snippet of the document."""
     if isinstance(e, _Refused):
         return f"{e.message} ({_position(e.mark)})" if e.mark else e.message
+    if isinstance(e, yaml.reader.ReaderError):
+        return (f"a character YAML does not allow (0x{e.character:x}) at position "
+                f"{e.position}" if isinstance(e.character, int) else "not valid text")
     if isinstance(e, yaml.MarkedYAMLError):
         parts = [p for p in (e.context, e.problem) if p]
         mark = e.problem_mark or e.context_mark
@@ -123,10 +126,29 @@ def _message(e: yaml.YAMLError) -> str:
     return "not valid YAML"
 
 
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth_ok(text: str) -> bool:
+    """Whether `[`/`{` nest at most MAX_DEPTH deep (quotes not told apart: a real profile's
+    strings hold a few balanced braces at most). Checked before PyYAML sees the text: its
+    scanner tracks every open flow level and slows down quadratically with their number."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            return False
+    return True
+
+
 def parse_yaml(text: str, where: str, what: str = "file") -> Any:
     """YAML text -> JSON-shaped data (None for an empty document), or RunnerError."""
-    loader = BoundedLoader(text)
+    if not _flow_depth_ok(text):
+        raise RunnerError(f"the {what} is nested more than {MAX_DEPTH} levels deep",
+                          where=where, fix=FIX)
+    loader = None
     try:
+        loader = BoundedLoader(text)  # its reader refuses non-printable characters here
         data = loader.get_single_data()
     except yaml.YAMLError as e:
         raise RunnerError(f"cannot read the {what}: {_message(e)}", where=where,
@@ -134,12 +156,16 @@ def parse_yaml(text: str, where: str, what: str = "file") -> Any:
     except RecursionError:
         raise RunnerError(f"the {what} is nested too deeply", where=where, fix=FIX) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     check_depth(data, where)  # strings that are not text (an escaped lone surrogate)
     return data
 
 
-def read_yaml(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG_BYTES,
+MAX_YAML_BYTES = 4 * MiB  # a profile or model config is a few KiB
+
+
+def read_yaml(path: Path, where: str | None = None, max_bytes: int = MAX_YAML_BYTES,
               what: str = "file") -> Any:
     where = where or str(path)
     return parse_yaml(read_text(path, where, max_bytes, what), where, what)
