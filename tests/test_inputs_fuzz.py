@@ -139,9 +139,9 @@ conf_lines = st.builds(lambda m, s, k, v: f"{m}.{s}.{k} = {v}",
                        st.sampled_from(["*", "stable-diffusion-xl", "x"]),
                        st.sampled_from(["*", "Offline", "Server", "Bad"]),
                        st.sampled_from(sorted(KNOWN_KEYS)),
-                       st.text(max_size=12) | st.sampled_from(
-                           ["-5", "1e3", "0x10", "010", "nan", "inf", "1.5", "18446744073709551621"])
-                       | st.integers().map(str))
+                       st.text(max_size=12) | st.integers().map(str) | st.sampled_from(
+                           ["-5", "1e3", "0x10", "010", "nan", "inf", "1.5",
+                            "18446744073709551621"]))
 
 
 @given(st.lists(conf_lines, max_size=6).map("\n".join) | st.text(max_size=200))
