@@ -78,6 +78,12 @@ texts = st.text(max_size=300) | st.sampled_from(HOSTILE_TEXT) | st.builds(
     lambda v: json.dumps(v, allow_nan=True), json_values)
 
 
+def _scalar_ok(node: Any) -> bool:
+    if isinstance(node, float):
+        return math.isfinite(node)
+    return isinstance(node, str | int | bool | type(None))
+
+
 def _json_shaped(value: Any) -> bool:
     """Strings, finite numbers, bools, None, lists and string-keyed mappings only."""
     stack = [value]
@@ -89,9 +95,7 @@ def _json_shaped(value: Any) -> bool:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, float) and not math.isfinite(node):
-            return False
-        elif not isinstance(node, str | int | float | bool | type(None)):
+        elif not _scalar_ok(node):
             return False
     return True
 
