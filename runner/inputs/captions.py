@@ -44,9 +44,10 @@ def read_captions(path: Path) -> tuple[str, ...]:
                 texts.append(caption)
                 if len(texts) > MAX_ROWS:
                     raise RunnerError(f"more than {MAX_ROWS} captions", where=where, fix=FIX)
-        except csv.Error as e:  # a field over the limit
-            raise RunnerError(f"cannot read the captions: {e}",
-                              where=f"{where}: line {reader.line_num}", fix=FIX) from None
+        except csv.Error:  # a field over the limit: csv says only that
+            raise RunnerError(f"a field longer than {MAX_CAPTION_CHARS * 4} characters (a "
+                              f"caption has at most {MAX_CAPTION_CHARS})",
+                              where=f"{where}: line {reader.line_num + 1}", fix=FIX) from None
     finally:
         csv.field_size_limit(previous)
     return tuple(texts)
