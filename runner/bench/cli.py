@@ -17,7 +17,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
-from runner.inputs.cliargs import COUNT, SECONDS, count_list
+from runner.inputs.cliargs import COUNT, DURATION, count_list
 
 STAGE_REPETITIONS = 5
 
@@ -139,7 +139,7 @@ def _benchmark_flags(p: argparse.ArgumentParser) -> None:
                    help="--benchmark_repetitions (default: stage latencies "
                    f"{STAGE_REPETITIONS}, goldens the file's own)")
     p.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
-    p.add_argument("--warmup", type=SECONDS,
+    p.add_argument("--warmup", type=DURATION,
                    help="--benchmark_min_warmup_time in seconds (goldens: replaces the file's)")
     for old in ("repetitions", "min-time", "warmup"):
         renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")

@@ -7,8 +7,9 @@ only batch sizes whose files are all there, with the sha256 of every file it nam
 are written into a staging directory and moved in complete, `model.json` last. An export
 reuses only the files of a verified one (its model.json, same inputs, every file matching
 its hash): a killed export's leftovers (files, no model.json) or a file changed since are
-written again, so model.json always describes the bytes beside it. Profiles name an export by its source (`model: checkpoint:DIR` or
-`model: seeded:sdxl`); this module is torch-free so loading such a profile stays cheap.
+written again, so model.json always describes the bytes beside it. Profiles name an export
+by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`); this module is torch-free
+so loading such a profile stays cheap.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ COUNT = integer(1, MAX_COUNT)  # samples, repetitions, nodes, batch sizes...
 COUNT_OR_ZERO = integer(0, MAX_COUNT)
 SEED = integer(0, (1 << 63) - 1)
 SECONDS = number(0, 7 * 24 * 3600, low_open=True)  # durations and timeouts: at most a week
+DURATION = number(0, 7 * 24 * 3600)  # a warm-up: zero allowed
 TEST_SECONDS = number(1e-3, 24 * 3600)  # a LoadGen test's minimum duration (userconf's bound)
 RATE = number(1e-3, 1e6)  # queries per second (LoadGen settings: runner.inputs.userconf)
 PERCENT = number(0, 100)
