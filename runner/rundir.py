@@ -141,16 +141,12 @@ class RunDir:
 
     # --- the manifest -----------------------------------------------------------------
     def load(self) -> RunManifest:
-        try:
-            raw = json.loads(self.manifest_path.read_text())
-        except FileNotFoundError as e:
+        if not self.manifest_path.exists():
             raise RunnerError("not a run dir (no run.json)", where=str(self.path),
-                              fix="pass the --out directory of an earlier `runner run`") from e
-        except (OSError, ValueError) as e:
-            raise RunnerError(f"unreadable run manifest: {e}", where=str(self.manifest_path),
-                              fix="restore it, or start a new --out") from e
-        if not isinstance(raw, dict):
-            raise RunnerError("run manifest is not a JSON object", where=str(self.manifest_path))
+                              fix="pass the --out directory of an earlier `runner run`")
+        from runner.inputs.jsonfile import read_json
+
+        raw = read_json(self.manifest_path, what="run manifest")
         return RunManifest.from_dict(raw, str(self.manifest_path))
 
     def save(self, manifest: RunManifest) -> None:
