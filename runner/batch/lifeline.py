@@ -10,8 +10,8 @@ executor:
   start, for SIGTERM when its parent dies (Linux `prctl(PR_SET_PDEATHSIG)`), so it ends at
   once. It cannot reach through `docker run` (the container's process is not the driver's
   child) nor across Slurm nodes.
-- heartbeat: the pool's driver touches `workers/driver-<pid>.heartbeat` every second from a
-  daemon thread (it stops when the driver process does); every worker, local or in a
+- heartbeat: the pool's driver touches `workers/driver-<host>-<pid>.heartbeat` every second
+  from a daemon thread (it stops when the driver process does); every worker, local or in a
   container (the run dir is mounted), runs a watchdog thread that exits the worker once the
   heartbeat is `STALE_S` old or gone. A Slurm node's workers watch their node task's
   heartbeat (node tasks outlive their submitter by design, and are Slurm's to end).
@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -115,7 +116,9 @@ class Heartbeat:
 
     def __init__(self, run_dir: Path):
         self.me = ProcessId.me()
-        self.path = Path(run_dir) / WORKERS_DIR / f"driver-{self.me.pid}{HEARTBEAT_SUFFIX}"
+        host = re.sub(r"[^A-Za-z0-9.-]", "_", self.me.host)[:64]  # Slurm nodes share the dir
+        self.path = (Path(run_dir) / WORKERS_DIR
+                     / f"driver-{host}-{self.me.pid}{HEARTBEAT_SUFFIX}")
         atomic_write_json(self.path, {"driver": self.me.to_dict(), "stale_s": STALE_S})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
