@@ -17,7 +17,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
-from runner.inputs.cliargs import COUNT, DURATION, count_list
+from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list
 
 STAGE_REPETITIONS = 5
 
@@ -28,8 +28,9 @@ def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
         return (None,)
     try:
         return tuple(count_list(text))
-    except argparse.ArgumentTypeError as e:
-        raise RunnerError(f"`{flag}`: {e}", where=flag, fix=f"e.g. {flag} 1,2") from None
+    except argparse.ArgumentTypeError:
+        raise RunnerError(f"`{flag} {text}` is not a comma list of whole numbers from 1 to "
+                          f"{MAX_COUNT}", where=flag, fix=f"e.g. {flag} 1,2") from None
 
 
 def _profile(args: argparse.Namespace):

@@ -164,7 +164,8 @@ def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None
     if isinstance(own, str) and stem == bench.path.stem:
         # Our own field: a quality test in this suite or a sibling suite (tiny-bench names
         # ../tiny/), never further out.
-        suite_ref(own, bench.path.parent.parent, f"{bench.path}: quality_test")
+        suite_ref(str(Path(bench.path.parent.name) / own), bench.path.parent.parent,
+                  f"{bench.path}: quality_test")
         candidates.append(bench.path.parent / own)
     candidates.append(bench.path.resolve().parent.parent.parent / "quality_tests" / bench.model
                       / f"{stem}.json")

@@ -68,6 +68,21 @@ def _shown(ref: str) -> str:
     return repr(ref if len(ref) <= 120 else ref[:80] + "..." + ref[-30:])
 
 
+def _in_runner_assets(path: Path) -> bool:
+    """Whether `path` resolves into a runner's shipped assets: this runner's `runner/assets/`,
+    or another copy of it (`<dir>/runner/assets/` beside `runner/__init__.py`: a repository
+    checkout mounted into a harness container, whose own runner is installed elsewhere).
+    Only files inside that directory qualify, so no file of the user's is reachable."""
+    try:
+        target = resolved(path, str(path))
+    except RunnerError:
+        return False
+    if target.is_relative_to(resolved(ASSETS_DIR, str(ASSETS_DIR))):
+        return True
+    return any(p.name == "assets" and p.parent.name == "runner"
+               and (p.parent / "__init__.py").is_file() for p in target.parents)
+
+
 def suite_ref(ref: str, base: Path, where: str) -> None:
     """Refuses a test-suite reference (a path or `file://` URL; http(s) pass) that does not
     resolve inside `base` or the runner's shipped assets; the file is never opened."""
@@ -76,7 +91,7 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
         return
     path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
     path = Path(os.path.abspath(base / path))
-    if not (is_inside(path, base) or is_inside(path, ASSETS_DIR)):
+    if not (is_inside(path, base) or _in_runner_assets(path)):
         raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,
                           fix="test files may name files inside their own directory (or by "
                           "URL); a file elsewhere is refused, never read")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from runner.clihelp import add_profile, document, profile_overrides
-from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, RATE, TEST_SECONDS
 from runner.loadgen.conf import COMPLIANCE_TESTS, MODES, SCENARIOS, Flags
 
 
@@ -71,12 +71,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="where the workers run (default local); LoadGen runs here")
     p.add_argument("--image", help="harness image tag for docker workers")
     g = p.add_argument_group("Slurm (--executor slurm): node tasks serve the one queue")
-    g.add_argument("--nodes", type=COUNT, help="array tasks, one per node (default 1)")
+    g.add_argument("--nodes", type=COUNT_OR_ZERO, help="array tasks, one per node (default 1)")
     g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
     g.add_argument("--slurm-time", metavar="T", help="sbatch --time per node task")
     g.add_argument("--node-executor", choices=["local", "docker"],
                    help="how each node starts its workers (default local)")
-    g.add_argument("--cpus-per-node", type=COUNT, metavar="N",
+    g.add_argument("--cpus-per-node", type=COUNT_OR_ZERO, metavar="N",
                    help="CPUs per node task instead of the whole node")
     g.add_argument("--sbatch-arg", action="append", metavar="ARG", help="extra sbatch option")
     p.add_argument("--no-score", dest="score", action="store_false",
