@@ -41,7 +41,7 @@ def _until(what: Callable[[], object], timeout: float, proc: subprocess.Popen | 
 def _recorded_workers(work: Path, count: int) -> list[ProcessId] | None:
     """The worker identities the run recorded, once all `count` workers have."""
     found = []
-    for path in (work / "workers").glob("*.process.json"):
+    for path in (work / "workers" / "processes").glob("*.json"):
         try:
             worker = ProcessId.from_dict(json.loads(path.read_text())["worker"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -145,7 +145,7 @@ def test_a_resume_stops_a_dead_drivers_workers_by_recorded_pid_only(tmp_path):
     """A live worker whose driver is dead is stopped; a process whose pid a record names
     but whose start time differs (the pid was reused) is left alone."""
     workers = tmp_path / "workers"
-    workers.mkdir()
+    (workers / "processes").mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
     driver = ProcessId(dead.pid, "1", boot_id(), os.uname().nodename).to_dict()
@@ -156,7 +156,7 @@ def test_a_resume_stops_a_dead_drivers_workers_by_recorded_pid_only(tmp_path):
         for name, process in (("w000", ProcessId(orphan.pid, pid_start(orphan.pid), me.boot,
                                                  me.host)),
                               ("w001", ProcessId(stranger.pid, "1", me.boot, me.host))):
-            (workers / f"{name}.process.json").write_text(json.dumps(
+            (workers / "processes" / f"{name}.json").write_text(json.dumps(
                 {"worker": process.to_dict(), "driver": driver}))
         (workers / f"driver-{dead.pid}.heartbeat").write_text(json.dumps({"driver": driver}))
         said: list[str] = []

@@ -16,8 +16,8 @@ executor:
   heartbeat is `STALE_S` old or gone. A Slurm node's workers watch their node task's
   heartbeat (node tasks outlive their submitter by design, and are Slurm's to end).
 
-Each worker records itself in `workers/<name>.process.json` (pid, start time, boot id,
-host, and its driver's identity; `<name>.pid` holds the bare pid). A resume
+Each worker records itself in `workers/processes/<name>.json` (pid, start time, boot id,
+host, and its driver's identity; `workers/<name>.pid` holds the bare pid). A resume
 (`Lifecycle.open`) first waits until a dead driver's heartbeat is stale enough that every
 worker watching it has exited, then stops, by recorded pid (never by name), any worker still
 alive on this host whose driver is gone, checking each pid's start time so a reused pid is
@@ -52,7 +52,7 @@ STOP_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 WORKERS_DIR = "workers"
 HEARTBEAT_SUFFIX = ".heartbeat"
-PROCESS_SUFFIX = ".process.json"
+PROCESSES_DIR = "processes"  # workers/processes/<name>.json: each worker's identity
 EXIT_DRIVER_GONE = 75  # EX_TEMPFAIL: the worker's batches go back to the queue on resume
 
 
@@ -180,11 +180,11 @@ def watch_driver(lifeline: dict[str, Any] | None, say: Callable[[str], None]) ->
 
 
 def record_worker(run_dir: Path, name: str, lifeline: dict[str, Any] | None) -> None:
-    """`<name>.pid` (the bare pid, for people and scripts) and `<name>.process.json` (its
-    identity and its driver's, for a resume)."""
+    """`workers/<name>.pid` (the bare pid, for people and scripts) and
+    `workers/processes/<name>.json` (its identity and its driver's, for a resume)."""
     workers = Path(run_dir) / WORKERS_DIR
     atomic_write_text(workers / f"{name}.pid", str(os.getpid()))
-    atomic_write_json(workers / f"{name}{PROCESS_SUFFIX}",
+    atomic_write_json(workers / PROCESSES_DIR / f"{name}.json",
                       {"worker": ProcessId.me().to_dict(),
                        "driver": (lifeline or {}).get("driver")})
 
@@ -204,13 +204,13 @@ def reap_orphans(run_dir: Path, say: Callable[[str], None]) -> list[Orphan]:
     workers = Path(run_dir) / WORKERS_DIR
     _wait_out_heartbeats(workers, say)
     orphans = []
-    for path in sorted(workers.glob(f"*{PROCESS_SUFFIX}")):
+    for path in sorted((workers / PROCESSES_DIR).glob("*.json")):
         record = _read(path)
         worker = ProcessId.from_dict(record.get("worker"))
         driver = ProcessId.from_dict(record.get("driver"))
         if worker is None or not worker.alive() or (driver is not None and driver.alive()):
             continue
-        orphans.append(Orphan(path.name.removesuffix(PROCESS_SUFFIX), worker, _stop(worker)))
+        orphans.append(Orphan(path.stem, worker, _stop(worker)))
     if orphans:
         say(f"{len(orphans)} worker(s) of a driver that died were still running; "
             + ", ".join(f"{o.name} (pid {o.process.pid}): "
@@ -222,7 +222,7 @@ def _wait_out_heartbeats(workers: Path, say: Callable[[str], None]) -> None:
     """Until every dead driver's heartbeat is stale, so every worker that watched it has
     exited by itself, when some of them cannot be checked from here (in a container: another
     pid namespace and host name); then the heartbeat file goes."""
-    records = [_read(p) for p in workers.glob(f"*{PROCESS_SUFFIX}")]
+    records = [_read(p) for p in (workers / PROCESSES_DIR).glob("*.json")]
     for path in sorted(workers.glob(f"*{HEARTBEAT_SUFFIX}")):
         record = _read(path)
         driver = ProcessId.from_dict(record.get("driver"))

@@ -70,9 +70,9 @@ def _shown(ref: str) -> str:
 
 def _in_runner_assets(path: Path) -> bool:
     """Whether `path` resolves into a runner's shipped assets: this runner's `runner/assets/`,
-    or another copy of it (`<dir>/runner/assets/` beside `runner/__init__.py`: a repository
-    checkout mounted into a harness container, whose own runner is installed elsewhere).
-    Only files inside that directory qualify, so no file of the user's is reachable."""
+    or another copy of it (a `runner/assets/` holding `tiny/model.json`: a repository
+    checkout's, mounted into a harness container whose own runner is installed elsewhere).
+    Only files that resolve inside such a directory qualify: the runner's public assets."""
     try:
         target = resolved(path, str(path))
     except RunnerError:
@@ -80,7 +80,7 @@ def _in_runner_assets(path: Path) -> bool:
     if target.is_relative_to(resolved(ASSETS_DIR, str(ASSETS_DIR))):
         return True
     return any(p.name == "assets" and p.parent.name == "runner"
-               and (p.parent / "__init__.py").is_file() for p in target.parents)
+               and (p / "tiny" / "model.json").is_file() for p in target.parents)
 
 
 def suite_ref(ref: str, base: Path, where: str) -> None:
