@@ -20,7 +20,9 @@ from runner.manifest import KILLED
 from runner.rundir import RunDir, pid_start
 from runner.store import SampleStore
 
-ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "5"}
+# A heartbeat that would take ten minutes to go stale: in the kill -9 tests only the
+# parent-death signal can end the workers within the bound (the watchdog has its own test).
+ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "600"}
 EXIT_BOUND_S = 15  # pdeathsig ends a local worker at once; the bound allows a loaded machine
 
 

@@ -140,12 +140,16 @@ class Heartbeat:
 
 
 # --- the worker's side ------------------------------------------------------------------
-def die_with_parent(driver_pid: int) -> bool:
+def die_with_parent(driver_pid: int, only_child: bool = False) -> bool:
     """When this process's parent is its driver (`driver_pid`: a local worker, the LoadGen
     test process), asks for SIGTERM when that parent dies (Linux); if it died before the
-    signal was armed, exits now. False when the parent is someone else (a container's init):
-    the heartbeat watchdog covers those."""
+    signal was armed, exits now. Otherwise (a container's init is the parent) returns False
+    and the heartbeat watchdog covers it, unless `only_child` says the driver always starts
+    this process itself: then a parent that is not the driver means the driver is gone (it
+    was killed while this process was still starting up), and it exits."""
     if os.getppid() != driver_pid:
+        if only_child:
+            os._exit(EXIT_DRIVER_GONE)
         return False
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)

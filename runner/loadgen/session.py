@@ -159,7 +159,8 @@ def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     task_file = Path(args[0])
-    die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")))  # ends with `runner mlperf`
+    # Ends with `runner mlperf`, which always starts it as its own child.
+    die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")), only_child=True)
     try:
         record = run_test(json.loads(task_file.read_text()))
     except RunnerError as e:
