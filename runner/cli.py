@@ -42,6 +42,7 @@ from runner.errors import (
 )
 from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
+from runner.inputs.cliargs import COUNT, count_list
 from runner.loadgen.cli import register as register_mlperf
 from runner.report.cli import register as register_report
 
@@ -66,10 +67,10 @@ def _add_layout(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout overrides (any profile field also via --set layout.X=V)")
     g.add_argument("--partition", help="spx, dpx, qpx or cpx (a system setting; see the plan)")
     g.add_argument("--devices", help="device IDs: 0-63, 0,2,4, 0-3,8-11")
-    g.add_argument("--cpd", type=int, help="pipeline processes per device ID (AMD's CPD)")
-    g.add_argument("--batch-size", type=int,
+    g.add_argument("--cpd", type=COUNT, help="pipeline processes per device ID (AMD's CPD)")
+    g.add_argument("--batch-size", type=COUNT,
                    help="prompts per pipeline call in a worker (the layout's batch)")
-    g.add_argument("--vae-batch-size", type=int,
+    g.add_argument("--vae-batch-size", type=COUNT,
                    help="images per VAE decode call (default: the batch size)")
 
 
@@ -206,7 +207,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from runner.compiled_model import compile_model
 
     profile = _profile(args)
-    sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
+    sizes = args.batch_sizes
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
                             dry_run=args.dry_run)
               for batch in sizes or [profile.layout.batch_size]]
@@ -299,9 +300,19 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class RunnerParser(argparse.ArgumentParser):
+    """argparse with its usage errors redacted as every other message is (an option value
+    can be a URL carrying a token); subcommand parsers are made of the same class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        from runner.sources import redact_secrets
+
+        super().error(redact_secrets(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description=main_description(),
-                                     epilog=main_epilog(), formatter_class=CommandGroupsFormatter)
+    parser = RunnerParser(prog="runner", description=main_description(),
+                          epilog=main_epilog(), formatter_class=CommandGroupsFormatter)
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(title="commands", dest="command", required=True,
                                 metavar="COMMAND")
@@ -310,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile the profile's model through the cache")
     add_profile(p)
-    p.add_argument("--batch-sizes", help="comma list (default: the layout's batch size)")
+    p.add_argument("--batch-sizes", type=count_list,
+                   help="comma list (default: the layout's batch size)")
     p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
     p.add_argument("--json", action="store_true", help="print the compiled models as JSON")
     p.set_defaults(func=cmd_compile)
@@ -413,16 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runner.report.ci import annotate
-
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
         try:
             code = args.func(args)
         except RunnerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            annotate("error", str(e), title=f"runner {args.command}")
+            _error(str(e), args.command)
             return e.exit_code
         except OSError as e:
             # The last net under every command: a read-only or full disk, a vanished file.
@@ -430,8 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, BrokenPipeError):
                 raise
             where = f" ({e.filename})" if e.filename else ""
-            print(f"error: {e.strerror or e}{where}", file=sys.stderr)
-            annotate("error", f"{e.strerror or e}{where}", title=f"runner {args.command}")
+            _error(f"{e.strerror or e}{where}", args.command)
             return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
         sys.stdout.flush()
         return code
@@ -446,6 +454,17 @@ def main(argv: list[str] | None = None) -> int:
         # complaining at exit while it flushes a stdout nobody reads.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _error(message: str, command: str) -> None:
+    """The one place a command's error reaches the user (and CI annotations): redacted, so
+    no token in a URL, path or tool output a message quotes is ever printed."""
+    from runner.report.ci import annotate
+    from runner.sources import redact_secrets
+
+    message = redact_secrets(message)
+    print(f"error: {message}", file=sys.stderr)
+    annotate("error", message, title=f"runner {command}")
 
 
 def print_json(obj: Any) -> None:

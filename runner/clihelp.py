@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import EXIT_CODES
+from runner.inputs.cliargs import COUNT
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
 EXAMPLES, EXITS = "examples:", "exit codes:"
@@ -252,10 +253,10 @@ def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
 
 
 def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
-    """`--set a.b=v` items as dotted profile overrides (values parsed as YAML)."""
-    import yaml
-
+    """`--set a.b=v` items as dotted profile overrides (values parsed as YAML, bounded as a
+    profile's are: runner.inputs.yamlfile)."""
     from runner.errors import RunnerError
+    from runner.inputs.yamlfile import parse_yaml
 
     out: dict[str, Any] = {}
     for item in items or []:
@@ -263,7 +264,7 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
         if not eq:
             raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set",
                               fix="e.g. --set target.chip=gfx950")
-        out[key] = yaml.safe_load(value)
+        out[key] = parse_yaml(value, f"--set {key}", what="value")
     return out
 
 
@@ -283,7 +284,7 @@ def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str =
     default is left None so a resume can tell "not given" apart; `args.default_count` holds
     the number to use then."""
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--count", type=int, default=None,
+    what.add_argument("--count", type=COUNT, default=None,
                       help=f"samples 0..N-1 (default: {default_count}{note})")
     what.add_argument("--samples", metavar="SPEC",
                       help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19")

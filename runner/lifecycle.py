@@ -52,6 +52,7 @@ from typing import Any
 
 from runner.batch.aggregate import AggregateResult, aggregate
 from runner.batch.executors import Executed, Execution, Executor, LocalExecutor, watch
+from runner.batch.lifeline import reap_orphans
 from runner.batch.queue import WorkQueue
 from runner.batch.run import RunOutcome, plan_for, recorded_profile, write_reproduce
 from runner.batch.worker import stats_path
@@ -202,9 +203,16 @@ class Lifecycle:
             manifest = run.load()
             profile = recorded_profile(manifest.profile_config, manifest.profile_path,
                                        manifest.layout, str(run.manifest_path))
+            # Workers of a driver that died stop (or are stopped) before anything here
+            # judges which samples are done: none is still being written.
+            orphans = reap_orphans(run.path, lambda line: print(line, file=sys.stderr))
             dangling = [a for a in manifest.attempts if a.status == RUNNING]
             for attempt in dangling:
                 attempt.status = KILLED
+                if orphans:
+                    attempt.error = (f"driver died; {len(orphans)} worker(s) still running "
+                                     "were stopped: " + ", ".join(
+                                         f"{o.name} (pid {o.process.pid})" for o in orphans))
             if dangling:
                 if manifest.status == "running":
                     manifest.status = "incomplete"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from runner.errors import RunnerError
+from runner.inputs.captions import read_captions
 from runner.paths import MLPERF_DATA_DIR
 
 CAPTIONS_FILE = MLPERF_DATA_DIR / "captions_source.tsv"
@@ -36,16 +36,8 @@ class Captions:
 
 
 def load_captions(path: Path = CAPTIONS_FILE) -> Captions:
-    if not path.is_file():
-        raise RunnerError("captions file not found", where=str(path),
-                          fix="pass the MLPerf `captions_source.tsv` (id, image_id, caption, ...)")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if reader.fieldnames is None or "caption" not in reader.fieldnames:
-            raise RunnerError("no `caption` column in the header", where=f"{path}: line 1",
-                              fix="use MLPerf's tab-separated captions_source.tsv")
-        texts = tuple(row["caption"] for row in reader)
-    return Captions(path, texts)
+    """The captions file through its bounded reader (runner.inputs.captions)."""
+    return Captions(path, read_captions(path))
 
 
 def load_latent(path: Path = LATENT_FILE) -> np.ndarray:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from runner.errors import RunnerError
+from runner.inputs.jsonfile import decoder as json_decoder
 
 LOG_NAME = "mlperf_log_accuracy.json"
 
@@ -328,35 +329,71 @@ def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[done:], offset + done
 
 
+def truncation(path: Path) -> str | None:
+    """Why the log is cut short (None when it opens with `[` and closes with `]`): checked
+    from its two ends, before a byte scan of 30 GB counts what is missing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 64))
+            tail = f.read().rstrip()
+    except OSError as e:
+        raise RunnerError(f"cannot read the accuracy log: {e.strerror or e}",
+                          where=str(path)) from e
+    if not head.startswith(b"["):
+        return "it is not a JSON list" if head else "it is empty"
+    if not tail.endswith(b"]"):
+        return f"it ends without its closing `]` ({size} bytes: cut off while being written " \
+            "or copied)"
+    return None
+
+
+TRUNCATED_FIX = ("if it is a run's log, write it again with `runner aggregate RUN_DIR`; "
+                 "else copy the complete log again")
+
+
 def _records(path: Path) -> Iterator[dict]:
-    """Streams the list's objects with a raw decoder, never holding the file in memory."""
-    decoder = json.JSONDecoder()
+    """Streams the list's objects with a raw decoder, never holding the file in memory;
+    numbers and nesting bounded as every JSON the runner reads (runner.inputs.jsonfile)."""
+    decoder = json_decoder()
     buf, pos, started = "", 0, False
-    with open(path, encoding="ascii") as f:
-        while True:
-            chunk = f.read(1 << 22)
-            buf = buf[pos:] + chunk
-            pos = 0
+    try:
+        with open(path, encoding="ascii") as f:
             while True:
-                while pos < len(buf) and buf[pos] in " \t\r\n,":
-                    pos += 1
-                if not started:
-                    if pos < len(buf):
+                chunk = f.read(1 << 22)
+                buf = buf[pos:] + chunk
+                pos = 0
+                while True:
+                    while pos < len(buf) and buf[pos] in " \t\r\n,":
+                        pos += 1
+                    if not started:
+                        if pos >= len(buf):
+                            break  # need more text (an empty log used to spin here)
                         if buf[pos] != "[":
                             raise RunnerError("not a JSON list", where=str(path))
                         started, pos = True, pos + 1
-                    continue
-                if pos < len(buf) and buf[pos] == "]":
-                    return
-                try:
-                    obj, end = decoder.raw_decode(buf, pos)
-                except ValueError:
-                    break  # need more text
-                yield obj
-                pos = end
-            if not chunk:
-                raise RunnerError("truncated accuracy log", where=str(path),
-                                  fix="re-run `runner aggregate` for this run dir")
+                        continue
+                    if pos < len(buf) and buf[pos] == "]":
+                        return
+                    try:
+                        obj, end = decoder.raw_decode(buf, pos)
+                    except RecursionError:
+                        raise RunnerError("a record is nested too deeply",
+                                          where=str(path)) from None
+                    except ValueError as e:
+                        if not isinstance(e, json.JSONDecodeError):
+                            raise RunnerError(f"a record holds a number out of range: {e}",
+                                              where=str(path)) from None
+                        break  # need more text
+                    yield obj
+                    pos = end
+                if not chunk:
+                    raise RunnerError("truncated accuracy log", where=str(path),
+                                      fix=TRUNCATED_FIX)
+    except UnicodeDecodeError as e:
+        raise RunnerError(f"the accuracy log is not ASCII JSON (byte 0x{e.object[e.start]:02x})",
+                          where=str(path), fix=TRUNCATED_FIX) from None
 
 
 def iter_log_samples(path: Path, image_shape: tuple[int, int, int],
@@ -366,10 +403,16 @@ def iter_log_samples(path: Path, image_shape: tuple[int, int, int],
     seen: set[int] = set()
     expected = int(np.prod(image_shape))
     for record in _records(path):
+        qsl_idx = record.get("qsl_idx") if isinstance(record, dict) else None
+        data_hex = record.get("data") if isinstance(record, dict) else None
+        if not (isinstance(qsl_idx, int) and not isinstance(qsl_idx, bool) and qsl_idx >= 0
+                and isinstance(data_hex, str)):
+            raise RunnerError(f"bad record (qsl_idx {str(qsl_idx)[:20]}): it needs an integer "
+                              "qsl_idx and a hex `data` string", where=str(path))
         try:
-            qsl_idx, data = int(record["qsl_idx"]), bytes.fromhex(record["data"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise RunnerError(f"bad record {str(record)[:80]}: {e}", where=str(path)) from e
+            data = bytes.fromhex(data_hex)
+        except ValueError as e:
+            raise RunnerError(f"bad record for sample {qsl_idx}: {e}", where=str(path)) from e
         if qsl_idx in seen and not keep_duplicates:
             continue
         seen.add(qsl_idx)

@@ -7,14 +7,14 @@ relative to the config file, or URLs that the artifact cache fetches.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.errors import RunnerError
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import inside
+from runner.inputs.yamlfile import read_yaml
 from runner.schema import check_keys, dataclass_keys
 
 DENOISE_MODES = ("host_loop", "produce_image_latents")
@@ -70,17 +70,20 @@ class ModelConfig:
     no_scoring: str | None = None
     # The export cache key of the inputs an exported model came from.
     export_key: str | None = None
+    # An export's files (path relative to the config -> sha256): what model.json describes,
+    # verified before an export reuses any of them (runner.export.store).
+    files: dict[str, str] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
 
     def resolve(self, ref: str) -> str:
-        """A path relative to the config, made absolute; URLs pass through."""
+        """A path relative to the config, made absolute, refused if it leads out of the
+        config's directory (runner.inputs.paths); URLs pass through."""
         if "://" in ref:
             return ref
-        p = Path(ref).expanduser()
-        return str(p if p.is_absolute() else self.base_dir / p)
+        return str(inside(ref, self.base_dir, str(self.path), absolute_ok=True))
 
     def sizes_for(self, submodel: str) -> tuple[int, ...]:
         """The batch sizes `submodel` was exported at."""
@@ -99,11 +102,9 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path: Path) -> ModelConfig:
-        try:
-            text = path.read_text(encoding="utf-8")
-            raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as e:
-            raise RunnerError(f"cannot read the model config: {e}", where=str(path)) from e
+        what = "model config"
+        raw = (read_json(path, kind=None, what=what) if path.suffix == ".json"
+               else read_yaml(path, what=what))
         return cls.from_dict(raw, path)
 
     @classmethod
@@ -140,13 +141,16 @@ class ModelConfig:
                 raise RunnerError(f"submodel `{name}` needs an `mlir` field",
                                   where=f"{where}: submodels.{name}")
             check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
-            submodels[name] = Submodel(name, sub["mlir"], sub.get("weights"),
-                                       tuple(sub.get("extra_mlir", ())), sub.get("vmfb"),
-                                       tuple(sub.get("batch_sizes", ())))
+            at = f"{where}: submodels.{name}"
+            submodels[name] = Submodel(
+                name, _typed(sub, "mlir", str, at), _typed(sub, "weights", str | None, at),
+                tuple(_typed(sub, "extra_mlir", list[str], at) or ()),
+                _typed(sub, "vmfb", str | None, at),
+                tuple(_typed(sub, "batch_sizes", list[int], at) or ()))
         functions = {}
         for role, ref in need("functions", dict).items():
             sub, _, fn = str(ref).partition(".")
-            if sub not in submodels or not fn:
+            if not isinstance(ref, str) or sub not in submodels or not fn:
                 raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
                                   f"of a known submodel ({', '.join(submodels)})",
                                   where=f"{where}: functions.{role}")
@@ -157,10 +161,18 @@ class ModelConfig:
                               where=f"{where}: functions")
         tok = need("tokenizer", dict)
         check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
-        pads = tuple(tok.get("pad_tokens", ("<|endoftext|>", "!")))
+        pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
+                     or ("<|endoftext|>", "!"))
         if len(pads) != 2:
             raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
                               where=f"{where}: tokenizer.pad_tokens")
+        _typed(tok, "dir", str | None, f"{where}: tokenizer")
+        for key in ("source", "no_scoring", "export_key"):
+            _typed(raw, key, str | None, where)
+        files = raw.get("files") or {}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise RunnerError("`files` must map file names to sha256 digests",
+                              where=f"{where}.files")
         return cls(
             path=path, name=need("name", str), dtype=dtype,
             batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
@@ -170,4 +182,24 @@ class ModelConfig:
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
             source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
+            files=files,
         )
+
+
+def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
+    """raw[key] (None when absent), refused unless it is `kind`: str, `str | None`, or a
+    list of str / positive ints."""
+    value = raw.get(key)
+    if kind == list[str] or kind == list[int]:
+        item = kind.__args__[0]
+        ok = value is None or (isinstance(value, list) and all(
+            isinstance(v, item) and not isinstance(v, bool) and (item is str or v > 0)
+            for v in value))
+        want = "a list of strings" if item is str else "a list of positive integers"
+    else:
+        ok = isinstance(value, kind)
+        want = "a string"
+    if not ok:
+        raise RunnerError(f"`{key}` must be {want}, not {type(value).__name__}",
+                          where=f"{where}.{key}")
+    return value

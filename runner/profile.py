@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
 from runner.compile import CompilerInfo, rocm_chip_flag
 from runner.errors import RunnerError
+from runner.inputs.paths import inside
+from runner.inputs.yamlfile import read_yaml
 from runner.layout import LayoutSpec
 from runner.model_config import ModelConfig
 from runner.paths import ASSETS_DIR, CONFIGS_DIR
@@ -60,17 +60,27 @@ def profile_path(name_or_path: str) -> Path:
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
         raise RunnerError("profile `extends` loops back on itself", where=str(path))
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:  # not UTF-8 text: a clear error
-        raise RunnerError(f"cannot read profile: {e}", where=str(path)) from e
+    raw = read_yaml(path, what="profile") or {}
     if not isinstance(raw, dict):
         raise RunnerError("a profile must be a YAML mapping", where=str(path))
     check_profile_keys(raw, str(path))
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
-    return _merge(_load_raw(profile_path(str(parent)), (*seen, path)), raw)
+    return _merge(_load_raw(_parent_path(parent, path), (*seen, path)), raw)
+
+
+def _parent_path(parent: Any, path: Path) -> Path:
+    """`extends:` names a profile in configs/, or a YAML file relative to this one."""
+    where = f"{path}: extends"
+    if not isinstance(parent, str) or not parent:
+        raise RunnerError("`extends` must name a profile", where=where,
+                          fix="e.g. extends: cpu, or extends: other.yaml")
+    if Path(parent).suffix in (".yaml", ".yml"):
+        found = inside(parent, path.parent, where, absolute_ok=True)
+        if found.is_file():
+            return found.resolve()
+    return profile_path(parent)
 
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:
@@ -198,8 +208,10 @@ def _target(raw: Any, where: str, base: Path) -> Target:
 
     spec = raw.get("tuning_spec")
     if spec:
-        spec_path = Path(spec).expanduser()
-        spec_path = spec_path if spec_path.is_absolute() else base / spec_path
+        if not isinstance(spec, str):
+            raise RunnerError("`target.tuning_spec` must be a path",
+                              where=f"{where}: target.tuning_spec")
+        spec_path = inside(spec, base, f"{where}: target.tuning_spec", absolute_ok=True)
         if not spec_path.is_file():
             raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
                               fix=f"no file at {spec_path}")
@@ -350,8 +362,7 @@ def _model_path(model_ref: str, path: Path, where: str) -> Path:
             raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
                               fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
     else:
-        model_path = Path(model_ref).expanduser()
-        model_path = model_path if model_path.is_absolute() else path.parent / model_path
+        model_path = inside(model_ref, path.parent, f"{where}: model", absolute_ok=True)
     if not model_path.is_file():
         raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
                           fix="run `runner export tiny` or fix the path")

@@ -83,7 +83,7 @@ class LockHolder:
         return f"pid {self.pid} on {self.host} since {self.since} ({self.command})"
 
 
-def _pid_start(pid: int) -> str:
+def pid_start(pid: int) -> str:
     """The start time (clock ticks since boot) of a process, "" where /proc has none."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -99,7 +99,7 @@ def _alive(holder: LockHolder) -> bool:
         return False
     except PermissionError:
         pass  # another user's live process
-    return not holder.pid_start or _pid_start(holder.pid) in ("", holder.pid_start)
+    return not holder.pid_start or pid_start(holder.pid) in ("", holder.pid_start)
 
 
 class RunDir:
@@ -141,16 +141,12 @@ class RunDir:
 
     # --- the manifest -----------------------------------------------------------------
     def load(self) -> RunManifest:
-        try:
-            raw = json.loads(self.manifest_path.read_text())
-        except FileNotFoundError as e:
+        if not self.manifest_path.exists():
             raise RunnerError("not a run dir (no run.json)", where=str(self.path),
-                              fix="pass the --out directory of an earlier `runner run`") from e
-        except (OSError, ValueError) as e:
-            raise RunnerError(f"unreadable run manifest: {e}", where=str(self.manifest_path),
-                              fix="restore it, or start a new --out") from e
-        if not isinstance(raw, dict):
-            raise RunnerError("run manifest is not a JSON object", where=str(self.manifest_path))
+                              fix="pass the --out directory of an earlier `runner run`")
+        from runner.inputs.jsonfile import read_json
+
+        raw = read_json(self.manifest_path, what="run manifest")
         return RunManifest.from_dict(raw, str(self.manifest_path))
 
     def save(self, manifest: RunManifest) -> None:
@@ -205,7 +201,7 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         me = LockHolder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         command or " ".join(["runner", *sys.argv[1:]])[:300],
-                        _pid_start(os.getpid()))
+                        pid_start(os.getpid()))
         for _ in range(5):
             try:
                 fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)

@@ -76,6 +76,8 @@ def _secret(key: str) -> bool:
 
 
 _SIG_RE = re.compile(r"(?i)\b(sig|signature)=[^&\s\"']+")
+# Any URL in a message: scheme://, then everything up to a space or a quote.
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>`]+")
 
 
 def redact_text(text: str, url: str | None = None) -> str:
@@ -91,7 +93,23 @@ def redact_text(text: str, url: str | None = None) -> str:
                         text = text.replace(form, "REDACTED")
         if "@" in parts.netloc:
             text = text.replace(parts.netloc.rsplit("@", 1)[0], "REDACTED")
-    return _SIG_RE.sub(lambda m: f"{m.group(1)}=REDACTED", text)
+    return redact_secrets(text)
+
+
+def redact_secrets(text: str) -> str:
+    """Every URL in `text` (an error message, any scheme) with its user:password and secret
+    query values (SAS `sig`, tokens, keys) replaced by REDACTED, and any `sig=...` left.
+    The CLI passes every message it prints through this, error paths included."""
+    def one(m: re.Match[str]) -> str:
+        url = m.group(0)
+        trail = ""
+        while url and url[-1] in ".,;:)]}":  # sentence punctuation after a URL
+            url, trail = url[:-1], url[-1] + trail
+        try:
+            return redact_url(url) + trail
+        except ValueError:  # not parseable as a URL (a bad port, brackets): hide all of it
+            return "<URL REDACTED>" + trail
+    return _SIG_RE.sub(lambda m: f"{m.group(1)}=REDACTED", _URL_RE.sub(one, text))
 
 
 def cache_key(url: str) -> str:

@@ -15,9 +15,11 @@ while the caller consumes images in order, a bounded window ahead.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import queue
+import stat
 import struct
 import sys
 import threading
@@ -33,6 +35,7 @@ import numpy as np
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_bytes
 from runner.images import decode_png, encode_png, png_text
+from runner.inputs.paths import is_inside
 from runner.parallel import default_jobs, ordered_map
 
 SAMPLES_DIR = "samples"
@@ -82,10 +85,15 @@ class Loaded:
     image: np.ndarray
 
 
+class NotRegularSample(Exception):
+    """A sample path that is not a regular file of the run (quarantined like a corrupt one)."""
+
+
 class SampleStore:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / SAMPLES_DIR
+        self._dir_checked = False
 
     def path(self, qsl_idx: int) -> Path:
         return self.dir / f"{qsl_idx:05d}.png"
@@ -113,17 +121,21 @@ class SampleStore:
 
     def record(self, qsl_idx: int) -> SampleRecord:
         try:
-            return _record(png_text(self.path(qsl_idx).read_bytes()))
-        except (OSError, ValueError, KeyError) as e:
+            return _record(png_text(self._bytes(self.path(qsl_idx))))
+        except (OSError, ValueError, KeyError, NotRegularSample) as e:
             raise RunnerError(f"unreadable sample metadata: {e}", where=str(self.path(qsl_idx)),
                               fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
 
     def read(self, qsl_idx: int) -> Loaded:
-        """Decodes and verifies one sample; a corrupt one is moved aside and raised as
+        """Decodes and verifies one sample; a corrupt one, or one that is not a regular file
+        inside the run dir (a symlink, a fifo), is moved aside and raised as
         `CorruptSample`."""
         path = self.path(qsl_idx)
         try:
-            data = path.read_bytes()
+            data = self._bytes(path)
+        except NotRegularSample as e:
+            raise CorruptSample(qsl_idx, str(e), path, self.quarantine(qsl_idx),
+                                self.run_dir) from None
         except OSError as e:
             raise RunnerError(f"cannot read sample: {e}", where=str(path),
                               fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
@@ -141,11 +153,32 @@ class SampleStore:
             raise CorruptSample(qsl_idx, problem, path, self.quarantine(qsl_idx), self.run_dir)
         return Loaded(record, image)
 
+    def _bytes(self, path: Path) -> bytes:
+        """A sample file's bytes, read only if it is a regular file in this run's own
+        samples/ directory: never through a symlink (O_NOFOLLOW), never a fifo or device."""
+        if not self._dir_checked:
+            if self.dir.is_symlink() or not is_inside(self.dir, self.run_dir):
+                raise RunnerError("samples/ is a symlink or leads out of the run dir",
+                                  where=str(self.dir),
+                                  fix="samples are files inside the run dir; move the real "
+                                  "directory there")
+            self._dir_checked = True
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise NotRegularSample("a symlink, not a sample file of this run") from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotRegularSample("not a regular file")
+            return f.read()
+
     def load(self, qsl_idx: int, verify: bool = True) -> np.ndarray:
         if not verify:
             try:
-                return decode_png(self.path(qsl_idx).read_bytes())
-            except (OSError, *MALFORMED) as e:
+                return decode_png(self._bytes(self.path(qsl_idx)))
+            except (OSError, NotRegularSample, *MALFORMED) as e:
                 raise RunnerError(f"unreadable sample: {type(e).__name__}: {e}",
                                   where=str(self.path(qsl_idx)),
                                   fix=f"`runner run --resume {self.run_dir}` regenerates it"

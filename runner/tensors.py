@@ -18,6 +18,7 @@ import numpy as np
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_bytes
+from runner.inputs.limits import INT64_MAX
 
 FORMATS = (".bin", ".npy", ".irpa")
 IRPA_METADATA_PREFIX = "TENSORv0"  # what iree.runtime writes before a tensor's JSON metadata
@@ -80,8 +81,16 @@ class TensorSpec:
                               fix="spell it as iree-run-module does: <d0>x<d1>x...x<type>, "
                               f"type one of {', '.join(sorted(_IREE_TO_NUMPY))}, e.g. "
                               "2x64x2048xf16")
-        dims = tuple(int(d) for d in match.group(1).split("x") if d)
-        return cls(dims, match.group(2))
+        digits = [d for d in match.group(1).split("x") if d]
+        name = _IREE_TO_NUMPY[match.group(2)]
+        nbytes = 2 if name == "bf16" else np.dtype(name).itemsize
+        for d in digits:  # the byte count must fit in int64 (numpy's sizes would wrap)
+            nbytes *= int(d) if len(d) <= 19 else INT64_MAX + 1
+            if nbytes > INT64_MAX or len(d) > 19:
+                raise RunnerError(f"tensor type {value[:80]!r} is larger than any file can "
+                                  "hold (its byte count overflows 64 bits)", where=where,
+                                  fix="check the shape's dimensions")
+        return cls(tuple(int(d) for d in digits), match.group(2))
 
     @classmethod
     def of(cls, array: np.ndarray) -> TensorSpec:

@@ -9,7 +9,6 @@ SDXL uses two CLIP tokenizers over one vocabulary that differ only in the pad to
 from __future__ import annotations
 
 import functools
-import json
 import unicodedata
 from dataclasses import dataclass
 from itertools import pairwise
@@ -19,6 +18,8 @@ import numpy as np
 import regex
 
 from runner.errors import RunnerError
+from runner.inputs.jsonfile import read_json
+from runner.inputs.limits import MiB, read_text
 
 BOS = "<|startoftext|>"
 EOS = "<|endoftext|>"
@@ -83,11 +84,12 @@ class ClipTokenizer:
     """Encodes prompts to fixed-length id rows: BOS, tokens (truncated), EOS, padding."""
 
     def __init__(self, files: TokenizerFiles, max_length: int, pad_token: str = EOS):
-        try:
-            self.vocab: dict[str, int] = json.loads(files.vocab.read_text(encoding="utf-8"))
-            lines = files.merges.read_text(encoding="utf-8").splitlines()
-        except (OSError, ValueError) as e:
-            raise RunnerError(f"unreadable tokenizer file: {e}", where=str(files.vocab)) from e
+        vocab = read_json(files.vocab, max_bytes=64 * MiB, what="tokenizer vocabulary")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()):
+            raise RunnerError("the vocabulary must map tokens to integer ids",
+                              where=str(files.vocab))
+        self.vocab: dict[str, int] = vocab
+        lines = read_text(files.merges, max_bytes=64 * MiB, what="merges file").splitlines()
         merges = [tuple(line.split()) for line in lines if line and not line.startswith("#")]
         self.ranks = {pair: i for i, pair in enumerate(merges)}
         for token in (BOS, EOS, pad_token):

@@ -90,6 +90,41 @@ def test_out_dir_takes_more_batch_sizes_of_the_same_inputs_only(exported, checkp
     assert "holds an export of other inputs" in err and str(exported / "model.json") in err
 
 
+def test_a_killed_exports_files_are_never_reused(exported, checkpoint, tmp_path, capsys):
+    """A killed export leaves its files in --out without model.json (written last). An export
+    of another dtype into that --out writes every file again (today's bug: it kept the old
+    dtype's weights, "0 written", under a model.json claiming the new dtype), and the
+    model.json it writes records the sha256 of every file beside it."""
+    from runner.export.store import _verified
+    from runner.fileio import sha256_file
+
+    out = tmp_path / "out"
+    shutil.copytree(exported, out)  # the fp32 export, killed before its model.json
+    (out / "model.json").unlink()
+    assert main(["export", "sdxl", "--from", str(checkpoint), "--dtype", "fp16",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "no model.json (a killed export?)" in err
+    assert all(f"export: {name}.irpa written" in err for name in ("clip", "unet", "vae"))
+    config = json.loads((out / "model.json").read_text())
+    assert config["dtype"] == "float16"
+    assert sorted(config["files"]) == ["clip.irpa", "clip_bs1.mlir", "tokenizer/merges.txt",
+                                       "tokenizer/vocab.json", "unet.irpa", "unet_bs1.mlir",
+                                       "unet_pipeline_bs1.mlir", "vae.irpa", "vae_bs1.mlir"]
+    assert all(sha256_file(out / name) == digest for name, digest in config["files"].items())
+    assert (out / "unet.irpa").read_bytes() != (exported / "unet.irpa").read_bytes()
+    # A file changed behind model.json's back: the export is not reused, model.json goes.
+    with open(out / "vae.irpa", "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    said: list[str] = []
+    assert _verified(out, config["export_key"], said.append) == ([], [], {})
+    assert "vae.irpa is not the file it records" in said[0]
+    assert not (out / "model.json").exists()
+
+
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
     proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", str(profile),
                            "--count", "2", "--no-score", "--out", str(out), *args],

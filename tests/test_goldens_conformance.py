@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +123,10 @@ def write_torch(folder: Path, name: str, raw: dict) -> Path:
         (suite / "modules").mkdir(parents=True)
         for module in (TINY_TORCH / "modules").glob("*.json"):
             m = json.loads(module.read_text())
-            m["mlir"] = str((module.parent / m["mlir"]).resolve())
+            m["mlir"] = str((module.parent / m["mlir"]).resolve())  # the runner's assets
             (suite / "modules" / module.name).write_text(json.dumps(m))
+        for blob in TINY_TORCH.glob("*.bin"):  # a test file names files beside it only
+            shutil.copyfile(blob, suite / blob.name)
     path = suite / f"{name}.json"
     path.write_text(json.dumps(raw))
     return path
@@ -133,10 +136,6 @@ def tiny(name: str) -> dict:
     raw = json.loads((TINY_TORCH / f"{name}.json").read_text())
     for w in raw.get("weights", []):
         w["url"] = str((TINY_TORCH / w["url"]).resolve())
-    for key in ("inputs", "expected_outputs"):
-        for entry in raw.get(key, []):
-            if "url" in entry:
-                entry["url"] = str(TINY_TORCH / entry["url"])
     return raw
 
 
@@ -244,16 +243,17 @@ def test_dry_run_shows_iree_runners_exact_arguments(tmp_path, monkeypatch):
     raw = tiny("clip_quality_cpu")
     raw["weights"].append({"type": "url", "url": raw["weights"][0]["url"], "scope": "other"})
     raw["outputs"] = [{"value": "-"}]
-    r = check(write_torch(tmp_path, "t_cpu", raw), dry_run=True)
+    path = write_torch(tmp_path, "t_cpu", raw)
+    r = check(path, dry_run=True)
     run = r.commands[-1]
-    weights = raw["weights"][0]["url"]
+    weights, suite = raw["weights"][0]["url"], path.parent
     assert run[0] == "iree-run-module" and run[1].startswith("--module=")
     assert run[2:] == [
         f"--parameters=model={weights}", f"--parameters=other={weights}",
-        *(f"--input=1x64xi64=@{TINY_TORCH}/clip_input{i}_v1.0.bin" for i in range(4)),
+        *(f"--input=1x64xi64=@{suite}/clip_input{i}_v1.0.bin" for i in range(4)),
         "--output=-",
-        f"--expected_output=2x64x96xf32=@{TINY_TORCH}/clip_out0_v1.0.bin",
-        f"--expected_output=2x64xf32=@{TINY_TORCH}/clip_out1_v1.0.bin",
+        f"--expected_output=2x64x96xf32=@{suite}/clip_out0_v1.0.bin",
+        f"--expected_output=2x64xf32=@{suite}/clip_out1_v1.0.bin",
         *raw["run_args"]]
     assert r.tool and "outputs" in r.tool
 
@@ -314,15 +314,17 @@ def test_expected_outputs_must_cover_every_result(tmp_path):
 
 
 def older(tmp_path: Path, name: str, **change) -> Path:
+    """A copy of goldens/tiny's test `name` with `change`: its blobs copied beside it (a test
+    file names files inside its own directory), the MLIR and weights the runner's assets."""
     raw = json.loads((TINY / f"{name}.json").read_text())
     for key in ("mlir", "real_weights"):
         raw[key] = str((TINY / raw[key]).resolve())
-    for entry in (*raw["inputs"], *raw["outputs"]):
-        entry["source"] = str(TINY / entry["source"])
     raw.update(change)
     raw = {k: v for k, v in raw.items() if v is not None}
     path = tmp_path / "tiny" / f"{name}.json"
     path.parent.mkdir(exist_ok=True)
+    for entry in (*raw.get("inputs", []), *raw.get("outputs", [])):
+        shutil.copyfile(TINY / entry["source"], path.parent / entry["source"])
     path.write_text(json.dumps(raw))
     return path
 
@@ -356,8 +358,7 @@ def test_regression_runner_has_no_splat_weights_and_xfails_only_rocm(tmp_path):
     reg.update(cpu_compiler_flags=["--iree-llvmcpu-target-cpu=host"],
                run_cpu_function="decode", rocm_compile_chip_expecting_to_fail=["gfx942"],
                cpu_threshold_args=raw["threshold_args"])
-    path = tmp_path / "reg" / "vae.json"
-    path.parent.mkdir()
+    path = tmp_path / "tiny" / "vae_regression.json"  # beside the blobs older() copied
     path.write_text(json.dumps(reg))
     cpu, rocm = load_test_file(path)
     r = run_test(cpu, CheckOptions())
@@ -446,20 +447,20 @@ def test_torch_benchmark_feeds_files_and_passes_everything(tmp_path, capsys, mon
     of any scope are passed, run_args as written; the benchmark then really runs it."""
     monkeypatch.setenv("RUNNER_OFFLINE", "1")
     raw = tiny("vae_benchmark_cpu")
-    raw["inputs"][0]["url"] = str(TINY_TORCH / "vae_input0_v1.0.bin")
-    raw["expected_outputs"] = [{"url": str(TINY_TORCH / "vae_out0_v1.0.bin"),
-                                "value": "1x3x128x128xf32"}]
+    raw["inputs"][0]["url"] = "vae_input0_v1.0.bin"
+    raw["expected_outputs"] = [{"url": "vae_out0_v1.0.bin", "value": "1x3x128x128xf32"}]
     path = write_torch(tmp_path, "b_cpu", raw)
+    suite = path.parent
     assert main(["bench", "goldens", str(path), "--dry-run"]) == 0
     cmd = next(shlex.split(line) for line in capsys.readouterr().out.splitlines()
                if line.startswith("iree-benchmark-module"))
     weights = raw["weights"][0]["url"]
     assert cmd[1] == "--benchmark_format=json" and cmd[2].startswith("--module=")
     assert cmd[3:] == [f"--parameters=model={weights}",
-                       f"--input=1x4x16x16xf32=@{TINY_TORCH}/vae_input0_v1.0.bin",
-                       f"--expected_output=1x3x128x128xf32=@{TINY_TORCH}/vae_out0_v1.0.bin",
+                       f"--input=1x4x16x16xf32=@{suite}/vae_input0_v1.0.bin",
+                       f"--expected_output=1x3x128x128xf32=@{suite}/vae_out0_v1.0.bin",
                        *raw["run_args"]]
-    raw["inputs"][0]["url"] = str(TINY_TORCH / "clip_input0_v1.0.bin")  # the wrong size
+    raw["inputs"][0]["url"] = "clip_input0_v1.0.bin"  # the wrong size
     r = check_benchmark(load_benchmark_file(write_torch(tmp_path, "w_cpu", raw)),
                         GoldenOptions(repetitions=2, warmup=0.0))
     assert r.status == "error" and "iree-benchmark-module failed" in r.message

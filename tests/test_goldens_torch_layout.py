@@ -280,9 +280,9 @@ def test_a_test_with_no_outputs_warns_and_fails_under_strict(tmp_path, capsys, m
     old = tmp_path / "old" / "clip_cpu.json"
     old.parent.mkdir()
     tiny = json.loads((REPO / "goldens" / "tiny" / "clip_cpu.json").read_text())
-    for ref in tiny["inputs"]:
-        ref["source"] = str(REPO / "goldens" / "tiny" / ref["source"])
-    for key in ("mlir", "real_weights"):
+    for ref in tiny["inputs"]:  # a test file's blobs sit beside it (runner.inputs.paths)
+        shutil.copy(REPO / "goldens" / "tiny" / ref["source"], old.parent / ref["source"])
+    for key in ("mlir", "real_weights"):  # the runner's own assets: reachable from anywhere
         tiny[key] = str((REPO / "goldens" / "tiny" / tiny[key]).resolve())
     del tiny["outputs"]
     old.write_text(json.dumps(tiny))

@@ -142,7 +142,7 @@ def test_bad_manifests_are_clear_errors(tmp_path):
         run.load()
     run.path.mkdir()
     run.manifest_path.write_text("{")
-    with pytest.raises(RunnerError, match="unreadable run manifest"):
+    with pytest.raises(RunnerError, match="the run manifest is not valid JSON"):
         run.load()
     run.manifest_path.write_text(json.dumps({"profile": "cpu"}))
     with pytest.raises(RunnerError, match="lacks a field"):

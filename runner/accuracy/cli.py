@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from runner.clihelp import add_profile, add_require_full, document, profile_overrides, renamed
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, PERCENT, SCALE, SEED
 
 
 def _device(name: str | None) -> str:
@@ -29,7 +30,7 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
                         "the cache's mlperf/ dir)")
     p.add_argument("--clip-weights", metavar="PATH",
                    help="OpenAI's ViT-B-32.pt (else $RUNNER_CLIP_WEIGHTS, else the cache)")
-    p.add_argument("--images-per-pass", type=int, default=1, metavar="N",
+    p.add_argument("--images-per-pass", type=COUNT, default=1, metavar="N",
                    help="images per Inception/CLIP forward pass (default: 1, as MLPerf's "
                    "script; larger is faster and equal to ~1e-8)")
     renamed(p, "--batch-size", "--images-per-pass N",
@@ -124,7 +125,7 @@ def register(subparsers) -> None:
     p.add_argument("run_a", metavar="RUN_A", help="a run dir, generate dir or accuracy log dir")
     p.add_argument("run_b", metavar="RUN_B", help="the other one")
     p.add_argument("--out", metavar="PATH", help="write the comparison as JSON to this file")
-    p.add_argument("--worst", type=int, default=10,
+    p.add_argument("--worst", type=COUNT_OR_ZERO, default=10,
                    help="how many worst samples to list (default: 10)")
     p.add_argument("--profile", help="for accuracy logs: the profile giving the image size "
                    "(default: the one the run recorded)")
@@ -142,9 +143,9 @@ def register(subparsers) -> None:
                    help="directory for accuracy.yaml and calibration.json")
     p.add_argument("--reference-run", metavar="DIR",
                    help="images whose statistics become the FID reference (disjoint prompts)")
-    p.add_argument("--fid-percent", type=float, default=2.0,
+    p.add_argument("--fid-percent", type=PERCENT, default=2.0,
                    help="FID range half-width in percent (default: 2, as MLPerf)")
-    p.add_argument("--clip-percent", type=float, default=0.2,
+    p.add_argument("--clip-percent", type=PERCENT, default=0.2,
                    help="CLIP range half-width in percent (default: 0.2, as MLPerf)")
     _add_backbone_flags(p)
     p.set_defaults(func=cmd_calibrate)
@@ -157,10 +158,10 @@ def register(subparsers) -> None:
     p.add_argument("--samples", default="0-31", metavar="SPEC",
                    help="sample ids, e.g. 0-31 (default: 0-31)")
     add_profile(p, default="tiny")
-    p.add_argument("--guidance", type=float, help="replace the guidance scale (8.0)")
-    p.add_argument("--latent-noise", type=float, default=0.0,
+    p.add_argument("--guidance", type=SCALE, help="replace the guidance scale (8.0)")
+    p.add_argument("--latent-noise", type=SCALE, default=0.0,
                    help="add N(0, s^2) noise to the fixed initial latent (default: 0)")
-    p.add_argument("--noise-seed", type=int, default=0,
+    p.add_argument("--noise-seed", type=SEED, default=0,
                    help="seed of that noise (default: 0)")
     p.set_defaults(func=cmd_oracle)
     document(p, "runner oracle runs/oracle --samples 0-31",

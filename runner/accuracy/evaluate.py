@@ -19,6 +19,7 @@ from runner.accuracy.settings import AccuracySettings, accuracy_settings
 from runner.accuracy.verdict import Verdict, judge, require_ranges, write_results
 from runner.errors import IncompleteRun, RunnerError
 from runner.mlperf_data import Captions, load_captions
+from runner.mlperf_log import TRUNCATED_FIX, truncation
 from runner.profile import Profile, load_profile
 
 
@@ -61,6 +62,10 @@ def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subse
     settings = accuracy_settings(profile)
     if source.kind == "log":
         assert source.log is not None  # a "log" source always names its log
+        cut = truncation(source.log)
+        if cut:  # a cut-off log is said so, not counted as a run with samples missing
+            raise RunnerError(f"truncated accuracy log: {cut}", where=str(source.log),
+                              fix=TRUNCATED_FIX)
         on_disk = scan_log_ids(source.log)
     else:
         on_disk = source.available or ()
@@ -77,11 +82,16 @@ def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subse
         raise RunnerError(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
                           where=str(captions.path),
                           fix="use MLPerf's captions_source.tsv (5000 rows)")
-    if missing and not allow_subset:
+    if missing and not allow_subset and source.run_dir.joinpath("run.json").is_file():
         raise IncompleteRun(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
                           f"samples are missing ({_missing_text(missing)})",
                           where=source.location,
                           fix="finish the run (`runner run --resume`) and score it again")
+    if missing and not allow_subset:  # a bare log or generate dir: nothing to resume
+        raise RunnerError(f"{len(missing)} of {len(requested)} requested samples are not "
+                          f"there ({_missing_text(missing)})", where=source.location,
+                          fix="score it without --require-full (a subset is scored and "
+                          "labelled), or supply the complete images")
     expected = settings.samples if settings.samples is not None else tuple(range(len(captions)))
     # Not the ranges' set: scored, labelled "subset of N", not judged (runner.accuracy.verdict).
     subset = check_ranges_set and set(ids) != set(expected)

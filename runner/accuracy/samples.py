@@ -8,7 +8,6 @@ one image at a time, so scoring 5000 1024x1024 images never holds them all.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import numpy as np
 from runner.errors import RunnerError
 from runner.fileio import sha256_bytes
 from runner.images import decode_png
+from runner.inputs.jsonfile import read_json
 from runner.mlperf_log import LOG_NAME, iter_log_samples
 from runner.store import SampleStore
 
@@ -140,13 +140,7 @@ def scan_log_ids(path: Path, chunk: int = 1 << 24) -> tuple[int, ...]:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RunnerError(f"cannot read: {e}", where=str(path)) from e
-    if not isinstance(data, dict):
-        raise RunnerError("expected a JSON object", where=str(path))
-    return data
+    return read_json(path, what="run record")
 
 
 def _recorded_profile(meta: dict) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
+from runner.inputs.cliargs import COUNT_OR_ZERO
 from runner.rundir import RunDir
 
 SLURM_DIR = "slurm"
@@ -83,18 +84,18 @@ def add_slurm_arguments(parser: argparse.ArgumentParser, resumable: bool = True)
     partition mode (spx/cpx), so the Slurm partition is `--slurm-partition`."""
     g = parser.add_argument_group("Slurm (--executor slurm" + (
         "; on --resume, default: as recorded)" if resumable else ")"))
-    g.add_argument("--nodes", type=int, help="array tasks, one per node (default 1)")
+    g.add_argument("--nodes", type=COUNT_OR_ZERO, help="array tasks, one per node (default 1)")
     g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
     g.add_argument("--time", metavar="T", help="sbatch --time per node task, e.g. 2:00:00")
     g.add_argument("--account", metavar="A", help="sbatch --account")
     g.add_argument("--node-executor", choices=["local", "docker"],
                    help="how each node starts its workers (default local; docker needs --image)")
-    g.add_argument("--cpus-per-node", type=int, metavar="N",
+    g.add_argument("--cpus-per-node", type=COUNT_OR_ZERO, metavar="N",
                    help="ask for N CPUs per node task instead of the whole node (--exclusive); "
                    "for cpu-profile runs and node sharing")
     g.add_argument("--sbatch-arg", action="append", metavar="ARG",
                    help="extra sbatch option, repeatable, e.g. --sbatch-arg=--gres=gpu:8")
-    g.add_argument("--max-resubmits", type=int, metavar="K",
+    g.add_argument("--max-resubmits", type=COUNT_OR_ZERO, metavar="K",
                    help="replacement submissions for failed node tasks (default 3)")
 
 

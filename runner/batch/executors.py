@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import shellscript
+from runner.batch.lifeline import Heartbeat
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail
 from runner.batch.worker import stats_path, write_task
@@ -136,9 +137,12 @@ class WorkerPool:
         self.started = time.time()
         self._t0 = time.monotonic()
         self._seconds: float | None = None
+        # The workers end with this process (runner.batch.lifeline).
+        self.heartbeat = Heartbeat(self.run_dir)
         try:
             for worker in plan.workers:
-                task = write_task(self.run_dir, worker.to_dict(), compiled, captions)
+                task = write_task(self.run_dir, worker.to_dict(), compiled, captions,
+                                  self.heartbeat.task())
                 stats_path(self.run_dir, worker.name).unlink(missing_ok=True)
                 self.commands[worker.name] = launcher.describe(self.run_dir, worker, task)
                 self.alive[worker.name] = launcher.start_worker(self.run_dir, worker, task)
@@ -161,6 +165,7 @@ class WorkerPool:
                      f"in the queue for the others. Last log lines:\n{tail}")
         done = len(self.store.done_ids() & self.requested)
         if not self.alive:
+            self.heartbeat.stop()
             self._seconds = time.monotonic() - self._t0
             self.progress.finish(extra="workers alive: 0", done=done)
             return False
@@ -171,6 +176,7 @@ class WorkerPool:
         for handle in self.alive.values():
             handle.kill()
         self.alive.clear()
+        self.heartbeat.stop()
 
     def result(self) -> Executed:
         seconds = self._seconds if self._seconds is not None else time.monotonic() - self._t0

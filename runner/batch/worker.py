@@ -17,12 +17,14 @@ import sys
 import time
 from pathlib import Path
 
+from runner.batch.lifeline import die_with_parent, record_worker, watch_driver
 from runner.batch.queue import Batch, WorkQueue
 from runner.compiled_model import CompiledModel
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json
 from runner.mlperf_data import load_captions
 from runner.pipeline.loader import open_pipeline
+from runner.sources import redact_secrets
 from runner.store import SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
@@ -36,10 +38,13 @@ def stats_path(run_dir: Path, worker: str) -> Path:
     return Path(run_dir) / TASKS_DIR / f"{worker}.stats.json"
 
 
-def write_task(run_dir: Path, worker: dict, compiled: CompiledModel, captions: str) -> Path:
+def write_task(run_dir: Path, worker: dict, compiled: CompiledModel, captions: str,
+               lifeline: dict | None = None) -> Path:
+    """The worker's task file; `lifeline` is its driver's heartbeat (runner.batch.lifeline)."""
     path = task_path(run_dir, worker["name"])
     atomic_write_json(path, {"run_dir": str(Path(run_dir).resolve()), "worker": worker,
-                             "compiled": compiled.to_dict(), "captions": captions})
+                             "compiled": compiled.to_dict(), "captions": captions,
+                             "lifeline": lifeline})
     return path
 
 
@@ -52,7 +57,12 @@ def run_worker(task_file: Path) -> int:
     run_dir, worker = Path(task["run_dir"]), task["worker"]
     name = worker["name"]
     device = f"{worker['device_uri']}#{worker['device_id']}"
-    (run_dir / TASKS_DIR / f"{name}.pid").write_text(str(os.getpid()))
+    # Ends with its driver: at once when it is our parent, else once its heartbeat stops.
+    lifeline = task.get("lifeline")
+    if lifeline:
+        die_with_parent(int(lifeline["driver"]["pid"]))
+    watch_driver(lifeline, lambda message: log(f"{name}: {message}"))
+    record_worker(run_dir, name, lifeline)
     if worker.get("cpu_affinity"):
         os.sched_setaffinity(0, worker["cpu_affinity"])
     start, started_at = time.perf_counter(), time.time()
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_worker(args.task)
     except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
         return 2
 
 

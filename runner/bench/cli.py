@@ -17,6 +17,7 @@ from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
+from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list
 
 STAGE_REPETITIONS = 5
 
@@ -26,13 +27,10 @@ def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
     if text is None:
         return (None,)
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError as e:
-        raise RunnerError(f"`{flag} {text}` is not a comma list of whole numbers", where=flag,
-                          fix=f"e.g. {flag} 1,2") from e
-    if not values or any(v <= 0 for v in values):
-        raise RunnerError(f"`{flag} {text}` needs positive whole numbers", where=flag)
-    return values
+        return tuple(count_list(text))
+    except argparse.ArgumentTypeError:
+        raise RunnerError(f"`{flag} {text}` is not a comma list of whole numbers from 1 to "
+                          f"{MAX_COUNT}", where=flag, fix=f"e.g. {flag} 1,2") from None
 
 
 def _profile(args: argparse.Namespace):
@@ -138,11 +136,11 @@ def _golden_flags(p: argparse.ArgumentParser) -> None:
 
 def _benchmark_flags(p: argparse.ArgumentParser) -> None:
     """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike."""
-    p.add_argument("--repetitions", type=int, metavar="N",
+    p.add_argument("--repetitions", type=COUNT, metavar="N",
                    help="--benchmark_repetitions (default: stage latencies "
                    f"{STAGE_REPETITIONS}, goldens the file's own)")
     p.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
-    p.add_argument("--warmup", type=float,
+    p.add_argument("--warmup", type=DURATION,
                    help="--benchmark_min_warmup_time in seconds (goldens: replaces the file's)")
     for old in ("repetitions", "min-time", "warmup"):
         renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
@@ -171,7 +169,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "built as a harness image and compiles and runs its own modules")
     r.add_argument("--image", help="one prebuilt harness image instead of --iree")
     add_slurm_arguments(bench, resumable=False)
-    bench.add_argument("--count", type=int, default=32,
+    bench.add_argument("--count", type=COUNT, default=32,
                        help="samples 0..N-1 per layout (default: 32)")
     bench.add_argument("--out", metavar="DIR",
                        help="directory for runs, inputs, bench.json and bench.md")

@@ -73,6 +73,7 @@ from runner.goldens.testfile import (
     load_benchmark_file,
     load_test_file,
 )
+from runner.inputs.paths import suite_ref
 from runner.paths import REPO_DIR, cache_dir
 
 DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
@@ -170,6 +171,10 @@ def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None
         candidates.append(opts.quality_dir / f"{stem}.json")
     own = bench.extra.get("quality_test")
     if isinstance(own, str) and stem == bench.path.stem:
+        # Our own field: a quality test in this suite or a sibling suite (tiny-bench names
+        # ../tiny/), never further out.
+        suite_ref(str(Path(bench.path.parent.name) / own), bench.path.parent.parent,
+                  f"{bench.path}: quality_test")
         candidates.append(bench.path.parent / own)
     candidates.append(bench.path.resolve().parent.parent.parent / "quality_tests" / bench.model
                       / f"{stem}.json")

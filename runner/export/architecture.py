@@ -7,11 +7,12 @@ config from another pipeline is a clear error naming the file, not a failed trac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import RunnerError
+from runner.inputs.jsonfile import read_json as read_checked_json
+from runner.inputs.limits import MiB
 from runner.paths import ASSETS_DIR
 
 SDXL_DIR = ASSETS_DIR / "sdxl"
@@ -59,18 +60,46 @@ class Architecture:
 
 
 def read_json(path: Path) -> dict:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
+    """A checkpoint's JSON (configs, model_index.json, tokenizer files) through the bounded
+    reader: a JSON object, not too deep, finite numbers."""
+    if not path.exists():
         raise RunnerError("file missing", where=str(path),
                           fix="a diffusers-format SDXL checkpoint has model_index.json, "
                           "text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, unet/, "
-                          "vae/ and scheduler/ (save_pretrained writes them)") from e
-    except (OSError, ValueError) as e:
-        raise RunnerError(f"cannot read JSON: {e}", where=str(path)) from e
-    if not isinstance(raw, dict):
-        raise RunnerError("expected a JSON object", where=str(path))
-    return raw
+                          "vae/ and scheduler/ (save_pretrained writes them)")
+    return read_checked_json(path, max_bytes=64 * MiB, what="checkpoint file")
+
+
+# The config fields the export computes with, each a positive integer (a list of them for
+# `block_out_channels`): checked up front so a wrong type is named, not a traceback.
+INT_FIELDS = {"text_encoder": ("hidden_size",), "text_encoder_2": ("hidden_size",
+                                                                   "projection_dim"),
+              "unet": ("sample_size",)}
+OPTIONAL_INT_FIELDS = {"text_encoder": ("max_position_embeddings",),
+                       "text_encoder_2": ("max_position_embeddings",),
+                       "unet": ("addition_time_embed_dim",)}
+
+
+def _check_fields(configs: dict[str, dict], root: Path) -> None:
+    def positive(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    for name, file in CONFIG_FILES.items():
+        where = str(root / name / file)
+        config = configs[name]
+        for key in INT_FIELDS.get(name, ()):
+            if not positive(config.get(key)):
+                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                                  fix="use the checkpoint's own config.json, unedited")
+        for key in OPTIONAL_INT_FIELDS.get(name, ()):
+            if config.get(key) is not None and not positive(config[key]):
+                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                                  fix="use the checkpoint's own config.json, unedited")
+    blocks = configs["vae"].get("block_out_channels")
+    if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(positive, blocks))):
+        raise RunnerError("`block_out_channels` must list positive integers",
+                          where=f"{root / 'vae' / 'config.json'}: block_out_channels",
+                          fix="use the checkpoint's own config.json, unedited")
 
 
 def load_architecture(root: Path) -> Architecture:
@@ -84,6 +113,7 @@ def load_architecture(root: Path) -> Architecture:
                           "(one text encoder, 768/1024-d cross attention) cannot run this "
                           "pipeline")
     configs = {name: read_json(root / name / file) for name, file in CONFIG_FILES.items()}
+    _check_fields(configs, root)
     arch = Architecture(**configs)
     check_architecture(arch, root)
     return arch

@@ -8,7 +8,6 @@ safetensors file, a tokenizer in neither of the two formats transformers writes.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,9 @@ from runner.export.architecture import (
     read_json,
 )
 from runner.fileio import atomic_write_text
+from runner.inputs.limits import MiB, read_text
+from runner.inputs.paths import resolved
+from runner.inputs.safetensors import read_header
 
 # Weight file stem of each submodel (diffusers and transformers name them differently).
 WEIGHT_STEMS = {
@@ -54,31 +56,9 @@ class Checkpoint:
 
 
 def check_safetensors(path: Path) -> None:
-    """A safetensors file whose header and data are all there: an 8-byte header length, the
-    JSON header, then every tensor's byte range (a cut-off download fails here, by name)."""
-    size = path.stat().st_size
-    fix = "the file is incomplete or corrupt: copy or download it again"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise RunnerError(f"truncated safetensors file ({size} bytes)", where=str(path),
-                                  fix=fix)
-            (length,) = struct.unpack("<Q", head)
-            if 8 + length > size:
-                raise RunnerError(f"truncated safetensors file: the header says {length} "
-                                  f"header bytes, the file has {size} in all", where=str(path),
-                                  fix=fix)
-            header = json.loads(f.read(length))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise RunnerError(f"not a readable safetensors file: {e}", where=str(path),
-                          fix=fix) from e
-    ends = [t["data_offsets"][1] for k, t in header.items()
-            if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t]
-    need = 8 + length + max(ends, default=0)
-    if size < need:
-        raise RunnerError(f"truncated safetensors file: {size} bytes, its header describes "
-                          f"{need}", where=str(path), fix=fix)
+    """A safetensors file whose header and data are all there (a cut-off download fails
+    here, by name): runner.inputs.safetensors checks the header field by field."""
+    read_header(path)
 
 
 def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
@@ -101,7 +81,7 @@ def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
 def open_checkpoint(root: Path, dtype: str, max_length: int | None = None) -> Checkpoint:
     """Checks the whole directory; raises RunnerError naming the first file at fault.
     `max_length` overrides the checkpoint's prompt length (`prompt_length`)."""
-    root = root.expanduser().resolve()
+    root = resolved(root, str(root))
     if not root.is_dir():
         raise RunnerError("checkpoint directory not found", where=str(root),
                           fix="pass --from a local diffusers-format SDXL directory "
@@ -149,18 +129,35 @@ def tokenizer_files(directory: Path) -> tuple[dict, list[str]]:
     transformers 5's `save_pretrained` writes)."""
     vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
     if vocab_path.is_file() and merges_path.is_file():
-        merges = merges_path.read_text(encoding="utf-8").splitlines()
-        return read_json(vocab_path), [m for m in merges if m and not m.startswith("#version")]
+        merges = read_text(merges_path, max_bytes=64 * MiB, what="merges file").splitlines()
+        return (_vocab(read_json(vocab_path), vocab_path),
+                [m for m in merges if m and not m.startswith("#version")])
     fast = directory / "tokenizer.json"
     if not fast.is_file():
         raise RunnerError("no CLIP tokenizer files", where=str(directory),
                           fix="the folder needs vocab.json + merges.txt, or tokenizer.json")
-    model = read_json(fast).get("model") or {}
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+    model = read_json(fast).get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE":
         raise RunnerError("tokenizer.json holds no BPE model", where=str(fast),
                           fix="use the CLIP tokenizer SDXL ships")
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    return model["vocab"], merges
+    raw_merges = model.get("merges", [])
+    ok = isinstance(raw_merges, list) and all(
+        isinstance(m, str) or (isinstance(m, list) and all(isinstance(p, str) for p in m))
+        for m in raw_merges)
+    if not ok:
+        raise RunnerError("`model.merges` must list merges (strings or string pairs)",
+                          where=f"{fast}: model.merges", fix="use the CLIP tokenizer SDXL ships")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in raw_merges]
+    return _vocab(model.get("vocab"), fast), merges
+
+
+def _vocab(vocab: object, path: Path) -> dict:
+    """A BPE vocabulary: token -> non-negative integer id."""
+    if not isinstance(vocab, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vocab.values()):
+        raise RunnerError("the vocabulary must map tokens to integer ids", where=str(path),
+                          fix="use the CLIP tokenizer SDXL ships")
+    return vocab
 
 
 def write_tokenizer(source: Path, out_dir: Path) -> None:

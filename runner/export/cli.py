@@ -10,17 +10,8 @@ from pathlib import Path
 
 from runner.clihelp import document
 from runner.errors import RunnerError
-
-
-def _sizes(text: str, flag: str) -> list[int]:
-    try:
-        sizes = sorted({int(b) for b in text.split(",")})
-    except ValueError:
-        sizes = []
-    if not sizes or sizes[0] < 1:
-        raise RunnerError(f"{text!r} is not a comma list of positive integers", where=flag,
-                          fix=f"e.g. {flag} 1,8,32")
-    return sizes
+from runner.inputs.cliargs import COUNT, count_list
+from runner.inputs.paths import resolved
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -38,12 +29,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                           "SDXL's architecture with seeded random weights")
     dtype = DTYPES[args.dtype]
     source = (ExportSource(None, "sdxl", dtype, args.max_length) if args.seeded
-              else ExportSource(Path(args.source).expanduser().resolve(), None, dtype,
+              else ExportSource(resolved(Path(args.source), "--from"), None, dtype,
                                 args.max_length))
-    batches = _sizes(args.batch_sizes, "--batch-sizes")
-    vae_batches = _sizes(args.vae_batch_sizes, "--vae-batch-sizes") if args.vae_batch_sizes \
-        else batches
-    out = Path(args.out).resolve() if args.out else None
+    batches = args.batch_sizes
+    vae_batches = args.vae_batch_sizes or batches
+    out = resolved(Path(args.out), "--out") if args.out else None
     if args.dry_run:
         print(shlex.join(export_command(source, batches, vae_batches, out)))
         return 0
@@ -62,11 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint")
     p.add_argument("--seeded", action="store_true",
                    help="sdxl: SDXL's architecture with seeded random weights (no download)")
-    p.add_argument("--batch-sizes", default="1", help="sdxl: comma list (default 1)")
-    p.add_argument("--vae-batch-sizes", help="sdxl: comma list (default: --batch-sizes)")
+    p.add_argument("--batch-sizes", type=count_list, default=[1],
+                   help="sdxl: comma list (default 1)")
+    p.add_argument("--vae-batch-sizes", type=count_list,
+                   help="sdxl: comma list (default: --batch-sizes)")
     p.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16",
                    help="sdxl: text encoders and UNet (default fp16; the VAE decodes in fp32)")
-    p.add_argument("--max-length", type=int, metavar="TOKENS",
+    p.add_argument("--max-length", type=COUNT, metavar="TOKENS",
                    help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
                    "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
                    "CI's and AMD's artifact shapes)")

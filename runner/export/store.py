@@ -3,10 +3,13 @@ sizes added as they are asked for.
 
 An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/`: weights (`*.irpa`, shared by
 all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
-only batch sizes whose files are all there. New files are written into a staging directory
-and moved in complete, `model.json` last, so a failed or killed export leaves the cache as
-it was. Profiles name an export by its source (`model: checkpoint:DIR` or
-`model: seeded:sdxl`); this module is torch-free so loading such a profile stays cheap.
+only batch sizes whose files are all there, with the sha256 of every file it names. New files
+are written into a staging directory and moved in complete, `model.json` last. An export
+reuses only the files of a verified one (its model.json, same inputs, every file matching
+its hash): a killed export's leftovers (files, no model.json) or a file changed since are
+written again, so model.json always describes the bytes beside it. Profiles name an export
+by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`); this module is torch-free
+so loading such a profile stays cheap.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import is_inside
 from runner.model_config import ModelConfig
 from runner.paths import ASSETS_DIR, cache_dir
 
@@ -94,6 +99,8 @@ def _hash_files(files: list[Path], root: Path) -> dict[str, str]:
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):  # a damaged memo is only a cache: start it again
         memo = {}
     out, changed = {}, False
     for path in files:
@@ -227,18 +234,62 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _existing(out: Path, key: str | None) -> tuple[list[int], list[int]]:
-    """The batch sizes already in `out`, which must be an export of the same inputs."""
+def _verified(out: Path, key: str | None, log: Callable[[str], None]
+              ) -> tuple[list[int], list[int], dict[str, str]]:
+    """(batch sizes, VAE batch sizes, files) of the complete export in `out`: its model.json
+    (an export of the same inputs) and every file it lists, each holding the sha256 it
+    records. Anything else is not reused: a killed export's leftovers (no model.json), an
+    older export without hashes, a file changed since. Then model.json goes first, so nothing
+    claims the bytes about to be written, and everything is exported again."""
     path = out / "model.json"
     if not path.is_file():
-        return [], []
-    raw = json.loads(path.read_text())
+        if out.is_dir() and any(out.iterdir()):
+            log(f"export: {out} holds files but no model.json (a killed export?): none is "
+                "reused, every file is written again")
+        return [], [], {}
+    raw = read_json(path, what="export's model.json")
     if raw.get("export_key") != key:
         raise RunnerError("this directory holds an export of other inputs (another "
                           "checkpoint, dtype or exporter version)", where=str(path),
                           fix="export into an empty --out, or leave --out out to use the "
                           "export cache")
-    return raw["batch_sizes"], raw["submodels"]["vae"].get("batch_sizes", raw["batch_sizes"])
+    try:
+        config = ModelConfig.from_dict(raw, path)
+        problem = _files_problem(out, config.files)
+    except RunnerError as e:
+        problem = str(e)
+    if problem is None:
+        return list(config.batch_sizes), list(config.sizes_for("vae")), dict(config.files)
+    log(f"export: {path} is not reused ({problem}); every file is written again")
+    path.unlink()
+    return [], [], {}
+
+
+def _files_problem(out: Path, files: dict[str, str]) -> str | None:
+    """Why `files` (name -> sha256) do not describe the bytes in `out`; None when they do."""
+    if not files:
+        return "it records no file hashes (an export from before they were recorded)"
+    paths = [out / name for name in files]
+    outside = [name for name, p in zip(files, paths, strict=True) if not is_inside(p, out)]
+    if outside:
+        return f"it names {outside[0]!r} outside the export"
+    missing = [name for name, p in zip(files, paths, strict=True) if not p.is_file()]
+    if missing:
+        return f"{missing[0]} is missing"
+    actual = _hash_files(paths, out)
+    changed = [name for name, digest in files.items() if actual.get(name) != digest]
+    return f"{changed[0]} is not the file it records" if changed else None
+
+
+def _listed_files(config: dict) -> list[str]:
+    """Every file an export's model.json names (relative to it)."""
+    names = ["tokenizer/vocab.json", "tokenizer/merges.txt"]
+    for sub in config["submodels"].values():
+        names.append(sub["weights"])
+        sizes = sub.get("batch_sizes", config["batch_sizes"])
+        for pattern in (sub["mlir"], *sub.get("extra_mlir", ())):
+            names += [pattern.format(batch=b) for b in sizes]
+    return names
 
 
 def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
@@ -261,7 +312,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
     key = export_key(source)
     out = out or export_dir(source, key)
     with _locked(out):
-        have, have_vae = _existing(out, key)
+        have, have_vae, reuse = _verified(out, key, log)
         need = sorted(set(batch_sizes) - set(have))
         need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
         if not need and not need_vae:
@@ -274,7 +325,9 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
             arch = ckpt.arch if source.checkpoint is not None else _architecture(source)
             # The checkpoint opened above already holds its length: not opened again.
             length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
-            _write(source, arch, staging, out, need, need_vae, length, log,
+            if not reuse:  # nothing verified is kept: write every batch size asked for
+                need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
+            _write(source, arch, staging, set(reuse), need, need_vae, length, log,
                    ckpt if source.checkpoint is not None else None)
             out.mkdir(parents=True, exist_ok=True)
             for path in sorted(staging.rglob("*")):
@@ -284,6 +337,10 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                     os.replace(path, target)
             config = _config_dict(source, arch, sorted({*have, *need}),
                                   sorted({*have_vae, *need_vae}), key, length)
+            # model.json last, with the sha256 of every file it names: it describes the
+            # bytes beside it, and the next export reuses only what still matches.
+            listed = _listed_files(config)
+            config["files"] = _hash_files([out / name for name in listed], out)
             atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -291,10 +348,11 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
     return out / "model.json"
 
 
-def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: list[int],
+def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_sizes: list[int],
            vae_batch_sizes: list[int], max_length: int, log: Callable[[str], None],
            ckpt) -> None:
-    """Builds the modules and writes every missing file into `staging`."""
+    """Builds the modules and writes into `staging` every file not in `reuse` (the files of
+    the verified export already in place)."""
     from runner.export import exporter, sdxl_model
     from runner.export.checkpoint import write_tokenizer
 
@@ -305,14 +363,14 @@ def _write(source: ExportSource, arch, staging: Path, out: Path, batch_sizes: li
         modules = sdxl_model.load_checkpoint(arch, ckpt.root, ckpt.variants, source.dtype,
                                              STEPS)
     log(f"export: built {source.ref} ({source.dtype}) in {time.perf_counter() - start:.1f}s")
-    if not (out / "tokenizer" / "vocab.json").is_file():
+    if "tokenizer/vocab.json" not in reuse:
         tokenizer = ASSETS_DIR / "tiny" / "tokenizer" if ckpt is None else ckpt.root / "tokenizer"
         write_tokenizer(tokenizer, staging / "tokenizer")
     named = modules.named()
     exporter.externalize(named)
     names = exporter.file_names()
     for name, module in named.items():
-        if not (out / names[name]["weights"]).is_file():
+        if names[name]["weights"] not in reuse:
             exporter.save_weights(module, staging / names[name]["weights"])
             log(f"export: {names[name]['weights']} written")
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)

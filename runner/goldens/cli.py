@@ -14,6 +14,7 @@ from runner.clihelp import document
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
+from runner.inputs.cliargs import COUNT_OR_ZERO, SCALE, SECONDS
 from runner.paths import REPO_DIR
 
 DEFAULT_SUITE = REPO_DIR / "goldens" / "tiny"
@@ -218,7 +219,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="a test that compares nothing (no expected outputs, a compstat test "
                    "without goldens) or has fields IREE CI's runner does not read fails "
                    "instead of warning")
-    p.add_argument("--timeout", type=float, metavar="S",
+    p.add_argument("--timeout", type=SECONDS, metavar="S",
                    help="seconds per test; a test past it is an error and its iree-compile "
                    "and run processes are killed (default: no limit)")
     p.set_defaults(func=cmd_check)
@@ -250,8 +251,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                        "fed IREE's own inputs")
     p.add_argument("--profile", default="tiny",
                    help="profile name in configs/ or a YAML path (default: tiny)")
-    p.add_argument("--prompt-id", type=int, default=0, help="MLPerf caption row")
-    p.add_argument("--tolerance", type=float, default=None,
+    p.add_argument("--prompt-id", type=COUNT_OR_ZERO, default=0, help="MLPerf caption row")
+    p.add_argument("--tolerance", type=SCALE, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--out", help="also write compare_steps.json and .md here")

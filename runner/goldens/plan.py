@@ -35,6 +35,7 @@ from runner.fileio import sha256_file
 from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
+from runner.inputs.paths import is_inside, suite_ref
 from runner.paths import cache_dir
 from runner.sources import is_url, resolve
 
@@ -98,7 +99,9 @@ def where(test: GoldenTest, field_name: str) -> str:
 
 
 def _ref(ref: str, base_dir: Path, at: str, opts: CheckOptions) -> Path:
-    """Fetches through the cache, or (dry run) names the path it would be read from."""
+    """Fetches through the cache, or (dry run) names the path it would be read from; a
+    local reference outside the test's directory is refused unread (runner.inputs.paths)."""
+    suite_ref(ref, base_dir, at)
     return resolve(ref, base_dir=base_dir, where=at, download=not opts.dry_run,
                    offline_mode=opts.offline, must_exist=not opts.dry_run)
 
@@ -125,7 +128,7 @@ def tuner_spec(test: GoldenTest, opts: CheckOptions) -> tuple[Path | None, str |
     dirs = [d for d in (opts.tuner_dir, test.base_dir, test.base_dir.parent,
                         test.base_dir.parent.parent) if d is not None]
     for d in dirs:
-        if (d / ref).is_file():
+        if (d / ref).is_file() and is_inside(d / ref, d):
             return d / ref, None
     if opts.dry_run:
         return test.base_dir / ref, (f"tuner file {ref} for {opts.sku} not found (looked in "

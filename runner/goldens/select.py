@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from runner.errors import RunnerError
+from runner.inputs.expression import check_expression
 
 ENV_BACKEND, ENV_ROCM_CHIP, ENV_SKU = "BACKEND", "ROCM_CHIP", "SKU"
 _CHIP_MARKER = re.compile(r"^gfx[0-9a-z]+$")
@@ -34,6 +35,7 @@ class Expression:
     def __init__(self, text: str, where: str):
         self.text, self.where = text, where
         self._tokens = [t for t in _TOKEN.findall(text)]
+        check_expression(text, self._tokens, where)  # bounded before the recursive parse
         self._pos = 0
         if not self._tokens:
             raise RunnerError("empty expression", where=where, fix="e.g. \"hip and gfx942\"")

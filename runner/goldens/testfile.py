@@ -20,7 +20,6 @@ holds them (how the tiny suites in `goldens/` refer to their blobs).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Any, overload
 from runner.errors import RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import is_inside
 from runner.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
@@ -298,15 +299,8 @@ class _Fields:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise RunnerError(f"cannot read test file: {e}", where=str(path)) from e
-    except ValueError as e:
-        raise RunnerError(f"not valid JSON: {e}", where=str(path)) from e
-    if not isinstance(raw, dict):
-        raise RunnerError("a test file must hold a JSON object", where=str(path))
-    return raw
+    """A test file through the bounded JSON reader (size, depth, finite numbers)."""
+    return read_json(path, what="test file")
 
 
 def _split_name(stem: str) -> tuple[str, str | None]:
@@ -487,7 +481,13 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
                           where=where, fix='write "modules": ["<model>/modules/<name>"]')
     bases = [*module_dirs, *path.resolve().parents][: len(module_dirs) + 4]
     candidates = [(b / ref).with_suffix(".json") for b in bases]
-    found = next((c for c in candidates if c.is_file()), None)
+    # A name that leads out of the directory it is looked up in is never followed.
+    found = next((c for c, b in zip(candidates, bases, strict=True)
+                  if c.is_file() and is_inside(c, b)), None)
+    if found is None and any(c.is_file() for c in candidates):
+        raise RunnerError(f"module name {ref[:120]!r} leads outside the directories it is "
+                          "looked up in", where=where,
+                          fix="name the module relative to its module directory, without `..`")
     if found is None:
         raise RunnerError(f"module file {ref}.json not found (looked at "
                           f"{', '.join(map(str, candidates))})", where=where,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import shlex
 import shutil
@@ -29,6 +28,8 @@ from urllib.parse import unquote, urlparse
 
 from runner.errors import RunnerError
 from runner.goldens.generate import MANIFEST
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import inside
 from runner.sources import redact_text, redact_url
 
 ENV_CREDENTIALS = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY",
@@ -84,12 +85,17 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
     manifest = folder / MANIFEST
     items = []
     if manifest.is_file():
-        try:
-            goldens = json.loads(manifest.read_text())["goldens"]
-        except (OSError, ValueError, KeyError) as e:
-            raise RunnerError(f"unreadable manifest: {e}", where=str(manifest)) from e
-        for g in goldens:
-            path = folder / g["file"]
+        goldens = read_json(manifest, what="goldens manifest").get("goldens")
+        if not isinstance(goldens, list) or not all(
+                isinstance(g, dict) and all(isinstance(g.get(k), str)
+                                            for k in ("file", "md5_b64", "new_source"))
+                for g in goldens):
+            raise RunnerError("`goldens` must list {file, md5_b64, new_source} entries",
+                              where=f"{manifest}: goldens",
+                              fix="run `runner goldens generate` again")
+        for i, g in enumerate(goldens):
+            path = inside(g["file"], folder, f"{manifest}: goldens[{i}].file",
+                          absolute_ok=False)
             if not path.is_file():
                 raise RunnerError("a file the manifest lists is missing", where=str(path))
             md5 = _md5(path)

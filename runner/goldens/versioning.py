@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from runner.errors import RunnerError
 from runner.goldens.testfile import tensor_fields
+from runner.inputs.jsonfile import parse_json
 
 # `v6`, `v6.0` as the last `_`/`-`/`.`-separated part of a file name's stem.
 _VERSION_RE = re.compile(r"(?:(?<=[_\-.])|^)v(\d+)(?:\.(\d+))?$")
@@ -118,10 +119,7 @@ def bump_source(source: str, to: Version | str, where: str = "--to") -> tuple[st
 def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[Bump]]:
     """The test file's text with every expected output's reference bumped (`outputs[].source`,
     or `expected_outputs[].url` in the torch layout), nothing else changed."""
-    try:
-        raw = json.loads(text)
-    except ValueError as e:
-        raise RunnerError(f"not valid JSON: {e}", where=where) from e
+    raw = parse_json(text, where, what="test file")
     if not isinstance(raw, dict):
         raise RunnerError("a test file must hold a JSON object", where=where)
     (in_field, in_key), (out_field, out_key) = tensor_fields(raw)

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from runner.clihelp import add_profile, document, profile_overrides
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, RATE, TEST_SECONDS
 from runner.loadgen.conf import MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
 
@@ -91,21 +92,22 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--audit-conf", action="append", metavar="TEST=FILE",
                    help="replaces a compliance test's shipped audit.config (MLPerf's own); "
                    "a result run so is not a valid submission")
-    p.add_argument("--count", type=int, help="QSL and performance sample count (default 5000)")
-    p.add_argument("--time", type=float, metavar="S", help="minimum test duration, seconds")
-    p.add_argument("--qps", type=float,
+    p.add_argument("--count", type=COUNT, help="QSL and performance sample count (default 5000)")
+    p.add_argument("--time", type=TEST_SECONDS, metavar="S",
+                   help="minimum test duration, seconds")
+    p.add_argument("--qps", type=RATE,
                    help="Offline expected QPS / Server target QPS (default: the profile's)")
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
     p.add_argument("--executor", choices=["local", "docker", "slurm"], default="local",
                    help="where the workers run (default local); LoadGen runs here")
     p.add_argument("--image", help="harness image tag for docker workers")
     g = p.add_argument_group("Slurm (--executor slurm): node tasks serve the one queue")
-    g.add_argument("--nodes", type=int, help="array tasks, one per node (default 1)")
+    g.add_argument("--nodes", type=COUNT_OR_ZERO, help="array tasks, one per node (default 1)")
     g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
     g.add_argument("--slurm-time", metavar="T", help="sbatch --time per node task")
     g.add_argument("--node-executor", choices=["local", "docker"],
                    help="how each node starts its workers (default local)")
-    g.add_argument("--cpus-per-node", type=int, metavar="N",
+    g.add_argument("--cpus-per-node", type=COUNT_OR_ZERO, metavar="N",
                    help="CPUs per node task instead of the whole node")
     g.add_argument("--sbatch-arg", action="append", metavar="ARG", help="extra sbatch option")
     p.add_argument("--no-score", dest="score", action="store_false",

@@ -11,12 +11,13 @@ written into the out dir (it is the `user.conf` MLPerf's measurements directory 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.inputs.limits import read_text
+from runner.inputs.userconf import conf_value
 
 MODEL = "stable-diffusion-xl"
 SCENARIOS = {"singlestream": "SingleStream", "offline": "Offline", "server": "Server"}
@@ -40,7 +41,6 @@ AUDIT_ONLY_KEYS = frozenset({"mode", "performance_issue_unique", "performance_is
                              "performance_issue_same_index", "accuracy_log_sampling_target",
                              "accuracy_log_probability", "accuracy_log_rng_seed"})
 SCENARIO_NAMES = ("*", "Offline", "Server", "SingleStream", "MultiStream")
-_NUMBER = re.compile(r"^[+-]?(0[xX][0-9a-fA-F]+|\d+(\.\d*)?([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)$")
 
 # The compliance tests' audit.config, as MLPerf inference ships them for SDXL
 # (compliance/TEST01/stable-diffusion-xl/audit.config, compliance/TEST04/audit.config):
@@ -98,9 +98,7 @@ def parse_conf_text(text: str, where: str) -> list[ConfLine]:
         if key not in KNOWN_KEYS:
             raise RunnerError(f"LoadGen has no setting {key!r} (it would ignore it silently)",
                               where=at, fix=f"use one of {', '.join(sorted(KNOWN_KEYS))}")
-        if not _NUMBER.match(value):
-            raise RunnerError(f"value {value!r} of {name} is not a number", where=at,
-                              fix="LoadGen settings are integers or decimals (times in ms)")
+        value = conf_value(key, value, at)  # typed as LoadGen reads it (runner.inputs)
         entry = ConfLine(model, scenario, key, value, at)
         if name in seen and seen[name].value != value:
             raise RunnerError(f"{name} is set twice: {seen[name].value} at {seen[name].where} "
@@ -111,11 +109,7 @@ def parse_conf_text(text: str, where: str) -> list[ConfLine]:
 
 
 def read_conf(path: Path, what: str) -> list[ConfLine]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise RunnerError(f"cannot read the {what}: {e}", where=str(path)) from e
-    return parse_conf_text(text, str(path))
+    return parse_conf_text(read_text(Path(path), what=what), str(path))
 
 
 def applies(line: ConfLine, scenario: str) -> bool:

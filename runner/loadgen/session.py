@@ -25,11 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.batch.lifeline import die_with_parent
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, atomic_write_text
 from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import SUMMARY, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
+from runner.sources import redact_secrets
 
 # The TestSettings a test's record and the dry run show: the ones every scenario reads,
 # then each scenario's own.
@@ -48,6 +50,7 @@ SCENARIO_FIELDS = {
 }
 TASK, RECORD = "loadgen_task.json", "sut.json"
 TRACE_MEMORY = "RUNNER_LOADGEN_TRACE_MEMORY"  # set: the test's Python heap peak is recorded
+DRIVER_PID_ENV = "RUNNER_DRIVER_PID"  # the test process ends with the driver that started it
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ def start_test(spec: TestSpec, work_dir: Path, user_conf: Path, log_dir: Path, t
             "batch_size": batch_size, "batcher_limit_s": batcher_limit_s}
     atomic_write_json(log_dir / TASK, task)
     return subprocess.Popen([sys.executable, "-m", "runner.loadgen.session",
-                             str(log_dir / TASK)], stdin=subprocess.DEVNULL)
+                             str(log_dir / TASK)], stdin=subprocess.DEVNULL,
+                            env={**os.environ, DRIVER_PID_ENV: str(os.getpid())})
 
 
 def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, Any]]
@@ -210,10 +214,12 @@ def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     task_file = Path(args[0])
+    # Ends with `runner mlperf`, which always starts it as its own child.
+    die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")), only_child=True)
     try:
         record = run_test(json.loads(task_file.read_text()))
     except RunnerError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
         return 2
     atomic_write_json(task_file.with_name(RECORD), record)
     return 0

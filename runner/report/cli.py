@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runner.clihelp import document
 from runner.errors import RunnerError
+from runner.inputs.cliargs import COUNT_OR_ZERO
 from runner.report.collect import WORST_DEFAULT
 
 
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir to report on")
     p.add_argument("--against", metavar="RUN_DIR",
                    help="another run to compare images with (PSNR/SSIM; the [metrics] extra)")
-    p.add_argument("--worst", type=int, default=WORST_DEFAULT,
+    p.add_argument("--worst", type=COUNT_OR_ZERO, default=WORST_DEFAULT,
                    help=f"worst samples of the comparison to show (default {WORST_DEFAULT})")
     p.add_argument("--out", metavar="DIR", help="write the files here (default: RUN_DIR)")
     p.set_defaults(func=cmd_report)

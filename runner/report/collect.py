@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from runner.accuracy.compare import ImageDiff, compare_runs
 from runner.accuracy.samples import format_ids, open_source
 from runner.accuracy.verdict import JSON_NAME, RangeCheck
 from runner.batch.worker import TASKS_DIR
 from runner.errors import RunnerError
+from runner.inputs.yamlfile import read_yaml
 from runner.manifest import RunManifest
 from runner.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.report.thumbs import thumbnail_png
@@ -248,8 +248,8 @@ def _model_name(manifest: RunManifest) -> str:
     if not path:
         return fallback
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        raw = read_yaml(Path(path), what="model config")
+    except RunnerError:
         return fallback
     return str(raw.get("name", fallback)) if isinstance(raw, dict) else fallback
 

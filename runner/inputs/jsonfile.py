@@ -1,0 +1,88 @@
+"""JSON, bounded: size, nesting depth, numbers (finite floats, integers within 64 bits).
+
+Python's json module reads `NaN`, `Infinity` and `1e400` (as inf) without complaint and
+overflows its stack on deep nesting; a file with any of them is refused here, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runner.errors import RunnerError
+from runner.inputs.limits import (
+    MAX_CONFIG_BYTES,
+    MAX_DEPTH,
+    check_depth,
+    decode_utf8,
+    finite,
+    int64,
+    read_bytes,
+)
+
+
+class _Refused(ValueError):
+    """A number the parse hooks refuse; turned into a RunnerError with the file's name."""
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a finite number")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    try:
+        return finite(value, "")
+    except RunnerError as e:
+        raise _Refused(f"{text[:40]} is not a finite number") from e
+
+
+def _int(text: str) -> int:
+    try:
+        return int64(int(text), "")
+    except (RunnerError, ValueError) as e:
+        raise _Refused(f"an integer of {len(text)} digits is out of range") from e
+
+
+def decoder() -> json.JSONDecoder:
+    """A decoder with the number hooks (for streaming readers that call raw_decode)."""
+    return json.JSONDecoder(parse_constant=_constant, parse_float=_float, parse_int=_int)
+
+
+def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH, what: str = "file") -> Any:
+    """JSON text -> JSON-shaped data, or RunnerError naming `where`."""
+    try:
+        data = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except _Refused as e:
+        raise RunnerError(f"the {what} holds a number out of range: {e}", where=where,
+                          fix="write finite numbers; integers within 64 bits") from None
+    except RecursionError:
+        raise RunnerError(f"the {what} is nested too deeply", where=where,
+                          fix="a real file is nested a few levels; check its contents"
+                          ) from None
+    except ValueError as e:  # JSONDecodeError: says line and column, quotes no content
+        raise RunnerError(f"the {what} is not valid JSON: {e}", where=where,
+                          fix=f"check the {what}'s syntax") from None
+    check_depth(data, where, max_depth)
+    return data
+
+
+def read_json(path: Path, where: str | None = None, *, kind: type | None = dict,
+              max_bytes: int = MAX_CONFIG_BYTES, max_depth: int = MAX_DEPTH,
+              what: str = "file") -> Any:
+    """A JSON file (UTF-8), checked to hold a `kind` at the top (dict by default)."""
+    where = where or str(path)
+    data = parse_json(decode_utf8(read_bytes(path, where, max_bytes, what), where, what),
+                      where, max_depth, what)
+    if kind is not None and not isinstance(data, kind):
+        want = "a JSON object" if kind is dict else "a JSON list" if kind is list \
+            else kind.__name__
+        raise RunnerError(f"the {what} must hold {want}, not {_json_type(data)}", where=where,
+                          fix=f"check that this is the {what} meant")
+    return data
+
+
+def _json_type(data: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false",
+            int: "a number", float: "a number", type(None): "null"}.get(type(data), "a value")

@@ -1,0 +1,97 @@
+"""Paths read from files stay inside the directory they are relative to.
+
+A test-suite JSON, a profile or a model config names other files (MLIR, weights, module
+definitions, tuning specs) relative to itself. Followed blindly, `../../../home/me/.ssh/x`
+or a symlink out of the directory reaches any file on the machine, and the tool that then
+reads it (iree-compile, a YAML parser) prints its contents in an error. So such a reference
+must resolve, symlinks followed, inside its base directory; otherwise it is refused naming
+the field, and the file is never opened.
+
+Test-suite files (third-party content, fetched from IREE's repositories): every local
+reference, relative, absolute or `file://`, must resolve inside the directory it is relative
+to, or inside the runner's own shipped assets (`runner/assets/`: public files; the shipped
+tiny suites compile the shipped tiny model from there). A profile or model config is the
+user's own configuration: there an explicit absolute (or `~`) path is the user's statement
+of where a file is (the shipped SDXL config keeps its tokenizer under `~/.cache`), as a path
+on the command line is; relative ones must stay inside the config's directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from runner.errors import RunnerError
+from runner.paths import ASSETS_DIR
+
+
+def resolved(path: Path, where: str) -> Path:
+    """`path` with symlinks resolved; a symlink loop or an unreadable link is a RunnerError
+    (Path.resolve raises RuntimeError or OSError for them)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as e:
+        raise RunnerError(f"cannot resolve the path: {e}", where=where,
+                          fix="check for a symlink that points at itself or a loop") from e
+
+
+def is_inside(path: Path, base: Path) -> bool:
+    """Whether `path`, symlinks resolved, is `base` or below it (resolved too)."""
+    try:
+        return resolved(path, str(path)).is_relative_to(resolved(base, str(base)))
+    except RunnerError:
+        return False
+
+
+def inside(ref: str, base: Path, where: str, *, absolute_ok: bool) -> Path:
+    """The path `ref` names relative to `base`, refused unless it resolves inside `base`
+    (an absolute or `~` path only when `absolute_ok`: a user's own config). Returns the
+    path as written joined to `base` (not resolved: printed commands stay readable)."""
+    expanded = Path(os.path.expanduser(ref)) if ref.startswith("~") else Path(ref)
+    if expanded.is_absolute():
+        if absolute_ok:
+            return expanded
+        raise RunnerError(f"an absolute path ({_shown(ref)}) where a path relative to "
+                          f"{base} is meant", where=where,
+                          fix="name the file relative to the file that refers to it, or by "
+                          "URL; files outside it are refused")
+    path = Path(os.path.abspath(base / expanded))
+    if not is_inside(path, base):
+        raise RunnerError(f"the path {_shown(ref)} leads outside {base}", where=where,
+                          fix="name a file inside that directory (no `..` out of it, no "
+                          "symlink out of it)")
+    return path
+
+
+def _shown(ref: str) -> str:
+    return repr(ref if len(ref) <= 120 else ref[:80] + "..." + ref[-30:])
+
+
+def _in_runner_assets(path: Path) -> bool:
+    """Whether `path` resolves into a runner's shipped assets: this runner's `runner/assets/`,
+    or another copy of it (a `runner/assets/` holding `tiny/model.json`: a repository
+    checkout's, mounted into a harness container whose own runner is installed elsewhere).
+    Only files that resolve inside such a directory qualify: the runner's public assets."""
+    try:
+        target = resolved(path, str(path))
+    except RunnerError:
+        return False
+    if target.is_relative_to(resolved(ASSETS_DIR, str(ASSETS_DIR))):
+        return True
+    return any(p.name == "assets" and p.parent.name == "runner"
+               and (p / "tiny" / "model.json").is_file() for p in target.parents)
+
+
+def suite_ref(ref: str, base: Path, where: str) -> None:
+    """Refuses a test-suite reference (a path or `file://` URL; http(s) pass) that does not
+    resolve inside `base` or the runner's shipped assets; the file is never opened."""
+    parts = urlparse(ref)
+    if parts.scheme in ("http", "https"):
+        return
+    path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
+    path = Path(os.path.abspath(base / path))
+    if not (is_inside(path, base) or _in_runner_assets(path)):
+        raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,
+                          fix="test files may name files inside their own directory (or by "
+                          "URL); a file elsewhere is refused, never read")
