@@ -114,8 +114,8 @@ def test_kill_9_of_runner_mlperf_ends_its_workers_and_loadgen_test(tmp_path, tin
         work = out / "work"
         workers = _until(lambda: _recorded_workers(work, 2), 300, proc)
         _until(lambda: len(list((work / "workers").glob("*.stats.json"))) == 2, 300, proc)
-        test = _until(lambda: _children(proc.pid) if (out / "performance").is_dir() else None,
-                      120, proc)  # the LoadGen test process is running
+        started = out / "Server" / "performance"  # the LoadGen test process is running
+        test = _until(lambda: _children(proc.pid) if started.is_dir() else None, 120, proc)
         assert isinstance(workers, list) and isinstance(test, list)
         _kill_9_and_wait_for(proc, [*workers, *test])
     finally:
