@@ -407,6 +407,9 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         "the suite itself", "scripts/test.sh"),
     "python3 -m pytest -q -p no:cacheprovider tests/test_bisect.py -m slow": (
         "the suite itself", "scripts/test.sh"),
+    'python3 scripts/fuzz_inputs.py --examples 300 -k "yaml or conf"': (
+        "a longer fuzz run, from a random seed (minutes)",
+        "tests/test_inputs_fuzz.py"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),
