@@ -55,6 +55,7 @@ def _profile(args: argparse.Namespace):
     return profile
 
 
+TOOLS_FLAG = "--iree-tools"
 LAYOUT_FLAGS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
 
 
@@ -258,10 +259,12 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def version_text() -> str:
     """The runner's version, then which IREE it would use and where that comes from: a
-    source build shadowed by an installed wheel shows up here first."""
+    source build shadowed by an installed wheel shows up here first. Each IREE tool's line
+    says which place it was found in and why (runner.iree_tools)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from runner.compile import compiler_info
+    from runner.iree_tools import REPORTED, find_tool
     from runner.provenance import iree_provenance
 
     try:
@@ -274,11 +277,16 @@ def version_text() -> str:
         info = provenance[name]
         lines.append(f"{name} {info['version']} @ {info['commit']} ({info['file']})"
                      if info["available"] else f"{name}: not importable ({info['error']})")
-    try:
-        tool = compiler_info()
-        lines.append(f"iree-compile {tool.version} @ {tool.commit} ({tool.path})")
-    except RunnerError:
-        lines.append("iree-compile: not on PATH")
+    for tool in REPORTED:
+        try:
+            found = find_tool(tool)
+            if tool == "iree-compile":
+                c = compiler_info()
+                lines.append(f"{tool} {c.version} @ {c.commit}: {found.line()}")
+            else:
+                lines.append(f"{tool}: {found.line()}")
+        except RunnerError as e:
+            lines.append(f"{tool}: {str(e).splitlines()[0]}")
     return "\n".join(lines)
 
 
@@ -306,6 +314,7 @@ options shared by every command that takes them:
   --dry-run            print the exact commands, run nothing
   --json               machine-readable output on stdout
   --require-full       fail when fewer samples are scored than the ranges were set for
+  --iree-tools DIR     (before the command) IREE tools from DIR first; see `runner --version`
 
 examples:
   runner run --profile cpu --count 32 --out runs/main
@@ -321,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description=__doc__, epilog=MAIN_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version)
+    parser.add_argument(TOOLS_FLAG, metavar="DIR[:DIR...]",
+                        help="take IREE's tools (iree-compile, iree-run-module, ...) from "
+                        "these directories first (default: $IREE_TOOL_PATH, then PATH, then "
+                        "the installed iree-base-compiler/-runtime packages); `runner "
+                        "--version` shows which were found where")
     sub = parser.add_subparsers(dest="command", required=True)
 
     register_export(sub)
@@ -428,10 +442,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _use_tool_dirs(argv: list[str] | None) -> None:
+    """`--iree-tools` takes effect before the rest is parsed, so `--version` (printed while
+    parsing) and every command resolve the same tools."""
+    from runner.iree_tools import use_tool_dirs
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument(TOOLS_FLAG)
+    known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if known.iree_tools is not None:
+        use_tool_dirs(known.iree_tools)
+
+
 def main(argv: list[str] | None = None) -> int:
     from runner.report.ci import annotate
 
     try:
+        try:
+            _use_tool_dirs(argv)
+        except RunnerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
         try:

@@ -2,8 +2,9 @@
 
 The key covers everything that changes the output: the MLIR bytes, every flag, the bytes
 of any file a flag points at (tuning specs), and the compiler's version and commit. The
-compiler is whatever `iree-compile` is first on PATH, so a source build placed there wins
-over the wheel, as in AMD's from-source harness image.
+compiler is the one runner.iree_tools finds (--iree-tools / $IREE_TOOL_PATH, then PATH, then
+the installed iree-base-compiler), so a source build placed first on PATH wins over the
+wheel, as in AMD's from-source harness image.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, sha256_file
+from runner.iree_tools import tool_path
 from runner.paths import cache_dir
 from runner.progress import echo
 
@@ -40,13 +41,13 @@ class CompilerInfo:
         return tuple(int(x) for x in re.findall(r"\d+", self.version)[:2])
 
 
+def compiler_info() -> CompilerInfo:
+    """The iree-compile runner.iree_tools finds, with its version (asked once per path)."""
+    return _compiler_at(tool_path("iree-compile"))
+
+
 @cache
-def compiler_info(executable: str = "iree-compile") -> CompilerInfo:
-    path = shutil.which(executable)
-    if path is None:
-        raise RunnerError(f"`{executable}` is not on PATH",
-                          fix="pip install -e '.[compile]' (iree-base-compiler), or put an "
-                          "IREE build's tools/ directory first on PATH")
+def _compiler_at(path: str) -> CompilerInfo:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:

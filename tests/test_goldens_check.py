@@ -16,6 +16,7 @@ from runner.cli import main
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
+from runner.iree_tools import tool_path
 from runner.sources import download_path
 from runner.tensors import TensorSpec, read_tensor, write_tensor
 
@@ -93,8 +94,9 @@ def test_iree_run_module_agrees_with_the_printed_command(tmp_path):
     assert verdicts == {"clip": "passed", "unet": "failed"}
     for r in report.results:
         cmd = r.commands[-1]
-        assert cmd[0] == "iree-run-module" and any(a.startswith("--parameters=model=")
-                                                   for a in cmd)
+        # the tool runner.iree_tools resolves, by its full path: the line runs anywhere
+        assert cmd[0] == tool_path("iree-run-module") and any(
+            a.startswith("--parameters=model=") for a in cmd)
         tool = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert (tool.returncode == 0) == (r.status == "passed"), tool.stdout + tool.stderr
 
@@ -144,7 +146,7 @@ def test_dry_run_renders_every_real_sdxl_fixture(tmp_path, capsys, monkeypatch):
                 assert len(commands) == 1
                 continue
             run = commands[-1]
-            assert run[:2] == ["iree-run-module", f"--device={test.device}"]
+            assert run[:2] == [tool_path("iree-run-module"), f"--device={test.device}"]
             assert f"--function={test.run_function}" in run
             for ref in test.inputs:
                 value = f"{ref.value}=" if ref.value else ""

@@ -15,15 +15,14 @@ import json
 import mmap
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
+from runner.iree_tools import tool_path
 
 TOOL = "iree-benchmark-module"
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -34,7 +33,9 @@ WARMUP_FLAG = "--benchmark_min_warmup_time"
 
 @dataclass(frozen=True)
 class BenchCommand:
-    """One `iree-benchmark-module` invocation; `env` holds only what differs from ours."""
+    """One `iree-benchmark-module` invocation; `env` holds only what differs from ours.
+    `argv[0]` is the bare tool name, so a printed (dry-run) line reads the same on the lab
+    machine it is meant for; `run` execs the tool runner.iree_tools resolves here."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
@@ -89,16 +90,6 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)))
 
 
-@cache
-def tool_path() -> str:
-    path = shutil.which(TOOL)
-    if path is None:
-        raise RunnerError(f"`{TOOL}` is not on PATH",
-                          fix="pip install iree-base-runtime (it ships the tool), or put an "
-                          "IREE build's tools/ directory first on PATH")
-    return path
-
-
 def with_overrides(flags: Sequence[str], repetitions: int | None = None,
                    min_time: str | None = None, warmup: float | None = None) -> list[str]:
     """`flags` with the repetition / time flags replaced (appended when absent)."""
@@ -124,7 +115,7 @@ def command(*, device: str, modules: Sequence[Path | str], function: str,
 def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
         ) -> Latency:
     """Runs the command (never through a shell); keeps its raw JSON next to the results."""
-    argv = [tool_path(), *cmd.argv[1:]]
+    argv = [tool_path(TOOL), *cmd.argv[1:]]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False,
                               env={**os.environ, **cmd.env}, timeout=timeout)

@@ -43,6 +43,7 @@ from runner.goldens.plan import (
 )
 from runner.goldens.testfile import GoldenTest, TensorRef
 from runner.goldens.thresholds import OutputComparison, compare
+from runner.iree_tools import found_path
 from runner.sources import redact_url
 from runner.tensors import read_tensor, tensor_format, write_tensor
 
@@ -154,10 +155,11 @@ def _tensor_arg(flag: str, ref: TensorRef, path: Path, out: Path | None, i: int)
 
 def run_module_command(p: TestPlan, vmfbs: list[str], out: Path | None,
                        n_results: int | None) -> list[str]:
-    """The `iree-run-module` line equivalent to what `check` does in-process."""
+    """The `iree-run-module` line equivalent to what `check` does in-process, naming the
+    tool runner.iree_tools finds (its bare name where there is none here)."""
     t = p.test
-    cmd = ["iree-run-module", f"--device={p.device}", f"--module={vmfbs[0]}",
-           f"--function={t.run_function}", *t.threshold_args]
+    cmd = [found_path("iree-run-module") or "iree-run-module", f"--device={p.device}",
+           f"--module={vmfbs[0]}", f"--function={t.run_function}", *t.threshold_args]
     cmd += [_tensor_arg("--input", r, path, out, i)
             for i, (r, path) in enumerate(zip(t.inputs, p.inputs, strict=True))]
     cmd += ["--expected_output=(ignored)" if path is None

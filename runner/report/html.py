@@ -319,7 +319,7 @@ def _iree(info) -> str:
 def _provenance(r: RunReport) -> str:
     rows = [("IREE compiler", _iree(r.iree.get("iree.compiler"))),
             ("IREE runtime", _iree(r.iree.get("iree.runtime"))),
-            ("iree-compile", _code(r.iree.get("iree-compile") or "not on PATH")),
+            ("iree-compile", _code(r.iree.get("iree-compile") or "not found")),
             ("executor", e(r.executor))]
     if r.image:
         img = r.image

@@ -119,7 +119,7 @@ def markdown(report: RunReport) -> str:
     rows = [["layout", esc(layout_line(r))],
             ["IREE compiler", iree_line(r.iree.get("iree.compiler"))],
             ["IREE runtime", iree_line(r.iree.get("iree.runtime"))],
-            ["iree-compile", code(r.iree.get("iree-compile") or "not on PATH")],
+            ["iree-compile", code(r.iree.get("iree-compile") or "not found")],
             ["harness image", image_line(r)],
             ["throughput", throughput_line(r)],
             ["worker deaths", deaths_line(r)],
