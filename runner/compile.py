@@ -103,6 +103,15 @@ def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
                       fix=f"raise RUNNER_COMPILE_TIMEOUT, or reproduce: {shlex.join(argv)}")
 
 
+def compiler_errors(stderr: str) -> str:
+    """iree-compile's first `error:` line, then the tail of what it printed: the first line
+    says what went wrong (an unknown target, a bad flag), the IR dump after it runs long."""
+    text = stderr.strip()
+    first = next((line for line in text.splitlines() if "error:" in line), "")
+    tail = text[-2000:]
+    return tail if not first or first in tail else f"{first}\n...\n{tail}"
+
+
 def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
     h = hashlib.sha256()
     for part in (sha256_file(mlir), *flags, json.dumps(_flag_files(flags), sort_keys=True),
@@ -136,7 +145,7 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
-                          f"{proc.stderr.strip()[-3000:]}", where=str(mlir),
+                          f"{compiler_errors(proc.stderr)}", where=str(mlir),
                           fix=f"reproduce with: {shlex.join(command)}")
     tmp.replace(vmfb)
     result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb))
