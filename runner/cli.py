@@ -20,11 +20,13 @@ from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.clihelp import (
     DEFAULT_PROFILE,
+    add_metrics,
     add_profile,
     add_require_full,
     add_samples,
     document,
     exit_code_table,
+    metrics_override,
     profile_overrides,
 )
 from runner.docker.cli import register as register_image
@@ -48,7 +50,8 @@ def _profile(args: argparse.Namespace):
 
     from runner.profile import load_profile
 
-    profile = load_profile(args.profile, profile_overrides(getattr(args, "set", None)))
+    profile = load_profile(args.profile, {**profile_overrides(getattr(args, "set", None)),
+                                          **metrics_override(args)})
     flags: dict[str, Any] = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
     if any(v is not None for v in flags.values()):
         profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
@@ -136,7 +139,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
 
     m = lc.manifest
     requested = None
-    if args.profile or args.set or _has_layout(args):
+    if args.profile or args.set or args.metrics or _has_layout(args):
         args.profile = args.profile or m.profile_path
         requested = _profile(args)
     ids = (_sample_ids(args, Path(m.captions))
@@ -367,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_layout(p)
     add_samples(p, 32, "; on --resume, as recorded: other samples are an error")
     add_require_full(p)
+    add_metrics(p)
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
     p.add_argument("--executor", choices=["local", "docker", "slurm"],
                    help="where workers run (default: local; on --resume, as recorded)")
@@ -396,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_layout(p)
     add_samples(p, 32)
     add_require_full(p)
+    add_metrics(p)
     p.add_argument("--goldens", help="IREE CI test-suite dir to regenerate on PASS")
     p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
     p.add_argument("--baseline", help="an earlier validate's --out to compare against")

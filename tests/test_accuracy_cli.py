@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -236,3 +237,70 @@ def test_bad_images_and_statistics_stop_scoring(tmp_path, backbones):
     with pytest.raises(RunnerError, match="FID needs at least 2"):
         score_samples([(0, synthetic_images(5, 1)[0])], captions,
                       ScoreSettings(progress=False), backbones, None)
+
+
+# MLPerf's submission checker reads these from accuracy.txt (tools/submission/
+# submission_checker/constants.py, stable-diffusion-xl) and marks a result with either
+# missing invalid.
+CHECKER_PATTERNS = {"FID": r".*'FID_SCORE':\s+'?([\d.]+).*",
+                    "CLIP": r".*'CLIP_SCORE':\s+'?([\d.]+).*"}
+
+
+def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
+    """`--metrics fid|clip`: that metric alone is scored, judged and reported; the exit code
+    follows it only. Here FID's range admits anything and CLIP's nothing (100 x a cosine
+    never reaches 1000), so FID alone passes, CLIP alone fails, both fail; and each score
+    equals the same metric scored with the other in the same run, bit for bit."""
+    run = write_generate_dir(tmp_path / "run", [0, 1, 2, 3], synthetic_images(7, 4))
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"extends: {CONFIGS_DIR / 'tiny.yaml'}\nname: p\naccuracy:\n"
+                       "  samples: 0-3\n  fid: [0, 1.0e9]\n  clip: [1000, 2000]\n")
+    both = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False)
+    assert [c.passed for c in both.verdict.checks] == [True, False]
+    assert both.verdict.exit_code == 1 and both.verdict.not_scored == ()
+
+    fid = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
+                       metrics=("fid",))
+    assert fid.verdict.passed and fid.verdict.exit_code == 0
+    assert [c.metric for c in fid.verdict.checks] == ["FID"]
+    assert fid.result.fid == both.result.fid and fid.result.clip is None
+    assert fid.result.clip_per_sample == ()
+    record = json.loads(fid.json_path.read_text())
+    assert (record["metrics"], record["not_scored"], record["clip"]) == (["fid"], ["clip"], None)
+    assert record["verdict"] == "pass" and record["comparable_with_mlperf"] is False
+    label = ("CLIP not scored (--metrics fid): the verdict judges FID only; an MLPerf result "
+             "needs both")
+    assert label in record["labels"] and f"note: {label}" in fid.verdict.lines()
+    assert record["backbones"]["clip_weights"] is None
+    # accuracy.txt: MLPerf's result dict with the one key computed; the checker finds FID,
+    # and not CLIP, so it would reject this as an MLPerf result (it is not one).
+    line = fid.txt_path.read_text()
+    assert line == f"Accuracy Results: {{'FID_SCORE': '{fid.result.fid!r}'}}\n"
+    assert float(re.match(CHECKER_PATTERNS["FID"], line).group(1)) == fid.result.fid
+    assert re.match(CHECKER_PATTERNS["CLIP"], line) is None
+
+    clip = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
+                        metrics=("clip",))
+    assert not clip.verdict.passed and clip.verdict.exit_code == 1
+    assert clip.result.clip == both.result.clip and clip.result.fid is None
+    assert clip.result.mu is None and clip.verdict.not_scored == ("FID",)
+    record = json.loads(clip.json_path.read_text())
+    assert record["fid"] is None and record["not_scored"] == ["fid"]
+    assert record["statistics"] == {"path": None, "sha256": None}  # FID's file: not read
+    assert clip.txt_path.read_text() == \
+        f"Accuracy Results: {{'CLIP_SCORE': '{clip.result.clip!r}'}}\n"
+
+    # Through the CLI, the profile naming one range only: FID alone scores (seeded
+    # backbones: only the Inception is built); both stop, naming the way out.
+    fid_only = tmp_path / "fid-only.yaml"
+    fid_only.write_text(f"extends: {profile}\nname: fid-only\naccuracy:\n  clip: null\n")
+    assert main(["score", str(run), "--profile", str(fid_only), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "no accuracy range for clip" in err and "--metrics" in err
+    assert main(["score", str(run), "--profile", str(fid_only), "--device", "cpu",
+                 "--metrics", "fid"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: PASS" in out and "note: CLIP not scored (--metrics fid)" in out
+    assert json.loads((run / "accuracy.json").read_text())["fid"]["score"] == fid.result.fid
+    assert main(["score", str(run), "--metrics", "fid,is"]) == 2
+    assert "--metrics: metrics 'fid,is'" in capsys.readouterr().err

@@ -38,13 +38,13 @@ def score_accuracy(prepared: Prepared, log_dir: Path) -> dict[str, Any]:
     from runner.accuracy.settings import accuracy_settings
 
     profile = prepared.request.profile
-    if profile.accuracy.fid is None:
+    if not profile.accuracy.has_ranges():
         return {"verdict": "not scored: the profile has no accuracy ranges"}
     ranges_for = accuracy_settings(profile).samples
     qsl = set(range(prepared.total))
     subset = qsl != set(ranges_for) if ranges_for is not None else prepared.total != MLPERF_SAMPLES
     score = evaluate_run(log_dir, profile=str(profile.path), log=log_dir / ACCURACY_LOG,
-                         allow_subset=subset, progress=False)
+                         allow_subset=subset, progress=False, metrics=profile.accuracy.metrics)
     return {"fid": score.result.fid, "clip": score.result.clip, "n": score.result.n,
             "verdict": score.verdict.state, "exit_code": score.verdict.exit_code,
             "lines": score.verdict.lines(), "accuracy_json": str(score.json_path)}

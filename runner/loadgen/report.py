@@ -47,8 +47,9 @@ def _accuracy_lines(record: dict[str, Any]) -> list[str]:
     acc = record.get("accuracy")
     if not acc:
         return []
-    return [f"FID {acc['fid']}, CLIP {acc['clip']} over {acc['n']} samples: "
-            f"{acc['verdict']}", *acc["lines"]]
+    scores = ", ".join(f"{name} {'not scored' if acc.get(key) is None else acc[key]}"
+                       for name, key in (("FID", "fid"), ("CLIP", "clip")))
+    return [f"{scores} over {acc['n']} samples: {acc['verdict']}", *acc["lines"]]
 
 
 def _compliance_lines(record: dict[str, Any]) -> list[str]:

@@ -107,9 +107,11 @@ def markdown(report: RunReport) -> str:
                       [[esc(c.title), STATUS[c.status], esc(c.message)] for c in r.checks]), ""]
     rows: list[list[object]]  # each table below, reused
     if s is not None:
-        rows = [[m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
-                 margin_text(m), "⚪ not judged (subset)" if s.subset
-                 else "✅ PASS" if m.passed else "❌ FAIL"] for m in (s.fid, s.clip)]
+        rows = [[metric, "—", "—", "—", f"⚪ {esc(s.not_scored_note(metric))}"] if m is None
+                else [m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
+                      margin_text(m), "⚪ not judged (subset)" if s.subset
+                      else "✅ PASS" if m.passed else "❌ FAIL"]
+                for metric, m in (("FID", s.fid), ("CLIP", s.clip))]
         lines += ["### Scores", "", *md_table(["metric", "score", "range", "margin", "result"],
                                             rows), "",
                   f"{s.n} samples scored ({esc(s.sample_ids)}; ranges set for "
