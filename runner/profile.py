@@ -90,8 +90,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:
     """Applies one `--set a.b.c=value` override (value parsed as YAML). A shorthand section
-    (`model: X`) opens into its mapping for `--set model.dtype=...`, and `--set model=Y`
-    replaces only its source when it is a mapping."""
+    (`model: X`) opens into its mapping for `--set model.dtype=...`, and `--set model=...`
+    merges into it when either side is a mapping (`--set model=Y` then replaces the source)."""
     node = raw
     *parents, leaf = dotted.split(".")
     for key in parents:
@@ -100,9 +100,9 @@ def set_field(raw: dict, dotted: str, value: Any) -> None:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set")
-    if leaf in _SHORTHANDS and node is raw and isinstance(node.get(leaf), dict) \
-            and not isinstance(value, dict):
-        node[leaf] = {**node[leaf], _SHORTHANDS[leaf]: value}
+    if leaf in _SHORTHANDS and node is raw and leaf in node \
+            and (isinstance(node[leaf], dict) or isinstance(value, dict)):
+        node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
     else:
         node[leaf] = value
 
@@ -149,10 +149,9 @@ METRICS = ("fid", "clip")  # MLPerf's two, scored together unless a run asks for
 def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
     """`fid`, `clip`, `fid,clip` (or a YAML list of them) -> the metrics in MLPerf's order."""
     items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(m, str) for m in items):
-        items = [None]
-    names = [m.strip().lower() for m in items if m is not None]
-    if len(names) != len(items) or not names or not set(names) <= set(METRICS):
+    names = ([m.strip().lower() for m in items] if isinstance(items, list | tuple)
+             and all(isinstance(m, str) for m in items) else [])
+    if not names or not set(names) <= set(METRICS):
         raise RunnerError(f"metrics {value!r}", where=where,
                           fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
     return tuple(m for m in METRICS if m in names)
@@ -348,8 +347,8 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
         accuracy=Accuracy(
             _range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
             {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip", "metrics")},
-            parse_metrics(accuracy_raw.get("metrics", list(METRICS)),
-                          f"{where}: accuracy.metrics")),
+            METRICS if accuracy_raw.get("metrics") is None  # null: the default, both
+            else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
         mlperf=_mlperf(raw.get("mlperf"), where),
     )
 

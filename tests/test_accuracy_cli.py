@@ -290,17 +290,18 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     assert clip.txt_path.read_text() == \
         f"Accuracy Results: {{'CLIP_SCORE': '{clip.result.clip!r}'}}\n"
 
-    # Through the CLI, the profile naming one range only: FID alone scores (seeded
-    # backbones: only the Inception is built); both stop, naming the way out.
-    fid_only = tmp_path / "fid-only.yaml"
-    fid_only.write_text(f"extends: {profile}\nname: fid-only\naccuracy:\n  clip: null\n")
-    assert main(["score", str(run), "--profile", str(fid_only), "--device", "cpu"]) == 2
+    # Through the CLI, the profile naming one range only: CLIP alone scores (seeded
+    # backbones: only CLIP is built); both stop, naming the way out.
+    clip_only = tmp_path / "clip-only.yaml"
+    clip_only.write_text(f"extends: {profile}\nname: clip-only\naccuracy:\n  fid: null\n"
+                         "  clip: [-1000, 1000]\n")
+    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "no accuracy range for clip" in err and "--metrics" in err
-    assert main(["score", str(run), "--profile", str(fid_only), "--device", "cpu",
-                 "--metrics", "fid"]) == 0
+    assert "no accuracy range for fid" in err and "--metrics" in err
+    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu",
+                 "--metrics", "clip"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: PASS" in out and "note: CLIP not scored (--metrics fid)" in out
-    assert json.loads((run / "accuracy.json").read_text())["fid"]["score"] == fid.result.fid
+    assert "verdict: PASS" in out and "note: FID not scored (--metrics clip)" in out
+    assert json.loads((run / "accuracy.json").read_text())["clip"]["score"] == clip.result.clip
     assert main(["score", str(run), "--metrics", "fid,is"]) == 2
     assert "--metrics: metrics 'fid,is'" in capsys.readouterr().err

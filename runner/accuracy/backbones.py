@@ -25,6 +25,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.fileio import sha256_file
 from runner.paths import cache_dir
+from runner.profile import METRICS
 
 MODES = ("pretrained", "seeded")
 SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"
@@ -215,7 +216,7 @@ def seeded_clip(seed: int):
 def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = None,
                    clip_weights: str | Path | None = None, device: str = "cpu", *,
                    fid_sha256: str | None = None, clip_sha256: str | None = None,
-                   metrics: tuple[str, ...] = ("fid", "clip")) -> Backbones:
+                   metrics: tuple[str, ...] = METRICS) -> Backbones:
     """The networks of `metrics` only: scoring FID alone needs no CLIP weights file, and
     CLIP alone no Inception. `fid_sha256` / `clip_sha256` replace the published checksums
     (tests load files of their own through the real path with them); nothing on the command

@@ -27,6 +27,7 @@ from runner.accuracy.frechet import (
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.errors import RunnerError
 from runner.parallel import keep_freed_memory, prefetch
+from runner.profile import METRICS
 from runner.progress import Progress
 
 
@@ -45,7 +46,7 @@ class ScoreSettings:
     # forward passes already use every core and a loader thread only contends with them
     # (measured by scripts/bench_scale.py on a 2-core machine).
     prefetch: int | None = None
-    metrics: tuple[str, ...] = ("fid", "clip")  # MLPerf's two; either alone skips the other
+    metrics: tuple[str, ...] = METRICS  # MLPerf's two; either alone skips the other network
 
 
 @dataclass(frozen=True)

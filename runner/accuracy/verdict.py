@@ -174,7 +174,9 @@ def _versions() -> dict[str, str]:
 def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any]
                   ) -> dict[str, Any]:
     fid_check, clip_check = verdict.check("FID"), verdict.check("CLIP")
-    worst = sorted(zip(result.clip_per_sample, result.sample_ids, strict=True))[:10]
+    per_sample = ([] if result.clip is None  # CLIP not scored: no per-sample scores
+                  else list(zip(result.sample_ids, result.clip_per_sample, strict=True)))
+    worst = sorted((score, i) for i, score in per_sample)[:10]
     record: dict[str, Any] = {
         "verdict": verdict.state,
         "require_full": verdict.require_full,
@@ -204,8 +206,7 @@ def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any
         "frechet_seconds": result.frechet_seconds,
         "images_per_second": result.images_per_second,
         "worst_clip": [{"qsl_idx": i, "clip": s} for s, i in worst],
-        "clip_per_sample": {str(i): s for i, s in
-                            zip(result.sample_ids, result.clip_per_sample, strict=True)},
+        "clip_per_sample": {str(i): score for i, score in per_sample},
         "mlperf_line": verdict_mlperf_line(verdict),
         "versions": _versions(),
     }
