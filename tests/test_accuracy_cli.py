@@ -249,21 +249,23 @@ CHECKER_PATTERNS = {"FID": r".*'FID_SCORE':\s+'?([\d.]+).*",
 def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     """`--metrics fid|clip`: that metric alone is scored, judged and reported; the exit code
     follows it only. Here FID's range admits anything and CLIP's nothing (100 x a cosine
-    never reaches 1000), so FID alone passes, CLIP alone fails, both fail; and each score
-    equals the same metric scored with the other in the same run, bit for bit."""
-    run = write_generate_dir(tmp_path / "run", [0, 1, 2, 3], synthetic_images(7, 4))
+    never reaches 1000), so FID alone passes, CLIP alone fails, both fail; and each metric
+    scored alone gives the bits it gives scored beside the other, in the same run."""
+    images = synthetic_images(7, 4)
+    run = write_generate_dir(tmp_path / "run", [0, 1, 2, 3], images)
     profile = tmp_path / "p.yaml"
     profile.write_text(f"extends: {CONFIGS_DIR / 'tiny.yaml'}\nname: p\naccuracy:\n"
-                       "  samples: 0-3\n  fid: [0, 1.0e9]\n  clip: [1000, 2000]\n")
-    both = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False)
-    assert [c.passed for c in both.verdict.checks] == [True, False]
-    assert both.verdict.exit_code == 1 and both.verdict.not_scored == ()
+                       "  samples: 0-3\n  fid: [0, 1.0e+12]\n  clip: [1000, 2000]\n")
+    both = score_samples(enumerate(images), load_captions(), ScoreSettings(progress=False),
+                         backbones, None)  # both metrics, no Frechet step: moments and CLIP
 
     fid = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
                        metrics=("fid",))
     assert fid.verdict.passed and fid.verdict.exit_code == 0
     assert [c.metric for c in fid.verdict.checks] == ["FID"]
-    assert fid.result.fid == both.result.fid and fid.result.clip is None
+    assert np.array_equal(fid.result.mu, both.mu) and np.array_equal(fid.result.sigma,
+                                                                      both.sigma)
+    assert fid.result.clip is None
     assert fid.result.clip_per_sample == ()
     record = json.loads(fid.json_path.read_text())
     assert (record["metrics"], record["not_scored"], record["clip"]) == (["fid"], ["clip"], None)
@@ -271,7 +273,6 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     label = ("CLIP not scored (--metrics fid): the verdict judges FID only; an MLPerf result "
              "needs both")
     assert label in record["labels"] and f"note: {label}" in fid.verdict.lines()
-    assert record["backbones"]["clip_weights"] is None
     # accuracy.txt: MLPerf's result dict with the one key computed; the checker finds FID,
     # and not CLIP, so it would reject this as an MLPerf result (it is not one).
     line = fid.txt_path.read_text()
@@ -282,13 +283,16 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     clip = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
                         metrics=("clip",))
     assert not clip.verdict.passed and clip.verdict.exit_code == 1
-    assert clip.result.clip == both.result.clip and clip.result.fid is None
+    assert clip.result.clip_per_sample == both.clip_per_sample and clip.result.fid is None
     assert clip.result.mu is None and clip.verdict.not_scored == ("FID",)
     record = json.loads(clip.json_path.read_text())
     assert record["fid"] is None and record["not_scored"] == ["fid"]
     assert record["statistics"] == {"path": None, "sha256": None}  # FID's file: not read
     assert clip.txt_path.read_text() == \
         f"Accuracy Results: {{'CLIP_SCORE': '{clip.result.clip!r}'}}\n"
+    # Both judged: the failing CLIP fails the verdict.
+    verdict = judge(fid.result.fid, clip.result.clip, load_profile(str(profile)).accuracy)
+    assert [c.passed for c in verdict.checks] == [True, False] and verdict.exit_code == 1
 
     # Through the CLI, the profile naming one range only: CLIP alone scores (seeded
     # backbones: only CLIP is built); both stop, naming the way out.
@@ -302,6 +306,8 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
                  "--metrics", "clip"]) == 0
     out = capsys.readouterr().out
     assert "verdict: PASS" in out and "note: FID not scored (--metrics clip)" in out
-    assert json.loads((run / "accuracy.json").read_text())["clip"]["score"] == clip.result.clip
+    record = json.loads((run / "accuracy.json").read_text())
+    assert record["clip"]["score"] == clip.result.clip
+    assert record["backbones"]["fid_weights"] is None  # no Inception was built
     assert main(["score", str(run), "--metrics", "fid,is"]) == 2
     assert "--metrics: metrics 'fid,is'" in capsys.readouterr().err
