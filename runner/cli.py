@@ -23,12 +23,14 @@ from runner.bisect.cli import register as register_bisect
 from runner.clihelp import (
     DEFAULT_PROFILE,
     CommandGroupsFormatter,
+    add_metrics,
     add_profile,
     add_require_full,
     add_samples,
     document,
     main_description,
     main_epilog,
+    metrics_override,
     profile_overrides,
 )
 from runner.docker.cli import register as register_image
@@ -53,13 +55,15 @@ def _profile(args: argparse.Namespace):
 
     from runner.profile import load_profile
 
-    profile = load_profile(args.profile, profile_overrides(getattr(args, "set", None)))
+    profile = load_profile(args.profile, {**profile_overrides(getattr(args, "set", None)),
+                                          **metrics_override(args)})
     flags: dict[str, Any] = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
     if any(v is not None for v in flags.values()):
         profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
     return profile
 
 
+TOOLS_FLAG = "--iree-tools"
 LAYOUT_FLAGS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
 
 
@@ -140,7 +144,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
 
     m = lc.manifest
     requested = None
-    if args.profile or args.set or _has_layout(args):
+    if args.profile or args.set or args.metrics or _has_layout(args):
         args.profile = args.profile or m.profile_path
         requested = _profile(args)
     ids = (_sample_ids(args, Path(m.captions))
@@ -263,10 +267,12 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def version_text() -> str:
     """The runner's version, then which IREE it would use and where that comes from: a
-    source build shadowed by an installed wheel shows up here first."""
+    source build shadowed by an installed wheel shows up here first. Each IREE tool's line
+    says which place it was found in and why (runner.iree_tools)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from runner.compile import compiler_info
+    from runner.iree_tools import REPORTED, find_tool
     from runner.provenance import iree_provenance
 
     try:
@@ -279,11 +285,16 @@ def version_text() -> str:
         info = provenance[name]
         lines.append(f"{name} {info['version']} @ {info['commit']} ({info['file']})"
                      if info["available"] else f"{name}: not importable ({info['error']})")
-    try:
-        tool = compiler_info()
-        lines.append(f"iree-compile {tool.version} @ {tool.commit} ({tool.path})")
-    except RunnerError:
-        lines.append("iree-compile: not on PATH")
+    for tool in REPORTED:
+        try:
+            found = find_tool(tool)
+            if tool == "iree-compile":
+                c = compiler_info()
+                lines.append(f"{tool} {c.version} @ {c.commit}: {found.line()}")
+            else:
+                lines.append(f"{tool}: {found.line()}")
+        except RunnerError as e:
+            lines.append(f"{tool}: {str(e).splitlines()[0]}")
     return "\n".join(lines)
 
 
@@ -314,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = RunnerParser(prog="runner", description=main_description(),
                           epilog=main_epilog(), formatter_class=CommandGroupsFormatter)
     parser.add_argument("--version", action=_Version)
+    parser.add_argument(TOOLS_FLAG, metavar="DIR[:DIR...]",
+                        help="take IREE's tools (iree-compile, iree-run-module, ...) from "
+                        "these directories first (default: $IREE_TOOL_PATH, then PATH, then "
+                        "the installed iree-base-compiler/-runtime packages); `runner "
+                        "--version` shows which were found where")
     sub = parser.add_subparsers(title="commands", dest="command", required=True,
                                 metavar="COMMAND")
 
@@ -348,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_layout(p)
     add_samples(p, 32, "; on --resume, as recorded: other samples are an error")
     add_require_full(p)
+    add_metrics(p)
     p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
     p.add_argument("--executor", choices=["local", "docker", "slurm"],
                    help="where workers run (default: local; on --resume, as recorded)")
@@ -377,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_layout(p)
     add_samples(p, 32)
     add_require_full(p)
+    add_metrics(p)
     p.add_argument("--goldens", help="IREE CI test-suite dir to regenerate on PASS")
     p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
     p.add_argument("--baseline", help="an earlier validate's --out to compare against")
@@ -424,8 +442,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _use_tool_dirs(argv: list[str] | None) -> None:
+    """`--iree-tools` takes effect before the rest is parsed, so `--version` (printed while
+    parsing) and every command resolve the same tools."""
+    from runner.iree_tools import use_tool_dirs
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument(TOOLS_FLAG)
+    known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if known.iree_tools is not None:
+        use_tool_dirs(known.iree_tools)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        try:
+            _use_tool_dirs(argv)
+        except RunnerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
         try:

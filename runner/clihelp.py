@@ -114,6 +114,7 @@ options shared by every command that takes them:
   --dry-run            print the exact commands, run nothing
   --json               machine-readable output on stdout
   --require-full       fail when fewer samples are scored than the ranges were set for
+  --iree-tools DIR     (before the command) IREE tools from DIR first; see `runner --version`
 
 `runner COMMAND --help` shows a command's options, examples and what its --out holds.
 
@@ -292,6 +293,22 @@ def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str =
     p.set_defaults(default_count=default_count)
     renamed(p, "--prompts", "--count N")
     renamed(p, "--prompt-id", "--samples ID")
+
+
+def add_metrics(p: argparse.ArgumentParser) -> None:
+    """`--metrics`: score FID, CLIP or both (the profile's `accuracy.metrics`, default both)."""
+    p.add_argument("--metrics", metavar="fid|clip|fid,clip",
+                   help="which MLPerf metrics to score and judge (default: the profile's "
+                   "accuracy.metrics, both unless it says otherwise); only their weights are "
+                   "needed, and the verdict and reports name the one left out")
+
+
+def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
+    """`--metrics` as the profile override it stands for (`accuracy.metrics`)."""
+    from runner.profile import parse_metrics
+
+    value = getattr(args, "metrics", None)
+    return {"accuracy.metrics": list(parse_metrics(value, "--metrics"))} if value else {}
 
 
 def add_require_full(p: argparse.ArgumentParser) -> None:

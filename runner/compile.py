@@ -2,8 +2,9 @@
 
 The key covers everything that changes the output: the MLIR bytes, every flag, the bytes
 of any file a flag points at (tuning specs), and the compiler's version and commit. The
-compiler is whatever `iree-compile` is first on PATH, so a source build placed there wins
-over the wheel, as in AMD's from-source harness image.
+compiler is the one runner.iree_tools finds (--iree-tools / $IREE_TOOL_PATH, then PATH, then
+the installed iree-base-compiler), so a source build placed first on PATH wins over the
+wheel, as in AMD's from-source harness image.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_json, sha256_file
+from runner.iree_tools import tool_path
 from runner.paths import cache_dir
 from runner.progress import echo
 
@@ -40,13 +41,13 @@ class CompilerInfo:
         return tuple(int(x) for x in re.findall(r"\d+", self.version)[:2])
 
 
+def compiler_info() -> CompilerInfo:
+    """The iree-compile runner.iree_tools finds, with its version (asked once per path)."""
+    return _compiler_at(tool_path("iree-compile"))
+
+
 @cache
-def compiler_info(executable: str = "iree-compile") -> CompilerInfo:
-    path = shutil.which(executable)
-    if path is None:
-        raise RunnerError(f"`{executable}` is not on PATH",
-                          fix="pip install -e '.[compile]' (iree-base-compiler), or put an "
-                          "IREE build's tools/ directory first on PATH")
+def _compiler_at(path: str) -> CompilerInfo:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
@@ -102,6 +103,15 @@ def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
                       fix=f"raise RUNNER_COMPILE_TIMEOUT, or reproduce: {shlex.join(argv)}")
 
 
+def compiler_errors(stderr: str) -> str:
+    """iree-compile's first `error:` line, then the tail of what it printed: the first line
+    says what went wrong (an unknown target, a bad flag), the IR dump after it runs long."""
+    text = stderr.strip()
+    first = next((line for line in text.splitlines() if "error:" in line), "")
+    tail = text[-2000:]
+    return tail if not first or first in tail else f"{first}\n...\n{tail}"
+
+
 def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
     h = hashlib.sha256()
     for part in (sha256_file(mlir), *flags, json.dumps(_flag_files(flags), sort_keys=True),
@@ -135,7 +145,7 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
-                          f"{proc.stderr.strip()[-3000:]}", where=str(mlir),
+                          f"{compiler_errors(proc.stderr)}", where=str(mlir),
                           fix=f"reproduce with: {shlex.join(command)}")
     tmp.replace(vmfb)
     result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb))

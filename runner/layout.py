@@ -632,6 +632,9 @@ def plan_workers(layout: LayoutSpec, available_cores: tuple[int, ...] | None = N
                          "evenly (MI300X: GPUs 0-3 on node 0, 4-7 on node 1); check with "
                          "`rocm-smi --showtoponuma`")
 
+    if layout.backend == "cuda":
+        notes.append("each worker gets CUDA_VISIBLE_DEVICES=<id> and opens cuda://0 (the "
+                     "one GPU it sees)")
     names_width = max(3, len(str(layout.worker_count - 1)))
     workers: list[Worker] = []
     index = 0

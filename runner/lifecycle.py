@@ -341,7 +341,7 @@ class Lifecycle:
               require_full: bool = False) -> Any:
         """FID/CLIP against the profile's ranges; None (saying why) when the profile has no
         ranges or the [metrics] extra is missing. `require_full`: a subset fails."""
-        if profile is None and self.profile.accuracy.fid is None:
+        if profile is None and not self.profile.accuracy.has_ranges():
             print("not scored: the profile has no accuracy ranges", file=sys.stderr)
             return None
         try:
@@ -350,8 +350,11 @@ class Lifecycle:
             print(f"not scored: {e} (pip install -e '.[metrics]')", file=sys.stderr)
             return None
         with self._step(self.run.path / ACCURACY_JSON):
+            # The metrics the run was made with (`--metrics` is an override of the recorded
+            # profile, which a profile file read again would not have).
             return evaluate_run(self.run.path, profile=profile, allow_subset=allow_subset,
-                                require_full=require_full)
+                                require_full=require_full,
+                                metrics=None if profile else self.profile.accuracy.metrics)
 
     def report(self, against: Path | None = None) -> list[Path]:
         from runner.report import write_reports

@@ -33,11 +33,26 @@ BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
 DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
 BACKEND_ALIASES = {"rocm": "hip"}  # IREE CI's test suites call the HIP target rocm
 EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner.export.store)
+# `model:` is a mapping (`{source: checkpoint:DIR, dtype: fp32}`) or just its source: a string
+# `model: X` is short for `model: {source: X}` wherever it meets a mapping (extends, --set).
+MODEL_KEYS = ("source", "dtype")
+MODEL_DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16",
+                "float32": "float32"}
+_SHORTHANDS = {"model": "source"}  # section -> the key a bare value stands for
+
+
+def _expanded(key: str, value: Any) -> Any:
+    """A shorthand section's bare value as the mapping it stands for; anything else as is."""
+    if key in _SHORTHANDS and not isinstance(value, dict):
+        return {_SHORTHANDS[key]: value}
+    return value
 
 
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in over.items():
+        if key in _SHORTHANDS and (isinstance(value, dict) or isinstance(out.get(key), dict)):
+            value, out[key] = _expanded(key, value), _expanded(key, out.get(key, {}))
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
@@ -84,14 +99,22 @@ def _parent_path(parent: Any, path: Path) -> Path:
 
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:
-    """Applies one `--set a.b.c=value` override (value parsed as YAML)."""
+    """Applies one `--set a.b.c=value` override (value parsed as YAML). A shorthand section
+    (`model: X`) opens into its mapping for `--set model.dtype=...`, and `--set model=...`
+    merges into it when either side is a mapping (`--set model=Y` then replaces the source)."""
     node = raw
     *parents, leaf = dotted.split(".")
     for key in parents:
+        if key in _SHORTHANDS and node is raw and key in node:
+            node[key] = _expanded(key, node[key])
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set")
-    node[leaf] = value
+    if leaf in _SHORTHANDS and node is raw and leaf in node \
+            and (isinstance(node[leaf], dict) or isinstance(value, dict)):
+        node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
+    else:
+        node[leaf] = value
 
 
 @dataclass(frozen=True)
@@ -130,16 +153,39 @@ class Target:
                 *self.submodel_flags.get(submodel, ()), *self.tuning_flags())
 
 
+METRICS = ("fid", "clip")  # MLPerf's two, scored together unless a run asks for one
+
+
+def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
+    """`fid`, `clip`, `fid,clip` (or a YAML list of them) -> the metrics in MLPerf's order."""
+    items = value.split(",") if isinstance(value, str) else value
+    names = ([m.strip().lower() for m in items] if isinstance(items, list | tuple)
+             and all(isinstance(m, str) for m in items) else [])
+    if not names or not set(names) <= set(METRICS):
+        raise RunnerError(f"metrics {value!r}", where=where,
+                          fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
+    return tuple(m for m in METRICS if m in names)
+
+
 @dataclass(frozen=True)
 class Accuracy:
-    """Inclusive two-sided ranges; the other keys (`SETTINGS`) are kept raw in `settings`
-    and read by the scoring step (runner/accuracy/settings.py), which imports numpy."""
+    """Inclusive two-sided ranges and which metrics to score (`metrics`, default both); the
+    other keys (`SETTINGS`) are kept raw in `settings` and read by the scoring step
+    (runner/accuracy/settings.py), which imports numpy."""
 
     SETTINGS: ClassVar[tuple[str, ...]] = ("backbones", "seed", "fid_statistics", "samples")
 
     fid: tuple[float, float] | None
     clip: tuple[float, float] | None
     settings: dict[str, Any]
+    metrics: tuple[str, ...] = METRICS
+
+    def range_of(self, metric: str) -> tuple[float, float] | None:
+        return self.fid if metric == "fid" else self.clip
+
+    def has_ranges(self, metrics: tuple[str, ...] | None = None) -> bool:
+        """Whether any metric to score (default: `metrics`) has a range to judge it by."""
+        return any(self.range_of(m) is not None for m in metrics or self.metrics)
 
 
 @dataclass(frozen=True)
@@ -168,10 +214,9 @@ class Mlperf:
 
 @dataclass(frozen=True)
 class Profile:
-    # Fields that are not keys of the YAML (where it came from, the merged mapping), and
-    # those whose YAML value names another file rather than holding the section itself.
+    # Fields that are not keys of the YAML (where it came from, the merged mapping). `model`
+    # names the model rather than holding its config: its keys are MODEL_KEYS.
     NOT_YAML: ClassVar[tuple[str, ...]] = ("path", "raw")
-    REFERENCES: ClassVar[tuple[str, ...]] = ("model",)
 
     name: str
     path: Path
@@ -278,10 +323,12 @@ def profile_schema() -> dict[str, tuple[str, ...] | None]:
     schema: dict[str, tuple[str, ...] | None] = {"extends": None}
     for name in dataclass_keys(Profile, skip=Profile.NOT_YAML):
         cls = hints[name]
-        if not dataclasses.is_dataclass(cls) or name in Profile.REFERENCES:
+        if name == "model":
+            schema[name] = MODEL_KEYS
+        elif not dataclasses.is_dataclass(cls):
             schema[name] = None
         elif cls is Accuracy:
-            schema[name] = ("fid", "clip", *Accuracy.SETTINGS)
+            schema[name] = ("fid", "clip", "metrics", *Accuracy.SETTINGS)
         else:
             schema[name] = dataclass_keys(cls)
     return schema
@@ -332,16 +379,7 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
     """A profile from its merged mapping, e.g. the one a run manifest recorded."""
     where = str(path)
     check_profile_keys(raw, where)
-    model_ref = raw.get("model")
-    if not isinstance(model_ref, str):
-        raise RunnerError("missing `model` (builtin:tiny or a model config path)",
-                          where=f"{where}: model")
-    if model_ref.startswith(EXPORT_SOURCES):
-        from runner.export.store import exported_model
-
-        model = exported_model(model_ref, path.parent, f"{where}: model")
-    else:
-        model = ModelConfig.load(_model_path(model_ref, path, where))
+    model = _model(raw.get("model"), path, where)
     target = _target(raw.get("target"), where, path.parent)
     accuracy_raw = raw.get("accuracy") or {}
     return Profile(
@@ -349,10 +387,41 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
         model=model, target=target,
         layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
                                     f"{where}: layout"),
-        accuracy=Accuracy(_range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
-                          {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip")}),
+        accuracy=Accuracy(
+            _range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
+            {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip", "metrics")},
+            METRICS if accuracy_raw.get("metrics") is None  # null: the default, both
+            else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
         mlperf=_mlperf(raw.get("mlperf"), where),
     )
+
+
+def _model(value: Any, path: Path, where: str) -> ModelConfig:
+    """`model:` as a source string or `{source, dtype}` (see MODEL_KEYS). `dtype` picks the
+    precision of an export (`checkpoint:`/`seeded:`, default fp16) and is part of its cache
+    key; a model config (builtin:, a path) already has one, which it must then match."""
+    spec = _expanded("model", value)
+    ref, dtype = spec.get("source"), spec.get("dtype")
+    if not isinstance(ref, str) or not ref:
+        raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
+                          "model config path)", where=f"{where}: model",
+                          fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
+                              "checkpoint:/models/sdxl, dtype: fp32}`")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in MODEL_DTYPES):
+        raise RunnerError(f"`model.dtype` is {dtype!r}", where=f"{where}: model.dtype",
+                          fix="use fp16 or fp32 (e.g. --set model.dtype=fp32)")
+    if ref.startswith(EXPORT_SOURCES):
+        from runner.export.store import exported_model
+
+        return exported_model(ref, path.parent, f"{where}: model",
+                              MODEL_DTYPES[dtype or "fp16"])
+    model = ModelConfig.load(_model_path(ref, path, where))
+    if dtype is not None and MODEL_DTYPES[dtype] != model.dtype:
+        raise RunnerError(f"`model.dtype` is {dtype}, but {model.path} was exported in "
+                          f"{model.dtype}", where=f"{where}: model.dtype",
+                          fix="leave model.dtype out for a model config, or name a "
+                              "checkpoint:DIR / seeded:sdxl source to export in that dtype")
+    return model
 
 
 def _model_path(model_ref: str, path: Path, where: str) -> Path:

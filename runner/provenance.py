@@ -24,10 +24,17 @@ def _package(name: str) -> dict[str, Any]:
 
 
 def iree_provenance() -> dict[str, Any]:
+    """`iree-compile` is its path (None: not found); `iree-tools` says for each tool where
+    it came from and why (runner.iree_tools)."""
+    from runner.iree_tools import describe_tools
+
+    tools = describe_tools()
+    compiler = tools.get("iree-compile")
     return {
         "iree.compiler": _package("iree.compiler"),
         "iree.runtime": _package("iree.runtime"),
-        "iree-compile": shutil.which("iree-compile"),
+        "iree-compile": compiler["path"] if compiler else None,
+        "iree-tools": tools,
     }
 
 

@@ -173,9 +173,19 @@ def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> d
     comparison = compare_runs(baseline / RUN, run_dir)
     write_comparison(run_dir / "compare.json", comparison)
     return {"baseline": str(baseline), "iree": before.get("iree"),
-            "fid_delta": now["fid"] - then["fid"], "clip_delta": now["clip"] - then["clip"],
+            "fid_delta": _delta(now.get("fid"), then.get("fid")),
+            "clip_delta": _delta(now.get("clip"), then.get("clip")),
             "throughput_delta": state["throughput"] - before.get("throughput", 0.0),
             "compare": str(run_dir / "compare.json")}
+
+
+def _delta(now: float | None, then: float | None) -> float | None:
+    """A score's change against the baseline; None when either run did not score it."""
+    return None if now is None or then is None else now - then
+
+
+def _signed(delta: float | None) -> str:
+    return "not scored in both" if delta is None else f"{delta:+.6f}"
 
 
 def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: Path,
@@ -291,8 +301,8 @@ def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> 
         lines.append(f"\ngoldens: {state['goldens']}")
     if "baseline" in state:
         b = state["baseline"]
-        lines.append(f"\nagainst `{b['iree']}` ({b['baseline']}): FID {b['fid_delta']:+.6f}, "
-                     f"CLIP {b['clip_delta']:+.6f}, throughput {b['throughput_delta']:+.3f} "
+        lines.append(f"\nagainst `{b['iree']}` ({b['baseline']}): FID {_signed(b['fid_delta'])}, "
+                     f"CLIP {_signed(b['clip_delta'])}, throughput {b['throughput_delta']:+.3f} "
                      f"samples/s; per-image PSNR/SSIM in {b['compare']}")
     lines += ["", "Reproduce:", "", "```bash", f"runner {shellscript.join(state['argv'])}", "```"]
     if not ledger.dry_run:

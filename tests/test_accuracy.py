@@ -232,8 +232,32 @@ def test_margins_and_amd_mi325x_result():
 
 
 def test_missing_ranges_is_a_runner_error():
-    with pytest.raises(RunnerError, match="no accuracy ranges"):
+    with pytest.raises(RunnerError, match="no accuracy range for fid") as e:
         judge(1.0, 1.0, Accuracy(None, MLPERF_CLIP, {}))
+    assert "--metrics" in str(e.value.fix)
+    # Only the metrics scored need a range: CLIP alone is judged without FID's.
+    v = judge(None, MLPERF_REF_CLIP, Accuracy(None, MLPERF_CLIP, {}))
+    assert v.passed and [c.metric for c in v.checks] == ["CLIP"] and v.not_scored == ("FID",)
+    with pytest.raises(RunnerError, match="no metric was scored"):
+        judge(None, None, ACC)
+
+
+def test_one_metric_verdicts_judge_and_exit_on_that_metric_only():
+    fid_fails = np.nextafter(MLPERF_FID[1], np.inf)
+    assert judge(fid_fails, MLPERF_REF_CLIP, ACC).exit_code == 1
+    clip_only = judge(None, MLPERF_REF_CLIP, ACC)
+    assert clip_only.passed and clip_only.exit_code == 0
+    assert clip_only.check("FID") is None and clip_only.check("CLIP").value == MLPERF_REF_CLIP
+    fid_only = judge(fid_fails, None, ACC)
+    assert fid_only.exit_code == 1 and fid_only.not_scored == ("CLIP",)
+    note = ("note: CLIP not scored (--metrics fid): the verdict judges FID only; an MLPerf "
+            "result needs both")
+    assert note in fid_only.lines() and "verdict: FAIL" in fid_only.lines()
+    # MLPerf's line keeps its dict form with the key computed; the checker's pattern for the
+    # other finds nothing, so the checker marks it incomplete, as it is for MLPerf.
+    line = mlperf_line(None, 31.75)
+    assert line == "Accuracy Results: {'CLIP_SCORE': '31.75'}"
+    assert re.match(r".*'FID_SCORE':\s+'?([\d.]+).*", line) is None
 
 
 def test_accuracy_txt_line_is_mlperfs_and_the_checker_reads_it():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -236,3 +237,77 @@ def test_bad_images_and_statistics_stop_scoring(tmp_path, backbones):
     with pytest.raises(RunnerError, match="FID needs at least 2"):
         score_samples([(0, synthetic_images(5, 1)[0])], captions,
                       ScoreSettings(progress=False), backbones, None)
+
+
+# MLPerf's submission checker reads these from accuracy.txt (tools/submission/
+# submission_checker/constants.py, stable-diffusion-xl) and marks a result with either
+# missing invalid.
+CHECKER_PATTERNS = {"FID": r".*'FID_SCORE':\s+'?([\d.]+).*",
+                    "CLIP": r".*'CLIP_SCORE':\s+'?([\d.]+).*"}
+
+
+def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
+    """`--metrics fid|clip`: that metric alone is scored, judged and reported; the exit code
+    follows it only. Here FID's range admits anything and CLIP's nothing (100 x a cosine
+    never reaches 1000), so FID alone passes, CLIP alone fails, both fail; and each metric
+    scored alone gives the bits it gives scored beside the other, in the same run."""
+    images = synthetic_images(7, 4)
+    run = write_generate_dir(tmp_path / "run", [0, 1, 2, 3], images)
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"extends: {CONFIGS_DIR / 'tiny.yaml'}\nname: p\naccuracy:\n"
+                       "  samples: 0-3\n  fid: [0, 1.0e+12]\n  clip: [1000, 2000]\n")
+    both = score_samples(enumerate(images), load_captions(), ScoreSettings(progress=False),
+                         backbones, None)  # both metrics, no Frechet step: moments and CLIP
+
+    fid = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
+                       metrics=("fid",))
+    assert fid.verdict.passed and fid.verdict.exit_code == 0
+    assert [c.metric for c in fid.verdict.checks] == ["FID"]
+    assert np.array_equal(fid.result.mu, both.mu) and np.array_equal(fid.result.sigma,
+                                                                      both.sigma)
+    assert fid.result.clip is None
+    assert fid.result.clip_per_sample == ()
+    record = json.loads(fid.json_path.read_text())
+    assert (record["metrics"], record["not_scored"], record["clip"]) == (["fid"], ["clip"], None)
+    assert record["verdict"] == "pass" and record["comparable_with_mlperf"] is False
+    label = ("CLIP not scored (--metrics fid): the verdict judges FID only; an MLPerf result "
+             "needs both")
+    assert label in record["labels"] and f"note: {label}" in fid.verdict.lines()
+    # accuracy.txt: MLPerf's result dict with the one key computed; the checker finds FID,
+    # and not CLIP, so it would reject this as an MLPerf result (it is not one).
+    line = fid.txt_path.read_text()
+    assert line == f"Accuracy Results: {{'FID_SCORE': '{fid.result.fid!r}'}}\n"
+    assert float(re.match(CHECKER_PATTERNS["FID"], line).group(1)) == fid.result.fid
+    assert re.match(CHECKER_PATTERNS["CLIP"], line) is None
+
+    clip = evaluate_run(run, profile=str(profile), backbones=backbones, progress=False,
+                        metrics=("clip",))
+    assert not clip.verdict.passed and clip.verdict.exit_code == 1
+    assert clip.result.clip_per_sample == both.clip_per_sample and clip.result.fid is None
+    assert clip.result.mu is None and clip.verdict.not_scored == ("FID",)
+    record = json.loads(clip.json_path.read_text())
+    assert record["fid"] is None and record["not_scored"] == ["fid"]
+    assert record["statistics"] == {"path": None, "sha256": None}  # FID's file: not read
+    assert clip.txt_path.read_text() == \
+        f"Accuracy Results: {{'CLIP_SCORE': '{clip.result.clip!r}'}}\n"
+    # Both judged: the failing CLIP fails the verdict.
+    verdict = judge(fid.result.fid, clip.result.clip, load_profile(str(profile)).accuracy)
+    assert [c.passed for c in verdict.checks] == [True, False] and verdict.exit_code == 1
+
+    # Through the CLI, the profile naming one range only: CLIP alone scores (seeded
+    # backbones: only CLIP is built); both stop, naming the way out.
+    clip_only = tmp_path / "clip-only.yaml"
+    clip_only.write_text(f"extends: {profile}\nname: clip-only\naccuracy:\n  fid: null\n"
+                         "  clip: [-1000, 1000]\n")
+    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "no accuracy range for fid" in err and "--metrics" in err
+    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu",
+                 "--metrics", "clip"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: PASS" in out and "note: FID not scored (--metrics clip)" in out
+    record = json.loads((run / "accuracy.json").read_text())
+    assert record["clip"]["score"] == clip.result.clip
+    assert record["backbones"]["fid_weights"] is None  # no Inception was built
+    assert main(["score", str(run), "--metrics", "fid,is"]) == 2
+    assert "--metrics: metrics 'fid,is'" in capsys.readouterr().err

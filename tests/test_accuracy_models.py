@@ -240,3 +240,26 @@ def test_pretrained_path_loads_weights_files(tmp_path, inception, clip, images, 
     with pytest.raises(RunnerError, match="not a CLIP ViT-B-32 state dict"):
         bb.load_backbones("pretrained", fid_weights=fid_path, clip_weights=wrong,
                           fid_sha256=sha256_file(fid_path), clip_sha256=sha256_file(wrong))
+
+
+def test_fid_alone_needs_only_the_fid_weights_file(tmp_path, monkeypatch, inception):
+    """What many IREE developers have: TF-FID's Inception file and no CLIP weights. FID
+    alone loads it and never looks for CLIP's; both stop at the missing CLIP file."""
+    from runner.fileio import sha256_file
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RUNNER_CLIP_WEIGHTS", raising=False)
+    monkeypatch.delenv("RUNNER_FID_WEIGHTS", raising=False)
+    fid_path = tmp_path / bb.FID_WEIGHTS.name
+    torch.save(inception.state_dict(), fid_path)
+    loaded = bb.load_backbones("pretrained", fid_weights=fid_path,
+                               fid_sha256=sha256_file(fid_path), metrics=("fid",))
+    assert loaded.clip is None and loaded.inception is not None
+    assert loaded.info.fid_weights == sha256_file(fid_path)
+    assert (loaded.info.clip_weights, loaded.info.clip_fingerprint, loaded.info.clip_path) == (
+        None, None, None)
+    with pytest.raises(RunnerError, match="CLIP ViT-B-32 openai weights not found"):
+        bb.load_backbones("pretrained", fid_weights=fid_path, fid_sha256=sha256_file(fid_path))
+    # CLIP alone never looks for the (absent) FID file: it goes straight to the CLIP one.
+    with pytest.raises(RunnerError, match="CLIP ViT-B-32 openai weights: sha256"):
+        bb.load_backbones("pretrained", metrics=("clip",), clip_weights=fid_path)

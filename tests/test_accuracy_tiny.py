@@ -35,6 +35,17 @@ from runner.profile import load_profile
 CAL = json.loads((TINY_DIR / RECORD_NAME).read_text())
 IDS = list(parse_ids(TINY_SAMPLES))
 BATCH = 1  # the batch the shipped calibration was scored with (score's default)
+# The shipped calibration's centre is a frozen float: the oracle's scores on the machine that
+# calibrated. On another CPU, PyTorch's kernels (picked by the host's ISA) round the oracle's
+# images and the seeded backbones' features differently: measured across machines, FID moved
+# 2.3e-5 and CLIP 4.5e-6 relative. 1e-4 is 4x the larger drift, and small against the ranges
+# (2% FID, 0.05% CLIP each side; test_cross_machine_tolerance_is_small_against_the_ranges).
+CROSS_MACHINE_REL = 1e-4
+# IREE's images against the oracle's, both made here (within 1 LSB: test_pipeline.py), scored
+# alike: the scores differ by what those LSBs move, which depends on the host's kernels too.
+# Measured: FID 4.3e-6 and CLIP 2.1e-5 relative on this suite's machine; up to 1e-4 for CLIP
+# on the machine that calibrated. 2.5e-4 is 2.5x that, and at most half of CLIP's range.
+IREE_VS_ORACLE_REL = 2.5e-4
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +59,30 @@ def oracle_dir(tmp_path_factory, tiny_profile):
     from runner.accuracy.oracle_runs import oracle_run
 
     return oracle_run(tmp_path_factory.mktemp("oracle"), tiny_profile, IDS, progress=False)
+
+
+@pytest.fixture(scope="module")
+def oracle_score(oracle_dir, backbones, tmp_path_factory):
+    """The oracle's images scored from an MLPerf accuracy log (what AMD's harness writes)
+    holding two repeated records, in the calibration's batch size: this machine's reference
+    for the IREE run's scores."""
+    images = list(open_source(oracle_dir).iter_samples())
+    log_dir = tmp_path_factory.mktemp("harness")
+    write_log(log_dir / "mlperf_log_accuracy.json", images + images[:2])
+    with pytest.raises(RunnerError, match="pass --profile"):
+        evaluate_run(log_dir, backbones=backbones, progress=False)
+    return evaluate_run(log_dir, profile="cpu", backbones=backbones, batch_size=BATCH,
+                        progress=False)
+
+
+def test_cross_machine_tolerance_is_small_against_the_ranges():
+    """A score within CROSS_MACHINE_REL of the calibration's centre is deep inside its
+    range (at most a fifth of the way to a bound), so the tolerance cannot hide a real
+    change; the same for IREE against the oracle (at most half way)."""
+    for metric in ("fid", "clip"):
+        centre, (low, high) = CAL[metric], CAL[f"{metric}_range"]
+        assert CROSS_MACHINE_REL * abs(centre) <= min(centre - low, high - centre) / 5
+    assert IREE_VS_ORACLE_REL * abs(CAL["clip"]) <= (CAL["clip_range"][1] - CAL["clip"]) / 2
 
 
 def test_shipped_calibration_is_what_the_profiles_use(backbones):
@@ -70,28 +105,17 @@ def test_shipped_calibration_is_what_the_profiles_use(backbones):
 
 
 def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
-        oracle_dir, backbones, tmp_path):
-    """Scored from an MLPerf accuracy log (what AMD's harness writes), in the calibration's
-    batch size: the scores reproduce the calibration's centre. Not bit for bit across
-    machines: PyTorch's CPU kernels (picked by the host's ISA) round the oracle's images and
-    the seeded backbones' features differently; on a machine other than the calibrating one
-    FID moved by 2.3e-5 and CLIP by 4.5e-6 relative (ranges: 2% and 0.05%). The scorer's
-    own exactness is pinned on fixed images in
-    test_scores_equal_the_landed_scorers_and_duplicates_are_counted and against
-    pytorch-fid/open_clip in test_accuracy.py."""
-    images = list(open_source(oracle_dir).iter_samples())
-    log_dir = tmp_path / "harness"
-    log_dir.mkdir()
-    write_log(log_dir / "mlperf_log_accuracy.json", images + images[:2])
-    with pytest.raises(RunnerError, match="pass --profile"):
-        evaluate_run(log_dir, backbones=backbones, progress=False)
-    score = evaluate_run(log_dir, profile="cpu", backbones=backbones, batch_size=BATCH,
-                         progress=False)
+        oracle_score, backbones):
+    """The oracle's scores reproduce the shipped calibration's centre within the stated
+    cross-machine tolerance (CROSS_MACHINE_REL); the scorer's own exactness is pinned on
+    same-run references (the plain path: test_loader_thread_and_log_reader_...; pytorch-fid,
+    torchmetrics and open_clip: test_accuracy.py, test_accuracy_models.py)."""
+    score = oracle_score
     assert score.result.n == 32  # repeated qsl_idx are skipped (first wins), and counted
     assert score.result.duplicates == 2
     assert json.loads(score.json_path.read_text())["duplicates_skipped"] == 2
-    assert score.result.fid == pytest.approx(CAL["fid"], rel=1e-4)
-    assert score.result.clip == pytest.approx(CAL["clip"], rel=1e-4)
+    assert score.result.fid == pytest.approx(CAL["fid"], rel=CROSS_MACHINE_REL)
+    assert score.result.clip == pytest.approx(CAL["clip"], rel=CROSS_MACHINE_REL)
     assert score.verdict.passed
     record = json.loads(score.json_path.read_text())
     assert record["verdict"] == "pass" and record["subset"] is False
@@ -100,10 +124,12 @@ def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
     assert record["fid_weights_sha256"] == "seeded:0"
     assert record["statistics"]["sha256"] == CAL["statistics"]["sha256"]
     assert record["fid"]["cross_check"]["method"] == "eigh"
+    # the fast path agrees with MLPerf's sqrtm to 1e-5, as on random SPD (test_accuracy.py)
     assert abs(record["fid"]["cross_check"]["difference"]) < 1e-5 * record["fid"]["score"]
 
 
-def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, tmp_path, capsys):
+def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, oracle_score, tmp_path,
+                                         capsys):
     from runner.generate import generate
 
     out = tmp_path / "iree"
@@ -112,10 +138,10 @@ def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, tmp_path, 
     printed = capsys.readouterr().out
     assert "verdict: PASS" in printed and "not comparable with MLPerf" in printed
     record = json.loads((out / "accuracy.json").read_text())
-    # Measured: within 1e-5 (FID) and 1e-4 (CLIP) of the oracle, relative; ranges are 2% and
-    # 0.05% wide on each side.
-    assert record["fid"]["score"] == pytest.approx(CAL["fid"], rel=1e-4)
-    assert record["clip"]["score"] == pytest.approx(CAL["clip"], rel=1e-4)
+    # Against the oracle scored in this run (IREE_VS_ORACLE_REL), not a frozen number.
+    oracle = oracle_score.result
+    assert record["fid"]["score"] == pytest.approx(oracle.fid, rel=IREE_VS_ORACLE_REL)
+    assert record["clip"]["score"] == pytest.approx(oracle.clip, rel=IREE_VS_ORACLE_REL)
     line = (out / "accuracy.txt").read_text()
     assert re.fullmatch(r"Accuracy Results: \{'FID_SCORE': '[\d.e-]+', 'CLIP_SCORE': "
                         r"'-?[\d.e-]+'\}\n", line)
@@ -153,25 +179,28 @@ def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:
     return out
 
 
-# FID and CLIP of `_frozen_images` with the seeded backbones at batch 1 against the tiny
-# statistics, computed by the landed scorer (commit 4ba15d0) before scoring gained its loader
-# thread and the sample store its parallel reader: both must stay bit-identical.
-LANDED_FID, LANDED_CLIP = 5.655695530984897, -4.611465676377217
-
-
-def test_scores_equal_the_landed_scorers_and_duplicates_are_counted(backbones, tmp_path):
-    """Through the loader thread, from an MLPerf log holding three repeated records (the
-    store's parallel reader gives these pixels byte for byte: tests/test_store.py; the
-    default CPU path, no loader thread, is test_oracle_images_pass_...'s)."""
+def test_loader_thread_and_log_reader_score_bit_identically_to_the_plain_path(backbones,
+                                                                             tmp_path):
+    """Through the loader thread (the GPU's, here on CPU) and the sample store's parallel
+    reader, from an MLPerf log holding three repeated records: the very bits of the plain
+    path (arrays in hand, no thread) computed here, in the same run. FID is a function of
+    these moments and the reference statistics (pytorch-fid's, bit for bit:
+    test_accuracy.py), so equal moments are equal FIDs; no 2048-d square root is taken
+    twice. Same-run references only: a score frozen on another CPU is not one (its BLAS and
+    torch kernels round differently; see docs/CONTRIBUTING.md)."""
     from runner.accuracy.score import ScoreSettings, score_samples
     from runner.mlperf_data import load_captions
 
     images = _frozen_images()
+    captions = load_captions()
+    plain = score_samples(iter(images), captions,
+                          ScoreSettings(batch_size=1, progress=False, prefetch=0), backbones,
+                          None)
     write_log(tmp_path / "mlperf_log_accuracy.json", images + images[:3])
     samples = open_source(tmp_path).iter_samples((64, 64, 3), keep_duplicates=True)
-    result = score_samples(samples, load_captions(),
-                           ScoreSettings(batch_size=1, cross_check=False, progress=False,
-                                         prefetch=2),  # the GPU's loader thread, on CPU
-                           backbones, load_statistics(TINY_DIR / STATS_NAME))
-    assert (result.fid, result.clip) == (LANDED_FID, LANDED_CLIP)
-    assert result.duplicates == 3 and result.sample_ids == tuple(range(6))
+    threaded = score_samples(samples, captions,
+                             ScoreSettings(batch_size=1, progress=False, prefetch=2),
+                             backbones, None)
+    assert threaded.duplicates == 3 and threaded.sample_ids == plain.sample_ids == tuple(range(6))
+    assert np.array_equal(threaded.mu, plain.mu) and np.array_equal(threaded.sigma, plain.sigma)
+    assert threaded.clip_per_sample == plain.clip_per_sample and threaded.clip == plain.clip

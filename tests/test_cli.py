@@ -209,3 +209,35 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
     assert "verdict: FAIL" in proc.stdout and "--require-full" in proc.stdout
     results = json.loads((run_dir / "results.json").read_text())
     assert results["verdict"] == "FAIL" and "only 4 samples" in results["failures"][0]
+
+
+def test_a_run_scoring_one_metric_records_it_and_rescores_the_same(tmp_path):
+    """`runner run --metrics clip` is `--set accuracy.metrics=[clip]`: recorded with the run,
+    CLIP alone scored (only the seeded CLIP built, no FID statistics read, no 2048-d square
+    root), FID named as not scored in the console and the reports; `--rescore` scores the
+    recorded metric again."""
+    if shutil.which("iree-compile") is None:
+        pytest.skip("needs the [compile] extra")
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "clip-only"
+    proc = runner("run", "--profile", "cpu", "--count", "4", "--metrics", "clip", "--out",
+                  str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "note: FID not scored (--metrics clip)" in proc.stdout
+    recorded = json.loads((run_dir / "run.json").read_text())["profile_config"]
+    assert recorded["accuracy"]["metrics"] == ["clip"]
+    for _ in range(2):  # the run's own scoring, then --rescore
+        accuracy = json.loads((run_dir / "accuracy.json").read_text())
+        assert (accuracy["metrics"], accuracy["fid"]) == (["clip"], None)
+        assert len(accuracy["clip_per_sample"]) == 4 and accuracy["statistics"]["path"] is None
+        results = json.loads((run_dir / "results.json").read_text())
+        assert results["scores"]["not_scored"] == ["fid"]
+        assert junit_skip(run_dir, "fid_range").startswith("FID not scored")
+        proc = runner("run", "--resume", str(run_dir), "--rescore")
+        assert proc.returncode == 0, proc.stderr
+
+
+def junit_skip(run_dir, name: str) -> str:
+    case = next(c for c in ET.parse(run_dir / "junit.xml").getroot().iter("testcase")
+                if c.get("name") == name)
+    return case.find("skipped").get("message")

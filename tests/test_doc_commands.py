@@ -92,6 +92,12 @@ QUICK = {
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
     "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
     "--count 2 --out runs/bisect --dry-run": "# 4 candidate builds, good .. bad:",
+    "runner compile --profile sdxl-checkpoint --set model.dtype=fp32 --dry-run":
+        "exports/sdxl-float32-",
+    "runner compile --profile mi325x --set model=checkpoint:$HOME/models/"
+    "stable-diffusion-xl-base-1.0 --set model.dtype=fp32 --dry-run": "exports/sdxl-float32-",
+    "runner plan --profile h100-seeded": "CUDA_VISIBLE_DEVICES=7",
+    "runner compile --profile h100-seeded --dry-run": "--iree-cuda-target=sm_80",
     "source <(runner completion bash)": "_shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
     "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
@@ -410,6 +416,26 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     'python3 scripts/fuzz_inputs.py --examples 300 -k "yaml or conf"': (
         "a longer fuzz run, from a random seed (minutes)",
         "tests/test_inputs_fuzz.py"),
+    # One metric, IREE tools of your own, the H100
+    "runner run --profile cpu --count 4 --metrics clip --out runs/clip-only": (
+        LONG, "tests/test_cli.py::"
+              "test_a_run_scoring_one_metric_records_it_and_rescores_the_same"),
+    "runner score runs/clip-only --metrics fid": (
+        LONG, "tests/test_cli.py::"
+              "test_a_run_scoring_one_metric_records_it_and_rescores_the_same"),
+    "runner score runs/main --metrics fid": (
+        LONG, "tests/test_accuracy_cli.py::test_one_metric_is_scored_and_judged_alone"),
+    "runner --iree-tools ~/iree-build/tools --version": (
+        PLACEHOLDER, "tests/test_iree_tools.py::test_override_dir_comes_first_and_is_used"),
+    "IREE_TOOL_PATH=~/iree-build/tools runner compile --profile tiny --dry-run": (
+        PLACEHOLDER, "tests/test_iree_tools.py::test_override_dir_comes_first_and_is_used"),
+    "runner compile --profile h100-seeded": (
+        "exports SDXL's full graph (8 GB of memory, minutes) and compiles it for CUDA",
+        "tests/test_h100_profile.py::test_cuda_backend_compiles_the_tiny_model_with_the_"
+        "profiles_flags"),
+    "runner bench --profile h100-seeded": (
+        "needs an NVIDIA H100 node", "tests/test_h100_profile.py::"
+        "test_compile_dry_run_prints_the_export_then_cuda_compiles"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),

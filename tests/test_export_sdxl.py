@@ -258,11 +258,95 @@ def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
     assert load_profile("tiny", overrides).model.batch_sizes == ()
     model = with_batch_sizes(load_profile("tiny", overrides).model, 1, 1)
     assert model.batch_sizes == (1,) and model.dtype == "float16"
+    assert_vae_is_diffusers_fp16_pipelines(model.base_dir / "vae.irpa", checkpoint)
     assert load_profile("tiny", overrides).model.path == model.path  # found in the cache
     model = with_batch_sizes(model, 2, 1)
     assert model.batch_sizes == (1, 2) and model.sizes_for("vae") == (1,)
     assert sorted(p.name for p in model.base_dir.glob("*_bs2.mlir")) == [
         "clip_bs2.mlir", "unet_bs2.mlir", "unet_pipeline_bs2.mlir"]
+
+
+def irpa_arrays(path: Path) -> dict[str, np.ndarray]:
+    import iree.runtime as rt
+
+    index = rt.ParameterIndex()
+    index.load(str(path))
+    return {key: np.array(rt.parameter_index_entry_as_numpy_ndarray(entry))
+            for key, entry in index.items()}
+
+
+def assert_vae_is_diffusers_fp16_pipelines(vae_irpa: Path, checkpoint: Path) -> None:
+    """The exported VAE weights are the ones diffusers' fp16 pipeline decodes with: loaded
+    with torch_dtype=float16 (rounded to half), then upcast to float32 (`force_upcast`),
+    although the checkpoint holds full-precision files only."""
+    import torch
+    from diffusers import AutoencoderKL, StableDiffusionXLPipeline
+
+    assert not list(checkpoint.glob("vae/*.fp16.safetensors"))
+    pipe = StableDiffusionXLPipeline.from_pretrained(str(checkpoint), dtype=torch.float16)
+    assert pipe.vae.config.force_upcast
+    pipe.vae.to(torch.float32)  # the pipeline's own upcast before it decodes
+    theirs = {k: v.numpy() for k, v in pipe.vae.state_dict().items()}
+    full = AutoencoderKL.from_pretrained(checkpoint / "vae").state_dict()
+    ours = irpa_arrays(vae_irpa)
+    assert len(ours) > 10 and all(k.startswith("vae.") for k in ours)
+    rounded = 0
+    for key, value in ours.items():
+        name = key.removeprefix("vae.")
+        assert value.dtype == np.float32 and np.array_equal(value, theirs[name]), key
+        rounded += not np.array_equal(value, full[name].numpy())
+    assert rounded > len(ours) // 2  # the full-precision weights were not what shipped
+
+
+def test_model_dtype_is_a_profile_field_keyed_into_the_export_cache(
+        checkpoint, exported, monkeypatch, tmp_path, capsys):
+    """`model: {source: checkpoint:DIR, dtype: fp32}`, or `--set model.dtype=fp32` on a
+    profile naming only the checkpoint, is the fp32 export's entry in the export cache (its
+    own key; fp16 stays the default): found from the profile alone, no model.json path to
+    copy around. The cache is seeded with the `exported` fixture's fp32 export of the same
+    checkpoint (an export's key does not depend on where it was written), so no second
+    export runs here; that export is the embedded model file for file
+    (test_checkpoint_export_is_the_embedded_model)."""
+    from runner.profile import load_profile
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    profile = tmp_path / "fp32.yaml"
+    profile.write_text(f"extends: tiny\nname: fp32\nmodel:\n  source: checkpoint:{checkpoint}\n"
+                       "  dtype: fp32\n")
+    assert main(["compile", "--profile", str(profile), "--dry-run"]) == 0
+    mapped = capsys.readouterr().out.splitlines()
+    assert main(["compile", "--set", f"model=checkpoint:{checkpoint}", "--set",
+                 "model.dtype=fp32", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == mapped
+    assert mapped[0] == (f"runner export sdxl --from {checkpoint} --batch-sizes 1 "
+                         "--vae-batch-sizes 1 --dtype fp32")
+    fp32 = load_profile(str(profile)).model
+    fp16 = load_profile("tiny", {"model": f"checkpoint:{checkpoint}"}).model
+    source = ExportSource(checkpoint, None, "float32")
+    assert fp32.path == export_dir(source, export_key(source)) / "model.json"
+    assert fp32.dtype == "float32" and fp16.dtype == "float16"
+    assert fp32.base_dir.parent == fp16.base_dir.parent == tmp_path / "cache" / "exports"
+    assert fp32.base_dir != fp16.base_dir and "-float32-" in fp32.base_dir.name
+    assert json.loads((exported / "model.json").read_text())["export_key"] == \
+        export_key(source)
+    shutil.copytree(exported, fp32.base_dir)
+    model = load_profile(str(profile)).model
+    assert model.path == fp32.path and model.batch_sizes == (1, 2)
+    assert main(["compile", "--profile", str(profile), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()  # exported already: compiles only
+    assert [shlex.split(line)[1] for line in lines] == [
+        str(fp32.base_dir / f"{name}_bs1.mlir") for name in ("clip", "unet", "unet_pipeline",
+                                                              "vae")]
+
+
+def test_model_dtype_mistakes_are_clear_errors(capsys):
+    assert main(["compile", "--set", "model.dtype=fp8", "--dry-run"]) == 2
+    assert "`model.dtype` is 'fp8'" in capsys.readouterr().err
+    assert main(["compile", "--set", "model.dtype=fp16", "--dry-run"]) == 2  # builtin:tiny
+    err = capsys.readouterr().err
+    assert "model.json was exported in float32" in err and "checkpoint:DIR" in err
+    assert main(["compile", "--set", "model.precision=fp16", "--dry-run"]) == 2
+    assert "valid keys in model: dtype, source" in capsys.readouterr().err
 
 
 def _broken(checkpoint: Path, tmp_path: Path, damage) -> Path:

@@ -143,3 +143,40 @@ def test_unknown_submodel_keys_are_errors(tmp_path):
         ModelConfig.load(path)
     assert err.value.where == f"{path}: submodels.vae.weigths"
     assert "did you mean `submodels.vae.weights`?" in err.value.fix
+
+
+def test_model_is_a_source_or_a_mapping_with_its_dtype(tmp_path, monkeypatch):
+    """`model: X` is short for `model: {source: X}` where it meets a mapping: extends merge
+    the two forms, `--set model.dtype` opens a string into the mapping, `--set model=Y`
+    replaces only the source of a mapping. No export runs: the cache is empty."""
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    parent = tmp_path / "parent.yaml"
+    parent.write_text("extends: tiny\nname: parent\nmodel: {source: seeded:sdxl, dtype: fp32}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text(f"extends: {parent}\nname: child\nmodel: seeded:sdxl\n")
+    assert load_profile(str(child)).raw["model"] == {"source": "seeded:sdxl", "dtype": "fp32"}
+    assert load_profile(str(child)).model.dtype == "float32"
+    p = load_profile("tiny", {"model": "seeded:sdxl", "model.dtype": "fp32"})
+    assert p.raw["model"] == {"source": "seeded:sdxl", "dtype": "fp32"}
+    assert p.model.dtype == "float32" and "-float32-" in p.model.base_dir.name
+    p = load_profile(str(parent), {"model": "seeded:sdxl"})
+    assert p.raw["model"] == {"source": "seeded:sdxl", "dtype": "fp32"}
+    assert load_profile("tiny", {"model": "seeded:sdxl"}).model.dtype == "float16"
+    with pytest.raises(RunnerError, match=r"`model\.dtype` is \[1\]"):
+        load_profile("tiny", {"model.dtype": [1]})
+    assert load_profile(str(parent), {"model": {"dtype": "fp16"}}).model.dtype == "float16"
+    with pytest.raises(RunnerError, match="missing `model`"):
+        load_profile(str(parent), {"model": {"source": None}})
+
+
+def test_accuracy_metrics_is_a_profile_field():
+    assert load_profile("tiny").accuracy.metrics == ("fid", "clip")
+    assert load_profile("tiny", {"accuracy.metrics": ["clip"]}).accuracy.metrics == ("clip",)
+    assert load_profile("tiny", {"accuracy.metrics": "clip,fid"}).accuracy.metrics == (
+        "fid", "clip")
+    assert load_profile("tiny", {"accuracy.metrics": None}).accuracy.metrics == ("fid", "clip")
+    with pytest.raises(RunnerError, match=r"accuracy\.metrics") as e:
+        load_profile("tiny", {"accuracy.metrics": ["is"]})
+    assert "fid, clip or fid,clip" in str(e.value)
+    sdxl_seeded = load_profile("sdxl-seeded").accuracy
+    assert not sdxl_seeded.has_ranges() and load_profile("tiny").accuracy.has_ranges(("clip",))

@@ -99,18 +99,21 @@ def copy_run(run_dir: Path, to: Path) -> Path:
     return to
 
 
-def score(run_dir: Path, fid: float, clip: float, subset: bool = False,
+def score(run_dir: Path, fid: float | None, clip: float | None, subset: bool = False,
           require_full: bool = False) -> dict:
     """accuracy.json through the accuracy module's own writer, as `runner score` leaves it,
     with given scores (the seeded backbones take minutes on CPU; their numbers are not what
-    this file tests). `subset`: scored as fewer samples than the ranges were set for."""
+    this file tests). `subset`: scored as fewer samples than the ranges were set for. A score
+    of None: that metric not scored (`--metrics`)."""
     profile = load_profile("cpu")
     ids = tuple(sorted(SampleStore(run_dir).done_ids()))
     info = BackboneInfo("seeded", 0, "seeded:0", "seeded:0", "f" * 64, "c" * 64)
     result = AccuracyResult(
         fid=fid, clip=clip, n=len(ids), sample_ids=ids, duplicates=0,
-        clip_per_sample=tuple(clip + 0.001 * k for k in range(len(ids))),
-        frechet=FrechetResult(fid, "sqrtm"), frechet_check=None, backbones=info,
+        clip_per_sample=() if clip is None else tuple(clip + 0.001 * k
+                                                      for k in range(len(ids))),
+        frechet=None if fid is None else FrechetResult(fid, "sqrtm"), frechet_check=None,
+        backbones=info,
         statistics_path=None, statistics_sha256=None, batch_size=1, device="cpu",
         seconds=1.0, frechet_seconds=0.1, mu=np.zeros(2), sigma=np.eye(2))
     verdict = judge(fid, clip, profile.accuracy, (info.label,),
@@ -250,6 +253,38 @@ def test_scores_pass_then_edited_ranges_fail(review_run, tmp_path):
     assert suite.get("failures") == "1" and suite.get("tests") == "5"
     assert json.loads((run_dir / "results.json").read_text())["verdict"] == "FAIL"
     assert (run_dir / "summary.md").read_text().startswith("## ❌ FAIL")
+
+
+def test_a_metric_not_scored_is_named_in_every_report(review_run, tmp_path):
+    """`--metrics fid`: FID passes, CLIP has no score; the run passes on FID, and summary.md,
+    report.html, results.json and junit.xml all say CLIP was not scored and why."""
+    run_dir = copy_run(review_run, tmp_path / "fid-only")
+    ranges = load_profile("cpu").accuracy
+    record = score(run_dir, mid(ranges.fid), None)
+    assert (record["verdict"], record["clip"], record["not_scored"]) == ("pass", None, ["clip"])
+    assert main([str(run_dir)]) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "PASS" and results["scores"]["clip"] is None
+    assert results["scores"]["fid"]["pass"] and results["scores"]["not_scored"] == ["clip"]
+    assert results["scores"]["mlperf_line"].endswith("'}") and "CLIP_SCORE" not in \
+        results["scores"]["mlperf_line"]
+    label = ("CLIP not scored (--metrics fid): the verdict judges FID only; an MLPerf result "
+             "needs both")
+    assert label in results["scores"]["labels"]
+    note = "CLIP not scored: only FID was asked for (--metrics fid)"
+    cases = junit_cases(run_dir)
+    skipped = cases["clip_range"].find("skipped")
+    assert skipped is not None and skipped.get("message") == note
+    assert cases["fid_range"].find("skipped") is None
+    assert not any(c.find("failure") is not None for c in cases.values())
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("## ✅ PASS")
+    assert f"| CLIP | — | — | — | ⚪ {note} |" in summary
+    assert "**CLIP not scored (--metrics fid):** the verdict judges FID only" in summary
+    text, page = read_page(run_dir)
+    assert "NOT SCORED</span>" in text and note in text
+    assert "CLIP not scored (--metrics fid)" in text
+    assert len([1 for tag, _ in page.tags if tag == "svg"]) == 3  # FID's bar, 2 throughput
 
 
 def test_subset_is_labelled_not_judged_and_require_full_fails_it(review_run, tmp_path):

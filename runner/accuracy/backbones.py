@@ -25,6 +25,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.fileio import sha256_file
 from runner.paths import cache_dir
+from runner.profile import METRICS
 
 MODES = ("pretrained", "seeded")
 SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"
@@ -98,12 +99,14 @@ def state_fingerprint(module) -> str:
 
 @dataclass(frozen=True)
 class BackboneInfo:
+    """`fid_*` / `clip_*` are None for a network not loaded (its metric not scored)."""
+
     mode: str
     seed: int | None
-    fid_weights: str  # sha256 of the file, or "seeded:<seed>"
-    clip_weights: str
-    fid_fingerprint: str
-    clip_fingerprint: str
+    fid_weights: str | None  # sha256 of the file, or "seeded:<seed>"
+    clip_weights: str | None
+    fid_fingerprint: str | None
+    clip_fingerprint: str | None
     fid_path: str | None = None
     clip_path: str | None = None
 
@@ -123,8 +126,8 @@ class BackboneInfo:
 
 @dataclass
 class Backbones:
-    inception: Any  # FidInceptionV3, in eval mode on `device`
-    clip: Any  # ClipScorer
+    inception: Any  # FidInceptionV3, in eval mode on `device`; None when FID is not scored
+    clip: Any  # ClipScorer; None when CLIP is not scored
     info: BackboneInfo
     device: str
 
@@ -212,30 +215,43 @@ def seeded_clip(seed: int):
 
 def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = None,
                    clip_weights: str | Path | None = None, device: str = "cpu", *,
-                   fid_sha256: str | None = None, clip_sha256: str | None = None) -> Backbones:
-    """`fid_sha256` / `clip_sha256` replace the published checksums (tests load files of
-    their own through the real path with them); nothing on the command line sets them."""
+                   fid_sha256: str | None = None, clip_sha256: str | None = None,
+                   metrics: tuple[str, ...] = METRICS) -> Backbones:
+    """The networks of `metrics` only: scoring FID alone needs no CLIP weights file, and
+    CLIP alone no Inception. `fid_sha256` / `clip_sha256` replace the published checksums
+    (tests load files of their own through the real path with them); nothing on the command
+    line sets them."""
     from runner.accuracy.clip_score import ClipScorer
 
     device = _device(device)
-    if mode == "pretrained":
-        fid_path = find_weights(FID_WEIGHTS, fid_weights)
-        clip_path = find_weights(CLIP_WEIGHTS, clip_weights)
-        inception, fid_id = _load_inception(fid_path, fid_sha256)
-        (clip_model, preprocess, tokenizer), clip_id = _load_clip(clip_path, clip_sha256)
-        paths: tuple[str | None, str | None] = (str(fid_path), str(clip_path))
-        used_seed = None
-    elif mode == "seeded":
-        inception = seeded_inception(seed)
-        clip_model, preprocess, tokenizer = seeded_clip(seed)
-        fid_id = clip_id = f"seeded:{seed}"
-        paths, used_seed = (None, None), seed
-    else:
+    if mode not in MODES:
         raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
                           fix=f"use one of {', '.join(MODES)}")
-    info = BackboneInfo(mode, used_seed, fid_id, clip_id, state_fingerprint(inception),
-                        state_fingerprint(clip_model), *paths)
-    inception = inception.to(device)
-    clip_model = clip_model.to(device)
-    return Backbones(inception, ClipScorer(clip_model, preprocess, tokenizer, device), info,
+    inception = clip = None
+    fid_id = clip_id = fid_path = clip_path = None
+    if mode == "pretrained":
+        if "fid" in metrics:
+            found = find_weights(FID_WEIGHTS, fid_weights)
+            inception, fid_id = _load_inception(found, fid_sha256)
+            fid_path = str(found)
+        if "clip" in metrics:
+            found = find_weights(CLIP_WEIGHTS, clip_weights)
+            clip, clip_id = _load_clip(found, clip_sha256)
+            clip_path = str(found)
+        used_seed = None
+    else:
+        if "fid" in metrics:
+            inception, fid_id = seeded_inception(seed), f"seeded:{seed}"
+        if "clip" in metrics:
+            clip, clip_id = seeded_clip(seed), f"seeded:{seed}"
+        used_seed = seed
+    info = BackboneInfo(mode, used_seed, fid_id, clip_id,
+                        None if inception is None else state_fingerprint(inception),
+                        None if clip is None else state_fingerprint(clip[0]),
+                        fid_path, clip_path)
+    scorer = None
+    if clip is not None:
+        clip_model, preprocess, tokenizer = clip
+        scorer = ClipScorer(clip_model.to(device), preprocess, tokenizer, device)
+    return Backbones(None if inception is None else inception.to(device), scorer, info,
                      device)

@@ -117,6 +117,7 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
             "backbones": backbones.info.label,
         }
         stats_path = out / STATS_NAME
+        assert ref_result.mu is not None and ref_result.sigma is not None  # FID was scored
         save_statistics(stats_path, ref_result.mu, ref_result.sigma, stats_meta)
         reference = load_statistics(stats_path)
     else:
@@ -124,7 +125,8 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
         assert reference.path is not None  # statistics read from a file record it
         stats_path = Path(reference.path)
     result = run_scores(probe, backbones, captions, reference, batch_size, progress)
-    assert result.fid is not None  # None only without reference statistics
+    # A calibration scores both metrics: it writes both ranges and the FID statistics.
+    assert result.fid is not None and result.clip is not None
     fid_range = percent_range(result.fid, fid_percent)
     clip_range = percent_range(result.clip, clip_percent)
     samples = format_ids(result.sample_ids)

@@ -11,7 +11,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from runner.clihelp import add_profile, add_require_full, document, profile_overrides, renamed
+from runner.clihelp import (
+    add_metrics,
+    add_profile,
+    add_require_full,
+    document,
+    profile_overrides,
+    renamed,
+)
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, PERCENT, SCALE, SEED
 
 
@@ -41,12 +48,14 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from runner.accuracy.evaluate import evaluate_run
+    from runner.profile import parse_metrics
 
+    metrics = parse_metrics(args.metrics, "--metrics") if args.metrics else None
     score = evaluate_run(Path(args.run_dir), profile=args.profile,
                          log=Path(args.log) if args.log else None,
                          require_full=args.require_full, fid_weights=args.fid_weights,
                          clip_weights=args.clip_weights, batch_size=args.images_per_pass,
-                         device=_device(args.device))
+                         device=_device(args.device), metrics=metrics)
     r = score.result
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
           f"+ Frechet {r.frechet_seconds:.1f}s; profile {score.plan.profile.name}; "
@@ -115,9 +124,11 @@ def register(subparsers) -> None:
                    help="run dir, generate dir, or any dir with --log")
     _add_backbone_flags(p)
     add_require_full(p)
+    add_metrics(p)
     p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json")
     p.set_defaults(func=cmd_score)
     document(p, "runner score runs/main",
+             "runner score runs/main --metrics fid      # FID alone: no CLIP weights needed",
              "runner score runs/smoke --require-full      # a subset fails instead of 'not judged'",
              "runner score ANY_DIR --profile mi325x --log mlperf_log_accuracy.json")
 

@@ -20,7 +20,7 @@ from runner.accuracy.verdict import Verdict, judge, require_ranges, write_result
 from runner.errors import IncompleteRun, RunnerError
 from runner.mlperf_data import Captions, load_captions
 from runner.mlperf_log import TRUNCATED_FIX, truncation
-from runner.profile import Profile, load_profile
+from runner.profile import METRICS, Profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -109,19 +109,20 @@ def reference_statistics(p: Plan) -> FidStatistics:
 
 
 def open_backbones(p: Plan, fid_weights=None, clip_weights=None, device: str = "cpu",
-                   **checksums) -> Backbones:
+                   metrics: tuple[str, ...] = METRICS, **checksums) -> Backbones:
     return load_backbones(p.settings.backbones, p.settings.seed, fid_weights, clip_weights,
-                          device, **checksums)
+                          device, metrics=metrics, **checksums)
 
 
 def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: FidStatistics | None,
-               batch_size: int = 1, progress: bool = True) -> AccuracyResult:
+               batch_size: int = 1, progress: bool = True,
+               metrics: tuple[str, ...] = METRICS) -> AccuracyResult:
     size = p.profile.model.image_size
     samples = p.source.iter_samples((size, size, 3), keep_duplicates=True,
                                     jobs=reader_jobs(backbones.device))
     return score_samples(samples, captions,
                          ScoreSettings(batch_size=batch_size, image_size=(size, size),
-                                       progress=progress),
+                                       progress=progress, metrics=metrics),
                          backbones, reference, total=len(p.ids))
 
 
@@ -129,17 +130,20 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
                  allow_subset: bool = False, require_full: bool = False,
                  fid_weights=None, clip_weights=None,
                  batch_size: int = 1, device: str = "cpu", progress: bool = True,
-                 backbones: Backbones | None = None) -> RunScore:
+                 backbones: Backbones | None = None,
+                 metrics: tuple[str, ...] | None = None) -> RunScore:
+    """`metrics`: fid, clip or both; default the profile's `accuracy.metrics` (both unless
+    it says otherwise). Only the weights and statistics of those metrics are needed."""
     source = open_source(Path(run_dir), Path(log) if log else None)
     prof = resolve_profile(source, profile)
     prof.model.check_scorable()  # seeded random weights: images that mean nothing
-    require_ranges(prof.accuracy, str(prof.path))
+    metrics = metrics or prof.accuracy.metrics
+    require_ranges(prof.accuracy, str(prof.path), metrics)
     captions = load_captions(*([source.captions] if source.captions else []))
     p = plan(source, prof, captions, allow_subset)
-    reference = reference_statistics(p)
-    backbones = backbones or open_backbones(p, fid_weights, clip_weights, device)
-    result = run_scores(p, backbones, captions, reference, batch_size, progress)
-    assert result.fid is not None  # None only without reference statistics
+    reference = reference_statistics(p) if "fid" in metrics else None
+    backbones = backbones or open_backbones(p, fid_weights, clip_weights, device, metrics)
+    result = run_scores(p, backbones, captions, reference, batch_size, progress, metrics)
     labels = []
     if backbones.info.mode == "seeded":
         labels.append(backbones.info.label)

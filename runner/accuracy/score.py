@@ -1,4 +1,5 @@
 """Streaming FID + CLIP over (qsl_idx, uint8 HWC) samples: MLPerf's numbers in bounded memory.
+Either metric may be scored alone (`ScoreSettings.metrics`); the other network is then not run.
 
 Images arrive one at a time and are scored in batches (on a GPU prepared on a loader thread
 while the networks run the previous batch); what is kept per sample is one CLIP float (MLPerf
@@ -26,6 +27,7 @@ from runner.accuracy.frechet import (
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.errors import RunnerError
 from runner.parallel import keep_freed_memory, prefetch
+from runner.profile import METRICS
 from runner.progress import Progress
 
 
@@ -44,16 +46,17 @@ class ScoreSettings:
     # forward passes already use every core and a loader thread only contends with them
     # (measured by scripts/bench_scale.py on a 2-core machine).
     prefetch: int | None = None
+    metrics: tuple[str, ...] = METRICS  # MLPerf's two; either alone skips the other network
 
 
 @dataclass(frozen=True)
 class AccuracyResult:
-    fid: float | None  # None when no reference statistics were given (calibration)
-    clip: float
+    fid: float | None  # None: FID not scored, or no reference statistics (calibration)
+    clip: float | None  # None: CLIP not scored
     n: int
     sample_ids: tuple[int, ...]
     duplicates: int
-    clip_per_sample: tuple[float, ...]
+    clip_per_sample: tuple[float, ...]  # empty when CLIP is not scored
     frechet: FrechetResult | None
     frechet_check: FrechetResult | None
     backbones: BackboneInfo
@@ -63,8 +66,8 @@ class AccuracyResult:
     device: str
     seconds: float  # reading images + both networks
     frechet_seconds: float
-    mu: np.ndarray = field(repr=False, compare=False)
-    sigma: np.ndarray = field(repr=False, compare=False)
+    mu: np.ndarray | None = field(repr=False, compare=False)  # None: FID not scored
+    sigma: np.ndarray | None = field(repr=False, compare=False)
 
     @property
     def images_per_second(self) -> float:
@@ -94,7 +97,7 @@ def check_statistics_backbone(reference: FidStatistics, info: BackboneInfo) -> N
     """Statistics this tool wrote record the Inception they came from; other Inception
     weights give features in another space, so their FID would be meaningless."""
     recorded = reference.meta.get("fid_fingerprint")
-    if recorded and recorded != info.fid_fingerprint:
+    if recorded and info.fid_fingerprint and recorded != info.fid_fingerprint:
         raise RunnerError(
             f"these statistics were computed with Inception {reference.meta.get('fid_weights')} "
             f"(fingerprint {recorded[:12]}), not the loaded {info.fid_weights} "
@@ -109,8 +112,8 @@ class _Batch:
 
     ids: list[int]
     texts: list[str]
-    inception_input: Any  # N x 3 x 299 x 299 in [-1, 1], on the device
-    clip_input: Any  # N x 3 x 224 x 224, normalised, on the device
+    inception_input: Any  # N x 3 x 299 x 299 in [-1, 1], on the device (None: no FID)
+    clip_input: Any  # N x 3 x 224 x 224, normalised, on the device (None: no CLIP)
 
 
 def _prepared_batches(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
@@ -128,10 +131,13 @@ def _prepared_batches(samples: Iterable[tuple[int, np.ndarray]], captions: Capti
     def prepared() -> _Batch:
         stacked = np.stack(images)
         with torch.no_grad():
-            pixels = images_to_unit_float(stacked).to(backbones.device)
-            batch = _Batch(list(ids), [captions[i] for i in ids],
-                           backbones.inception.prepare(pixels),
-                           backbones.clip.pixels(stacked).to(backbones.device))
+            fid_input = clip_input = None
+            if "fid" in settings.metrics:
+                pixels = images_to_unit_float(stacked).to(backbones.device)
+                fid_input = backbones.inception.prepare(pixels)
+            if "clip" in settings.metrics:
+                clip_input = backbones.clip.pixels(stacked).to(backbones.device)
+            batch = _Batch(list(ids), [captions[i] for i in ids], fid_input, clip_input)
         ids.clear()
         images.clear()
         return batch
@@ -177,13 +183,20 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
     if settings.frechet not in FRECHET:
         raise RunnerError(f"unknown Frechet method {settings.frechet!r}",
                           fix=f"use one of {', '.join(FRECHET)}")
-    if reference is not None:
+    fid_scored = "fid" in settings.metrics
+    clip_scored = "clip" in settings.metrics
+    for scored, net, metric in ((fid_scored, backbones.inception, "FID"),
+                                (clip_scored, backbones.clip, "CLIP")):
+        if scored and net is None:
+            raise RunnerError(f"{metric} is to be scored, but its network was not loaded",
+                              fix="load the backbones with the metrics to score")
+    if reference is not None and fid_scored:
         check_statistics_backbone(reference, backbones.info)
     # A 1024x1024 image passes through 12 MB float tensors; fresh mmap()s for each cost
     # page faults worth ~10% of the forward passes on CPU (see keep_freed_memory).
     keep_freed_memory()
     start = time.perf_counter()
-    moments = RunningMoments(FEATURE_DIMS)
+    moments = RunningMoments(FEATURE_DIMS) if fid_scored else None
     ids: list[int] = []
     clip_scores: list[float] = []
     counts = {"duplicates": 0}
@@ -193,25 +206,30 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
     batches = prefetch(_prepared_batches(samples, captions, settings, backbones, counts), depth)
     for batch in batches:
         with torch.no_grad():
-            features = backbones.inception.features(batch.inception_input).double().cpu().numpy()
-            if not np.isfinite(features).all():
-                bad = [i for i, f in zip(batch.ids, features, strict=True)
-                       if not np.isfinite(f).all()]
-                raise RunnerError(f"Inception features are not finite for samples {bad[:10]}",
-                                  fix="check the FID weights file (NaN/Inf weights?)")
-            moments.update(features)
-            clip_scores.extend(backbones.clip.scores_of_pixels(batch.clip_input,
-                                                               batch.texts).tolist())
+            if moments is not None:
+                features = backbones.inception.features(
+                    batch.inception_input).double().cpu().numpy()
+                if not np.isfinite(features).all():
+                    bad = [i for i, f in zip(batch.ids, features, strict=True)
+                           if not np.isfinite(f).all()]
+                    raise RunnerError(f"Inception features are not finite for samples "
+                                      f"{bad[:10]}",
+                                      fix="check the FID weights file (NaN/Inf weights?)")
+                moments.update(features)
+            if clip_scored:
+                clip_scores.extend(backbones.clip.scores_of_pixels(batch.clip_input,
+                                                                   batch.texts).tolist())
         ids.extend(batch.ids)
         progress.update(len(ids))
     progress.finish()
-    if len(ids) < 2:
-        raise RunnerError(f"{len(ids)} image(s) to score; FID needs at least 2",
+    if len(ids) < (2 if fid_scored else 1):
+        raise RunnerError(f"{len(ids)} image(s) to score"
+                          + ("; FID needs at least 2" if fid_scored else ""),
                           fix="check the run dir holds the run's images")
     seconds = time.perf_counter() - start
-    mu, sigma = moments.mean, moments.covariance()
+    mu, sigma = (moments.mean, moments.covariance()) if moments is not None else (None, None)
     fid = check = None
-    if reference is not None:
+    if reference is not None and mu is not None and sigma is not None:
         others = [m for m in FRECHET if m != settings.frechet]
         methods = [settings.frechet, *others[: int(settings.cross_check)]]
         with Progress("Fréchet distance", len(methods), enabled=settings.progress,
@@ -224,7 +242,8 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
                 step.advance()
         fid, check = results[0], (results[1] if len(results) > 1 else None)
     return AccuracyResult(
-        fid=None if fid is None else fid.value, clip=float(np.mean(clip_scores)), n=len(ids),
+        fid=None if fid is None else fid.value,
+        clip=float(np.mean(clip_scores)) if clip_scored else None, n=len(ids),
         sample_ids=tuple(ids), duplicates=counts["duplicates"], clip_per_sample=tuple(clip_scores),
         frechet=fid, frechet_check=check, backbones=backbones.info,
         statistics_path=None if reference is None else reference.path,

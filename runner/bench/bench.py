@@ -141,14 +141,13 @@ class BenchReport:
 
 
 def versions() -> dict[str, Any]:
-    import shutil
-
     from runner.compile import compiler_info
+    from runner.iree_tools import found_path
     from runner.provenance import host_info, iree_provenance
 
     c = compiler_info()
     return {**iree_provenance(), "compiler": {"version": c.version, "commit": c.commit},
-            "iree-benchmark-module": shutil.which("iree-benchmark-module"),
+            "iree-benchmark-module": found_path("iree-benchmark-module"),
             "host": host_info()}
 
 

@@ -15,15 +15,14 @@ import json
 import mmap
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.fileio import atomic_write_text
+from runner.iree_tools import tool_path
 
 TOOL = "iree-benchmark-module"
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -36,7 +35,9 @@ WARMUP_FLAG = "--benchmark_min_warmup_time"
 class BenchCommand:
     """One `iree-benchmark-module` invocation; `env` holds only what differs from ours and
     `prefix` what runs it (a worker's NUMA binding and `taskset`), so the process runs, and
-    the printed command reproduces, exactly the device view of the worker it stands for."""
+    the printed command reproduces, exactly the device view of the worker it stands for.
+    `argv[0]` is the bare tool name, so a printed (dry-run) line reads the same on the lab
+    machine it is meant for; `run` execs the tool runner.iree_tools resolves here."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
@@ -48,7 +49,7 @@ class BenchCommand:
 
     def launch_argv(self) -> list[str]:
         """What is executed: the prefix, then the tool as found (not a bare name)."""
-        return [*self.prefix, tool_path(), *self.argv[1:]]
+        return [*self.prefix, tool_path(TOOL), *self.argv[1:]]
 
 
 @dataclass(frozen=True)
@@ -96,16 +97,6 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     stddev = aggregates.get("stddev", 0.0)
     return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)),
                    "mean" in aggregates)
-
-
-@cache
-def tool_path() -> str:
-    path = shutil.which(TOOL)
-    if path is None:
-        raise RunnerError(f"`{TOOL}` is not on PATH",
-                          fix="pip install iree-base-runtime (it ships the tool), or put an "
-                          "IREE build's tools/ directory first on PATH")
-    return path
 
 
 def with_overrides(flags: Sequence[str], repetitions: int | None = None,

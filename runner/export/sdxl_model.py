@@ -156,13 +156,22 @@ def _as(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return module if all(p.dtype == dtype for p in module.parameters()) else module.to(dtype)
 
 
+def fp16_pipeline_vae(vae: nn.Module) -> nn.Module:
+    """The VAE an fp16 diffusers pipeline decodes with: loaded in float16 (every weight
+    rounded to half precision) and then upcast to float32 for SDXL's `force_upcast`. A
+    checkpoint's `*.fp16.safetensors` already hold those values; its full-precision files
+    must be rounded here, or the export decodes with weights the reference never had."""
+    return _as(vae, torch.float32).to(torch.float16).to(torch.float32)
+
+
 def _wrap(arch: Architecture, te_1, te_2, unet, vae, dtype: str, steps: int) -> SdxlModules:
     torch_dtype = TORCH_DTYPES[dtype]
+    vae = fp16_pipeline_vae(vae) if torch_dtype == torch.float16 else _as(vae, torch.float32)
     modules = SdxlModules(
         PromptEncoder(_as(te_1, torch_dtype), _as(te_2, torch_dtype)),
         ScheduledUnet(_as(unet, torch_dtype), scheduler(arch.scheduler, steps), arch.image_size,
                       torch_dtype),
-        VaeDecoder(_as(vae, torch.float32), torch_dtype))
+        VaeDecoder(vae, torch_dtype))
     for module in modules.named().values():
         module.eval().requires_grad_(False)
     return modules

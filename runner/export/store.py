@@ -204,11 +204,11 @@ def _architecture(source: ExportSource):
     return load_architecture(source.checkpoint)
 
 
-def exported_model(ref: str, base: Path, where: str) -> ModelConfig:
-    """A profile's `model: checkpoint:DIR | seeded:sdxl`: the cached export's config, or,
-    before any export, the config it will have (no batch sizes yet, so `runner compile`
-    exports them on demand or prints the command)."""
-    source = ExportSource.parse(ref, base=base, where=where)
+def exported_model(ref: str, base: Path, where: str, dtype: str = "float16") -> ModelConfig:
+    """A profile's `model: checkpoint:DIR | seeded:sdxl` (with its `dtype`): the cached
+    export's config, or, before any export, the config it will have (no batch sizes yet, so
+    `runner compile` exports them on demand or prints the command)."""
+    source = ExportSource.parse(ref, dtype, base=base, where=where)
     key = export_key(source)
     path = export_dir(source, key) / "model.json"
     if path.is_file():

@@ -30,7 +30,6 @@ import multiprocessing
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from runner.goldens.plan import (
 )
 from runner.goldens.testfile import THRESHOLD_ARG_PREFIXES, GoldenTest, TensorRef
 from runner.goldens.thresholds import OutputComparison, compare
+from runner.iree_tools import found_path
 from runner.sources import redact_url
 from runner.tensors import read_tensor, tensor_format, write_tensor
 
@@ -313,10 +313,11 @@ def _run_tool(p: TestPlan, vmfbs: list[str], result: TestResult, out: Path | Non
               device: str | None) -> None:
     """The run as IREE CI's runner does it: `iree-run-module` with its exact arguments,
     judged by its exit status (the tool compares the expected outputs itself)."""
-    tool = shutil.which("iree-run-module")
+    tool = found_path("iree-run-module")
     if tool is None:
         result.status, result.phase = "error", "run"
-        result.message = "`iree-run-module` is not on PATH (pip install iree-base-runtime)"
+        result.message = ("`iree-run-module` was found nowhere (--iree-tools, $IREE_TOOL_PATH, "
+                          "PATH, the iree-base-runtime package): pip install iree-base-runtime")
         return
     with tempfile.TemporaryDirectory(prefix="goldens-run-") as scratch:
         folder = out or Path(scratch)

@@ -16,7 +16,6 @@ checks that it runs, not what it computes.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
@@ -36,6 +35,7 @@ from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
 from runner.inputs.paths import is_inside, suite_ref
+from runner.iree_tools import found_path
 from runner.paths import cache_dir
 from runner.sources import is_url, resolve
 
@@ -326,8 +326,9 @@ def plan(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo) -> TestPl
 
 def check_spec(spec: Path) -> None:
     """`iree-compile` ignores a transform library it cannot parse (it prints errors and
-    exits 0), so a broken spec would silently test nothing: parse it with iree-opt first."""
-    opt = shutil.which("iree-opt")
+    exits 0), so a broken spec would silently test nothing: parse it with iree-opt first
+    (where no iree-opt is found, iree-compile's own diagnostics are all there is)."""
+    opt = found_path("iree-opt")
     if opt is None:
         return
     proc = subprocess.run([opt, str(spec), "-o", "/dev/null"], capture_output=True,

@@ -58,7 +58,7 @@ def score_accuracy(prepared: Prepared, log_dir: Path,
     from runner.accuracy.verdict import JSON_NAME, TXT_NAME
 
     profile = prepared.request.profile
-    if profile.accuracy.fid is None:
+    if not profile.accuracy.has_ranges():
         return {"verdict": "not scored: the profile has no accuracy ranges"}
     log = log_dir / ACCURACY_LOG
     size = profile.model.image_size
@@ -73,7 +73,7 @@ def score_accuracy(prepared: Prepared, log_dir: Path,
     qsl = set(range(prepared.total))
     subset = qsl != set(ranges_for) if ranges_for is not None else prepared.total != MLPERF_SAMPLES
     score = evaluate_run(log_dir, profile=str(profile.path), log=log, allow_subset=subset,
-                         progress=False)
+                         progress=False, metrics=profile.accuracy.metrics)
     result = {"fid": score.result.fid, "clip": score.result.clip, "n": score.result.n,
               "verdict": score.verdict.state, "exit_code": score.verdict.exit_code,
               "lines": score.verdict.lines()}

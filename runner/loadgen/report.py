@@ -49,8 +49,10 @@ def _accuracy_lines(record: dict[str, Any]) -> list[str]:
         if "fid" not in acc:
             out.append(f"{scenario}: {acc['verdict']}")
             continue
-        out += [f"{scenario}: FID {acc['fid']}, CLIP {acc['clip']} over {acc['n']} samples: "
-                f"{acc['verdict']}", *acc["lines"]]
+        scores = ", ".join(f"{name} {'not scored' if acc.get(key) is None else acc[key]}"
+                           for name, key in (("FID", "fid"), ("CLIP", "clip")))
+        out += [f"{scenario}: {scores} over {acc['n']} samples: {acc['verdict']}",
+                *acc["lines"]]
     return out
 
 

@@ -50,8 +50,8 @@ class Check:
 class Scores:
     """What `runner score` left in accuracy.json (runner/accuracy/verdict.py)."""
 
-    fid: RangeCheck
-    clip: RangeCheck
+    fid: RangeCheck | None  # None: not scored (`--metrics clip`)
+    clip: RangeCheck | None  # None: not scored (`--metrics fid`)
     n: int
     sample_ids: str
     ranges_samples: str
@@ -68,8 +68,23 @@ class Scores:
     versions: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def checks(self) -> tuple[RangeCheck, ...]:
+        """The scored metrics' checks, in MLPerf's order."""
+        return tuple(c for c in (self.fid, self.clip) if c is not None)
+
+    @property
+    def not_scored(self) -> tuple[str, ...]:
+        return tuple(m for m, c in (("FID", self.fid), ("CLIP", self.clip)) if c is None)
+
+    def not_scored_note(self, metric: str) -> str:
+        """Why `metric` has no score: the run asked for the other one only."""
+        asked = ",".join(c.metric.lower() for c in self.checks)
+        return (f"{metric} not scored: only {' and '.join(c.metric for c in self.checks)} "
+                f"was asked for (--metrics {asked})")
+
+    @property
     def passed(self) -> bool:
-        return self.fid.passed and self.clip.passed
+        return all(c.passed for c in self.checks)
 
     @property
     def state(self) -> str:
@@ -273,8 +288,12 @@ def read_scores(run_dir: Path) -> tuple[Scores | None, str]:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        fid = _range(data.get("fid"), "FID", f"{path}: fid")
-        clip = _range(data.get("clip"), "CLIP", f"{path}: clip")
+        left_out = set(data.get("not_scored") or ())
+        fid, clip = (None if key in left_out and data.get(key) is None
+                     else _range(data.get(key), key.upper(), f"{path}: {key}")
+                     for key in ("fid", "clip"))
+        if fid is None and clip is None:
+            raise ValueError("neither metric was scored")
     except (OSError, ValueError, RunnerError) as e:
         return None, f"{path} is unreadable ({e})"
     backbones = data.get("backbones") or {}
@@ -434,7 +453,8 @@ def _range_check(metric: str, check: RangeCheck | None, scores: Scores | None, n
                  ) -> Check:
     name, title = f"{metric.lower()}_range", f"{metric} within the profile's range"
     if check is None:
-        return Check(name, title, "skip", f"not scored: {note}")
+        why = scores.not_scored_note(metric) if scores else f"not scored: {note}"
+        return Check(name, title, "skip", why)
     where = "in" if check.passed else "outside"
     message = (f"{metric} {number(check.value)} {where} [{number(check.low)}, "
                f"{number(check.high)}]: {margin_text(check)}")

@@ -157,7 +157,11 @@ def _scores(r: RunReport) -> str:
         return ('<section id="scores"><h2>Accuracy</h2><div class="notscored">'
                 f"<b>Not scored:</b> {rich(r.score_note)}</div></section>")
     cards = []
-    for m in (s.fid, s.clip):
+    for metric, m in (("FID", s.fid), ("CLIP", s.clip)):
+        if m is None:
+            cards.append(f'<div class="score"><h3>{e(metric)} <span class="st none">NOT SCORED'
+                         f"</span></h3><p>{e(s.not_scored_note(metric))}</p></div>")
+            continue
         state = "none" if s.subset else "pass" if m.passed else "fail"
         shown = "NOT JUDGED (subset)" if s.subset else state.upper()
         cards.append(
@@ -319,7 +323,7 @@ def _iree(info) -> str:
 def _provenance(r: RunReport) -> str:
     rows = [("IREE compiler", _iree(r.iree.get("iree.compiler"))),
             ("IREE runtime", _iree(r.iree.get("iree.runtime"))),
-            ("iree-compile", _code(r.iree.get("iree-compile") or "not on PATH")),
+            ("iree-compile", _code(r.iree.get("iree-compile") or "not found")),
             ("executor", e(r.executor))]
     if r.image:
         img = r.image

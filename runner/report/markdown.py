@@ -107,9 +107,11 @@ def markdown(report: RunReport) -> str:
                       [[esc(c.title), STATUS[c.status], esc(c.message)] for c in r.checks]), ""]
     rows: list[list[object]]  # each table below, reused
     if s is not None:
-        rows = [[m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
-                 margin_text(m), "⚪ not judged (subset)" if s.subset
-                 else "✅ PASS" if m.passed else "❌ FAIL"] for m in (s.fid, s.clip)]
+        rows = [[metric, "—", "—", "—", f"⚪ {esc(s.not_scored_note(metric))}"] if m is None
+                else [m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
+                      margin_text(m), "⚪ not judged (subset)" if s.subset
+                      else "✅ PASS" if m.passed else "❌ FAIL"]
+                for metric, m in (("FID", s.fid), ("CLIP", s.clip))]
         lines += ["### Scores", "", *md_table(["metric", "score", "range", "margin", "result"],
                                             rows), "",
                   f"{s.n} samples scored ({esc(s.sample_ids)}; ranges set for "
@@ -119,7 +121,7 @@ def markdown(report: RunReport) -> str:
     rows = [["layout", esc(layout_line(r))],
             ["IREE compiler", iree_line(r.iree.get("iree.compiler"))],
             ["IREE runtime", iree_line(r.iree.get("iree.runtime"))],
-            ["iree-compile", code(r.iree.get("iree-compile") or "not on PATH")],
+            ["iree-compile", code(r.iree.get("iree-compile") or "not found")],
             ["harness image", image_line(r)],
             ["throughput", throughput_line(r)],
             ["worker deaths", deaths_line(r)],

@@ -10,7 +10,10 @@ from runner.report.collect import RunReport, finite
 SCHEMA = "iree-sdxl-runner/report/1"
 
 
-def _range(check: RangeCheck) -> dict[str, Any]:
+def _range(check: RangeCheck | None) -> dict[str, Any] | None:
+    """None for a metric not scored (`not_scored` names it)."""
+    if check is None:
+        return None
     return {**check.to_dict(), "margin": min(check.margin_low, check.margin_high)}
 
 
@@ -43,6 +46,7 @@ def results(report: RunReport) -> dict[str, Any]:
         "scores": None if s is None else {
             "verdict": s.state,
             "fid": _range(s.fid), "clip": _range(s.clip),
+            "not_scored": [m.lower() for m in s.not_scored],
             "n": s.n, "sample_ids": s.sample_ids, "ranges_samples": s.ranges_samples,
             "subset": s.subset, "comparable_with_mlperf": not s.labels,
             "labels": list(s.labels), "backbones": s.backbones,

@@ -1,0 +1,150 @@
+"""Finding IREE's tools without an activated venv: --iree-tools / $IREE_TOOL_PATH, then PATH,
+then the installed iree-base-compiler / iree-base-runtime packages, each resolved tool and
+the reason shown by `runner --version`. Runs `python -m runner` with a PATH that holds no
+IREE tool, as `/path/to/venv/bin/runner` does when the venv is not activated."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.errors import RunnerError
+from runner.iree_tools import REPORTED, find_tool
+
+REPO = Path(__file__).resolve().parent.parent
+BARE_PATH = "/usr/bin:/bin"  # system dirs: no IREE tool, no venv bin dir
+
+
+def package_paths() -> dict[str, str]:
+    """Where IREE's own Python packages say their tools are (what the console scripts
+    `iree-compile` / `iree-run-module` exec)."""
+    from iree._runtime import libs
+    from iree.compiler.tools.binaries import find_tool as compiler_tool
+
+    out = {name: os.path.normpath(compiler_tool(name)) for name in ("iree-compile", "iree-opt")}
+    for name in ("iree-run-module", "iree-benchmark-module"):
+        out[name] = os.path.join(libs.library_path, name)
+    return out
+
+
+def runner(*args: str, path: str = BARE_PATH, tool_path: str | None = None,
+           cache: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "IREE_TOOL_PATH"}
+    env.update(PATH=path, PYTHONPATH=str(REPO))
+    if tool_path is not None:
+        env["IREE_TOOL_PATH"] = tool_path
+    if cache is not None:
+        env["RUNNER_CACHE_DIR"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=REPO)
+
+
+def tool_lines(out: str) -> dict[str, str]:
+    return {line.split(":")[0].split()[0]: line for line in out.splitlines()
+            if line.startswith(REPORTED)}
+
+
+def wrapper_dir(directory: Path, name: str, real: str) -> Path:
+    """A tools dir holding `name`: a script that notes each call, then execs the real tool."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / name
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{directory}/calls.log"\nexec "{real}" "$@"\n')
+    script.chmod(0o755)
+    return directory
+
+
+def test_without_the_venv_on_path_the_installed_packages_tools_are_used(tmp_path):
+    assert all(shutil.which(t, path=BARE_PATH) is None for t in REPORTED)
+    expected = package_paths()
+    proc = runner("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = tool_lines(proc.stdout)
+    assert set(lines) == set(REPORTED)
+    for name, path in expected.items():
+        package = "iree.compiler" if name in ("iree-compile", "iree-opt") else "iree.runtime"
+        assert f": {path} (from {package}: " in lines[name], lines[name]
+        assert "not on PATH" in lines[name] and "$IREE_TOOL_PATH not set" in lines[name]
+    # The exact compile commands name the package's compiler.
+    proc = runner("compile", "--profile", "tiny", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(expected["iree-compile"] + " ")
+
+
+def test_a_real_compile_without_the_venv_on_path(tmp_path):
+    """The case the venv-less `runner run` stopped at: iree-compile runs, found through the
+    installed package (a 3-op module: seconds, not the tiny model's minute)."""
+    mlir = tmp_path / "add.mlir"
+    mlir.write_text("func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+                    "  %0 = arith.addf %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    code = ("import sys; from pathlib import Path; from runner.compile import compile_mlir; "
+            "r = compile_mlir(Path(sys.argv[1]), ('--iree-hal-target-device=local', "
+            "'--iree-hal-local-target-device-backends=llvm-cpu')); print(r.command[0]); "
+            "print(r.vmfb)")
+    env = {k: v for k, v in os.environ.items() if k != "IREE_TOOL_PATH"}
+    env.update(PATH=BARE_PATH, PYTHONPATH=str(REPO), RUNNER_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code, str(mlir)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    compiler, vmfb = proc.stdout.split()
+    assert compiler == package_paths()["iree-compile"]
+    assert Path(vmfb).stat().st_size > 0
+
+
+def test_override_dir_comes_first_and_is_used(tmp_path):
+    real = package_paths()["iree-compile"]
+    tools = wrapper_dir(tmp_path / "tools dir", "iree-compile", real)
+    proc = runner("--iree-tools", str(tools), "--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = tool_lines(proc.stdout)
+    assert f": {tools / 'iree-compile'} (from --iree-tools: iree-compile is in {tools})" \
+        in lines["iree-compile"]
+    # A tool the directory lacks falls through (IREE's own lookup does the same), and says so.
+    assert "not in --iree-tools, not on PATH" in lines["iree-run-module"]
+    assert (tools / "calls.log").read_text().splitlines() == ["--version"]  # it really ran
+    # $IREE_TOOL_PATH (IREE's variable) does the same, named as such, and beats PATH.
+    on_path = wrapper_dir(tmp_path / "on-path", "iree-compile", real)
+    proc = runner("compile", "--profile", "tiny", "--dry-run", tool_path=str(tools),
+                  path=f"{on_path}:{BARE_PATH}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"'{tools / 'iree-compile'}' ")
+    proc = runner("--version", tool_path=str(tools))
+    assert "(from $IREE_TOOL_PATH: iree-compile is in" in tool_lines(proc.stdout)["iree-compile"]
+
+
+def test_path_wins_over_the_packages(tmp_path):
+    """A build's tools first on PATH (the harness images, build-dir:/source: builds) are
+    used, not the wheel installed beside them."""
+    tools = wrapper_dir(tmp_path / "build" / "tools", "iree-compile",
+                        package_paths()["iree-compile"])
+    proc = runner("--version", path=f"{tools}:{BARE_PATH}")
+    assert proc.returncode == 0, proc.stderr
+    line = tool_lines(proc.stdout)["iree-compile"]
+    assert f": {tools / 'iree-compile'} (from PATH: " in line
+
+
+def test_missing_override_dir_is_a_clear_error(tmp_path):
+    missing = tmp_path / "no such dir"
+    proc = runner("--iree-tools", str(missing), "compile", "--profile", "tiny", "--dry-run")
+    assert proc.returncode == 2
+    assert f"--iree-tools: {missing} is not a directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = runner("compile", "--profile", "tiny", "--dry-run", tool_path=str(missing))
+    assert proc.returncode == 2 and f"$IREE_TOOL_PATH: {missing} is not a directory" \
+        in proc.stderr
+    # --version reports it per tool instead of stopping
+    proc = runner("--version", tool_path=str(missing))
+    assert proc.returncode == 0 and "iree-compile: $IREE_TOOL_PATH:" in proc.stdout
+
+
+def test_a_tool_nowhere_names_every_place_searched(monkeypatch):
+    monkeypatch.delenv("IREE_TOOL_PATH", raising=False)
+    monkeypatch.setenv("PATH", BARE_PATH)
+    with pytest.raises(RunnerError, match="not set, not on PATH, and no installed IREE "
+                                          "package ships it") as e:
+        find_tool("iree-no-such-tool")
+    assert "--iree-tools DIR" in str(e.value) and "IREE_TOOL_PATH" in str(e.value)
