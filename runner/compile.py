@@ -128,10 +128,11 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
         if not dry_run:
             raise RunnerError("MLIR file not found", where=str(mlir),
                               fix="run `runner export tiny`, or fix the model config's `mlir`")
-        key = "<key: sha256 of the MLIR, flags and compiler>"
+        key, shard = "<key: sha256 of the MLIR, flags and compiler>", "<key[:2]>"
     else:
         key = compile_key(mlir, flags, compiler)
-    out_dir = cache_dir() / "vmfb" / key[:2]
+        shard = key[:2]
+    out_dir = cache_dir() / "vmfb" / shard
     vmfb = out_dir / f"{key}.vmfb"
     command = [compiler.path, str(mlir), *flags, "-o", str(vmfb)]
     if dry_run or vmfb.is_file():
