@@ -161,11 +161,12 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     assert fid.margin_high < 0  # FID went up: further from the reference distribution
     assert json.loads(score.json_path.read_text())["verdict"] == "fail"
 
-    # An incomplete run is refused before scoring: exit 3, resumable.
+    # A generate dir missing a sample is refused before scoring. It has no run.json, so there
+    # is nothing to resume: bad input (exit 2), not an incomplete run (exit 3, test_accuracy_cli).
     (broken / "images" / "00031.png").unlink()
-    with pytest.raises(RunnerError, match="1 of 32 requested samples are missing"):
+    with pytest.raises(RunnerError, match="1 of 32 requested samples are not there"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 3
+    assert main(["score", str(broken), "--device", "cpu"]) == 2
 
 
 def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:

@@ -56,7 +56,8 @@ def test_root_help_says_what_it_does_then_workflows_then_grouped_commands(capsys
         main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    assert text.startswith("usage: runner [-h] [--version] COMMAND ...\n\nrunner compiles "
+    assert text.startswith("usage: runner [-h] [--version] [--iree-tools DIR[:DIR...]] COMMAND "
+                           "...\n\nrunner compiles "
                            "Stable Diffusion XL with IREE")
     assert "thin argparse layer" not in text and "clihelp" not in text  # no maintainer talk
     workflows = text.split("\nworkflows:\n", 1)[1].split("\n\n", 1)[0]
