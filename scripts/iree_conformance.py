@@ -254,8 +254,8 @@ def _rewrite(obj, keys: tuple[str, ...], fn: Callable[[str, str], str]):
 # shipped assets), in the case's folder, so it gets IREE's file name in a padding folder that
 # makes its folder's path as long as IREE's. The shared folders' names leave room for the
 # longest case name ("r" for room).
-TORCH_ARTIFACTS = "torch-artifacts-" + "r" * 32
-SHARKTANK_FILES = "sk-iree-" + "r" * 32
+TORCH_ARTIFACTS = "torch-artifacts-" + "r" * 48
+SHARKTANK_FILES = "sk-iree-" + "r" * 48
 ASSETS = REPO / "runner" / "assets"
 
 
