@@ -11,7 +11,8 @@ regression schema. Their files must name Azure blob URLs, so each case gets two 
 its suite: IREE's, whose references become `https://sharkpublic.blob.core.windows.net/...`
 URLs served from this machine (a local HTTPS proxy the Azure SDK reaches through
 HTTPS_PROXY, with a throwaway certificate it trusts through REQUESTS_CA_BUNDLE), and ours,
-whose references become absolute paths. Each mutation is applied to both.
+whose files are copied beside the test files that name them (the runner refuses a reference
+out of a test file's folder other than its shipped assets). Each mutation is applied to both.
 
 Times are measured twice and cannot be equal; a time verdict is made robust by the mutation
 itself (a golden far above or below the measurement), and the times are reported.
@@ -244,40 +245,90 @@ def _rewrite(obj, keys: tuple[str, ...], fn: Callable[[str, str], str]):
     return obj
 
 
-def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
-                 work: Path) -> None:
-    """ours/: references as absolute paths; iree/: as Azure URLs served from here.
+# A vmfb embeds the path of the MLIR it was compiled from (its folder, and its file name a
+# few dozen times), so its size depends on the lengths of both. IREE's runners keep the MLIRs
+# they download in folders shared by every case: the torch runner under
+# `<artifacts>/azure/<name>` (the name from `manifest.json`, which write_copies pre-seeds),
+# the sharktank runners under `<IREE_TEST_FILES>/artifacts/<model>_<submodel>/<name>`. Ours
+# must lie beside the test file that names it (the runner refuses anything else outside its
+# shipped assets), in the case's folder, so it gets IREE's file name in a padding folder that
+# makes its folder's path as long as IREE's. The shared folders' names leave room for the
+# longest case name ("r" for room).
+TORCH_ARTIFACTS = "torch-artifacts-" + "r" * 48
+SHARKTANK_FILES = "sk-iree-" + "r" * 48
+ASSETS = REPO / "runner" / "assets"
 
-    A vmfb embeds the path of the MLIR it was compiled from, so its size depends on that
-    path's length. IREE's runner keeps a download under `<artifacts>/azure/<name>`, its name
-    taken from `manifest.json` when the URL is listed there: the torch MLIRs are listed
-    (a pre-seeded cache entry) and our copy sits at `<artifacts>/ours_/<name>`, a path of the
-    same length, so both compiles give vmfbs of the same size. The sharktank runners keep it
-    under `<IREE_TEST_FILES>/artifacts/<model>_<submodel>/<name>` (`sk-iree`, shared by the
-    cases); ours sits under `sk-ours`, the same length."""
-    artifacts = work / "torch-artifacts"
-    manifest_path = artifacts / "azure" / "manifest.json"
+
+def iree_mlir_path(suite: Suite, rel: str, work: Path, name: str) -> Path:
+    """Where IREE's runner keeps (and compiles) the MLIR `name` that `rel` names."""
+    if suite.layout == "torch":
+        return work / TORCH_ARTIFACTS / "azure" / name
+    model, file_name = Path(rel).parent.name, Path(rel).stem
+    submodel = file_name.rsplit("_", 1)[0]
+    return work / SHARKTANK_FILES / "artifacts" / f"{model}_{submodel}" / name
+
+
+def padded_copy(src: Path, home: Path, iree: Path) -> Path:
+    """A copy of `src` as `home/<padding>/<IREE's file name>`, its folder's path as long as
+    IREE's."""
+    room = len(str(iree.parent)) - len(str(home / "p"))
+    if room < 0:
+        raise SystemExit(f"{home} is {-room} characters too long to match IREE's MLIR folder "
+                         f"{iree.parent}: lengthen TORCH_ARTIFACTS / SHARKTANK_FILES")
+    out = home / ("p" * (room + 1)) / iree.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, out)
+    assert len(str(out.parent)) == len(str(iree.parent)) and out.name == iree.name, (out, iree)
+    return out
+
+
+def beside(src: Path, home: Path) -> str:
+    """`src` copied into `home` (a test file's folder), named relative to it; a file of
+    the runner's shipped assets stays where it is, named by absolute path."""
+    if src.is_relative_to(ASSETS):
+        return str(src)
+    out = home / src.name
+    if out.is_file() and out.read_bytes() != src.read_bytes():
+        raise SystemExit(f"two files named {src.name} would land in {home}")
+    shutil.copyfile(src, out)
+    return src.name
+
+
+@dataclass
+class MlirPair:
+    """The MLIR one test file compiles: where IREE's runner keeps it and our copy (the same
+    file name, folders of the same length)."""
+
+    iree: Path
+    ours: Path
+
+
+def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
+                 work: Path) -> list[MlirPair]:
+    """ours/: every file a test file names is copied beside it (the runner's shipped assets
+    named where they are); iree/: references as Azure URLs served from here. The MLIRs both
+    compile, where vmfb sizes are compared (torch, quality, bench), lie at paths of the same
+    length (see TORCH_ARTIFACTS); the regression schema reports no sizes and names the
+    shipped MLIR."""
+    manifest_path = work / TORCH_ARTIFACTS / "azure" / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    pairs: list[MlirPair] = []
     for rel, raw in suite.files.items():
         base = suite.origin[rel]
+        home = case_dir / "ours" / Path(rel).parent
+        home.mkdir(parents=True, exist_ok=True)
 
-        def local(ref: str, key: str, base=base, rel=rel) -> str:
+        def local(ref: str, key: str, base=base, rel=rel, home=home) -> str:
             path = (base / ref).resolve()
-            if suite.layout == "quality" and key == "mlir":
-                submodel = Path(rel).stem.rsplit("_", 1)[0]
-                copy_path = work / "sk-ours" / "artifacts" / f"tiny_{submodel}" / path.name
-                copy_path.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, copy_path)
-                return str(copy_path)
-            if suite.layout != "torch" or key != "mlir":
-                return str(path)
-            name = f"{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}-{path.name}"
-            url = azure.put(path.read_bytes(), path.name)
-            manifest[url] = name
-            copy_path = artifacts / "ours_" / name
-            copy_path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, copy_path)
-            return str(copy_path)
+            if key != "mlir" or suite.layout == "regression":
+                return beside(path, home)
+            name = path.name
+            if suite.layout == "torch":
+                name = f"{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}-{path.name}"
+                manifest[azure.put(path.read_bytes(), path.name)] = name
+            iree = iree_mlir_path(suite, rel, work, name)
+            pairs.append(MlirPair(iree, padded_copy(path, home, iree)))
+            return str(pairs[-1].ours.relative_to(home))
 
         def url(ref: str, key: str, base=base) -> str:
             path = (base / ref).resolve()
@@ -295,6 +346,15 @@ def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
             out = case_dir / side / "bench" / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(raw, indent=1))
+    return pairs
+
+
+def misplaced(pairs: list[MlirPair]) -> str:
+    """After IREE's run: the MLIRs it did not keep where iree_mlir_path says (its vmfb sizes
+    would then not be comparable with ours), as a message; empty when all are there."""
+    missing = sorted({str(p.iree) for p in pairs if not p.iree.is_file()})
+    return f"IREE's MLIR not at {', '.join(missing)}: vmfb sizes not comparable" \
+        if missing else ""
 
 
 # --- running both ----------------------------------------------------------------------
@@ -338,7 +398,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> int:
 def runner(args: list[str], log: Path) -> int:
     """Our runner. The sharktank suites get a compile cache of their own: a cached vmfb keeps
     the MLIR path of its first compile, and the torch suite compiles the same MLIR with the
-    same flags from another path (see write_copies)."""
+    same flags from a path of another length (see TORCH_ARTIFACTS)."""
     cache = Path(os.environ["RUNNER_CACHE_DIR"])
     if "/tiny-torch" not in " ".join(args):
         cache = cache.with_name(cache.name + "-sharktank")
@@ -392,7 +452,7 @@ class Env:
 
 
 def iree_torch(env: Env, case_dir: Path) -> dict[str, Verdict]:
-    art = env.work / "torch-artifacts"  # shared: downloads, modules, random archives cached
+    art = env.work / TORCH_ARTIFACTS  # shared: downloads, modules, random archives cached
     art.mkdir(parents=True, exist_ok=True)
     xml, summary = case_dir / "iree.xml", case_dir / "iree-summary"
     summary.mkdir(exist_ok=True)
@@ -423,7 +483,7 @@ def iree_quality(env: Env, case_dir: Path, vmfbs: Path) -> dict[str, Verdict]:
          "model_quality_run.py", f"--test-file-directory={case_dir / 'iree' / 'tiny'}"],
         env.its / "sharktank_models" / "quality_tests",
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "mi300",
-                      "IREE_TEST_FILES": str(env.work / "sk-iree"),
+                      "IREE_TEST_FILES": str(env.work / SHARKTANK_FILES),
                       "TEST_OUTPUT_ARTIFACTS": str(vmfbs)}), case_dir / "iree-quality.log")
     return {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
 
@@ -435,7 +495,7 @@ def iree_bench(env: Env, case_dir: Path, vmfbs: Path) -> dict[str, Verdict]:
          "model_benchmark_run.py", f"--test-file-directory={case_dir / 'iree' / 'bench'}"],
         env.its / "sharktank_models" / "benchmarks",
         env.iree_env({"BACKEND": "cpu", "ROCM_CHIP": "gfx942", "SKU": "cpu",
-                      "IREE_TEST_FILES": str(env.work / "sk-iree"),
+                      "IREE_TEST_FILES": str(env.work / SHARKTANK_FILES),
                       "TEST_OUTPUT_ARTIFACTS": str(vmfbs), "JOB_SUMMARY_PATH": str(summary)}),
         case_dir / "iree-bench.log")
     found = {k.split("::")[-1].strip(): v for k, v in junit(xml).items()}
@@ -642,7 +702,7 @@ CASES = [
 
 def random_archives(case_dir: Path, env: Env) -> dict[str, str]:
     """sha256 of IREE's generated archive and of ours, for (clip module, seed 7)."""
-    iree = env.work / "torch-artifacts" / "random_irpa" / "tiny-torch" / "modules" / \
+    iree = env.work / TORCH_ARTIFACTS / "random_irpa" / "tiny-torch" / "modules" / \
         "clip_cpu" / "param_7.irpa"
     mlir = REPO / "runner" / "assets" / "tiny" / "clip_bs1.mlir"
     from runner.fileio import sha256_file
@@ -660,7 +720,7 @@ def run_case(case: Case, env: Env) -> list[dict]:
             "regression": regression_suite}[case.layout]()
     suite = copy.deepcopy(base)
     case.mutate(suite, case_dir)
-    write_copies(suite, case_dir, env.azure, env.work)
+    pairs = write_copies(suite, case_dir, env.azure, env.work)
     ours_dir = case_dir / "ours"
     extra: dict[str, dict[str, Verdict]] = {}
     if case.layout == "torch":
@@ -689,6 +749,7 @@ def run_case(case: Case, env: Env) -> list[dict]:
                           ["--backend", "cpu"])
         ours = {k if k.endswith("_cpu") else f"{k}_cpu": v for k, v in ours.items()}
     rows = []
+    elsewhere = misplaced(pairs)
     for name in sorted(set(iree) | set(ours) - {"*"}):
         a = iree.get(name, Verdict("missing"))
         b = ours.get(name, ours.get("*", Verdict("missing")))
@@ -699,10 +760,11 @@ def run_case(case: Case, env: Env) -> list[dict]:
         numbers_agree = all(x == y or (isinstance(x, float) and abs(x - y) < 1e-3)
                             for x, y in same.values())
         row = {"case": case.name, "intent": case.intent, "test": name, "iree": a.status,
-               "ours": b.status, "agree": a.status == b.status and numbers_agree,
+               "ours": b.status,
+               "agree": a.status == b.status and numbers_agree and not elsewhere,
                "numbers": same, "iree_time_ms": a.numbers.get("time_ms"),
-               "ours_time_ms": b.numbers.get("time_ms"), "iree_message": a.message,
-               "ours_message": b.message}
+               "ours_time_ms": b.numbers.get("time_ms"),
+               "iree_message": elsewhere or a.message, "ours_message": b.message}
         if "strict" in extra:
             row["ours_strict"] = extra["strict"].get(name, Verdict("missing")).status
         rows.append(row)
@@ -744,7 +806,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="case names (prefixes) to run")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    # Our own cache: a cached vmfb keeps the MLIR path of its first compile (see write_copies).
+    # Our own cache: a cached vmfb keeps the MLIR path of its first compile (TORCH_ARTIFACTS).
     os.environ["RUNNER_CACHE_DIR"] = str(args.work.resolve() / "runner-cache")
     env = Env(args.iree_test_suites.resolve(), args.python, args.work.resolve(),
               AzureOnThisMachine(args.work.resolve()),
