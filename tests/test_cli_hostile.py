@@ -27,12 +27,19 @@ def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "12",
          "--no-score", "--out", str(out)],
-        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As a terminal's Ctrl-C finds it: a shell without job control starts a background
+        # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
+        preexec_fn=_sigint_default)
     deadline = time.monotonic() + 300
     store = SampleStore(out)
     while time.monotonic() < deadline and proc.poll() is None:
