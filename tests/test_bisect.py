@@ -386,7 +386,7 @@ def test_goldens_bisect_runs_the_suite_with_each_build(tmp_path):
         assert {r["status"] for r in results["results"]} == {"passed"}
 
 
-def test_verdicts_of_throughput_compstat_and_exit_codes():
+def test_verdicts_of_throughput_compstat_accuracy_and_exit_codes():
     from runner.bisect.judge import judge
 
     def run(*rates):
@@ -417,6 +417,20 @@ def test_verdicts_of_throughput_compstat_and_exit_codes():
     assert judge(parse_test("compile"), None, broken).state == BAD
     crashed = {"probe": {"ok": False, "stage": "run", "error": "the pipeline crashed"}}
     assert judge(parse_test("images"), good, crashed).state == BAD
+    # accuracy: the build's own FID/CLIP against the profile's ranges; unscored is a skip
+    accuracy = parse_test("accuracy")
+
+    def scored(**score):
+        return {"probe": {"ok": True}, "score": score}
+
+    inside = judge(accuracy, None, scored(fid=0.007, clip=-2.59, passed=True, state="pass"))
+    assert inside.state == GOOD and inside.metric == "FID 0.007, CLIP -2.59: pass"
+    assert judge(accuracy, None, scored(fid=9.5, clip=-9.0, passed=False,
+                                        state="fail")).state == BAD
+    unscored = judge(accuracy, None, scored(error="no images to score", passed=False,
+                                            state="error"))
+    assert unscored.state == SKIP and "no images to score" in unscored.metric
+    assert judge(accuracy, None, crashed).state == BAD
 
 
 def test_accuracy_needs_the_profiles_sample_set(tmp_path):

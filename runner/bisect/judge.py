@@ -175,6 +175,8 @@ def _compstat(ref: dict, now: dict) -> Verdict:
 
 def _accuracy(now: dict) -> Verdict:
     score = now["score"]
+    if "error" in score:  # scoring happens on this host: the build's images could not decide
+        return Verdict(SKIP, f"skipped: not scored: {score['error']}", score)
     return Verdict(GOOD if score["passed"] else BAD,
                    f"FID {score['fid']:.6g}, CLIP {score['clip']:.6g}: {score['state']}", score)
 
