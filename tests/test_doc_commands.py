@@ -400,7 +400,8 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         BUILDS, "tests/test_bisect.py::"
                 "test_trend_over_commits_marks_where_the_image_bytes_changed"),
     "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t": (
-        BUILDS, "tests/test_bisect.py::test_verdicts_of_throughput_compstat_accuracy_and_exit_codes"),
+        BUILDS, "tests/test_bisect.py::"
+        "test_verdicts_of_throughput_compstat_accuracy_and_exit_codes"),
     "runner bisect --good commit:<sha> --bad commit:<sha> --repo ~/iree --test "
     "script:./repro.sh --out runs/b --dry-run": (
         PLACEHOLDER + "; an IREE checkout", "tests/test_bisect.py::"
