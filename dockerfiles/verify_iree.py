@@ -129,7 +129,7 @@ def main() -> int:
             problems.append(f"{var} points at the build secrets in the final image")
 
     try:
-        from runner.provenance import iree_provenance
+        from runner.base.provenance import iree_provenance
 
         runner_view = iree_provenance()
     except Exception as e:

@@ -1,6 +1,6 @@
 """The `runner` command: a thin argparse layer over the library.
 
-Exit codes are one table for every command (runner.errors.EXIT_CODES), printed in each
+Exit codes are one table for every command (runner.base.errors.EXIT_CODES), printed in each
 command's help; every subcommand's help carries examples (runner.clihelp.document), and the
 root help groups the commands by workflow (runner.clihelp.COMMAND_GROUPS).
 """
@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.accuracy.cli import register as register_accuracy
+from runner.base.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    RunnerError,
+    is_disk_full,
+)
 from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
@@ -34,18 +42,10 @@ from runner.clihelp import (
     profile_overrides,
 )
 from runner.docker.cli import register as register_image
-from runner.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_INCOMPLETE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    RunnerError,
-    is_disk_full,
-)
-from runner.export.cli import register as register_export
 from runner.goldens.cli import register as register_goldens
 from runner.inputs.cliargs import COUNT, count_list
 from runner.loadgen.cli import register as register_mlperf
+from runner.model.export.cli import register as register_export
 from runner.report.cli import register as register_report
 
 
@@ -53,7 +53,7 @@ def _profile(args: argparse.Namespace):
     """The profile with `--set` overrides and, where the command has them, layout flags."""
     import dataclasses
 
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     profile = load_profile(args.profile, {**profile_overrides(getattr(args, "set", None)),
                                           **metrics_override(args)})
@@ -208,7 +208,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from runner.compiled_model import compile_model
+    from runner.model.compiled_model import compile_model
 
     profile = _profile(args)
     sizes = args.batch_sizes
@@ -242,8 +242,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from runner.compiled_model import fetch_artifacts
-    from runner.sources import redact_url
+    from runner.config.sources import redact_url
+    from runner.model.compiled_model import fetch_artifacts
 
     for ref, path in fetch_artifacts(_profile(args), dry_run=args.dry_run):
         print(f"{redact_url(ref)} -> {path}" if args.dry_run else path)
@@ -251,7 +251,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from runner.generate import generate
+    from runner.model.generate import generate
 
     result = generate(_profile(args), _sample_ids(args, None), Path(args.out))
     print(f"{len(result.images)} images in {result.seconds:.1f}s -> {result.out}/images")
@@ -268,12 +268,11 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def version_text() -> str:
     """The runner's version, then which IREE it would use and where that comes from: a
     source build shadowed by an installed wheel shows up here first. Each IREE tool's line
-    says which place it was found in and why (runner.iree_tools)."""
+    says which place it was found in and why (runner.base.iree_tools)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from runner.compile import compiler_info
-    from runner.iree_tools import REPORTED, find_tool
-    from runner.provenance import iree_provenance
+    from runner.base.iree_tools import REPORTED, compiler_info, find_tool
+    from runner.base.provenance import iree_provenance
 
     try:
         mine = version("iree-sdxl-runner")
@@ -316,7 +315,7 @@ class RunnerParser(argparse.ArgumentParser):
     can be a URL carrying a token); subcommand parsers are made of the same class."""
 
     def error(self, message: str):  # type: ignore[override]
-        from runner.sources import redact_secrets
+        from runner.config.sources import redact_secrets
 
         super().error(redact_secrets(message))
 
@@ -445,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _use_tool_dirs(argv: list[str] | None) -> None:
     """`--iree-tools` takes effect before the rest is parsed, so `--version` (printed while
     parsing) and every command resolve the same tools."""
-    from runner.iree_tools import use_tool_dirs
+    from runner.base.iree_tools import use_tool_dirs
 
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument(TOOLS_FLAG)
@@ -494,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
 def _error(message: str, command: str) -> None:
     """The one place a command's error reaches the user (and CI annotations): redacted, so
     no token in a URL, path or tool output a message quotes is ever printed."""
+    from runner.config.sources import redact_secrets
     from runner.report.ci import annotate
-    from runner.sources import redact_secrets
 
     message = redact_secrets(message)
     print(f"error: {message}", file=sys.stderr)

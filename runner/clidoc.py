@@ -11,6 +11,8 @@ import argparse
 import re
 from collections.abc import Iterator
 
+from runner.base.errors import EXIT_CODES
+from runner.base.paths import REPO_DIR
 from runner.clihelp import (
     ABOUT,
     WORKFLOWS,
@@ -19,8 +21,6 @@ from runner.clihelp import (
     subparsers_of,
     walk,
 )
-from runner.errors import EXIT_CODES
-from runner.paths import REPO_DIR
 
 USAGE_WIDTH = 100  # fixed, so the page does not depend on the terminal that built it
 _CODE_SPAN = re.compile(r"(`[^`]*`)")

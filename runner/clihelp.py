@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.errors import EXIT_CODES
+from runner.base.errors import EXIT_CODES
 from runner.inputs.cliargs import COUNT
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
@@ -256,7 +256,7 @@ def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
 def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     """`--set a.b=v` items as dotted profile overrides (values parsed as YAML, bounded as a
     profile's are: runner.inputs.yamlfile)."""
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
     from runner.inputs.yamlfile import parse_yaml
 
     out: dict[str, Any] = {}
@@ -305,7 +305,7 @@ def add_metrics(p: argparse.ArgumentParser) -> None:
 
 def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
     """`--metrics` as the profile override it stands for (`accuracy.metrics`)."""
-    from runner.profile import parse_metrics
+    from runner.config.profile import parse_metrics
 
     value = getattr(args, "metrics", None)
     return {"accuracy.metrics": list(parse_metrics(value, "--metrics"))} if value else {}

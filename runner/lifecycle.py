@@ -50,15 +50,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.provenance import host_info, iree_provenance
 from runner.batch.aggregate import AggregateResult, aggregate
+from runner.batch.executor_for import executor_for
 from runner.batch.executors import Executed, Execution, Executor, LocalExecutor, watch
 from runner.batch.lifeline import reap_orphans
 from runner.batch.queue import WorkQueue
 from runner.batch.run import RunOutcome, plan_for, recorded_profile, write_reproduce
 from runner.batch.worker import stats_path
-from runner.errors import RunnerError
-from runner.layout import Plan
-from runner.manifest import (
+from runner.config.layout import Plan
+from runner.config.mlperf_data import CAPTIONS_FILE
+from runner.config.profile import Profile
+from runner.rundir.directory import DiskFull, RunDir
+from runner.rundir.manifest import (
     FAILED,
     FINISHED,
     KILLED,
@@ -67,12 +72,8 @@ from runner.manifest import (
     RunManifest,
     now_text,
 )
-from runner.mlperf_data import CAPTIONS_FILE
-from runner.mlperf_log import LOG_NAME
-from runner.profile import Profile
-from runner.provenance import host_info, iree_provenance
-from runner.rundir import DiskFull, RunDir
-from runner.store import SampleStore
+from runner.rundir.mlperf_log import LOG_NAME
+from runner.rundir.store import SampleStore
 
 ACCURACY_JSON = "accuracy.json"
 LOW_SPACE_BYTES = 4 << 20  # an SDXL sample PNG is about 1.5 MB
@@ -90,32 +91,6 @@ class Completed:
     @property
     def exit_code(self) -> int:
         return self.score.verdict.exit_code if self.score is not None else 0
-
-
-def executor_for(name: str, profile: Profile, *, image: str | None = None,
-                 captions: Path | None = None, slurm: Any = None) -> Executor:
-    """The executor called `name`: `local`, `docker` (needs the harness image tag) or
-    `slurm` (needs SlurmOptions; its node tasks use a local or docker launcher)."""
-    if name == "local":
-        return LocalExecutor()
-    if name == "docker":
-        if not image:
-            raise RunnerError("the docker executor needs a harness image", where="--image",
-                              fix="build one with `runner image build --from wheels:3.13.0` "
-                              "and pass its tag")
-        from runner.docker.executor import DockerExecutor, read_only_inputs
-
-        return DockerExecutor(image, read_only_inputs(profile, captions or CAPTIONS_FILE))
-    if name == "slurm":
-        from runner.batch.cluster import SlurmOptions
-        from runner.batch.slurm import SlurmExecutor
-
-        options = (slurm or SlurmOptions()).validated()
-        node = executor_for(options.node_executor, profile, image=options.image,
-                            captions=captions)
-        return SlurmExecutor(options, node)
-    raise RunnerError(f"unknown executor {name!r}", where="--executor",
-                      fix="use local, docker or slurm")
 
 
 class Lifecycle:

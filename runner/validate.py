@@ -23,13 +23,13 @@ from typing import Any
 
 import yaml
 
-from runner import shellscript
-from runner.compiled_model import CompiledModel
+from runner.base import shellscript
+from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
+from runner.base.paths import cache_dir
+from runner.config.profile import Profile
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
-from runner.errors import EXIT_FAILED, EXIT_OK, RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text, sha256_file
-from runner.paths import cache_dir
-from runner.profile import Profile
+from runner.model.compiled_model import CompiledModel
 
 STATE = "validate.json"
 RUN = "run"
@@ -192,7 +192,7 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
                    compile_fn) -> dict:
     from runner.batch.run import plan_for
     from runner.lifecycle import Lifecycle, executor_for
-    from runner.rundir import RunDir
+    from runner.rundir.directory import RunDir
 
     run_dir = RunDir(run_dir).path  # absolute: mounted into every worker container
     executor = executor_for("docker", req.profile, image=tag)

@@ -37,7 +37,7 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 def by_hand(suite: Path, work: Path) -> float:
     """iree-compile + iree-run-module per test, with the commands `check` says it runs."""
-    from runner.compile import compiler_info
+    from runner.base.iree_tools import compiler_info
     from runner.goldens.check import run_module_command
     from runner.goldens.plan import CheckOptions, plan
     from runner.goldens.testfile import load_tests

@@ -12,12 +12,12 @@ import json
 import os
 import time
 
-from runner.compiled_model import compile_model
-from runner.export.oracle import TorchOracle
-from runner.layout import CPU_IDS_FLAG
-from runner.mlperf_data import load_captions
-from runner.pipeline.loader import open_pipeline
-from runner.profile import load_profile
+from runner.config.layout import CPU_IDS_FLAG
+from runner.config.mlperf_data import load_captions
+from runner.config.profile import load_profile
+from runner.model.compiled_model import compile_model
+from runner.model.export.oracle import TorchOracle
+from runner.model.pipeline.loader import open_pipeline
 
 
 def per_image(generate, prompts: list[str]) -> float:

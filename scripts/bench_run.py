@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 from runner.batch.aggregate import aggregate
-from runner.compiled_model import compile_model
-from runner.layout import CPU_IDS_FLAG
+from runner.config.layout import CPU_IDS_FLAG
+from runner.config.mlperf_data import load_captions
+from runner.config.profile import load_profile
 from runner.lifecycle import execute_run
-from runner.mlperf_data import load_captions
-from runner.pipeline.loader import open_pipeline
-from runner.profile import load_profile
-from runner.store import SampleStore
+from runner.model.compiled_model import compile_model
+from runner.model.pipeline.loader import open_pipeline
+from runner.rundir.store import SampleStore
 
 
 def bare_loop(count: int) -> float:

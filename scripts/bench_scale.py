@@ -43,8 +43,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner.images import encode_png  # noqa: E402
-from runner.store import PNG_LEVEL, SampleStore, SampleWriter  # noqa: E402
+from runner.model.images import encode_png  # noqa: E402
+from runner.rundir.store import PNG_LEVEL, SampleStore, SampleWriter  # noqa: E402
 
 SIZE = 1024
 MLPERF_SAMPLES = 5000
@@ -184,9 +184,9 @@ LOADED_FLOOR = """
 import hashlib, json, os, sys, threading, time
 from pathlib import Path
 import numpy as np
-from runner.mlperf_log import hex_upper_into
-from runner.parallel import default_jobs
-from runner.store import SampleStore
+from runner.rundir.mlperf_log import hex_upper_into
+from runner.rundir.parallel import default_jobs
+from runner.rundir.store import SampleStore
 run_dir, n, log_bytes, target, parts = (Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                         Path(sys.argv[4]), sys.argv[5].split(","))
 paths = [SampleStore(run_dir).path(i) for i in range(n)]
@@ -297,8 +297,8 @@ from pathlib import Path
 from runner.accuracy.backbones import load_backbones
 from runner.accuracy.inception import INPUT_SIZE
 from runner.accuracy.score import ScoreSettings, reader_jobs, score_samples
-from runner.mlperf_data import load_captions
-from runner.store import SampleStore
+from runner.config.mlperf_data import load_captions
+from runner.rundir.store import SampleStore
 run_dir, n, batch, device = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 bb = load_backbones("seeded", 0, device=device)
 captions = load_captions()

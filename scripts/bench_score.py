@@ -31,13 +31,13 @@ from runner.accuracy.frechet import frechet_eigh, frechet_sqrtm, load_statistics
 from runner.accuracy.samples import open_source, parse_ids  # noqa: E402
 from runner.accuracy.score import ScoreSettings, score_samples  # noqa: E402
 from runner.accuracy.settings import accuracy_settings  # noqa: E402
-from runner.mlperf_data import load_captions  # noqa: E402
+from runner.config.mlperf_data import load_captions  # noqa: E402
 
 
 def images_of(run: Path | None, profile_name: str, samples: str, tmp: Path):
     if run is None:
         from runner.accuracy.oracle_runs import oracle_run
-        from runner.profile import load_profile
+        from runner.config.profile import load_profile
 
         print(f"generating tiny oracle images for qsl {samples} ...", file=sys.stderr)
         run = oracle_run(tmp / "oracle", load_profile(profile_name),

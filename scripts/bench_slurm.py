@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from runner.batch.slurm import SlurmOptions
+from runner.config.profile import load_profile
 from runner.lifecycle import execute_run, executor_for
-from runner.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -705,7 +705,7 @@ def random_archives(case_dir: Path, env: Env) -> dict[str, str]:
     iree = env.work / TORCH_ARTIFACTS / "random_irpa" / "tiny-torch" / "modules" / \
         "clip_cpu" / "param_7.irpa"
     mlir = REPO / "runner" / "assets" / "tiny" / "clip_bs1.mlir"
-    from runner.fileio import sha256_file
+    from runner.base.fileio import sha256_file
 
     ours = archive_path(mlir, 7)
     return {"iree": sha256_file(iree) if iree.is_file() else "missing",

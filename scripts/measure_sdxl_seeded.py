@@ -19,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from runner.compile import compiler_info
-from runner.export.store import ExportSource, ensure_export
-from runner.model_config import ModelConfig
-from runner.profile import load_profile
+from runner.base.iree_tools import compiler_info
+from runner.config.exports import ExportSource
+from runner.config.model_config import ModelConfig
+from runner.config.profile import load_profile
+from runner.model.export.store import ensure_export
 
 
 def timed(argv: list[str], log: Path) -> dict:

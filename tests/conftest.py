@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.compiled_model import CompiledModel, compile_model
-from runner.profile import Profile, load_profile
+from runner.config.profile import Profile, load_profile
+from runner.model.compiled_model import CompiledModel, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.docker.engine import connect
 from runner.docker.image import BuildResult, build_image, parse_source
-from runner.errors import RunnerError
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "docker_setup.sh"

@@ -22,8 +22,8 @@ from runner.accuracy.frechet import (
 from runner.accuracy.samples import format_ids, open_source, parse_ids, scan_log_ids
 from runner.accuracy.score import check_image
 from runner.accuracy.verdict import judge, mlperf_line
-from runner.errors import RunnerError
-from runner.profile import Accuracy
+from runner.base.errors import RunnerError
+from runner.config.profile import Accuracy
 
 # MLPerf's published SDXL ranges (closed division) and fp32 reference scores.
 MLPERF_FID = (23.01085758, 23.95007626)
@@ -307,8 +307,8 @@ def test_log_id_scan_finds_every_record_across_chunk_edges(tmp_path):
 
 
 def test_source_kinds(tmp_path):
-    from runner.images import write_png
-    from runner.store import SampleStore
+    from runner.model.images import write_png
+    from runner.rundir.store import SampleStore
 
     run = tmp_path / "run"
     store = SampleStore(run)
@@ -320,8 +320,8 @@ def test_source_kinds(tmp_path):
         "store", "cpu", (0, 1, 2, 3), (0, 1, 3))
     assert [i for i, _ in src.iter_samples()] == [0, 1, 3]
     # `runner run` records the profile file and captions it used: those win over the name.
-    from runner.mlperf_data import CAPTIONS_FILE
-    from runner.paths import CONFIGS_DIR
+    from runner.base.paths import CONFIGS_DIR
+    from runner.config.mlperf_data import CAPTIONS_FILE
 
     (run / "run.json").write_text(json.dumps({
         "profile": "cpu", "profile_path": str(CONFIGS_DIR / "cpu.yaml"),

@@ -33,13 +33,13 @@ from runner.accuracy.score import (
 )
 from runner.accuracy.settings import accuracy_settings
 from runner.accuracy.verdict import judge, subset_label
+from runner.base.errors import IncompleteRun, RunnerError
+from runner.base.fileio import sha256_bytes
+from runner.base.paths import CONFIGS_DIR
 from runner.cli import main
-from runner.errors import IncompleteRun, RunnerError
-from runner.fileio import sha256_bytes
-from runner.images import write_png
-from runner.mlperf_data import load_captions
-from runner.paths import CONFIGS_DIR
-from runner.profile import load_profile
+from runner.config.mlperf_data import load_captions
+from runner.config.profile import load_profile
+from runner.model.images import write_png
 
 
 def synthetic_images(seed: int, n: int, size: int = 128) -> np.ndarray:
@@ -195,7 +195,7 @@ def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys)
 
 def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):
     """A `runner run` dir (run.json + PNG store) that asked for 0-3 but holds 0-2."""
-    from runner.store import SampleStore
+    from runner.rundir.store import SampleStore
 
     run = tmp_path / "run"
     store = SampleStore(run)

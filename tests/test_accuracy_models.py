@@ -14,8 +14,8 @@ open_clip = pytest.importorskip("open_clip")
 from runner.accuracy import backbones as bb  # noqa: E402
 from runner.accuracy.clip_score import ClipScorer, cosine_scores  # noqa: E402
 from runner.accuracy.inception import images_to_unit_float  # noqa: E402
-from runner.errors import RunnerError  # noqa: E402
-from runner.mlperf_data import load_captions  # noqa: E402
+from runner.base.errors import RunnerError  # noqa: E402
+from runner.config.mlperf_data import load_captions  # noqa: E402
 
 SEED = 0
 
@@ -213,7 +213,7 @@ def test_pretrained_path_loads_weights_files(tmp_path, inception, clip, images, 
     fp16 tensors) on files we made, with their own checksums standing in for the published
     ones; the scores equal the seeded networks' (with CLIP weights rounded to fp16 as
     OpenAI's file stores them)."""
-    from runner.fileio import sha256_file
+    from runner.base.fileio import sha256_file
 
     fid_path = tmp_path / bb.FID_WEIGHTS.name
     torch.save(inception.state_dict(), fid_path)
@@ -245,7 +245,7 @@ def test_pretrained_path_loads_weights_files(tmp_path, inception, clip, images, 
 def test_fid_alone_needs_only_the_fid_weights_file(tmp_path, monkeypatch, inception):
     """What many IREE developers have: TF-FID's Inception file and no CLIP weights. FID
     alone loads it and never looks for CLIP's; both stop at the missing CLIP file."""
-    from runner.fileio import sha256_file
+    from runner.base.fileio import sha256_file
 
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("RUNNER_CLIP_WEIGHTS", raising=False)

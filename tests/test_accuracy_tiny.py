@@ -27,10 +27,10 @@ from runner.accuracy.evaluate import evaluate_run
 from runner.accuracy.frechet import load_statistics
 from runner.accuracy.samples import open_source, parse_ids
 from runner.accuracy.settings import accuracy_settings
+from runner.base.errors import RunnerError
+from runner.base.paths import CONFIGS_DIR
 from runner.cli import main
-from runner.errors import RunnerError
-from runner.paths import CONFIGS_DIR
-from runner.profile import load_profile
+from runner.config.profile import load_profile
 
 CAL = json.loads((TINY_DIR / RECORD_NAME).read_text())
 IDS = list(parse_ids(TINY_SAMPLES))
@@ -55,7 +55,7 @@ def backbones():
 
 @pytest.fixture(scope="module")
 def oracle_dir(tmp_path_factory, tiny_profile):
-    pytest.importorskip("runner.export.oracle")
+    pytest.importorskip("runner.model.export.oracle")
     from runner.accuracy.oracle_runs import oracle_run
 
     return oracle_run(tmp_path_factory.mktemp("oracle"), tiny_profile, IDS, progress=False)
@@ -130,7 +130,7 @@ def test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log(
 
 def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, oracle_score, tmp_path,
                                          capsys):
-    from runner.generate import generate
+    from runner.model.generate import generate
 
     out = tmp_path / "iree"
     generate(tiny_profile, IDS, out)
@@ -151,7 +151,7 @@ def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, oracle_sco
 def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     """Guidance 2.0 instead of 8.0 (a wrong constant in a compiled pipeline): both scores
     leave their ranges; exit code 1. Also the subset rules on the same run."""
-    pytest.importorskip("runner.export.oracle")
+    pytest.importorskip("runner.model.export.oracle")
     broken = tmp_path / "guidance2"
     assert main(["oracle", str(broken), "--samples", TINY_SAMPLES, "--guidance", "2.0"]) == 0
     score = evaluate_run(broken, backbones=backbones, batch_size=BATCH, progress=False)
@@ -190,7 +190,7 @@ def test_loader_thread_and_log_reader_score_bit_identically_to_the_plain_path(ba
     twice. Same-run references only: a score frozen on another CPU is not one (its BLAS and
     torch kernels round differently; see docs/CONTRIBUTING.md)."""
     from runner.accuracy.score import ScoreSettings, score_samples
-    from runner.mlperf_data import load_captions
+    from runner.config.mlperf_data import load_captions
 
     images = _frozen_images()
     captions = load_captions()

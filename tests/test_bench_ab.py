@@ -58,7 +58,7 @@ def test_ab_dry_run_prints_both_arms(tmp_path, capsys):
     assert main(["bench", *COMMON, "--ab-tuning-spec", str(SPEC), "--dump-tuning-specs",
                  "--out", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    # Each run is printed with the worker's view in front (taskset/numactl, runner.layout).
+    # Each run is printed with the worker's view in front (taskset/numactl, runner.config.layout).
     runs = [x for x in out.splitlines() if "iree-benchmark-module" in x.split()]
     assert len(runs) == 2 and runs[0] != runs[1]
     assert "--iree-codegen-dump-tuning-specs-to=" in out

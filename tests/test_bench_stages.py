@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.bench import benchmark_module as bm
-from runner.errors import RunnerError
 
 
 def _vae_command(compiled, repetitions: int) -> bm.BenchCommand:

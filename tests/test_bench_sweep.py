@@ -214,7 +214,7 @@ def test_a_gpu_workers_stage_commands_carry_its_whole_view(capsys):
                                f"numactl --cpunodebind=1 --membind=1 {bm.TOOL} --device=hip ")
 
     from runner.batch.run import plan_for
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     worker = plan_for(load_profile("sdxl", {"layout.numa": True, "layout.gpus": 8,
                                             "layout.partition": "cpx", "layout.devices": "41"})

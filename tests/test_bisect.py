@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
+from runner.base.paths import cache_dir
 from runner.bisect.builds import Sources, parse_build, version_key
 from runner.bisect.judge import BAD, GOOD, SKIP, parse_test
 from runner.bisect.search import Bisection
-from runner.errors import RunnerError
-from runner.paths import cache_dir
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_VERSIONS = ("3.11.0", "3.12.0")  # their tiny-model images differ by 1 LSB

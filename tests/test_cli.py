@@ -13,9 +13,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from runner.base.errors import EXIT_CODES
 from runner.cli import build_parser, main
 from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
-from runner.errors import EXIT_CODES
 
 
 def runner(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -128,7 +128,7 @@ def test_version_names_every_iree_and_where_it_comes_from():
     import iree.compiler
     import iree.runtime
 
-    from runner.compile import compiler_info
+    from runner.base.iree_tools import compiler_info
 
     assert lines[1].startswith("iree.compiler 3.13") and iree.compiler.__file__ in lines[1]
     assert lines[2].startswith("iree.runtime 3.13") and iree.runtime.__file__ in lines[2]

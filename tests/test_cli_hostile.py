@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from host_support import tmpfs
 
-from runner.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
-from runner.manifest import KILLED
-from runner.rundir import RunDir
-from runner.store import SampleStore
+from runner.base.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from runner.rundir.directory import RunDir
+from runner.rundir.manifest import KILLED
+from runner.rundir.store import SampleStore
 
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain"}
 

@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.compile import CompilerInfo, compile_key, compile_mlir, compiler_info, rocm_chip_flag
-from runner.compiled_model import compile_model
-from runner.errors import RunnerError
-from runner.profile import load_profile
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
+from runner.config.profile import load_profile
+from runner.model.compile import compile_key, compile_mlir
+from runner.model.compiled_model import compile_model
 
 TINY = Path(__file__).resolve().parent.parent / "runner" / "assets" / "tiny"
 CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
@@ -129,7 +130,7 @@ def test_rocm_and_hip_are_one_backend():
 
 def test_a_hung_compiler_is_retried_then_reported(monkeypatch, tmp_path):
     """A compiler that never answers (here a real `sleep`) is given up on twice, clearly."""
-    from runner.compile import _run_compiler
+    from runner.model.compile import _run_compiler
 
     monkeypatch.setenv("RUNNER_COMPILE_TIMEOUT", "0.2")
     with pytest.raises(RunnerError) as err:

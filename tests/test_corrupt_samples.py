@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.fileio import sha256_file
-from runner.mlperf_log import LOG_NAME
-from runner.store import CORRUPT_DIR, SampleStore
+from runner.base.fileio import sha256_file
+from runner.rundir.mlperf_log import LOG_NAME
+from runner.rundir.store import CORRUPT_DIR, SampleStore
 
 COUNT = 4
 

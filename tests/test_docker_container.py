@@ -1,6 +1,6 @@
 # ruff: noqa: F811  (pytest fixtures imported from docker_support are parameters here)
 """Per-worker containers: the `docker run` argv and SDK kwargs for hip, cuda and cpu workers
-planned by runner.layout, and real containers started through the SDK and the CLI."""
+planned by runner.config.layout, and real containers started through the SDK and the CLI."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from docker_support import (  # noqa: F401  (pytest fixtures)
     wheels_image,
 )
 
+from runner.base.errors import RunnerError
+from runner.config.layout import LayoutSpec, plan_workers
 from runner.docker import container as C
 from runner.docker.container import Mount, host_group, run_argv, run_kwargs, worker_container_spec
-from runner.errors import RunnerError
-from runner.layout import LayoutSpec, plan_workers
 
 IMAGE = "iree-sdxl-runner:test"
 TASK = ["python3", "-m", "runner.worker", "--task", "/abs/run/workers/w000.json"]

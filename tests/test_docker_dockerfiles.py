@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.docker.buildenv import host_build_network, mask
 from runner.docker.engine import connect
 from runner.docker.image import (
@@ -21,7 +22,6 @@ from runner.docker.image import (
     validate_commit,
     validate_tag,
 )
-from runner.errors import RunnerError
 
 SHA = "89ece87b89852100c0a4ac3d515e14842d090967"
 

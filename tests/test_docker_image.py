@@ -23,8 +23,8 @@ from docker_support import (  # noqa: F401  (pytest fixtures)
     wheels_image,
 )
 
+from runner.base.errors import RunnerError
 from runner.docker.image import LABEL, PROVENANCE_PATH, build_image, image_info, parse_source
-from runner.errors import RunnerError
 
 pytestmark = pytest.mark.docker
 
@@ -43,7 +43,7 @@ def _where(client, tag):
 
 def test_wheels_image_imports_runner_and_runs_iree_compile(docker_client, wheels_image):
     code, out = run_in_image(docker_client, wheels_image.tag, ["python3", "-c", (
-        "import iree.runtime, numpy, runner.mlperf_log as log; "
+        "import iree.runtime, numpy, runner.rundir.mlperf_log as log; "
         "text = numpy.empty(6, numpy.uint8); "
         "log.hex_upper_into(numpy.array([10, 255, 7], numpy.uint8), text); "
         "print('imports ok', text.tobytes().decode())")])

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("iree.turbine")
 
-from runner.export.export_tiny import TINY_DIR, diff_exports, export_tiny, first_difference
+from runner.model.export.export_tiny import TINY_DIR, diff_exports, export_tiny, first_difference
 
 
 def test_reexport_matches_shipped_assets_byte_for_byte(tmp_path):

@@ -15,10 +15,11 @@ import pytest
 
 pytest.importorskip("iree.turbine")
 
+from runner.base.errors import RunnerError
 from runner.cli import main
-from runner.errors import RunnerError
-from runner.export.export_tiny import MAX_LENGTH, TINY_DIR
-from runner.export.store import ExportSource, ensure_export, export_dir, export_key
+from runner.config.exports import ExportSource, export_dir, export_key
+from runner.model.export.export_tiny import MAX_LENGTH, TINY_DIR
+from runner.model.export.store import ensure_export
 
 SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
               "sharktank_models" / "quality_tests" / "sdxl")
@@ -31,8 +32,8 @@ def write_checkpoint(root: Path) -> Path:
     from diffusers import AutoencoderKL, EulerDiscreteScheduler
     from transformers import CLIPTokenizer
 
-    from runner.export import tiny_model as tm
-    from runner.export.architecture import SDXL_DIR
+    from runner.config.architecture import SDXL_DIR
+    from runner.model.export import tiny_model as tm
 
     vocab = json.loads((TINY_DIR / "tokenizer" / "vocab.json").read_text())
     model = tm.build(vocab["<|startoftext|>"], vocab["<|endoftext|>"], len(vocab), MAX_LENGTH)
@@ -95,8 +96,8 @@ def test_a_killed_exports_files_are_never_reused(exported, checkpoint, tmp_path,
     of another dtype into that --out writes every file again (today's bug: it kept the old
     dtype's weights, "0 written", under a model.json claiming the new dtype), and the
     model.json it writes records the sha256 of every file beside it."""
-    from runner.export.store import _verified
-    from runner.fileio import sha256_file
+    from runner.base.fileio import sha256_file
+    from runner.model.export.store import _verified
 
     out = tmp_path / "out"
     shutil.copytree(exported, out)  # the fp32 export, killed before its model.json
@@ -144,7 +145,7 @@ def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, tmp
 
 
 def _images(out: Path, count: int = 2) -> np.ndarray:
-    from runner.store import SampleStore
+    from runner.rundir.store import SampleStore
 
     return np.stack([SampleStore(out).load(i) for i in range(count)])
 
@@ -157,8 +158,8 @@ def diffusers_images(checkpoint: Path, model_json: Path, count: int = 2) -> np.n
     import torch
     from diffusers import StableDiffusionXLPipeline
 
-    from runner.images import to_uint8_hwc
-    from runner.mlperf_data import fixed_latent, load_captions
+    from runner.config.mlperf_data import fixed_latent, load_captions
+    from runner.model.images import to_uint8_hwc
 
     config = json.loads(model_json.read_text())
     pipe = StableDiffusionXLPipeline.from_pretrained(str(checkpoint), dtype=torch.float32)
@@ -250,8 +251,8 @@ def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
         checkpoint, monkeypatch, tmp_path):
     """What `runner compile` does for `model: checkpoint:DIR` (fp16, the lab's dtype): the
     layout's batch is exported first; a VAE batch of its own is exported at that size only."""
-    from runner.compiled_model import with_batch_sizes
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
+    from runner.model.compiled_model import with_batch_sizes
 
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     overrides = {"model": f"checkpoint:{checkpoint}"}
@@ -307,7 +308,7 @@ def test_model_dtype_is_a_profile_field_keyed_into_the_export_cache(
     checkpoint (an export's key does not depend on where it was written), so no second
     export runs here; that export is the embedded model file for file
     (test_checkpoint_export_is_the_embedded_model)."""
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     profile = tmp_path / "fp32.yaml"
@@ -417,7 +418,7 @@ def test_bad_checkpoint_is_a_clear_error_and_writes_nothing(checkpoint, tmp_path
 
 def test_fp16_only_checkpoint_exports_in_fp16(checkpoint, tmp_path):
     """The fp16 variant files are what --dtype fp16 reads (diffusers' `variant`)."""
-    from runner.export.checkpoint import open_checkpoint
+    from runner.config.checkpoint import open_checkpoint
 
     root = _broken(checkpoint, tmp_path, _fp16_only)
     ckpt = open_checkpoint(root, "float16")
@@ -449,7 +450,7 @@ def test_validate_dry_run_of_the_lab_profile_prints_batch_32(capsys, tmp_path, m
 
 
 def test_seeded_model_refuses_scoring(tmp_path, capsys):
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     model = load_profile("sdxl-seeded").model
     assert model.source == "seeded:sdxl"

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.base.iree_tools import tool_path
 from runner.cli import main
+from runner.config.sources import download_path
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
-from runner.iree_tools import tool_path
-from runner.sources import download_path
-from runner.tensors import TensorSpec, read_tensor, write_tensor
+from runner.model.tensors import TensorSpec, read_tensor, write_tensor
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
@@ -95,7 +95,7 @@ def test_iree_run_module_agrees_with_the_printed_command(tmp_path):
     for r in report.results:
         cmd = r.commands[-1]
         # the bare name, as IREE CI's runner builds the line; run here by the tool
-        # runner.iree_tools resolves, as check itself runs it
+        # runner.base.iree_tools resolves, as check itself runs it
         assert cmd[0] == "iree-run-module" and any(
             a.startswith("--parameters=model=") for a in cmd)
         tool = subprocess.run([tool_path("iree-run-module"), *cmd[1:]], capture_output=True,
@@ -295,7 +295,7 @@ def test_tuning_spec_really_tunes_cpu_codegen(tmp_path):
 def test_sources_over_http_go_through_the_cache(tmp_path, monkeypatch):
     from test_sources import BlobServer
 
-    from runner.paths import cache_dir
+    from runner.base.paths import cache_dir
 
     shared_vmfbs = cache_dir() / "vmfb"  # downloads isolated, compiled modules shared
     shared_vmfbs.mkdir(parents=True, exist_ok=True)

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import GoldenOptions, GoldenResult, _verdicts, check_benchmark
 from runner.cli import main
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.random_weights import generate, random_weights

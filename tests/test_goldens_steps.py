@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from runner.cli import main
-from runner.tensors import TensorSpec, read_tensor
+from runner.model.tensors import TensorSpec, read_tensor
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"

@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from runner.errors import RunnerError
-from runner.tensors import TensorSpec, iree_type, read_tensor, write_tensor
+from runner.base.errors import RunnerError
+from runner.model.tensors import TensorSpec, iree_type, read_tensor, write_tensor
 
 DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16,
           "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.goldens.select import Selection, backend_name
 from runner.goldens.testfile import (
     find_test_files,

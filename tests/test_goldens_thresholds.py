@@ -8,9 +8,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.goldens.thresholds import Thresholds, compare
-from runner.tensors import write_tensor
+from runner.model.tensors import write_tensor
 
 
 def test_parse_threshold_args():

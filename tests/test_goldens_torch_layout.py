@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.cli import main
-from runner.errors import RunnerError
+from runner.config.sources import download_path
 from runner.goldens.select import Expression, Selection
 from runner.goldens.testfile import load_benchmark_file, load_test_file, load_tests
-from runner.sources import download_path
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH = REPO / "tests" / "fixtures" / "iree-test-suites" / "torch_models"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.cli import main
-from runner.errors import RunnerError
 from runner.goldens.upload import Container, plan_uploads
 
 BASE = "https://sharkpublic.blob.core.windows.net/sharkpublic"

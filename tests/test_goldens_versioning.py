@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.cli import main
-from runner.errors import RunnerError
 from runner.goldens.versioning import (
     Version,
     bump_file_text,
@@ -20,7 +20,7 @@ from runner.goldens.versioning import (
     name_version,
     parse_target,
 )
-from runner.tensors import TensorSpec, read_tensor
+from runner.model.tensors import TensorSpec, read_tensor
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"

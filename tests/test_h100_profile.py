@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import compiler_info
+from runner.base.paths import cache_dir
 from runner.batch.run import plan_for
 from runner.cli import main
-from runner.compile import compile_mlir, compiler_info
-from runner.errors import RunnerError
-from runner.paths import cache_dir
-from runner.profile import load_profile
+from runner.config.profile import load_profile
+from runner.model.compile import compile_mlir
 
 TINY = Path(__file__).resolve().parent.parent / "runner" / "assets" / "tiny"
 SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /

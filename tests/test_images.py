@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from runner.images import decode_png, encode_png, png_text, to_uint8_hwc
+from runner.model.images import decode_png, encode_png, png_text, to_uint8_hwc
 
 
 def test_mlperf_conversion_scales_clips_and_rounds_half_to_even():

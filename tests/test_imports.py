@@ -1,14 +1,18 @@
-"""No import cycles between runner modules.
+"""The code's layers, and no import cycle between runner modules.
 
-The rule: the graph of *top-level* imports between modules of the `runner` package has no
-cycle. A top-level import is one executed when the module is imported: statements at module
-level, including inside module-level `if`/`try` blocks, but not inside functions or classes'
-methods, and not under `if TYPE_CHECKING:` (never executed). Function-local imports are
-excluded on purpose: they run when called, after every module is loaded, and are how a
-light module (the CLI, `runner status`) defers a heavy one; they cannot deadlock or
-half-initialize a module. An edge goes to the imported module itself, so
-`from runner.batch import run` depends on `runner.batch.run`, and every import of a submodule
-also depends on its package `__init__` (Python runs it first).
+`runner/` is layered as its data flows (docs/CONTRIBUTING.md draws the map): the shared
+`base`, the one input boundary `inputs`, `config` (profiles, layouts, the model a profile
+names), the CLI's shared vocabulary `clihelp`, the `model` (compiled and run), the
+`rundir` (a run's files, manifest, sample store, accuracy log), then `docker`, `batch`,
+`accuracy`, `report`, the `lifecycle` that orchestrates a run, and the workflows built on
+it; the CLI modules (`runner/cli.py` and each package's `cli.py`) sit on top. A module may
+import its own package or a lower layer, never a higher one.
+
+Every import counts: at module level, inside functions (a deferred import still makes the
+lower module know the higher one) and under `if TYPE_CHECKING:` (a type from a higher layer
+is a dependency on it). An edge goes to the imported module itself, so
+`from runner.batch import run` depends on `runner.batch.run`, and every import of a
+submodule also depends on its package `__init__` (Python runs it first).
 
 The graph is built from the source with `ast`, so the test sees every module, including
 ones no test happens to import.
@@ -23,6 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "runner"
 
+# Lowest first. A package's modules share its layer; `*.cli` modules are the CLI layer.
+LAYERS = ("base", "inputs", "config", "clihelp", "model", "rundir", "docker", "batch",
+          "accuracy", "report", "lifecycle", "goldens", "loadgen", "bench", "bisect",
+          "validate", "cli")
+CLI_LAYER = {"runner.cli", "runner.clidoc", "runner.__main__"}
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -35,27 +45,20 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+def every_import(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, wherever it stands (see the module docstring)."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
-def top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Import statements executed at import time (see the module docstring)."""
-    out: list[ast.Import | ast.ImportFrom] = []
-    stack: list[ast.stmt] = list(tree.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.append(node)
-        elif isinstance(node, ast.If):
-            stack += node.orelse if _is_type_checking(node.test) else [*node.body, *node.orelse]
-        elif isinstance(node, ast.Try):
-            stack += [*node.body, *node.orelse, *node.finalbody,
-                      *[s for h in node.handlers for s in h.body]]
-        elif isinstance(node, (ast.With, ast.For, ast.While)):
-            stack += [*node.body, *getattr(node, "orelse", [])]
-    return out
+def layer_of(name: str) -> int:
+    """The index in LAYERS of module `name` (`runner.x.y`)."""
+    if name in CLI_LAYER or name.rsplit(".", 1)[-1] == "cli":
+        return LAYERS.index("cli")
+    part = name.split(".")[1]
+    if part not in LAYERS:
+        raise AssertionError(f"{name}: place `{part}` in LAYERS (tests/test_imports.py) and "
+                             "in docs/CONTRIBUTING.md's map of the code")
+    return LAYERS.index(part)
 
 
 def _with_packages(name: str, modules: dict[str, Path]) -> set[str]:
@@ -68,7 +71,7 @@ def dependencies(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     deps: set[str] = set()
-    for node in top_level_imports(tree):
+    for node in every_import(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -143,10 +146,38 @@ def _cycle_in(component: list[str], graph: dict[str, set[str]]) -> list[str]:
         seen.add(step)
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for every import of a higher layer's module."""
+    return [f"{a} ({LAYERS[layer_of(a)]}) -> {b} ({LAYERS[layer_of(b)]})"
+            for a in sorted(graph) for b in sorted(graph[a])
+            if b != "runner" and a != "runner" and layer_of(b) > layer_of(a)]
+
+
 def test_no_import_cycle_between_runner_modules():
     cycles = find_cycles(import_graph())
-    assert not cycles, "import cycles (top-level imports):\n" + "\n".join(
-        " -> ".join(c) for c in cycles)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_every_top_level_module_and_package_has_a_layer():
+    for name in all_modules().keys() - {"runner"}:
+        layer_of(name)  # raises naming the missing layer
+
+
+def test_the_layer_check_finds_an_upward_import():
+    """The check itself can fail: config importing the model, a deferred import included."""
+    graph = {"runner.config.profile": {"runner.model.compile"},
+             "runner.model.compile": {"runner.base.errors"},
+             "runner.accuracy.cli": {"runner.lifecycle"}}
+    assert upward_imports(graph) == [
+        "runner.config.profile (config) -> runner.model.compile (model)"]
+    tree = ast.parse("def f():\n    import runner.x\nif TYPE_CHECKING:\n    import runner.y\n")
+    assert sorted(a.name for n in every_import(tree) for a in n.names) == ["runner.x",
+                                                                         "runner.y"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -157,15 +188,6 @@ def test_the_cycle_finder_finds_a_cycle():
     for cycle in cycles:
         assert cycle[0] == cycle[-1]
         assert all(b in graph[a] for a, b in itertools.pairwise(cycle))
-
-
-def test_type_checking_and_function_imports_are_not_edges():
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\n"
-                     "def f():\n    import y\ntry:\n    import z\nexcept ImportError:\n"
-                     "    import w\n")
-    names = sorted(a.name for n in top_level_imports(tree) if isinstance(n, ast.Import)
-                   for a in n.names)
-    assert names == ["w", "z"]
 
 
 def test_executors_and_in_image_do_not_import_each_other():

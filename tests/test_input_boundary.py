@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import EXIT_BAD_INPUT
+from runner.base.paths import ASSETS_DIR, REPO_DIR
 from runner.cli import main
-from runner.errors import EXIT_BAD_INPUT
-from runner.paths import ASSETS_DIR, REPO_DIR
-from runner.store import CORRUPT_DIR, SampleStore
+from runner.rundir.store import CORRUPT_DIR, SampleStore
 
 SECRET = "SECRET-KEY-MATERIAL-4f1c"
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "PYTHONPATH": str(REPO_DIR)}

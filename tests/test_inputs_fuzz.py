@@ -23,8 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runner.base.errors import RunnerError
 from runner.cli import build_parser, main
-from runner.errors import RunnerError
+from runner.config.model_config import ModelConfig
+from runner.config.profile import load_profile
 from runner.goldens.select import Expression
 from runner.goldens.testfile import load_test_file
 from runner.inputs import cliargs
@@ -34,10 +36,8 @@ from runner.inputs.safetensors import read_header
 from runner.inputs.userconf import conf_value
 from runner.inputs.yamlfile import parse_yaml
 from runner.loadgen.conf import KNOWN_KEYS, parse_conf_text
-from runner.mlperf_log import iter_log_samples
-from runner.model_config import ModelConfig
-from runner.profile import load_profile
-from runner.tensors import TensorSpec
+from runner.model.tensors import TensorSpec
+from runner.rundir.mlperf_log import iter_log_samples
 
 settings.register_profile(
     "ci", max_examples=int(os.environ.get("RUNNER_FUZZ_EXAMPLES", "50")), derandomize=True,

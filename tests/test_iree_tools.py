@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import RunnerError
-from runner.iree_tools import REPORTED, find_tool
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import REPORTED, find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 BARE_PATH = "/usr/bin:/bin"  # system dirs: no IREE tool, no venv bin dir
@@ -81,7 +81,7 @@ def test_a_real_compile_without_the_venv_on_path(tmp_path):
     mlir = tmp_path / "add.mlir"
     mlir.write_text("func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
                     "  %0 = arith.addf %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
-    code = ("import sys; from pathlib import Path; from runner.compile import compile_mlir; "
+    code = ("import sys; from pathlib import Path; from runner.model.compile import compile_mlir; "
             "r = compile_mlir(Path(sys.argv[1]), ('--iree-hal-target-device=local', "
             "'--iree-hal-local-target-device-backends=llvm-cpu')); print(r.command[0]); "
             "print(r.vmfb)")

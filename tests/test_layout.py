@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.errors import RunnerError
-from runner.layout import (
+from runner.base.errors import RunnerError
+from runner.config.layout import (
     CPU_IDS_FLAG,
     PARTITIONS,
     LayoutSpec,

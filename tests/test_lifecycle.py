@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from host_support import tmpfs, wait_for
 
-from runner.store import SampleStore
+from runner.rundir.store import SampleStore
 
 COUNT = 8
 

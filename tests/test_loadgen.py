@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import RunnerError
 from runner.cli import main
-from runner.errors import RunnerError
+from runner.config.profile import load_profile
 from runner.loadgen.batcher import Batcher
 from runner.loadgen.conf import Flags, merged_user_conf, parse_conf_text
 from runner.loadgen.logs import DETAIL, SUMMARY, detail_facts, parse_summary
 from runner.loadgen.run import MlperfRequest, prepare
-from runner.profile import load_profile
 
 SHORT = ("stable-diffusion-xl.*.min_duration = 1000\n"
          "stable-diffusion-xl.*.min_query_count = {n}\n")

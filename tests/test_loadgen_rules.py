@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from mlperf_inference import checker_constants, checkout
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.loadgen.conf import AUDIT_CONFIGS, parse_conf_text
 from runner.loadgen.rules import ROUNDS, V6_1, check_scenarios, installed_round, round_for_seeds
 

@@ -23,7 +23,9 @@ import pytest
 from mlperf_inference import checkout, run_checker, run_script
 from test_loadgen import mlperf, record
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.config.mlperf_data import load_captions, load_review_ids
+from runner.config.profile import load_profile
 from runner.loadgen.compliance import check_accuracy
 from runner.loadgen.logs import ACCURACY_LOG, DETAIL, detail_values
 from runner.loadgen.rules import V6_1
@@ -34,8 +36,6 @@ from runner.loadgen.submission import (
     truncate_accuracy_log,
     write_images,
 )
-from runner.mlperf_data import load_captions, load_review_ids
-from runner.profile import load_profile
 
 pytestmark = pytest.mark.slow
 SCENARIOS = ("SingleStream", "Offline", "Server")
@@ -203,7 +203,7 @@ def test_truncation_is_mlperfs(tmp_path):
 
 def test_accuracy_images_and_captions_as_mlperfs_reference_writes_them(tmp_path):
     """images/<id>.png for each of the round's ids the log holds, captions.txt for all."""
-    from runner.images import decode_png
+    from runner.model.images import decode_png
 
     ids = load_review_ids()
     rng = np.random.default_rng(0)
@@ -437,7 +437,7 @@ def test_loadgen_accuracy_scores_like_the_runners_own_run(run, tmp_path):
             (own.result.fid, own.result.clip)
         assert accuracy[scenario]["n"] == own.result.n == 8
     assert accuracy["Server"]["same_log_as"].endswith("Offline/accuracy/mlperf_log_accuracy.json")
-    from runner.mlperf_log import iter_log_samples
+    from runner.rundir.mlperf_log import iter_log_samples
 
     def images(scenario: str) -> dict[int, bytes]:
         log = run / scenario / "accuracy" / ACCURACY_LOG

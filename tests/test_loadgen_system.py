@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.config.profile import load_profile
 from runner.loadgen.rules import V6_1
 from runner.loadgen.submission import VIEWABLE_CHARS, truncate_accuracy_log
 from runner.loadgen.system import (
@@ -24,7 +25,6 @@ from runner.loadgen.system import (
     parse_nvidia_smi,
     parse_rocm_smi,
 )
-from runner.profile import load_profile
 
 IREE = {"iree.compiler": {"version": "3.13.0", "commit": "abc"},
         "iree.runtime": {"version": "3.13.0", "commit": "abc"}}

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.errors import RunnerError
-from runner.mlperf_data import load_captions
-from runner.model_config import ModelConfig
-from runner.pipeline.iree_session import IreeSession
-from runner.pipeline.loader import open_pipeline
+from runner.base.errors import RunnerError
+from runner.config.mlperf_data import load_captions
+from runner.config.model_config import ModelConfig
+from runner.model.pipeline.iree_session import IreeSession
+from runner.model.pipeline.loader import open_pipeline
 
 # Measured: max abs pixel difference 1 on 0.008% of pixels (4 prompts, batch 1 and 2).
 MAX_ABS_PIXEL_DIFF = 1
@@ -22,7 +22,7 @@ PROMPTS = 4
 
 @pytest.fixture(scope="module")
 def oracle_images(tiny_profile):
-    oracle_mod = pytest.importorskip("runner.export.oracle")
+    oracle_mod = pytest.importorskip("runner.model.export.oracle")
     captions = load_captions()
     oracle = oracle_mod.TorchOracle(tiny_profile.model)
     return np.concatenate([oracle.generate([captions[i]]) for i in range(PROMPTS)])
@@ -89,7 +89,7 @@ def test_missing_function_names_the_config_field(tiny_compiled):
     try:
         for files in compiled.modules:
             session.load(files)
-        from runner.pipeline.sdxl import SdxlPipeline
+        from runner.model.pipeline.sdxl import SdxlPipeline
 
         with pytest.raises(RunnerError) as err:
             SdxlPipeline(config, session, 1)

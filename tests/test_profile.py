@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from runner.errors import RunnerError
-from runner.model_config import ModelConfig
-from runner.profile import BUILTIN_MODELS, load_profile
+from runner.base.errors import RunnerError
+from runner.config.model_config import ModelConfig
+from runner.config.profile import BUILTIN_MODELS, load_profile
 
 
 def test_sku_profiles_extend_sdxl_with_their_layouts():

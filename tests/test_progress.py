@@ -1,4 +1,4 @@
-"""runner.progress: a live line on a terminal, readable whole lines in CI logs."""
+"""runner.base.progress: a live line on a terminal, readable whole lines in CI logs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from runner.progress import Progress, duration, echo, mode
+from runner.base.progress import Progress, duration, echo, mode
 
 
 class Tty(io.StringIO):

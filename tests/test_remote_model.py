@@ -10,8 +10,8 @@ import pytest
 import yaml
 from blob_server import BlobServer
 
-from runner.images import decode_png
-from runner.paths import ASSETS_DIR
+from runner.base.paths import ASSETS_DIR
+from runner.model.images import decode_png
 
 TINY = ASSETS_DIR / "tiny"
 

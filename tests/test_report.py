@@ -25,12 +25,12 @@ from runner.accuracy.frechet import FrechetResult
 from runner.accuracy.score import AccuracyResult
 from runner.accuracy.verdict import JSON_NAME, judge, write_results
 from runner.cli import main as runner_main
-from runner.images import decode_png
-from runner.mlperf_data import CAPTIONS_FILE, load_captions
-from runner.profile import load_profile
+from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
+from runner.config.profile import load_profile
+from runner.model.images import decode_png
 from runner.report import REPORT_FILES, write_reports
 from runner.report.cli import register
-from runner.store import SampleStore
+from runner.rundir.store import SampleStore
 
 
 def main(args: list[str]) -> int:

@@ -12,8 +12,8 @@ import pytest
 from host_support import tmpfs, wait_for
 
 from runner.cli import main
-from runner.mlperf_log import LOG_NAME, iter_log_samples
-from runner.store import SampleStore
+from runner.rundir.mlperf_log import LOG_NAME, iter_log_samples
+from runner.rundir.store import SampleStore
 
 COUNT = 16
 

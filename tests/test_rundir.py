@@ -12,9 +12,9 @@ import time
 import pytest
 from host_support import tmpfs
 
-from runner.errors import RunnerError
-from runner.manifest import FINISHED, RunManifest
-from runner.rundir import LOCK, DiskFull, RunDir
+from runner.base.errors import RunnerError
+from runner.rundir.directory import LOCK, DiskFull, RunDir
+from runner.rundir.manifest import FINISHED, RunManifest
 
 
 def dead_pid() -> int:
@@ -95,8 +95,8 @@ def test_unreadable_lock_waits_while_fresh_and_is_taken_over_when_old(tmp_path):
 
 TAKER = """
 import sys, time
-from runner.errors import RunnerError
-from runner.rundir import RunDir
+from runner.base.errors import RunnerError
+from runner.rundir.directory import RunDir
 run = RunDir(sys.argv[1])
 while time.time() < float(sys.argv[2]):
     pass

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from test_slurm import slurm_cluster  # noqa: F401
 
+from runner.base.shellscript import Script, quote, sanitize
 from runner.batch.reproduce import reproduce_script
 from runner.batch.slurm import batch_script_text
 from runner.docker.container import make_spec, run_argv, run_command_text
-from runner.shellscript import Script, quote, sanitize
 
 HOSTILE = {
     "dollar": "run$(touch PWNED1)",

@@ -26,6 +26,7 @@ import pytest
 from docker_support import build_tree, docker_client  # noqa: F401
 from host_support import wait_for
 
+from runner.base.errors import RunnerError
 from runner.batch.aggregate import aggregate
 from runner.batch.cluster import node_state_path, slurm_flags
 from runner.batch.run import RunOutcome
@@ -37,11 +38,10 @@ from runner.batch.slurm import (
 )
 from runner.batch.status import register, run_status
 from runner.cli import main
-from runner.errors import RunnerError
+from runner.config.mlperf_data import CAPTIONS_FILE
+from runner.config.profile import load_profile
 from runner.lifecycle import Lifecycle, executor_for
-from runner.mlperf_data import CAPTIONS_FILE
-from runner.profile import load_profile
-from runner.store import SampleStore
+from runner.rundir.store import SampleStore
 
 pytestmark = pytest.mark.slurm
 
@@ -244,7 +244,7 @@ DRIVER = """
 import dataclasses, sys
 from runner.batch.slurm import SlurmOptions
 from runner.lifecycle import Lifecycle, executor_for
-from runner.profile import load_profile
+from runner.config.profile import load_profile
 p = load_profile("cpu")
 p = dataclasses.replace(p, layout=p.layout.with_overrides(devices="0"))
 ex = executor_for("slurm", p, slurm=SlurmOptions(nodes=2, cpus_per_node=1, poll_seconds=0.3))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from blob_server import BlobServer
 
-from runner import sources
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.config import sources
 
 
 @pytest.fixture

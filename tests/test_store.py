@@ -16,14 +16,14 @@ import pytest
 from host_support import tmpfs, wait_for
 from mlperf_log_support import write_log
 
-from runner import mlperf_log
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_bytes, sha256_file
 from runner.batch.aggregate import aggregate
-from runner.errors import RunnerError
-from runner.fileio import sha256_bytes, sha256_file
-from runner.images import decode_png, encode_png, png_text
-from runner.mlperf_log import LOG_NAME, PositionalLog, iter_log_samples
-from runner.parallel import ordered_map, prefetch
-from runner.store import CORRUPT_DIR, CorruptSample, SampleStore, SampleWriter
+from runner.model.images import decode_png, encode_png, png_text
+from runner.rundir import mlperf_log
+from runner.rundir.mlperf_log import LOG_NAME, PositionalLog, iter_log_samples
+from runner.rundir.parallel import ordered_map, prefetch
+from runner.rundir.store import CORRUPT_DIR, CorruptSample, SampleStore, SampleWriter
 
 IDS = [0, 3, 7, 11, 12]
 BLOCK = mlperf_log._BLOCK  # O_DIRECT's unit: a log window is a multiple of it
@@ -35,7 +35,7 @@ LANDED_LOG_SHA256 = "dea0b412a5862ecfc25992b02742d83eefde51daad5abccfb69b9be9052
 
 @pytest.fixture(params=["c", "numpy"])
 def encoder(request, monkeypatch) -> str:
-    """Runs a test with the C hex encoder (runner/_hex.c, built by the install) and with
+    """Runs a test with the C hex encoder (runner/rundir/_hex.c, built by the install) and with
     numpy's, the fallback where no compiler was at hand: the log's bytes must not depend on
     which one the install got."""
     if request.param == "numpy":
@@ -247,7 +247,7 @@ def test_the_install_built_the_c_hex_encoder():
     """The extension is optional so an install without a compiler still works; the test
     command's install has one, and a silently failed build would hide a 5x slower log."""
     assert mlperf_log.hex_upper_into is not mlperf_log._numpy_hex_upper_into, (
-        "runner._hex is not built: install a C compiler (gcc) and re-run "
+        "runner.rundir._hex is not built: install a C compiler (gcc) and re-run "
         "`python3 -m pip install -e .`")
 
 

@@ -3,10 +3,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.errors import RunnerError
-from runner.mlperf_data import load_captions
-from runner.paths import ASSETS_DIR
-from runner.tokenizer import ClipTokenizer, TokenizerFiles
+from runner.base.errors import RunnerError
+from runner.base.paths import ASSETS_DIR
+from runner.config.mlperf_data import load_captions
+from runner.model.tokenizer import ClipTokenizer, TokenizerFiles
 
 TOKENIZER_DIR = ASSETS_DIR / "tiny" / "tokenizer"
 EXTRA = [

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.batch.lifeline import EXIT_DRIVER_GONE, ProcessId, boot_id, reap_orphans
-from runner.manifest import KILLED
-from runner.rundir import RunDir, pid_start
-from runner.store import SampleStore
+from runner.rundir.directory import RunDir, pid_start
+from runner.rundir.manifest import KILLED
+from runner.rundir.store import SampleStore
 
 # A heartbeat that would take ten minutes to go stale: in the kill -9 tests only the
 # parent-death signal can end the workers within the bound (the watchdog has its own test).

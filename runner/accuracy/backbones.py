@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
-from runner.paths import cache_dir
-from runner.profile import METRICS
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
+from runner.base.paths import cache_dir
+from runner.config.profile import METRICS
 
 MODES = ("pretrained", "seeded")
 SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"

@@ -35,10 +35,10 @@ from runner.accuracy.evaluate import (
 from runner.accuracy.frechet import load_statistics, save_statistics
 from runner.accuracy.samples import format_ids, open_source, parse_ids
 from runner.accuracy.settings import builtin_ref
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text
-from runner.mlperf_data import load_captions
-from runner.paths import ASSETS_DIR, CONFIGS_DIR, REPO_DIR
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.paths import ASSETS_DIR, CONFIGS_DIR, REPO_DIR
+from runner.config.mlperf_data import load_captions
 
 STATS_NAME = "fid_statistics.npz"
 SNIPPET_NAME = "accuracy.yaml"
@@ -206,7 +206,7 @@ def reproduce_tiny_assets(out: Path = TINY_DIR, work: Path | None = None,
     `accuracy:` section of configs/tiny.yaml from the result. `work` keeps the oracle runs
     (and reuses them when present)."""
     from runner.accuracy.oracle_runs import oracle_run
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     profile = load_profile("tiny")
     with tempfile.TemporaryDirectory(prefix="tiny-calibration-") as tmp:

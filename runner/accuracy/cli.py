@@ -1,7 +1,7 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
 `register(subparsers)` adds them to the main `runner` parser (runner/cli.py).
-Exit codes: runner.errors.EXIT_CODES.
+Exit codes: runner.base.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from runner.accuracy.evaluate import evaluate_run
-    from runner.profile import parse_metrics
+    from runner.config.profile import parse_metrics
 
     metrics = parse_metrics(args.metrics, "--metrics") if args.metrics else None
     score = evaluate_run(Path(args.run_dir), profile=args.profile,
@@ -104,7 +104,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_oracle(args: argparse.Namespace) -> int:
     from runner.accuracy.oracle_runs import Perturbation, oracle_run
     from runner.accuracy.samples import parse_ids
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
     out = oracle_run(Path(args.out), load_profile(args.profile, profile_overrides(args.set)),

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 MODEL_NAME = "ViT-B-32"
 PRETRAINED_TAG = "openai"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from runner.accuracy.samples import SampleSource, format_ids, open_source
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
 
 BATCH = 16
 
@@ -78,7 +78,7 @@ def _lookup(source: SampleSource, ids: set[int], shape):
     """Random access to a run's images; an accuracy log is read once into memory (only the
     common ids), since its records are in arbitrary order."""
     if source.kind == "store":
-        from runner.store import SampleStore
+        from runner.rundir.store import SampleStore
 
         store = SampleStore(source.run_dir)
         return store.load

@@ -17,10 +17,10 @@ from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_
 from runner.accuracy.score import AccuracyResult, ScoreSettings, reader_jobs, score_samples
 from runner.accuracy.settings import AccuracySettings, accuracy_settings
 from runner.accuracy.verdict import Verdict, judge, require_ranges, write_results
-from runner.errors import IncompleteRun, RunnerError
-from runner.mlperf_data import Captions, load_captions
-from runner.mlperf_log import TRUNCATED_FIX, truncation
-from runner.profile import METRICS, Profile, load_profile
+from runner.base.errors import IncompleteRun, RunnerError
+from runner.config.mlperf_data import Captions, load_captions
+from runner.config.profile import METRICS, Profile, load_profile
+from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
 
 
 @dataclass(frozen=True)

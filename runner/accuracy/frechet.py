@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_bytes, sha256_file
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_bytes, sha256_file
 
 MLPERF_EPS = 1e-6
 # MLPerf's tolerance on the imaginary part of the square root's diagonal.

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.accuracy.samples import format_ids
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, sha256_bytes
-from runner.images import write_png
-from runner.mlperf_data import load_captions
-from runner.profile import Profile
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, sha256_bytes
+from runner.config.mlperf_data import load_captions
+from runner.config.profile import Profile
+from runner.model.images import write_png
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def make_oracle(profile: Profile, perturbation: Perturbation = Perturbation()):
     try:
         import torch
 
-        from runner.export.oracle import TorchOracle
+        from runner.model.export.oracle import TorchOracle
     except ImportError as e:
         raise RunnerError(f"the PyTorch oracle needs the [export] extra: {e}",
                           fix="pip install -e '.[export]'") from e

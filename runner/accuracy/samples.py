@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.errors import RunnerError
-from runner.fileio import sha256_bytes
-from runner.images import decode_png
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_bytes
 from runner.inputs.jsonfile import read_json
-from runner.mlperf_log import LOG_NAME, iter_log_samples
-from runner.store import SampleStore
+from runner.model.images import decode_png
+from runner.rundir.mlperf_log import LOG_NAME, iter_log_samples
+from runner.rundir.store import SampleStore
 
 RUN_META = "run.json"
 GENERATE_META = "manifest.json"

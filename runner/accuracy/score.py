@@ -25,10 +25,10 @@ from runner.accuracy.frechet import (
     RunningMoments,
 )
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
-from runner.errors import RunnerError
-from runner.parallel import keep_freed_memory, prefetch
-from runner.profile import METRICS
-from runner.progress import Progress
+from runner.base.errors import RunnerError
+from runner.base.progress import Progress
+from runner.config.profile import METRICS
+from runner.rundir.parallel import keep_freed_memory, prefetch
 
 
 class CaptionLookup(Protocol):

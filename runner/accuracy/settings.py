@@ -1,7 +1,7 @@
 """The profile's `accuracy:` section beyond the two ranges, read and checked in one place.
 
     accuracy:
-      fid: [low, high]              # inclusive; read by runner.profile
+      fid: [low, high]              # inclusive; read by runner.config.profile
       clip: [low, high]
       backbones: pretrained         # or `seeded` (random weights of the same architectures)
       seed: 0                       # seeded backbones only
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from runner.accuracy.backbones import MODES
 from runner.accuracy.samples import parse_ids
-from runner.errors import RunnerError
-from runner.paths import ASSETS_DIR
-from runner.profile import Profile
+from runner.base.errors import RunnerError
+from runner.base.paths import ASSETS_DIR
+from runner.config.profile import Profile
 
 BUILTIN = "builtin:"
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.accuracy.score import AccuracyResult
-from runner.errors import EXIT_FAILED, EXIT_OK, RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text
-from runner.profile import METRICS, Accuracy
+from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.config.profile import METRICS, Accuracy
 
 JSON_NAME = "accuracy.json"
 TXT_NAME = "accuracy.txt"

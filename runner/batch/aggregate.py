@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
-from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import LOG_NAME, PositionalLog
-from runner.parallel import keep_freed_memory
-from runner.progress import Progress
-from runner.rundir import RunDir
-from runner.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
+from runner.base.progress import Progress
+from runner.config.mlperf_data import load_review_ids
+from runner.rundir.directory import RunDir
+from runner.rundir.mlperf_log import LOG_NAME, PositionalLog
+from runner.rundir.parallel import keep_freed_memory
+from runner.rundir.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
 
 DATASET = "dataset.json"
 REVIEW_DIR = "review"

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
 from runner.inputs.cliargs import COUNT_OR_ZERO
-from runner.rundir import RunDir
+from runner.rundir.directory import RunDir
 
 SLURM_DIR = "slurm"
 NODES_DIR = "nodes"

@@ -6,7 +6,7 @@ The lifecycle (runner/lifecycle.py) fills a run's queue and then asks its execut
 bench sweep) polls until it is over, stops on Ctrl-C, and reads an `Executed` from.
 
 - `LocalExecutor` (here): one worker process per planned worker on this host.
-- `DockerExecutor` (runner/docker/executor.py): one container per worker from a harness
+- `DockerExecutor` (runner/batch/docker_executor.py): one container per worker from a harness
   image.
 - `SlurmExecutor` (runner/batch/slurm.py): one sbatch array task per node; each node task
   plans its own workers and runs them with a local or docker launcher.
@@ -30,19 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import shellscript
+from runner.base import shellscript
+from runner.base.progress import Progress, echo
 from runner.batch.lifeline import Heartbeat
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail
 from runner.batch.worker import stats_path, write_task
-from runner.compiled_model import CompiledModel
-from runner.layout import Plan, Worker
-from runner.progress import Progress, echo
-from runner.rundir import RunDir
-from runner.store import SampleStore
+from runner.config.layout import Plan, Worker
+from runner.model.compiled_model import CompiledModel
+from runner.rundir.directory import RunDir
+from runner.rundir.store import SampleStore
 
 if TYPE_CHECKING:
-    from runner.manifest import RunManifest
+    from runner.rundir.manifest import RunManifest
 
 CompileFn = Callable[..., CompiledModel]  # (profile, batch_size, vae_batch_size) -> model
 
@@ -220,7 +220,7 @@ class LocalExecutor:
 
     def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
         """By this host's iree-compile."""
-        from runner.compiled_model import compile_model
+        from runner.model.compiled_model import compile_model
 
         return compile_model
 

@@ -26,21 +26,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
 from runner.batch.cluster import (
     SlurmOptions,
     node_key,
     worker_prefix,
     write_node_state,
 )
+from runner.batch.executor_for import executor_for
 from runner.batch.executors import WorkerPool, watch
 from runner.batch.queue import WorkQueue
 from runner.batch.run import recorded_profile
-from runner.compiled_model import CompiledModel
-from runner.errors import RunnerError
-from runner.layout import Plan, parse_device_ids, plan_workers
-from runner.lifecycle import executor_for
-from runner.profile import Profile
-from runner.rundir import RunDir
+from runner.config.layout import Plan, parse_device_ids, plan_workers
+from runner.config.profile import Profile
+from runner.model.compiled_model import CompiledModel
+from runner.rundir.directory import RunDir
 
 
 class Terminated(Exception):

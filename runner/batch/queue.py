@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.fileio import atomic_write_json
+from runner.base.fileio import atomic_write_json
 
 QUEUE_DIR = "queue"
 # While this file exists, more batches may come (a LoadGen run issues samples over time):

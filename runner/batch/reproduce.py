@@ -1,6 +1,6 @@
 """A run's `reproduce.sh`: the command that re-runs it, from its recorded argv.
 
-Built with runner/shellscript.py, so a hostile run dir name, image tag or argument is only
+Built with runner/base/shellscript.py, so a hostile run dir name, image tag or argument is only
 ever a quoted word or sanitized comment text, and the default output dir is found at run
 time next to the script (it works from any cwd, and after the run dir was moved).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.shellscript import Script, Var, join
+from runner.base.shellscript import Script, Var, join
 
 OUT, HERE, IMAGE_ID = Var("out"), Var("here"), Var("image_id")
 

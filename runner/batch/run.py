@@ -1,8 +1,8 @@
 """Pieces of a batch run that every driver shares: sample ids, progress, reproduce.sh.
 
 The run's lifecycle (plan -> compile -> queue -> workers -> aggregate -> score -> report,
-and resume) is runner/lifecycle.py; the run dir's layout and manifest are runner/rundir.py
-and runner/manifest.py; executors are runner/batch/executors.py.
+and resume) is runner/lifecycle.py; the run dir's layout and manifest are runner/rundir/directory.py
+and runner/rundir/manifest.py; executors are runner/batch/executors.py.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
 from runner.batch.reproduce import reproduce_script
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
-from runner.layout import LayoutSpec, Plan, plan_workers
-from runner.manifest import RunManifest
-from runner.mlperf_data import CAPTIONS_FILE, load_captions
-from runner.profile import Profile, profile_from_raw
-from runner.rundir import REPRODUCE
+from runner.config.layout import LayoutSpec, Plan, plan_workers
+from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
+from runner.config.profile import Profile, profile_from_raw
+from runner.rundir.directory import REPRODUCE
+from runner.rundir.manifest import RunManifest
 
 LOG_TAIL_LINES = 20
 

@@ -75,6 +75,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.progress import Progress
+from runner.base.shellscript import Script
 from runner.batch.cluster import (
     LIVE_STATES,
     SLURM_DIR,
@@ -96,13 +99,10 @@ from runner.batch.cluster import (
 from runner.batch.executors import CompileFn, Executed, Executor
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail, write_reproduce
-from runner.errors import RunnerError
-from runner.layout import Plan, plan_workers
-from runner.manifest import RunManifest
-from runner.progress import Progress
-from runner.rundir import RunDir
-from runner.shellscript import Script
-from runner.store import SampleStore
+from runner.config.layout import Plan, plan_workers
+from runner.rundir.directory import RunDir
+from runner.rundir.manifest import RunManifest
+from runner.rundir.store import SampleStore
 
 # squeue states of a task waiting to (re)start: a requeued task is back in one of these.
 WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
@@ -120,7 +120,7 @@ __all__ = ["RunWatch", "SlurmExecutor", "SlurmOptions", "add_slurm_arguments",
 def batch_script_text(run_dir: Path, job_index: int, reason: str) -> str:
     """The array's batch script: every task runs the same node command; the task id comes
     from SLURM_ARRAY_TASK_ID. A file in the run dir, so no command goes through --wrap.
-    Rendered by runner/shellscript.py: the run dir is a quoted word, and comment lines
+    Rendered by runner/base/shellscript.py: the run dir is a quoted word, and comment lines
     start with `# `, so no name can become a command or an `#SBATCH` directive."""
     command = [sys.executable, "-m", "runner.batch.node", "--run-dir", str(run_dir.resolve()),
                "--job", str(job_index)]

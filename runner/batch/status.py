@@ -26,7 +26,7 @@ HEAD_BYTES = 4096
 
 
 def sample_worker(path: Path) -> str | None:
-    from runner.images import png_text
+    from runner.model.images import png_text
 
     try:
         with open(path, "rb") as f:
@@ -37,8 +37,8 @@ def sample_worker(path: Path) -> str | None:
 
 def run_status(run_dir: Path, query_slurm: bool = True) -> dict[str, Any]:
     # Imported here: the CLI imports this module (for `register`) on every command.
-    from runner.rundir import RunDir
-    from runner.store import SampleStore
+    from runner.rundir.directory import RunDir
+    from runner.rundir.store import SampleStore
 
     run = RunDir(run_dir)
     run_dir = run.path

@@ -17,15 +17,15 @@ import sys
 import time
 from pathlib import Path
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
 from runner.batch.lifeline import die_with_parent, record_worker, watch_driver
 from runner.batch.queue import Batch, WorkQueue
-from runner.compiled_model import CompiledModel
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
-from runner.mlperf_data import load_captions
-from runner.pipeline.loader import open_pipeline
-from runner.sources import redact_secrets
-from runner.store import SampleStore, SampleWriter
+from runner.config.mlperf_data import load_captions
+from runner.config.sources import redact_secrets
+from runner.model.compiled_model import CompiledModel
+from runner.model.pipeline.loader import open_pipeline
+from runner.rundir.store import SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
 

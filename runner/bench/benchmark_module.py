@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
-from runner.iree_tools import tool_path
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.base.iree_tools import tool_path
 
 TOOL = "iree-benchmark-module"
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -37,7 +37,7 @@ class BenchCommand:
     `prefix` what runs it (a worker's NUMA binding and `taskset`), so the process runs, and
     the printed command reproduces, exactly the device view of the worker it stands for.
     `argv[0]` is the bare tool name, so a printed (dry-run) line reads the same on the lab
-    machine it is meant for; `run` execs the tool runner.iree_tools resolves here."""
+    machine it is meant for; `run` execs the tool runner.base.iree_tools resolves here."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)

@@ -11,10 +11,10 @@ import os
 import sys
 from pathlib import Path
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.batch.cluster import add_slurm_arguments
 from runner.clihelp import add_profile, document, profile_overrides, renamed
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
 from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list
@@ -34,7 +34,7 @@ def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
 
 
 def _profile(args: argparse.Namespace):
-    from runner.profile import load_profile
+    from runner.config.profile import load_profile
 
     return load_profile(args.profile, profile_overrides(args.set))
 
@@ -75,8 +75,9 @@ def _slurm(args: argparse.Namespace):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from runner.bench.bench import BenchOptions, run_bench
+    from runner.bench.bench import run_bench
     from runner.bench.report import markdown
+    from runner.bench.result import BenchOptions
     from runner.bench.stages import BenchSettings
 
     profile = _profile(args)

@@ -47,9 +47,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
+from runner.base.paths import REPO_DIR, cache_dir
 from runner.bench import benchmark_module as bm
-from runner.compile import CompilerInfo, compile_key, compile_mlir, compiler_info, rocm_chip_flag
-from runner.errors import RunnerError
 from runner.goldens.plan import (
     STATS_FILE_FLAG,
     STATS_FORMAT_FLAG,
@@ -74,7 +75,7 @@ from runner.goldens.testfile import (
     load_test_file,
 )
 from runner.inputs.paths import suite_ref
-from runner.paths import REPO_DIR, cache_dir
+from runner.model.compile import compile_key, compile_mlir
 
 DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
 STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")

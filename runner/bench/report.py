@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runner.mdtable import md_table
+from runner.base.mdtable import md_table
 
 if TYPE_CHECKING:
-    from runner.bench.bench import BenchReport
     from runner.bench.goldens import GoldenResult
+    from runner.bench.result import BenchReport
     from runner.bench.throughput import LayoutResult
 
 

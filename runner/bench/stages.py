@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.base.errors import RunnerError
 from runner.bench import benchmark_module as bm
-from runner.compiled_model import CompiledModel
-from runner.errors import RunnerError
-from runner.layout import Worker
-from runner.tensors import write_tensor
+from runner.config.layout import Worker
+from runner.model.compiled_model import CompiledModel
+from runner.model.tensors import write_tensor
 
 # (stage, pipeline role) in pipeline order; stage names are the ones StageTimes uses.
 STAGES = (
@@ -112,8 +112,8 @@ def stage_roles(functions: Mapping[str, tuple[str, str]]) -> list[tuple[str, str
 
 def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Path, ...]]:
     """One pipeline pass; writes `<out_dir>/<stage>/input<i>.npy` for every stage."""
-    from runner.mlperf_data import load_captions
-    from runner.pipeline.loader import open_pipeline
+    from runner.config.mlperf_data import load_captions
+    from runner.model.pipeline.loader import open_pipeline
 
     session, pipeline = open_pipeline(compiled)
     sink: dict[str, tuple[np.ndarray, ...]] = {}
@@ -144,7 +144,7 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
                 only: Sequence[str] = ()) -> list[StagePlan]:
     """The benchmark command of every stage (or those in `only`), in `worker`'s device view
     (None: this process's); `inputs` None (a dry run) names the files a real run records."""
-    from runner.model_config import ModelConfig
+    from runner.config.model_config import ModelConfig
 
     config = ModelConfig.load(Path(compiled.model_config))
     modules = {m.name: m for m in compiled.modules}

@@ -25,16 +25,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runner import shellscript
+from runner.base import shellscript
+from runner.base.errors import RunnerError
 from runner.batch.cluster import SlurmOptions, slurm_flags
 from runner.batch.executors import Execution, Executor, LocalExecutor, watch
 from runner.batch.worker import task_path
 from runner.bench import throughput as tp
-from runner.compiled_model import compile_model
 from runner.docker.in_image import ImageCompiler
-from runner.errors import RunnerError
 from runner.lifecycle import Lifecycle, executor_for
-from runner.manifest import RunManifest
+from runner.model.compiled_model import compile_model
+from runner.rundir.manifest import RunManifest
 
 EXECUTORS = ("local", "docker", "slurm")
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
 from runner.batch.run import RunOutcome, plan_for
 from runner.batch.worker import stats_path
-from runner.errors import RunnerError
-from runner.layout import Plan, format_device_ids
-from runner.profile import Profile
+from runner.config.layout import Plan, format_device_ids
+from runner.config.profile import Profile
 
 HOST_IREE = "host"  # the IREE installed where the bench runs (no image)
 

@@ -20,11 +20,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.compile import compiler_info
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import compiler_info
+from runner.config.profile import Profile
+from runner.config.sources import local_source
 from runner.goldens.plan import check_spec
-from runner.profile import Profile
-from runner.sources import local_source
 
 DUMP_PHASE = "executable-configurations"
 

@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.base.errors import RunnerError
 from runner.docker.image import parse_source, validate_commit
-from runner.errors import RunnerError
 
 KINDS = ("wheels", "commit", "source", "build-dir")
 COMPILER_PACKAGE, RUNTIME_PACKAGE = "iree-base-compiler", "iree-base-runtime"

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import EXIT_OK, RunnerError
 from runner.clihelp import DEFAULT_PROFILE, add_profile, add_samples, document, profile_overrides
-from runner.errors import EXIT_OK, RunnerError
 
 DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
 
@@ -41,13 +41,13 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     """The shared MeasurePlan and the inputs that key the out dir's state."""
     import yaml
 
+    from runner.base.fileio import atomic_write_text
     from runner.bisect.builds import Sources, check_find_links
     from runner.bisect.judge import parse_test
     from runner.bisect.ledger import inputs_key
     from runner.bisect.measure import MeasurePlan
+    from runner.config.profile import load_profile
     from runner.docker.in_image import standalone_profile
-    from runner.fileio import atomic_write_text
-    from runner.profile import load_profile
 
     test = parse_test(test_text)
     repo = Path(args.repo).resolve() if args.repo else None

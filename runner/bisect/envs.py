@@ -39,12 +39,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import shellscript
+from runner.base import shellscript
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, sha256_file
+from runner.base.paths import PACKAGE_DIR, cache_dir
+from runner.base.progress import echo
 from runner.bisect.builds import COMPILER_PACKAGE, RUNTIME_PACKAGE, Build, Sources
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, sha256_file
-from runner.paths import PACKAGE_DIR, cache_dir
-from runner.progress import echo
 
 EXECUTORS = ("venv", "docker")
 MARKER = "build.json"

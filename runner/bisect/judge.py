@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 KINDS = ("images", "pixels", "accuracy", "throughput", "compile", "compstat", "goldens",
@@ -108,7 +108,7 @@ def sample_digests(run_dir: Path) -> dict[int, str]:
 
 def image_diffs(ref_dir: Path, run_dir: Path) -> list[dict[str, Any]]:
     """Every sample whose pixels differ: max |Δ| and the share of differing values."""
-    from runner.images import decode_png
+    from runner.model.images import decode_png
 
     ref, now = sample_digests(ref_dir), sample_digests(run_dir)
     out = []

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
 from runner.bisect.builds import Build
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
 
 SCHEMA = 1
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import shellscript
+from runner.base import shellscript
+from runner.base.errors import RunnerError
 from runner.bisect.builds import Build, Sources
 from runner.bisect.envs import (
     BuildEnv,
@@ -33,8 +34,7 @@ from runner.bisect.envs import (
 )
 from runner.bisect.judge import TestSpec
 from runner.bisect.probe import PROBE_FILE
-from runner.errors import RunnerError
-from runner.profile import Profile
+from runner.config.profile import Profile
 
 EXIT_MARK = "runner-bisect-exit-code="
 

@@ -31,7 +31,7 @@ PROBE_FILE = "probe.json"
 
 
 def _write(out: Path, state: dict[str, Any]) -> None:
-    from runner.fileio import atomic_write_json
+    from runner.base.fileio import atomic_write_json
 
     atomic_write_json(out / PROBE_FILE, state)
 
@@ -49,9 +49,9 @@ def _compile_seconds(result) -> float:
 def _dispatch_count(result, compiler) -> int:
     """IREE CI's compstat number for one module: the same compile with the scheduling
     statistics dumped (into the cache, named by the plain compile's key)."""
-    from runner.compile import compile_mlir
+    from runner.base.paths import cache_dir
     from runner.goldens.plan import STATS_FILE_FLAG, STATS_FORMAT_FLAG, dispatch_count
-    from runner.paths import cache_dir
+    from runner.model.compile import compile_mlir
 
     stats = cache_dir() / "compstat" / result.key[:2] / f"{result.key}.json"
     flags = (*result.command[2:-2], f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}")
@@ -70,11 +70,11 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
     _write(out, state)
     import iree.runtime  # noqa: F401  (a build whose runtime does not import is skipped)
 
-    from runner.compile import compiler_info
-    from runner.compiled_model import compile_model
-    from runner.generate import generate
-    from runner.profile import load_profile
-    from runner.provenance import iree_provenance
+    from runner.base.iree_tools import compiler_info
+    from runner.base.provenance import iree_provenance
+    from runner.config.profile import load_profile
+    from runner.model.compiled_model import compile_model
+    from runner.model.generate import generate
 
     compiler = compiler_info()
     state.update(iree=iree_provenance(), compiler={"path": compiler.path,

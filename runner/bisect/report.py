@@ -11,16 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.base.fileio import atomic_write_text
+from runner.base.mdtable import md_table
+from runner.base.progress import duration
+from runner.base.shellscript import Script, Var
 from runner.batch.reproduce import rerun_argv
-from runner.fileio import atomic_write_text
-from runner.images import decode_png
-from runner.mdtable import md_table
-from runner.progress import duration
+from runner.model.images import decode_png
 from runner.report.charts import series_chart
 from runner.report.html import CSS, e
 from runner.report.markdown import code, esc, fence
 from runner.report.thumbs import data_uri, thumbnail_png
-from runner.shellscript import Script, Var
 
 OUT, HERE = Var("out"), Var("here")
 ICON = {"good": "✅ good", "bad": "❌ BAD", "skip": "⚪ skip"}
@@ -103,7 +103,7 @@ def _verdict_of(state: dict[str, Any], index: int) -> str:
 
 
 def _command(state: dict[str, Any]) -> str:
-    from runner.shellscript import join
+    from runner.base.shellscript import join
 
     return join(["runner", *state["argv"]])
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.progress import duration, echo
 from runner.bisect.builds import Build
 from runner.bisect.judge import BAD, GOOD, SKIP, TestSpec, Verdict, image_diffs, judge
 from runner.bisect.ledger import Ledger
 from runner.bisect.measure import MeasurePlan, dry_run_lines, measure
-from runner.errors import RunnerError
-from runner.progress import duration, echo
 
 STATE = "bisect.json"
 

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from runner.base.progress import echo
 from runner.bisect.builds import Build
 from runner.bisect.judge import sample_digests
 from runner.bisect.ledger import Ledger
 from runner.bisect.measure import MeasurePlan, dry_run_lines
 from runner.bisect.search import Stepper
-from runner.progress import echo
 
 STATE = "trend.json"
 

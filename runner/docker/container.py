@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import shellscript
+from runner.base import shellscript
+from runner.base.errors import RunnerError
+from runner.config.layout import Worker, format_device_ids
 from runner.docker.engine import connect
-from runner.errors import RunnerError
-from runner.layout import Worker, format_device_ids
 
 BACKENDS = ("hip", "cuda", "cpu")
 ROCM_DEVICES = ("/dev/kfd", "/dev/dri")
@@ -321,7 +321,7 @@ def _csv_field(text: str) -> str:
 
 
 def run_command_text(spec: ContainerSpec, **kw: bool) -> str:
-    """run_argv as one shell-quoted line, for reproduce.sh (runner/shellscript.py)."""
+    """run_argv as one shell-quoted line, for reproduce.sh (runner/base/shellscript.py)."""
     return shellscript.join(run_argv(spec, **kw))
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.paths import REPO_DIR
+from runner.base.errors import RunnerError
+from runner.base.paths import REPO_DIR
 
 SETUP_SCRIPT = REPO_DIR / "scripts" / "docker_setup.sh"
 # Builds stream for minutes between log lines (pip downloading a 300 MB wheel, ninja linking

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
+from runner.base.paths import REPO_DIR, cache_dir
 from runner.docker.buildenv import BuildNetwork, host_build_network, mask
 from runner.docker.engine import BUILD_READ_TIMEOUT_S, connect
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
-from runner.paths import REPO_DIR, cache_dir
 
 FLAVORS = ("wheels", "source", "build-dir")
 IMAGE_REPO = "iree-sdxl-runner"
@@ -74,7 +74,7 @@ _PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "REA
 _PROJECT_DIRS = ("runner",)
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", "CMakeFiles"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".o", ".obj", ".a", ".egg-info")
-# A checkout's compiled extension (runner/_hex*.so) is the host interpreter's: the image's
+# A checkout's compiled extension (runner/rundir/_hex*.so) is the host interpreter's: the image's
 # wheel build compiles its own, or goes without where the base image has no compiler.
 _PROJECT_SKIP_SUFFIXES = (*_SKIP_SUFFIXES, ".so")
 # Parts of a build tree a worker uses. lib/ holds libIREECompiler.so for tools/ in a real

@@ -20,12 +20,12 @@ from typing import Any
 
 import yaml
 
-from runner.compiled_model import CompiledModel
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.base.paths import cache_dir
+from runner.config.profile import Profile
 from runner.docker.container import covering_mounts
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
-from runner.paths import cache_dir
-from runner.profile import Profile
+from runner.model.compiled_model import CompiledModel
 
 
 def standalone_profile(profile: Profile) -> dict[str, Any]:
@@ -110,11 +110,11 @@ class ImageCompiler:
         vae = vae_batch_size or batch_size
         if self.dry_run:  # nothing is written, so nothing to mount: the command and the
             # compiles it would run (the host's dry-run compile: the same commands)
-            from runner.compiled_model import compile_model
+            from runner.model.compiled_model import compile_model
 
             print(f"  in {self.image}: {shlex.join(argv)}", file=sys.stderr)
             return compile_model(profile, batch_size, vae_batch_size, dry_run=True)
-        from runner.compiled_model import with_batch_sizes
+        from runner.model.compiled_model import with_batch_sizes
 
         # A model from the export cache is exported here on the host (the image has no
         # torch), into the directory the standalone profile already names.

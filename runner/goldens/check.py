@@ -29,20 +29,18 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from runner.compile import CompileResult, CompilerInfo, compiler_info
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import CompilerInfo, compiler_info, found_path
+from runner.config.sources import redact_url
 from runner.goldens.plan import (
     CheckOptions,
     TestPlan,
@@ -53,75 +51,15 @@ from runner.goldens.plan import (
     splat_weights,
     where,
 )
+from runner.goldens.report import console_line, write_reports
+from runner.goldens.result import CheckReport, StatCheck, TestResult
 from runner.goldens.testfile import THRESHOLD_ARG_PREFIXES, GoldenTest, TensorRef
-from runner.goldens.thresholds import OutputComparison, compare
-from runner.iree_tools import found_path
-from runner.sources import redact_url
-from runner.tensors import read_tensor, tensor_format, write_tensor
+from runner.goldens.thresholds import compare
+from runner.model.compile import CompileResult
+from runner.model.tensors import read_tensor, tensor_format, write_tensor
 
-STATUSES = ("passed", "failed", "error", "xfailed", "skipped", "planned")
 # run_args the in-process run reads; any other sends the run through iree-run-module.
 IN_PROCESS_RUN_ARGS = ("--function=", "--device=", *THRESHOLD_ARG_PREFIXES)
-
-
-@dataclass(frozen=True)
-class StatCheck:
-    """One compile statistic against its golden (a maximum, as IREE CI checks it)."""
-
-    name: str  # dispatch_count | binary_size
-    measured: int
-    golden: int | None
-
-    @property
-    def ok(self) -> bool | None:
-        return None if self.golden is None else self.measured <= self.golden
-
-    @property
-    def delta(self) -> int | None:
-        return None if self.golden is None else self.measured - self.golden
-
-    def describe(self) -> str:
-        if self.golden is None:
-            return f"{self.name} {self.measured} (no golden)"
-        verdict = "ok" if self.ok else "OVER"
-        return (f"{self.name} {self.measured}, golden {self.golden} "
-                f"(delta {self.delta:+d}) {verdict}")
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "measured": self.measured, "golden": self.golden,
-                "delta": self.delta, "ok": self.ok}
-
-
-@dataclass
-class TestResult:
-    test: GoldenTest
-    status: str = "planned"
-    phase: str = ""
-    message: str = ""
-    compile_seconds: float = 0.0
-    compile_cached: bool = True
-    run_seconds: float = 0.0
-    outputs: list[OutputComparison] = field(default_factory=list)
-    stats: list[StatCheck] = field(default_factory=list)
-    commands: list[list[str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    actual: tuple[np.ndarray, ...] = ()
-    tool: str | None = None  # why the run went through iree-run-module itself
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("passed", "xfailed", "skipped", "planned")
-
-    def to_dict(self) -> dict:
-        return {"name": self.test.name, "file": str(self.test.path), "kind": self.test.kind,
-                "status": self.status, "phase": self.phase, "message": self.message,
-                "compile_seconds": self.compile_seconds, "compile_cached": self.compile_cached,
-                "run_seconds": self.run_seconds,
-                "outputs": [o.to_dict() for o in self.outputs],
-                "compile_stats": [s.to_dict() for s in self.stats],
-                "commands": [shlex.join(c) for c in self.commands], "notes": self.notes,
-                "warnings": self.warnings}
 
 
 def count_results(mlir: Path, function: str) -> int | None:
@@ -440,7 +378,7 @@ def _run_isolated(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
 
 def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
                      out: Path | None) -> None:
-    from runner.pipeline.iree_session import IreeSession, ModuleFiles
+    from runner.model.pipeline.iree_session import IreeSession, ModuleFiles
 
     test = p.test
     try:
@@ -498,26 +436,8 @@ def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
         result.status = "passed"
 
 
-@dataclass
-class CheckReport:
-    results: list[TestResult]
-    options: CheckOptions
-    compiler: CompilerInfo
-    seconds: float
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if all(r.ok for r in self.results) else 1
-
-    def counts(self) -> dict[str, int]:
-        return {s: sum(r.status == s for r in self.results) for s in STATUSES
-                if any(r.status == s for r in self.results)}
-
-
 def check(tests: list[GoldenTest], opts: CheckOptions, *, echo: bool = True) -> CheckReport:
     """Runs every test; with `opts.out`, writes junit.xml, summary.md and results.json."""
-    from runner.goldens.report import console_line, write_reports
-
     compiler = compiler_info()
     start = time.perf_counter()
     results = []

@@ -10,12 +10,12 @@ import json
 import sys
 from pathlib import Path
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.base.paths import REPO_DIR
 from runner.clihelp import document
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import COUNT_OR_ZERO, SCALE, SECONDS
-from runner.paths import REPO_DIR
 
 DEFAULT_SUITE = REPO_DIR / "goldens" / "tiny"
 

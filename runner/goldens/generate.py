@@ -15,16 +15,16 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.compile import compiler_info
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, sha256_file
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, sha256_file
+from runner.base.iree_tools import compiler_info
+from runner.base.provenance import iree_provenance
+from runner.config.sources import redact_url
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import GoldenTest
 from runner.goldens.versioning import Version, bump_source
-from runner.provenance import iree_provenance
-from runner.sources import redact_url
-from runner.tensors import TensorSpec, write_tensor
+from runner.model.tensors import TensorSpec, write_tensor
 
 MANIFEST = "manifest.json"
 

@@ -22,22 +22,16 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from runner.compile import (
-    CompileResult,
-    CompilerInfo,
-    compile_key,
-    compile_mlir,
-    rocm_chip_flag,
-)
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
+from runner.base.iree_tools import CompilerInfo, found_path, rocm_chip_flag
+from runner.base.paths import cache_dir
+from runner.config.sources import is_url, resolve
 from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
 from runner.inputs.paths import is_inside, suite_ref
-from runner.iree_tools import found_path
-from runner.paths import cache_dir
-from runner.sources import is_url, resolve
+from runner.model.compile import CompileResult, compile_key, compile_mlir
 
 TUNER_FLAG = "--iree-codegen-transform-dialect-library"  # IREE CI's per-SKU spec flag
 TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"  # the user-facing spelling

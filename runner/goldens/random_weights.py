@@ -21,10 +21,10 @@ import re
 import time
 from pathlib import Path
 
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
-from runner.paths import cache_dir
-from runner.progress import Progress
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
+from runner.base.paths import cache_dir
+from runner.base.progress import Progress
 
 # The printed initial value of a parameter-backed global, as IREE's runner matches it.
 _NAMED = re.compile(r'#(?:stream|flow)\.parameter\.named<(?:"[^"]*"::)?"([^"]+)"> : ')

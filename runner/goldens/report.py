@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
+from runner.base.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:
-    from runner.goldens.check import CheckReport, TestResult
+    from runner.goldens.result import CheckReport, TestResult
 
 LABELS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "xfailed": "XFAIL",
           "skipped": "SKIP", "planned": "PLAN"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.expression import check_expression
 
 ENV_BACKEND, ENV_ROCM_CHIP, ENV_SKU = "BACKEND", "ROCM_CHIP", "SKU"

@@ -86,12 +86,12 @@ def compare_steps(profile_name: str = "tiny", prompt_id: int = 0,
                   tolerance: float | None = None) -> StepsReport:
     import torch
 
-    from runner.compiled_model import compile_model
-    from runner.export import tiny_model as tm
-    from runner.export.oracle import TorchOracle
-    from runner.mlperf_data import load_captions
-    from runner.pipeline.loader import open_pipeline
-    from runner.profile import load_profile
+    from runner.config.mlperf_data import load_captions
+    from runner.config.profile import load_profile
+    from runner.model.compiled_model import compile_model
+    from runner.model.export import tiny_model as tm
+    from runner.model.export.oracle import TorchOracle
+    from runner.model.pipeline.loader import open_pipeline
 
     profile = load_profile(profile_name)
     config = profile.model

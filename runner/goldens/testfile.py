@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside
-from runner.tensors import TensorSpec
+from runner.model.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
 DEFAULT_DEVICES = {"cpu": "local-task", "rocm": "hip"}

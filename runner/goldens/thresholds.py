@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runner.errors import RunnerError
-from runner.tensors import TensorSpec
+from runner.base.errors import RunnerError
+from runner.model.tensors import TensorSpec
 
 DEFAULT_ATOL = {"f16": 1e-3, "f32": 1e-4, "f64": 1e-4, "bf16": 1e-2}
 DEFAULT_RTOL = 1e-5

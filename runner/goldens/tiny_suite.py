@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.compiled_model import compile_model
-from runner.fileio import atomic_write_text
-from runner.mlperf_data import load_captions
-from runner.paths import ASSETS_DIR, REPO_DIR
-from runner.pipeline.loader import open_pipeline
-from runner.profile import load_profile
-from runner.tensors import TensorSpec, write_tensor
+from runner.base.fileio import atomic_write_text
+from runner.base.paths import ASSETS_DIR, REPO_DIR
+from runner.config.mlperf_data import load_captions
+from runner.config.profile import load_profile
+from runner.model.compiled_model import compile_model
+from runner.model.pipeline.loader import open_pipeline
+from runner.model.tensors import TensorSpec, write_tensor
 
 SUITE_DIR = REPO_DIR / "goldens" / "tiny"
 TORCH_SUITE_DIR = REPO_DIR / "goldens" / "tiny-torch"
@@ -129,7 +129,7 @@ def _write_json(path: Path, obj: dict) -> Path:
 
 def _compstat_goldens(test_path: Path) -> dict:
     """This compiler's dispatch count (exact) and vmfb size (+20%, rounded up to 1000 B)."""
-    from runner.compile import compiler_info
+    from runner.base.iree_tools import compiler_info
     from runner.goldens.plan import CheckOptions, compile_module, dispatch_count, plan
     from runner.goldens.testfile import load_test_file
 

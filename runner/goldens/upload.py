@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.config.sources import redact_text, redact_url
 from runner.goldens.generate import MANIFEST
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
-from runner.sources import redact_text, redact_url
 
 ENV_CREDENTIALS = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY",
                    "AZURE_STORAGE_SAS_TOKEN")

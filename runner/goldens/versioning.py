@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.goldens.testfile import tensor_fields
 from runner.inputs.jsonfile import parse_json
 

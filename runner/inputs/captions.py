@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.limits import MiB, read_text
 
 MAX_CAPTIONS_BYTES = 64 * MiB  # MLPerf's 5000 COCO captions are ~1 MiB with every column

@@ -7,7 +7,7 @@ names long, would overflow the stack or take unbounded time. Real ones are a few
 
 from __future__ import annotations
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 MAX_CHARS = 4096
 MAX_TOKENS = 256

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.limits import (
     MAX_CONFIG_BYTES,
     MAX_DEPTH,

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 MiB = 1 << 20
 MAX_CONFIG_BYTES = 16 * MiB  # profiles, model configs, test-suite JSON, run records

@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from runner.errors import RunnerError
-from runner.paths import ASSETS_DIR
+from runner.base.errors import RunnerError
+from runner.base.paths import ASSETS_DIR
 
 
 def resolved(path: Path, where: str) -> Path:

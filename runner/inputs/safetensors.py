@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.jsonfile import parse_json
 from runner.inputs.limits import INT64_MAX, MiB, decode_utf8
 

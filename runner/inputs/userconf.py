@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 # Keys LoadGen reads with strtod (see loadgen/test_settings_internal.cc). `target_latency`
 # is a double for SingleStream/MultiStream and an integer for Server: checked as decimal.

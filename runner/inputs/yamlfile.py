@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.limits import (
     INT64_MAX,
     INT64_MIN,

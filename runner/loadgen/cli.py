@@ -30,7 +30,7 @@ def _split(items: list[str]) -> tuple[str, ...]:
 
 def _audit_confs(items: list[str] | None) -> dict[str, Path]:
     """`--audit-conf TEST04=FILE` items."""
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
 
     out: dict[str, Path] = {}
     for item in items or []:
@@ -44,10 +44,10 @@ def _audit_confs(items: list[str] | None) -> dict[str, Path]:
 
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
+    from runner.config.profile import load_profile
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
     from runner.loadgen.run import MlperfRequest
-    from runner.profile import load_profile
 
     profile = load_profile(args.profile, profile_overrides(args.set))
     compliance = None if args.compliance is None else tuple(

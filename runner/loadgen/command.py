@@ -12,8 +12,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
+from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.loadgen.compliance import Verification, verify
 from runner.loadgen.logs import ACCURACY_LOG
 from runner.loadgen.report import write_reports
@@ -29,8 +30,7 @@ from runner.loadgen.run import (
 )
 from runner.loadgen.session import TestOutcome
 from runner.loadgen.submission import check_tree, code_readme, rules_not_met, write_tree
-from runner.mlperf_data import CAPTIONS_FILE
-from runner.mlperf_log import iter_log_samples
+from runner.rundir.mlperf_log import iter_log_samples
 
 SUBMISSION_DIR = "submission"
 
@@ -118,9 +118,9 @@ def _status(record: dict[str, Any]) -> str:
 
 def _submission(prepared: Prepared, record: dict[str, Any]) -> dict[str, Any]:
     """The tree, written from the out dir's logs, and its checks."""
+    from runner.config.mlperf_data import load_captions
     from runner.loadgen.system import measurements, software_facts
-    from runner.mlperf_data import load_captions
-    from runner.rundir import RunDir
+    from runner.rundir.directory import RunDir
 
     request, plan = prepared.request, prepared.submission
     assert plan is not None
@@ -145,9 +145,9 @@ def _submission(prepared: Prepared, record: dict[str, Any]) -> dict[str, Any]:
 def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
     """0 when every test is VALID, accuracy passes, compliance verifies and a submission's
     tree conforms and meets the round's rules; 1 otherwise."""
+    from runner.base.provenance import runner_provenance
     from runner.batch.run import plan_for
-    from runner.compiled_model import compile_model
-    from runner.provenance import runner_provenance
+    from runner.model.compiled_model import compile_model
 
     prepared = prepare(request)
     if dry_run:

@@ -22,10 +22,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
 from runner.loadgen.logs import ACCURACY_LOG, DETAIL, detail_values
-from runner.mlperf_log import iter_log_samples
+from runner.rundir.mlperf_log import iter_log_samples
 
 THRESHOLD = 0.10
 RELAXED_THRESHOLD = 0.20  # SingleStream/MultiStream with short latencies

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.inputs.limits import read_text
 from runner.inputs.userconf import conf_value
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 SUMMARY = "mlperf_log_summary.txt"
 DETAIL = "mlperf_log_detail.txt"

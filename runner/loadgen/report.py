@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.fileio import atomic_write_bytes
-from runner.mdtable import md_table
+from runner.base.fileio import atomic_write_bytes
+from runner.base.mdtable import md_table
 from runner.report.html import CSS, _table, e
 from runner.report.markdown import esc
 

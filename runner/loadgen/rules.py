@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
 DIVISIONS = ("closed", "open")

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import shellscript
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_text
+from runner.base import shellscript
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
+from runner.config.profile import Profile
 from runner.loadgen.conf import (
     MODES,
     SCENARIOS,
@@ -34,8 +36,6 @@ from runner.loadgen.conf import (
 from runner.loadgen.rules import COMPLIANCE_TESTS, Round, check_scenarios, installed_round
 from runner.loadgen.session import TestOutcome, TestSpec, planned_settings
 from runner.loadgen.system import SystemDescription, check_name, describe_system
-from runner.mlperf_data import CAPTIONS_FILE, load_captions
-from runner.profile import Profile
 
 MLPERF_SAMPLES = 5000  # MLPerf SDXL's QSL: the 5000 COCO captions
 WORK_DIR = "work"
@@ -151,7 +151,7 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     """The round, the system description and the scenario set, checked before anything
     runs (the systems JSON's framework is the local IREE here; the tree gets the one the
     workers ran, from the work dir's manifest)."""
-    from runner.provenance import iree_provenance, runner_provenance
+    from runner.base.provenance import iree_provenance, runner_provenance
 
     rules = installed_round()
     mlperf = request.profile.mlperf

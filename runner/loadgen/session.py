@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.batch.lifeline import die_with_parent
-from runner.errors import RunnerError
-from runner.fileio import atomic_write_json, atomic_write_text
+from runner.config.sources import redact_secrets
 from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import SUMMARY, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
-from runner.sources import redact_secrets
 
 # The TestSettings a test's record and the dry run show: the ones every scenario reads,
 # then each scenario's own.

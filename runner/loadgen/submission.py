@@ -32,13 +32,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from runner.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
-from runner.images import write_png
+from runner.base.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
+from runner.config.mlperf_data import load_review_ids
 from runner.loadgen.conf import MODEL
 from runner.loadgen.logs import ACCURACY_LOG, DETAIL, SUMMARY, detail_values, parse_summary
 from runner.loadgen.rules import Round
-from runner.mlperf_data import load_review_ids
-from runner.mlperf_log import iter_log_samples
+from runner.model.images import write_png
+from runner.rundir.mlperf_log import iter_log_samples
 
 LOGS = (SUMMARY, DETAIL)
 ACCURACY_TXT = "accuracy.txt"

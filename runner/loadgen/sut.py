@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from runner.base.errors import RunnerError
 from runner.batch.queue import WorkQueue
-from runner.errors import RunnerError
 from runner.loadgen.batcher import Batcher, Item
-from runner.store import SampleStore
+from runner.rundir.store import SampleStore
 
 WORKERS_DEAD = "workers-dead"  # in the queue dir: written by the process owning the workers
 DEAD_POLL_S = 0.1

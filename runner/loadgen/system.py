@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.fileio import sha256_file
+from runner.base.errors import RunnerError
+from runner.base.fileio import sha256_file
 from runner.loadgen.rules import DIVISIONS, SYSTEM_TYPES, Round
 
 SMI_TIMEOUT_S = 20
@@ -327,7 +327,7 @@ def _weights(profile) -> str:
     submodel's weights file by name and sha256 (or its URL when it is fetched)."""
     model = profile.model
     if model.source and model.source.startswith("checkpoint:"):
-        from runner.export.store import checkpoint_sha256
+        from runner.config.exports import checkpoint_sha256
 
         path = Path(model.source.partition(":")[2])
         digest = checkpoint_sha256(path, model.dtype)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runner.base.errors import RunnerError
 from runner.clihelp import document
-from runner.errors import RunnerError
 from runner.inputs.cliargs import COUNT_OR_ZERO
 from runner.report.collect import WORST_DEFAULT
 

@@ -19,14 +19,14 @@ import numpy as np
 from runner.accuracy.compare import ImageDiff, compare_runs
 from runner.accuracy.samples import format_ids, open_source
 from runner.accuracy.verdict import JSON_NAME, RangeCheck
+from runner.base.errors import RunnerError
 from runner.batch.worker import TASKS_DIR
-from runner.errors import RunnerError
+from runner.config.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.inputs.yamlfile import read_yaml
-from runner.manifest import RunManifest
-from runner.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.report.thumbs import thumbnail_png
-from runner.rundir import REPRODUCE, RunDir
-from runner.store import SampleStore
+from runner.rundir.directory import REPRODUCE, RunDir
+from runner.rundir.manifest import RunManifest
+from runner.rundir.store import SampleStore
 
 PASS, FAIL, NOT_SCORED, SUBSET = "PASS", "FAIL", "NOT SCORED", "SUBSET"
 GALLERY_MAX = 12

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from runner.mdtable import md_table
+from runner.base.mdtable import md_table
 from runner.report.collect import (
     FAIL,
     PASS,

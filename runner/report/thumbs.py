@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 
-from runner.images import encode_png
+from runner.model.images import encode_png
 
 MAX_SIDE = 256
 

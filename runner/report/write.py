@@ -1,7 +1,7 @@
 """`write_reports`: the four report files of a run dir, rendered first, then written.
 
 All four are rendered in memory before the first is written, so a failure leaves the
-previous set; each file is replaced atomically (runner.fileio).
+previous set; each file is replaced atomically (runner.base.fileio).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.fileio import atomic_write_bytes
+from runner.base.fileio import atomic_write_bytes
 from runner.report.ci import publish
 from runner.report.collect import WORST_DEFAULT, RunReport, collect, label_parts
 from runner.report.html import render_html

@@ -1,0 +1,192 @@
+"""Where the IREE command-line tools (iree-compile, iree-opt, iree-run-module,
+iree-benchmark-module, ...) come from: one answer for every command, with the reason.
+
+The order, first hit wins:
+
+1. `--iree-tools DIR[:DIR...]` (a global `runner` option), else `$IREE_TOOL_PATH`: IREE's
+   own variable (`iree.compiler.tools.binaries` searches it first too), so one setting
+   points the runner and IREE's Python API at the same build. A directory named there that
+   does not exist is an error, not a silent fall-through to another compiler.
+2. `PATH`: the harness images and `build-dir:`/`source:` builds put a build's `tools/`
+   first on PATH, and an activated venv puts its console scripts there; PATH winning over
+   the installed packages is what keeps a source build from being shadowed by a wheel that
+   happens to be installed beside it.
+3. The installed packages' own tool locations, found as IREE's Python packages find them:
+   `iree.compiler.tools.binaries.find_tool` (the compiler wheel's `_mlir_libs/`) and
+   `iree._runtime.libs.library_path` (the runtime wheel's `_runtime_libs/`, what the
+   `iree-run-module` console script execs). So `/path/to/venv/bin/runner` works without
+   activating the venv.
+
+A tool missing from the override directories falls through to PATH and the packages (as
+IREE's own lookup does); `runner --version` says which place each tool came from and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+
+TOOL_PATH_ENV = "IREE_TOOL_PATH"
+FLAG = "--iree-tools"
+# The tools `runner --version` reports: every one some command runs.
+REPORTED = ("iree-compile", "iree-opt", "iree-run-module", "iree-benchmark-module")
+_from_flag: str | None = None  # the $IREE_TOOL_PATH value --iree-tools set, for the origin
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str
+    origin: str  # --iree-tools | $IREE_TOOL_PATH | PATH | iree.compiler | iree.runtime
+    reason: str  # why this one: what was searched before it
+
+    def line(self) -> str:
+        return f"{self.path} (from {self.origin}: {self.reason})"
+
+
+def use_tool_dirs(value: str) -> None:
+    """`--iree-tools DIR[:DIR...]`: checked now, then exported as $IREE_TOOL_PATH so child
+    processes and IREE's own Python API resolve the same tools."""
+    dirs = _split(value)
+    _check_dirs(dirs, FLAG)
+    global _from_flag
+    _from_flag = os.environ[TOOL_PATH_ENV] = os.pathsep.join(str(d) for d in dirs)
+
+
+def _split(value: str) -> list[Path]:
+    return [Path(p).expanduser().resolve() for p in value.split(os.pathsep) if p]
+
+
+def _check_dirs(dirs: list[Path], origin: str) -> None:
+    for d in dirs:
+        if not d.is_dir():
+            raise RunnerError(f"{d} is not a directory", where=origin,
+                              fix="name an IREE build's tools/ directory (the one holding "
+                              "iree-compile), or leave it out to use PATH and the installed "
+                              "iree-base-compiler / iree-base-runtime packages")
+
+
+def override_dirs() -> tuple[list[Path], str]:
+    """The override directories and where they came from (empty: none set)."""
+    value = os.environ.get(TOOL_PATH_ENV, "")
+    origin = FLAG if value and value == _from_flag else f"${TOOL_PATH_ENV}"
+    dirs = _split(value)
+    _check_dirs(dirs, origin)
+    return dirs, origin
+
+
+def _executable(path: Path | str | None) -> bool:
+    return bool(path) and os.path.isfile(str(path)) and os.access(str(path), os.X_OK)
+
+
+def package_tool(name: str) -> tuple[str, str] | None:
+    """(path, package) of `name` in the installed IREE Python packages, located the way
+    those packages locate it themselves; None where neither ships it."""
+    try:
+        from iree.compiler.tools import binaries
+
+        path = binaries.find_tool(name)  # ValueError: not a compiler tool, or not installed
+        if _executable(path):
+            return os.path.normpath(path), "iree.compiler"
+    except (ImportError, ValueError):
+        pass
+    try:
+        from iree._runtime import libs  # iree.runtime's console scripts exec from here
+
+        path = os.path.join(libs.library_path, name)
+        if _executable(path):
+            return path, "iree.runtime"
+    except ImportError:
+        pass
+    return None
+
+
+def find_tool(name: str) -> Tool:
+    """`name` by the order in the module doc; a RunnerError lists every place looked in."""
+    dirs, origin = override_dirs()
+    for d in dirs:
+        if _executable(d / name):
+            return Tool(name, str(d / name), origin, f"{name} is in {d}")
+    skipped = f"not in {origin}" if dirs else f"{FLAG} / ${TOOL_PATH_ENV} not set"
+    on_path = shutil.which(name)
+    if on_path:
+        return Tool(name, on_path, "PATH", f"{skipped}; first {name} on PATH")
+    found = package_tool(name)
+    if found:
+        path, package = found
+        return Tool(name, path, package, f"{skipped}, not on PATH; the installed {package} "
+                    "package's own copy")
+    raise RunnerError(
+        f"`{name}` not found: {skipped}, not on PATH, and no installed IREE package ships it",
+        where=name,
+        fix="pip install iree-base-compiler iree-base-runtime (the `runner` venv's packages "
+            f"are found without activating it), or pass {FLAG} DIR / set ${TOOL_PATH_ENV} "
+            "to an IREE build's tools/ directory")
+
+
+def tool_path(name: str) -> str:
+    return find_tool(name).path
+
+
+def found_path(name: str) -> str | None:
+    """The tool's path, or None where it is nowhere: for records and printed equivalent
+    commands, which must not fail because a tool the command itself does not run is absent."""
+    try:
+        return tool_path(name)
+    except RunnerError:
+        return None
+
+
+def describe_tools() -> dict[str, dict[str, str] | None]:
+    """Each reported tool's path, origin and reason (None: not found): for manifests."""
+    out: dict[str, dict[str, str] | None] = {}
+    for name in REPORTED:
+        try:
+            t = find_tool(name)
+            out[name] = {"path": t.path, "origin": t.origin, "reason": t.reason}
+        except RunnerError:
+            out[name] = None
+    return out
+
+
+# The HIP chip flag was renamed in IREE 3.11 and the old spelling dropped afterwards.
+ROCM_CHIP_FLAG_RENAMED_IN = (3, 11)
+
+
+@dataclass(frozen=True)
+class CompilerInfo:
+    path: str
+    version: str
+    commit: str
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", self.version)[:2])
+
+
+def compiler_info() -> CompilerInfo:
+    """The iree-compile runner.base.iree_tools finds, with its version (asked once per path)."""
+    return _compiler_at(tool_path("iree-compile"))
+
+
+@cache
+def _compiler_at(path: str) -> CompilerInfo:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
+    if out.returncode != 0 or not match:
+        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path)
+    return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
+
+
+def rocm_chip_flag(chip: str, compiler: CompilerInfo) -> str:
+    """`--iree-rocm-target` from 3.11 on, `--iree-hip-target` before."""
+    if compiler.version_tuple >= ROCM_CHIP_FLAG_RENAMED_IN:
+        return f"--iree-rocm-target={chip}"
+    return f"--iree-hip-target={chip}"

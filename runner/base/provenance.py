@@ -1,0 +1,61 @@
+"""Which IREE ran and where it was imported from: the classic failure of a source build on
+PYTHONPATH is being shadowed by an installed wheel, so every manifest records both."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _package(name: str) -> dict[str, Any]:
+    try:
+        module = importlib.import_module(name)
+        version = importlib.import_module(f"{name}.version")
+    except ImportError as e:
+        return {"available": False, "error": str(e)}
+    return {"available": True, "file": module.__file__, "version": version.VERSION,
+            "commit": version.REVISIONS.get("IREE", "unknown")}
+
+
+def iree_provenance() -> dict[str, Any]:
+    """`iree-compile` is its path (None: not found); `iree-tools` says for each tool where
+    it came from and why (runner.base.iree_tools)."""
+    from runner.base.iree_tools import describe_tools
+
+    tools = describe_tools()
+    compiler = tools.get("iree-compile")
+    return {
+        "iree.compiler": _package("iree.compiler"),
+        "iree.runtime": _package("iree.runtime"),
+        "iree-compile": compiler["path"] if compiler else None,
+        "iree-tools": tools,
+    }
+
+
+def host_info() -> dict[str, Any]:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "executable": sys.executable}
+
+
+def runner_provenance() -> dict[str, Any]:
+    """The runner's version and, from a git checkout, its commit and whether it is dirty."""
+    import runner
+
+    root = Path(runner.__file__).resolve().parent.parent
+    out: dict[str, Any] = {"version": runner.__version__, "commit": None, "dirty": None}
+    if shutil.which("git") and (root / ".git").exists():
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=False)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                 "runner", "configs"], capture_output=True, text=True,
+                                check=False)
+        if head.returncode == 0:
+            out["commit"] = head.stdout.strip()
+            out["dirty"] = bool(status.stdout.strip())
+    return out

@@ -1,0 +1,113 @@
+"""The docker executor: one container per worker from a harness image.
+
+See runner/docker/container.py for why one container per worker. Host paths are mounted at
+the same (absolute) paths, so task files need no translation: the run dir read-write; the
+compile cache, model and captions read-only. Its modules come from the image's own
+iree-compile (runner/docker/in_image.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runner.base.paths import cache_dir
+from runner.batch.executors import CompileFn, WorkerPool
+from runner.config.layout import Plan, Worker
+from runner.config.profile import Profile
+from runner.docker.container import covering_mounts
+from runner.docker.in_image import ImageCompiler
+from runner.model.compiled_model import CompiledModel
+from runner.rundir.directory import RunDir
+from runner.rundir.manifest import RunManifest
+
+
+def read_only_inputs(profile: Profile, captions: Path) -> list[Path]:
+    """What a worker reads besides the run dir and the compile cache: the model dir,
+    tokenizer, captions and local weights."""
+    model = profile.model
+    paths = [model.base_dir, Path(model.resolve(model.tokenizer_dir)),
+             Path(captions).resolve().parent]
+    paths += [Path(model.resolve(sub.weights)).parent
+              for sub in model.submodels.values() if sub.weights and "://" not in sub.weights]
+    return paths
+
+
+class DockerContainer:
+    """A worker's container as a handle: its output goes to the worker's log when it ends."""
+
+    def __init__(self, container: Any, log_path: Path):
+        self.container, self.log_path = container, log_path
+
+    def poll(self) -> int | None:
+        from runner.docker.container import logs, poll
+
+        rc = poll(self.container)
+        if rc is not None:
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(logs(self.container))
+            self.container.remove(force=True)
+        return rc
+
+    def kill(self) -> None:
+        from runner.docker.container import kill
+
+        kill(self.container)
+
+
+class DockerExecutor:
+    name = "docker"
+    on_this_host = True
+
+    def __init__(self, image: str, read_only: list[Path]):
+        self.image = image
+        self.read_only = list(read_only)
+
+    def mounts(self, run: Path) -> list[tuple[str, bool]]:
+        return covering_mounts([(Path(run).resolve(), False), (cache_dir(), True),
+                                *[(p, True) for p in self.read_only]])
+
+    def spec(self, run: Path, worker: Worker, task: Path, name: str | None = None):
+        from runner.docker.container import worker_container_spec
+
+        return worker_container_spec(
+            self.image, worker,
+            ["python3", "-m", "runner.batch.worker", "--task", str(Path(task).resolve())],
+            self.mounts(run), name=name)
+
+    def start_worker(self, run: Path, worker: Worker, task: Path) -> DockerContainer:
+        from runner.docker.container import start
+
+        log_path = RunDir(run).log_path(worker.name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Unique per attempt: a killed run's containers may still exist under older names.
+        name = f"runner-{worker.name}-{os.getpid()}-{int(time.time())}"
+        return DockerContainer(start(self.spec(run, worker, task, name)), log_path)
+
+    def describe(self, run: Path, worker: Worker, task: Path) -> str:
+        from runner.docker.container import run_command_text
+
+        return run_command_text(self.spec(run, worker, task), detach=False, remove=True)
+
+    def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
+        """By the image's own iree-compile, so the runtime in the image loads what its
+        compiler wrote."""
+        return ImageCompiler(self.image, Path(work_dir).resolve() / "compile", dry_run)
+
+    def image_info(self) -> dict[str, Any] | None:
+        from runner.docker.image import image_info
+
+        return image_info(self.image)
+
+    def check(self, plan: Plan, where: str) -> None:
+        return None
+
+    def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
+        return False
+
+    def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> WorkerPool:
+        run.path.mkdir(parents=True, exist_ok=True)  # mounted into every container
+        return WorkerPool(run.path, plan, CompiledModel.from_dict(manifest.compiled),
+                          manifest.captions, self, set(manifest.sample_ids))

@@ -1,0 +1,164 @@
+"""An SDXL-shaped architecture: the diffusers/transformers configs of its submodels.
+
+Read without torch (profiles load it to name an export before anything is built), and
+checked against what the exported pipeline relies on, so an SD 1.x/2.x checkpoint or a
+config from another pipeline is a clear error naming the file, not a failed trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.paths import ASSETS_DIR
+from runner.inputs.jsonfile import read_json as read_checked_json
+from runner.inputs.limits import MiB
+
+SDXL_DIR = ASSETS_DIR / "sdxl"
+PIPELINE_CLASS = "StableDiffusionXLPipeline"
+# (subfolder, config file) of every part the export reads.
+CONFIG_FILES = {
+    "text_encoder": "config.json",
+    "text_encoder_2": "config.json",
+    "unet": "config.json",
+    "vae": "config.json",
+    "scheduler": "scheduler_config.json",
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    text_encoder: dict
+    text_encoder_2: dict
+    unet: dict
+    vae: dict
+    scheduler: dict
+
+    @property
+    def latent_size(self) -> int:
+        return int(self.unet["sample_size"])
+
+    @property
+    def image_size(self) -> int:
+        """The VAE upsamples once per block but the last: 128 latents -> 1024 pixels."""
+        return self.latent_size * 2 ** (len(self.vae["block_out_channels"]) - 1)
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.text_encoder["hidden_size"]) + int(self.text_encoder_2["hidden_size"])
+
+    @property
+    def pooled_dim(self) -> int:
+        return int(self.text_encoder_2["projection_dim"])
+
+    @property
+    def prompt_positions(self) -> int:
+        """The longest prompt, in tokens, both text encoders have positions for."""
+        return min(int(self.text_encoder.get("max_position_embeddings", 77)),
+                   int(self.text_encoder_2.get("max_position_embeddings", 77)))
+
+
+def read_json(path: Path) -> dict:
+    """A checkpoint's JSON (configs, model_index.json, tokenizer files) through the bounded
+    reader: a JSON object, not too deep, finite numbers."""
+    if not path.exists():
+        raise RunnerError("file missing", where=str(path),
+                          fix="a diffusers-format SDXL checkpoint has model_index.json, "
+                          "text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, unet/, "
+                          "vae/ and scheduler/ (save_pretrained writes them)")
+    return read_checked_json(path, max_bytes=64 * MiB, what="checkpoint file")
+
+
+# The config fields the export computes with, each a positive integer (a list of them for
+# `block_out_channels`): checked up front so a wrong type is named, not a traceback.
+INT_FIELDS = {"text_encoder": ("hidden_size",), "text_encoder_2": ("hidden_size",
+                                                                   "projection_dim"),
+              "unet": ("sample_size",)}
+OPTIONAL_INT_FIELDS = {"text_encoder": ("max_position_embeddings",),
+                       "text_encoder_2": ("max_position_embeddings",),
+                       "unet": ("addition_time_embed_dim",)}
+
+
+def _check_fields(configs: dict[str, dict], root: Path) -> None:
+    def positive(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    for name, file in CONFIG_FILES.items():
+        where = str(root / name / file)
+        config = configs[name]
+        for key in INT_FIELDS.get(name, ()):
+            if not positive(config.get(key)):
+                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                                  fix="use the checkpoint's own config.json, unedited")
+        for key in OPTIONAL_INT_FIELDS.get(name, ()):
+            if config.get(key) is not None and not positive(config[key]):
+                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                                  fix="use the checkpoint's own config.json, unedited")
+    blocks = configs["vae"].get("block_out_channels")
+    if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(positive, blocks))):
+        raise RunnerError("`block_out_channels` must list positive integers",
+                          where=f"{root / 'vae' / 'config.json'}: block_out_channels",
+                          fix="use the checkpoint's own config.json, unedited")
+
+
+def load_architecture(root: Path) -> Architecture:
+    """The configs under a diffusers-format directory, checked to be SDXL-shaped."""
+    index_path = root / "model_index.json"
+    index = read_json(index_path)
+    if index.get("_class_name") != PIPELINE_CLASS:
+        raise RunnerError(f"a {index.get('_class_name')!r} checkpoint, not SDXL "
+                          f"({PIPELINE_CLASS})", where=str(index_path),
+                          fix="point --from at an SDXL base 1.0 checkpoint; SD 1.x/2.x "
+                          "(one text encoder, 768/1024-d cross attention) cannot run this "
+                          "pipeline")
+    configs = {name: read_json(root / name / file) for name, file in CONFIG_FILES.items()}
+    _check_fields(configs, root)
+    arch = Architecture(**configs)
+    check_architecture(arch, root)
+    return arch
+
+
+def check_architecture(arch: Architecture, root: Path) -> None:
+    """What the exported pipeline relies on: text_time conditioning whose inputs are the two
+    encoders' hidden states and the pooled projection, and 4-channel latents."""
+    unet = arch.unet
+    where = str(root / "unet" / "config.json")
+    if unet.get("cross_attention_dim") != arch.embed_dim:
+        raise RunnerError(f"cross_attention_dim {unet.get('cross_attention_dim')} is not the "
+                          f"two text encoders' hidden sizes summed ({arch.embed_dim})",
+                          where=where, fix="this is not an SDXL UNet (SD 1.x has 768, "
+                          "SD 2.x 1024; SDXL 2048)")
+    if unet.get("addition_embed_type") != "text_time":
+        raise RunnerError(f"addition_embed_type is {unet.get('addition_embed_type')!r}, SDXL "
+                          "has 'text_time'", where=where, fix="use an SDXL base checkpoint")
+    expected = arch.pooled_dim + 6 * int(unet.get("addition_time_embed_dim") or 0)
+    if unet.get("projection_class_embeddings_input_dim") != expected:
+        raise RunnerError("projection_class_embeddings_input_dim "
+                          f"{unet.get('projection_class_embeddings_input_dim')} != pooled "
+                          f"{arch.pooled_dim} + 6 x addition_time_embed_dim ({expected})",
+                          where=where, fix="use an SDXL base checkpoint (the refiner differs)")
+    if unet.get("in_channels") != 4 or arch.vae.get("latent_channels") != 4:
+        raise RunnerError("expected 4 latent channels (unet in_channels, vae latent_channels)",
+                          where=where)
+    sched = arch.scheduler
+    if sched.get("prediction_type", "epsilon") != "epsilon":
+        raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
+                          "step assumes epsilon prediction",
+                          where=str(root / "scheduler" / "scheduler_config.json"))
+
+
+def check_prompt_length(length: int, arch: Architecture, where: str) -> int:
+    """A prompt length both text encoders have positions for."""
+    positions = arch.prompt_positions
+    if not 2 <= length <= positions:
+        raise RunnerError(f"prompts of {length} tokens, but the text encoders have "
+                          f"{positions} positions", where=where,
+                          fix=f"use 2 to {positions} tokens (SDXL base pads to 77; IREE CI's "
+                          "and AMD's artifacts take 64)")
+    return length
+
+
+def sdxl_architecture() -> Architecture:
+    """SDXL base 1.0, from the configs shipped in `runner/assets/sdxl`."""
+    return load_architecture(SDXL_DIR)

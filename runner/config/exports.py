@@ -1,0 +1,264 @@
+"""The export cache's names: which export a profile's `model: checkpoint:DIR | seeded:sdxl`
+means, its content key, where it lives and the model config it has (or will have).
+
+SDXL is exported once per (checkpoint bytes, export code, dtype), batch sizes added as they
+are asked for; `runner.model.export.store` writes exports, this module only names and finds
+them, so a profile loads without the exporter.
+
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/`: weights (`*.irpa`, shared by
+all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
+only batch sizes whose files are all there, with the sha256 of every file it names. New files
+are written into a staging directory and moved in complete, `model.json` last. An export
+reuses only the files of a verified one (its model.json, same inputs, every file matching
+its hash): a killed export's leftovers (files, no model.json) or a file changed since are
+written again, so model.json always describes the bytes beside it. Profiles name an export
+by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`); this module is torch-free
+so loading such a profile stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json, sha256_file
+from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
+from runner.config.mlperf_data import NEGATIVE_PROMPT
+from runner.config.model_config import ModelConfig
+
+SOURCE_PREFIXES = ("checkpoint:", "seeded:")
+SEEDED_MODELS = ("sdxl",)
+SEED = 20251123
+DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16", "float32": "float32"}
+SEEDED_MAX_LENGTH = 64  # the seeded model stands in for IREE CI's and AMD's artifacts
+STEPS = 20  # MLPerf
+SEEDED_REFUSAL = ("seeded random weights: its images mean nothing, so FID/CLIP cannot judge "
+                  "them (this model is for throughput and compile checks)")
+_PACKAGES = ("torch", "diffusers", "transformers", "iree-turbine")
+PAD_TOKENS = ("<|endoftext|>", "!")  # SDXL: ViT-L pads with EOS, bigG with "!"
+# The code whose change re-exports: the exporter (runner/model/export/) and what names and
+# describes an export here.
+EXPORT_CODE = (*(PACKAGE_DIR / "model" / "export").glob("*.py"),
+               *(Path(__file__).with_name(n) for n in ("exports.py", "architecture.py",
+                                                         "checkpoint.py")))
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    """What to export: a local checkpoint directory, or a seeded model by name."""
+
+    checkpoint: Path | None
+    seeded: str | None
+    dtype: str
+    # Prompt tokens; None: the checkpoint's own (`checkpoint.prompt_length`, what diffusers
+    # pads to), 64 for the seeded model.
+    max_length: int | None = None
+
+    @classmethod
+    def parse(cls, ref: str, dtype: str = "float16", base: Path | None = None,
+              where: str = "model") -> ExportSource:
+        kind, _, value = ref.partition(":")
+        if kind == "seeded":
+            if value not in SEEDED_MODELS:
+                known = ", ".join("seeded:" + m for m in SEEDED_MODELS)
+                raise RunnerError(f"unknown seeded model {value!r}", where=where,
+                                  fix=f"use one of {known}")
+            return cls(None, value, dtype)
+        if kind != "checkpoint" or not value:
+            raise RunnerError(f"{ref!r} names no export source", where=where,
+                              fix="use checkpoint:<diffusers dir> or seeded:sdxl")
+        path = Path(value).expanduser()
+        return cls(path if path.is_absolute() or base is None else base / path, None, dtype)
+
+    @property
+    def ref(self) -> str:
+        return f"seeded:{self.seeded}" if self.seeded else f"checkpoint:{self.checkpoint}"
+
+    @property
+    def name(self) -> str:
+        return f"sdxl-seeded-{self.seeded}" if self.seeded else "sdxl"
+
+
+def code_version() -> str:
+    """The exporter's source and the versions of what traces: a change re-exports."""
+    h = hashlib.sha256()
+    for path in sorted(EXPORT_CODE, key=lambda p: p.name):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for package in _PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            h.update(f"{package}={importlib.metadata.version(package)}".encode())
+    return h.hexdigest()
+
+
+def hash_files(files: list[Path], root: Path) -> dict[str, str]:
+    """sha256 per file, remembered by (path, size, mtime) so a 7 GB checkpoint is read once."""
+    memo_path = cache_dir() / "exports" / "file-hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):  # a damaged memo is only a cache: start it again
+        memo = {}
+    out, changed = {}, False
+    for path in files:
+        st = path.stat()
+        stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if stamp not in memo:
+            memo[stamp] = sha256_file(path)
+            changed = True
+        out[str(path.relative_to(root))] = memo[stamp]
+    if changed:
+        atomic_write_json(memo_path, memo)
+    return out
+
+
+def checkpoint_sha256(checkpoint: Path, dtype: str) -> str | None:
+    """One name for a checkpoint's weights: sha256 of its files' sha256s (by relative path,
+    as `export_key` hashes them); None when the checkpoint is not on this machine."""
+    from runner.config.checkpoint import open_checkpoint
+
+    if not checkpoint.is_dir():
+        return None
+    ckpt = open_checkpoint(checkpoint, dtype)
+    files = hash_files(ckpt.files(), ckpt.root)
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def _seeded_files() -> list[Path]:
+    return sorted(p for p in (ASSETS_DIR / "sdxl").rglob("*.json"))
+
+
+def export_key(source: ExportSource) -> str | None:
+    """The content key, or None when the checkpoint is not on this machine (a dry run can
+    still print what it would do)."""
+    if source.seeded:
+        root = ASSETS_DIR / "sdxl"
+        inputs = {"seeded": source.seeded, "seed": SEED, "files": hash_files(_seeded_files(),
+                                                                              root),
+                  "max_length": prompt_length(source)}
+    else:
+        from runner.config.checkpoint import open_checkpoint
+
+        assert source.checkpoint is not None
+        if not source.checkpoint.is_dir():
+            return None
+        ckpt = open_checkpoint(source.checkpoint, source.dtype, source.max_length)
+        inputs = {"files": hash_files(ckpt.files(), ckpt.root), "max_length": ckpt.max_length}
+    inputs.update(code=code_version(), dtype=source.dtype, steps=STEPS)
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def prompt_length(source: ExportSource) -> int:
+    """The export's prompt tokens: `max_length` if given, else the checkpoint's own, else
+    64 for the seeded model (IREE CI's artifacts' length), and for a checkpoint not on this
+    machine (a dry run) SDXL base's 77."""
+    from runner.config.architecture import check_prompt_length, sdxl_architecture
+
+    if source.checkpoint is not None and source.checkpoint.is_dir():
+        from runner.config.checkpoint import open_checkpoint
+
+        return open_checkpoint(source.checkpoint, source.dtype, source.max_length).max_length
+    arch = sdxl_architecture()
+    default = SEEDED_MAX_LENGTH if source.seeded else arch.prompt_positions
+    return check_prompt_length(source.max_length or default, arch, "--max-length")
+
+
+def export_dir(source: ExportSource, key: str | None) -> Path:
+    tag = key[:16] if key else "<key: sha256 of the checkpoint files and the exporter>"
+    return cache_dir() / "exports" / f"{source.name}-{source.dtype}-{tag}"
+
+
+def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
+                   out: Path | None = None) -> list[str]:
+    """The exact `runner export sdxl` command for these batch sizes."""
+    what = ["--seeded"] if source.seeded else ["--from", str(source.checkpoint)]
+    argv = ["runner", "export", "sdxl", *what,
+            "--batch-sizes", ",".join(map(str, sorted(batch_sizes))),
+            "--vae-batch-sizes", ",".join(map(str, sorted(vae_batch_sizes))),
+            "--dtype", "fp16" if source.dtype == "float16" else "fp32"]
+    if source.max_length:
+        argv += ["--max-length", str(source.max_length)]
+    return argv + (["--out", str(out)] if out else [])
+
+
+def config_dict(source: ExportSource, arch, batch_sizes: list[int],
+                 vae_batch_sizes: list[int], key: str | None, max_length: int) -> dict:
+    extra: dict = {"source": source.ref, "export_key": key}
+    if source.seeded:
+        extra["no_scoring"] = SEEDED_REFUSAL
+    return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
+                        arch.image_size, arch.latent_size, STEPS, max_length, extra)
+
+
+def architecture_of(source: ExportSource):
+    from runner.config.architecture import load_architecture, sdxl_architecture
+
+    if source.seeded:
+        return sdxl_architecture()
+    assert source.checkpoint is not None
+    return load_architecture(source.checkpoint)
+
+
+def exported_model(ref: str, base: Path, where: str, dtype: str = "float16") -> ModelConfig:
+    """A profile's `model: checkpoint:DIR | seeded:sdxl` (with its `dtype`): the cached
+    export's config, or, before any export, the config it will have (no batch sizes yet, so
+    `runner compile` exports them on demand or prints the command)."""
+    source = ExportSource.parse(ref, dtype, base=base, where=where)
+    key = export_key(source)
+    path = export_dir(source, key) / "model.json"
+    if path.is_file():
+        return ModelConfig.load(path)
+    arch = architecture_of(source) if key else None
+    if arch is None:  # the checkpoint is elsewhere: SDXL's own shapes, for dry runs
+        from runner.config.architecture import sdxl_architecture
+
+        arch = sdxl_architecture()
+    return ModelConfig.from_dict(config_dict(source, arch, [], [], key,
+                                               prompt_length(source)), path)
+
+
+def file_names() -> dict[str, dict]:
+    """Per submodel: `mlir` (with `{batch}`), `weights`, and the unet's pipeline module."""
+    return {
+        "clip": {"mlir": "clip_bs{batch}.mlir", "weights": "clip.irpa"},
+        "unet": {"mlir": "unet_bs{batch}.mlir", "weights": "unet.irpa",
+                 "extra_mlir": ["unet_pipeline_bs{batch}.mlir"]},
+        "vae": {"mlir": "vae_bs{batch}.mlir", "weights": "vae.irpa"},
+    }
+
+
+def model_config(name: str, dtype: str, batch_sizes: list[int], vae_batch_sizes: list[int],
+                 image_size: int, latent_size: int, steps: int, max_length: int,
+                 extra: dict | None = None) -> dict:
+    """The model config of an export. MLPerf's settings: guidance 8.0, its negative prompt.
+    The VAE lists its own batch sizes only when they differ (AMD's `--vae_batch_size`)."""
+    submodels = file_names()
+    if sorted(vae_batch_sizes) != sorted(batch_sizes):
+        submodels["vae"]["batch_sizes"] = sorted(vae_batch_sizes)
+    return {
+        "name": name,
+        "dtype": dtype,
+        "batch_sizes": sorted(batch_sizes),
+        "image_size": image_size,
+        "latent_size": latent_size,
+        "steps": steps,
+        "guidance_scale": 8.0,
+        "negative_prompt": NEGATIVE_PROMPT,
+        "max_length": max_length,
+        "tokenizer": {"dir": "tokenizer", "pad_tokens": list(PAD_TOKENS)},
+        "denoise": "produce_image_latents",
+        "submodels": submodels,
+        "functions": {
+            "encode_prompts": "clip.encode_prompts",
+            "run_initialize": "unet.run_initialize",
+            "run_forward": "unet.run_forward",
+            "produce_image_latents": "unet.produce_image_latents",
+            "decode": "vae.decode",
+        },
+        **(extra or {}),
+    }

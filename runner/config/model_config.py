@@ -1,0 +1,205 @@
+"""The model config: which artifacts make the pipeline and how to drive them.
+
+In the spirit of the SDXL config JSON AMD's harness reads. The tiny model ships one
+(`assets/tiny/model.json`); the real SDXL one lives in `configs/models/`. Paths inside are
+relative to the config file, or URLs that the artifact cache fetches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.config.schema import check_keys, dataclass_keys
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import inside
+from runner.inputs.yamlfile import read_yaml
+
+DENOISE_MODES = ("host_loop", "produce_image_latents")
+# The pipeline's steps and the functions each denoise mode needs.
+REQUIRED_FUNCTIONS = {
+    "host_loop": ("encode_prompts", "run_initialize", "run_forward", "decode"),
+    "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
+}
+DTYPES = ("float32", "float16")
+# ModelConfig fields not read from a top-level key of their own name: the file's location,
+# and the two read from the `tokenizer:` mapping (TOKENIZER_KEYS).
+_NOT_TOP_LEVEL = ("path", "tokenizer_dir", "pad_tokens")
+TOKENIZER_KEYS = ("dir", "pad_tokens")
+
+
+@dataclass(frozen=True)
+class Submodel:
+    """One compiled unit: an MLIR (per batch size), its weights, optional extra modules.
+
+    `extra_mlir` are modules loaded into the same context after the main one (IREE CI's
+    `add_pipeline_module`: the scheduled-unet pipeline that calls into the unet module).
+    """
+
+    name: str
+    mlir: str
+    weights: str | None = None
+    extra_mlir: tuple[str, ...] = ()
+    vmfb: str | None = None
+    batch_sizes: tuple[int, ...] = ()  # when not the model's (a VAE exported at its own)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: Path
+    name: str
+    dtype: str
+    batch_sizes: tuple[int, ...]
+    image_size: int
+    latent_size: int
+    steps: int
+    guidance_scale: float
+    negative_prompt: str
+    max_length: int
+    tokenizer_dir: str
+    pad_tokens: tuple[str, str]
+    denoise: str
+    submodels: dict[str, Submodel]
+    functions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # `checkpoint:DIR` / `seeded:NAME` when the artifacts come from the export cache: a
+    # missing batch size is then exported on demand rather than an error.
+    source: str | None = None
+    # Why FID/CLIP must not judge this model's images (seeded random weights), if so.
+    no_scoring: str | None = None
+    # The export cache key of the inputs an exported model came from.
+    export_key: str | None = None
+    # An export's files (path relative to the config -> sha256): what model.json describes,
+    # verified before an export reuses any of them (runner.model.export.store).
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, ref: str) -> str:
+        """A path relative to the config, made absolute, refused if it leads out of the
+        config's directory (runner.inputs.paths); URLs pass through."""
+        if "://" in ref:
+            return ref
+        return str(inside(ref, self.base_dir, str(self.path), absolute_ok=True))
+
+    def sizes_for(self, submodel: str) -> tuple[int, ...]:
+        """The batch sizes `submodel` was exported at."""
+        return self.submodels[submodel].batch_sizes or self.batch_sizes
+
+    def check_scorable(self) -> None:
+        if self.no_scoring:
+            raise RunnerError(f"scoring refused for model {self.name}: {self.no_scoring}",
+                              where=f"{self.path}: no_scoring",
+                              fix="score a profile with real weights (e.g. mi325x with a "
+                              "local SDXL checkpoint); use this one for throughput and compiles")
+
+    def mlir_sources(self, submodel: str, batch: int) -> list[str]:
+        sub = self.submodels[submodel]
+        return [self.resolve(m.format(batch=batch)) for m in (sub.mlir, *sub.extra_mlir)]
+
+    @classmethod
+    def load(cls, path: Path) -> ModelConfig:
+        what = "model config"
+        raw = (read_json(path, kind=None, what=what) if path.suffix == ".json"
+               else read_yaml(path, what=what))
+        return cls.from_dict(raw, path)
+
+    @classmethod
+    def from_dict(cls, raw: Any, path: Path) -> ModelConfig:
+        where = str(path)
+        if not isinstance(raw, dict):
+            raise RunnerError("model config must be a mapping", where=where)
+        check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
+
+        def need(key: str, kind: type | tuple[type, ...]) -> Any:
+            if key not in raw:
+                raise RunnerError(f"missing field `{key}`", where=where,
+                                  fix=f"add `{key}` (see runner/assets/tiny/model.json)")
+            if not isinstance(raw[key], kind):
+                raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
+                                  where=where)
+            return raw[key]
+
+        dtype = need("dtype", str)
+        if dtype not in DTYPES:
+            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where)
+        denoise = raw.get("denoise", "host_loop")
+        if denoise not in DENOISE_MODES:
+            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where)
+        batch_sizes = need("batch_sizes", list)
+        source = raw.get("source")
+        # An export-backed config may have no batch size yet: `runner compile` adds them.
+        if (not batch_sizes and not source) or not all(isinstance(b, int) and b > 0
+                                                        for b in batch_sizes):
+            raise RunnerError("`batch_sizes` must list positive integers", where=where)
+        submodels = {}
+        for name, sub in need("submodels", dict).items():
+            if not isinstance(sub, dict) or "mlir" not in sub:
+                raise RunnerError(f"submodel `{name}` needs an `mlir` field",
+                                  where=f"{where}: submodels.{name}")
+            check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
+            at = f"{where}: submodels.{name}"
+            submodels[name] = Submodel(
+                name, _typed(sub, "mlir", str, at), _typed(sub, "weights", str | None, at),
+                tuple(_typed(sub, "extra_mlir", list[str], at) or ()),
+                _typed(sub, "vmfb", str | None, at),
+                tuple(_typed(sub, "batch_sizes", list[int], at) or ()))
+        functions = {}
+        for role, ref in need("functions", dict).items():
+            sub, _, fn = str(ref).partition(".")
+            if not isinstance(ref, str) or sub not in submodels or not fn:
+                raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
+                                  f"of a known submodel ({', '.join(submodels)})",
+                                  where=f"{where}: functions.{role}")
+            functions[role] = (sub, fn)
+        missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
+        if missing:
+            raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
+                              where=f"{where}: functions")
+        tok = need("tokenizer", dict)
+        check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
+        pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
+                     or ("<|endoftext|>", "!"))
+        if len(pads) != 2:
+            raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
+                              where=f"{where}: tokenizer.pad_tokens")
+        _typed(tok, "dir", str | None, f"{where}: tokenizer")
+        for key in ("source", "no_scoring", "export_key"):
+            _typed(raw, key, str | None, where)
+        files = raw.get("files") or {}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise RunnerError("`files` must map file names to sha256 digests",
+                              where=f"{where}.files")
+        return cls(
+            path=path, name=need("name", str), dtype=dtype,
+            batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
+            latent_size=need("latent_size", int), steps=need("steps", int),
+            guidance_scale=float(need("guidance_scale", (int, float))),
+            negative_prompt=need("negative_prompt", str), max_length=need("max_length", int),
+            tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
+            denoise=denoise, submodels=submodels, functions=functions,
+            source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
+            files=files,
+        )
+
+
+def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
+    """raw[key] (None when absent), refused unless it is `kind`: str, `str | None`, or a
+    list of str / positive ints."""
+    value = raw.get(key)
+    if kind == list[str] or kind == list[int]:
+        item = kind.__args__[0]
+        ok = value is None or (isinstance(value, list) and all(
+            isinstance(v, item) and not isinstance(v, bool) and (item is str or v > 0)
+            for v in value))
+        want = "a list of strings" if item is str else "a list of positive integers"
+    else:
+        ok = isinstance(value, kind)
+        want = "a string"
+    if not ok:
+        raise RunnerError(f"`{key}` must be {want}, not {type(value).__name__}",
+                          where=f"{where}.{key}")
+    return value

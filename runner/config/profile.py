@@ -1,0 +1,438 @@
+"""Profiles: YAML in `configs/` naming a model, a compile target, a layout and accuracy ranges.
+
+A profile may `extends:` another (mappings merge, lists replace), and command-line flags
+override any field, so `mi325x` is `sdxl` plus a lab layout and `cpu` is `tiny` plus two
+CPU devices.
+
+Every key of a profile file and of `--set` is checked against `profile_schema()`, which is
+derived from the dataclasses below: a section (`target:`, `layout:`...) takes the fields of
+the dataclass it is read into. So a new profile setting is a new dataclass field (plus its
+reading in `profile_from_raw`), and nothing else; a typo is an error naming the closest key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import CompilerInfo, rocm_chip_flag
+from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
+from runner.config.layout import LayoutSpec
+from runner.config.model_config import ModelConfig
+from runner.config.schema import check_keys, dataclass_keys, unknown_key
+from runner.inputs.paths import inside
+from runner.inputs.yamlfile import read_yaml
+
+BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
+DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
+BACKEND_ALIASES = {"rocm": "hip"}  # IREE CI's test suites call the HIP target rocm
+EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner.model.export.store)
+# `model:` is a mapping (`{source: checkpoint:DIR, dtype: fp32}`) or just its source: a string
+# `model: X` is short for `model: {source: X}` wherever it meets a mapping (extends, --set).
+MODEL_KEYS = ("source", "dtype")
+MODEL_DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16",
+                "float32": "float32"}
+_SHORTHANDS = {"model": "source"}  # section -> the key a bare value stands for
+
+
+def _expanded(key: str, value: Any) -> Any:
+    """A shorthand section's bare value as the mapping it stands for; anything else as is."""
+    if key in _SHORTHANDS and not isinstance(value, dict):
+        return {_SHORTHANDS[key]: value}
+    return value
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if key in _SHORTHANDS and (isinstance(value, dict) or isinstance(out.get(key), dict)):
+            value, out[key] = _expanded(key, value), _expanded(key, out.get(key, {}))
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def profile_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.resolve()
+    named = CONFIGS_DIR / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    known = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+    raise RunnerError(f"unknown profile {name_or_path!r}", where="--profile",
+                      fix=f"use one of {', '.join(known)} or a path to a profile YAML")
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise RunnerError("profile `extends` loops back on itself", where=str(path))
+    raw = read_yaml(path, what="profile") or {}
+    if not isinstance(raw, dict):
+        raise RunnerError("a profile must be a YAML mapping", where=str(path))
+    check_profile_keys(raw, str(path))
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    return _merge(_load_raw(_parent_path(parent, path), (*seen, path)), raw)
+
+
+def _parent_path(parent: Any, path: Path) -> Path:
+    """`extends:` names a profile in configs/, or a YAML file relative to this one."""
+    where = f"{path}: extends"
+    if not isinstance(parent, str) or not parent:
+        raise RunnerError("`extends` must name a profile", where=where,
+                          fix="e.g. extends: cpu, or extends: other.yaml")
+    if Path(parent).suffix in (".yaml", ".yml"):
+        found = inside(parent, path.parent, where, absolute_ok=True)
+        if found.is_file():
+            return found.resolve()
+    return profile_path(parent)
+
+
+def set_field(raw: dict, dotted: str, value: Any) -> None:
+    """Applies one `--set a.b.c=value` override (value parsed as YAML). A shorthand section
+    (`model: X`) opens into its mapping for `--set model.dtype=...`, and `--set model=...`
+    merges into it when either side is a mapping (`--set model=Y` then replaces the source)."""
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        if key in _SHORTHANDS and node is raw and key in node:
+            node[key] = _expanded(key, node[key])
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set")
+    if leaf in _SHORTHANDS and node is raw and leaf in node \
+            and (isinstance(node[leaf], dict) or isinstance(value, dict)):
+        node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
+    else:
+        node[leaf] = value
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    driver: str
+    chip: str
+    compile_flags: tuple[str, ...]
+    submodel_flags: dict[str, tuple[str, ...]]
+    tuning_spec: str | None
+    default_tuning_specs: bool | None
+    runtime_flags: tuple[str, ...]
+
+    def device_flags(self, compiler: CompilerInfo) -> tuple[str, ...]:
+        if self.backend == "cpu":
+            return ("--iree-hal-target-device=local",
+                    "--iree-hal-local-target-device-backends=llvm-cpu",
+                    f"--iree-llvmcpu-target-cpu={self.chip}")
+        if self.backend == "hip":
+            return ("--iree-hal-target-device=hip", rocm_chip_flag(self.chip, compiler))
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.chip}")
+
+    def tuning_flags(self, dump_dir: Path | None = None) -> tuple[str, ...]:
+        flags = []
+        if self.tuning_spec:
+            flags.append(f"--iree-codegen-tuning-spec-path={self.tuning_spec}")
+        if self.default_tuning_specs is not None:
+            flags.append("--iree-codegen-enable-default-tuning-specs="
+                         + str(self.default_tuning_specs).lower())
+        if dump_dir is not None:
+            flags.append(f"--iree-codegen-dump-tuning-specs-to={dump_dir}")
+        return tuple(flags)
+
+    def flags_for(self, submodel: str, compiler: CompilerInfo) -> tuple[str, ...]:
+        return (*self.device_flags(compiler), *self.compile_flags,
+                *self.submodel_flags.get(submodel, ()), *self.tuning_flags())
+
+
+METRICS = ("fid", "clip")  # MLPerf's two, scored together unless a run asks for one
+
+
+def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
+    """`fid`, `clip`, `fid,clip` (or a YAML list of them) -> the metrics in MLPerf's order."""
+    items = value.split(",") if isinstance(value, str) else value
+    names = ([m.strip().lower() for m in items] if isinstance(items, list | tuple)
+             and all(isinstance(m, str) for m in items) else [])
+    if not names or not set(names) <= set(METRICS):
+        raise RunnerError(f"metrics {value!r}", where=where,
+                          fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
+    return tuple(m for m in METRICS if m in names)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Inclusive two-sided ranges and which metrics to score (`metrics`, default both); the
+    other keys (`SETTINGS`) are kept raw in `settings` and read by the scoring step
+    (runner/accuracy/settings.py), which imports numpy."""
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("backbones", "seed", "fid_statistics", "samples")
+
+    fid: tuple[float, float] | None
+    clip: tuple[float, float] | None
+    settings: dict[str, Any]
+    metrics: tuple[str, ...] = METRICS
+
+    def range_of(self, metric: str) -> tuple[float, float] | None:
+        return self.fid if metric == "fid" else self.clip
+
+    def has_ranges(self, metrics: tuple[str, ...] | None = None) -> bool:
+        """Whether any metric to score (default: `metrics`) has a range to judge it by."""
+        return any(self.range_of(m) is not None for m in metrics or self.metrics)
+
+
+@dataclass(frozen=True)
+class Mlperf:
+    """The system's MLPerf LoadGen values (`runner mlperf`): what its user.conf says, how long
+    the Server batcher may hold a sample to fill a batch, and who submits what system.
+
+    `system` is the systems JSON section: `id` (the system description id naming the JSON
+    file and the results directory) and the fields the host cannot tell (cooling,
+    interconnects, ...); a plain string is the id alone. runner/loadgen/system.py checks its
+    keys against the round's field list and detects the rest.
+    """
+
+    system: dict[str, Any] | None = None
+    division: str | None = None  # default for --division
+    submitter: str | None = None  # default for --submitter
+    offline_expected_qps: float | None = None
+    server_target_qps: float | None = None
+    singlestream_expected_latency_ms: float | None = None
+    batcher_limit_ms: float = 100.0
+
+    @property
+    def system_id(self) -> str | None:
+        return None if self.system is None else self.system.get("id")
+
+
+@dataclass(frozen=True)
+class Profile:
+    # Fields that are not keys of the YAML (where it came from, the merged mapping). `model`
+    # names the model rather than holding its config: its keys are MODEL_KEYS.
+    NOT_YAML: ClassVar[tuple[str, ...]] = ("path", "raw")
+
+    name: str
+    path: Path
+    raw: dict
+    model: ModelConfig
+    target: Target
+    layout: LayoutSpec
+    accuracy: Accuracy
+    mlperf: Mlperf = Mlperf()
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(self.raw)
+
+
+def _target(raw: Any, where: str, base: Path) -> Target:
+    if not isinstance(raw, dict):
+        raise RunnerError("missing `target` mapping", where=where,
+                          fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
+    backend = raw.get("backend")
+    if isinstance(backend, str):
+        backend = BACKEND_ALIASES.get(backend, backend)
+    if backend not in DEFAULT_DRIVERS:
+        raise RunnerError(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
+                          fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
+    chip = raw.get("chip", "host" if backend == "cpu" else None)
+    if not chip:
+        raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
+                          where=f"{where}: target.chip")
+
+    def flag_list(value: Any, field: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}")
+        return tuple(value)
+
+    spec = raw.get("tuning_spec")
+    if spec:
+        if not isinstance(spec, str):
+            raise RunnerError("`target.tuning_spec` must be a path",
+                              where=f"{where}: target.tuning_spec")
+        spec_path = inside(spec, base, f"{where}: target.tuning_spec", absolute_ok=True)
+        if not spec_path.is_file():
+            raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
+                              fix=f"no file at {spec_path}")
+        spec = str(spec_path)
+    submodel_flags = raw.get("submodel_flags") or {}
+    return Target(
+        backend=backend, driver=raw.get("driver", DEFAULT_DRIVERS[backend]), chip=str(chip),
+        compile_flags=flag_list(raw.get("compile_flags", []), "target.compile_flags"),
+        submodel_flags={k: flag_list(v, f"target.submodel_flags.{k}")
+                        for k, v in submodel_flags.items()},
+        tuning_spec=spec, default_tuning_specs=raw.get("default_tuning_specs"),
+        runtime_flags=flag_list(raw.get("runtime_flags", []), "target.runtime_flags"),
+    )
+
+
+def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, int | float) for v in value) or value[0] > value[1]):
+        raise RunnerError(f"`accuracy.{key}` must be [low, high] with low <= high",
+                          where=f"{where}: accuracy.{key}")
+    return (float(value[0]), float(value[1]))
+
+
+def _mlperf(raw: Any, where: str) -> Mlperf:
+    if raw is None:
+        return Mlperf()
+    if not isinstance(raw, dict):
+        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf")
+    values = dict(raw)
+    for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
+        at = f"{where}: mlperf.{key}"
+        if key == "system":
+            values[key] = _mlperf_system(value, at)
+        elif key in ("division", "submitter"):
+            if not isinstance(value, str) or not value.strip():
+                raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at, fix="a name")
+        elif not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at,
+                              fix="a positive number")
+    return Mlperf(**values)
+
+
+def _mlperf_system(value: Any, where: str) -> dict[str, Any]:
+    """`system: ID` or a mapping of systems JSON fields with its `id`: plain values only."""
+    if isinstance(value, str) and value.strip():
+        return {"id": value}
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str) \
+            or not value["id"].strip():
+        raise RunnerError(f"`mlperf.system` is {value!r}", where=where,
+                          fix="a system id, or a mapping with `id` and systems JSON fields")
+    for key, item in value.items():
+        if not isinstance(item, str | int | float) or isinstance(item, bool):
+            raise RunnerError(f"`mlperf.system.{key}` is {item!r}", where=f"{where}.{key}",
+                              fix="a string or a number")
+    return dict(value)
+
+
+def profile_schema() -> dict[str, tuple[str, ...] | None]:
+    """Each top-level key -> the keys its section takes, or None where it holds a value."""
+    hints = typing.get_type_hints(Profile)
+    schema: dict[str, tuple[str, ...] | None] = {"extends": None}
+    for name in dataclass_keys(Profile, skip=Profile.NOT_YAML):
+        cls = hints[name]
+        if name == "model":
+            schema[name] = MODEL_KEYS
+        elif not dataclasses.is_dataclass(cls):
+            schema[name] = None
+        elif cls is Accuracy:
+            schema[name] = ("fid", "clip", "metrics", *Accuracy.SETTINGS)
+        else:
+            schema[name] = dataclass_keys(cls)
+    return schema
+
+
+def check_profile_keys(raw: Mapping[str, Any], where: str) -> None:
+    """Every top-level and section key of one profile mapping is known (see module doc).
+    Below a section, keys are the user's own (submodel names in `target.submodel_flags`)."""
+    schema = profile_schema()
+    check_keys(raw, schema, where)
+    for name, keys in schema.items():
+        section = raw.get(name)
+        if keys is not None and isinstance(section, Mapping):
+            check_keys(section, keys, where, name)
+
+
+def check_override(dotted: str, path: Path) -> None:
+    """`--set KEY=...`: KEY names a known field (a section key, or a key inside one)."""
+    where = f"--set (profile {path})"
+    parts = dotted.split(".")
+    if not all(p.strip() for p in parts):
+        raise RunnerError(f"`--set {dotted}=...` has an empty key", where=where,
+                          fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
+    schema = profile_schema()
+    if parts[0] == "extends":
+        raise RunnerError("`extends` is resolved before overrides apply", where=where,
+                          fix="pass the other profile with --profile")
+    if parts[0] not in schema:
+        raise unknown_key(parts[0], [k for k in schema if k != "extends"], where)
+    keys = schema[parts[0]]
+    if keys is None and len(parts) > 1:
+        raise RunnerError(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
+                          where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
+    if keys is not None and len(parts) > 1 and parts[1] not in keys:
+        raise unknown_key(parts[1], keys, where, parts[0])
+
+
+def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> Profile:
+    path = profile_path(name_or_path)
+    raw = _load_raw(path)
+    for dotted, value in (overrides or {}).items():
+        check_override(dotted, path)
+        set_field(raw, dotted, value)
+    return profile_from_raw(raw, path)
+
+
+def profile_from_raw(raw: dict, path: Path) -> Profile:
+    """A profile from its merged mapping, e.g. the one a run manifest recorded."""
+    where = str(path)
+    check_profile_keys(raw, where)
+    model = _model(raw.get("model"), path, where)
+    target = _target(raw.get("target"), where, path.parent)
+    accuracy_raw = raw.get("accuracy") or {}
+    return Profile(
+        name=raw.get("name", path.stem), path=path, raw=raw,
+        model=model, target=target,
+        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
+                                    f"{where}: layout"),
+        accuracy=Accuracy(
+            _range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
+            {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip", "metrics")},
+            METRICS if accuracy_raw.get("metrics") is None  # null: the default, both
+            else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
+        mlperf=_mlperf(raw.get("mlperf"), where),
+    )
+
+
+def _model(value: Any, path: Path, where: str) -> ModelConfig:
+    """`model:` as a source string or `{source, dtype}` (see MODEL_KEYS). `dtype` picks the
+    precision of an export (`checkpoint:`/`seeded:`, default fp16) and is part of its cache
+    key; a model config (builtin:, a path) already has one, which it must then match."""
+    spec = _expanded("model", value)
+    ref, dtype = spec.get("source"), spec.get("dtype")
+    if not isinstance(ref, str) or not ref:
+        raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
+                          "model config path)", where=f"{where}: model",
+                          fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
+                              "checkpoint:/models/sdxl, dtype: fp32}`")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in MODEL_DTYPES):
+        raise RunnerError(f"`model.dtype` is {dtype!r}", where=f"{where}: model.dtype",
+                          fix="use fp16 or fp32 (e.g. --set model.dtype=fp32)")
+    if ref.startswith(EXPORT_SOURCES):
+        from runner.config.exports import exported_model
+
+        return exported_model(ref, path.parent, f"{where}: model",
+                              MODEL_DTYPES[dtype or "fp16"])
+    model = ModelConfig.load(_model_path(ref, path, where))
+    if dtype is not None and MODEL_DTYPES[dtype] != model.dtype:
+        raise RunnerError(f"`model.dtype` is {dtype}, but {model.path} was exported in "
+                          f"{model.dtype}", where=f"{where}: model.dtype",
+                          fix="leave model.dtype out for a model config, or name a "
+                              "checkpoint:DIR / seeded:sdxl source to export in that dtype")
+    return model
+
+
+def _model_path(model_ref: str, path: Path, where: str) -> Path:
+    if model_ref.startswith("builtin:"):
+        model_path = BUILTIN_MODELS.get(model_ref.removeprefix("builtin:"))
+        if model_path is None:
+            raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
+                              fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
+    else:
+        model_path = inside(model_ref, path.parent, f"{where}: model", absolute_ok=True)
+    if not model_path.is_file():
+        raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
+                          fix="run `runner export tiny` or fix the path")
+    return model_path

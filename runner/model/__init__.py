@@ -1,0 +1,3 @@
+"""The model: compiled (`compile`, `compiled_model`), run (`pipeline/`, `generate`), and
+its parts (`tokenizer`, `tensors`, `images`); `export/` makes the IREE inputs from a
+checkpoint or seeded weights."""

@@ -1,0 +1,149 @@
+"""Compiles a profile's model for one layout's batch sizes, through the compile cache."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import compiler_info
+from runner.base.progress import Progress
+from runner.config.model_config import ModelConfig
+from runner.config.profile import Profile
+from runner.config.sources import local_source
+from runner.model.compile import CompileResult, compile_mlir
+from runner.model.pipeline.iree_session import ModuleFiles
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """Everything a worker needs to load the pipeline: plain paths, JSON-able."""
+
+    model_config: str
+    driver: str
+    runtime_flags: tuple[str, ...]
+    batch_size: int
+    vae_batch_size: int
+    modules: tuple[ModuleFiles, ...]
+    compiled: tuple[CompileResult, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "model_config": self.model_config, "driver": self.driver,
+            "runtime_flags": list(self.runtime_flags), "batch_size": self.batch_size,
+            "vae_batch_size": self.vae_batch_size,
+            "modules": [{"name": m.name, "vmfbs": [str(v) for v in m.vmfbs],
+                         "weights": str(m.weights) if m.weights else None}
+                        for m in self.modules],
+            "compiled": [asdict(c) for c in self.compiled],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> CompiledModel:
+        return cls(
+            raw["model_config"], raw["driver"], tuple(raw["runtime_flags"]), raw["batch_size"],
+            raw["vae_batch_size"],
+            tuple(ModuleFiles(m["name"], tuple(Path(v) for v in m["vmfbs"]),
+                              Path(m["weights"]) if m["weights"] else None)
+                  for m in raw["modules"]),
+            tuple(CompileResult(**c) for c in raw["compiled"]),
+        )
+
+
+def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
+                     dry_run: bool = False) -> ModelConfig:
+    """`model` with artifacts at these batch sizes: as it is, or (a model from the export
+    cache) with the missing sizes exported now; a dry run prints the export command."""
+    decode_submodel = model.functions["decode"][0]
+    missing = [(name, batch) for name in model.submodels
+               for batch in [vae_batch_size if name == decode_submodel else batch_size]
+               if batch not in model.sizes_for(name)]
+    if not missing:
+        return model
+    if model.source is None:
+        name, batch = missing[0]
+        raise RunnerError(
+            f"no {name} artifact for batch size {batch} (the model has "
+            f"{list(model.sizes_for(name))})", where=f"{model.path}: batch_sizes",
+            fix="choose a layout batch size the model was exported for, or export it "
+            "(`runner export sdxl --from DIR --batch-sizes ...`) and point the profile at "
+            "`model: checkpoint:DIR`")
+    from runner.config.exports import ExportSource, export_command
+    from runner.model.export.store import ensure_export
+
+    source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source")
+    if dry_run:
+        print(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
+        return model
+    return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
+
+
+def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
+                  *, dry_run: bool = False) -> CompiledModel:
+    vae_batch_size = vae_batch_size or batch_size
+    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run)
+    decode_submodel = model.functions["decode"][0]
+    compiler = compiler_info()
+    modules, results = [], []
+    batches = {name: vae_batch_size if name == decode_submodel else batch_size
+               for name in model.submodels}
+    todo = sum(len(model.mlir_sources(name, batches[name]))
+               for name, sub in model.submodels.items() if not sub.vmfb)
+    with Progress("compile", todo, unit="modules", rate=False, steps=False,
+                  enabled=not dry_run) as progress:
+        for name, sub in model.submodels.items():
+            batch = batches[name]
+            where = f"{model.path}: submodels.{name}"
+            if sub.vmfb:
+                vmfbs = [local_source(model.resolve(sub.vmfb.format(batch=batch)),
+                                      f"{where}.vmfb", not dry_run)]
+            else:
+                vmfbs = []
+                for i, source in enumerate(model.mlir_sources(name, batch)):
+                    progress.start_item(f"{name} bs{batch}: {Path(source).name}")
+                    # IREE CI compiles a pipeline module with flags of its own
+                    flags = profile.target.flags_for(name if i == 0 else f"{name}_pipeline",
+                                                     compiler)
+                    result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
+                                          flags,
+                                          dry_run=dry_run, compiler=compiler)
+                    progress.advance()
+                    results.append(result)
+                    vmfbs.append(Path(result.vmfb))
+            weights = (local_source(model.resolve(sub.weights), f"{where}.weights",
+                                    not dry_run) if sub.weights else None)
+            modules.append(ModuleFiles(name, tuple(vmfbs), weights))
+    return CompiledModel(str(model.path), profile.target.driver, profile.target.runtime_flags,
+                         batch_size, vae_batch_size, tuple(modules), tuple(results))
+
+
+def artifact_refs(profile: Profile) -> list[tuple[str, str]]:
+    """(config field, reference) of every file the model needs, at every batch size."""
+    model = profile.model
+    refs: list[tuple[str, str]] = []
+    for name, sub in model.submodels.items():
+        where = f"{model.path}: submodels.{name}"
+        for batch in model.sizes_for(name):
+            if sub.vmfb:
+                refs.append((f"{where}.vmfb", model.resolve(sub.vmfb.format(batch=batch))))
+            else:
+                refs += [(f"{where}.mlir", ref) for ref in model.mlir_sources(name, batch)]
+        if sub.weights:
+            refs.append((f"{where}.weights", model.resolve(sub.weights)))
+    return list(dict.fromkeys(refs))
+
+
+def fetch_artifacts(profile: Profile, *, dry_run: bool = False) -> list[tuple[str, Path]]:
+    """Downloads (through the cache) or checks every artifact; returns (reference, path)."""
+    from runner.config.sources import fetch, is_url
+
+    out = []
+    for where, ref in artifact_refs(profile):
+        if is_url(ref):
+            path = local_source(ref, where, must_exist=False) if dry_run else fetch(ref,
+                                                                                   where=where)
+        else:
+            path = local_source(ref, where)
+        out.append((ref, path))
+    return out

@@ -1,0 +1,109 @@
+"""`runner export tiny`: writes the assets the package ships (MLIR, irpa, tokenizer, config).
+
+The MLIR is a golden of its own (the structural tier): exporting twice with the pinned
+`[export]` versions gives the same bytes, so a test can re-export and diff.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.base.paths import ASSETS_DIR
+from runner.config.exports import model_config
+from runner.config.mlperf_data import load_captions
+from runner.config.model_config import ModelConfig
+from runner.model.export.exporter import (
+    export_mlir,
+    externalize,
+    save_weights,
+    unet_pipeline_mlir,
+)
+
+TINY_DIR = ASSETS_DIR / "tiny"
+MAX_LENGTH = 64
+BATCH_SIZES = (1, 2)
+
+
+def tiny_model_config() -> dict:
+    """The model config the embedded default ships (`model.json`)."""
+    from runner.model.export import tiny_model as tm
+
+    return model_config("tiny-sdxl", "float32", list(BATCH_SIZES), list(BATCH_SIZES),
+                        tm.IMAGE_SIZE, tm.LATENT_SIZE, tm.STEPS, MAX_LENGTH)
+
+
+def build_tiny(out_dir: Path):
+    """Tokenizer files first (the text encoders' vocabulary size and BOS/EOS come from them)."""
+    from runner.model.export import tiny_model as tm
+    from runner.model.export.bpe import learn_merges, write_tokenizer
+
+    captions = load_captions()
+    vocab = write_tokenizer(out_dir / "tokenizer", learn_merges(list(captions.texts),
+                                                                 tm.VOCAB_MERGES))
+    return tm.build(vocab["<|startoftext|>"], vocab["<|endoftext|>"], len(vocab), MAX_LENGTH)
+
+
+def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
+    """Exports every submodel at every batch size; returns the files written."""
+    try:
+        import iree.turbine  # noqa: F401
+    except ImportError as e:
+        raise RunnerError(f"export needs the [export] extra: {e}",
+                          fix="pip install -e '.[export]'") from e
+    from runner.model.export import tiny_model as tm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = build_tiny(out_dir)
+    config = tiny_model_config()
+    written = [out_dir / "tokenizer" / "vocab.json", out_dir / "tokenizer" / "merges.txt"]
+    modules = model.named()
+    externalize(modules)
+    for name, module in modules.items():
+        weights = out_dir / config["submodels"][name]["weights"]
+        save_weights(module, weights)
+        written.append(weights)
+    c, s = tm.LATENT_SIZE, MAX_LENGTH
+    d, p = tm.HIDDEN_1 + tm.HIDDEN_2, tm.POOLED
+    for b in BATCH_SIZES:
+        for name, module in modules.items():
+            mlir = export_mlir(module, name, b, c, s, d, p, "float32")
+            path = out_dir / config["submodels"][name]["mlir"].format(batch=b)
+            atomic_write_text(path, mlir)
+            written.append(path)
+        path = out_dir / config["submodels"]["unet"]["extra_mlir"][0].format(batch=b)
+        atomic_write_text(path, unet_pipeline_mlir(b, c, s, d, p, tm.STEPS))
+        written.append(path)
+    config_path = out_dir / "model.json"
+    atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
+    ModelConfig.load(config_path)  # what we ship must load
+    written.append(config_path)
+    return written
+
+
+def first_difference(golden: bytes, fresh: bytes) -> str | None:
+    """None when equal; else the first differing line of both, for a readable failure."""
+    if golden == fresh:
+        return None
+    old, new = golden.decode(errors="replace").splitlines(), fresh.decode(errors="replace")
+    for number, (a, b) in enumerate(zip(old, new.splitlines(), strict=False), start=1):
+        if a != b:
+            return f"line {number}:\n  shipped:  {a[:200]}\n  exported: {b[:200]}"
+    return f"same first lines, lengths differ ({len(golden)} vs {len(fresh)} bytes)"
+
+
+def diff_exports(fresh_dir: Path, golden_dir: Path = TINY_DIR) -> dict[str, str]:
+    """File name -> first difference, over every file a fresh export wrote."""
+    diffs = {}
+    for fresh in sorted(p for p in fresh_dir.rglob("*") if p.is_file()):
+        rel = fresh.relative_to(fresh_dir)
+        golden = golden_dir / rel
+        if not golden.is_file():
+            diffs[str(rel)] = "not shipped"
+            continue
+        diff = first_difference(golden.read_bytes(), fresh.read_bytes())
+        if diff:
+            diffs[str(rel)] = diff
+    return diffs

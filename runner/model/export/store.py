@@ -1,0 +1,209 @@
+"""The export cache's writer: exports what a profile or `runner export sdxl` asks for, never
+what is there.
+
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/` (named by
+`runner.config.exports`): weights (`*.irpa`, shared by all batch sizes), the tokenizer, one
+MLIR set per batch size and `model.json`, which lists only batch sizes whose files are all
+there, with the sha256 of every file it names. New files are written into a staging
+directory and moved in complete, `model.json` last. An export reuses only the files of a
+verified one (its model.json, same inputs, every file matching its hash): a killed export's
+leftovers (files, no model.json) or a file changed since are written again, so model.json
+always describes the bytes beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_text
+from runner.base.paths import ASSETS_DIR
+from runner.config.exports import (
+    SEED,
+    STEPS,
+    ExportSource,
+    architecture_of,
+    config_dict,
+    export_command,
+    export_dir,
+    export_key,
+    file_names,
+    hash_files,
+    prompt_length,
+)
+from runner.config.model_config import ModelConfig
+from runner.inputs.jsonfile import read_json
+from runner.inputs.paths import is_inside
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One exporter per export directory across processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _verified(out: Path, key: str | None, log: Callable[[str], None]
+              ) -> tuple[list[int], list[int], dict[str, str]]:
+    """(batch sizes, VAE batch sizes, files) of the complete export in `out`: its model.json
+    (an export of the same inputs) and every file it lists, each holding the sha256 it
+    records. Anything else is not reused: a killed export's leftovers (no model.json), an
+    older export without hashes, a file changed since. Then model.json goes first, so nothing
+    claims the bytes about to be written, and everything is exported again."""
+    path = out / "model.json"
+    if not path.is_file():
+        if out.is_dir() and any(out.iterdir()):
+            log(f"export: {out} holds files but no model.json (a killed export?): none is "
+                "reused, every file is written again")
+        return [], [], {}
+    raw = read_json(path, what="export's model.json")
+    if raw.get("export_key") != key:
+        raise RunnerError("this directory holds an export of other inputs (another "
+                          "checkpoint, dtype or exporter version)", where=str(path),
+                          fix="export into an empty --out, or leave --out out to use the "
+                          "export cache")
+    try:
+        config = ModelConfig.from_dict(raw, path)
+        problem = _files_problem(out, config.files)
+    except RunnerError as e:
+        problem = str(e)
+    if problem is None:
+        return list(config.batch_sizes), list(config.sizes_for("vae")), dict(config.files)
+    log(f"export: {path} is not reused ({problem}); every file is written again")
+    path.unlink()
+    return [], [], {}
+
+
+def _files_problem(out: Path, files: dict[str, str]) -> str | None:
+    """Why `files` (name -> sha256) do not describe the bytes in `out`; None when they do."""
+    if not files:
+        return "it records no file hashes (an export from before they were recorded)"
+    paths = [out / name for name in files]
+    outside = [name for name, p in zip(files, paths, strict=True) if not is_inside(p, out)]
+    if outside:
+        return f"it names {outside[0]!r} outside the export"
+    missing = [name for name, p in zip(files, paths, strict=True) if not p.is_file()]
+    if missing:
+        return f"{missing[0]} is missing"
+    actual = hash_files(paths, out)
+    changed = [name for name, digest in files.items() if actual.get(name) != digest]
+    return f"{changed[0]} is not the file it records" if changed else None
+
+
+def _listed_files(config: dict) -> list[str]:
+    """Every file an export's model.json names (relative to it)."""
+    names = ["tokenizer/vocab.json", "tokenizer/merges.txt"]
+    for sub in config["submodels"].values():
+        names.append(sub["weights"])
+        sizes = sub.get("batch_sizes", config["batch_sizes"])
+        for pattern in (sub["mlir"], *sub.get("extra_mlir", ())):
+            names += [pattern.format(batch=b) for b in sizes]
+    return names
+
+
+def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
+                  out: Path | None = None,
+                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Path:
+    """Exports what is missing (never what is there) and returns the model.json path."""
+    try:
+        import iree.turbine  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise RunnerError(f"export needs the [export] extra: {e}",
+                          fix="pip install -e '.[export]', then run: "
+                          + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
+                                                      out))) from e
+    if source.checkpoint is not None:
+        from runner.config.checkpoint import open_checkpoint
+
+        ckpt = open_checkpoint(source.checkpoint, source.dtype,  # every check, before writing
+                               source.max_length)
+    key = export_key(source)
+    out = out or export_dir(source, key)
+    with _locked(out):
+        have, have_vae, reuse = _verified(out, key, log)
+        need = sorted(set(batch_sizes) - set(have))
+        need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
+        if not need and not need_vae:
+            return out / "model.json"
+        for stale in out.parent.glob(f".staging-{out.name}-*"):  # a killed export's
+            shutil.rmtree(stale, ignore_errors=True)  # (we hold the lock: nobody else's)
+        staging = out.parent / f".staging-{out.name}-{os.getpid()}"
+        staging.mkdir(parents=True)
+        try:
+            arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
+            # The checkpoint opened above already holds its length: not opened again.
+            length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
+            if not reuse:  # nothing verified is kept: write every batch size asked for
+                need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
+            _write(source, arch, staging, set(reuse), need, need_vae, length, log,
+                   ckpt if source.checkpoint is not None else None)
+            out.mkdir(parents=True, exist_ok=True)
+            for path in sorted(staging.rglob("*")):
+                if path.is_file():
+                    target = out / path.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, target)
+            config = config_dict(source, arch, sorted({*have, *need}),
+                                  sorted({*have_vae, *need_vae}), key, length)
+            # model.json last, with the sha256 of every file it names: it describes the
+            # bytes beside it, and the next export reuses only what still matches.
+            listed = _listed_files(config)
+            config["files"] = hash_files([out / name for name in listed], out)
+            atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    ModelConfig.load(out / "model.json")  # what we wrote must load
+    return out / "model.json"
+
+
+def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_sizes: list[int],
+           vae_batch_sizes: list[int], max_length: int, log: Callable[[str], None],
+           ckpt) -> None:
+    """Builds the modules and writes into `staging` every file not in `reuse` (the files of
+    the verified export already in place)."""
+    from runner.config.checkpoint import write_tokenizer
+    from runner.model.export import exporter, sdxl_model
+
+    start = time.perf_counter()
+    if ckpt is None:
+        modules = sdxl_model.build_seeded(arch, SEED, source.dtype, STEPS)
+    else:
+        modules = sdxl_model.load_checkpoint(arch, ckpt.root, ckpt.variants, source.dtype,
+                                             STEPS)
+    log(f"export: built {source.ref} ({source.dtype}) in {time.perf_counter() - start:.1f}s")
+    if "tokenizer/vocab.json" not in reuse:
+        tokenizer = ASSETS_DIR / "tiny" / "tokenizer" if ckpt is None else ckpt.root / "tokenizer"
+        write_tokenizer(tokenizer, staging / "tokenizer")
+    named = modules.named()
+    exporter.externalize(named)
+    names = file_names()
+    for name, module in named.items():
+        if names[name]["weights"] not in reuse:
+            exporter.save_weights(module, staging / names[name]["weights"])
+            log(f"export: {names[name]['weights']} written")
+    dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
+    for name in exporter.SUBMODELS:
+        for batch in vae_batch_sizes if name == "vae" else batch_sizes:
+            t0 = time.perf_counter()
+            mlir = exporter.export_mlir(named[name], name, batch, *dims, source.dtype)
+            file = names[name]["mlir"].format(batch=batch)
+            atomic_write_text(staging / file, mlir)
+            log(f"export: {file} in {time.perf_counter() - t0:.1f}s")
+            if name == "unet":
+                atomic_write_text(staging / names["unet"]["extra_mlir"][0].format(batch=batch),
+                                  exporter.unet_pipeline_mlir(batch, *dims, STEPS, source.dtype))

@@ -1,0 +1,3 @@
+"""A run directory and what it holds: its files and lock (`directory`), the typed `run.json`
+(`manifest`), the sample store (`store`, with verified parallel reads in `parallel`) and
+MLPerf's accuracy log (`mlperf_log`, hex-encoded in C by `_hex.c`)."""
