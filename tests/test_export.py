@@ -9,7 +9,15 @@ import pytest
 
 pytest.importorskip("iree.turbine")
 
-from runner.model.export.export_tiny import TINY_DIR, diff_exports, export_tiny, first_difference
+import numpy as np
+
+from runner.model.export.export_tiny import (
+    LITERAL_ULP,
+    TINY_DIR,
+    diff_exports,
+    export_tiny,
+    first_difference,
+)
 
 
 def test_reexport_matches_shipped_assets_byte_for_byte(tmp_path):
@@ -27,3 +35,28 @@ def test_first_difference_names_the_line():
     assert first_difference(b"a\nb\nc", b"a\nb\nc") is None
     diff = first_difference(b"a\nb\nc", b"a\nX\nc")
     assert diff is not None and diff.startswith("line 2:") and "X" in diff
+
+
+def _literal(values) -> bytes:
+    blob = (b"\x04\x00\x00\x00" + np.asarray(values, "<f4").tobytes()).hex().upper()
+    return f'  torch_tensor_3_torch.float32: "0x{blob}",\n'.encode()
+
+
+def test_float32_literals_may_differ_by_the_named_ulp_and_no_more():
+    """torch's kernels round the scheduler's sigmas differently on another CPU: a float32
+    resource within LITERAL_ULP per element is the same export; one more ULP, another
+    header, or any other byte is a difference."""
+    base = np.array([0.5, -1.25, 14.6, 0.0], "<f4")
+    near = base.view("<i4").copy()
+    near[:3] += np.array([LITERAL_ULP, -LITERAL_ULP, 1], "<i4")
+    far = base.view("<i4").copy()
+    far[2] += LITERAL_ULP + 1
+    head = b"module {\n"
+    assert first_difference(head + _literal(base), head + _literal(near.view("<f4"))) is None
+    diff = first_difference(head + _literal(base), head + _literal(far.view("<f4")))
+    assert diff is not None and diff.startswith("line 2:")
+    renamed = _literal(base).replace(b"tensor_3", b"tensor_4")
+    assert first_difference(head + _literal(base), head + renamed) is not None
+    # -0.0 and +0.0 are 0 ULP apart on the integer line; a sign flip of 1.0 is not.
+    assert first_difference(head + _literal([0.0]), head + _literal([-0.0])) is None
+    assert first_difference(head + _literal([1.0]), head + _literal([-1.0])) is not None
