@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measured import add_record_option, emit
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -59,6 +61,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--skip-first-build", action="store_true",
                         help="skip the no-cache build (it re-downloads the IREE wheels)")
+    add_record_option(parser)
     args = parser.parse_args()
     client = connect()
     source = parse_source(args.source)
@@ -106,13 +109,25 @@ def main() -> int:
     print(f"\ncontainer start, median of {args.runs}:")
     base = _median(local, args.runs)
     print(f"  local `python3 -c pass`                    {base * 1000:8.1f} ms  (baseline)")
-    for label, fn in (("`docker run --rm IMAGE true` (CLI)", cli_true),
-                      ("SDK run + wait + remove, `true`", sdk_true),
-                      ("`docker run --rm IMAGE python3 -c pass`", cli_python)):
+    starts = {}
+    for key, label, fn in (("cli_true", "`docker run --rm IMAGE true` (CLI)", cli_true),
+                           ("sdk_true", "SDK run + wait + remove, `true`", sdk_true),
+                           ("cli_python", "`docker run --rm IMAGE python3 -c pass`",
+                            cli_python)):
         if fn is not sdk_true and shutil.which("docker") is None:
             continue
-        t = _median(fn, args.runs)
+        starts[key] = t = _median(fn, args.runs)
         print(f"  {label:42s} {t * 1000:8.1f} ms  ({t / base:5.1f} x baseline)")
+    container = starts.get("cli_true", starts["sdk_true"])
+    emit("bench_docker", {
+        "first_build_s": round(first, 1) if first else None,
+        "code_only_rebuild_s": round(code_only.seconds, 1), "rebuild_hit_s": round(hit, 2),
+        "first_vs_hit": round(first / hit) if first else None,
+        "process_start_ms": round(base * 1000, 1),
+        "container_start_ms": round(container * 1000, 1),
+        "container_vs_process": round(container / base, 1),
+        "container_starts_ms": {k: round(v * 1000, 1) for k, v in starts.items()}},
+        args.record)
     return 0
 
 

@@ -6,7 +6,7 @@ Three timings, all in this run on this machine:
   cold     `runner goldens check` with an empty cache (compiles everything);
   warm     the same command again (every module comes from the compile cache).
 Each check is a fresh `python -m runner` process, so imports are included.
-Prints seconds and the ratios against the baseline.
+Prints seconds and the ratios against the baseline, then one JSON line.
 
     python scripts/bench_goldens.py [--suite goldens/tiny] [--repeat 3]
 """
@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measured import add_record_option, emit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -58,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default=str(REPO / "goldens" / "tiny"))
     parser.add_argument("--repeat", type=int, default=3, help="warm runs (the best counts)")
+    add_record_option(parser)
     args = parser.parse_args()
     suite = Path(args.suite)
     check = [sys.executable, "-m", "runner", "goldens", "check", str(suite)]
@@ -73,6 +76,10 @@ def main() -> int:
     print(f"  goldens check, cold cache:                {cold:7.2f} s   ratio {cold / hand:.2f}")
     print(f"  goldens check, warm cache:                {warm:7.2f} s   ratio {warm / hand:.3f}")
     print(f"  warm / cold:                                          ratio {warm / cold:.3f}")
+    emit("bench_goldens", {"suite": suite.name, "by_hand_s": round(hand, 2),
+                           "cold_s": round(cold, 2), "warm_s": round(warm, 2),
+                           "cold_vs_by_hand": round(cold / hand, 3),
+                           "warm_vs_by_hand": round(warm / hand, 3)}, args.record)
     return 0
 
 

@@ -30,6 +30,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from measured import add_record_option, emit
+
 from runner.cli import main
 from runner.loadgen.run import WORK_DIR
 from runner.loadgen.session import TRACE_MEMORY
@@ -134,6 +136,7 @@ def cli() -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternating Offline runs of each kind (best counts)")
     parser.add_argument("--out", help="keep the run dirs here (default: a temp dir)")
+    add_record_option(parser)
     args = parser.parse_args()
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=False)
@@ -141,7 +144,7 @@ def cli() -> None:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             result = run(Path(tmp), args.count, args.memory_count, args.repeats)
-    print(json.dumps(result))
+    emit("bench_loadgen", result, args.record)
 
 
 if __name__ == "__main__":

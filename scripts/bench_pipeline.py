@@ -8,9 +8,10 @@ Prints a JSON line; the ratio is oracle time / IREE time (above 1: IREE is faste
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
+
+from measured import add_record_option, emit
 
 from runner.config.layout import CPU_IDS_FLAG
 from runner.config.mlperf_data import load_captions
@@ -32,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    add_record_option(parser)
     args = parser.parse_args()
     import torch
 
@@ -46,9 +48,10 @@ def main() -> None:
     finally:
         session.close()
     torch_s = per_image(TorchOracle(profile.model).generate, prompts)
-    print(json.dumps({"bench": "pipeline", "images": args.images, "threads": args.threads,
-                      "iree_s_per_image": round(iree, 4), "torch_s_per_image": round(torch_s, 4),
-                      "speedup_iree_vs_torch": round(torch_s / iree, 2)}))
+    emit("bench_pipeline", {"bench": "pipeline", "images": args.images, "threads": args.threads,
+                            "iree_s_per_image": round(iree, 4),
+                            "torch_s_per_image": round(torch_s, 4),
+                            "speedup_iree_vs_torch": round(torch_s / iree, 2)}, args.record)
 
 
 if __name__ == "__main__":

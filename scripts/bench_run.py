@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from measured import add_record_option, emit
 
 from runner.batch.aggregate import aggregate
 from runner.config.layout import CPU_IDS_FLAG
@@ -57,6 +58,7 @@ def harness(count: int, devices: str, out: Path) -> tuple[float, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=48)
+    add_record_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -75,7 +77,7 @@ def main() -> None:
         start = time.perf_counter()
         shutil.copyfile(raw, out / "raw-copy.bin")
         copy_s = time.perf_counter() - start
-    print(json.dumps({
+    emit("bench_run", {
         "bench": "run", "count": args.count,
         "bare_loop_samples_per_s": round(bare, 3),
         "harness_1_worker_samples_per_s": round(one, 3),
@@ -86,7 +88,7 @@ def main() -> None:
         "decode_and_write_raw_mb_per_s": round(agg.raw_bytes / 1e6 / copy_src_s, 1),
         "plain_copy_mb_per_s": round(agg.raw_bytes / 1e6 / copy_s, 1),
         "aggregate_vs_plain_copy": round(agg.mb_per_s / (agg.raw_bytes / 1e6 / copy_s), 3),
-    }))
+    }, args.record)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from measured import add_record_option, emit  # noqa: E402
+
 from runner.model.images import encode_png  # noqa: E402
 from runner.rundir.store import PNG_LEVEL, SampleStore, SampleWriter  # noqa: E402
 
@@ -366,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generation-seconds", type=float, default=DEFAULT_GEN_SECONDS,
                    help="realistic per-sample generation time per worker")
     p.add_argument("--dir", type=Path, help="work dir (default: a temporary one)")
+    add_record_option(p)
     args = p.parse_args(argv)
     score_counts = sorted(int(n) for n in args.score_counts.split(","))
     if args.count < max(*score_counts, args.small):
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scoring {score_counts} ...", file=sys.stderr)
         out |= scoring(run_dir, score_counts, args.images_per_pass, args.device)
         out["load_average_end"] = os.getloadavg()[0]
-    print(json.dumps(out))
+    emit("bench_scale", out, args.record)
     return 0
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measured import add_record_option, emit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--statistics", type=Path, default=TINY_DIR / STATS_NAME,
                    help="2048-d reference statistics for the Frechet timing")
+    add_record_option(p)
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,6 +106,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{abs(quick.value - slow.value) / abs(slow.value):.2e}")
     print(f"  FID from the batch-{args.batch_size} features: {batched.value!r} (relative "
           f"difference {abs(batched.value - slow.value) / abs(slow.value):.2e})")
+    relative = abs(quick.value - slow.value) / abs(slow.value)
+    emit("bench_score", {
+        "images": len(images), "images_per_pass": args.batch_size, "device": args.device,
+        "batch_1_images_per_s": round(ips_base, 2), "batched_images_per_s": round(ips_fast, 2),
+        "batched_vs_batch_1": round(ips_fast / ips_base, 2),
+        "frechet_sqrtm_s": round(t_slow, 2), "frechet_eigh_s": round(t_quick, 2),
+        "sqrtm_vs_eigh": round(t_slow / t_quick, 1),
+        "frechet_relative_difference": float(f"{relative:.2e}")},
+        args.record)
     return 0
 
 

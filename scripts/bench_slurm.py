@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measured import add_record_option, emit
+
 from runner.batch.slurm import SlurmOptions
 from runner.config.profile import load_profile
 from runner.lifecycle import execute_run, executor_for
@@ -74,6 +76,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--poll", type=float, default=SlurmOptions.poll_seconds,
                         help="submitter's squeue interval (default: the executor's default)")
+    add_record_option(parser)
     args = parser.parse_args()
     setup = subprocess.run(["bash", str(REPO / "scripts" / "slurm_setup.sh")],
                            capture_output=True, text=True)
@@ -88,13 +91,13 @@ def main() -> None:
             parts_all.append(parts)
     best_local, best_slurm = min(local_s), min(slurm_s)
     best_parts = parts_all[slurm_s.index(best_slurm)]
-    print(json.dumps({
+    emit("bench_slurm", {
         "bench": "slurm", "count": args.count, "node_tasks": 2, "poll_seconds": args.poll,
         "local_seconds": round(best_local, 2), "slurm_seconds": round(best_slurm, 2),
         "slurm_vs_local": round(best_slurm / best_local, 3),
         "overhead_seconds": round(best_slurm - best_local, 2),
         **{k: round(v, 2) for k, v in best_parts.items()},
-    }))
+    }, args.record)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,20 @@ QUICK = {
     "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
     "printf 'stable-diffusion-xl.*.min_duration = 1000\\nstable-diffusion-xl.*.min_query_count = "
     "8\\n' > short8.conf": "stable-diffusion-xl.*.min_query_count = 8",
+    # The task pages' dry runs: the real command's path, up to the GPU, the cluster or the
+    # hours-long build.
+    "runner run --profile mi325x --out runs/acc --dry-run": "ROCR_VISIBLE_DEVICES=63",
+    "runner run --profile mi325x --executor slurm --nodes 2 --slurm-partition mi325x "
+    "--slurm-time 1:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc2 --dry-run": "sbatch",
+    "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
+    "--out runs/lg-mi325x --dry-run": "audit.config",
+    "runner validate --iree source:89ece87b --profile cpu --count 32 --goldens goldens/tiny "
+    "--to v2.0 --out runs/validate-89ece87b --dry-run":
+        "# validate: DRY RUN (nothing was run or judged)",
+    "runner image build --iree source:89ece87b --dry-run": "IREE_COMMIT=89ece87b",
+    "runner bisect --good wheels:3.12.0 --bad wheels:3.13.0 --install docker --test images "
+    "--profile tiny --count 2 --out runs/bisect-docker --dry-run":
+        "# 2 candidate builds, good .. bad:",
 }
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
@@ -178,6 +192,14 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         "tests/test_report.py::test_against_shows_the_worst_samples"),
     "runner run --profile mi325x --out runs/acc": (GPU, "tests/test_run.py::"
                                                         "test_plan_mi325x_cpx_spx_and_cpd"),
+    "runner status runs/acc": (GPU + " (the MI325X run's dir)",
+                               "tests/test_slurm.py::test_status_shows_each_node_and_worker"),
+    "runner run --resume runs/acc": (GPU + " (the MI325X run's dir)",
+                                     "tests/test_run.py::"
+                                     "test_killed_run_resumes_without_loss_or_duplicates"),
+    "runner report runs/acc --against runs/acc-previous": (
+        GPU + " (two MI325X run dirs)",
+        "tests/test_report.py::test_against_shows_the_worst_samples"),
     # Accuracy
     "runner score runs/main": (LONG, "tests/test_accuracy_tiny.py::"
                                      "test_iree_run_passes_through_the_cli"),
@@ -205,6 +227,10 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny --to "
     "v2.0 --out runs/validate": (DOCKER_LONG, "tests/test_validate.py::"
                                               "test_validate_passes_and_writes_bumped_goldens"),
+    "runner validate --iree source:89ece87b --profile mi325x --count 5000 --goldens "
+    "iree-test-suites/sharktank_models/quality_tests/sdxl --out runs/validate-89ece87b": (
+        GPU + "; a from-source IREE build takes hours",
+        "tests/test_validate.py::test_validate_passes_and_writes_bumped_goldens"),
     "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v": (
         PLACEHOLDER, "tests/test_export_sdxl.py::"
                      "test_validate_dry_run_of_the_lab_profile_prints_batch_32"),
@@ -373,6 +399,10 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "model=checkpoint:$HOME/models/stable-diffusion-xl-base-1.0": (
         WEIGHTS, "tests/test_export_sdxl.py::"
                  "test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand"),
+    "runner compile --profile mi325x": (
+        WEIGHTS + "; exports it at batch 32 and compiles for gfx942 (minutes)",
+        "tests/test_export_sdxl.py::"
+        "test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand"),
     "runner fetch --profile sdxl": ("downloads IREE CI's SDXL artifacts (GBs) from Azure",
                                     "tests/test_remote_model.py::"
                                     "test_fetch_then_generate_from_urls"),
@@ -402,6 +432,10 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t": (
         BUILDS, "tests/test_bisect.py::"
         "test_verdicts_of_throughput_compstat_accuracy_and_exit_codes"),
+    "runner bisect --good commit:<good-sha> --bad commit:<bad-sha> --repo ~/iree --test accuracy "
+    "--profile mi325x --out runs/bisect-sdxl": (
+        GPU + "; " + PLACEHOLDER + " (an IREE checkout, two of its commits)",
+        "tests/test_bisect.py::test_commit_dry_run_lists_first_parent_commits_and_the_first_step"),
     "runner bisect --good commit:<sha> --bad commit:<sha> --repo ~/iree --test "
     "script:./repro.sh --out runs/b --dry-run": (
         PLACEHOLDER + "; an IREE checkout", "tests/test_bisect.py::"

@@ -1,4 +1,5 @@
-"""The documentation site: `mkdocs build --strict` passes, fails on a broken link or anchor,
+"""The documentation site: `mkdocs build --strict` passes, fails on a broken link or anchor
+and on a measured number that is not docs/measurements.json's, wraps long code lines,
 leaves docs/incoming/ out, and its CLI reference is the parser's; the README's links to the
 pages resolve (GitHub shows them as files)."""
 
@@ -22,9 +23,10 @@ pytest.importorskip("mkdocs")
 pytest.importorskip("material")
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = ["index", "install", "runs", "layouts", "images", "goldens", "validate", "bench",
-         "accuracy", "mlperf", "sdxl", "slurm", "failure-modes", "benchmarks", "cli",
-         "CONTRIBUTING"]
+PAGES = ["index", "quickstart", "task-mi325x-accuracy", "task-validate-commit",
+         "task-mlperf-submission", "task-find-breaking-build", "install", "runs", "layouts",
+         "images", "goldens", "validate", "bench", "accuracy", "mlperf", "sdxl", "slurm",
+         "failure-modes", "benchmarks", "cli", "CONTRIBUTING"]
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
@@ -48,6 +50,14 @@ def test_the_site_builds_strict(site):
         path = site / ("index.html" if page == "index" else f"{page}/index.html")
         assert path.is_file(), page
     assert not (site / "incoming").exists()
+
+
+def test_code_blocks_wrap_rather_than_hide_their_ends(site):
+    """Long commands wrap, so the end of a command and its comment stay in view."""
+    html = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../stylesheets/extra.css"' in html
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css)
 
 
 def test_the_cli_reference_is_the_parsers(site):
@@ -84,12 +94,19 @@ def test_a_broken_anchor_or_link_fails_the_build_and_incoming_is_left_out(tmp_pa
               "[y](#no-such-heading)": "there is no such anchor on this page",
               "[z](no-such-page.md)": "not found among documentation files"}
     index.write_text(index.read_text() + "\n" + "\n".join(broken) + "\n")
+    # A measured number that is not docs/measurements.json's fails the build too.
+    quickstart = root / "docs" / "quickstart.md"
+    text = quickstart.read_text()
+    mark = re.search(r"([\d.]+)(<!-- measured main_job\.run_samples_per_s -->)", text)
+    quickstart.write_text(text.replace(mark.group(0), "9.99" + mark.group(2)))
     proc = build(root, tmp_path / "site")
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     for link, message in broken.items():
         assert message in output, link
-    assert "Aborted with 3 warnings in strict mode" in output
+    assert f"quickstart.md:{text[:mark.start()].count(chr(10)) + 1}: shows 9.99 where " \
+           f"docs/measurements.json has {mark.group(1)} for main_job.run_samples_per_s" in output
+    assert "Aborted with 4 warnings in strict mode" in output
 
 
 def test_readme_links_resolve_and_the_readme_stays_a_front_page():
