@@ -86,16 +86,21 @@ def profile_dirs() -> list[Path]:
     return [*dirs, CONFIGS_DIR]
 
 
-def profile_path(name_or_path: str) -> Path:
+def profile_path(name_or_path: str, extending: Path | None = None) -> Path:
+    """The profile file a `--profile` value names. `extending` is the file whose `extends:`
+    names it: when that file is itself one the search finds, the next one found is meant,
+    so a lab's `mi325x.yaml` in `$RUNNER_PROFILE_PATH` may extend the shipped `mi325x`."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path.resolve()
     dirs = profile_dirs()
     plain = bool(name_or_path) and "/" not in name_or_path and not name_or_path.startswith(".")
-    for directory in dirs if plain else ():
-        named = directory / f"{name_or_path}.yaml"
-        if named.is_file():
-            return named
+    found = [d / f"{name_or_path}.yaml" for d in (dirs if plain else ())
+             if (d / f"{name_or_path}.yaml").is_file()]
+    mine = [i for i, f in enumerate(found) if extending and f.resolve() == extending.resolve()]
+    found = found[mine[0] + 1:] if mine else found
+    if found:
+        return found[0]
     known = sorted({p.stem for d in dirs for p in d.glob("*.yaml")
                     if not p.stem.startswith("_")})
     names = ", ".join(known) or "(none: the shipped profiles are missing; reinstall the runner)"
@@ -120,8 +125,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 
 def _parent_path(parent: Any, path: Path) -> Path:
-    """`extends:` names a profile (looked up as `--profile` names are), or a YAML file
-    relative to this one."""
+    """`extends:` names a profile (looked up as `--profile` names are, past this file), or
+    a YAML file relative to this one."""
     where = f"{path}: extends"
     if not isinstance(parent, str) or not parent:
         raise RunnerError("`extends` must name a profile", where=where,
@@ -130,7 +135,7 @@ def _parent_path(parent: Any, path: Path) -> Path:
         found = inside(parent, path.parent, where, absolute_ok=True)
         if found.is_file():
             return found.resolve()
-    return profile_path(parent)
+    return profile_path(parent, extending=path)
 
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:
