@@ -19,9 +19,10 @@ RUN mkdir -p /opt/iree && echo wheels > /opt/iree/FLAVOR
 
 # runner:include fragments/worker.Dockerfile
 
-# The project pins iree-base-runtime; for another IREE_VERSION the worker layer swapped the
-# runtime for that pin. Put the requested pair back (a no-op when they agree) so compiler and
-# runtime always match; the verify step below checks it.
+# The project requires iree-base-runtime of its oldest tested release or newer; for an older
+# IREE_VERSION the worker layer replaced the runtime with a newer one. Put the requested pair
+# back (a no-op when they agree) so compiler and runtime always match; the verify step below
+# checks it.
 FROM worker-venv AS final-venv
 ARG IREE_VERSION
 ARG IREE_FIND_LINKS=

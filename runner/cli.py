@@ -268,9 +268,11 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def version_text() -> str:
     """The runner's version, then which IREE it would use and where that comes from: a
     source build shadowed by an installed wheel shows up here first. Each IREE tool's line
-    says which place it was found in and why (runner.base.iree_tools)."""
+    says which place it was found in and why (runner.base.iree_tools); the last lines say
+    whether that IREE is inside the range of releases the runner is tested against."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from runner.base.iree_range import range_lines
     from runner.base.iree_tools import REPORTED, compiler_info, find_tool
     from runner.base.provenance import iree_provenance
 
@@ -280,8 +282,10 @@ def version_text() -> str:
         mine = "(not installed)"
     lines = [f"runner {mine} ({Path(__file__).resolve().parent})"]
     provenance = iree_provenance()
+    versions: dict[str, str | None] = {}
     for name in ("iree.compiler", "iree.runtime"):
         info = provenance[name]
+        versions[name] = info["version"] if info["available"] else None
         lines.append(f"{name} {info['version']} @ {info['commit']} ({info['file']})"
                      if info["available"] else f"{name}: not importable ({info['error']})")
     for tool in REPORTED:
@@ -289,12 +293,13 @@ def version_text() -> str:
             found = find_tool(tool)
             if tool == "iree-compile":
                 c = compiler_info()
+                versions[tool] = c.version
                 lines.append(f"{tool} {c.version} @ {c.commit}: {found.line()}")
             else:
                 lines.append(f"{tool}: {found.line()}")
         except RunnerError as e:
             lines.append(f"{tool}: {str(e).splitlines()[0]}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *range_lines(versions)])
 
 
 class _Version(argparse.Action):
@@ -303,7 +308,8 @@ class _Version(argparse.Action):
     def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
         super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS,
                          help="print the runner's, the IREE compiler's and the runtime's "
-                         "versions and where each is imported from, then exit")
+                         "versions, where each is imported from and whether they are inside "
+                         "the IREE releases the runner is tested against, then exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(version_text())

@@ -269,13 +269,15 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
+PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path"
+
+
 def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE,
                 none_means: str = "the one the run recorded") -> None:
     """--profile/--set. `default=None` is for commands that read a run (they use the profile
     it recorded) or that must tell "not given" apart; `none_means` says what happens then."""
     p.add_argument("--profile", default=default,
-                   help="profile name in configs/ or a YAML path "
-                   f"(default: {default or none_means})")
+                   help=f"{PROFILE_HELP} (default: {default or none_means})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override any profile field, e.g. --set target.chip=gfx950")
 

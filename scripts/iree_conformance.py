@@ -47,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from runner.config.sources import resolve  # noqa: E402
 from runner.goldens.fields import IREE_TEST_SUITES_COMMIT  # noqa: E402
 from runner.goldens.random_weights import archive_path  # noqa: E402
 
@@ -319,7 +320,7 @@ def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
         home.mkdir(parents=True, exist_ok=True)
 
         def local(ref: str, key: str, base=base, rel=rel, home=home) -> str:
-            path = (base / ref).resolve()
+            path = resolve(ref, base_dir=base).resolve()
             if key != "mlir" or suite.layout == "regression":
                 return beside(path, home)
             name = path.name
@@ -331,7 +332,7 @@ def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
             return str(pairs[-1].ours.relative_to(home))
 
         def url(ref: str, key: str, base=base) -> str:
-            path = (base / ref).resolve()
+            path = resolve(ref, base_dir=base).resolve()
             name = "real_weights.irpa" if key == "real_weights" else path.name
             return azure.put(path.read_bytes(), name)
 
@@ -601,7 +602,7 @@ CASES = [
     Case("torch-two-weight-scopes", "torch",
          "a second archive under scope `other`: passes (--parameters per weight)",
          lambda s, d: torch_file(s, "clip_quality_cpu")["weights"].append(
-             {"type": "url", "url": "../../runner/assets/tiny/vae.irpa", "scope": "other"})),
+             {"type": "url", "url": "builtin:tiny/vae.irpa", "scope": "other"})),
     Case("torch-wrong-scope", "torch", "the archive under scope `params`: the run fails",
          lambda s, d: torch_file(s, "vae_quality_cpu")["weights"][0].update(scope="params")),
     Case("torch-outputs", "torch", "`outputs` (--output=@file.npy): passes", _outputs),

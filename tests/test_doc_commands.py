@@ -175,6 +175,16 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "https://download.pytorch.org/whl/rocm<X.Y>": (INSTALL + "; " + PLACEHOLDER,
                                                   "scripts/test.sh"),
     "bash scripts/test.sh": ("it is the test suite itself", "scripts/test.sh"),
+    "python3 -m pip wheel --no-deps -w dist .": (
+        "writes the wheel into the checkout; the covering test builds it from a copy",
+        "tests/test_install.py::test_the_installed_wheel_runs_the_readme_from_anywhere"),
+    "python3 -m venv ~/venvs/runner && ~/venvs/runner/bin/pip install --find-links dist "
+    "'iree-sdxl-runner[compile,metrics]'": (
+        INSTALL + " (a venv of its own, with torch)",
+        "tests/test_install.py::test_the_installed_wheel_runs_the_readme_from_anywhere"),
+    "pipx install '.[compile,metrics]'": (
+        INSTALL + " (a venv of pipx's, with torch)",
+        "tests/test_install.py::test_the_installed_wheel_runs_the_readme_from_anywhere"),
     # Runs and what reads them
     "runner run --profile cpu --count 4 --out runs/smoke": (
         LONG, "tests/test_cli.py::test_a_short_run_completes_as_a_labelled_subset"),
@@ -517,7 +527,10 @@ def fresh_clone(tmp_path_factory) -> Path:
                                 check=True)
         for name in filter(None, listed.stdout.decode().split("\0")):
             source = REPO / name
-            if source.is_file():
+            if source.is_symlink():  # runner/assets/ links to configs/, goldens/, ...
+                (clone / name).parent.mkdir(parents=True, exist_ok=True)
+                (clone / name).symlink_to(os.readlink(source))
+            elif source.is_file():
                 (clone / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, clone / name)
     else:  # an unpacked archive: what .gitignore leaves out, by hand

@@ -75,10 +75,11 @@ def test_a_changed_input_is_a_new_tag(docker_client, wheels_image, project_snaps
     changed = tmp_path / "project"
     sh.copytree(project_snapshot, changed)
     # A host-built extension is not an input: the image's wheel build makes its own.
-    (changed / "runner" / "_hex.cpython-399-x86_64-linux-gnu.so").write_bytes(b"host build")
+    (changed / "runner" / "rundir" / "_hex.cpython-399-x86_64-linux-gnu.so").write_bytes(
+        b"host build")
     same = build(f"wheels:{WHEEL_VERSION}", docker_client, changed, dry_run=True, progress=None)
     assert same.plan.inputs_hash == wheels_image.plan.inputs_hash
-    assert (same.plan.context_dir / "project" / "runner" / "_hex.c").is_file()
+    assert (same.plan.context_dir / "project" / "runner" / "rundir" / "_hex.c").is_file()
     assert not list((same.plan.context_dir / "project").rglob("*.so"))
     sh.rmtree(same.plan.context_dir)
     (changed / "runner" / "docker" / "__init__.py").write_text('"""changed"""\n')

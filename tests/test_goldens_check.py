@@ -14,7 +14,7 @@ import pytest
 
 from runner.base.iree_tools import tool_path
 from runner.cli import main
-from runner.config.sources import download_path
+from runner.config.sources import download_path, resolve
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
@@ -29,12 +29,12 @@ IDENTITY_MLIR = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
 
 
 def copy_suite(dest: Path, only: tuple[str, ...] = ("clip", "unet", "vae")) -> Path:
-    """The tiny suite elsewhere: blobs copied, model references made absolute."""
+    """The tiny suite elsewhere: blobs copied, model references made absolute paths."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in only:
         raw = json.loads((TINY / f"{name}_cpu.json").read_text())
         for key in ("mlir", "real_weights"):
-            raw[key] = str((TINY / raw[key]).resolve())
+            raw[key] = str(resolve(raw[key], base_dir=TINY))
         for ref in raw["inputs"] + raw["outputs"]:
             shutil.copy(TINY / ref["source"], dest / ref["source"])
         (dest / f"{name}_cpu.json").write_text(json.dumps(raw, indent=4) + "\n")
@@ -309,7 +309,7 @@ def test_sources_over_http_go_through_the_cache(tmp_path, monkeypatch):
             ref["source"] = server.put(f"/sharkpublic/tiny/{ref['source']}",
                                        (TINY / ref["source"]).read_bytes())
         for key in ("mlir", "real_weights"):
-            raw[key] = str((TINY / raw[key]).resolve())
+            raw[key] = str(resolve(raw[key], base_dir=TINY))
         (tmp_path / "t").mkdir()
         (tmp_path / "t" / "unet_cpu.json").write_text(json.dumps(raw))
         (r,) = check(load_tests([tmp_path / "t"]), CheckOptions(), echo=False).results

@@ -20,6 +20,7 @@ from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import GoldenOptions, GoldenResult, _verdicts, check_benchmark
 from runner.cli import main
+from runner.config.sources import resolve
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.random_weights import generate, random_weights
@@ -123,7 +124,7 @@ def write_torch(folder: Path, name: str, raw: dict) -> Path:
         (suite / "modules").mkdir(parents=True)
         for module in (TINY_TORCH / "modules").glob("*.json"):
             m = json.loads(module.read_text())
-            m["mlir"] = str((module.parent / m["mlir"]).resolve())  # the runner's assets
+            m["mlir"] = str(resolve(m["mlir"], base_dir=module.parent))  # the runner's assets
             (suite / "modules" / module.name).write_text(json.dumps(m))
         for blob in TINY_TORCH.glob("*.bin"):  # a test file names files beside it only
             shutil.copyfile(blob, suite / blob.name)
@@ -135,7 +136,7 @@ def write_torch(folder: Path, name: str, raw: dict) -> Path:
 def tiny(name: str) -> dict:
     raw = json.loads((TINY_TORCH / f"{name}.json").read_text())
     for w in raw.get("weights", []):
-        w["url"] = str((TINY_TORCH / w["url"]).resolve())
+        w["url"] = str(resolve(w["url"], base_dir=TINY_TORCH))
     return raw
 
 
@@ -318,7 +319,7 @@ def older(tmp_path: Path, name: str, **change) -> Path:
     file names files inside its own directory), the MLIR and weights the runner's assets."""
     raw = json.loads((TINY / f"{name}.json").read_text())
     for key in ("mlir", "real_weights"):
-        raw[key] = str((TINY / raw[key]).resolve())
+        raw[key] = str(resolve(raw[key], base_dir=TINY))
     raw.update(change)
     raw = {k: v for k, v in raw.items() if v is not None}
     path = tmp_path / "tiny" / f"{name}.json"

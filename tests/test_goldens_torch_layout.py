@@ -220,9 +220,8 @@ def test_environment_variables_as_iree_ci_reads_them(capsys, monkeypatch):
 
 
 def tiny_torch_copy(tmp_path: Path) -> Path:
-    """goldens/tiny-torch byte for byte elsewhere; its relative model references reach the
-    repository's runner/ through a link beside the copy."""
-    (tmp_path / "runner").symlink_to(REPO / "runner")
+    """goldens/tiny-torch byte for byte elsewhere: it runs as it is (the model is
+    `builtin:tiny/...`, the runner's shipped copy)."""
     suite = tmp_path / "goldens" / "tiny-torch"
     shutil.copytree(TINY_TORCH, suite)
     return suite
@@ -282,9 +281,7 @@ def test_a_test_with_no_outputs_warns_and_fails_under_strict(tmp_path, capsys, m
     tiny = json.loads((REPO / "goldens" / "tiny" / "clip_cpu.json").read_text())
     for ref in tiny["inputs"]:  # a test file's blobs sit beside it (runner.inputs.paths)
         shutil.copy(REPO / "goldens" / "tiny" / ref["source"], old.parent / ref["source"])
-    for key in ("mlir", "real_weights"):  # the runner's own assets: reachable from anywhere
-        tiny[key] = str((REPO / "goldens" / "tiny" / tiny[key]).resolve())
-    del tiny["outputs"]
+    del tiny["outputs"]  # its model stays `builtin:tiny/...`: the runner's, from anywhere
     old.write_text(json.dumps(tiny))
     for test_file, field in ((path, "expected_outputs"), (old, "outputs")):
         assert goldens("check", str(test_file)) == 0

@@ -42,7 +42,10 @@ def module_name(path: Path) -> str:
 
 
 def all_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    """Every module of the library; runner/assets/ is package data (the harness image's
+    verify_iree.py among it), not modules."""
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")
+            if p.relative_to(PACKAGE).parts[0] != "assets"}
 
 
 def every_import(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:

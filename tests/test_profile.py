@@ -1,5 +1,6 @@
 """Profiles: extends/merge, overrides, and errors that name the file and field."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -48,6 +49,40 @@ def test_unknown_profile_lists_known_ones():
     with pytest.raises(RunnerError) as err:
         load_profile("mi999x")
     assert "mi325x" in str(err.value.fix)
+    assert "$RUNNER_PROFILE_PATH (not set)" in err.value.fix
+
+
+def test_profile_path_dirs_come_first_and_may_extend_the_shipped_profile(tmp_path,
+                                                                         monkeypatch):
+    lab, other = tmp_path / "lab profiles", tmp_path / "other"
+    lab.mkdir()
+    other.mkdir()
+    # A lab's mi325x replaces the shipped one by name, and extends it by the same name (the
+    # next mi325x.yaml on the path: the shipped one).
+    (lab / "mi325x.yaml").write_text("extends: mi325x\nlayout:\n  cpd: 2\n")
+    (other / "mine.yaml").write_text("extends: mi325x\nname: mine\n")
+    shipped = load_profile("mi325x")
+    monkeypatch.setenv("RUNNER_PROFILE_PATH", f"{lab}::{other}")
+    lab_profile = load_profile("mi325x")
+    assert lab_profile.path == lab / "mi325x.yaml" and shipped.layout.cpd == 1
+    assert lab_profile.layout == dataclasses.replace(shipped.layout, cpd=2)
+    assert (lab_profile.model, lab_profile.target) == (shipped.model, shipped.target)
+    mine = load_profile("mine")  # from the second directory, extending the lab's mi325x
+    assert mine.name == "mine" and mine.layout.cpd == 2
+    with pytest.raises(RunnerError) as err:
+        load_profile("nope")
+    assert "mine" in err.value.fix and "cpu" in err.value.fix and str(lab) in err.value.fix
+    with pytest.raises(RunnerError) as err:
+        load_profile("../mi325x")  # a name, not a path: never looked up outside the dirs
+    assert "unknown profile" in str(err.value)
+    # One more mi325x between the lab's and the shipped one: the lab's now extends that.
+    (other / "mi325x.yaml").write_text("extends: cpu\nname: between\n")
+    assert load_profile("mi325x").layout.backend == "cpu" and load_profile("mi325x").name == \
+        "between"
+    monkeypatch.setenv("RUNNER_PROFILE_PATH", str(tmp_path / "missing"))
+    with pytest.raises(RunnerError) as err:
+        load_profile("cpu")
+    assert err.value.where == "$RUNNER_PROFILE_PATH" and "missing" in str(err.value)
 
 
 def test_cli_exits_2_with_a_message_not_a_traceback():

@@ -2,6 +2,7 @@
 rules plus `check_untyped_defs`; packages without type information are Any): a type error
 anywhere in the library fails the suite, with mypy's own messages."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,3 +14,21 @@ def test_runner_type_checks():
     proc = subprocess.run([sys.executable, "-m", "mypy", "runner"], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"mypy found errors:\n{proc.stdout}{proc.stderr}"
+
+
+def test_pre_commit_runs_the_pinned_ruff_and_mypy_this_suite_runs():
+    """.pre-commit-config.yaml's ruff is the `[dev]` pin, and so is the mypy installed here
+    (the hook runs the project environment's own mypy, the one the test above runs)."""
+    from importlib.metadata import version
+
+    import yaml
+
+    text = (REPO / "pyproject.toml").read_text()
+    pins = dict(re.findall(r'"(ruff|mypy)==([^"]+)"', text))
+    hooks = {h["id"]: (repo["repo"], repo.get("rev"), h)
+             for repo in yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"]
+             for h in repo["hooks"]}
+    assert hooks["ruff"][:2] == ("https://github.com/astral-sh/ruff-pre-commit",
+                                 f"v{pins['ruff']}")
+    assert hooks["mypy"][2]["entry"] == "python3 -m mypy runner"  # the command above
+    assert version("ruff") == pins["ruff"] and version("mypy") == pins["mypy"]

@@ -34,10 +34,15 @@ from runner.accuracy.evaluate import (
 )
 from runner.accuracy.frechet import load_statistics, save_statistics
 from runner.accuracy.samples import format_ids, open_source, parse_ids
-from runner.accuracy.settings import builtin_ref
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.base.paths import ASSETS_DIR, CONFIGS_DIR, REPO_DIR
+from runner.base.paths import (
+    ASSETS_DIR,
+    CONFIGS_DIR,
+    builtin_ref,
+    checkout_dir,
+    refuse_package_write,
+)
 from runner.config.mlperf_data import load_captions
 
 STATS_NAME = "fid_statistics.npz"
@@ -189,8 +194,10 @@ def write_profile_section(profile_yaml: Path, snippet: str) -> None:
 def tiny_recipe(work: Path, out: Path = TINY_DIR) -> list[list[str]]:
     """The commands that regenerate the shipped tiny calibration, in order."""
     cal, ref = str(work / "oracle-calibration"), str(work / "oracle-reference")
-    with contextlib.suppress(ValueError):
-        out = Path(out).resolve().relative_to(REPO_DIR)
+    checkout = checkout_dir()
+    if checkout is not None:
+        with contextlib.suppress(ValueError):
+            out = Path(out).resolve().relative_to(checkout)
     return [
         ["runner", "oracle", cal, "--samples", TINY_SAMPLES],
         ["runner", "oracle", ref, "--samples", TINY_REFERENCE_SAMPLES],
@@ -204,9 +211,14 @@ def reproduce_tiny_assets(out: Path = TINY_DIR, work: Path | None = None,
                           progress: bool = True, update_profile: bool = True) -> Calibration:
     """Runs `tiny_recipe` in-process (oracle images, then calibrate), then rewrites the
     `accuracy:` section of configs/tiny.yaml from the result. `work` keeps the oracle runs
-    (and reuses them when present)."""
+    (and reuses them when present). The shipped files are a checkout's: an installed
+    package is never written to (refused before anything runs)."""
     from runner.accuracy.oracle_runs import oracle_run
     from runner.config.profile import load_profile
+
+    refuse_package_write(out, "reproduce_tiny_assets: out")
+    if update_profile:
+        refuse_package_write(CONFIGS_DIR / "tiny.yaml", "reproduce_tiny_assets: update_profile")
 
     profile = load_profile("tiny")
     with tempfile.TemporaryDirectory(prefix="tiny-calibration-") as tmp:

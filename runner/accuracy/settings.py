@@ -20,10 +20,8 @@ from pathlib import Path
 from runner.accuracy.backbones import MODES
 from runner.accuracy.samples import parse_ids
 from runner.base.errors import RunnerError
-from runner.base.paths import ASSETS_DIR
+from runner.base.paths import BUILTIN, builtin_path
 from runner.config.profile import Profile
-
-BUILTIN = "builtin:"
 
 
 @dataclass(frozen=True)
@@ -42,18 +40,9 @@ class AccuracySettings:
 
 def resolve_asset_path(value: str, base: Path) -> Path:
     if value.startswith(BUILTIN):
-        return ASSETS_DIR / value.removeprefix(BUILTIN)
+        return builtin_path(value)
     path = Path(value).expanduser()
     return path if path.is_absolute() else base / path
-
-
-def builtin_ref(path: Path) -> str:
-    """`builtin:...` for a path inside the package's assets, else the absolute path."""
-    path = Path(path).resolve()
-    try:
-        return BUILTIN + path.relative_to(ASSETS_DIR.resolve()).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def accuracy_settings(profile: Profile) -> AccuracySettings:

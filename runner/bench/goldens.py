@@ -49,7 +49,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
-from runner.base.paths import REPO_DIR, cache_dir
+from runner.base.paths import GOLDENS_DIR, cache_dir
 from runner.bench import benchmark_module as bm
 from runner.goldens.plan import (
     STATS_FILE_FLAG,
@@ -77,7 +77,7 @@ from runner.goldens.testfile import (
 from runner.inputs.paths import suite_ref
 from runner.model.compile import compile_key, compile_mlir
 
-DEFAULT_BENCH_SUITE = REPO_DIR / "goldens" / "tiny-bench"
+DEFAULT_BENCH_SUITE = GOLDENS_DIR / "tiny-bench"
 STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
 
 

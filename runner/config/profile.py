@@ -1,4 +1,9 @@
-"""Profiles: YAML in `configs/` naming a model, a compile target, a layout and accuracy ranges.
+"""Profiles: YAML naming a model, a compile target, a layout and accuracy ranges.
+
+`--profile NAME` looks the name up in the directories of `$RUNNER_PROFILE_PATH` (a lab's own
+profiles, colon-separated, in order), then in the shipped profiles (the repository's
+`configs/`, package data of the runner); the first `NAME.yaml` found wins, so a lab may
+override a shipped profile by name. `--profile PATH.yaml` is that file.
 
 A profile may `extends:` another (mappings merge, lists replace), and command-line flags
 override any field, so `mi325x` is `sdxl` plus a lab layout and `cpu` is `tiny` plus two
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,16 +66,49 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def profile_path(name_or_path: str) -> Path:
+PROFILE_PATH_ENV = "RUNNER_PROFILE_PATH"
+
+
+def profile_dirs() -> list[Path]:
+    """Where profile names are looked up, in order: `$RUNNER_PROFILE_PATH`'s directories,
+    then the shipped profiles. A directory named there that does not exist is an error, not
+    a silent fall-through to a shipped profile of the same name."""
+    dirs = []
+    for entry in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep):
+        if not entry:
+            continue
+        path = Path(entry).expanduser()
+        if not path.is_dir():
+            raise RunnerError(f"{entry!r} is not a directory", where=f"${PROFILE_PATH_ENV}",
+                              fix="list directories of profile YAML files, separated by "
+                              f"{os.pathsep!r}, or unset it")
+        dirs.append(path)
+    return [*dirs, CONFIGS_DIR]
+
+
+def profile_path(name_or_path: str, extending: Path | None = None) -> Path:
+    """The profile file a `--profile` value names. `extending` is the file whose `extends:`
+    names it: when that file is itself one the search finds, the next one found is meant,
+    so a lab's `mi325x.yaml` in `$RUNNER_PROFILE_PATH` may extend the shipped `mi325x`."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path.resolve()
-    named = CONFIGS_DIR / f"{name_or_path}.yaml"
-    if named.is_file():
-        return named
-    known = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+    dirs = profile_dirs()
+    plain = bool(name_or_path) and "/" not in name_or_path and not name_or_path.startswith(".")
+    found = [d / f"{name_or_path}.yaml" for d in (dirs if plain else ())
+             if (d / f"{name_or_path}.yaml").is_file()]
+    mine = [i for i, f in enumerate(found) if extending and f.resolve() == extending.resolve()]
+    found = found[mine[0] + 1:] if mine else found
+    if found:
+        return found[0]
+    known = sorted({p.stem for d in dirs for p in d.glob("*.yaml")
+                    if not p.stem.startswith("_")})
+    names = ", ".join(known) or "(none: the shipped profiles are missing; reinstall the runner)"
+    searched = os.environ.get(PROFILE_PATH_ENV) or "not set"
     raise RunnerError(f"unknown profile {name_or_path!r}", where="--profile",
-                      fix=f"use one of {', '.join(known)} or a path to a profile YAML")
+                      fix=f"use one of {names}, or a path to a profile YAML; a name is looked "
+                      f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
+                      f"({CONFIGS_DIR})")
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
@@ -86,7 +125,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 
 def _parent_path(parent: Any, path: Path) -> Path:
-    """`extends:` names a profile in configs/, or a YAML file relative to this one."""
+    """`extends:` names a profile (looked up as `--profile` names are, past this file), or
+    a YAML file relative to this one."""
     where = f"{path}: extends"
     if not isinstance(parent, str) or not parent:
         raise RunnerError("`extends` must name a profile", where=where,
@@ -95,7 +135,7 @@ def _parent_path(parent: Any, path: Path) -> Path:
         found = inside(parent, path.parent, where, absolute_ok=True)
         if found.is_file():
             return found.resolve()
-    return profile_path(parent)
+    return profile_path(parent, extending=path)
 
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:

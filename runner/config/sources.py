@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlpa
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.base.paths import cache_dir
+from runner.base.paths import BUILTIN, builtin_path, cache_dir
 
 OFFLINE_ENV = "RUNNER_OFFLINE"
 # Azure SAS query parameters: secrets (`sig`) and the grant around them. They are dropped
@@ -395,10 +395,12 @@ def resolve(ref: str, *, base_dir: Path | None = None, where: str | None = None,
             download: bool = True, offline_mode: bool | None = None,
             must_exist: bool = True) -> Path:
     """Any reference to a local path: URLs fetched through the cache (or, with
-    `download=False`, their cache path), `file://` URLs, and paths relative to `base_dir`
-    (a test file's directory)."""
+    `download=False`, their cache path), `file://` URLs, `builtin:` files the runner ships,
+    and paths relative to `base_dir` (a test file's directory)."""
     parts = urlparse(ref)
-    if parts.scheme in ("http", "https"):
+    if ref.startswith(BUILTIN):
+        path = builtin_path(ref)
+    elif parts.scheme in ("http", "https"):
         if download:
             return fetch(ref, where=where, offline_mode=offline_mode)
         path = download_path(ref)

@@ -10,9 +10,8 @@ import os
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.paths import REPO_DIR
+from runner.base.paths import DOCKER_SETUP_SCRIPT
 
-SETUP_SCRIPT = REPO_DIR / "scripts" / "docker_setup.sh"
 # Builds stream for minutes between log lines (pip downloading a 300 MB wheel, ninja linking
 # libIREECompiler.so), and the SDK's socket timeout applies to each read, so it must outlast
 # the longest silent step, not the whole build.
@@ -44,8 +43,8 @@ def connect(timeout: float = 120.0) -> Any:
         raise RunnerError(
             f"no docker engine answers at {host}: {_short(e)}",
             where="DOCKER_HOST" if "DOCKER_HOST" in os.environ else "docker engine",
-            fix=f"run `sudo {SETUP_SCRIPT}` (installs docker.io and starts dockerd), or point "
-            "DOCKER_HOST at a running engine") from e
+            fix=f"run `sudo bash {DOCKER_SETUP_SCRIPT}` (installs docker.io and starts "
+            "dockerd), or point DOCKER_HOST at a running engine") from e
     return client
 
 

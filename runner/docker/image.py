@@ -38,7 +38,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
-from runner.base.paths import REPO_DIR, cache_dir
+from runner.base.paths import DOCKERFILES_DIR, PACKAGE_DIR, PROJECT_FILES_DIR, cache_dir
 from runner.docker.buildenv import BuildNetwork, host_build_network, mask
 from runner.docker.engine import BUILD_READ_TIMEOUT_S, connect
 
@@ -47,7 +47,6 @@ IMAGE_REPO = "iree-sdxl-runner"
 DEFAULT_BASE_IMAGE = "runner-base:bookworm"
 DEFAULT_GIT_URL = "https://github.com/iree-org/iree.git"
 LABEL = "org.iree-sdxl-runner."
-DOCKERFILES_DIR = REPO_DIR / "dockerfiles"
 PROVENANCE_PATH = "/opt/runner/iree-provenance.json"
 IREE_TREE_PATH = "/opt/iree/build"
 
@@ -71,7 +70,6 @@ _NAME = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[
 # Project files a `pip install .` reads; tests, docs and scripts do not change the image.
 _PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "README.md",
                   "LICENSE")
-_PROJECT_DIRS = ("runner",)
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", "CMakeFiles"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".o", ".obj", ".a", ".egg-info")
 # A checkout's compiled extension (runner/rundir/_hex*.so) is the host interpreter's: the image's
@@ -255,7 +253,7 @@ def assemble_dockerfile(flavor: str) -> str:
     top = DOCKERFILES_DIR / f"{flavor}.Dockerfile"
     if not top.is_file():
         raise RunnerError(f"{top} is missing", where=str(top),
-                          fix="image builds need a source checkout of iree-sdxl-runner")
+                          fix="the runner's installation is incomplete: reinstall it")
     header = (f"# Assembled by runner.docker.image from dockerfiles/{flavor}.Dockerfile; "
               "edit that, not this.\n")
     return header + _expand(top, depth=0)
@@ -281,10 +279,12 @@ def _expand(path: Path, depth: int) -> str:
 def plan_build(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
                tags: tuple[str, ...] = (), client: Any = None,
                ccache_dir: Path | None = None, network: BuildNetwork | None = None,
-               require_base: bool = True, project_dir: Path = REPO_DIR) -> BuildPlan:
+               require_base: bool = True, project_dir: Path | None = None) -> BuildPlan:
     """Stage the build context under the cache and compute the content tag.
 
-    `project_dir` is the runner checkout installed into the image (default: this one).
+    `project_dir` is a runner project (pyproject.toml and runner/) installed into the image;
+    by default this runner itself, from its package and its shipped build recipe, so an
+    installed runner builds images as a checkout does (`_project_paths`).
 
     `client` may be None only when `require_base` is False (a dry run with no engine): the
     base image's ID is then unknown and the tag is computed without it, which the notes say.
@@ -441,7 +441,7 @@ def _build_args(source: ImageSource, base_image: str) -> dict[str, str]:
 
 
 def _labels(source: ImageSource, base_image: str, base_id: str | None,
-            project_dir: Path) -> dict[str, str]:
+            project_dir: Path | None) -> dict[str, str]:
     labels = {
         LABEL + "flavor": source.flavor,
         # A build tree's host path is not recorded: it says nothing about the image's
@@ -468,9 +468,17 @@ def _labels(source: ImageSource, base_image: str, base_id: str | None,
     return labels
 
 
-def _project_version(project_dir: Path) -> str:
-    text = (project_dir / "pyproject.toml").read_text() \
-        if (project_dir / "pyproject.toml").is_file() else ""
+def _project_paths(project_dir: Path | None) -> tuple[Path, Path]:
+    """Where the project's files (pyproject.toml, README.md) and its `runner` package are:
+    `project_dir`'s, or this runner's own (the package ships its build recipe)."""
+    if project_dir is None:
+        return PROJECT_FILES_DIR, PACKAGE_DIR
+    return project_dir, project_dir / "runner"
+
+
+def _project_version(project_dir: Path | None) -> str:
+    pyproject = _project_paths(project_dir)[0] / "pyproject.toml"
+    text = pyproject.read_text() if pyproject.is_file() else ""
     m = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
     return m.group(1) if m else "unknown"
 
@@ -490,7 +498,7 @@ def _tree_version(tree: Path | None) -> tuple[str | None, str | None]:
 # --------------------------------------------------------------------------- staging
 
 def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
-           ccache_dir: Path | None, project_dir: Path) -> list[str]:
+           ccache_dir: Path | None, project_dir: Path | None) -> list[str]:
     """Lay out the build context; returns notes about what was left out."""
     notes: list[str] = []
     ctx.mkdir(parents=True)
@@ -501,16 +509,18 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
     network.write(build / "secrets")
     project = ctx / "project"
     project.mkdir()
+    files, package = _project_paths(project_dir)
     for name in _PROJECT_FILES:
-        if (project_dir / name).is_file():
-            shutil.copy2(project_dir / name, project / name)
+        if (files / name).is_file():
+            shutil.copy2(files / name, project / name)
     if not (project / "pyproject.toml").is_file():
-        raise RunnerError(f"{project_dir} has no pyproject.toml", where=str(project_dir),
-                          fix="image builds need a source checkout of iree-sdxl-runner")
-    for name in _PROJECT_DIRS:
-        src = project_dir / name
-        _copy_tree(src, project / name, notes, [(os.path.realpath(src), project / name)],
-                   suffixes=_PROJECT_SKIP_SUFFIXES)
+        raise RunnerError(f"{files} has no pyproject.toml", where=str(files),
+                          fix="name a runner project (pyproject.toml and runner/), or "
+                          "reinstall the runner")
+    # The shipped files' links (a checkout's runner/assets/) are staged as what they name.
+    _copy_tree(package, project / "runner", notes,
+               [(os.path.realpath(package), project / "runner")],
+               suffixes=_PROJECT_SKIP_SUFFIXES)
     # The dependency stub (fragments/worker.Dockerfile): the project's metadata and an empty
     # package, so the dependency layer is keyed on pyproject.toml alone.
     deps = ctx / "project-deps"
@@ -629,7 +639,7 @@ def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
                 progress: Progress | None = _stderr, client: Any = None,
                 ccache_dir: Path | None = None, keep_context: bool = False,
                 network: BuildNetwork | None = None, no_cache: bool = False,
-                project_dir: Path = REPO_DIR) -> BuildResult:
+                project_dir: Path | None = None) -> BuildResult:
     """Build (or find) the image for `source`; returns its content tag and ID.
 
     An existing image with the content tag is a cache hit: nothing is sent to the engine

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
-from runner.base.paths import REPO_DIR
-from runner.clihelp import document
+from runner.base.paths import GOLDENS_DIR, refuse_package_write
+from runner.clihelp import PROFILE_HELP, document
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import COUNT_OR_ZERO, SCALE, SECONDS
 
-DEFAULT_SUITE = REPO_DIR / "goldens" / "tiny"
+DEFAULT_SUITE = GOLDENS_DIR / "tiny"  # the shipped tiny suite
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
@@ -122,6 +122,8 @@ def cmd_bump(args: argparse.Namespace) -> int:
     for path in files:  # every file is checked before any is written
         text = path.read_text(encoding="utf-8")
         new_text, bumps = bump_file_text(text, str(path), to)
+        if bumps and not args.out:
+            refuse_package_write(path, "runner goldens bump")  # e.g. the shipped tiny suite
         planned.append((path, new_text, bumps))
     for path, new_text, bumps in planned:
         target = Path(args.out) / path.name if args.out else path
@@ -250,7 +252,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("compare-steps", help="per-stage IREE vs PyTorch error, each stage "
                        "fed IREE's own inputs")
     p.add_argument("--profile", default="tiny",
-                   help="profile name in configs/ or a YAML path (default: tiny)")
+                   help=f"{PROFILE_HELP} (default: tiny)")
     p.add_argument("--prompt-id", type=COUNT_OR_ZERO, default=0, help="MLPerf caption row")
     p.add_argument("--tolerance", type=SCALE, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")

@@ -5,11 +5,13 @@ Three tests, one per submodel, on CPU: clip `encode_prompts` on a real MLPerf ca
 unet `run_forward` for one mid-schedule step on the latent IREE itself reached after
 `UNET_STEP` steps from MLPerf's fixed latent, and vae `decode` of the fully denoised latent.
 Expected outputs are IREE's own results (a golden records what a known-good compiler
-computed). Blob and model references are paths relative to the JSON file, so the suite
-moves with the repository; blobs are raw little-endian `.bin` files named `..._v1.0.bin`.
+computed). Blobs are named relative to the JSON file and the tiny model as `builtin:tiny/...`
+(the runner's shipped copy), so the suite works wherever it lies: the repository, the
+installed package, a copy; blobs are raw little-endian `.bin` files named `..._v1.0.bin`.
 
-`build_tiny_suite` regenerates all of it; inputs come out byte-identical on any machine,
-outputs within the thresholds below.
+`build_tiny_suite` regenerates all of it (in a source checkout: an installed package is never
+written to); inputs come out byte-identical on any machine, outputs within the thresholds
+below.
 
 `build_tiny_torch_suite` writes the same clip and vae tests in IREE CI's torch_models layout
 (`goldens/tiny-torch/`): shared `modules/*.json`, a quality, a compstat and a benchmark file
@@ -21,21 +23,20 @@ on another CPU); benchmark goldens are `BENCH_GOLDEN_MS`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from runner.base.fileio import atomic_write_text
-from runner.base.paths import ASSETS_DIR, REPO_DIR
+from runner.base.paths import ASSETS_DIR, GOLDENS_DIR, builtin_ref, refuse_package_write
 from runner.config.mlperf_data import load_captions
 from runner.config.profile import load_profile
 from runner.model.compiled_model import compile_model
 from runner.model.pipeline.loader import open_pipeline
 from runner.model.tensors import TensorSpec, write_tensor
 
-SUITE_DIR = REPO_DIR / "goldens" / "tiny"
-TORCH_SUITE_DIR = REPO_DIR / "goldens" / "tiny-torch"
+SUITE_DIR = GOLDENS_DIR / "tiny"
+TORCH_SUITE_DIR = GOLDENS_DIR / "tiny-torch"
 VERSION = "v1.0"
 PROMPT_ID = 0
 UNET_STEP = 10
@@ -48,10 +49,6 @@ THRESHOLDS = {"clip": "--expected_f32_threshold=0.0001",
               "unet": "--expected_f32_threshold=0.001",
               "vae": "--expected_f32_threshold=0.001"}
 FUNCTIONS = {"clip": "encode_prompts", "unet": "run_forward", "vae": "decode"}
-
-
-def _rel(path: Path, start: Path) -> str:
-    return os.path.relpath(path, start).replace(os.sep, "/")
 
 
 def _test_json(out: Path, submodel: str, inputs: list[np.ndarray],
@@ -68,8 +65,8 @@ def _test_json(out: Path, submodel: str, inputs: list[np.ndarray],
     return {
         "inputs": entries("input", inputs),
         "outputs": entries("out", outputs),
-        "real_weights": _rel(tiny / f"{submodel}.irpa", out),
-        "mlir": _rel(tiny / f"{submodel}_bs1.mlir", out),
+        "real_weights": builtin_ref(tiny / f"{submodel}.irpa"),
+        "mlir": builtin_ref(tiny / f"{submodel}_bs1.mlir"),
         "device": "local-task",
         "compiler_flags": list(CPU_FLAGS),
         "threshold_args": [THRESHOLDS[submodel]],
@@ -80,6 +77,7 @@ def _test_json(out: Path, submodel: str, inputs: list[np.ndarray],
 def build_tiny_suite(out: Path = SUITE_DIR, prompt_id: int = PROMPT_ID,
                      version: str = VERSION) -> list[Path]:
     """Runs the tiny pipeline on IREE (CPU) and writes the three tests and their blobs."""
+    refuse_package_write(out, "build_tiny_suite: out")
     profile = load_profile("tiny")
     config = profile.model
     session, pipe = open_pipeline(compile_model(profile, 1))
@@ -146,6 +144,7 @@ def _compstat_goldens(test_path: Path) -> dict:
 def build_tiny_torch_suite(out: Path = TORCH_SUITE_DIR, source: Path = SUITE_DIR
                            ) -> list[Path]:
     """The tiny clip and vae tests in the torch_models layout, from `goldens/tiny/`."""
+    refuse_package_write(out, "build_tiny_torch_suite: out")
     written = []
     tiny = ASSETS_DIR / "tiny"
     module_root = out.name  # module names are relative to the suite's parent, as IREE CI's
@@ -153,11 +152,11 @@ def build_tiny_torch_suite(out: Path = TORCH_SUITE_DIR, source: Path = SUITE_DIR
         old = json.loads((source / f"{submodel}_cpu.json").read_text())
         module = f"{module_root}/modules/{submodel}_cpu"
         written.append(_write_json(out / "modules" / f"{submodel}_cpu.json", {
-            "mlir": _rel(tiny / f"{submodel}_bs1.mlir", out / "modules"),
+            "mlir": builtin_ref(tiny / f"{submodel}_bs1.mlir"),
             "compiler_flags": list(CPU_FLAGS)}))
         for ref in old["inputs"] + old["outputs"]:
             (out / ref["source"]).write_bytes((source / ref["source"]).read_bytes())
-        weights = [{"type": "url", "url": _rel(tiny / f"{submodel}.irpa", out),
+        weights = [{"type": "url", "url": builtin_ref(tiny / f"{submodel}.irpa"),
                     "scope": "model"}]
         run = [f"--function={FUNCTIONS[submodel]}", "--device=local-task"]
         written.append(_write_json(out / f"{submodel}_quality_cpu.json", {

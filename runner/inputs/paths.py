@@ -8,12 +8,13 @@ must resolve, symlinks followed, inside its base directory; otherwise it is refu
 the field, and the file is never opened.
 
 Test-suite files (third-party content, fetched from IREE's repositories): every local
-reference, relative, absolute or `file://`, must resolve inside the directory it is relative
-to, or inside the runner's own shipped assets (`runner/assets/`: public files; the shipped
-tiny suites compile the shipped tiny model from there). A profile or model config is the
-user's own configuration: there an explicit absolute (or `~`) path is the user's statement
-of where a file is (the shipped SDXL config keeps its tokenizer under `~/.cache`), as a path
-on the command line is; relative ones must stay inside the config's directory.
+reference, relative, absolute, `file://` or `builtin:`, must resolve inside the directory it
+is relative to, or inside the runner's own shipped assets (`runner/assets/`: public files; the
+shipped tiny suites compile the shipped tiny model from there, as `builtin:tiny/...`). A
+profile or model config is the user's own configuration: there an explicit absolute (or `~`)
+path is the user's statement of where a file is (the shipped SDXL config keeps its tokenizer
+under `~/.cache`), as a path on the command line is; relative ones must stay inside the
+config's directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from runner.base.errors import RunnerError
-from runner.base.paths import ASSETS_DIR
+from runner.base.paths import ASSETS_DIR, BUILTIN, builtin_path
 
 
 def resolved(path: Path, where: str) -> Path:
@@ -89,7 +90,10 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
     parts = urlparse(ref)
     if parts.scheme in ("http", "https"):
         return
-    path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
+    if ref.startswith(BUILTIN):
+        path = builtin_path(ref)
+    else:
+        path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
     path = Path(os.path.abspath(base / path))
     if not (is_inside(path, base) or _in_runner_assets(path)):
         raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,

@@ -14,7 +14,7 @@ import numpy as np
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
-from runner.base.paths import ASSETS_DIR
+from runner.base.paths import ASSETS_DIR, refuse_package_write
 from runner.config.exports import model_config
 from runner.config.mlperf_data import load_captions
 from runner.config.model_config import ModelConfig
@@ -50,7 +50,9 @@ def build_tiny(out_dir: Path):
 
 
 def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
-    """Exports every submodel at every batch size; returns the files written."""
+    """Exports every submodel at every batch size; returns the files written. The default,
+    the shipped assets, is a checkout's to regenerate: an installed package is refused."""
+    refuse_package_write(out_dir, "--out")
     try:
         import iree.turbine  # noqa: F401
     except ImportError as e:
