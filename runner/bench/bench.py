@@ -129,7 +129,9 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
             if case.plan is None:
                 emit(f"# layout {case.label}: skipped: {case.skip_reason}")
     if not opts.host_only and opts.stages:
-        report.notes.append("stage latencies not measured: they run this host's IREE on "
+        what = ("stage latencies and dispatch profiles" if opts.settings.dispatch_calls
+                else "stage latencies")
+        report.notes.append(f"{what} not measured: they run this host's IREE on "
                             "this host's devices, which is not what --iree/--image/"
                             "--executor slurm compare (measure them on a node with "
                             "`runner bench --no-throughput`)")

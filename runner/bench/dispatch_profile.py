@@ -76,7 +76,9 @@ FIELDS = {
              "share of dispatch_sum, dispatches_per_call, functions",
     "dispatches": "every dispatch function by total time: name (IREE's), key (the name "
                   "with its ordinal blanked: how builds are matched), kind, count, "
-                  "ms_per_call, share of dispatch_sum, mean/min/max/stddev_ms per dispatch",
+                  "ms_per_call, share of dispatch_sum, mean/median/min/max/stddev_ms per "
+                  "dispatch (the median shrugs off a dispatch the OS preempted), "
+                  "workgroup_count (its last)",
     "queue_operations": "other timed queue operations (alloca, dealloca, ...): count and "
                         "ms_per_call",
     "files": "profile (.ireeprof, read with iree-profile), benchmark (the profiled run's "
@@ -196,13 +198,16 @@ def _functions(dispatches: list[ireeperf.Span], calls: int, total: int
         by_name.setdefault(s.name, []).append(s)
     rows: list[dict[str, Any]] = []
     for name, spans in by_name.items():
-        ns = [s.duration_ns for s in spans]
+        ns = sorted(s.duration_ns for s in spans)
         mean = sum(ns) / len(ns)
+        mid = len(ns) // 2
+        median = ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2
         rows.append({"name": name, "key": dispatch_names.key(name),
                      "kind": dispatch_names.kind(name), "count": len(ns),
                      "ms_per_call": _ms(sum(ns), calls),
                      "share": round(sum(ns) / total, 6) if total else 0.0,
-                     "mean_ms": _ms(mean), "min_ms": _ms(min(ns)), "max_ms": _ms(max(ns)),
+                     "mean_ms": _ms(mean), "median_ms": _ms(median), "min_ms": _ms(ns[0]),
+                     "max_ms": _ms(ns[-1]),
                      "stddev_ms": _ms(math.sqrt(sum((x - mean) ** 2 for x in ns)
                                                 / max(len(ns) - 1, 1))),  # sample, as IREE
                      "workgroup_count": spans[-1].args.get("workgroup_count")})

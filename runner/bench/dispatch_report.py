@@ -67,11 +67,12 @@ def profile_tables(label: str, p: dict[str, Any], top: int = TOP) -> list[Table]
         [[k["kind"], _f(k["ms_per_call"]), _pct(k["share"]), f"{k['dispatches_per_call']:g}",
           str(k["functions"])] for k in p["kinds"]])
     rows = [[r["name"], r["kind"], _f(r["ms_per_call"]), _pct(r["share"]), str(r["count"]),
-             _f(1000 * r["mean_ms"], 1), _f(1000 * r["min_ms"], 1), _f(1000 * r["max_ms"], 1)]
+             *[_f(1000 * r[f], 1) for f in ("mean_ms", "median_ms", "min_ms", "max_ms")]]
             for r in p["dispatches"][:top]]
     return [kinds, Table(f"{label}: top {len(rows)} of {p['functions']} dispatch functions "
                          "by total time", ["dispatch", "kind", "ms/call", "share", "count",
-                                           "mean µs", "min µs", "max µs"], rows, (0,))]
+                                           "mean µs", "median µs", "min µs", "max µs"], rows,
+                         (0,))]
 
 
 def summary_row(p: dict[str, Any] | None) -> list[str]:
@@ -99,8 +100,8 @@ def change_tables(label: str, change: dict[str, Any], top: int = TOP) -> list[Ta
     if "note" in change:
         return []
     d, w = change["dispatch_ms"], change["wall_ms"]
-    totals = Table(f"{label}: dispatch time {_f(d['before_ms'])} -> {_f(d['after_ms'])} "
-                   f"ms/call ({_signed(d['change_pct'], 1)}%), wall {_f(w['before_ms'])} -> "
+    totals = Table(f"{label}: dispatch time {_f(d['before_ms'])} → {_f(d['after_ms'])} "
+                   f"ms/call ({_signed(d['change_pct'], 1)}%), wall {_f(w['before_ms'])} → "
                    f"{_f(w['after_ms'])} ms/call; {change['matched_keys']} dispatch keys "
                    f"matched, {len(change['added'])} added, {len(change['removed'])} removed",
                    ["kind", "before ms/call", "after ms/call", "change ms", "change"],
@@ -112,7 +113,7 @@ def change_tables(label: str, change: dict[str, Any], top: int = TOP) -> list[Ta
         "change", "beyond noise", "functions"],
         [[r["key"], r["kind"], _f(r["before_ms"]), _f(r["after_ms"]), _signed(r["change_ms"]),
           _signed(r["change_pct"], 1) + "%" if r["change_pct"] is not None else NA,
-          "yes" if r["beyond_noise"] else "no", "{} -> {}".format(*r["functions"])]
+          "yes" if r["beyond_noise"] else "no", "{} → {}".format(*r["functions"])]
          for r in change["moved"][:top]], (0,))
     tables = [totals, moved]
     for side in ("added", "removed"):
