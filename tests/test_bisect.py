@@ -394,7 +394,7 @@ def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
                    "--test", "throughput:5", "--out", str(tmp_path / "t"), "--dry-run")
     assert trend.returncode == 0, trend.stderr
     assert "runner image build --from wheels:3.12.0" in trend.stdout
-    assert "--passes 2 --compstat" in trend.stdout
+    assert "--passes 2 --compstat --dispatches 5" in trend.stdout
 
 
 def host_build_tree(root: Path) -> Path:

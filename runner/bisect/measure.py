@@ -65,9 +65,9 @@ class MeasurePlan:
     def probe_argv(self, python: str, out: Path) -> list[str]:
         argv = [python, "-m", "runner.bisect.probe", "--profile", str(self.profile_file),
                 "--samples", self.samples, "--out", str(out), "--passes", str(self.passes)]
-        if self.dispatch_calls:
-            argv += ["--dispatches", str(self.dispatch_calls)]
-        return [*argv, "--compstat"] if self.compstat else argv
+        if self.compstat:
+            argv.append("--compstat")
+        return [*argv, "--dispatches", str(self.dispatch_calls)] if self.dispatch_calls else argv
 
     def goldens_argv(self, python: str, out: Path) -> list[str]:
         return [python, "-m", "runner", "goldens", "check", self.test.arg, "--out",
