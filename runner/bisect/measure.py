@@ -87,7 +87,8 @@ def dispatch_note(measurement: dict[str, Any]) -> str:
     """Why a measured build has no dispatch profile."""
     found = (measurement.get("probe") or {}).get("dispatches")
     if found is None:
-        return measurement.get("unavailable") or "not profiled"
+        return "the build was not measured" if measurement.get("unavailable") else \
+            "not profiled"
     return found.get("note") or found.get("status", "?")
 
 
