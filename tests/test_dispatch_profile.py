@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import zipfile
@@ -56,12 +57,24 @@ def validate_trace(path: Path) -> list[dict]:
     return spans
 
 
-def iree_profile_groups(profile: Path) -> dict[str, dict]:
-    """IREE's own per-function aggregation of a capture: the reference."""
-    out = subprocess.run([tool_path("iree-profile"), "dispatch", "--format=jsonl",
+def iree_profile(profile: Path, *flags: str) -> list[dict]:
+    out = subprocess.run([tool_path("iree-profile"), "dispatch", "--format=jsonl", *flags,
                           str(profile)], capture_output=True, text=True, check=True).stdout
-    rows = [json.loads(line) for line in out.splitlines()]
-    return {r["key"]: r for r in rows if r["type"] in ("host_dispatch_group", "dispatch_group")}
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def iree_profile_groups(profile: Path) -> dict[str, dict]:
+    """IREE's own per-function aggregation of a capture (the reference), with each
+    function's median from IREE's per-event rows."""
+    groups = {r["key"]: r for r in iree_profile(profile)
+              if r["type"] in ("host_dispatch_group", "dispatch_group")}
+    events: dict[str, list[int]] = {}
+    for r in iree_profile(profile, "--dispatch_events"):
+        if r["type"] in ("host_dispatch_event", "dispatch_event"):
+            events.setdefault(r["key"], []).append(r["duration_ns"])
+    for key, ns in events.items():
+        groups[key]["median_ns"] = statistics.median(ns)
+    return groups
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +131,9 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
             assert r["min_ms"] == pytest.approx(ref["min_ns"] / 1e6, abs=1e-6)
             assert r["max_ms"] == pytest.approx(ref["max_ns"] / 1e6, abs=1e-6)
             assert r["stddev_ms"] == pytest.approx(ref["stddev_ns"] / 1e6, abs=1e-5)
-            assert r["min_ms"] <= r["median_ms"] <= r["max_ms"]
+            assert r["median_ms"] == pytest.approx(ref["median_ns"] / 1e6, abs=1e-6)
+            assert r["median_ms_per_call"] == pytest.approx(
+                ref["median_ns"] * ref["count"] / 1e6 / CALLS, abs=1e-5)
             assert r["kind"] == names.kind(name) and r["key"] == names.key(name)
         total = sum(ref["count"] for ref in reference.values())
         assert p["dispatches_per_call"] == total / CALLS == int(total / CALLS)
@@ -133,6 +148,8 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
         assert sum(k["share"] for k in p["kinds"]) == pytest.approx(1, abs=1e-4)
         assert sum(k["ms_per_call"] for k in p["kinds"]) == pytest.approx(c["dispatch_sum"],
                                                                           abs=1e-4)
+        assert sum(k["median_ms_per_call"] for k in p["kinds"]) == pytest.approx(
+            c["dispatch_median_sum"], abs=1e-4)
         assert p["unprofiled_ms"] == stage["latency_ms"]["mean_ms"]
         assert p["profiling_overhead"] == pytest.approx(c["wall"] / p["unprofiled_ms"], 1e-3)
         assert {q["op"] for q in p["queue_operations"]} >= {"alloca", "dealloca"}
@@ -259,15 +276,18 @@ def test_a_runtime_without_the_profiler_gets_a_note(runtime_3_11, tmp_path, monk
 
 
 def _profile(rows: list[tuple[str, float, int, float]], calls: int = 2) -> dict:
-    """A stage profile as dispatch_profile writes it, from (name, ms/call, count, stddev)."""
+    """A stage profile as dispatch_profile writes it, from (name, ms/call, count, stddev);
+    each dispatch's median 90% of its mean (a right-skewed spread)."""
     dispatches = [{"name": n, "key": names.key(n), "kind": names.kind(n), "count": c,
-                   "ms_per_call": ms, "stddev_ms": sd} for n, ms, c, sd in rows]
+                   "ms_per_call": ms, "median_ms_per_call": 0.9 * ms, "stddev_ms": sd}
+                  for n, ms, c, sd in rows]
     total = sum(ms for _, ms, _, _ in rows)
     for d in dispatches:
         d["share"] = d["ms_per_call"] / total
     return {"status": "ok", "calls": calls, "functions": len(rows), "dispatches": dispatches,
             "kinds": dp.kinds(dispatches, calls),
-            "per_call_ms": {"dispatch_sum": total, "wall": total + 1}}
+            "per_call_ms": {"dispatch_sum": total, "dispatch_median_sum": 0.9 * total,
+                            "wall": total + 1}}
 
 
 def test_builds_are_matched_by_key_and_added_or_removed_dispatches_named():
@@ -283,6 +303,7 @@ def test_builds_are_matched_by_key_and_added_or_removed_dispatches_named():
     conv = moved["f_dispatch_*_conv_8x8_f32"]
     assert conv["before_ms"] == 6.0 and conv["after_ms"] == 3.0 and conv["change_pct"] == -50
     assert conv["functions"] == [2, 1] and conv["beyond_noise"]
+    assert conv["median_before_ms"] == pytest.approx(5.4) and conv["median_change_pct"] == -50
     mm = moved["f_dispatch_*_matmul_4x4_f32"]  # 0.2 ms against a stddev of 0.5 ms
     assert mm["change_ms"] == pytest.approx(0.2) and not mm["beyond_noise"]
     assert [r["key"] for r in change["moved"]] == [conv["key"], mm["key"]]  # by |change|

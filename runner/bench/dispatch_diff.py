@@ -8,6 +8,8 @@ so profiles of different call counts compare. A change is `beyond_noise` when it
 twice the combined standard error of the two per-call times, estimated from each dispatch
 function's spread over its profiled calls (the profile's own variation, no assumption).
 Keys only one side has are `added` / `removed`: a fusion or codegen change renames them.
+Beside each mean-based change is the same at each dispatch's median (`median_*`): on a
+machine whose OS preempts the profiled workers, a few outliers move the mean, not it.
 """
 
 from __future__ import annotations
@@ -23,17 +25,27 @@ def _keyed(profile: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for r in profile["dispatches"]:
         k = out.setdefault(r["key"], {"key": r["key"], "kind": r["kind"], "ms": 0.0,
-                                      "functions": 0, "var": 0.0})
+                                      "median": 0.0, "functions": 0, "var": 0.0})
         k["ms"] += r["ms_per_call"]
+        k["median"] += r["median_ms_per_call"]
         k["functions"] += 1
         k["var"] += r["count"] * r["stddev_ms"] ** 2 / calls ** 2
     return out
 
 
+def _pct(before: float, after: float) -> float | None:
+    return round(100 * (after - before) / before, 3) if before > 0 else None
+
+
 def _change(before: float, after: float) -> dict[str, Any]:
     return {"before_ms": round(before, 6), "after_ms": round(after, 6),
-            "change_ms": round(after - before, 6),
-            "change_pct": round(100 * (after - before) / before, 3) if before > 0 else None}
+            "change_ms": round(after - before, 6), "change_pct": _pct(before, after)}
+
+
+def _median_change(before: float, after: float) -> dict[str, Any]:
+    """The same at each dispatch's median: what moved without the preempted outliers."""
+    return {"median_before_ms": round(before, 6), "median_after_ms": round(after, 6),
+            "median_change_pct": _pct(before, after)}
 
 
 def _only(keys: set[str], side: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,18 +60,28 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     moved = []
     for k in a.keys() & b.keys():
         row = {"key": k, "kind": b[k]["kind"], **_change(a[k]["ms"], b[k]["ms"]),
+               **_median_change(a[k]["median"], b[k]["median"]),
                "functions": [a[k]["functions"], b[k]["functions"]]}
         noise = 2 * math.sqrt(a[k]["var"] + b[k]["var"])
         row.update(noise_ms=round(noise, 6), beyond_noise=abs(row["change_ms"]) > noise)
         moved.append(row)
     moved.sort(key=lambda r: (-abs(r["change_ms"]), r["key"]))
-    kinds_a = {k["kind"]: k["ms_per_call"] for k in before["kinds"]}
-    kinds_b = {k["kind"]: k["ms_per_call"] for k in after["kinds"]}
-    kinds = [{"kind": k, **_change(kinds_a.get(k, 0.0), kinds_b.get(k, 0.0))}
+    kinds_a = {k["kind"]: k for k in before["kinds"]}
+    kinds_b = {k["kind"]: k for k in after["kinds"]}
+
+    def kind_ms(side: dict[str, dict[str, Any]], kind: str, field: str) -> float:
+        return side[kind][field] if kind in side else 0.0
+
+    kinds = [{"kind": k, **_change(kind_ms(kinds_a, k, "ms_per_call"),
+                                   kind_ms(kinds_b, k, "ms_per_call")),
+              **_median_change(kind_ms(kinds_a, k, "median_ms_per_call"),
+                               kind_ms(kinds_b, k, "median_ms_per_call"))}
              for k in sorted(kinds_a.keys() | kinds_b.keys())]
     kinds.sort(key=lambda r: (-abs(r["change_ms"]), r["kind"]))
     pa, pb = before["per_call_ms"], after["per_call_ms"]
-    return {"dispatch_ms": _change(pa["dispatch_sum"], pb["dispatch_sum"]),
+    return {"dispatch_ms": {**_change(pa["dispatch_sum"], pb["dispatch_sum"]),
+                            **_median_change(pa["dispatch_median_sum"],
+                                             pb["dispatch_median_sum"])},
             "wall_ms": _change(pa["wall"], pb["wall"]),
             "functions": [before["functions"], after["functions"]],
             "matched_keys": len(moved), "kinds": kinds, "moved": moved[:MOVED],

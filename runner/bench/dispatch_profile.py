@@ -65,7 +65,10 @@ FIELDS = {
                    "buffer executions (null when the profile has none); not_in_dispatches "
                    "= wall - dispatch_busy, split into in_command_buffers_outside_"
                    "dispatches (launch gaps, barriers, fills, copies) and outside_command_"
-                   "buffers (host work: VM, allocation, submission, waits)",
+                   "buffers (host work: VM, allocation, submission, waits); "
+                   "dispatch_median_sum = the dispatch time were every dispatch at its "
+                   "function's median (robust where the OS preempts workers: the gap to "
+                   "dispatch_sum is what outliers added)",
     "dispatch_share_of_wall": "dispatch_busy / wall",
     "unprofiled_ms": "the stage's mean latency from its timed (unprofiled) benchmark",
     "profiling_overhead": "per_call_ms.wall / unprofiled_ms: what profiling cost, "
@@ -73,12 +76,13 @@ FIELDS = {
     "dispatches_per_call": "dispatch events per stage call",
     "functions": "distinct dispatch functions that ran",
     "kinds": "dispatch time per kind (rules: runner/bench/dispatch_names.py): ms_per_call, "
-             "share of dispatch_sum, dispatches_per_call, functions",
+             "share of dispatch_sum, median_ms_per_call (as dispatch_median_sum), "
+             "dispatches_per_call, functions",
     "dispatches": "every dispatch function by total time: name (IREE's), key (the name "
                   "with its ordinal blanked: how builds are matched), kind, count, "
-                  "ms_per_call, share of dispatch_sum, mean/median/min/max/stddev_ms per "
-                  "dispatch (the median shrugs off a dispatch the OS preempted), "
-                  "workgroup_count (its last)",
+                  "ms_per_call, share of dispatch_sum, median_ms_per_call (median x count "
+                  "/ calls), mean/median/min/max/stddev_ms per dispatch, workgroup_count "
+                  "(its last)",
     "queue_operations": "other timed queue operations (alloca, dealloca, ...): count and "
                         "ms_per_call",
     "files": "profile (.ireeprof, read with iree-profile), benchmark (the profiled run's "
@@ -206,6 +210,7 @@ def _functions(dispatches: list[ireeperf.Span], calls: int, total: int
                      "kind": dispatch_names.kind(name), "count": len(ns),
                      "ms_per_call": _ms(sum(ns), calls),
                      "share": round(sum(ns) / total, 6) if total else 0.0,
+                     "median_ms_per_call": _ms(median * len(ns), calls),
                      "mean_ms": _ms(mean), "median_ms": _ms(median), "min_ms": _ms(ns[0]),
                      "max_ms": _ms(ns[-1]),
                      "stddev_ms": _ms(math.sqrt(sum((x - mean) ** 2 for x in ns)
@@ -220,13 +225,14 @@ def kinds(rows: list[dict], calls: int) -> list[dict]:
     out: dict[str, dict] = {}
     for r in rows:
         k = out.setdefault(r["kind"], {"kind": r["kind"], "ms_per_call": 0.0, "share": 0.0,
+                                       "median_ms_per_call": 0.0,
                                        "dispatches_per_call": 0.0, "functions": 0})
-        k["ms_per_call"] += r["ms_per_call"]
-        k["share"] += r["share"]
+        for f in ("ms_per_call", "share", "median_ms_per_call"):
+            k[f] += r[f]
         k["dispatches_per_call"] += r["count"] / calls
         k["functions"] += 1
     for k in out.values():
-        for f in ("ms_per_call", "share", "dispatches_per_call"):
+        for f in ("ms_per_call", "share", "median_ms_per_call", "dispatches_per_call"):
             k[f] = round(k[f], 6)
     return sorted(out.values(), key=lambda k: (-k["ms_per_call"], k["kind"]))
 
@@ -246,6 +252,7 @@ def summarize(data: ireeperf.Capture, calls: int, wall_ms: float,
         if s.op not in (ireeperf.DISPATCH, EXECUTE):
             queue_ops.setdefault(s.op, []).append(s.duration_ns)
     per_call = {"wall": _ms(wall_ns, calls), "dispatch_sum": _ms(total, calls),
+                "dispatch_median_sum": round(sum(r["median_ms_per_call"] for r in rows), 6),
                 "dispatch_busy": _ms(busy, calls),
                 "command_buffers": None if in_cb is None else _ms(in_cb, calls),
                 "not_in_dispatches": _ms(wall_ns - busy, calls),

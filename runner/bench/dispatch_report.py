@@ -42,13 +42,18 @@ def _signed(value: float | None, digits: int = 3) -> str:
     return NA if value is None else f"{value:+.{digits}f}"
 
 
+def _change_pct(value: float | None) -> str:
+    return NA if value is None else f"{value:+.1f}%"
+
+
 def breakdown(p: dict[str, Any]) -> str:
     """One line: where a call's wall time went."""
     c = p["per_call_ms"]
     parts = [f"wall {_f(c['wall'])} ms/call (profiled; unprofiled {_f(p['unprofiled_ms'])}, "
              f"overhead x{_f(p['profiling_overhead'], 2)})",
              f"dispatches {_f(c['dispatch_busy'])} busy / {_f(c['dispatch_sum'])} summed "
-             f"({_pct(p['dispatch_share_of_wall'])} of wall)"]
+             f"({_pct(p['dispatch_share_of_wall'])} of wall; {_f(c['dispatch_median_sum'])} "
+             "with every dispatch at its median)"]
     if c["command_buffers"] is not None:
         parts.append(f"not in dispatches {_f(c['not_in_dispatches'])}: "
                      f"{_f(c['in_command_buffers_outside_dispatches'])} inside command "
@@ -62,10 +67,13 @@ def breakdown(p: dict[str, Any]) -> str:
 
 def profile_tables(label: str, p: dict[str, Any], top: int = TOP) -> list[Table]:
     """A stage profile's kinds and its top dispatch functions."""
+    median = p["per_call_ms"]["dispatch_median_sum"]
     kinds = Table(f"{label}: dispatch time by kind", [
-        "kind", "ms/call", "share", "dispatches/call", "functions"],
-        [[k["kind"], _f(k["ms_per_call"]), _pct(k["share"]), f"{k['dispatches_per_call']:g}",
-          str(k["functions"])] for k in p["kinds"]])
+        "kind", "ms/call", "share", "at medians ms/call", "share at medians",
+        "dispatches/call", "functions"],
+        [[k["kind"], _f(k["ms_per_call"]), _pct(k["share"]), _f(k["median_ms_per_call"]),
+          _pct(k["median_ms_per_call"] / median if median else None),
+          f"{k['dispatches_per_call']:g}", str(k["functions"])] for k in p["kinds"]])
     rows = [[r["name"], r["kind"], _f(r["ms_per_call"]), _pct(r["share"]), str(r["count"]),
              *[_f(1000 * r[f], 1) for f in ("mean_ms", "median_ms", "min_ms", "max_ms")]]
             for r in p["dispatches"][:top]]
@@ -101,19 +109,21 @@ def change_tables(label: str, change: dict[str, Any], top: int = TOP) -> list[Ta
         return []
     d, w = change["dispatch_ms"], change["wall_ms"]
     totals = Table(f"{label}: dispatch time {_f(d['before_ms'])} → {_f(d['after_ms'])} "
-                   f"ms/call ({_signed(d['change_pct'], 1)}%), wall {_f(w['before_ms'])} → "
+                   f"ms/call ({_change_pct(d['change_pct'])}; at medians "
+                   f"{_change_pct(d['median_change_pct'])}), wall {_f(w['before_ms'])} → "
                    f"{_f(w['after_ms'])} ms/call; {change['matched_keys']} dispatch keys "
                    f"matched, {len(change['added'])} added, {len(change['removed'])} removed",
-                   ["kind", "before ms/call", "after ms/call", "change ms", "change"],
+                   ["kind", "before ms/call", "after ms/call", "change ms", "change",
+                    "change at medians"],
                    [[k["kind"], _f(k["before_ms"]), _f(k["after_ms"]), _signed(k["change_ms"]),
-                     _signed(k["change_pct"], 1) + "%" if k["change_pct"] is not None else NA]
+                     _change_pct(k["change_pct"]), _change_pct(k["median_change_pct"])]
                     for k in change["kinds"]])
     moved = Table(f"{label}: dispatches that moved most", [
         "dispatch (ordinal blanked)", "kind", "before ms/call", "after ms/call", "change ms",
-        "change", "beyond noise", "functions"],
+        "change", "beyond noise", "change at medians", "functions"],
         [[r["key"], r["kind"], _f(r["before_ms"]), _f(r["after_ms"]), _signed(r["change_ms"]),
-          _signed(r["change_pct"], 1) + "%" if r["change_pct"] is not None else NA,
-          "yes" if r["beyond_noise"] else "no", "{} → {}".format(*r["functions"])]
+          _change_pct(r["change_pct"]), "yes" if r["beyond_noise"] else "no",
+          _change_pct(r["median_change_pct"]), "{} → {}".format(*r["functions"])]
          for r in change["moved"][:top]], (0,))
     tables = [totals, moved]
     for side in ("added", "removed"):
