@@ -186,6 +186,24 @@ def test_wheels_dry_run_lists_the_index_releases():
     assert "iree-base-compiler==3.10.0 iree-base-runtime==3.10.0" in proc.stdout
 
 
+def test_throughput_bisect_probes_profile_dispatches(tmp_path):
+    for date in ("20250601", "20250620"):
+        for package in ("compiler", "runtime"):
+            (tmp_path / f"iree_base_{package}-3.14.0rc{date}-cp311-cp311-"
+                        "manylinux_2_28_x86_64.whl").write_bytes(b"")
+    builds = ["wheels:3.14.0rc20250601", "wheels:3.14.0rc20250620"]
+    common = ["--pre", "--find-links", str(tmp_path), "--out", str(tmp_path / "b"),
+              "--dry-run"]
+    probes = {}
+    for test in ("throughput:5", "images"):  # a trend profiles too: its slow test runs it
+        proc = runner("bisect", "--good", builds[0], "--bad", builds[1], "--test", test,
+                      *common)
+        assert proc.returncode == 0, proc.stderr
+        (probes[test],) = [x for x in proc.stdout.splitlines() if "runner.bisect.probe" in x]
+    assert probes["throughput:5"].endswith(" --dispatches 5")
+    assert "--dispatches" not in probes["images"]
+
+
 def test_nightlies_from_a_find_links_dir_are_listed_by_date(tmp_path):
     for date in ("20250620", "20250601", "20250610"):
         for package in ("compiler", "runtime"):
@@ -308,6 +326,56 @@ def test_trend_over_commits_marks_where_the_image_bytes_changed(tmp_path, releas
     svgs = [el for el in root.iter() if el.tag == "svg"]
     assert len(svgs) == 6  # FID, CLIP, samples/s, compile time, dispatches, vmfb size
     assert "the image bytes changed at this build" in html
+    # 3.11 has no HAL profiler: a note, and 3.12 (profiled) has nothing to compare with
+    assert "no HAL dispatch profiler" in points[0]["dispatch_note"]
+    assert not points[0]["dispatch_ms"] and points[2]["dispatch_changes"] is None
+    assert set(points[2]["dispatch_ms"]) == {"clip", "unet_step", "unet", "vae"}
+
+
+@pytest.mark.slow
+def test_trend_over_releases_shows_which_dispatches_moved(tmp_path):
+    from runner.bench.dispatch_profile import HOST_MODE
+    from runner.bisect.measure import dispatch_profiles
+    from runner.bisect.report import bisect_markdown
+    from runner.bisect.search import evidence
+
+    out = tmp_path / "t"
+    proc = runner("trend", "wheels:3.12.0", "wheels:3.13.0", "--profile", "tiny", "--count",
+                  "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((out / "trend.json").read_text())
+    first, second = state["points"]
+    assert first["dispatch_changes"] is None and second["dispatch_against"] == "wheels:3.12.0"
+    steps = sorted(state["steps"], key=lambda s: s["index"])
+    profiles = [dispatch_profiles(s["measurement"]) for s in steps]
+    assert all(p is not None for p in profiles)
+    changes = second["dispatch_changes"]
+    assert set(changes) == set(first["dispatch_ms"]) == {"clip", "unet_step", "unet", "vae"}
+    for stage, change in changes.items():
+        before, after = (p[stage] for p in profiles)  # type: ignore[index]
+        assert before["mode"] == after["mode"] == HOST_MODE
+        keys = [{r["key"] for r in p["dispatches"]} for p in (before, after)]
+        # every dispatch is matched by its key, or named as added / removed
+        assert change["matched_keys"] == len(keys[0] & keys[1]) > 0
+        assert {r["key"] for r in change["added"]} == keys[1] - keys[0]
+        assert {r["key"] for r in change["removed"]} == keys[0] - keys[1]
+        assert change["dispatch_ms"]["before_ms"] == before["per_call_ms"]["dispatch_sum"]
+        assert change["dispatch_ms"]["after_ms"] == second["dispatch_ms"][stage]
+        top = max(change["moved"], key=lambda r: abs(r["change_ms"]))
+        assert change["moved"][0] == top
+    md = (out / "trend.md").read_text()
+    assert "## Dispatches" in md and "### `wheels:3.12.0` -> `wheels:3.13.0`" in md
+    assert "unet_step: dispatches that moved most" in md
+    html = (out / "report.html").read_text()
+    ET.fromstring(html.split("\n", 1)[1])  # well-formed
+    assert "unet_step: dispatches that moved most" in html
+    # A throughput bisect's evidence holds the same comparison (last good -> first bad).
+    ev = evidence(parse_test("throughput:5"), steps[0]["measurement"],
+                  steps[1]["measurement"])
+    assert ev["dispatch_changes"] == changes
+    state["answer"] = {"text": "t", "first_bad": "wheels:3.13.0", "last_good": "wheels:3.12.0",
+                       "evidence": ev}
+    assert "### Dispatches: `wheels:3.12.0` -> the first bad build" in bisect_markdown(state)
 
 
 def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
@@ -326,7 +394,7 @@ def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
                    "--test", "throughput:5", "--out", str(tmp_path / "t"), "--dry-run")
     assert trend.returncode == 0, trend.stderr
     assert "runner image build --from wheels:3.12.0" in trend.stdout
-    assert "--passes 2 --compstat" in trend.stdout
+    assert "--passes 2 --compstat --dispatches 5" in trend.stdout
 
 
 def host_build_tree(root: Path) -> Path:

@@ -308,6 +308,9 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/tiny_bmm_spec_cpu.mlir "
     "--no-throughput": (LONG, "tests/test_bench_ab.py::"
                               "test_ab_measures_both_arms_and_dumps_the_final_specs"),
+    "runner bench --profile tiny --no-throughput --dispatches --out runs/profile": (
+        LONG, "tests/test_dispatch_profile.py::"
+              "test_profile_matches_iree_profiles_own_aggregation"),
     "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench": (
         GPU, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
     # Images and containers
@@ -439,6 +442,9 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runs/trend": (
         BUILDS, "tests/test_bisect.py::"
                 "test_trend_over_commits_marks_where_the_image_bytes_changed"),
+    "runner trend wheels:3.12.0 wheels:3.13.0 --profile tiny --count 2 --out "
+    "runs/trend-dispatches": (
+        BUILDS, "tests/test_bisect.py::test_trend_over_releases_shows_which_dispatches_moved"),
     "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t": (
         BUILDS, "tests/test_bisect.py::"
         "test_verdicts_of_throughput_compstat_accuracy_and_exit_codes"),

@@ -4,6 +4,10 @@
   worker, overhead
 - `stages`: per-stage latency by `iree-benchmark-module` on inputs from one pipeline pass
 - `benchmark_module`: the tool's command lines and JSON output
+- `dispatch_profile` (`--dispatches`): each stage's dispatches under IREE's HAL profiler;
+  `ireeperf` decodes the profile, `dispatch_names` gives kinds and cross-build keys,
+  `dispatch_trace` the Perfetto trace, `dispatch_diff` what moved between two profiles,
+  `dispatch_report` their tables (bench.md, trend and bisect reports)
 - `goldens`: IREE CI's benchmark JSON schema (time, dispatch count, size) checked here
 - `tuning`: tuning-spec A/B arms and dumps of the final specs
 - `bench`: runs all of it into `bench.json`; `report`: `bench.md`

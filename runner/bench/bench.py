@@ -21,6 +21,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.batch.run import validate_ids
+from runner.bench import dispatch_profile as dp
 from runner.bench import stages as st
 from runner.bench import sweep, tuning
 from runner.bench import throughput as tp
@@ -86,6 +87,9 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                           "devices", where="--iree/--image/--executor",
                           fix="run them in their own `runner bench` on the machine to measure "
                           "(on a Slurm node: srun runner bench --no-throughput ...)")
+    if opts.settings.dispatch_calls and not opts.stages:
+        raise RunnerError("--dispatches profiles the stage benchmarks", where="--dispatches",
+                          fix="drop --no-stages")
     if opts.executor == "slurm" and opts.slurm is None:
         raise RunnerError("--executor slurm needs Slurm options", where="runner bench")
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
@@ -125,7 +129,9 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
             if case.plan is None:
                 emit(f"# layout {case.label}: skipped: {case.skip_reason}")
     if not opts.host_only and opts.stages:
-        report.notes.append("stage latencies not measured: they run this host's IREE on "
+        what = ("stage latencies and dispatch profiles" if opts.settings.dispatch_calls
+                else "stage latencies")
+        report.notes.append(f"{what} not measured: they run this host's IREE on "
                             "this host's devices, which is not what --iree/--image/"
                             "--executor slurm compare (measure them on a node with "
                             "`runner bench --no-throughput`)")
@@ -186,8 +192,13 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
              f"pass into {shared.input_dir(lay.batch_size)})")
         for c in compiled.compiled:
             emit(shlex.join(c.command))
+        missing = dp.unavailable() if opts.settings.dispatch_calls else None
         for p in plans:
             emit(p.command.text())
+            if p.profile is not None:
+                for line in ([f"# no dispatch profile: {missing}"] if missing
+                             else p.profile.lines()):
+                    emit(line)
     return plans
 
 

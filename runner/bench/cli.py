@@ -14,10 +14,11 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.batch.cluster import add_slurm_arguments
+from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
 from runner.clihelp import add_profile, document, profile_overrides, renamed
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
-from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list
+from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list, integer
 
 STAGE_REPETITIONS = 5
 
@@ -94,7 +95,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         stage_filter=tuple(args.stage or ()),
         settings=BenchSettings(repetitions=args.repetitions or STAGE_REPETITIONS,
                                min_time=args.min_time,
-                               warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ())),
+                               warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ()),
+                               dispatch_calls=args.dispatches or 0),
         ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, goldens=goldens,
         golden_options=_golden_options(args), dry_run=args.dry_run,
         run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
@@ -182,6 +184,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="extra iree-benchmark-module flag, e.g. --device_allocator=caching")
     m.add_argument("--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
                    help="only this stage (repeatable; default: every stage the model has)")
+    m.add_argument("--dispatches", nargs="?", type=integer(1, MAX_CALLS), const=DEFAULT_CALLS,
+                   metavar="CALLS",
+                   help="also profile each stage's dispatches with IREE's HAL profiler "
+                   f"(IREE >= 3.12): a second run of CALLS calls (default {DEFAULT_CALLS}); "
+                   "top dispatches, time per kind, dispatch vs wall time, a Perfetto trace")
     bench.add_argument("--no-throughput", action="store_true", help="skip the layout runs")
     bench.add_argument("--no-stages", action="store_true", help="skip the stage latencies")
     t = bench.add_argument_group("tuning specs")
@@ -198,6 +205,7 @@ def register(subparsers) -> argparse.ArgumentParser:
              "--out runs/bench",
              "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/"
              "tiny_bmm_spec_cpu.mlir --no-throughput",
+             "runner bench --profile tiny --no-throughput --dispatches --out runs/profile",
              "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
              "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep",
              out="a directory: one run dir per layout, bench.json, bench.md")

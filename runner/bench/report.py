@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runner.base.mdtable import md_table
+from runner.bench import dispatch_report as dr
+from runner.report.markdown import code
 
 if TYPE_CHECKING:
     from runner.bench.goldens import GoldenResult
@@ -100,6 +102,34 @@ def _stages(report: BenchReport) -> list[str]:
                      "status"], rows)]
 
 
+def _dispatches(report: BenchReport) -> list[str]:
+    """Per stage: the time breakdown, then its kinds and top dispatches."""
+    profiled = [r for r in report.stages if r.dispatches is not None]
+    lines = ["## Dispatch profile (IREE HAL profiler)", "",
+             "A second, profiled run of each stage benchmark "
+             f"({report.options.settings.dispatch_calls} calls, after the timed run: "
+             "profiling perturbs timing). Times are per stage "
+             "call; *busy* is the wall time at least one dispatch ran (the sum counts "
+             "overlapping dispatches twice); shares are of the dispatch time. Kinds come "
+             "from IREE's dispatch names; `dispatch_profile_fields` in bench.json defines "
+             "every field. Open a stage's `dispatches.trace.json` in "
+             "https://ui.perfetto.dev.", "",
+             *md_table(["batch", "stage", *dr.SUMMARY_HEADER],
+                       [[r.batch_size, r.stage, *dr.summary_row(r.dispatches)]
+                        for r in profiled])]
+    for r in profiled:
+        p = r.dispatches
+        assert p is not None
+        if p["status"] != "ok":
+            continue
+        label = f"{r.stage} (batch {r.batch_size})"
+        lines += ["", f"### {label}", "", dr.breakdown(p) + ".", "",
+                  f"Trace: {code(p['files']['trace'])}", ""]
+        for t in dr.profile_tables(label, p):
+            lines += [*t.markdown(), ""]
+    return lines
+
+
 def _ab(report: BenchReport) -> list[str]:
     assert report.ab is not None
     rows = [[r["batch_size"], r["stage"], f"`{r['function']}`", _f(r["without_ms"]),
@@ -108,7 +138,17 @@ def _ab(report: BenchReport) -> list[str]:
     return [f"## Tuning spec A/B (`{report.ab.spec}`)", "",
             "Same stages, inputs and settings; only `--iree-codegen-tuning-spec-path` "
             "differs. Negative change = faster with the spec.", "",
-            *md_table(["batch", "stage", "function", "without ms", "with ms", "change"], rows)]
+            *md_table(["batch", "stage", "function", "without ms", "with ms", "change"], rows),
+            *_ab_dispatches(report)]
+
+
+def _ab_dispatches(report: BenchReport) -> list[str]:
+    assert report.ab is not None
+    changes = report.ab.dispatch_changes()
+    if not changes:
+        return []
+    return ["", "### Dispatches the spec moved (without -> with)", "",
+            *dr.changes_markdown(changes)]
 
 
 def _golden_cell(r: GoldenResult, name: str) -> tuple[str, str]:
@@ -148,6 +188,8 @@ def markdown(report: BenchReport) -> str:
         lines += [*_throughput(report), ""]
     if report.stages:
         lines += [*_stages(report), ""]
+    if any(r.dispatches is not None for r in report.stages):
+        lines += [*_dispatches(report), ""]
     if report.ab is not None:
         lines += [*_ab(report), ""]
     if report.tuning_specs:

@@ -12,6 +12,8 @@ from runner.batch.cluster import SlurmOptions
 from runner.bench import stages as st
 from runner.bench import sweep
 from runner.bench import throughput as tp
+from runner.bench.dispatch_diff import compare_stages
+from runner.bench.dispatch_profile import FIELDS
 from runner.bench.goldens import GoldenOptions, GoldenResult
 
 
@@ -63,9 +65,19 @@ class ABResult:
                          "without_ms": a_ms, "with_ms": b_ms, "change": change})
         return rows
 
+    def dispatch_changes(self) -> dict[str, dict[str, Any]]:
+        """Per `bs<k>/<stage>` profiled in both arms: which dispatches the spec moved."""
+        def profiles(results: list[st.StageResult]) -> dict[str, dict]:
+            return {f"bs{r.batch_size}/{r.stage}": r.dispatches for r in results
+                    if r.dispatches is not None}
+
+        before, after = profiles(self.without), profiles(self.with_spec)
+        return compare_stages(before, after) if before or after else {}
+
     def to_dict(self) -> dict:
         return {"spec": self.spec, "without": [r.to_dict() for r in self.without],
-                "with": [r.to_dict() for r in self.with_spec], "comparison": self.rows()}
+                "with": [r.to_dict() for r in self.with_spec], "comparison": self.rows(),
+                "dispatch_changes": self.dispatch_changes()}
 
 
 @dataclass
@@ -92,7 +104,8 @@ class BenchReport:
     @property
     def exit_code(self) -> int:
         bad = (any(r.status in ("error", "incomplete") for r in self.layouts)
-               or any(r.error for r in self.stages)
+               or any(r.error or (r.dispatches or {}).get("status") == "error"
+                      for r in self.stages)
                or (self.ab is not None and any(r.error for r in
                                                (*self.ab.without, *self.ab.with_spec)))
                or any(not g.ok for g in self.goldens))
@@ -109,7 +122,8 @@ class BenchReport:
             "iree": [a.to_dict() for a in self.arms], "notes": self.notes,
             "settings": {"count": o.count, "repetitions": o.settings.repetitions,
                          "min_time": o.settings.min_time, "warmup": o.settings.warmup,
-                         "benchmark_flags": list(o.settings.extra_flags)},
+                         "benchmark_flags": list(o.settings.extra_flags),
+                         "dispatch_calls": o.settings.dispatch_calls},
             "layouts": [r.to_dict() for r in self.layouts],
             "best": {"label": best.label, "samples_per_s": round(best.samples_per_s, 4)}
             if best else None,
@@ -118,4 +132,5 @@ class BenchReport:
             "tuning_specs_dumped": self.tuning_specs,
             "goldens": [g.to_dict() for g in self.goldens],
             "exit_code": self.exit_code,
+            **({"dispatch_profile_fields": FIELDS} if o.settings.dispatch_calls else {}),
         }

@@ -22,6 +22,7 @@ import numpy as np
 
 from runner.base.errors import RunnerError
 from runner.bench import benchmark_module as bm
+from runner.bench import dispatch_profile as dp
 from runner.config.layout import Worker
 from runner.model.compiled_model import CompiledModel
 from runner.model.tensors import write_tensor
@@ -47,6 +48,7 @@ class StagePlan:
     command: bm.BenchCommand
     raw_out: Path
     view: str = ""  # the worker's device view the command runs in (Worker.view_text)
+    profile: dp.ProfilePlan | None = None  # the dispatch-profiled pass (--dispatches)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class StageResult:
     error: str = ""
     view: str = ""
     in_run_ms: float | None = None  # the same worker's mean ms/call inside its layout's run
+    dispatches: dict | None = None  # its dispatch profile (runner.bench.dispatch_profile)
 
     @property
     def in_run_ratio(self) -> float | None:
@@ -74,7 +77,8 @@ class StageResult:
                 "in_run_ms_per_call": None if self.in_run_ms is None
                 else round(self.in_run_ms, 6),
                 "in_run_over_stage": None if ratio is None else round(ratio, 4),
-                "device_view": self.view, "command": self.command, "error": self.error}
+                "device_view": self.view, "command": self.command, "error": self.error,
+                "dispatch_profile": self.dispatches}
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class BenchSettings:
     warmup: float | None = None
     extra_flags: tuple[str, ...] = ()
     timeout: float | None = 600.0
+    dispatch_calls: int = 0  # > 0: a dispatch-profiled pass of this many calls per stage
 
     def flags(self, base: Sequence[str] = ()) -> list[str]:
         return bm.with_overrides([*base, *self.extra_flags], self.repetitions, self.min_time,
@@ -172,9 +177,11 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
                          runtime_flags=(*compiled.runtime_flags,
                                         *(worker.runtime_flags if worker else ())),
                          prefix=worker.view_prefix() if worker else ())
+        profile = (dp.plan(cmd, out_dir / stage, settings.dispatch_calls, compiled.driver)
+                   if settings.dispatch_calls else None)
         plans.append(StagePlan(stage, role, f"{submodel}.{fn}", compiled.batch_size, cmd,
                                out_dir / stage / "benchmark.json",
-                               worker.view_text() if worker else ""))
+                               worker.view_text() if worker else "", profile))
     return plans
 
 
@@ -194,5 +201,40 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
         print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions",
               file=sys.stderr, flush=True)
         results.append(StageResult(p.stage, p.function, p.batch_size, latency,
-                                   p.command.text(), view=p.view))
+                                   p.command.text(), view=p.view,
+                                   dispatches=_profile(p, latency.mean_ms, settings)))
     return results
+
+
+def _profile(p: StagePlan, unprofiled_ms: float, settings: BenchSettings) -> dict | None:
+    if p.profile is None:
+        return None
+    print(f"  profiling dispatches ({p.profile.mode}, {p.profile.calls} calls) ...",
+          file=sys.stderr, flush=True)
+    out = dp.capture(p.profile, f"{p.stage} ({p.function}, batch {p.batch_size})",
+                     unprofiled_ms, settings.timeout)
+    if out["status"] == "ok":
+        top = out["kinds"][0]
+        print(f"  {out['dispatches_per_call']:g} dispatches/call, "
+              f"{out['per_call_ms']['dispatch_sum']:.3f} ms/call in dispatches of "
+              f"{out['per_call_ms']['wall']:.3f} wall; most in {top['kind']} "
+              f"({100 * top['share']:.1f}%)", file=sys.stderr, flush=True)
+    else:
+        print(f"  no dispatch profile: {out['note'].splitlines()[0]}", file=sys.stderr,
+              flush=True)
+    return out
+
+
+def profile_stages(compiled: CompiledModel, out_dir: Path, calls: int) -> dict[str, dict]:
+    """Every stage's dispatch profile alone (no timed pass), on inputs recorded from one
+    pipeline pass: stage -> its profile (with a note where this IREE has no profiler,
+    in which case nothing is recorded or run)."""
+    settings = BenchSettings(repetitions=1, dispatch_calls=calls)
+    inputs = None if dp.unavailable() else capture_inputs(compiled, out_dir)
+    out = {}
+    for p in plan_stages(compiled, out_dir, settings, inputs=inputs):
+        assert p.profile is not None
+        print(f"profiling {p.stage} ({p.function}) ...", file=sys.stderr, flush=True)
+        out[p.stage] = dp.capture(p.profile, f"{p.stage} ({p.function}, batch "
+                                  f"{p.batch_size})", timeout=settings.timeout)
+    return out

@@ -42,6 +42,7 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     import yaml
 
     from runner.base.fileio import atomic_write_text
+    from runner.bench.dispatch_profile import DEFAULT_CALLS
     from runner.bisect.builds import Sources, check_find_links
     from runner.bisect.judge import parse_test
     from runner.bisect.ledger import inputs_key
@@ -68,7 +69,9 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     plan = MeasurePlan(out, profile, profile_file, samples, test, sources, executor,
                        args.build, args.base_image, passes=2 if trend else test.passes,
                        compstat=trend or test.kind == "compstat",
-                       score=trend and profile.accuracy is not None, cwd=os.getcwd())
+                       score=trend and profile.accuracy is not None, cwd=os.getcwd(),
+                       dispatch_calls=DEFAULT_CALLS if trend or test.kind == "throughput"
+                       else 0)
     inputs: dict[str, Any] = {
         "test": test.text, "profile": profile.name, "profile_key": inputs_key(standalone),
         "samples": samples, "executor": executor, "build_from_source": args.build,

@@ -54,6 +54,7 @@ class MeasurePlan:
     base_image: str | None = None
     passes: int = 1
     compstat: bool = False
+    dispatch_calls: int = 0  # > 0: each stage's dispatch profile over this many calls
     score: bool = False
     cwd: str = ""  # where a script test runs: where the user started the command
 
@@ -64,11 +65,31 @@ class MeasurePlan:
     def probe_argv(self, python: str, out: Path) -> list[str]:
         argv = [python, "-m", "runner.bisect.probe", "--profile", str(self.profile_file),
                 "--samples", self.samples, "--out", str(out), "--passes", str(self.passes)]
-        return [*argv, "--compstat"] if self.compstat else argv
+        if self.compstat:
+            argv.append("--compstat")
+        return [*argv, "--dispatches", str(self.dispatch_calls)] if self.dispatch_calls else argv
 
     def goldens_argv(self, python: str, out: Path) -> list[str]:
         return [python, "-m", "runner", "goldens", "check", self.test.arg, "--out",
                 str(out / "goldens")]
+
+
+def dispatch_profiles(measurement: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Stage -> dispatch profile of a measured build (None: it has none, see its note)."""
+    found = (measurement.get("probe") or {}).get("dispatches") or {}
+    path = Path(measurement.get("dir", "")) / str(found.get("file", ""))
+    if found.get("status") != "ok" or not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def dispatch_note(measurement: dict[str, Any]) -> str:
+    """Why a measured build has no dispatch profile."""
+    found = (measurement.get("probe") or {}).get("dispatches")
+    if found is None:
+        return "the build was not measured" if measurement.get("unavailable") else \
+            "not profiled"
+    return found.get("note") or found.get("status", "?")
 
 
 def _env_for(plan: MeasurePlan, build: Build) -> BuildEnv:

@@ -13,7 +13,12 @@ tell a build that cannot be installed or imported (skip) from one that cannot co
    vmfb size; with `--compstat`, also IREE CI's dispatch count (a second compile with the
    scheduling statistics, cached as well);
 3. run: `runner generate` of the samples, `--passes` times (the first writes `images/`,
-   later ones `passN/`), each pass timed, and whether every pass made the same bytes.
+   later ones `passN/`), each pass timed, and whether every pass made the same bytes;
+4. dispatches (`--dispatches CALLS`): every stage's dispatch profile with this build's
+   own `iree-benchmark-module` and `iree-profile` (runner.bench.stages.profile_stages),
+   after the timed passes so it cannot disturb them, into `dispatches.json` (probe.json
+   keeps each stage's status and totals). A build without the profiler (IREE < 3.12) or
+   whose profile fails gets a note there; the build's verdict never depends on it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 PROBE_FILE = "probe.json"
+DISPATCHES_FILE = "dispatches.json"
 
 
 def _write(out: Path, state: dict[str, Any]) -> None:
@@ -63,8 +69,27 @@ def _dispatch_count(result, compiler) -> int:
     return dispatch_count(stats)
 
 
-def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: bool
-          ) -> dict[str, Any]:
+def _dispatches(compiled, out: Path, calls: int) -> dict[str, Any]:
+    """Each stage's profile into dispatches.json; what probe.json keeps of it."""
+    from runner.base.fileio import atomic_write_json
+    from runner.bench.stages import profile_stages
+
+    try:
+        profiles = profile_stages(compiled, out / "dispatches", calls)
+    except Exception as e:  # an optional measurement: recorded, never the build's verdict
+        return {"status": "error", "note": f"{type(e).__name__}: {e}"}
+    atomic_write_json(out / DISPATCHES_FILE, profiles)
+    stages = {stage: {"status": p["status"], "note": p.get("note"),
+                      "dispatch_ms_per_call": p.get("per_call_ms", {}).get("dispatch_sum"),
+                      "functions": p.get("functions")} for stage, p in profiles.items()}
+    failed = next((p for p in profiles.values() if p["status"] != "ok"), None)
+    if failed is not None and all(p["status"] != "ok" for p in profiles.values()):
+        return {"status": failed["status"], "note": failed.get("note"), "stages": stages}
+    return {"status": "ok", "file": DISPATCHES_FILE, "calls": calls, "stages": stages}
+
+
+def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: bool,
+          dispatch_calls: int = 0) -> dict[str, Any]:
     state: dict[str, Any] = {"stage": "import", "ok": False, "pid": os.getpid()}
     out.mkdir(parents=True, exist_ok=True)
     _write(out, state)
@@ -109,6 +134,10 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
         state["run"] = {"samples": len(ids), "seconds": seconds,
                         "samples_per_s": [len(ids) / max(s, 1e-9) for s in seconds],
                         "repeatable": all(d == digests[0] for d in digests[1:])}
+    if dispatch_calls:
+        state["stage"] = "dispatches"
+        _write(out, state)
+        state["dispatches"] = _dispatches(compiled, out, dispatch_calls)
     state.update(stage="done", ok=True)
     _write(out, state)
     return state
@@ -121,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="where probe.json and images go")
     p.add_argument("--passes", type=int, default=1, help="generate passes (0: compile only)")
     p.add_argument("--compstat", action="store_true", help="also the dispatch count")
+    p.add_argument("--dispatches", type=int, default=0, metavar="CALLS",
+                   help="also each stage's dispatch profile over CALLS calls (0: none)")
     args = p.parse_args(argv)
     out = Path(args.out)
     start = time.perf_counter()
@@ -128,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         probe(Path(args.profile), list(parse_ids(args.samples)), out, args.passes,
-              args.compstat)
+              args.compstat, args.dispatches)
         return 0
     except (Exception, KeyboardInterrupt) as e:  # recorded for the host, which decides
         path = out / PROBE_FILE

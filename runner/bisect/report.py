@@ -16,6 +16,7 @@ from runner.base.mdtable import md_table
 from runner.base.progress import duration
 from runner.base.shellscript import Script, Var
 from runner.batch.reproduce import rerun_argv
+from runner.bench import dispatch_report as dr
 from runner.model.images import decode_png
 from runner.report.charts import series_chart
 from runner.report.html import CSS, e
@@ -68,6 +69,11 @@ def _evidence_md(ev: dict[str, Any]) -> list[str]:
     if ev.get("script"):
         lines += [f"- script exit {ev['script']['exit_code']}; its output ends:", "",
                   *fence(ev["script"].get("tail", ""))]
+    if ev.get("dispatch_changes"):
+        lines += ["", f"### Dispatches: {code(ev['against'])} -> the first bad build", "",
+                  *dr.changes_markdown(ev["dispatch_changes"])]
+    elif ev.get("dispatch_note"):
+        lines.append(f"- no dispatch comparison: {esc(ev['dispatch_note'])}")
     if ev.get("error"):
         lines += ["- the error:", "", *fence(str(ev["error"])[-2000:])]
     return lines
@@ -130,9 +136,40 @@ def trend_markdown(state: dict[str, Any]) -> str:
     if errors:
         lines += ["", "Builds not measured or not scored:", ""]
         lines += [f"- {code(b)}: {esc(str(err).splitlines()[0][:300])}" for b, err in errors]
+    lines += _dispatches_md(points)
     lines += ["", "Reproduce: `reproduce.sh` in this directory, or", "",
               *fence(_command(state), "bash")]
     return "\n".join(lines) + "\n"
+
+
+def _dispatch_stages(points: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(s for p in points for s in p.get("dispatch_ms") or {}))
+
+
+def _dispatch_table(points: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Each build's dispatch time per stage call, a column per stage."""
+    stages = _dispatch_stages(points)
+    rows = [[p["build"], *[_fmt((p.get("dispatch_ms") or {}).get(s)) for s in stages],
+             p.get("dispatch_note") or ""] for p in points]
+    return ["build", *[f"{s} ms/call" for s in stages], "note"], rows
+
+
+DISPATCH_INTRO = ("Dispatch time per stage call from IREE's HAL profiler (each build's own "
+                  "`iree-profile`); each build against the build before it that has a "
+                  "profile, dispatches matched by name with the ordinal blanked out.")
+
+
+def _dispatches_md(points: list[dict[str, Any]]) -> list[str]:
+    if not any("dispatch_ms" in p for p in points):
+        return []
+    header, rows = _dispatch_table(points)
+    lines = ["", "## Dispatches", "", DISPATCH_INTRO, "",
+             *md_table(header, [[code(r[0]), *r[1:-1], esc(r[-1])] for r in rows])]
+    for p in points:
+        if p.get("dispatch_changes"):
+            lines += ["", f"### {code(p['dispatch_against'])} -> {code(p['build'])}", "",
+                      *dr.changes_markdown(p["dispatch_changes"])]
+    return lines
 
 
 # ----------------------------------------------------------------------------- html
@@ -230,10 +267,35 @@ def trend_html(state: dict[str, Any]) -> str:
             "<section><h2>Per build</h2>" + _table(
                 ["build", f"verdict ({e(state['inputs']['test'])})", "FID", "CLIP",
                  "samples/s", "compile s", "dispatches", "vmfb bytes", "images changed",
-                 "time"], rows) + "</section>")
+                 "time"], rows) + "</section>" + _dispatches_html(points))
     return _page(f"trend over {len(points)} builds", "TREND", "none",
                  f"profile {state['inputs']['profile']}, samples {state['inputs']['samples']}; "
                  f"image bytes changed at {len(marks)} build(s)", body, state)
+
+
+def _html_table(t: dr.Table) -> str:
+    rows = [[f"<code>{e(c)}</code>" if i in t.code_cols else e(c) for i, c in enumerate(r)]
+            for r in t.rows]
+    return f"<h4>{e(t.title)}</h4>" + _table([e(h) for h in t.header], rows)
+
+
+def _dispatches_html(points: list[dict[str, Any]]) -> str:
+    if not any("dispatch_ms" in p for p in points):
+        return ""
+    header, rows = _dispatch_table(points)
+    parts = ["<section><h2>Dispatches</h2>", f'<p class="muted">{e(DISPATCH_INTRO)}</p>',
+             _table([e(h) for h in header],
+                    [[f"<code>{e(r[0])}</code>", *[e(c) for c in r[1:]]] for r in rows])]
+    for p in points:
+        changes = p.get("dispatch_changes")
+        if not changes:
+            continue
+        parts.append(f"<h3><code>{e(p['dispatch_against'])}</code> → "
+                     f"<code>{e(p['build'])}</code></h3>")
+        for stage, change in changes.items():
+            parts += [_html_table(t) for t in dr.change_tables(stage, change)]
+        parts += [f'<p class="muted">{e(n)}</p>' for n in dr.change_notes(changes)]
+    return "".join(parts) + "</section>"
 
 
 # ----------------------------------------------------------------------------- script

@@ -19,10 +19,17 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.progress import duration, echo
+from runner.bench.dispatch_diff import compare_stages
 from runner.bisect.builds import Build
 from runner.bisect.judge import BAD, GOOD, SKIP, TestSpec, Verdict, image_diffs, judge
 from runner.bisect.ledger import Ledger
-from runner.bisect.measure import MeasurePlan, dry_run_lines, measure
+from runner.bisect.measure import (
+    MeasurePlan,
+    dispatch_note,
+    dispatch_profiles,
+    dry_run_lines,
+    measure,
+)
 
 STATE = "bisect.json"
 
@@ -209,6 +216,13 @@ def evidence(test: TestSpec, last_good: dict[str, Any], culprit: dict[str, Any]
     for name in ("goldens", "script"):
         if name in culprit:
             out[name] = culprit[name]
+    if "dispatches" in (culprit.get("probe") or {}):
+        before, after = dispatch_profiles(last_good), dispatch_profiles(culprit)
+        if before and after:
+            out["dispatch_changes"] = compare_stages(before, after)
+        else:
+            missing = culprit if before else last_good
+            out["dispatch_note"] = f"{missing['build']['spec']}: {dispatch_note(missing)}"
     if culprit.get("probe", {}).get("error"):
         out["error"] = culprit["probe"]["error"]
     return out

@@ -2,8 +2,10 @@
 
 Each build is measured in full (two timed generate passes, the compile statistics, FID
 and CLIP when the profile has ranges) and judged against the first build with `--test`;
-the points where the image bytes changed from the build before are marked. IREE's own
-dashboards track single modules; this tracks the SDXL pipeline across builds.
+the points where the image bytes changed from the build before are marked, and each
+build's dispatch profile is compared with the one before it (which dispatches moved, which
+were added or removed: runner.bench.dispatch_diff). IREE's own dashboards track single
+modules; this tracks the SDXL pipeline across builds.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.progress import echo
+from runner.bench.dispatch_diff import compare_stages
 from runner.bisect.builds import Build
 from runner.bisect.judge import sample_digests
 from runner.bisect.ledger import Ledger
-from runner.bisect.measure import MeasurePlan, dry_run_lines
+from runner.bisect.measure import MeasurePlan, dispatch_note, dispatch_profiles, dry_run_lines
 from runner.bisect.search import Stepper
 
 STATE = "trend.json"
@@ -62,6 +65,20 @@ def point(step: dict[str, Any], previous: dict[int, str] | None) -> dict[str, An
     }
 
 
+def _dispatch_point(p: dict[str, Any], m: dict[str, Any],
+                    last: tuple[str, dict[str, Any]] | None
+                    ) -> tuple[str, dict[str, Any]] | None:
+    """Adds the build's dispatch time per stage and what moved since the last build with
+    a profile (the build before it, unless that one has none); returns the new last."""
+    profiles = dispatch_profiles(m)
+    p["dispatch_ms"] = {stage: prof["per_call_ms"]["dispatch_sum"]
+                        for stage, prof in (profiles or {}).items() if prof["status"] == "ok"}
+    p["dispatch_note"] = None if profiles else dispatch_note(m)
+    p["dispatch_against"] = last[0] if profiles and last else None
+    p["dispatch_changes"] = compare_stages(last[1], profiles) if profiles and last else None
+    return (p["build"], profiles) if profiles else last
+
+
 def trend(req: TrendRequest) -> dict[str, Any]:
     plan = req.plan
     ledger = Ledger(plan.out / STATE, "trend", req.inputs, req.argv)
@@ -85,10 +102,12 @@ def trend(req: TrendRequest) -> dict[str, Any]:
         if reference is None and verdict.state != "skip":
             reference = i  # the first build that could be measured is the reference
     points, previous = [], None
+    profiled: tuple[str, dict[str, Any]] | None = None  # the last build with a profile
     for i in range(len(builds)):
         step = ledger.step(i)
         assert step is not None
         p = point(step, previous)
+        profiled = _dispatch_point(p, step["measurement"], profiled)
         points.append(p)
         previous = _digests(step["measurement"]) or previous
     ledger.state["points"] = points

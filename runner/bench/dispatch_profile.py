@@ -1,0 +1,274 @@
+"""Where a stage's time goes, dispatch by dispatch: IREE's HAL profiler on its benchmark.
+
+The profiled pass is a second `iree-benchmark-module` run of the stage's own command after
+the timed one (profiling perturbs timing, so it never replaces the stage latency): one
+repetition of exactly `calls` calls (`--benchmark_min_time=<calls>x`, no warmup, since
+IREE profiles warmup calls too and the profile must hold a known number of calls) with
+`--device_profiling_mode=<mode> --device_profiling_output=dispatches.ireeprof`. The mode
+follows the driver: `host-execution` on the CPU's local-task/local-sync (the local HAL times
+each dispatch's span on the host and refuses `dispatch-events`), `dispatch-events` on GPU
+drivers (device timestamps). IREE 3.12 is the first release with this profiler; an older
+runtime gets a note, not a failure.
+
+From the decoded profile (runner.bench.ireeperf) come, per call of the stage: the time in
+dispatches (their sum, and the wall time at least one ran: dispatches on local-task can
+overlap), in command-buffer executions, and the wall time of the profiled run
+(Google Benchmark's `real_time`); what is not dispatch time is launch gaps, barriers,
+fills and copies inside command buffers, and host work (VM, allocation, submission) outside
+them. Each dispatch function's count, total, mean, min, max and stddev; the same grouped by
+kind (runner.bench.dispatch_names); and the Perfetto trace (runner.bench.dispatch_trace).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import found_path
+from runner.bench import benchmark_module as bm
+from runner.bench import dispatch_names, ireeperf
+from runner.bench.dispatch_trace import EXECUTE, write_trace
+
+DEFAULT_CALLS = 5
+MAX_CALLS = 1000
+HOST_MODE, DEVICE_MODE = "host-execution", "dispatch-events"
+MODE_FLAG, OUTPUT_FLAG = "--device_profiling_mode", "--device_profiling_output"
+PROFILE_FILE, BENCHMARK_FILE, TRACE_FILE = ("dispatches.ireeprof", "dispatches.benchmark.json",
+                                            "dispatches.trace.json")
+FIRST_RELEASE = "3.12.0"
+# What every field of a stage's `dispatch_profile` (bench.json, dispatches.json) means.
+FIELDS = {
+    "status": "ok; unavailable (this IREE has no HAL profiler: see note); error (see note)",
+    "note": "why there is no profile (status unavailable or error)",
+    "command": "the profiled iree-benchmark-module run, exactly",
+    "export_command": "how the profile was decoded (iree-profile export, ireeperf-jsonl)",
+    "schema_version": "the ireeperf-jsonl schema version of the export",
+    "unplaced_device_events": "device dispatch events no clock correlation could place "
+                              "in time (left out of every figure)",
+    "mode": f"--device_profiling_mode: {HOST_MODE} on CPU drivers (host-clock span of "
+            f"each dispatch), {DEVICE_MODE} on GPU drivers (device timestamps)",
+    "timing_source": "the ireeperf-jsonl rows the times come from: host_execution_event "
+                     "(CPU) or dispatch_event (GPU)",
+    "calls": "stage calls profiled (one repetition, no warmup); every *_per_call value "
+             "is a total over the profile divided by this",
+    "per_call_ms": "milliseconds per stage call: wall = the profiled run's Google "
+                   "Benchmark real_time; dispatch_sum = sum of dispatch spans; "
+                   "dispatch_busy = wall time at least one dispatch ran (less than the sum "
+                   "when dispatches overlap); command_buffers = wall time inside command-"
+                   "buffer executions (null when the profile has none); not_in_dispatches "
+                   "= wall - dispatch_busy, split into in_command_buffers_outside_"
+                   "dispatches (launch gaps, barriers, fills, copies) and outside_command_"
+                   "buffers (host work: VM, allocation, submission, waits); "
+                   "dispatch_median_sum = the dispatch time were every dispatch at its "
+                   "function's median (robust where the OS preempts workers: the gap to "
+                   "dispatch_sum is what outliers added)",
+    "dispatch_share_of_wall": "dispatch_busy / wall",
+    "unprofiled_ms": "the stage's mean latency from its timed (unprofiled) benchmark",
+    "profiling_overhead": "per_call_ms.wall / unprofiled_ms: what profiling cost, "
+                          "measured in the same run",
+    "dispatches_per_call": "dispatch events per stage call",
+    "functions": "distinct dispatch functions that ran",
+    "kinds": "dispatch time per kind (rules: runner/bench/dispatch_names.py): ms_per_call, "
+             "share of dispatch_sum, median_ms_per_call (as dispatch_median_sum), "
+             "dispatches_per_call, functions",
+    "dispatches": "every dispatch function by total time: name (IREE's), key (the name "
+                  "with its ordinal blanked: how builds are matched), kind, count, "
+                  "ms_per_call, share of dispatch_sum, median_ms_per_call (median x count "
+                  "/ calls), mean/median/min/max/stddev_ms per dispatch, workgroup_count "
+                  "(its last)",
+    "queue_operations": "other timed queue operations (alloca, dealloca, ...): count and "
+                        "ms_per_call",
+    "files": "profile (.ireeprof, read with iree-profile), benchmark (the profiled run's "
+             "JSON), trace (Trace Event JSON: open in https://ui.perfetto.dev)",
+}
+
+
+def mode_for(driver: str) -> str:
+    """The profiling mode of an IREE driver (or device URI): the CPU's local HAL times
+    dispatches on the host, GPU drivers on the device."""
+    name = driver.split("://", 1)[0]
+    return HOST_MODE if name.startswith("local") else DEVICE_MODE
+
+
+@cache
+def _missing(bench_tool: str | None, profile_tool: str | None) -> str | None:
+    if bench_tool is None:
+        return None  # the stage benchmark itself fails and says why
+    try:
+        text = subprocess.run([bench_tool, "--help"], capture_output=True, text=True,
+                              check=False, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot ask {bench_tool} for its flags: {e}"
+    if f"'{HOST_MODE}'" not in text:
+        return (f"{bench_tool} has no HAL dispatch profiler (its --device_profiling_mode "
+                f"lists no '{HOST_MODE}'): IREE {FIRST_RELEASE} is the first release with "
+                "it")
+    if profile_tool is None:
+        return (f"{ireeperf.TOOL} not found beside {bench_tool}: it comes with "
+                f"iree-base-runtime {FIRST_RELEASE} or newer")
+    return None
+
+
+def unavailable() -> str | None:
+    """Why this IREE cannot profile dispatches; None when it can."""
+    return _missing(found_path(bm.TOOL), found_path(ireeperf.TOOL))
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    command: bm.BenchCommand
+    directory: Path
+    calls: int
+    mode: str
+
+    @property
+    def profile(self) -> Path:
+        return self.directory / PROFILE_FILE
+
+    def lines(self) -> list[str]:
+        """The exact commands (a dry run)."""
+        return [self.command.text(), shlex.join(ireeperf.export_argv(self.profile))]
+
+
+def plan(command: bm.BenchCommand, directory: Path, calls: int, driver: str) -> ProfilePlan:
+    """The stage's own command, as one profiled repetition of `calls` calls."""
+    mode = mode_for(driver)
+    argv = bm.with_overrides(command.argv, 1, f"{calls}x", 0.0)
+    argv += [f"{MODE_FLAG}={mode}", f"{OUTPUT_FLAG}={directory / PROFILE_FILE}"]
+    return ProfilePlan(bm.BenchCommand(tuple(argv), command.env, command.prefix), directory,
+                       calls, mode)
+
+
+def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
+            timeout: float | None = None) -> dict[str, Any]:
+    """Runs the profiled pass and reads it; never raises for what the profiler cannot do
+    (the stage latency stands without it): a note says why instead."""
+    base = {"mode": p.mode, "calls": p.calls, "command": p.command.text()}
+    missing = unavailable()
+    if missing is not None:
+        return {**base, "status": "unavailable", "note": missing}
+    try:
+        p.directory.mkdir(parents=True, exist_ok=True)
+        p.profile.unlink(missing_ok=True)
+        latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
+        if not p.profile.is_file():
+            raise RunnerError(f"{bm.TOOL} wrote no profile", where=str(p.profile))
+        data = ireeperf.read(p.profile)
+    except RunnerError as e:
+        if p.profile.is_file() and p.profile.stat().st_size < 1024:
+            p.profile.unlink()  # a failed capture leaves a header-only stub
+        return {**base, "status": "error", "note": str(e)}
+    calls = latency.repetitions * latency.iterations
+    if not data.dispatches():
+        return {**base, "status": "error", "note": "the profile holds no timed dispatch "
+                f"({data.unplaced} device events without a clock to place them)"}
+    trace = write_trace(p.directory / TRACE_FILE, data.spans, title)
+    out = summarize(data, calls, latency.mean_ms, unprofiled_ms)
+    out.update(base, calls=calls, status="ok",
+               files={"profile": str(p.profile), "benchmark": str(p.directory / BENCHMARK_FILE),
+                      "trace": str(trace)},
+               export_command=shlex.join(ireeperf.export_argv(p.profile)))
+    return out
+
+
+def union_ns(spans: Iterable[ireeperf.Span]) -> int:
+    """Wall time covered by at least one of the spans."""
+    total, end = 0, None
+    for s in sorted(spans, key=lambda s: s.start_ns):
+        if end is None or s.start_ns > end:
+            total += s.duration_ns
+            end = s.end_ns
+        elif s.end_ns > end:
+            total += s.end_ns - end
+            end = s.end_ns
+    return total
+
+
+def _ms(ns: float, calls: int = 1) -> float:
+    return round(ns / 1e6 / calls, 6)
+
+
+def _functions(dispatches: list[ireeperf.Span], calls: int, total: int
+               ) -> list[dict[str, Any]]:
+    by_name: dict[str, list[ireeperf.Span]] = {}
+    for s in dispatches:
+        by_name.setdefault(s.name, []).append(s)
+    rows: list[dict[str, Any]] = []
+    for name, spans in by_name.items():
+        ns = sorted(s.duration_ns for s in spans)
+        mean = sum(ns) / len(ns)
+        mid = len(ns) // 2
+        median = ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2
+        rows.append({"name": name, "key": dispatch_names.key(name),
+                     "kind": dispatch_names.kind(name), "count": len(ns),
+                     "ms_per_call": _ms(sum(ns), calls),
+                     "share": round(sum(ns) / total, 6) if total else 0.0,
+                     "median_ms_per_call": _ms(median * len(ns), calls),
+                     "mean_ms": _ms(mean), "median_ms": _ms(median), "min_ms": _ms(ns[0]),
+                     "max_ms": _ms(ns[-1]),
+                     "stddev_ms": _ms(math.sqrt(sum((x - mean) ** 2 for x in ns)
+                                                / max(len(ns) - 1, 1))),  # sample, as IREE
+                     "workgroup_count": spans[-1].args.get("workgroup_count")})
+    rows.sort(key=lambda r: (-r["ms_per_call"], r["name"]))
+    return rows
+
+
+def kinds(rows: list[dict], calls: int) -> list[dict]:
+    """Dispatch rows summed per kind, by time (`rows` as `summarize` writes them)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        k = out.setdefault(r["kind"], {"kind": r["kind"], "ms_per_call": 0.0, "share": 0.0,
+                                       "median_ms_per_call": 0.0,
+                                       "dispatches_per_call": 0.0, "functions": 0})
+        for f in ("ms_per_call", "share", "median_ms_per_call"):
+            k[f] += r[f]
+        k["dispatches_per_call"] += r["count"] / calls
+        k["functions"] += 1
+    for k in out.values():
+        for f in ("ms_per_call", "share", "median_ms_per_call", "dispatches_per_call"):
+            k[f] = round(k[f], 6)
+    return sorted(out.values(), key=lambda k: (-k["ms_per_call"], k["kind"]))
+
+
+def summarize(data: ireeperf.Capture, calls: int, wall_ms: float,
+              unprofiled_ms: float | None = None) -> dict[str, Any]:
+    """The stage's dispatch profile, per call (see FIELDS)."""
+    dispatches = data.dispatches()
+    total = sum(s.duration_ns for s in dispatches)
+    busy = union_ns(dispatches)
+    executes = [s for s in data.spans if s.op == EXECUTE]
+    in_cb = union_ns(executes) if executes else None
+    wall_ns = wall_ms * 1e6 * calls
+    rows = _functions(dispatches, calls, total)
+    queue_ops: dict[str, list[int]] = {}
+    for s in data.spans:
+        if s.op not in (ireeperf.DISPATCH, EXECUTE):
+            queue_ops.setdefault(s.op, []).append(s.duration_ns)
+    per_call = {"wall": _ms(wall_ns, calls), "dispatch_sum": _ms(total, calls),
+                "dispatch_median_sum": round(sum(r["median_ms_per_call"] for r in rows), 6),
+                "dispatch_busy": _ms(busy, calls),
+                "command_buffers": None if in_cb is None else _ms(in_cb, calls),
+                "not_in_dispatches": _ms(wall_ns - busy, calls),
+                "in_command_buffers_outside_dispatches":
+                    None if in_cb is None else _ms(in_cb - busy, calls),
+                "outside_command_buffers": None if in_cb is None else _ms(wall_ns - in_cb,
+                                                                            calls)}
+    return {
+        "timing_source": data.timing_source, "schema_version": data.schema_version,
+        "per_call_ms": per_call,
+        "dispatch_share_of_wall": round(busy / wall_ns, 6) if wall_ns > 0 else None,
+        "unprofiled_ms": None if unprofiled_ms is None else round(unprofiled_ms, 6),
+        "profiling_overhead": round(wall_ms / unprofiled_ms, 4) if unprofiled_ms else None,
+        "dispatches_per_call": round(len(dispatches) / calls, 6),
+        "functions": len(rows), "unplaced_device_events": data.unplaced,
+        "kinds": kinds(rows, calls), "dispatches": rows,
+        "queue_operations": [{"op": op, "count": len(ns), "ms_per_call": _ms(sum(ns), calls)}
+                             for op, ns in sorted(queue_ops.items())],
+    }
