@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from runner.accuracy.diffusers_reference import reference_images, write_tiny_checkpoint
 from runner.base.mdtable import md_table
+from runner.base.provenance import host_info, iree_provenance
 from runner.config.exports import ExportSource
 from runner.config.mlperf_data import load_captions
 from runner.config.profile import load_profile
@@ -43,6 +44,17 @@ def iree_images(overrides: dict, ids: list[int]) -> np.ndarray:
         return np.concatenate([pipeline.generate([captions[i]]) for i in ids])
     finally:
         session.close()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> dict:
@@ -83,8 +95,8 @@ def main() -> int:
              ("iree checkpoint fp16", "iree shipped fp16")]
     rows = [{"a": a, "b": b, **compare(images[a], images[b])} for a, b in pairs]
     result = {"count": args.count, "image": list(images["diffusers fp32"].shape[1:]),
-              "machine": {"cpu": platform.processor() or platform.machine(),
-                          "python": sys.version.split()[0]},
+              "machine": {**host_info(), "cpu": cpu_model(), "cores": os.cpu_count()},
+              "iree": iree_provenance(),
               "seconds": round(time.perf_counter() - start, 1), "pairs": rows}
     (out / "vae_precision.json").write_text(json.dumps(result, indent=2) + "\n")
     table = "\n".join(md_table(["images", "against", "max (LSB)", "mean (LSB)", "equal", "off by 1",
