@@ -5,7 +5,7 @@ SDXL is exported once per (checkpoint bytes, export code, dtype, VAE dtype and t
 a `--vae-from` VAE), batch sizes added as they are asked for; `runner.model.export.store`
 writes exports, this module only names and finds them, so a profile loads without the exporter.
 
-An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/`: weights (`*.irpa`, shared by
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<dtype>-vae-<vae dtype>-<key>/`: weights (`*.irpa`, shared by
 all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
 only batch sizes whose files are all there, with the sha256 of every file it names. New files
 are written into a staging directory and moved in complete, `model.json` last. An export

@@ -73,7 +73,7 @@ def _verified(out: Path, key: str | None, log: Callable[[str], None]
     raw = read_json(path, what="export's model.json")
     if raw.get("export_key") != key:
         raise RunnerError("this directory holds an export of other inputs (another "
-                          "checkpoint, dtype or exporter version)", where=str(path),
+                          "checkpoint, dtype, VAE or exporter version)", where=str(path),
                           fix="export into an empty --out, or leave --out out to use the "
                           "export cache")
     try:
