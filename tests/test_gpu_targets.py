@@ -81,3 +81,16 @@ def test_a_cpu_compile_or_a_flag_the_compiler_lacks_is_left_to_the_compile(probe
     check_gpu_target(("--iree-hip-target=gfx942",), real, "x")
     (cached,) = (cache_dir() / "gpu-targets").glob("*.json")
     assert "--iree-hip-target=gfx942" not in json.loads(cached.read_text())
+
+
+def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsys,
+                                                          monkeypatch):
+    """A chip name with shell syntax reaches iree-compile as one argument (no shell) and is
+    refused like any unknown name; the cache file's name comes from the compiler alone."""
+    monkeypatch.chdir(tmp_path)
+    chip = "sm_80 $(touch pwned)'\"\n;x"
+    with pytest.raises(RunnerError, match="does not know the CUDA target"):
+        check_gpu_target((f"--iree-cuda-target={chip}",), compiler_info(), "x")
+    assert not (tmp_path / "pwned").exists()
+    assert [p.name for p in (cache_dir() / "gpu-targets").iterdir()] == [
+        p.name for p in (cache_dir() / "gpu-targets").glob("*.json")]

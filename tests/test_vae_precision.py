@@ -7,6 +7,7 @@ fail naming the fix, the workers go on, and aggregation, scoring and LoadGen ref
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -182,6 +183,31 @@ def test_only_the_images_of_a_batch_that_are_not_finite_fail(tiny_compiled):
     assert list(err.value.failed) == [1] and "latents" in err.value.failed[1]
     assert np.array_equal(err.value.images[0], good[0]) and not err.value.images[1].any()
     assert "UNet" in str(err.value.fix)
+
+
+def test_bench_reports_carry_the_decoders_precision(tmp_path, tiny_compiled):
+    out = tmp_path / "bench"
+    assert main(["bench", "--profile", "tiny", "--set", "model.vae_dtype=fp16",
+                 "--no-throughput", "--stage", "vae", "--repetitions", "1",
+                 "--out", str(out)]) == 0
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["model_precision"] == {"dtype": "float32", "vae_dtype": "float16"}
+    assert "(model tiny-sdxl, fp32, VAE fp16)" in (out / "bench.md").read_text()
+
+
+def test_a_hostile_vae_directory_name_stays_one_argument(tmp_path, capsys):
+    """`--vae-from` reaches the printed export command (and a profile's `model.vae_from` the
+    one `runner compile --dry-run` prints): quoted, it is one argument."""
+    hostile = tmp_path / "a b'$(touch pwned)\"\nc"
+    assert main(["export", "sdxl", "--seeded", "--vae-dtype", "fp16", "--vae-from",
+                 str(hostile), "--dry-run"]) == 0
+    argv = shlex.split(capsys.readouterr().out)
+    assert argv[argv.index("--vae-from") + 1] == str(hostile)
+    assert main(["compile", "--profile", "sdxl-seeded", "--set", "model.vae_dtype=fp16",
+                 "--set", f"model.vae_from={json.dumps(str(hostile))}", "--dry-run"]) == 0
+    words = shlex.split(capsys.readouterr().out)  # the export command's newline is quoted
+    assert words[words.index("--vae-from") + 1] == str(hostile)
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 def test_vae_mistakes_are_clear_errors(checkpoint, tmp_path, capsys):
