@@ -3,17 +3,18 @@ means, its content key, where it lives and the model config it has (or will have
 
 SDXL is exported once per (checkpoint bytes, export code, dtype, VAE dtype and the bytes of
 a `--vae-from` VAE), batch sizes added as they are asked for; `runner.model.export.store`
-writes exports, this module only names and finds them, so a profile loads without the exporter.
+writes exports, this module only names and finds them, so a profile loads without the
+exporter.
 
-An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<dtype>-vae-<vae dtype>-<key>/`: weights (`*.irpa`, shared by
-all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
-only batch sizes whose files are all there, with the sha256 of every file it names. New files
-are written into a staging directory and moved in complete, `model.json` last. An export
-reuses only the files of a verified one (its model.json, same inputs, every file matching
-its hash): a killed export's leftovers (files, no model.json) or a file changed since are
-written again, so model.json always describes the bytes beside it. Profiles name an export
-by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`); this module is torch-free
-so loading such a profile stays cheap.
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<dtype>-vae-<vae dtype>-<key>/`:
+weights (`*.irpa`, shared by all batch sizes), the tokenizer, one MLIR set per batch size
+and `model.json`, which lists only batch sizes whose files are all there, with the sha256 of
+every file it names. New files are written into a staging directory and moved in complete,
+`model.json` last. An export reuses only the files of a verified one (its model.json, same
+inputs, every file matching its hash): a killed export's leftovers (files, no model.json) or
+a file changed since are written again, so model.json always describes the bytes beside it.
+Profiles name an export by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`);
+this module is torch-free so loading such a profile stays cheap.
 """
 
 from __future__ import annotations
