@@ -169,8 +169,14 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
 
 
 def _run_to_end(args: argparse.Namespace, lc) -> int:
+    from runner.rundir.store import failures_error
+
     outcome = lc.execute()
     run_dir = lc.run.path
+    if outcome.failed:  # no resume of the same model makes them: the fix is elsewhere
+        lc.report()
+        raise failures_error(outcome.failed, outcome.requested, str(run_dir),
+                             "no dataset is written and the run is not scored")
     if not outcome.complete:
         lc.report()
         print(f"run incomplete: {outcome.done}/{outcome.requested} samples in {run_dir}; "

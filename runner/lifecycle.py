@@ -153,7 +153,8 @@ class Lifecycle:
                 captions=str((captions or CAPTIONS_FILE).resolve()),
                 compiled=compiled.to_dict(), host=host_info(),
                 iree=(image or {}).get("provenance") or iree_provenance(),
-                executor=executor.name, image=image, score=score, cwd=os.getcwd())
+                executor=executor.name, image=image, score=score, cwd=os.getcwd(),
+                model=profile.model.record())
             run.save(manifest)
             run.write_sample_ids(manifest.sample_ids)
             lc = cls(run, manifest, profile, executor, plan)
@@ -275,6 +276,8 @@ class Lifecycle:
             m.worker_commands = executed.commands
         m.missing = sorted(requested - done)
         m.unexpected = sorted(done - requested)
+        failed = self.store.failures(m.missing)
+        m.failed = [f.to_dict() for f in failed.values()]
         m.status = "executed" if not m.missing else "incomplete"
         full = None
         if m.missing and executed.deaths and _disk_full(self.run.path, executed.deaths):
@@ -286,7 +289,7 @@ class Lifecycle:
         if full is not None:
             raise full
         return RunOutcome(self.run.path, len(requested), len(requested & done),
-                          executed.seconds, executed.deaths)
+                          executed.seconds, executed.deaths, failed)
 
     def execute(self) -> RunOutcome:
         """start -> watch -> finish_attempt; a full disk ends the attempt as `failed`, an

@@ -78,12 +78,14 @@ def test_dry_run_prints_commands_without_files():
 
 
 def test_lab_dry_run_prints_the_export_then_batch_32_compiles(capsys, tmp_path):
-    """mi325x runs batch 32: with no export yet, the exact export command comes first."""
+    """mi325x runs batch 32: with no export yet, the exact export command comes first; its
+    VAE decodes in fp16, as AMD's harness does (configs/mi325x.yaml)."""
     ckpt = tmp_path / "no-such-checkpoint"
     profile = load_profile("mi325x", {"model": f"checkpoint:{ckpt}"})
     compiled = compile_model(profile, 32, dry_run=True)
     assert capsys.readouterr().out.split("\n")[0] == (
-        f"runner export sdxl --from {ckpt} --batch-sizes 32 --vae-batch-sizes 32 --dtype fp16")
+        f"runner export sdxl --from {ckpt} --batch-sizes 32 --vae-batch-sizes 32 --dtype fp16 "
+        "--vae-dtype fp16")
     names = [Path(r.command[1]).name for r in compiled.compiled]
     assert names == ["clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir",
                      "vae_bs32.mlir"]

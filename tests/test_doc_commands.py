@@ -96,6 +96,8 @@ QUICK = {
         "exports/sdxl-float32-",
     "runner compile --profile mi325x --set model=checkpoint:$HOME/models/"
     "stable-diffusion-xl-base-1.0 --set model.dtype=fp32 --dry-run": "exports/sdxl-float32-",
+    "runner compile --profile sdxl-checkpoint --set model.vae_dtype=fp16 --dry-run":
+        "--dtype fp16 --vae-dtype fp16",
     "runner plan --profile h100-seeded": "CUDA_VISIBLE_DEVICES=7",
     "runner compile --profile h100-seeded --dry-run": "--iree-cuda-target=sm_80",
     "source <(runner completion bash)": "_shtab_runner",
@@ -408,6 +410,22 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8": (
         WEIGHTS, "tests/test_export_sdxl.py::"
                  "test_export_cache_adds_batch_sizes_and_skips_what_is_there"),
+    "runner export sdxl --from ~/models/stable-diffusion-xl-base-1.0 --vae-dtype fp16 "
+    "--vae-from ~/models/sdxl-vae-fp16-fix": (
+        WEIGHTS, "tests/test_vae_precision.py::"
+                 "test_a_decode_that_overflows_fails_its_samples_and_nothing_scores_them"),
+    "runner export sdxl --from /path/to/sdxl-base-1.0 --vae-dtype fp16 --vae-from "
+    "/path/to/sdxl-vae-fp16-fix": (
+        WEIGHTS, "tests/test_vae_precision.py::"
+                 "test_a_checkpoints_fp16_decoder_is_the_shipped_one_and_keyed_apart"),
+    "runner run --profile cpu --set model.vae_dtype=fp16 --count 32 --out runs/vae16": (
+        LONG, "tests/test_vae_precision.py::"
+              "test_tiny_renders_within_one_lsb_of_diffusers_with_each_decoder_precision"),
+    "python3 scripts/measure_vae_precision.py --out /tmp/vae-measure": (
+        "the measurement of 32 prompts through IREE and diffusers at both VAE precisions, "
+        "two exports included (minutes)",
+        "tests/test_vae_precision.py::"
+        "test_tiny_renders_within_one_lsb_of_diffusers_with_each_decoder_precision"),
     "runner compile --profile mi325x --set "
     "model=checkpoint:$HOME/models/stable-diffusion-xl-base-1.0": (
         WEIGHTS, "tests/test_export_sdxl.py::"

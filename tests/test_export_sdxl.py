@@ -15,46 +15,16 @@ import pytest
 
 pytest.importorskip("iree.turbine")
 
+from diffusers_support import assert_within_one_lsb, diffusers_images, write_checkpoint
+
 from runner.base.errors import RunnerError
 from runner.cli import main
 from runner.config.exports import ExportSource, export_dir, export_key
-from runner.model.export.export_tiny import MAX_LENGTH, TINY_DIR
+from runner.model.export.export_tiny import TINY_DIR
 from runner.model.export.store import ensure_export
 
 SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
               "sharktank_models" / "quality_tests" / "sdxl")
-
-
-def write_checkpoint(root: Path) -> Path:
-    """The embedded tiny model as a diffusers-format SDXL directory, as a user would have it:
-    text_encoder_2's tokenizer saved by transformers (tokenizer.json), the other as CLIP's
-    vocab.json + merges.txt, the VAE with its encoder."""
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler
-    from transformers import CLIPTokenizer
-
-    from runner.config.architecture import SDXL_DIR
-    from runner.model.export import tiny_model as tm
-
-    vocab = json.loads((TINY_DIR / "tokenizer" / "vocab.json").read_text())
-    model = tm.build(vocab["<|startoftext|>"], vocab["<|endoftext|>"], len(vocab), MAX_LENGTH)
-    model.clip.text_encoder_1.save_pretrained(root / "text_encoder")
-    model.clip.text_encoder_2.save_pretrained(root / "text_encoder_2")
-    model.unet.unet.save_pretrained(root / "unet")
-    vae = AutoencoderKL.from_config(model.vae.vae.config)
-    vae.load_state_dict(model.vae.vae.state_dict(), strict=False)
-    vae.save_pretrained(root / "vae")
-    EulerDiscreteScheduler.from_config(
-        json.loads((SDXL_DIR / "scheduler" / "scheduler_config.json").read_text())
-    ).save_pretrained(root / "scheduler")
-    shutil.copytree(TINY_DIR / "tokenizer", root / "tokenizer")
-    # Each tokenizer says how long prompts are, as SDXL base's say 77: diffusers pads to it.
-    (root / "tokenizer" / "tokenizer_config.json").write_text(
-        json.dumps({"model_max_length": MAX_LENGTH}))
-    CLIPTokenizer(str(TINY_DIR / "tokenizer" / "vocab.json"),
-                  str(TINY_DIR / "tokenizer" / "merges.txt"), pad_token="!",
-                  model_max_length=MAX_LENGTH).save_pretrained(root / "tokenizer_2")
-    shutil.copy(SDXL_DIR / "model_index.json", root / "model_index.json")
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -148,35 +118,6 @@ def _images(out: Path, count: int = 2) -> np.ndarray:
     from runner.rundir.store import SampleStore
 
     return np.stack([SampleStore(out).load(i) for i in range(count)])
-
-
-def diffusers_images(checkpoint: Path, model_json: Path, count: int = 2) -> np.ndarray:
-    """MLPerf's reference itself: diffusers' StableDiffusionXLPipeline loaded from the
-    checkpoint, run with the settings the export recorded (steps, guidance, MLPerf's negative
-    prompt, the fixed latent, the captions of samples 0..count-1), converted to uint8 as
-    MLPerf converts images."""
-    import torch
-    from diffusers import StableDiffusionXLPipeline
-
-    from runner.config.mlperf_data import fixed_latent, load_captions
-    from runner.model.images import to_uint8_hwc
-
-    config = json.loads(model_json.read_text())
-    pipe = StableDiffusionXLPipeline.from_pretrained(str(checkpoint), dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
-    captions = load_captions()
-    latent = torch.from_numpy(fixed_latent(config["latent_size"]))
-    images = pipe(prompt=[captions[i] for i in range(count)],
-                  negative_prompt=[config["negative_prompt"]] * count,
-                  num_inference_steps=config["steps"], guidance_scale=config["guidance_scale"],
-                  latents=latent.repeat(count, 1, 1, 1), height=config["image_size"],
-                  width=config["image_size"], output_type="np").images
-    return to_uint8_hwc(images.transpose(0, 3, 1, 2))
-
-
-def assert_within_one_lsb(mine: np.ndarray, reference: np.ndarray) -> None:
-    diff = np.abs(mine.astype(np.int16) - reference.astype(np.int16))
-    assert mine.shape == reference.shape and diff.max() <= 1, (diff.max(), (diff > 1).sum())
 
 
 def test_images_equal_diffusers_pipeline_within_one_lsb(exported, checkpoint, tmp_path,
@@ -320,7 +261,7 @@ def test_model_dtype_is_a_profile_field_keyed_into_the_export_cache(
                  "model.dtype=fp32", "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines() == mapped
     assert mapped[0] == (f"runner export sdxl --from {checkpoint} --batch-sizes 1 "
-                         "--vae-batch-sizes 1 --dtype fp32")
+                         "--vae-batch-sizes 1 --dtype fp32 --vae-dtype fp32")
     fp32 = load_profile(str(profile)).model
     fp16 = load_profile("tiny", {"model": f"checkpoint:{checkpoint}"}).model
     source = ExportSource(checkpoint, None, "float32")
@@ -347,7 +288,7 @@ def test_model_dtype_mistakes_are_clear_errors(capsys):
     err = capsys.readouterr().err
     assert "model.json was exported in float32" in err and "checkpoint:DIR" in err
     assert main(["compile", "--set", "model.precision=fp16", "--dry-run"]) == 2
-    assert "valid keys in model: dtype, source" in capsys.readouterr().err
+    assert "valid keys in model: dtype, source, vae_dtype, vae_from" in capsys.readouterr().err
 
 
 def _broken(checkpoint: Path, tmp_path: Path, damage) -> Path:

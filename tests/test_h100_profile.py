@@ -5,6 +5,7 @@ compiling the tiny model with the profile's flags for real (no GPU needed to com
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def test_compile_dry_run_prints_the_export_then_cuda_compiles(capsys, monkeypatc
     assert main(["compile", "--profile", "h100-seeded", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ("runner export sdxl --seeded --batch-sizes 8 --vae-batch-sizes 8 "
-                        "--dtype fp16")
+                        "--dtype fp16 --vae-dtype fp32")
     profile = load_profile("h100-seeded")
     export = profile.model.base_dir
     assert export.parent == cache_dir() / "exports"
@@ -70,13 +71,15 @@ def test_cuda_backend_compiles_the_tiny_model_with_the_profiles_flags(tmp_path, 
     """Real iree-compile, CUDA target, no GPU: the h100 profile's clip flags (IREE CI's,
     with pad-to-intrinsics preprocessing) on the tiny prompt encoder give a CUDA vmfb. And
     the reason the profile's chip is sm_80, not the H100's sm_90: this IREE has no Hopper
-    entry in its GPU target table and refuses sm_90 (when it stops refusing, set
-    configs/h100.yaml's chip to sm_90)."""
+    entry in its GPU target table and refuses sm_90, which the runner says before compiling
+    (runner/model/gpu_targets.py), naming sm_80 among the targets it knows (when it stops
+    refusing, set configs/h100.yaml's chip to sm_90)."""
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     target = load_profile("h100").target
     flags = target.flags_for("clip", compiler_info())
     result = compile_mlir(TINY / "clip_bs1.mlir", flags)
     assert b"cuda-nvptx-fb" in Path(result.vmfb).read_bytes()  # IREE's CUDA executable format
     hopper = tuple(f.replace("=sm_80", "=sm_90") for f in flags)
-    with pytest.raises(RunnerError, match="missing GPU target"):
+    with pytest.raises(RunnerError, match="does not know the CUDA target 'sm_90'") as err:
         compile_mlir(TINY / "clip_bs1.mlir", hopper)
+    assert re.search(r"it knows [\w, ]*\bsm_80\b", str(err.value)), err.value

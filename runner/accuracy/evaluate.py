@@ -21,6 +21,7 @@ from runner.base.errors import IncompleteRun, RunnerError
 from runner.config.mlperf_data import Captions, load_captions
 from runner.config.profile import METRICS, Profile, load_profile
 from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
+from runner.rundir.store import SampleStore, failures_error
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,16 @@ def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: Fid
                          backbones, reference, total=len(p.ids))
 
 
+def refuse_failed(source: SampleSource) -> None:
+    """A run with samples its pipeline could not make (decoder output not finite) is not
+    scored: FID and CLIP over the others would describe another sample set. (`runner
+    generate` stops at such an image: its dir never holds one.)"""
+    failed = SampleStore(source.run_dir).failures(source.requested)
+    if failed:
+        total = len(source.requested) if source.requested else len(failed)
+        raise failures_error(failed, total, str(source.run_dir), "scoring refused")
+
+
 def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
                  allow_subset: bool = False, require_full: bool = False,
                  fid_weights=None, clip_weights=None,
@@ -135,6 +146,7 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
     """`metrics`: fid, clip or both; default the profile's `accuracy.metrics` (both unless
     it says otherwise). Only the weights and statistics of those metrics are needed."""
     source = open_source(Path(run_dir), Path(log) if log else None)
+    refuse_failed(source)
     prof = resolve_profile(source, profile)
     prof.model.check_scorable()  # seeded random weights: images that mean nothing
     metrics = metrics or prof.accuracy.metrics

@@ -21,7 +21,13 @@ from runner.config.mlperf_data import load_review_ids
 from runner.rundir.directory import RunDir
 from runner.rundir.mlperf_log import LOG_NAME, PositionalLog
 from runner.rundir.parallel import keep_freed_memory
-from runner.rundir.store import CORRUPT_DIR, CorruptSample, Loaded, SampleStore
+from runner.rundir.store import (
+    CORRUPT_DIR,
+    CorruptSample,
+    Loaded,
+    SampleStore,
+    failures_error,
+)
 
 DATASET = "dataset.json"
 REVIEW_DIR = "review"
@@ -56,6 +62,9 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     requested = sorted(RunDir(run_dir).load().sample_ids if sample_ids is None
                        else sample_ids)
     missing = sorted(set(requested) - store.done_ids())
+    failed = store.failures(missing)
+    if failed and not allow_incomplete:
+        raise failures_error(failed, len(requested), str(run_dir), "no dataset is written")
     if missing and not allow_incomplete:
         raise RunnerError(f"{len(missing)} of {len(requested)} samples are missing "
                           f"(first: {missing[:5]})", where=str(run_dir),
@@ -106,6 +115,7 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     result = AggregateResult(str(run_dir / LOG_NAME), stats.records, stats.bytes,
                              size * len(present), seconds, review, log.direct)
     atomic_write_json(run_dir / DATASET, {"samples": records, "missing": missing,
+                                          "failed": [f.to_dict() for f in failed.values()],
                                           "aggregate": asdict(result)})
     return result
 

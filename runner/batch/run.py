@@ -20,6 +20,7 @@ from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import Profile, profile_from_raw
 from runner.rundir.directory import REPRODUCE
 from runner.rundir.manifest import RunManifest
+from runner.rundir.store import SampleFailure
 
 LOG_TAIL_LINES = 20
 
@@ -32,6 +33,9 @@ class RunOutcome:
     done: int
     seconds: float
     deaths: list[dict[str, Any]] = field(default_factory=list)
+    # Samples the pipeline could not make (qsl_idx -> record): their decoder's output was
+    # not finite. They count as not done.
+    failed: dict[int, SampleFailure] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

@@ -5,6 +5,10 @@ container or on a cluster node; it needs only the IREE runtime and numpy. Sample
 encoded, hashed and written by a background thread (`SampleWriter`), so generation never
 waits on the disk; a batch is marked done only after its samples are durably written, so
 killing this process loses at most its in-flight batches, which go back to the queue.
+
+A sample the pipeline cannot make (its decoder's output is not finite) is recorded as
+failed, with the error and its fix (`samples/failed/`), and the worker goes on: handing
+the batch back would only have the next worker fail on it too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from runner.config.mlperf_data import load_captions
 from runner.config.sources import redact_secrets
 from runner.model.compiled_model import CompiledModel
 from runner.model.pipeline.loader import open_pipeline
-from runner.rundir.store import SampleStore, SampleWriter
+from runner.model.pipeline.sdxl import SampleFailures
+from runner.rundir.store import SampleFailure, SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
 
@@ -99,10 +104,19 @@ def run_worker(task_file: Path) -> int:
                 t0 = time.time()
                 for lo in range(0, len(todo), compiled.batch_size):
                     ids = todo[lo : lo + compiled.batch_size]
-                    images = pipeline.generate([captions[prompt[i]] for i in ids])
+                    failed: dict[int, str] = {}
+                    fix = ""
+                    try:
+                        images = pipeline.generate([captions[prompt[i]] for i in ids])
+                    except SampleFailures as e:
+                        images, failed, fix = e.images, e.failed, e.fix or ""
+                        log(f"{name}: {len(failed)} sample(s) failed: {e}")
                     waited = time.perf_counter()
-                    for qsl_idx, image in zip(ids, images, strict=True):
-                        writer.put(qsl_idx, image, name, device)
+                    for n, (qsl_idx, image) in enumerate(zip(ids, images, strict=True)):
+                        if n in failed:
+                            writer.fail(SampleFailure(qsl_idx, name, device, failed[n], fix))
+                        else:
+                            writer.put(qsl_idx, image, name, device)
                     stats["store_wait_seconds"] += time.perf_counter() - waited
                 writer.after(functools.partial(batch_written, batch, len(todo), t0))
     finally:

@@ -95,7 +95,9 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
         tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
     ids = validate_ids(list(range(opts.count)), "--count") if opts.throughput else []
-    report = BenchReport(profile.name, profile.model.name, opts, out, versions())
+    report = BenchReport(profile.name, profile.model.name, opts, out, versions(),
+                         precision={"dtype": profile.model.dtype,
+                                    "vae_dtype": profile.model.vae_dtype})
     cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
                             list(opts.batch_sizes))
     # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from runner.base.mdtable import md_table
 from runner.bench import dispatch_report as dr
+from runner.config.model_config import precision_text
 from runner.report.markdown import code
 
 if TYPE_CHECKING:
@@ -180,7 +181,9 @@ def markdown(report: BenchReport) -> str:
     v = report.versions
     runtime = (v.get("iree.runtime") or {}).get("version", "?")
     compiler = v.get("compiler", {})
-    lines = [f"# Benchmark: profile `{report.profile}` (model {report.model})", "",
+    precision = precision_text(report.precision.get("dtype", "?"),
+                               report.precision.get("vae_dtype", "?"))
+    lines = [f"# Benchmark: profile `{report.profile}` (model {report.model}, {precision})", "",
              f"IREE runtime {runtime}, compiler {compiler.get('version', '?')} @ "
              f"{compiler.get('commit', '?')}; host {v.get('host', {}).get('hostname', '?')}; "
              f"{report.seconds:.1f} s in all.", ""]

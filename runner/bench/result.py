@@ -96,6 +96,8 @@ class BenchReport:
     arms: list[sweep.IreeArm] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The model's precisions (`dtype`, `vae_dtype`): the VAE's is most of an image's time.
+    precision: dict[str, str] = field(default_factory=dict)
 
     @property
     def best(self) -> tp.LayoutResult | None:
@@ -116,6 +118,7 @@ class BenchReport:
         best = self.best
         return {
             "kind": "bench", "profile": self.profile, "model": self.model,
+            "model_precision": self.precision,
             "argv": list(o.argv), "dry_run": o.dry_run, "seconds": round(self.seconds, 3),
             "versions": self.versions, "executor": o.executor,
             "slurm": o.slurm.to_dict() if o.slurm else None,

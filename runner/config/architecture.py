@@ -7,7 +7,7 @@ config from another pipeline is a clear error naming the file, not a failed trac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -80,23 +80,24 @@ OPTIONAL_INT_FIELDS = {"text_encoder": ("max_position_embeddings",),
                        "unet": ("addition_time_embed_dim",)}
 
 
-def _check_fields(configs: dict[str, dict], root: Path) -> None:
-    def positive(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
+
+def _check_fields(configs: dict[str, dict], root: Path) -> None:
     for name, file in CONFIG_FILES.items():
         where = str(root / name / file)
         config = configs[name]
         for key in INT_FIELDS.get(name, ()):
-            if not positive(config.get(key)):
+            if not _positive(config.get(key)):
                 raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
                                   fix="use the checkpoint's own config.json, unedited")
         for key in OPTIONAL_INT_FIELDS.get(name, ()):
-            if config.get(key) is not None and not positive(config[key]):
+            if config.get(key) is not None and not _positive(config[key]):
                 raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
                                   fix="use the checkpoint's own config.json, unedited")
     blocks = configs["vae"].get("block_out_channels")
-    if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(positive, blocks))):
+    if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(_positive, blocks))):
         raise RunnerError("`block_out_channels` must list positive integers",
                           where=f"{root / 'vae' / 'config.json'}: block_out_channels",
                           fix="use the checkpoint's own config.json, unedited")
@@ -146,6 +147,25 @@ def check_architecture(arch: Architecture, root: Path) -> None:
         raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
                           "step assumes epsilon prediction",
                           where=str(root / "scheduler" / "scheduler_config.json"))
+
+
+def with_vae(arch: Architecture, vae: dict, where: str) -> Architecture:
+    """`arch` decoding with another VAE (`--vae-from`): an AutoencoderKL taking the same
+    4-channel latents to the same image size (one upsampling per block but the last)."""
+    blocks = vae.get("block_out_channels")
+    if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(_positive, blocks))):
+        raise RunnerError("`block_out_channels` must list positive integers",
+                          where=f"{where}: block_out_channels",
+                          fix="use the VAE's own config.json, unedited")
+    if vae.get("_class_name", "AutoencoderKL") != "AutoencoderKL":
+        raise RunnerError(f"a {vae.get('_class_name')!r}, not an AutoencoderKL", where=where,
+                          fix="name the vae/ folder of an SDXL-compatible diffusers VAE")
+    if vae.get("latent_channels") != 4 or len(blocks) != len(arch.vae["block_out_channels"]):
+        raise RunnerError(f"this VAE takes {vae.get('latent_channels')}-channel latents "
+                          f"through {len(blocks)} blocks; the model's take 4 channels through "
+                          f"{len(arch.vae['block_out_channels'])}", where=where,
+                          fix="use a VAE made for SDXL (e.g. madebyollin/sdxl-vae-fp16-fix)")
+    return replace(arch, vae=vae)
 
 
 def check_prompt_length(length: int, arch: Architecture, where: str) -> int:

@@ -18,6 +18,7 @@ from runner.config.architecture import (
     check_prompt_length,
     load_architecture,
     read_json,
+    with_vae,
 )
 from runner.inputs.limits import MiB, read_text
 from runner.inputs.paths import resolved
@@ -61,10 +62,12 @@ def check_safetensors(path: Path) -> None:
     read_header(path)
 
 
-def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
+def _weights(directory: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
+    """The weight file of the submodel in `directory` (`sub`: its kind, naming the file's
+    stem) to load for `dtype`, and its diffusers `variant`."""
     stem = WEIGHT_STEMS[sub]
-    full = root / sub / f"{stem}.safetensors"
-    half = root / sub / f"{stem}.fp16.safetensors"
+    full = directory / f"{stem}.safetensors"
+    half = directory / f"{stem}.fp16.safetensors"
     if dtype == "float16" and half.is_file():
         return half, "fp16"
     if full.is_file():
@@ -74,11 +77,51 @@ def _weights(root: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
                           where=str(half), fix="export with --dtype fp16, or add the "
                           f"full-precision {full.name}")
     raise RunnerError(f"the {sub} weights are missing", where=str(full),
-                      fix=f"copy the checkpoint's {sub}/ folder completely (safetensors; "
-                      "pickled .bin weights are not read)")
+                      fix=f"copy the {sub}/ folder completely (safetensors; pickled .bin "
+                      "weights are not read)")
 
 
-def open_checkpoint(root: Path, dtype: str, max_length: int | None = None) -> Checkpoint:
+def vae_weights_dtype(dtype: str, vae_dtype: str) -> str:
+    """Which VAE weights to read: the fp16 files where anything rounds the VAE to half (an
+    fp16 decode, or diffusers' fp16 pipeline, which loads the VAE in fp16 before it upcasts
+    it), else the full-precision ones."""
+    return "float16" if "float16" in (dtype, vae_dtype) else "float32"
+
+
+@dataclass(frozen=True)
+class VaeFiles:
+    """A diffusers-format VAE directory (`--vae-from`, e.g. one adapted to decode in fp16):
+    AutoencoderKL's config and the weight file to load."""
+
+    root: Path
+    config: dict
+    weights: Path
+    variant: str | None
+
+    def files(self) -> list[Path]:
+        """What an export's cache key hashes."""
+        return [self.root / "config.json", self.weights]
+
+    def with_arch(self, arch: Architecture) -> Architecture:
+        return with_vae(arch, self.config, str(self.root / "config.json"))
+
+
+def open_vae(root: Path, dtype: str, vae_dtype: str) -> VaeFiles:
+    """A `--vae-from` directory, checked whole before anything is built."""
+    root = resolved(root, str(root))
+    if not root.is_dir():
+        raise RunnerError("VAE directory not found", where=str(root),
+                          fix="name a diffusers-format VAE directory (config.json and "
+                          "diffusion_pytorch_model[.fp16].safetensors), e.g. a copy of "
+                          "madebyollin/sdxl-vae-fp16-fix")
+    config = read_json(root / "config.json")
+    weights, variant = _weights(root, "vae", vae_weights_dtype(dtype, vae_dtype))
+    check_safetensors(weights)
+    return VaeFiles(root, config, weights, variant)
+
+
+def open_checkpoint(root: Path, dtype: str, max_length: int | None = None,
+                    vae_dtype: str = "float32") -> Checkpoint:
     """Checks the whole directory; raises RunnerError naming the first file at fault.
     `max_length` overrides the checkpoint's prompt length (`prompt_length`)."""
     root = resolved(root, str(root))
@@ -89,7 +132,8 @@ def open_checkpoint(root: Path, dtype: str, max_length: int | None = None) -> Ch
     arch = load_architecture(root)
     weights, variants = {}, {}
     for sub in WEIGHT_STEMS:
-        weights[sub], variants[sub] = _weights(root, sub, dtype)
+        want = vae_weights_dtype(dtype, vae_dtype) if sub == "vae" else dtype
+        weights[sub], variants[sub] = _weights(root / sub, sub, want)
         check_safetensors(weights[sub])
     vocabs = [tokenizer_files(root / d) for d in TOKENIZER_DIRS]
     if vocabs[0][0] != vocabs[1][0]:

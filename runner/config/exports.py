@@ -1,19 +1,20 @@
 """The export cache's names: which export a profile's `model: checkpoint:DIR | seeded:sdxl`
 means, its content key, where it lives and the model config it has (or will have).
 
-SDXL is exported once per (checkpoint bytes, export code, dtype), batch sizes added as they
-are asked for; `runner.model.export.store` writes exports, this module only names and finds
-them, so a profile loads without the exporter.
+SDXL is exported once per (checkpoint bytes, export code, dtype, VAE dtype and the bytes of
+a `--vae-from` VAE), batch sizes added as they are asked for; `runner.model.export.store`
+writes exports, this module only names and finds them, so a profile loads without the
+exporter.
 
-An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<key>/`: weights (`*.irpa`, shared by
-all batch sizes), the tokenizer, one MLIR set per batch size and `model.json`, which lists
-only batch sizes whose files are all there, with the sha256 of every file it names. New files
-are written into a staging directory and moved in complete, `model.json` last. An export
-reuses only the files of a verified one (its model.json, same inputs, every file matching
-its hash): a killed export's leftovers (files, no model.json) or a file changed since are
-written again, so model.json always describes the bytes beside it. Profiles name an export
-by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`); this module is torch-free
-so loading such a profile stays cheap.
+An export lives in `$RUNNER_CACHE_DIR/exports/<name>-<dtype>-vae-<vae dtype>-<key>/`:
+weights (`*.irpa`, shared by all batch sizes), the tokenizer, one MLIR set per batch size
+and `model.json`, which lists only batch sizes whose files are all there, with the sha256 of
+every file it names. New files are written into a staging directory and moved in complete,
+`model.json` last. An export reuses only the files of a verified one (its model.json, same
+inputs, every file matching its hash): a killed export's leftovers (files, no model.json) or
+a file changed since are written again, so model.json always describes the bytes beside it.
+Profiles name an export by its source (`model: checkpoint:DIR` or `model: seeded:sdxl`);
+this module is torch-free so loading such a profile stays cheap.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
 from runner.config.mlperf_data import NEGATIVE_PROMPT
-from runner.config.model_config import ModelConfig
+from runner.config.model_config import SHORT_DTYPES, ModelConfig
 
 SOURCE_PREFIXES = ("checkpoint:", "seeded:")
 SEEDED_MODELS = ("sdxl",)
@@ -50,7 +51,9 @@ EXPORT_CODE = (*(PACKAGE_DIR / "model" / "export").glob("*.py"),
 
 @dataclass(frozen=True)
 class ExportSource:
-    """What to export: a local checkpoint directory, or a seeded model by name."""
+    """What to export: a local checkpoint directory, or a seeded model by name; the VAE
+    decoding in `vae_dtype`, from `vae_from` (a diffusers-format VAE directory, e.g. one
+    adapted for fp16) instead of the model's own when given."""
 
     checkpoint: Path | None
     seeded: str | None
@@ -58,22 +61,25 @@ class ExportSource:
     # Prompt tokens; None: the checkpoint's own (`checkpoint.prompt_length`, what diffusers
     # pads to), 64 for the seeded model.
     max_length: int | None = None
+    vae_dtype: str = "float32"
+    vae_from: Path | None = None
 
     @classmethod
     def parse(cls, ref: str, dtype: str = "float16", base: Path | None = None,
-              where: str = "model") -> ExportSource:
+              where: str = "model", vae_dtype: str = "float32",
+              vae_from: str | None = None) -> ExportSource:
+        vae = _path(vae_from, base) if vae_from else None
         kind, _, value = ref.partition(":")
         if kind == "seeded":
             if value not in SEEDED_MODELS:
                 known = ", ".join("seeded:" + m for m in SEEDED_MODELS)
                 raise RunnerError(f"unknown seeded model {value!r}", where=where,
                                   fix=f"use one of {known}")
-            return cls(None, value, dtype)
+            return cls(None, value, dtype, vae_dtype=vae_dtype, vae_from=vae)
         if kind != "checkpoint" or not value:
             raise RunnerError(f"{ref!r} names no export source", where=where,
                               fix="use checkpoint:<diffusers dir> or seeded:sdxl")
-        path = Path(value).expanduser()
-        return cls(path if path.is_absolute() or base is None else base / path, None, dtype)
+        return cls(_path(value, base), None, dtype, vae_dtype=vae_dtype, vae_from=vae)
 
     @property
     def ref(self) -> str:
@@ -82,6 +88,16 @@ class ExportSource:
     @property
     def name(self) -> str:
         return f"sdxl-seeded-{self.seeded}" if self.seeded else "sdxl"
+
+
+def _path(value: str, base: Path | None) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or base is None else base / path
+
+
+def short_dtype(dtype: str) -> str:
+    """`float16` -> `fp16`: how flags and profiles spell a precision."""
+    return SHORT_DTYPES[dtype]
 
 
 def code_version() -> str:
@@ -117,16 +133,30 @@ def hash_files(files: list[Path], root: Path) -> dict[str, str]:
     return out
 
 
-def checkpoint_sha256(checkpoint: Path, dtype: str) -> str | None:
+def checkpoint_sha256(checkpoint: Path, dtype: str, vae_dtype: str = "float32") -> str | None:
     """One name for a checkpoint's weights: sha256 of its files' sha256s (by relative path,
     as `export_key` hashes them); None when the checkpoint is not on this machine."""
     from runner.config.checkpoint import open_checkpoint
 
     if not checkpoint.is_dir():
         return None
-    ckpt = open_checkpoint(checkpoint, dtype)
-    files = hash_files(ckpt.files(), ckpt.root)
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    ckpt = open_checkpoint(checkpoint, dtype, vae_dtype=vae_dtype)
+    return _files_sha256(ckpt.files(), ckpt.root)
+
+
+def vae_sha256(vae_from: Path, dtype: str, vae_dtype: str) -> str | None:
+    """As `checkpoint_sha256`, for a `--vae-from` VAE directory."""
+    from runner.config.checkpoint import open_vae
+
+    if not vae_from.is_dir():
+        return None
+    vae = open_vae(vae_from, dtype, vae_dtype)
+    return _files_sha256(vae.files(), vae.root)
+
+
+def _files_sha256(files: list[Path], root: Path) -> str:
+    return hashlib.sha256(json.dumps(hash_files(files, root), sort_keys=True).encode()
+                          ).hexdigest()
 
 
 def _seeded_files() -> list[Path]:
@@ -134,8 +164,8 @@ def _seeded_files() -> list[Path]:
 
 
 def export_key(source: ExportSource) -> str | None:
-    """The content key, or None when the checkpoint is not on this machine (a dry run can
-    still print what it would do)."""
+    """The content key, or None when the checkpoint (or the `vae_from` directory) is not on
+    this machine (a dry run can still print what it would do)."""
     if source.seeded:
         root = ASSETS_DIR / "sdxl"
         inputs = {"seeded": source.seeded, "seed": SEED, "files": hash_files(_seeded_files(),
@@ -147,9 +177,18 @@ def export_key(source: ExportSource) -> str | None:
         assert source.checkpoint is not None
         if not source.checkpoint.is_dir():
             return None
-        ckpt = open_checkpoint(source.checkpoint, source.dtype, source.max_length)
+        ckpt = open_checkpoint(source.checkpoint, source.dtype, source.max_length,
+                               source.vae_dtype)
         inputs = {"files": hash_files(ckpt.files(), ckpt.root), "max_length": ckpt.max_length}
-    inputs.update(code=code_version(), dtype=source.dtype, steps=STEPS)
+    if source.vae_from is not None:
+        from runner.config.checkpoint import open_vae
+
+        if not source.vae_from.is_dir():
+            return None
+        vae = open_vae(source.vae_from, source.dtype, source.vae_dtype)
+        inputs["vae_files"] = hash_files(vae.files(), vae.root)
+    inputs.update(code=code_version(), dtype=source.dtype, steps=STEPS,
+                  vae_dtype=source.vae_dtype)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -170,7 +209,8 @@ def prompt_length(source: ExportSource) -> int:
 
 def export_dir(source: ExportSource, key: str | None) -> Path:
     tag = key[:16] if key else "<key: sha256 of the checkpoint files and the exporter>"
-    return cache_dir() / "exports" / f"{source.name}-{source.dtype}-{tag}"
+    vae = f"vae-{short_dtype(source.vae_dtype)}"
+    return cache_dir() / "exports" / f"{source.name}-{source.dtype}-{vae}-{tag}"
 
 
 def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
@@ -180,7 +220,9 @@ def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes
     argv = ["runner", "export", "sdxl", *what,
             "--batch-sizes", ",".join(map(str, sorted(batch_sizes))),
             "--vae-batch-sizes", ",".join(map(str, sorted(vae_batch_sizes))),
-            "--dtype", "fp16" if source.dtype == "float16" else "fp32"]
+            "--dtype", short_dtype(source.dtype), "--vae-dtype", short_dtype(source.vae_dtype)]
+    if source.vae_from is not None:
+        argv += ["--vae-from", str(source.vae_from)]
     if source.max_length:
         argv += ["--max-length", str(source.max_length)]
     return argv + (["--out", str(out)] if out else [])
@@ -189,26 +231,40 @@ def export_command(source: ExportSource, batch_sizes: list[int], vae_batch_sizes
 def config_dict(source: ExportSource, arch, batch_sizes: list[int],
                  vae_batch_sizes: list[int], key: str | None, max_length: int) -> dict:
     extra: dict = {"source": source.ref, "export_key": key}
+    if source.vae_from is not None:
+        extra["vae_from"] = str(source.vae_from)
     if source.seeded:
         extra["no_scoring"] = SEEDED_REFUSAL
     return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
-                        arch.image_size, arch.latent_size, STEPS, max_length, extra)
+                        arch.image_size, arch.latent_size, STEPS, max_length, extra,
+                        source.vae_dtype)
 
 
 def architecture_of(source: ExportSource):
+    """The architecture the export builds: the checkpoint's (or SDXL's for the seeded
+    model), with the `vae_from` directory's VAE config when one is given."""
     from runner.config.architecture import load_architecture, sdxl_architecture
 
     if source.seeded:
-        return sdxl_architecture()
-    assert source.checkpoint is not None
-    return load_architecture(source.checkpoint)
+        arch = sdxl_architecture()
+    else:
+        assert source.checkpoint is not None
+        arch = load_architecture(source.checkpoint)
+    if source.vae_from is not None and source.vae_from.is_dir():
+        from runner.config.checkpoint import open_vae
+
+        arch = open_vae(source.vae_from, source.dtype, source.vae_dtype).with_arch(arch)
+    return arch
 
 
-def exported_model(ref: str, base: Path, where: str, dtype: str = "float16") -> ModelConfig:
-    """A profile's `model: checkpoint:DIR | seeded:sdxl` (with its `dtype`): the cached
-    export's config, or, before any export, the config it will have (no batch sizes yet, so
-    `runner compile` exports them on demand or prints the command)."""
-    source = ExportSource.parse(ref, dtype, base=base, where=where)
+def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
+                   vae_dtype: str = "float32", vae_from: str | None = None) -> ModelConfig:
+    """A profile's `model: checkpoint:DIR | seeded:sdxl` (with its `dtype`, `vae_dtype` and
+    `vae_from`): the cached export's config, or, before any export, the config it will have
+    (no batch sizes yet, so `runner compile` exports them on demand or prints the
+    command)."""
+    source = ExportSource.parse(ref, dtype, base=base, where=where, vae_dtype=vae_dtype,
+                                vae_from=vae_from)
     key = export_key(source)
     path = export_dir(source, key) / "model.json"
     if path.is_file():
@@ -234,15 +290,18 @@ def file_names() -> dict[str, dict]:
 
 def model_config(name: str, dtype: str, batch_sizes: list[int], vae_batch_sizes: list[int],
                  image_size: int, latent_size: int, steps: int, max_length: int,
-                 extra: dict | None = None) -> dict:
+                 extra: dict | None = None, vae_dtype: str = "float32",
+                 names: dict[str, dict] | None = None) -> dict:
     """The model config of an export. MLPerf's settings: guidance 8.0, its negative prompt.
-    The VAE lists its own batch sizes only when they differ (AMD's `--vae_batch_size`)."""
-    submodels = file_names()
+    The VAE lists its own batch sizes only when they differ (AMD's `--vae_batch_size`).
+    `names`: the submodels' files, when not `file_names()` (the tiny model's fp16 VAE)."""
+    submodels = names or file_names()
     if sorted(vae_batch_sizes) != sorted(batch_sizes):
         submodels["vae"]["batch_sizes"] = sorted(vae_batch_sizes)
     return {
         "name": name,
         "dtype": dtype,
+        "vae_dtype": vae_dtype,
         "batch_sizes": sorted(batch_sizes),
         "image_size": image_size,
         "latent_size": latent_size,

@@ -24,6 +24,13 @@ REQUIRED_FUNCTIONS = {
     "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
 }
 DTYPES = ("float32", "float16")
+SHORT_DTYPES = {"float32": "fp32", "float16": "fp16"}
+
+
+def precision_text(dtype: str, vae_dtype: str) -> str:
+    """`fp16, VAE fp32`: a model's precisions as reports show them."""
+    return (f"{SHORT_DTYPES.get(dtype, dtype)}, VAE "
+            f"{SHORT_DTYPES.get(vae_dtype, vae_dtype)}")
 # ModelConfig fields not read from a top-level key of their own name: the file's location,
 # and the two read from the `tokenizer:` mapping (TOKENIZER_KEYS).
 _NOT_TOP_LEVEL = ("path", "tokenizer_dir", "pad_tokens")
@@ -73,6 +80,13 @@ class ModelConfig:
     # An export's files (path relative to the config -> sha256): what model.json describes,
     # verified before an export reuses any of them (runner.model.export.store).
     files: dict[str, str] = field(default_factory=dict)
+    # The precision the VAE decodes in, whatever `dtype` the rest has: float32 is MLPerf's
+    # reference (diffusers upcasts SDXL's VAE, `force_upcast`); float16 is IREE CI's and
+    # AMD's. A config without the key decodes in float32, as every export before it did.
+    vae_dtype: str = "float32"
+    # An export whose VAE came from a diffusers VAE directory of its own (`--vae-from`),
+    # not the checkpoint's (an fp16-safe VAE): its path, for the export's cache key.
+    vae_from: str | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -84,6 +98,13 @@ class ModelConfig:
         if "://" in ref:
             return ref
         return str(inside(ref, self.base_dir, str(self.path), absolute_ok=True))
+
+    def record(self) -> dict[str, Any]:
+        """What a run's manifest records of its model: reports and MLPerf's system
+        description read the precisions from here."""
+        return {"name": self.name, "config": str(self.path), "source": self.source,
+                "dtype": self.dtype, "vae_dtype": self.vae_dtype, "vae_from": self.vae_from,
+                "export_key": self.export_key}
 
     def sizes_for(self, submodel: str) -> tuple[int, ...]:
         """The batch sizes `submodel` was exported at."""
@@ -167,8 +188,12 @@ class ModelConfig:
             raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
                               where=f"{where}: tokenizer.pad_tokens")
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
-        for key in ("source", "no_scoring", "export_key"):
+        for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from"):
             _typed(raw, key, str | None, where)
+        vae_dtype = raw.get("vae_dtype") or "float32"
+        if vae_dtype not in DTYPES:
+            raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
+                              where=f"{where}: vae_dtype")
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise RunnerError("`files` must map file names to sha256 digests",
@@ -182,7 +207,7 @@ class ModelConfig:
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
             source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
-            files=files,
+            files=files, vae_dtype=vae_dtype, vae_from=raw.get("vae_from"),
         )
 
 

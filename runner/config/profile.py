@@ -36,12 +36,17 @@ from runner.inputs.paths import inside
 from runner.inputs.yamlfile import read_yaml
 
 BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
+# A builtin model's config per VAE precision, where it ships more than one (the tiny model's
+# fp16 decoder: runner/model/export/export_tiny.py writes both).
+BUILTIN_VAE_VARIANTS = {("tiny", "float16"): ASSETS_DIR / "tiny" / "model_vae_fp16.json"}
 DEFAULT_DRIVERS = {"cpu": "local-task", "hip": "hip", "cuda": "cuda"}
 BACKEND_ALIASES = {"rocm": "hip"}  # IREE CI's test suites call the HIP target rocm
 EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner.model.export.store)
 # `model:` is a mapping (`{source: checkpoint:DIR, dtype: fp32}`) or just its source: a string
 # `model: X` is short for `model: {source: X}` wherever it meets a mapping (extends, --set).
-MODEL_KEYS = ("source", "dtype")
+# `vae_dtype`: what the VAE decodes in (default fp32, MLPerf's reference); `vae_from`: a
+# diffusers-format VAE directory an export decodes with instead of the model's own.
+MODEL_KEYS = ("source", "dtype", "vae_dtype", "vae_from")
 MODEL_DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16",
                 "float32": "float32"}
 _SHORTHANDS = {"model": "source"}  # section -> the key a bare value stands for
@@ -437,36 +442,53 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
 
 
 def _model(value: Any, path: Path, where: str) -> ModelConfig:
-    """`model:` as a source string or `{source, dtype}` (see MODEL_KEYS). `dtype` picks the
-    precision of an export (`checkpoint:`/`seeded:`, default fp16) and is part of its cache
-    key; a model config (builtin:, a path) already has one, which it must then match."""
+    """`model:` as a source string or a mapping of MODEL_KEYS. `dtype` and `vae_dtype` pick
+    the precision of an export (`checkpoint:`/`seeded:`, default fp16 and an fp32 decoder)
+    and are part of its cache key, as is `vae_from`; a model config (builtin:, a path)
+    already has them, and must then match (the builtin tiny model ships both decoders)."""
     spec = _expanded("model", value)
-    ref, dtype = spec.get("source"), spec.get("dtype")
+    ref, dtype, vae_dtype = spec.get("source"), spec.get("dtype"), spec.get("vae_dtype")
+    vae_from = spec.get("vae_from")
     if not isinstance(ref, str) or not ref:
         raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
                           "model config path)", where=f"{where}: model",
                           fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
                               "checkpoint:/models/sdxl, dtype: fp32}`")
-    if dtype is not None and (not isinstance(dtype, str) or dtype not in MODEL_DTYPES):
-        raise RunnerError(f"`model.dtype` is {dtype!r}", where=f"{where}: model.dtype",
-                          fix="use fp16 or fp32 (e.g. --set model.dtype=fp32)")
+    for key, given in (("dtype", dtype), ("vae_dtype", vae_dtype)):
+        if given is not None and (not isinstance(given, str) or given not in MODEL_DTYPES):
+            raise RunnerError(f"`model.{key}` is {given!r}", where=f"{where}: model.{key}",
+                              fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
+    if vae_from is not None and (not isinstance(vae_from, str) or not vae_from):
+        raise RunnerError(f"`model.vae_from` is {vae_from!r}", where=f"{where}: model.vae_from",
+                          fix="name a diffusers-format VAE directory")
+    vae = MODEL_DTYPES[vae_dtype or "fp32"]
     if ref.startswith(EXPORT_SOURCES):
         from runner.config.exports import exported_model
 
         return exported_model(ref, path.parent, f"{where}: model",
-                              MODEL_DTYPES[dtype or "fp16"])
-    model = ModelConfig.load(_model_path(ref, path, where))
-    if dtype is not None and MODEL_DTYPES[dtype] != model.dtype:
-        raise RunnerError(f"`model.dtype` is {dtype}, but {model.path} was exported in "
-                          f"{model.dtype}", where=f"{where}: model.dtype",
-                          fix="leave model.dtype out for a model config, or name a "
-                              "checkpoint:DIR / seeded:sdxl source to export in that dtype")
+                              MODEL_DTYPES[dtype or "fp16"], vae, vae_from)
+    if vae_from is not None:
+        raise RunnerError("`model.vae_from` is for a model the runner exports", where=f"{where}: "
+                          "model.vae_from", fix="name the model as checkpoint:DIR or seeded:sdxl "
+                          "(or leave vae_from out for a model config)")
+    model = ModelConfig.load(_model_path(ref, path, where, vae if vae_dtype else None))
+    for key, given, have, verb in (("dtype", dtype, model.dtype, "was exported in"),
+                                   ("vae_dtype", vae_dtype, model.vae_dtype, "decodes in")):
+        if given is not None and MODEL_DTYPES[given] != have:
+            raise RunnerError(f"`model.{key}` is {given}, but {model.path} {verb} {have}",
+                              where=f"{where}: model.{key}",
+                              fix=f"leave model.{key} out for a model config, or name a "
+                                  "checkpoint:DIR / seeded:sdxl source to export in that "
+                                  "precision")
     return model
 
 
-def _model_path(model_ref: str, path: Path, where: str) -> Path:
+def _model_path(model_ref: str, path: Path, where: str, vae_dtype: str | None = None) -> Path:
+    """The model config a `model:` reference names; a builtin's variant decoding in
+    `vae_dtype` when it ships one."""
     if model_ref.startswith("builtin:"):
-        model_path = BUILTIN_MODELS.get(model_ref.removeprefix("builtin:"))
+        name = model_ref.removeprefix("builtin:")
+        model_path = BUILTIN_VAE_VARIANTS.get((name, vae_dtype or ""), BUILTIN_MODELS.get(name))
         if model_path is None:
             raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
                               fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")

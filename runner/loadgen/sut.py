@@ -12,7 +12,9 @@ image under its key, and the completer here answers LoadGen for keys it still ow
   image is released and its file deleted once LoadGen has copied it, so memory and disk
   stay flat however many samples a test issues;
 - when every worker is dead, the samples still owed are answered empty so LoadGen can end
-  and write its logs, and the failure is recorded: a clear error, never a hang.
+  and write its logs, and the failure is recorded: a clear error, never a hang. The same
+  when a worker records a sample it could not make (its decoder's output was not finite,
+  `samples/failed/`): no image exists to answer it with, and no later one will.
 """
 
 from __future__ import annotations
@@ -215,6 +217,12 @@ class QueueSUT:
         if now < self._next_handle_poll:
             return
         self._next_handle_poll = now + DEAD_POLL_S
+        if self.failure is None and (failed := self.store.failures()):
+            first = failed[min(failed)]
+            self.failure = (f"{len(failed)} sample(s) could not be made (sample key "
+                            f"{first.qsl_idx}: {first.error}; fix: {first.fix}); the samples "
+                            "still owed were answered empty so LoadGen could end its test")
+            print(f"error: {self.failure}", file=sys.stderr, flush=True)
         if self.failure is None and self.queue.root.joinpath(WORKERS_DEAD).exists():
             with self.lock:
                 owed = len(self.owed)

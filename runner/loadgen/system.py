@@ -24,6 +24,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
+from runner.config.model_config import precision_text
 from runner.loadgen.rules import DIVISIONS, SYSTEM_TYPES, Round
 
 SMI_TIMEOUT_S = 20
@@ -294,7 +295,9 @@ def describe_system(rules: Round, profile, division: str, submitter: str, nodes:
                       f"{layout.gpus or 0} GPU(s), partition {layout.partition or 'none'}, "
                       f"{len(layout.devices)} device ID(s), {layout.cpd} pipeline(s) per ID"),
          "sw_notes": (f"iree-sdxl-runner layout {json.dumps(layout.to_dict(), sort_keys=True)}"
-                      f"; model {profile.model.name} ({profile.model.dtype})")}, "layout")
+                      f"; model {profile.model.name} ("
+                      f"{precision_text(profile.model.dtype, profile.model.vae_dtype)})")},
+        "layout")
     put({"division": division, "submitter": submitter}, "command")
     put(given, "profile")
     missing = [f for f in rules.system_fields if f not in values]
@@ -330,9 +333,10 @@ def _weights(profile) -> str:
         from runner.config.exports import checkpoint_sha256
 
         path = Path(model.source.partition(":")[2])
-        digest = checkpoint_sha256(path, model.dtype)
-        return (f"diffusers checkpoint {path.name}, sha256 {digest} (of its files' sha256s)"
+        digest = checkpoint_sha256(path, model.dtype, model.vae_dtype)
+        text = (f"diffusers checkpoint {path.name}, sha256 {digest} (of its files' sha256s)"
                 if digest else f"diffusers checkpoint {path.name} (not on this machine)")
+        return text + _vae_from(model)
     parts = []
     for name, sub in sorted(model.submodels.items()):
         if sub.weights is None:
@@ -344,15 +348,36 @@ def _weights(profile) -> str:
             path = Path(ref)
             digest = sha256_file(path) if path.is_file() else "not on this machine"
             parts.append(f"{name}: {path.name} sha256 {digest}")
-    return f"{model.name} ({model.source or 'artifacts'}): " + "; ".join(parts)
+    return (f"{model.name} ({model.source or 'artifacts'}): " + "; ".join(parts)
+            + _vae_from(model))
+
+
+def _vae_from(model) -> str:
+    """The `--vae-from` VAE an export decodes with instead of the checkpoint's, if any."""
+    if not model.vae_from:
+        return ""
+    from runner.config.exports import vae_sha256
+
+    path = Path(model.vae_from)
+    digest = vae_sha256(path, model.dtype, model.vae_dtype)
+    return (f"; VAE from {path.name}, sha256 {digest} (of its files' sha256s)" if digest
+            else f"; VAE from {path.name} (not on this machine)")
+
+
+def weight_types(model) -> str:
+    """The precision each part computes in: `fp16`, or `fp16; VAE fp32` when they differ
+    (MLPerf's reference decodes in fp32, IREE CI's and AMD's SDXL in fp16)."""
+    dtype = _DATA_TYPES.get(model.dtype, model.dtype)
+    vae = _DATA_TYPES.get(model.vae_dtype, model.vae_dtype)
+    return dtype if vae == dtype else f"{dtype} (text encoders, UNet); VAE {vae}"
 
 
 def measurements(profile) -> dict[str, str]:
     """measurements.json: the model's real precision and starting weights."""
     model = profile.model
-    dtype = _DATA_TYPES.get(model.dtype, model.dtype)
     return {"input_data_types": "int64 (prompt token ids)", "retraining": "No",
-            "starting_weights_filename": _weights(profile), "weight_data_types": dtype,
+            "starting_weights_filename": _weights(profile),
+            "weight_data_types": weight_types(model),
             "weight_transformations": "none (IREE compiles the weights as given)"
             if not (model.source and model.source.startswith("checkpoint:"))
             else "exported with iree-turbine, compiled by IREE"}

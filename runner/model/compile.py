@@ -23,6 +23,7 @@ from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import cache_dir
 from runner.base.progress import echo
+from runner.model.gpu_targets import check_gpu_target
 
 # Flags naming a file iree-compile writes: what it holds afterwards is no input of the key.
 OUTPUT_FILE_FLAGS = ("--iree-scheduling-dump-statistics-file=",)
@@ -97,6 +98,8 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     out_dir = cache_dir() / "vmfb" / shard
     vmfb = out_dir / f"{key}.vmfb"
     command = [compiler.path, str(mlir), *flags, "-o", str(vmfb)]
+    if not vmfb.is_file():  # a CUDA/HIP chip this compiler does not know: said up front
+        check_gpu_target(flags, compiler, str(mlir))
     if dry_run or vmfb.is_file():
         digest = sha256_file(vmfb) if vmfb.is_file() else ""
         return CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest)

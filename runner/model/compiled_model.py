@@ -72,7 +72,8 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
     from runner.config.exports import ExportSource, export_command
     from runner.model.export.store import ensure_export
 
-    source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source")
+    source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source",
+                                vae_dtype=model.vae_dtype, vae_from=model.vae_from)
     if dry_run:
         print(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
         return model

@@ -22,6 +22,7 @@ from runner.accuracy.verdict import JSON_NAME, RangeCheck
 from runner.base.errors import RunnerError
 from runner.batch.worker import TASKS_DIR
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
+from runner.config.model_config import precision_text
 from runner.inputs.yamlfile import read_yaml
 from runner.report.thumbs import thumbnail_png
 from runner.rundir.directory import REPRODUCE, RunDir
@@ -181,6 +182,8 @@ class RunReport:
     name: str
     profile: str
     model: str
+    precision: str  # `fp16, VAE fp32` (model_config.precision_text)
+    model_record: Mapping[str, Any]  # run.json's `model`: name, source, dtype, vae_dtype...
     status: str  # as run.json records it: complete | incomplete | running
     requested: int
     done: int
@@ -257,8 +260,13 @@ def margin_text(check: RangeCheck) -> str:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _model_name(manifest: RunManifest) -> str:
-    fallback = str(manifest.profile_config.get("model", "?"))
+def _model(manifest: RunManifest) -> dict[str, Any]:
+    """The model's name and precisions: run.json's record, else (a run made before it was
+    recorded) its model config's, else what the profile names."""
+    if manifest.model:
+        return manifest.model
+    fallback = {"name": str(manifest.profile_config.get("model", "?")), "dtype": "?",
+                "vae_dtype": "float32"}
     path = manifest.compiled.get("model_config")
     if not path:
         return fallback
@@ -266,7 +274,11 @@ def _model_name(manifest: RunManifest) -> str:
         raw = read_yaml(Path(path), what="model config")
     except RunnerError:
         return fallback
-    return str(raw.get("name", fallback)) if isinstance(raw, dict) else fallback
+    if not isinstance(raw, dict):
+        return fallback
+    return {"name": str(raw.get("name", fallback["name"])),
+            "dtype": str(raw.get("dtype", "?")),
+            "vae_dtype": str(raw.get("vae_dtype") or "float32")}
 
 
 def _range(entry: Any, metric: str, where: str) -> RangeCheck:
@@ -436,6 +448,12 @@ def _comparison(run_dir: Path, against: Path, worst: int, captions) -> Compariso
 def _completeness(run_dir: Path, requested: int, missing: list[int], unexpected: list[int]
                   ) -> Check:
     title = "all requested samples present"
+    failed = SampleStore(run_dir).failures(missing)
+    if failed:
+        why = failed[min(failed)]
+        return Check("completeness", title, "fail",
+                     f"{len(failed)} of {requested} samples failed (first: sample "
+                     f"{why.qsl_idx}: {why.error}); fix: {why.fix}")
     if missing:
         first = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         return Check("completeness", title, "fail",
@@ -518,6 +536,7 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
             ) -> RunReport:
     run_dir = Path(run_dir)
     manifest = RunDir(run_dir).load()
+    model = _model(manifest)
     requested_ids = [int(i) for i in manifest.sample_ids]
     on_disk = SampleStore(run_dir).done_ids()
     done = set(requested_ids) & on_disk
@@ -558,7 +577,10 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
     slurm = manifest.slurm
     return RunReport(
         run_dir=run_dir, name=run_dir.resolve().name, profile=manifest.profile,
-        model=_model_name(manifest), status=manifest.status,
+        model=str(model.get("name", "?")),
+        precision=precision_text(str(model.get("dtype", "?")),
+                                 str(model.get("vae_dtype") or "float32")),
+        model_record=model, status=manifest.status,
         requested=len(requested_ids), done=len(done), missing=tuple(missing),
         unexpected=tuple(unexpected), layout=manifest.layout,
         plan_notes=tuple(str(n) for n in plan.get("notes", [])),

@@ -135,7 +135,8 @@ def _header(r: RunReport) -> str:
     cls = VERDICT_CLASS.get(r.verdict, "none")
     t = r.timing
     when = t.finished_at or t.started_at or "?"
-    sub = (f"profile {_code(r.profile)} · model {e(r.model)} · {r.done}/{r.requested} samples"
+    sub = (f"profile {_code(r.profile)} · model {e(r.model)} ({e(r.precision)}) · "
+           f"{r.done}/{r.requested} samples"
            f" · {e(r.executor)} executor · IREE {e(r.runtime_version)} · {e(when)}")
     return (f'<header class="verdict {cls}"><div class="badge">{e(r.verdict)}</div>'
             f"<div><h1>run {_code(r.name)}</h1><p>{sub}</p></div></header>")

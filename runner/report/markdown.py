@@ -89,8 +89,8 @@ def image_line(report: RunReport) -> str:
 def headline(report: RunReport) -> str:
     icon = ICONS.get(report.verdict, "⚪")
     return (f"## {icon} {report.verdict}: run {code(report.name)} · profile "
-            f"{code(report.profile)} · {esc(report.model)} · {report.done}/{report.requested} "
-            "samples")
+            f"{code(report.profile)} · {esc(report.model)} ({esc(report.precision)}) · "
+            f"{report.done}/{report.requested} samples")
 
 
 def markdown(report: RunReport) -> str:

@@ -37,6 +37,8 @@ def results(report: RunReport) -> dict[str, Any]:
         "name": r.name,
         "profile": r.profile,
         "model": r.model,
+        "model_precision": {"dtype": r.model_record.get("dtype"),
+                            "vae_dtype": r.model_record.get("vae_dtype") or "float32"},
         "verdict": r.verdict,
         "failures": [c.message for c in r.failures],
         "checks": [{"name": c.name, "title": c.title, "status": c.status,

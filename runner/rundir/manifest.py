@@ -84,6 +84,12 @@ class RunManifest:
     worker_commands: dict[str, str] = field(default_factory=dict)
     missing: list[int] = field(default_factory=list)
     unexpected: list[int] = field(default_factory=list)
+    # Samples the pipeline could not make, as their failure records (runner.rundir.store):
+    # also in `missing`, but no resume of the same model will make them.
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    # The model the run's modules are: name, source, precisions (`dtype`, `vae_dtype`),
+    # what reports and the MLPerf system description show.
+    model: dict[str, Any] = field(default_factory=dict)
     slurm: dict[str, Any] | None = None
     cwd: str = ""  # where the driver ran: `argv`'s relative paths (--ids FILE) are from here
     extra: dict[str, Any] = field(default_factory=dict)

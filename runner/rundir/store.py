@@ -9,6 +9,12 @@ A file that fails the check (truncated, bit-flipped, another sample's) is never 
 it moves to `samples/corrupt/<name>.<timestamp>`, so the evidence stays and the listing
 no longer counts it; resume regenerates it.
 
+A sample the pipeline could not make (its decoder's output was not finite) has no image:
+its worker records why in `samples/failed/<qsl_idx>.json` and goes on with the next batch,
+so one failed sample never sinks the workers. Aggregation and scoring refuse a run with
+such records, naming the fix; a resume computes the sample again, and a sample written
+later clears its record.
+
 Reading is parallel (`runner.rundir.parallel`): a thread pool decodes and verifies on every core
 while the caller consumes images in order, a bounded window ahead.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import queue
 import stat
@@ -33,13 +40,14 @@ from typing import Any
 import numpy as np
 
 from runner.base.errors import RunnerError
-from runner.base.fileio import atomic_write_bytes
+from runner.base.fileio import atomic_write_bytes, atomic_write_json
 from runner.inputs.paths import is_inside
 from runner.model.images import decode_png, encode_png, png_text
 from runner.rundir.parallel import default_jobs, ordered_map
 
 SAMPLES_DIR = "samples"
 CORRUPT_DIR = "corrupt"
+FAILED_DIR = "failed"
 # Stored (uncompressed) deflate blocks. A 1024x1024 SDXL image costs ~1 ms to encode and
 # ~1 ms to decode this way, against 55 ms and 12 ms at level 1, for ~15% more disk
 # (measured by scripts/bench_scale.py); every sample is read at least twice (aggregate,
@@ -66,6 +74,38 @@ class SampleRecord:
     def to_dict(self) -> dict:
         return {"qsl_idx": self.qsl_idx, "sha256": self.sha256, "worker": self.worker,
                 "device": self.device}
+
+
+@dataclass(frozen=True)
+class SampleFailure:
+    """Why a sample has no image: what the pipeline said (`error`) and what to do (`fix`)."""
+
+    qsl_idx: int
+    worker: str
+    device: str
+    error: str
+    fix: str
+
+    def to_dict(self) -> dict:
+        return {"qsl_idx": self.qsl_idx, "worker": self.worker, "device": self.device,
+                "error": self.error, "fix": self.fix}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> SampleFailure:
+        return cls(int(raw["qsl_idx"]), str(raw["worker"]), str(raw["device"]),
+                   str(raw["error"]), str(raw.get("fix", "")))
+
+
+def failures_error(failures: dict[int, SampleFailure], total: int, where: str,
+                   refused: str) -> RunnerError:
+    """The error for a run with failed samples: how many, the first one's reason and fix.
+    `refused`: what is refused because of them (aggregation, scoring)."""
+    first = failures[min(failures)]
+    ids = sorted(failures)
+    return RunnerError(f"{len(ids)} of {total} samples failed (qsl_idx {ids[:20]}"
+                       f"{', ...' if len(ids) > 20 else ''}); {refused}. Sample {first.qsl_idx}: "
+                       f"{first.error}", where=where, fix=first.fix or "see the failure "
+                       f"records in samples/{FAILED_DIR}/")
 
 
 class CorruptSample(RunnerError):
@@ -110,7 +150,35 @@ class SampleStore:
             raise RunnerError(f"cannot write sample {qsl_idx}: {e}", where=str(self.dir),
                               fix="free disk space, then `runner run --resume` this run dir; "
                               "finished samples are kept") from e
+        self.failed_path(qsl_idx).unlink(missing_ok=True)  # an earlier attempt's failure
         return record
+
+    def failed_path(self, qsl_idx: int) -> Path:
+        return self.dir / FAILED_DIR / f"{qsl_idx:05d}.json"
+
+    def fail(self, failure: SampleFailure) -> None:
+        """Records a sample the pipeline could not make (no image is written for it)."""
+        try:
+            atomic_write_json(self.failed_path(failure.qsl_idx), failure.to_dict())
+        except OSError as e:
+            raise RunnerError(f"cannot record failed sample {failure.qsl_idx}: {e}",
+                              where=str(self.dir), fix="free disk space, then `runner run "
+                              "--resume` this run dir; finished samples are kept") from e
+
+    def failures(self, ids: Iterable[int] | None = None) -> dict[int, SampleFailure]:
+        """The failed samples' records (of `ids` when given), by qsl_idx."""
+        wanted = None if ids is None else set(ids)
+        out = {}
+        for path in sorted((self.dir / FAILED_DIR).glob("[0-9]*.json")):
+            if not path.stem.isdigit() or (wanted is not None and int(path.stem) not in wanted):
+                continue
+            try:
+                out[int(path.stem)] = SampleFailure.from_dict(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                # Unreadable (cut short, edited): still a failure, the reason unknown.
+                out[int(path.stem)] = SampleFailure(int(path.stem), "?", "?",
+                                                    f"unreadable failure record {path}", "")
+        return out
 
     def done_ids(self) -> set[int]:
         """Ids with a sample file, unchecked: cheap enough for progress polling. What is
@@ -285,6 +353,10 @@ class SampleWriter:
 
     def put(self, qsl_idx: int, image: np.ndarray, worker: str, device: str) -> None:
         self._submit(lambda: self.store.put(qsl_idx, image, worker, device))
+
+    def fail(self, failure: SampleFailure) -> None:
+        """A failed sample's record, written in order with the images around it."""
+        self._submit(lambda: self.store.fail(failure))
 
     def after(self, fn: Callable[[], object]) -> None:
         self._submit(fn)

@@ -884,6 +884,10 @@ module @compiled_vae {
     %int0_326 = torch.constant.int 0
     %int1_327 = torch.constant.int 1
     %319 = torch.aten.clamp %318, %int0_326, %int1_327 : !torch.vtensor<[2,3,128,128],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,3,128,128],f32>
-    return %319 : !torch.vtensor<[2,3,128,128],f32>
+    %int1_328 = torch.constant.int 1
+    %320 = torch.aten.sub.Tensor %318, %318, %int1_328 : !torch.vtensor<[2,3,128,128],f32>, !torch.vtensor<[2,3,128,128],f32>, !torch.int -> !torch.vtensor<[2,3,128,128],f32>
+    %int1_329 = torch.constant.int 1
+    %321 = torch.aten.add.Tensor %319, %320, %int1_329 : !torch.vtensor<[2,3,128,128],f32>, !torch.vtensor<[2,3,128,128],f32>, !torch.int -> !torch.vtensor<[2,3,128,128],f32>
+    return %321 : !torch.vtensor<[2,3,128,128],f32>
   }
 }

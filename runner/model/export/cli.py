@@ -28,10 +28,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise RunnerError("give exactly one of --from DIR and --seeded", where="runner export sdxl",
                           fix="--from a local diffusers-format SDXL checkpoint, or --seeded for "
                           "SDXL's architecture with seeded random weights")
-    dtype = DTYPES[args.dtype]
-    source = (ExportSource(None, "sdxl", dtype, args.max_length) if args.seeded
+    dtype, vae_dtype = DTYPES[args.dtype], DTYPES[args.vae_dtype]
+    vae_from = resolved(Path(args.vae_from), "--vae-from") if args.vae_from else None
+    source = (ExportSource(None, "sdxl", dtype, args.max_length, vae_dtype, vae_from)
+              if args.seeded
               else ExportSource(resolved(Path(args.source), "--from"), None, dtype,
-                                args.max_length))
+                                args.max_length, vae_dtype, vae_from))
     batches = args.batch_sizes
     vae_batches = args.vae_batch_sizes or batches
     out = resolved(Path(args.out), "--out") if args.out else None
@@ -58,7 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vae-batch-sizes", type=count_list,
                    help="sdxl: comma list (default: --batch-sizes)")
     p.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16",
-                   help="sdxl: text encoders and UNet (default fp16; the VAE decodes in fp32)")
+                   help="sdxl: text encoders and UNet (default fp16)")
+    p.add_argument("--vae-dtype", choices=["fp32", "fp16"], default="fp32",
+                   help="sdxl: what the VAE decodes in (default fp32, MLPerf's reference; "
+                   "fp16 is IREE CI's and AMD's, and needs an fp16-safe VAE: SDXL base's "
+                   "overflows)")
+    p.add_argument("--vae-from", metavar="DIR",
+                   help="sdxl: a diffusers-format VAE directory to decode with instead of the "
+                   "model's own (e.g. one adapted to decode in fp16)")
     p.add_argument("--max-length", type=COUNT, metavar="TOKENS",
                    help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
                    "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
@@ -68,4 +77,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
     p.set_defaults(func=cmd_export)
     document(p, "runner export tiny", "runner export sdxl --seeded --dry-run",
-             "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8")
+             "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8",
+             "runner export sdxl --from /path/to/sdxl-base-1.0 --vae-dtype fp16 "
+             "--vae-from /path/to/sdxl-vae-fp16-fix")

@@ -2,10 +2,15 @@
 
 The MLIR is a golden of its own (the structural tier): exporting twice with the pinned
 `[export]` versions gives the same bytes, so a test can re-export and diff.
+
+Two decoders ship: fp32 (`model.json`, MLPerf's reference precision) and fp16
+(`model_vae_fp16.json`, IREE CI's and AMD's: `--set model.vae_dtype=fp16` on a tiny profile),
+the same seeded weights rounded to half; the text encoders and UNet are shared.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -15,7 +20,7 @@ import numpy as np
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import ASSETS_DIR, refuse_package_write
-from runner.config.exports import model_config
+from runner.config.exports import file_names, model_config
 from runner.config.mlperf_data import load_captions
 from runner.config.model_config import ModelConfig
 from runner.model.export.exporter import (
@@ -28,14 +33,22 @@ from runner.model.export.exporter import (
 TINY_DIR = ASSETS_DIR / "tiny"
 MAX_LENGTH = 64
 BATCH_SIZES = (1, 2)
+# Per VAE precision: the config file and the VAE's files (the other submodels are shared).
+VARIANTS = {
+    "float32": ("model.json", {"mlir": "vae_bs{batch}.mlir", "weights": "vae.irpa"}),
+    "float16": ("model_vae_fp16.json", {"mlir": "vae_fp16_bs{batch}.mlir",
+                                        "weights": "vae_fp16.irpa"}),
+}
 
 
-def tiny_model_config() -> dict:
-    """The model config the embedded default ships (`model.json`)."""
+def tiny_model_config(vae_dtype: str = "float32") -> dict:
+    """A model config the embedded default ships (`model.json`, or the fp16 decoder's)."""
     from runner.model.export import tiny_model as tm
 
+    names = {**file_names(), "vae": VARIANTS[vae_dtype][1]}
     return model_config("tiny-sdxl", "float32", list(BATCH_SIZES), list(BATCH_SIZES),
-                        tm.IMAGE_SIZE, tm.LATENT_SIZE, tm.STEPS, MAX_LENGTH)
+                        tm.IMAGE_SIZE, tm.LATENT_SIZE, tm.STEPS, MAX_LENGTH,
+                        vae_dtype=vae_dtype, names=names)
 
 
 def build_tiny(out_dir: Path):
@@ -50,8 +63,9 @@ def build_tiny(out_dir: Path):
 
 
 def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
-    """Exports every submodel at every batch size; returns the files written. The default,
-    the shipped assets, is a checkout's to regenerate: an installed package is refused."""
+    """Exports every submodel at every batch size, and the fp16 decoder beside the fp32
+    one; returns the files written. The default, the shipped assets, is a checkout's to
+    regenerate: an installed package is refused."""
     refuse_package_write(out_dir, "--out")
     try:
         import iree.turbine  # noqa: F401
@@ -59,32 +73,39 @@ def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
         raise RunnerError(f"export needs the [export] extra: {e}",
                           fix="pip install -e '.[export]'") from e
     from runner.model.export import tiny_model as tm
+    from runner.model.export.sdxl_model import vae_decoder
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model = build_tiny(out_dir)
     config = tiny_model_config()
     written = [out_dir / "tokenizer" / "vocab.json", out_dir / "tokenizer" / "merges.txt"]
     modules = model.named()
-    externalize(modules)
-    for name, module in modules.items():
-        weights = out_dir / config["submodels"][name]["weights"]
-        save_weights(module, weights)
-        written.append(weights)
+    # The fp16 decoder: the same seeded VAE, rounded (before parameters go external).
+    vae_fp16 = vae_decoder(copy.deepcopy(model.vae.vae), "float32", "float16")
+    externalize({**modules, "vae_fp16": vae_fp16})
     c, s = tm.LATENT_SIZE, MAX_LENGTH
     d, p = tm.HIDDEN_1 + tm.HIDDEN_2, tm.POOLED
+    parts = [(name, module, config["submodels"][name]) for name, module in modules.items()]
+    parts.append(("vae", vae_fp16, VARIANTS["float16"][1]))
+    for _, module, files in parts:
+        weights = out_dir / files["weights"]
+        save_weights(module, weights)
+        written.append(weights)
     for b in BATCH_SIZES:
-        for name, module in modules.items():
+        for name, module, files in parts:
             mlir = export_mlir(module, name, b, c, s, d, p, "float32")
-            path = out_dir / config["submodels"][name]["mlir"].format(batch=b)
+            path = out_dir / files["mlir"].format(batch=b)
             atomic_write_text(path, mlir)
             written.append(path)
         path = out_dir / config["submodels"]["unet"]["extra_mlir"][0].format(batch=b)
         atomic_write_text(path, unet_pipeline_mlir(b, c, s, d, p, tm.STEPS))
         written.append(path)
-    config_path = out_dir / "model.json"
-    atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
-    ModelConfig.load(config_path)  # what we ship must load
-    written.append(config_path)
+    for vae_dtype, (file, _) in VARIANTS.items():
+        config_path = out_dir / file
+        atomic_write_text(config_path, json.dumps(tiny_model_config(vae_dtype), indent=2)
+                          + "\n")
+        ModelConfig.load(config_path)  # what we ship must load
+        written.append(config_path)
     return written
 
 

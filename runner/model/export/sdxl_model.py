@@ -104,26 +104,48 @@ class ScheduledUnet(nn.Module):
         return stepped.to(sample.dtype) if self.cast_back else stepped
 
 
-class VaeDecoder(nn.Module):
-    """`decode(latents) -> images` in [0,1], as SDXL's VAE artifact returns them.
+class GroupNormInFloat32(nn.GroupNorm):
+    """A half-precision VAE's GroupNorm as torch's own kernels compute it (CPU and CUDA
+    alike): statistics and normalization in float32, the result rounded to half. Written
+    out so the exported graph says so: IREE lowers a half GroupNorm to half reductions,
+    which put the tiny VAE's fp16 images 9 LSB away from diffusers' fp16 decode; with this
+    they are within 1 LSB (docs/accuracy.md)."""
 
-    The VAE always computes in float32: MLPerf's reference runs the fp16 pipeline and
-    diffusers upcasts SDXL's VAE (config `force_upcast`, its fp16 decode overflows), so
-    fp16 latents are cast up on the way in and the images come out float32.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return nn.functional.group_norm(x.float(), self.num_groups, weight, bias,
+                                        self.eps).to(x.dtype)
+
+
+class VaeDecoder(nn.Module):
+    """`decode(latents) -> images` in [0,1], as SDXL's VAE artifact returns them, and NaN
+    where the decode is not finite (the host refuses those: runner.model.pipeline.sdxl).
+
+    The VAE computes in `vae_dtype`, whatever the latents come in: latents in another
+    dtype are cast on the way in, and the images come out in `vae_dtype`. float32 is
+    MLPerf's reference: it runs the fp16 pipeline and diffusers upcasts SDXL's VAE (config
+    `force_upcast`, its fp16 decode overflows). float16 is what IREE CI's artifacts and
+    AMD's harness decode in (with a VAE adapted for it).
     """
 
-    def __init__(self, vae: Any, latent_dtype: torch.dtype = torch.float32):
+    def __init__(self, vae: Any, latent_dtype: torch.dtype = torch.float32,
+                 vae_dtype: torch.dtype = torch.float32):
         super().__init__()
         self.vae = vae
         self.vae.encoder = None  # only the decoder ships; an encoder would be dead weight
         self.scaling_factor = float(vae.config.scaling_factor)
-        self.upcast = latent_dtype != torch.float32
+        self.vae_dtype = vae_dtype
+        self.cast = latent_dtype != vae_dtype
 
     def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        if self.upcast:
-            latents = latents.to(torch.float32)
-        image = self.vae.decode(latents / self.scaling_factor, return_dict=False)[0]
-        return (image / 2 + 0.5).clamp(0, 1)
+        if self.cast:
+            latents = latents.to(self.vae_dtype)
+        image = self.vae.decode(latents / self.scaling_factor, return_dict=False)[0] / 2 + 0.5
+        # IREE lowers clamp so that NaN becomes 0 and Inf saturates: an fp16 decode that
+        # overflowed came back as black images. `image - image` is 0 for every finite pixel
+        # (the clamped value is kept exactly) and NaN for NaN or Inf, which reach the host.
+        return image.clamp(0, 1) + (image - image)
 
     decode = forward
 
@@ -164,22 +186,48 @@ def fp16_pipeline_vae(vae: nn.Module) -> nn.Module:
     return _as(vae, torch.float32).to(torch.float16).to(torch.float32)
 
 
-def _wrap(arch: Architecture, te_1, te_2, unet, vae, dtype: str, steps: int) -> SdxlModules:
+def vae_decoder(vae: nn.Module, dtype: str, vae_dtype: str) -> VaeDecoder:
+    """The decoder of a model whose latents are `dtype`, decoding in `vae_dtype`: in
+    float16, the weights rounded to half and GroupNorm in float32 (`GroupNormInFloat32`);
+    in float32 under an fp16 model, diffusers' fp16 pipeline's rounded weights upcast."""
+    if vae_dtype == "float16":
+        vae = _as(vae, torch.float16)
+        for module in vae.modules():
+            if type(module) is nn.GroupNorm:
+                module.__class__ = GroupNormInFloat32
+    elif dtype == "float16":
+        vae = fp16_pipeline_vae(vae)
+    else:
+        vae = _as(vae, torch.float32)
+    return VaeDecoder(vae, TORCH_DTYPES[dtype], TORCH_DTYPES[vae_dtype])
+
+
+def _wrap(arch: Architecture, te_1, te_2, unet, vae, dtype: str, steps: int,
+          vae_dtype: str = "float32") -> SdxlModules:
     torch_dtype = TORCH_DTYPES[dtype]
-    vae = fp16_pipeline_vae(vae) if torch_dtype == torch.float16 else _as(vae, torch.float32)
     modules = SdxlModules(
         PromptEncoder(_as(te_1, torch_dtype), _as(te_2, torch_dtype)),
         ScheduledUnet(_as(unet, torch_dtype), scheduler(arch.scheduler, steps), arch.image_size,
                       torch_dtype),
-        VaeDecoder(vae, torch_dtype))
+        vae_decoder(vae, dtype, vae_dtype))
     for module in modules.named().values():
         module.eval().requires_grad_(False)
     return modules
 
 
-def build_seeded(arch: Architecture, seed: int, dtype: str, steps: int) -> SdxlModules:
+def load_vae(root: Path, variant: str | None):
+    """A diffusers-format VAE directory's AutoencoderKL, in float32 (`vae_decoder` rounds)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_pretrained(root, torch_dtype=torch.float32, variant=variant,
+                                         use_safetensors=True)
+
+
+def build_seeded(arch: Architecture, seed: int, dtype: str, steps: int,
+                 vae_dtype: str = "float32", vae: Any = None) -> SdxlModules:
     """Seeded random weights: the same call always gives the same modules. Built directly in
-    `dtype` where possible, so a full-size fp16 UNet never exists in float32 (10 GB)."""
+    `dtype` where possible, so a full-size fp16 UNet never exists in float32 (10 GB). `vae`:
+    a VAE of its own (`--vae-from`) instead of a seeded one."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     torch.manual_seed(seed)
@@ -190,15 +238,18 @@ def build_seeded(arch: Architecture, seed: int, dtype: str, steps: int) -> SdxlM
         unet = UNet2DConditionModel.from_config(arch.unet)
     finally:
         torch.set_default_dtype(saved)
-    vae = AutoencoderKL.from_config(arch.vae)
-    return _wrap(arch, te_1, te_2, unet, vae, dtype, steps)
+    if vae is None:
+        vae = AutoencoderKL.from_config(arch.vae)
+    return _wrap(arch, te_1, te_2, unet, vae, dtype, steps, vae_dtype)
 
 
 def load_checkpoint(arch: Architecture, root: Path, variants: dict[str, str | None],
-                    dtype: str, steps: int) -> SdxlModules:
+                    dtype: str, steps: int, vae_dtype: str = "float32",
+                    vae: Any = None) -> SdxlModules:
     """The submodels of a diffusers-format checkpoint (already checked by `checkpoint`);
-    `variants` says per submodel whether its `fp16` weight files are the ones to read."""
-    from diffusers import AutoencoderKL, UNet2DConditionModel
+    `variants` says per submodel whether its `fp16` weight files are the ones to read.
+    `vae`: a VAE of its own (`--vae-from`) instead of the checkpoint's."""
+    from diffusers import UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     torch_dtype = TORCH_DTYPES[dtype]
@@ -213,5 +264,6 @@ def load_checkpoint(arch: Architecture, root: Path, variants: dict[str, str | No
         **opts("text_encoder_2"))
     unet = UNet2DConditionModel.from_pretrained(root / "unet", torch_dtype=torch_dtype,
                                                 **opts("unet"))
-    vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32, **opts("vae"))
-    return _wrap(arch, te_1, te_2, unet, vae, dtype, steps)
+    if vae is None:
+        vae = load_vae(root / "vae", variants["vae"])
+    return _wrap(arch, te_1, te_2, unet, vae, dtype, steps, vae_dtype)

@@ -73,7 +73,7 @@ def _verified(out: Path, key: str | None, log: Callable[[str], None]
     raw = read_json(path, what="export's model.json")
     if raw.get("export_key") != key:
         raise RunnerError("this directory holds an export of other inputs (another "
-                          "checkpoint, dtype or exporter version)", where=str(path),
+                          "checkpoint, dtype, VAE or exporter version)", where=str(path),
                           fix="export into an empty --out, or leave --out out to use the "
                           "export cache")
     try:
@@ -131,7 +131,12 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         from runner.config.checkpoint import open_checkpoint
 
         ckpt = open_checkpoint(source.checkpoint, source.dtype,  # every check, before writing
-                               source.max_length)
+                               source.max_length, source.vae_dtype)
+    vae_files = None
+    if source.vae_from is not None:
+        from runner.config.checkpoint import open_vae
+
+        vae_files = open_vae(source.vae_from, source.dtype, source.vae_dtype)
     key = export_key(source)
     out = out or export_dir(source, key)
     with _locked(out):
@@ -146,12 +151,14 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         staging.mkdir(parents=True)
         try:
             arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
+            if vae_files is not None:
+                arch = vae_files.with_arch(arch)
             # The checkpoint opened above already holds its length: not opened again.
             length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
             if not reuse:  # nothing verified is kept: write every batch size asked for
                 need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
             _write(source, arch, staging, set(reuse), need, need_vae, length, log,
-                   ckpt if source.checkpoint is not None else None)
+                   ckpt if source.checkpoint is not None else None, vae_files)
             out.mkdir(parents=True, exist_ok=True)
             for path in sorted(staging.rglob("*")):
                 if path.is_file():
@@ -173,19 +180,26 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
 
 def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_sizes: list[int],
            vae_batch_sizes: list[int], max_length: int, log: Callable[[str], None],
-           ckpt) -> None:
+           ckpt, vae_files) -> None:
     """Builds the modules and writes into `staging` every file not in `reuse` (the files of
     the verified export already in place)."""
     from runner.config.checkpoint import write_tokenizer
     from runner.model.export import exporter, sdxl_model
 
     start = time.perf_counter()
+    vae = None if vae_files is None else sdxl_model.load_vae(vae_files.root, vae_files.variant)
     if ckpt is None:
-        modules = sdxl_model.build_seeded(arch, SEED, source.dtype, STEPS)
+        modules = sdxl_model.build_seeded(arch, SEED, source.dtype, STEPS, source.vae_dtype,
+                                          vae)
     else:
         modules = sdxl_model.load_checkpoint(arch, ckpt.root, ckpt.variants, source.dtype,
-                                             STEPS)
-    log(f"export: built {source.ref} ({source.dtype}) in {time.perf_counter() - start:.1f}s")
+                                             STEPS, source.vae_dtype, vae)
+    log(f"export: built {source.ref} ({source.dtype}, VAE {source.vae_dtype}) in "
+        f"{time.perf_counter() - start:.1f}s")
+    if source.vae_dtype == "float16" and arch.vae.get("force_upcast", True):
+        log("export: warning: this VAE's config says `force_upcast: true`: diffusers decodes "
+            "it in fp32 because its fp16 decode overflows (SDXL base's does); samples whose "
+            "decode is not finite fail. An fp16-safe VAE: --vae-from DIR")
     if "tokenizer/vocab.json" not in reuse:
         tokenizer = ASSETS_DIR / "tiny" / "tokenizer" if ckpt is None else ckpt.root / "tokenizer"
         write_tokenizer(tokenizer, staging / "tokenizer")

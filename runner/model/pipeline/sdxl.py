@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.base.errors import RunnerError
 from runner.config.model_config import ModelConfig
 from runner.model.images import to_uint8_hwc
 from runner.model.pipeline.iree_session import IreeSession
@@ -32,6 +33,34 @@ class StageTimes:
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         return {s: {"seconds": self.seconds[s], "calls": self.calls[s]} for s in self.seconds}
+
+
+class SampleFailures(RunnerError):
+    """Images of a batch that could not be made: their decoder output (or the latents it
+    decoded) is not finite, so they never become images. `failed`: index in the batch ->
+    why; `images`: the whole batch, each failed one's slot zeros (never to be stored)."""
+
+    def __init__(self, failed: dict[int, str], images: np.ndarray, fix: str, where: str):
+        self.failed, self.images = failed, images
+        first = min(failed)
+        super().__init__(f"{len(failed)} of {len(images)} images failed: image {first}: "
+                         f"{failed[first]}", where=where, fix=fix)
+
+
+def decode_fix(vae_dtype: str) -> str:
+    """What to do about a decoder output that is not finite, decoding in `vae_dtype`."""
+    if vae_dtype == "float16":
+        return ("decode in fp32 (`--set model.vae_dtype=fp32`: MLPerf's reference does, "
+                "since SDXL's own VAE overflows in fp16), or decode with an fp16-safe VAE: "
+                "`runner export sdxl ... --vae-dtype fp16 --vae-from DIR` with a "
+                "diffusers-format VAE directory adapted for fp16 (e.g. a copy of "
+                "madebyollin/sdxl-vae-fp16-fix), `model.vae_from: DIR` in the profile")
+    return ("the VAE gives no finite image even in fp32: check its weights (the "
+            "checkpoint's vae/, or the --vae-from directory)")
+
+
+LATENTS_FIX = ("the UNet's latents are not finite, so no decoder can make an image of them: "
+               "check the UNet's weights and precision (`model.dtype`)")
 
 
 class SdxlPipeline:
@@ -101,12 +130,37 @@ class SdxlPipeline:
         return np.concatenate(chunks)
 
     def generate(self, prompts: list[str]) -> np.ndarray:
-        """uint8 N x H x W x 3 images for up to `batch_size` prompts."""
+        """uint8 N x H x W x 3 images for up to `batch_size` prompts. An image whose decoder
+        output is not finite never becomes one: `SampleFailures` names it (and carries the
+        batch's other images)."""
         if not 0 < len(prompts) <= self.batch_size:
             raise ValueError(f"got {len(prompts)} prompts for batch size {self.batch_size}")
         padded = prompts + [prompts[-1]] * (self.batch_size - len(prompts))
         embeds, pooled = self.encode(padded)
-        images = self.decode(self.denoise(embeds, pooled))
-        if not np.isfinite(images).all():
-            raise FloatingPointError("the pipeline produced NaN or Inf pixels")
-        return to_uint8_hwc(images.astype(np.float32))[: len(prompts)]
+        latents = self.denoise(embeds, pooled)
+        images = self.decode(latents)[: len(prompts)].astype(np.float32)
+        failed = self._not_finite(latents[: len(prompts)], images)
+        if failed:
+            images[sorted(failed)] = 0.0
+        out = to_uint8_hwc(images)
+        if failed:
+            vae_dtype = self.config.vae_dtype
+            latents_bad = any(not np.isfinite(latents[i]).all() for i in failed)
+            raise SampleFailures(failed, out, LATENTS_FIX if latents_bad
+                                 else decode_fix(vae_dtype),
+                                 f"{self.config.path}: functions.decode")
+        return out
+
+    def _not_finite(self, latents: np.ndarray, images: np.ndarray) -> dict[int, str]:
+        """Index -> why, for each image of the batch that is not finite."""
+        out = {}
+        for i, image in enumerate(images):
+            if np.isfinite(image).all():
+                continue
+            if not np.isfinite(latents[i]).all():
+                out[i] = "the UNet's latents hold NaN or Inf values"
+            else:
+                bad = int(np.size(image) - np.isfinite(image).sum())
+                out[i] = (f"the VAE's output is not finite ({bad} NaN/Inf values) decoding in "
+                          f"{self.config.vae_dtype}")
+        return out

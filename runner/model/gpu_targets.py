@@ -1,0 +1,168 @@
+"""Whether the installed iree-compile knows a CUDA or HIP chip, asked before compiling for it.
+
+IREE has no command that lists its GPU targets, and a chip it does not know fails late or
+badly: IREE 3.13 stops an unknown `sm_XX` (`sm_90`, the H100) with "missing GPU target in
+#hal.executable.target" and a long IR dump, and crashes on any other unknown CUDA name
+(`--iree-cuda-target=h100`: a segfault and a stack dump). So before compiling for a GPU the
+runner compiles a three-line module for the chip (`--compile-to=executable-targets`, under a
+second) and remembers the answer per compiler version and commit in
+`$RUNNER_CACHE_DIR/gpu-targets/`. For a chip the compiler does not know it probes the usual
+candidates once, and says which ones this compiler knows and what to do instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.base.errors import RunnerError
+from runner.base.fileio import atomic_write_json
+from runner.base.iree_tools import CompilerInfo
+from runner.base.paths import cache_dir
+
+PROBE_MLIR = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %r = arith.addf %a, %b : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+"""
+# The chip flags, the backend each names, and the HAL device a probe compiles for.
+CHIP_FLAGS = {"--iree-cuda-target=": "cuda", "--iree-rocm-target=": "hip",
+              "--iree-hip-target=": "hip"}
+DEVICES = {"cuda": "cuda", "hip": "hip"}
+# What "known" is checked against when a chip is not: the architectures of the GPUs a lab
+# runs SDXL on and their neighbours (IREE also takes product names, e.g. mi300x, a100).
+CANDIDATES = {
+    "cuda": ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"),
+    "hip": ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"),
+}
+# NVIDIA product and architecture names -> compute capability, to suggest a target for one.
+NVIDIA_SM = {"a100": 80, "ampere": 80, "a10": 86, "rtx3090ti": 86, "l4": 89, "l40s": 89,
+             "ada": 89, "rtx4090": 89, "h100": 90, "h200": 90, "gh200": 90, "hopper": 90,
+             "b200": 100, "gb200": 100, "blackwell": 100}
+# What iree-compile says of a target it does not know (3.11-3.13): an unknown sm_XX, an
+# unknown CUDA name (then it crashes), an unknown ROCm target.
+UNKNOWN = ("missing GPU target", "Unknown CUDA target", "Unknown ROCM target",
+           "does not provide any executable targets")
+PROBE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class ChipFlag:
+    backend: str  # cuda | hip
+    prefix: str  # the flag, up to its `=`
+    chip: str
+
+    @property
+    def flag(self) -> str:
+        return f"{self.prefix}{self.chip}"
+
+
+def chip_flag(flags: tuple[str, ...]) -> ChipFlag | None:
+    """The CUDA/HIP chip a compile command targets (the last flag wins, as in LLVM's)."""
+    found = None
+    for flag in flags:
+        for prefix, backend in CHIP_FLAGS.items():
+            if flag.startswith(prefix) and flag != prefix:
+                found = ChipFlag(backend, prefix, flag.removeprefix(prefix))
+    return found
+
+
+def _cache_path(compiler: CompilerInfo) -> Path:
+    name = re.sub(r"[^\w.-]", "_", f"{compiler.version}-{compiler.commit}")
+    return cache_dir() / "gpu-targets" / f"{name}.json"
+
+
+def _load(compiler: CompilerInfo) -> dict[str, bool]:
+    try:
+        raw = json.loads(_cache_path(compiler).read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or damaged: it is only a cache
+    return {k: v for k, v in raw.items() if isinstance(v, bool)} if isinstance(raw, dict) \
+        else {}
+
+
+def _save(compiler: CompilerInfo, answers: dict[str, bool]) -> None:
+    """Merged into what is there: another process may have probed other chips meanwhile."""
+    atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
+
+
+def probe(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
+    """Whether `compiler` compiles for the chip: True, False, or None when the probe says
+    nothing about the chip (e.g. this compiler does not know the flag itself: the real
+    compile then reports that)."""
+    with tempfile.TemporaryDirectory(prefix="runner-gpu-probe-") as tmp:
+        mlir = Path(tmp) / "probe.mlir"
+        mlir.write_text(PROBE_MLIR)
+        argv = [compiler.path, str(mlir), f"--iree-hal-target-device={DEVICES[target.backend]}",
+                target.flag, "--compile-to=executable-targets", "-o", os.devnull]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                  timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None
+    if proc.returncode == 0:
+        return True
+    if proc.returncode < 0 or proc.returncode >= 128 or any(u in proc.stderr for u in UNKNOWN):
+        return False  # a crash (signal) on a three-line module is the target too
+    return None
+
+
+def known_targets(compiler: CompilerInfo, backend: str, prefix: str) -> list[str]:
+    """The candidates of `backend` this compiler knows (probed in parallel, then cached)."""
+    answers = _load(compiler)
+    todo = [c for c in CANDIDATES[backend] if f"{prefix}{c}" not in answers]
+    if todo:
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            found = pool.map(lambda c: probe(compiler, ChipFlag(backend, prefix, c)), todo)
+            new = {f"{prefix}{c}": ok for c, ok in zip(todo, found, strict=True)
+                   if ok is not None}
+        _save(compiler, new)
+        answers.update(new)
+    return [c for c in CANDIDATES[backend] if answers.get(f"{prefix}{c}")]
+
+
+def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str) -> None:
+    """Raises RunnerError naming the targets `compiler` knows when the flags' CUDA/HIP chip
+    is not one of them; nothing for a CPU compile or a chip it knows (cached answers make
+    this free after the first compile for a chip)."""
+    target = chip_flag(flags)
+    if target is None:
+        return
+    answers = _load(compiler)
+    known = answers.get(target.flag)
+    if known is None:
+        known = probe(compiler, target)
+        if known is None:
+            return  # the probe could not tell: the compile itself says what is wrong
+        _save(compiler, {target.flag: known})
+    if known:
+        return
+    others = known_targets(compiler, target.backend, target.prefix)
+    kind = "CUDA" if target.backend == "cuda" else "HIP"
+    raise RunnerError(
+        f"iree-compile {compiler.version} (@ {compiler.commit[:12]}) does not know the {kind} "
+        f"target {target.chip!r} ({target.flag}: compiling for it would stop with an error, "
+        f"or crash); of {', '.join(CANDIDATES[target.backend])} it knows "
+        f"{', '.join(others) or 'none'}", where=where, fix=_fix(target, others))
+
+
+def _fix(target: ChipFlag, known: list[str]) -> str:
+    """What to compile for instead: for CUDA the newest known sm not above the GPU's (its
+    PTX is JIT-compiled by the CUDA driver for the GPU it runs on)."""
+    if target.backend == "hip":
+        return ("set target.chip to a target it knows (gfx942 for MI300X/MI325X, gfx950 for "
+                f"MI355X), or use an IREE build that knows {target.chip}")
+    match = re.fullmatch(r"sm_(\d+)\w?", target.chip)
+    sm = int(match.group(1)) if match else NVIDIA_SM.get(target.chip.lower())
+    older = [c for c in known if sm is not None and int(c[3:].rstrip("a")) <= sm]
+    choice = older[-1] if older else (known[-1] if known else "sm_80")
+    return (f"compile for a target it knows that the GPU can run, e.g. --set "
+            f"target.chip={choice}: IREE embeds PTX, which the CUDA driver JIT-compiles for "
+            "the newer GPU it runs on (sm_80 PTX runs on an H100), or use an IREE build "
+            f"that knows {target.chip}")

@@ -1,0 +1,96 @@
+"""A CUDA/HIP chip the installed iree-compile does not know is refused before compiling,
+naming the targets it knows (runner/model/gpu_targets.py), with the real compiler: compiling
+for a GPU target needs no GPU. IREE 3.13 crashes on `--iree-cuda-target=h100` and stops on
+`sm_90` with an IR dump; the runner says instead what it knows and what to do."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from runner.base.errors import RunnerError
+from runner.base.iree_tools import compiler_info
+from runner.base.paths import cache_dir
+from runner.cli import main
+from runner.model.gpu_targets import CANDIDATES, check_gpu_target
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """One cache of probe answers for the module: each target is probed once."""
+    cache = tmp_path_factory.mktemp("gpu-targets-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNNER_CACHE_DIR", str(cache))
+        yield cache
+
+
+def test_an_unknown_cuda_name_is_refused_before_compiling_naming_what_is_known(probed,
+                                                                               capsys):
+    """`h100` makes iree-compile 3.13 segfault with a stack dump: the dry run already says
+    no, lists the CUDA targets the compiler knows (sm_80 among them) and the fix."""
+    assert main(["compile", "--profile", "h100-seeded", "--set", "target.chip=h100",
+                 "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "does not know the CUDA target 'h100'" in err, err
+    known = err.split("it knows ", 1)[1].split("\n", 1)[0].split(", ")
+    assert "sm_80" in known and "sm_90" not in known and set(known) <= set(CANDIDATES["cuda"])
+    assert "--set target.chip=sm_" in err and "JIT" in err
+    assert "Stack dump" not in err and "Please report issues" not in err
+
+
+def test_answers_are_cached_per_compiler_version_and_commit(probed):
+    """After one probe, the answer comes from $RUNNER_CACHE_DIR/gpu-targets/: a compiler of
+    the same version and commit at a path that does not exist answers the same (no process
+    runs), and another version probes afresh (and cannot, here: the path is missing)."""
+    real = compiler_info()
+    check_gpu_target(("--iree-cuda-target=sm_80",), real, "probe")
+    with pytest.raises(RunnerError, match="does not know the CUDA target 'sm_90'"):
+        check_gpu_target(("--iree-cuda-target=sm_90",), real, "probe")
+    (cached,) = (cache_dir() / "gpu-targets").glob("*.json")
+    answers = json.loads(cached.read_text())
+    assert real.commit in cached.name and real.version in cached.name
+    assert answers["--iree-cuda-target=sm_80"] is True
+    assert answers["--iree-cuda-target=sm_90"] is False
+    ghost = dataclasses.replace(real, path="/nonexistent/iree-compile")
+    check_gpu_target(("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"), ghost, "x")
+    with pytest.raises(RunnerError, match=r"it knows .*sm_80"):
+        check_gpu_target(("--iree-cuda-target=sm_90",), ghost, "x")
+    other = dataclasses.replace(ghost, version="0.0.1")
+    with pytest.raises(FileNotFoundError):
+        check_gpu_target(("--iree-cuda-target=sm_80",), other, "x")
+
+
+def test_hip_targets_are_checked_the_same_way(probed):
+    real = compiler_info()
+    check_gpu_target(("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"), real, "x")
+    with pytest.raises(RunnerError) as err:
+        check_gpu_target(("--iree-rocm-target=cdna3",), real, "model.mlir")
+    text = str(err.value)
+    assert text.startswith("model.mlir: ") and "does not know the HIP target 'cdna3'" in text
+    assert "gfx942" in text.split("it knows ", 1)[1] and "gfx950" in text
+
+
+def test_a_cpu_compile_or_a_flag_the_compiler_lacks_is_left_to_the_compile(probed):
+    """Nothing to check for the CPU; `--iree-hip-target` (a spelling IREE 3.13 dropped) makes
+    the probe say nothing about the chip, so the compile itself reports the flag."""
+    real = compiler_info()
+    check_gpu_target(("--iree-hal-target-device=local", "--iree-llvmcpu-target-cpu=host"),
+                     real, "x")
+    check_gpu_target(("--iree-hip-target=gfx942",), real, "x")
+    (cached,) = (cache_dir() / "gpu-targets").glob("*.json")
+    assert "--iree-hip-target=gfx942" not in json.loads(cached.read_text())
+
+
+def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsys,
+                                                          monkeypatch):
+    """A chip name with shell syntax reaches iree-compile as one argument (no shell) and is
+    refused like any unknown name; the cache file's name comes from the compiler alone."""
+    monkeypatch.chdir(tmp_path)
+    chip = "sm_80 $(touch pwned)'\"\n;x"
+    with pytest.raises(RunnerError, match="does not know the CUDA target"):
+        check_gpu_target((f"--iree-cuda-target={chip}",), compiler_info(), "x")
+    assert not (tmp_path / "pwned").exists()
+    assert [p.name for p in (cache_dir() / "gpu-targets").iterdir()] == [
+        p.name for p in (cache_dir() / "gpu-targets").glob("*.json")]
