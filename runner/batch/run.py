@@ -85,7 +85,7 @@ def recorded_profile(profile_config: dict[str, Any], profile_path: str,
                      layout: dict[str, Any], where: str) -> Profile:
     """The profile and layout a run was made with, from its manifest's fields."""
     profile = profile_from_raw(profile_config, Path(profile_path))
-    spec = LayoutSpec.from_dict(layout, profile.target.backend, f"{where}: layout")
+    spec = LayoutSpec.from_dict(layout, profile.target.backend, where)
     return dataclasses.replace(profile, layout=spec)
 
 
