@@ -59,12 +59,6 @@ class IreeArm:
                 "build_command": self.build_command}
 
 
-def iree_spec(text: str) -> str:
-    """`a1b2c3d` -> `source:a1b2c3d`; a flavored spec as it is."""
-    text = text.strip()
-    return text if ":" in text else f"source:{text}"
-
-
 def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path,
               dry_run: bool, echo: Callable[[str], None] = print,
               base_image: str | None = None) -> list[IreeArm]:
@@ -90,8 +84,10 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
     arms = []
     if image:
         arms.append(IreeArm(f"image:{image}", image))
-    for spec in dict.fromkeys(iree_spec(s) for s in iree):
-        built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run,
+    sources = [parse_source(s, where="--iree") for s in iree]  # every build checked first
+    for source in {s.spec: s for s in sources}.values():
+        spec = source.spec
+        built = build_image(source, dry_run=dry_run,
                             base_image=base_image or DEFAULT_BASE_IMAGE)
         command = shellscript.join(built.plan.command())
         state = "dry run" if dry_run else "cached" if built.cached else "built"
