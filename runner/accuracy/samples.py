@@ -51,6 +51,20 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
     return tuple(sorted(out))
 
 
+def chosen_ids(count: int | None, spec: str | None, ids_file: str | None,
+               captions: Path | None, default_count: int) -> list[int]:
+    """The samples of `--count N`, `--samples SPEC` or `--ids FILE` (one of them; none:
+    0..default_count-1), each checked against the captions file."""
+    from runner.batch.run import read_ids_file, validate_ids
+
+    if ids_file:
+        return validate_ids(read_ids_file(Path(ids_file)), ids_file, captions)
+    if spec:
+        return validate_ids(list(parse_ids(spec, where="--samples")), "--samples", captions)
+    return validate_ids(list(range(default_count if count is None else count)), "--count",
+                        captions)
+
+
 def format_ids(ids: Iterable[int]) -> str:
     """The compact spelling parse_ids reads back (`0-31`, `0,2,4-9`)."""
     parts: list[str] = []

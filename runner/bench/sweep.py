@@ -108,9 +108,9 @@ class Combination:
     run_dir: Path
     base: list[str]  # `runner run` flags before the layout's own (executor included)
 
-    def argv(self, count: int) -> list[str]:
+    def argv(self, sample_ids: list[int]) -> list[str]:
         """The `runner run` line that makes this very run (its reproduce.sh re-runs it)."""
-        return self.case.run_argv(self.base, count, self.run_dir)
+        return self.case.run_argv(self.base, sample_ids, self.run_dir)
 
 
 def combinations(arms: list[IreeArm], cases: list[tp.LayoutCase], out: Path,
@@ -166,7 +166,7 @@ def _start(c: Combination, ids: list[int], slurm: SlurmOptions | None
            ) -> tuple[tp.LayoutResult, _Started | None]:
     """Creates the combination's run and starts its work; a combination that cannot run
     (a layout too big for a node task, sbatch refusing it) is an error row."""
-    argv = c.argv(len(ids))
+    argv = c.argv(ids)
     result = tp.layout_result(c.case, c.run_dir, argv, c.arm.spec, c.arm.image or "")
     if c.case.profile is None or c.case.plan is None:
         return result, None
@@ -232,7 +232,8 @@ def run_combinations(combos: list[Combination], ids: list[int],
     return results
 
 
-def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) -> list[str]:
+def dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
+                  ) -> list[str]:
     """What running the combination would do, exactly: its compiles (in the arm's image
     when it has one), the `runner run` line, and the sbatch command or worker commands."""
     case = combo.case
@@ -246,7 +247,7 @@ def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) ->
     else:
         lines += [shellscript.join(c.command) for c in compile_model(
             case.profile, lay.batch_size, lay.vae_batch_size, dry_run=True).compiled]
-    lines.append(shellscript.join(["runner", *combo.argv(count)]))
+    lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv
 

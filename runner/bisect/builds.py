@@ -3,8 +3,8 @@
 A build is named in the runner's one build grammar (runner.inputs.iree_build:
 `wheels:<version>`, `commit:<sha>`, `source:<sha>`, `build-dir:<path>`); a `commit:` of an
 IREE checkout (`--repo`) is resolved here to its full SHA, and its wheels are PkgCI's
-artifacts for that commit, as IREE's own bisect script installs them. A range between two builds of one kind lists the builds in
-between, in order from the good end to the bad end:
+artifacts for that commit, as IREE's own bisect script installs them. A range between two
+builds of one kind lists the builds in between, in order from the good end to the bad end:
 
 - wheels: the versions the package index holds (`pip index versions`, so pip's own
   configuration, `--find-links` pages or dirs and `--pre` nightlies apply), PEP 440 order,
@@ -182,6 +182,18 @@ def _commit_range(good: Build, bad: Build, repo: Path) -> list[Build]:
         raise RunnerError(f"{bad.label} is not on the first-parent line from {good.label}",
                           where=where, fix="bisect along the branch the bad commit is on")
     return builds
+
+
+def backwards_note(good: Build, bad: Build) -> str | None:
+    """A warning when --good is the newer release: then the search runs backwards, to the
+    newest bad build (what finding a fix needs), which is rarely what was meant."""
+    if good.version is None or bad.version is None:
+        return None
+    if version_key(good.version) <= version_key(bad.version):
+        return None
+    return (f"--good {good.spec} is newer than --bad {bad.spec}: bisecting backwards, for "
+            f"the newest build that is bad (the fix of a problem the older builds have); "
+            f"to find a regression, swap them: --good {bad.spec} --bad {good.spec}")
 
 
 def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:

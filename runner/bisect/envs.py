@@ -1,5 +1,5 @@
 """One isolated, cached environment per IREE build: a venv (seconds, like IREE's bisect
-script) or, with `--executor docker`, the harness image.
+script) or, with `--install docker`, the harness image.
 
 A venv lives under `$RUNNER_CACHE_DIR/builds/<name>/` and is reused by every later bisect
 and trend. A venv cannot be moved after it is made (its scripts name their interpreter by
@@ -187,7 +187,7 @@ def plan_setup(build: Build, sources: Sources, executor: str = "venv",
                from_source: bool = False) -> Setup:
     """What making this build's environment takes, without doing any of it."""
     if executor not in EXECUTORS:
-        raise RunnerError(f"unknown executor {executor!r}", where="--executor",
+        raise RunnerError(f"unknown install mode {executor!r}", where="--install",
                           fix=f"use one of {', '.join(EXECUTORS)}")
     if executor == "docker" or build.kind == "source" or from_source:
         return _plan_image(build, sources, from_source)
@@ -229,8 +229,8 @@ def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:
     if build.kind == "commit":
         if not from_source:
             raise RunnerError("per-commit packages install into a venv, not the harness image",
-                              where="--executor docker",
-                              fix="drop --executor docker, or add --build to build each commit "
+                              where="--install docker",
+                              fix="drop --install docker, or add --build to build each commit "
                               "from source in the harness image")
         spec = f"source:{build.commit}"
     elif build.kind == "wheels":
@@ -244,9 +244,9 @@ def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:
     if url and "://" not in url:
         raise RunnerError("the harness image installs wheels from a find-links URL, not a "
                           "directory", where="--find-links",
-                          fix="serve the directory over http, or use the venv executor")
+                          fix="serve the directory over http, or use --install venv")
     source = parse_source(spec, find_links=url, where=build.spec)
-    argv = ["runner", "image", "build", "--from", source.spec]
+    argv = ["runner", "image", "build", "--iree", source.spec]
     if url:
         argv += ["--find-links", url]
     return Setup(build, "docker", [argv], image_source=source.spec)

@@ -29,7 +29,7 @@ from runner.base.errors import RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.jsonfile import read_json
-from runner.inputs.paths import is_inside
+from runner.inputs.paths import is_inside, no_such_path
 from runner.model.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
@@ -751,20 +751,24 @@ def file_kind(path: Path) -> str:
     return "test"
 
 
-def find_test_files(paths: list[Path], model: str | None = None) -> list[Path]:
+def find_test_files(paths: list[Path], model: str | None = None, where: str | None = None
+                    ) -> list[Path]:
     """Files as given; a directory's `*.json`, or its `<model>/` subdirectory's with
-    `--model` (so `quality_tests/` + `--model sdxl` works like `run_thresholds.py`)."""
+    `--model` (so `quality_tests/` + `--model sdxl` works like `run_thresholds.py`).
+    `where`: the flag that named them (`--goldens`), for a path that is not there."""
     files: list[Path] = []
     for path in paths:
         if path.is_file():
             files.append(path)
             continue
         if not path.is_dir():
-            raise RunnerError("no such file or directory", where=str(path))
+            raise no_such_path(path, where, "test file or suite directory")
         folder = path / model if model and (path / model).is_dir() else path
         found = sorted(folder.glob("*.json")) or sorted(folder.glob("*/*.json"))
         if not found:
-            raise RunnerError("no test files (*.json) here", where=str(folder))
+            raise RunnerError("no test files (*.json) here", where=str(folder),
+                              fix="point at IREE CI test JSON files or the directory holding "
+                              "them (e.g. goldens/tiny)")
         files.extend(found)
     return files
 

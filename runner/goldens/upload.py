@@ -150,8 +150,8 @@ def upload(folder: Path, container_url: str, *, execute: bool = False,
     for item in items:
         print(printable(item, container, overwrite))
     if not execute:
-        print(f"dry run: {len(items)} uploads to {container.base} not done; add --execute",
-              file=sys.stderr)
+        print(f"dry run: {len(items)} uploads to {container.base} not done; drop --dry-run to "
+              "upload", file=sys.stderr)
         return items
     if _sdk_available():
         _upload_sdk(items, container, overwrite)
