@@ -1,10 +1,12 @@
-"""What every `runner` subcommand's help must carry, and the option spellings they share.
+"""What every `runner` subcommand's help must carry, and the option grammar they share.
 
 Each subcommand module (runner/cli.py, runner/*/cli.py, and any later `register()`) calls
 `document(parser, examples...)`, which puts the examples and the one exit-code table in the
 help epilog; `help_problems(parser)` is the rule the tests hold every subcommand to, so a
-new subcommand without examples, exit codes or option help fails the suite rather than a
-user. Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
+new subcommand without examples, exit codes, option help or a stated default fails the
+suite rather than a user. An option more than one command takes is defined once here
+(GRAMMAR, `shared()` and the add_* groups), and `grammar_problems(parser)` is its rule.
+Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
 """
 
 from __future__ import annotations
@@ -105,14 +107,20 @@ def main_description() -> str:
 
 def main_epilog() -> str:
     return f"""\
-options shared by every command that takes them:
+options shared by the commands that take them (one spelling, one meaning everywhere):
   --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
                        commands that read a run default to the profile it recorded)
   --set KEY=VALUE      override any profile field
+  --devices, --cpd, --batch-size, --vae-batch-size, --partition
+                       the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
                        which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
+  --iree BUILD         an IREE build: wheels:VERSION, commit:SHA, source:SHA, build-dir:DIR
+  --executor local|docker|slurm
+                       where workers run; Slurm's options are --nodes, --slurm-partition,
+                       --slurm-time, --account, --node-executor, --cpus-per-node, ...
   --out DIR            where results go (each command's help says what it writes there)
-  --dry-run            print the exact commands, run nothing
+  --dry-run            check the inputs, print the exact commands, run and write nothing
   --json               machine-readable output on stdout
   --require-full       fail when fewer samples are scored than the ranges were set for
   --iree-tools DIR     (before the command) IREE tools from DIR first; see `runner --version`

@@ -153,7 +153,8 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     leave their ranges; exit code 1. Also the subset rules on the same run."""
     pytest.importorskip("runner.model.export.oracle")
     broken = tmp_path / "guidance2"
-    assert main(["oracle", str(broken), "--samples", TINY_SAMPLES, "--guidance", "2.0"]) == 0
+    assert main(["oracle", "--out", str(broken), "--samples", TINY_SAMPLES,
+                 "--guidance", "2.0"]) == 0
     score = evaluate_run(broken, backbones=backbones, batch_size=BATCH, progress=False)
     assert not score.verdict.passed and score.verdict.exit_code == 1
     fid, clip = score.verdict.checks

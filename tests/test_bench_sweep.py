@@ -141,7 +141,7 @@ def test_slurm_sweep_dry_run_is_one_job_per_combination(capsys):
     2 IREE x 2 batch-size x 2 cpd sweep, exactly as the real sweep would submit them."""
     assert main(["bench", "--profile", "cpu", "--executor", "slurm", "--devices", "0",
                  "--batch-size", "1,2", "--cpd", "1,2", "--cpus-per-node", "2",
-                 "--iree", "a1b2c3d,wheels:3.13.0", "--dry-run"]) == 0
+                 "--iree", "source:a1b2c3d,wheels:3.13.0", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     builds = [x for x in lines if x.startswith("docker build ")]
     assert len(builds) == 2 and "IREE_COMMIT=a1b2c3d" in builds[0]

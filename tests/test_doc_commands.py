@@ -275,16 +275,16 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench": (
         GPU, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
     # Images and containers
-    "runner image build --from wheels:3.13.0": (
+    "runner image build --iree wheels:3.13.0": (
         DOCKER_LONG, "tests/test_docker_image.py::"
                      "test_wheels_image_imports_runner_and_runs_iree_compile"),
-    "runner image build --from source:<sha> --dry-run": (
+    "runner image build --iree source:<sha> --dry-run": (
         PLACEHOLDER, "tests/test_docker_image.py::"
                      "test_the_printed_docker_build_command_builds_the_same_image"),
-    "runner image build --from build-dir:/path/to/iree-build": (
+    "runner image build --iree build-dir:/path/to/iree-build": (
         PLACEHOLDER + "; " + DOCKER_LONG,
         "tests/test_docker_image.py::test_build_dir_image_takes_iree_from_the_tree"),
-    "runner image build --from source:<sha> --base-image rocm/dev-ubuntu-22.04:6.3 --backends "
+    "runner image build --iree source:<sha> --base-image rocm/dev-ubuntu-22.04:6.3 --backends "
     "llvm-cpu,rocm --drivers local-task,hip": (
         PLACEHOLDER + "; a from-source IREE build takes hours",
         "tests/test_docker_dockerfiles.py"),
@@ -323,7 +323,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runs/lg-sub8-docker.csv": (
         MLCOMMONS, "tests/test_loadgen_submission.py::"
                    "test_mlperfs_checker_finds_only_the_short_runs_errors"),
-    "runner image build --from wheels:3.13.0 --tag iree-sdxl-runner:mlperf": (
+    "runner image build --iree wheels:3.13.0 --tag iree-sdxl-runner:mlperf": (
         DOCKER_LONG, "tests/test_docker_image.py::"
                      "test_wheels_image_imports_runner_and_runs_iree_compile"),
     "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
@@ -333,21 +333,22 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-sub": (
         GPU, "tests/test_loadgen.py::test_mi325x_dry_run_prints_the_settings_of_every_test"),
-    "runner mlperf --profile cpu --scenario offline --mode performance --count 16 --time 2 "
+    "runner mlperf --profile cpu --scenario offline --mode performance --count 16 --min-duration 2 "
     "--out runs/lg-perf": (LONG, "tests/test_loadgen.py::"
                                  "test_offline_performance_summary_and_reports"),
     # Slurm
-    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --time "
+    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --slurm-time "
     "2:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc": (
         SLURM, "tests/test_slurm.py::test_slurm_run_gives_the_local_bytes_and_records_nodes"),
     "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --out "
     "/shared/runs/acc": (SLURM, "tests/test_slurm.py::"
                                 "test_slurm_run_gives_the_local_bytes_and_records_nodes"),
     "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
-    "--batch-size 1,2,4 --cpd 1,2 --iree a1b2c3d,d4e5f6a --count 640 --out /shared/runs/sweep": (
+    "--batch-size 1,2,4 --cpd 1,2 --iree source:a1b2c3d,source:d4e5f6a --count 640 "
+    "--out /shared/runs/sweep": (
         SLURM, "tests/test_slurm.py::test_slurm_sweep_over_two_iree_builds"),
     "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
-    "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep": (
+    "--batch-size 1,2 --iree source:a1b2c3d,source:d4e5f6a --out /shared/runs/sweep": (
         SLURM, "tests/test_bench_sweep.py::test_slurm_sweep_dry_run_is_one_job_per_combination"),
     "runner status /shared/runs/acc --json": (
         SLURM, "tests/test_slurm.py::test_status_shows_each_node_and_worker"),

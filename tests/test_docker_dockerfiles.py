@@ -259,7 +259,7 @@ def test_cli_dry_run_prints_one_shell_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["image", "build", "--from", "wheels:3.13.0", "--dry-run",
+    args = parser.parse_args(["image", "build", "--iree", "wheels:3.13.0", "--dry-run",
                               "--tag", "my-runner:dev", "--quiet"])
     assert args.func(args) == 0
     argv = shlex.split(capsys.readouterr().out.strip())

@@ -171,7 +171,7 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     if proc.returncode != 0:
         raise RunnerError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
                           where=shlex.join(argv),
-                          fix="check --slurm-partition, --account, --time and --sbatch-arg "
+                          fix="check --slurm-partition, --account, --slurm-time and --sbatch-arg "
                           "against `sinfo` and your site's limits")
     job_id = proc.stdout.strip().split(";")[0]
     job = {"index": index, "job_id": job_id, "tasks": tasks, "reason": reason,

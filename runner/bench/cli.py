@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from runner.clihelp import (
     shared,
 )
 from runner.goldens.cli import golden_target_flags, selection_flags
-from runner.goldens.plan import DEFAULT_SKU
+from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import COUNT, DURATION
 
 STAGE_REPETITIONS = 5
@@ -48,11 +47,13 @@ def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _golden_options(args: argparse.Namespace):
+    """As `runner goldens check` reads them: flags, else $SKU/$ROCM_CHIP, else IREE CI's."""
     from runner.bench.goldens import GoldenOptions
+    from runner.goldens.cli import selection
 
+    chosen = selection(args)
     return GoldenOptions(
-        sku=args.sku or os.environ.get("SKU", "").strip() or DEFAULT_SKU,
-        rocm_chip=args.rocm_chip or os.environ.get("ROCM_CHIP", "").strip() or "gfx942",
+        sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
         quality_dir=Path(args.quality_dir) if args.quality_dir else None,
         files_dir=Path(args.files_dir) if args.files_dir else None,
         device=args.device, dry_run=args.dry_run, offline=args.offline,

@@ -345,7 +345,7 @@ def start(spec: ContainerSpec, client: Any = None) -> Any:
         client.images.get(spec.image)
     except ImageNotFound:
         raise RunnerError(f"image {spec.image} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --from ...`") from None
+                          fix="build it with `runner image build --iree ...`") from None
     try:
         return client.containers.run(**run_kwargs(spec))
     except APIError as e:

@@ -709,7 +709,7 @@ def image_info(ref: str, *, client: Any = None, provenance: bool = True) -> dict
         image = client.images.get(ref)
     except ImageNotFound:
         raise RunnerError(f"image {ref} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --from ...`") from None
+                          fix="build it with `runner image build --iree ...`") from None
     attrs = image.attrs
     info: dict[str, Any] = {
         "ref": ref,

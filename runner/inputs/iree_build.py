@@ -39,14 +39,13 @@ _PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 TREE_REQUIRED = ("tools/iree-compile", "compiler/bindings/python/iree/compiler/__init__.py",
                  "runtime/bindings/python/iree/runtime/__init__.py")
 
-# Why a command may not take a kind, and what to use instead (see parse_build's `kinds`).
-_INSTEAD = {
-    "commit": "commit:SHA installs PkgCI's packages of a commit, which only `runner bisect` "
-              "and `runner trend` do; build that commit with source:SHA",
-    "wheels": "use a source:SHA or build-dir:DIR build here",
-    "source": "use a wheels:VERSION or build-dir:DIR build here",
-    "build-dir": "use a wheels:VERSION or source:SHA build here",
-}
+
+def _instead(kind: str, value: str, where: str, kinds: tuple[str, ...]) -> str:
+    """What to type instead of a build kind `where` cannot use."""
+    if kind == "commit" and "source" in kinds:
+        return (f"build it from source: {where} source:{value} (commit: names PkgCI's "
+                "packages of a commit, which `runner bisect` and `runner trend` install)")
+    return f"use {_grammar(kinds)} with {where}"
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ def parse_build_spec(text: str, where: str, kinds: tuple[str, ...] = KINDS) -> B
                           + ", ".join(e for e in EXAMPLES if e.split(":")[0] in kinds))
     if kind not in kinds:
         raise RunnerError(f"{kind}: builds cannot be used with {where}", where=where,
-                          fix=_INSTEAD[kind])
+                          fix=_instead(kind, value, where, kinds))
     if kind == "wheels":
         if not VERSION.fullmatch(value):
             raise RunnerError(f"{value!r} is not a wheel version", where=where,
