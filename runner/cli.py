@@ -473,7 +473,10 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, BrokenPipeError):
                 raise
             where = f" ({e.filename})" if e.filename else ""
-            _error(f"{e.strerror or e}{where}", args.command)
+            fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
+                   if is_disk_full(e) else "check the path, that it exists and that you may "
+                   "read and write there")
+            _error(f"{e.strerror or e}{where}\n  fix: {fix}", args.command)
             return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
         sys.stdout.flush()
         return code

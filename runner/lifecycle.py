@@ -361,7 +361,8 @@ class Lifecycle:
     def _executor(self) -> Executor:
         if self.executor is None:
             raise RunnerError("internal: Lifecycle.resume(executor) was not called",
-                              where=str(self.run.path))
+                              where=str(self.run.path),
+                              fix="call resume(executor) before start(); a runner bug")
         return self.executor
 
     @contextlib.contextmanager

@@ -6,6 +6,7 @@ its inputs, prints the exact commands and writes nothing; errors name the place 
 from __future__ import annotations
 
 import argparse
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -200,6 +201,44 @@ def test_a_value_from_the_command_line_is_blamed_on_its_flag(capsys):
                    "  fix: use e.g. --set layout.batch_size=32\n")
     assert main(["plan", "--profile", "mi325x", "--devices", "0-99"]) == 2
     assert capsys.readouterr().err.startswith("error: command line: --devices: device 64 ")
+
+
+def _error_classes() -> dict[str, ast.ClassDef]:
+    """RunnerError's subclasses in the runner, by name."""
+    classes: dict[str, ast.ClassDef] = {}
+    trees = [ast.parse(p.read_text()) for p in (REPO / "runner").rglob("*.py")]
+    while True:
+        more = {n.name: n for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)
+                and n.name not in classes and any(getattr(b, "id", None) in {"RunnerError",
+                                                                            *classes}
+                                                  for b in n.bases)}
+        if not more:
+            return classes
+        classes.update(more)
+
+
+def _passes_fix(call: ast.Call) -> bool:
+    return any(k.arg in ("fix", None) for k in call.keywords)
+
+
+def test_every_error_says_how_to_fix_it():
+    """Each RunnerError the runner raises carries `fix=`, so every message ends in a fix
+    line: at the raise, or inside the subclass that words its own message."""
+    classes = _error_classes()
+    assert {"IncompleteRun", "DiskFull", "CorruptSample", "BuildUnavailable"} <= set(classes)
+    own = {name for name, c in classes.items()
+           if any(isinstance(f, ast.FunctionDef) and f.name == "__init__" for f in c.body)}
+    for name in own:  # its __init__ hands RunnerError the fix
+        supers = [n for n in ast.walk(classes[name]) if isinstance(n, ast.Call)
+                  and getattr(n.func, "attr", None) == "__init__"]
+        assert supers and all(_passes_fix(n) for n in supers), name
+    raised = {"RunnerError", *classes} - own
+    missing = [f"{path.relative_to(REPO)}:{node.lineno}"
+               for path in sorted((REPO / "runner").rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", None) in raised
+               and not _passes_fix(node)]
+    assert missing == []
 
 
 def test_a_missing_suite_says_what_was_meant(capsys, tmp_path, monkeypatch):

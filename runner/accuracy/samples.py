@@ -36,7 +36,8 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
         try:
             return tuple(sorted({int(i) for i in spec}))
         except (TypeError, ValueError) as e:
-            raise RunnerError(f"not a list of sample ids: {spec!r}", where=where) from e
+            raise RunnerError(f"not a list of sample ids: {spec!r}", where=where,
+                              fix="give whole numbers, e.g. [0, 1, 2] or 0-2") from e
     out: set[int] = set()
     for token in spec.replace(" ", "").split(","):
         m = _TOKEN.fullmatch(token)
@@ -191,12 +192,15 @@ def open_source(run_dir: Path, log: Path | None = None) -> SampleSource:
         profile = _recorded_profile(meta)
         entries = meta.get("samples")
         if not isinstance(entries, list):
-            raise RunnerError("no `samples` list", where=f"{run_dir / GENERATE_META}: samples")
+            raise RunnerError("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
+                              fix="point at a directory `runner generate` wrote, or make it "
+                              "again")
         try:
             hashes = {int(e["qsl_idx"]): str(e.get("sha256", "")) for e in entries}
         except (KeyError, TypeError, ValueError) as e:
             raise RunnerError(f"bad sample entry: {e}",
-                              where=f"{run_dir / GENERATE_META}: samples") from e
+                              where=f"{run_dir / GENERATE_META}: samples",
+                              fix="make the directory again with `runner generate`") from e
         requested = tuple(sorted(hashes))
         if log is None:
             present = tuple(i for i in requested

@@ -59,12 +59,15 @@ class SlurmOptions:
 
     def validated(self) -> SlurmOptions:
         if self.nodes < 1:
-            raise RunnerError(f"--nodes must be at least 1, not {self.nodes}", where="--nodes")
+            raise RunnerError(f"--nodes must be at least 1, not {self.nodes}", where="--nodes",
+                              fix="use --nodes 1 or more")
         if self.cpus_per_node is not None and self.cpus_per_node < 1:
             raise RunnerError(f"--cpus-per-node must be at least 1, not {self.cpus_per_node}",
-                              where="--cpus-per-node")
+                              where="--cpus-per-node",
+                              fix="use 1 or more, or leave it out for the whole node")
         if self.max_resubmits < 0:
-            raise RunnerError("--max-resubmits cannot be negative", where="--max-resubmits")
+            raise RunnerError("--max-resubmits cannot be negative", where="--max-resubmits",
+                              fix="use 0 (never resubmit) or more")
         if self.node_executor not in ("local", "docker"):
             raise RunnerError(f"unknown node executor {self.node_executor!r}",
                               where="--node-executor", fix="use local or docker")

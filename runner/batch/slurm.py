@@ -167,7 +167,8 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     try:
         proc = run_command(argv)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"sbatch did not run: {e}", where="sbatch") from e
+        raise RunnerError(f"sbatch did not run: {e}", where="sbatch",
+                          fix="run on a login node where sbatch works (`sbatch --version`)") from e
     if proc.returncode != 0:
         raise RunnerError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
                           where=shlex.join(argv),

@@ -74,7 +74,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if out is None:
         if not opts.dry_run:
             raise RunnerError("--out DIR is required (runs, inputs and reports go there)",
-                              where="runner bench")
+                              where="runner bench",
+                              fix="add --out runs/NAME, or --dry-run to see the plan")
         out = Path("<out>")
     if not opts.dry_run and (out / BENCH_JSON).exists():
         raise RunnerError("this directory already holds a bench", where=str(out),
@@ -85,7 +86,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                           fix="run them in their own `runner bench` on the machine to measure "
                           "(on a Slurm node: srun runner bench --no-throughput ...)")
     if opts.executor == "slurm" and opts.slurm is None:
-        raise RunnerError("--executor slurm needs Slurm options", where="runner bench")
+        raise RunnerError("--executor slurm needs Slurm options", where="runner bench",
+                          fix="pass --nodes and --slurm-partition with --executor slurm")
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
         tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
     ids = list(opts.sample_ids) if opts.throughput else []

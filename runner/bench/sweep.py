@@ -68,7 +68,7 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
                           fix=f"use one of {', '.join(EXECUTORS)}")
     if iree and image:
         raise RunnerError("--iree builds the images; --image names one: pass one of them",
-                          where="--image")
+                          where="--image", fix="drop --image, or drop --iree")
     if executor == "local" and (iree or image):
         raise RunnerError("--iree/--image run workers in harness images",
                           where="--executor local",

@@ -124,7 +124,8 @@ def resolve_commit(repo: Path, ref: str, where: str) -> tuple[str, str]:
                f"{ref}^{{commit}}", "--", where=where)
     sha, subject, date = [*out.strip().split("\0"), "", ""][:3]
     if not _FULL_SHA.fullmatch(sha):
-        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where)
+        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where,
+                          fix=f"git -C {repo} fetch, or check the SHA")
     return sha, f"{subject[:80]} ({date})"
 
 
@@ -136,7 +137,9 @@ def available_versions(sources: Sources) -> list[str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad") from e
+        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad",
+                          fix="check the network / pip's index configuration, or pass "
+                          "--find-links DIR|URL") from e
     m = re.search(r"^Available versions: (.*)$", proc.stdout, re.MULTILINE)
     if proc.returncode != 0 or m is None:
         raise RunnerError(f"the package index lists no {COMPILER_PACKAGE}: "
@@ -199,7 +202,8 @@ def backwards_note(good: Build, bad: Build) -> str | None:
 def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:
     """The builds from `good` to `bad`, both included, in that order."""
     if good.spec == bad.spec:
-        raise RunnerError("the good and the bad build are the same", where="--good/--bad")
+        raise RunnerError("the good and the bad build are the same", where="--good/--bad",
+                          fix="name two different builds")
     if good.kind != bad.kind or good.kind not in ("wheels", "commit"):
         # two unrelated builds: nothing lies between them, the answer is the bad one
         return [good, bad]

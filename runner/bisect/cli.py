@@ -141,7 +141,8 @@ def cmd_trend(args: argparse.Namespace) -> int:
     else:
         builds = [parse_build(b, sources, "BUILD") for b in args.builds]
         if len({b.spec for b in builds}) != len(builds):
-            raise RunnerError("a build is listed twice", where="BUILD")
+            raise RunnerError("a build is listed twice", where="BUILD",
+                              fix="list each build once")
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)

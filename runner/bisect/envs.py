@@ -272,7 +272,8 @@ def _run_setup(argv: list[str], log: Path, build: Build) -> None:
             proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
                                   timeout=SETUP_TIMEOUT_S, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise BuildUnavailable(f"{argv[0]} failed: {e}", where=build.spec) from e
+            raise BuildUnavailable(f"{argv[0]} failed: {e}", where=build.spec,
+                                   fix=f"see {log}") from e
     if proc.returncode != 0:
         tail = [line for line in log.read_text(errors="replace").splitlines()
                 if line.strip() and not line.startswith("WARNING: Location")][-6:]
@@ -309,10 +310,12 @@ def _download(build: Build, staged: Path, log: Path, sources: Sources) -> None:
     run_id = proc.stdout.strip()
     if proc.returncode != 0 or not run_id.isdigit():
         raise BuildUnavailable(f"no pkgci run for this commit: {proc.stderr.strip()[-300:]}",
-                               where=build.spec)
+                               where=build.spec, fix="pick a commit PkgCI built (a merged "
+                               "commit of main), or --build it from source")
     _run_setup([*download[:5], run_id, *download[6:-1], str(staged)], log, build)
     if not _wheels(staged):
-        raise BuildUnavailable(f"pkgci run {run_id} has no wheels", where=build.spec)
+        raise BuildUnavailable(f"pkgci run {run_id} has no wheels", where=build.spec,
+                               fix="--build the commit from source instead")
 
 
 def ensure_env(build: Build, sources: Sources, executor: str = "venv",
@@ -372,7 +375,10 @@ def _ensure_image(setup: Setup, base_image: str | None, start: float) -> BuildEn
                             base_image=base_image or DEFAULT_BASE_IMAGE)
     except RunnerError as e:
         raise BuildUnavailable(f"the harness image could not be built: {e}",
-                               where=setup.build.spec) from e
+                               where=setup.build.spec,
+                               fix=f"run `{shellscript.join(setup.commands[0])}` by hand to "
+                               "see it fail" if setup.commands else
+                               "run `runner image build` for it by hand") from e
     return BuildEnv(setup.build, "docker", "python3", image=built.tag,
                     image_id=built.image_id, cached=built.cached,
                     seconds=time.perf_counter() - start)

@@ -164,9 +164,10 @@ def make_spec(image: str, command: Sequence[str], backend: str, *, device_id: in
                           fix=f"use one of {', '.join(BACKENDS)}")
     if not command or not all(isinstance(a, str) for a in command):
         raise RunnerError("the container command must be a non-empty list of strings",
-                          where="command")
+                          where="command", fix="pass the command as an argv list")
     if backend in ("hip", "cuda") and (device_id is None or device_id < 0):
-        raise RunnerError(f"a {backend} container needs a device ID", where="device_id")
+        raise RunnerError(f"a {backend} container needs a device ID", where="device_id",
+                          fix="pass the worker's device ID (`runner plan` shows them)")
     env = dict(env or {})
     for key, value in env.items():
         if not _ENV_KEY.fullmatch(key) or "\0" in value:

@@ -227,7 +227,8 @@ def assemble_dockerfile(flavor: str) -> str:
 
 def _expand(path: Path, depth: int) -> str:
     if depth > 4:
-        raise RunnerError("`# runner:include` nests too deep", where=str(path))
+        raise RunnerError("`# runner:include` nests too deep", where=str(path),
+                          fix="include fragments that do not include each other in a loop")
     out = []
     for line in path.read_text().splitlines(keepends=True):
         m = re.fullmatch(r"# runner:include (\S+)\s*", line)
@@ -235,7 +236,7 @@ def _expand(path: Path, depth: int) -> str:
             part = (DOCKERFILES_DIR / m.group(1)).resolve()
             if not part.is_relative_to(DOCKERFILES_DIR.resolve()) or not part.is_file():
                 raise RunnerError(f"include {m.group(1)!r} is not a file in dockerfiles/",
-                                  where=str(path))
+                                  where=str(path), fix="name a fragment in dockerfiles/")
             out.append(f"# >>> {m.group(1)}\n{_expand(part, depth + 1)}# <<< {m.group(1)}\n")
         else:
             out.append(line)
@@ -487,7 +488,8 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
         (ctx / "ccache").mkdir()
         if ccache_dir is not None:
             if not ccache_dir.is_dir():
-                raise RunnerError(f"{ccache_dir} is not a directory", where="--ccache-dir")
+                raise RunnerError(f"{ccache_dir} is not a directory", where="--ccache-dir",
+                                  fix="give an existing ccache directory, or leave it out")
             _copy_tree(ccache_dir, ctx / "ccache", notes,
                        [(os.path.realpath(ccache_dir), ctx / "ccache")], skip=False)
     if source.flavor == "build-dir":
@@ -739,5 +741,6 @@ def read_image_file(client: Any, image: str, path: str) -> Any:
         member = tar.next()
         f = tar.extractfile(member) if member else None
         if f is None:
-            raise RunnerError(f"{path} in image {image} is not a file", where=image)
+            raise RunnerError(f"{path} in image {image} is not a file", where=image,
+                              fix="rebuild the image with `runner image build`")
         return json.loads(f.read().decode())

@@ -74,11 +74,12 @@ def _options(args: argparse.Namespace, **over):
 
     spec = Path(args.tuning_spec) if args.tuning_spec else None
     if spec is not None and not spec.is_file():
-        raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}")
+        raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}",
+                          fix="give the path of a tuning spec .mlir file")
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout <= 0:
         raise RunnerError(f"--timeout {timeout:g} must be more than 0 seconds",
-                          where="--timeout")
+                          where="--timeout", fix="e.g. --timeout 600, or leave it out")
     chosen = selection(args)
     values = dict(sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
                   tuning_spec=spec,

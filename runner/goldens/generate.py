@@ -100,7 +100,9 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
             spec = ref.spec
             if spec is not None and not TensorSpec.of(array).same_as(spec):
                 raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
-                                  where=f"{test.path}: outputs[{i}].value")
+                                  where=f"{test.path}: outputs[{i}].value",
+                                  fix="fix the test's output type, or the model that changed "
+                                  "its shape")
             path = write_tensor(out / bump.new_name, array, key=f"output{i}")
             change = None
             old = next((o for o in result.outputs if o.index == i), None)

@@ -223,7 +223,8 @@ class _Fields:
 
     def _bad(self, key: str, want: str) -> RunnerError:
         got = type(self.raw[key]).__name__
-        return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}")
+        return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}",
+                           fix=f"give `{key}` as {want}")
 
     @overload
     def text(self, key: str, default: str) -> str: ...
@@ -288,7 +289,7 @@ class _Fields:
             val = entry.get("value")
             if val is not None and not isinstance(val, str):
                 raise RunnerError("`value` must be a string like 1x64xi64",
-                                  where=f"{where}.value")
+                                  where=f"{where}.value", fix='e.g. "value": "1x64xi64"')
             ref = TensorRef(entry[ref_key], val or None, where)
             _ = ref.spec  # validates the spelling now, naming the field
             if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
@@ -714,7 +715,7 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     inputs = raw.get("inputs") or []
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
         raise RunnerError("`inputs` must list tensor types like 1x64xi64",
-                          where=f"{path}: inputs")
+                          where=f"{path}: inputs", fix='e.g. "inputs": ["1x64xi64"]')
     backend = _backend(raw, suffix, f.texts("compile_flags"), str(path))
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
