@@ -61,7 +61,7 @@ def main() -> int:
                         help="skip the no-cache build (it re-downloads the IREE wheels)")
     args = parser.parse_args()
     client = connect()
-    source = parse_source(args.source)
+    source = parse_source(args.source, where="--source")
     quiet = None
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -166,6 +166,24 @@ def test_a_usage_error_is_the_one_line_and_where_to_look(capsys):
                                        "--help`\n")
 
 
+def test_rocm_and_hip_are_one_backend(capsys):
+    """`--backend hip` selects what `--backend rocm` does (IREE CI's BACKEND names the one
+    backend both ways), and the output names it once, `rocm`."""
+    suite = str(REPO / "tests/fixtures/iree-test-suites/sharktank_models/quality_tests/sdxl")
+    printed = []
+    for backend in ("rocm", "hip", "HIP"):
+        assert main(["goldens", "check", suite, "--sku", "mi300", "--backend", backend,
+                     "--dry-run"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] == printed[2] and "--device=hip" in printed[0]
+    assert main(["goldens", "check", suite, "--backend", "HIP", "--submodel", "nope",
+                 "--dry-run"]) == 2
+    assert "no test matches the selection (backend rocm, --submodel nope)" in \
+        capsys.readouterr().err
+    assert main(["goldens", "check", suite, "--backend", "cuda", "--dry-run"]) == 2
+    assert "fix: use cpu or rocm (hip)" in capsys.readouterr().err
+
+
 # --- one build grammar ------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, where, fix", [
     (["image", "build", "--iree", "commit:1a2b3c4d", "--dry-run"], "--iree",
