@@ -482,9 +482,9 @@ def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g = p.add_argument_group("layout (default: the profile's; any field also via --set "
                                  "layout.X=V)")
     variant = SWEEP if sweep else None
-    shared(g, "--partition", choices=["spx", "dpx", "qpx", "cpx"],
-           help="the GPUs' compute partition mode (a system setting the plan checks device "
-           "IDs against; default: the profile's layout.partition)")
+    shared(g, "--partition", metavar="MODE",
+           help="the GPUs' compute partition mode, spx, dpx, qpx or cpx (a system setting the "
+           "plan checks device IDs against; default: the profile's layout.partition)")
     if sweep:
         shared(g, "--devices", variant=variant, action="append", metavar="IDS",
                help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for variants: "

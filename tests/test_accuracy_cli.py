@@ -299,10 +299,10 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     clip_only = tmp_path / "clip-only.yaml"
     clip_only.write_text(f"extends: {profile}\nname: clip-only\naccuracy:\n  fid: null\n"
                          "  clip: [-1000, 1000]\n")
-    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu"]) == 2
+    assert main(["score", str(run), "--profile", str(clip_only), "--torch-device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "no accuracy range for fid" in err and "--metrics" in err
-    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu",
+    assert main(["score", str(run), "--profile", str(clip_only), "--torch-device", "cpu",
                  "--metrics", "clip"]) == 0
     out = capsys.readouterr().out
     assert "verdict: PASS" in out and "note: FID not scored (--metrics clip)" in out

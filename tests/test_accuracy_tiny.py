@@ -134,7 +134,7 @@ def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, oracle_sco
 
     out = tmp_path / "iree"
     generate(tiny_profile, IDS, out)
-    assert main(["score", str(out), "--images-per-pass", str(BATCH), "--device", "cpu"]) == 0
+    assert main(["score", str(out), "--images-per-pass", str(BATCH), "--torch-device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "verdict: PASS" in printed and "not comparable with MLPerf" in printed
     record = json.loads((out / "accuracy.json").read_text())
@@ -167,7 +167,7 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     (broken / "images" / "00031.png").unlink()
     with pytest.raises(RunnerError, match="1 of 32 requested samples are not there"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 2
+    assert main(["score", str(broken), "--torch-device", "cpu"]) == 2
 
 
 def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:
