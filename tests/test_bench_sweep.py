@@ -129,8 +129,12 @@ def test_dry_run_prints_exactly_what_runs(sweep):
 
 
 def test_bad_sweep_values_exit_2(tmp_path, capsys):
-    assert main(["bench", "--batch-size", "1,x", "--out", str(tmp_path)]) == 2
-    assert "--batch-size: `--batch-size 1,x` is not a comma list" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a usage error: the flag and the --help to read
+        main(["bench", "--batch-size", "1,x", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("error: runner bench: argument --batch-size: '1,x' is not "
+                                       "a comma list of whole numbers from 1 to 10000000, e.g. "
+                                       "1,8,32\n  fix: see `runner bench --help`\n")
     (tmp_path / "bench.json").write_text("{}")
     assert main(["bench", "--no-stages", "--out", str(tmp_path)]) == 2
     assert "already holds a bench" in capsys.readouterr().err
