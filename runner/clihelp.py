@@ -437,9 +437,10 @@ GRAMMAR: dict[str, str] = {
     "--repo": "the IREE git checkout commit:SHA builds name commits of",
 }
 
-# The option kinds a shared option may come in, besides its plain one: a layout flag of
-# `runner bench` takes a comma list and sweeps every value (`--cpd 1,2`).
-SWEEP = "sweep"
+# The shapes a shared option may come in besides its plain one: a layout flag of `runner
+# bench` takes a comma list and sweeps every value (`--cpd 1,2`); bench's `--iree` repeats
+# and takes comma lists, the builds it compares.
+SWEEP, MANY = "sweep", "many"
 
 
 def shared(container: Any, flag: str, *aliases: str, variant: str | None = None,
@@ -603,7 +604,7 @@ def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "")
     from runner.inputs.iree_build import GRAMMAR as BUILDS
 
     kwargs: dict[str, Any] = {"action": "append"} if many else {"required": required}
-    shared(p, "--iree", variant="list" if many else None, metavar="BUILD", **kwargs,
+    shared(p, "--iree", variant=MANY if many else None, metavar="BUILD", **kwargs,
            help=f"an IREE build: {BUILDS}, e.g. wheels:3.13.0"
            + (" (comma lists and repeats compare several)" if many else "") + note)
 
