@@ -1,5 +1,5 @@
 # Build-dir flavor: IREE from an existing build tree on the host (a developer's own build).
-# `runner image build --from build-dir:<path>` stages the tree's tools/, lib/ and the two
+# `runner image build --iree build-dir:<path>` stages the tree's tools/, lib/ and the two
 # Python binding trees into the context as iree-build/ (symlinks that leave the tree are
 # resolved, object files and CMakeFiles/ are left out).
 

@@ -2,7 +2,7 @@
 #   IREE_VERSION     e.g. 3.13.0 (PyPI), or a nightly such as 3.14.0rc20250601
 #   IREE_FIND_LINKS  optional --find-links URL for nightlies
 #                    (e.g. https://iree.dev/pip-release-links.html)
-# Built by `runner image build --from wheels:<version>`, which assembles the includes.
+# Built by `runner image build --iree wheels:<version>`, which assembles the includes.
 
 # runner:include fragments/python-base.Dockerfile
 

@@ -24,64 +24,51 @@ from runner.base.errors import (
     RunnerError,
     is_disk_full,
 )
-from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.bisect.cli import register as register_bisect
 from runner.clihelp import (
     DEFAULT_PROFILE,
     CommandGroupsFormatter,
+    add_base_image,
+    add_batch_sizes,
+    add_captions,
+    add_dry_run,
+    add_executor,
+    add_golden_version,
+    add_image,
+    add_iree,
+    add_json,
+    add_layout,
     add_metrics,
+    add_no_score,
+    add_out,
     add_profile,
     add_require_full,
+    add_resume,
     add_samples,
+    add_slurm,
     document,
+    layout_overrides,
     main_description,
     main_epilog,
-    metrics_override,
-    profile_overrides,
+    profile_from_args,
+    walk,
 )
 from runner.docker.cli import register as register_image
+from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
-from runner.inputs.cliargs import COUNT, count_list
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
 from runner.report.cli import register as register_report
 
-
-def _profile(args: argparse.Namespace):
-    """The profile with `--set` overrides and, where the command has them, layout flags."""
-    import dataclasses
-
-    from runner.config.profile import load_profile
-
-    profile = load_profile(args.profile, {**profile_overrides(getattr(args, "set", None)),
-                                          **metrics_override(args)})
-    flags: dict[str, Any] = {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
-    if any(v is not None for v in flags.values()):
-        profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**flags))
-    return profile
-
-
 TOOLS_FLAG = "--iree-tools"
-LAYOUT_FLAGS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
-
-
-def _add_layout(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("layout overrides (any profile field also via --set layout.X=V)")
-    g.add_argument("--partition", help="spx, dpx, qpx or cpx (a system setting; see the plan)")
-    g.add_argument("--devices", help="device IDs: 0-63, 0,2,4, 0-3,8-11")
-    g.add_argument("--cpd", type=COUNT, help="pipeline processes per device ID (AMD's CPD)")
-    g.add_argument("--batch-size", type=COUNT,
-                   help="prompts per pipeline call in a worker (the layout's batch)")
-    g.add_argument("--vae-batch-size", type=COUNT,
-                   help="images per VAE decode call (default: the batch size)")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from runner.batch.run import plan_for
 
-    plan = plan_for(_profile(args))
+    plan = plan_for(profile_from_args(args))
     if args.json:
         print_json(plan.to_dict())
         return 0
@@ -95,39 +82,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _sample_ids(args: argparse.Namespace, captions: Path | None,
                 default_count: int | None = None) -> list[int]:
     """The samples of --count N, --samples SPEC or --ids FILE (runner.clihelp.add_samples)."""
-    from runner.accuracy.samples import parse_ids
-    from runner.batch.run import read_ids_file, validate_ids
+    from runner.accuracy.samples import chosen_ids
 
-    if args.ids:
-        return validate_ids(read_ids_file(Path(args.ids)), args.ids, captions)
-    if args.samples:
-        return validate_ids(list(parse_ids(args.samples, where="--samples")), "--samples",
-                            captions)
-    count = args.count if args.count is not None else default_count or args.default_count
-    return validate_ids(list(range(count)), "--count", captions)
+    return chosen_ids(args.count, args.samples, args.ids, captions,
+                      default_count or args.default_count)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
     from runner.batch.cluster import slurm_options
-    from runner.lifecycle import Lifecycle, executor_for
+    from runner.lifecycle import Lifecycle, dry_run_lines, executor_for
 
     # A full disk (DiskFull) is an IncompleteRun: main() prints it and exits 3, and what
     # was written is kept for --resume.
     captions = Path(args.captions) if args.captions else None
+    if args.resume and args.dry_run:
+        raise RunnerError("--dry-run prints a new run's commands", where="--dry-run",
+                          fix=f"drop --dry-run (`runner status {args.resume}` shows where the "
+                          "run stands)")
     if args.resume:
         lc = Lifecycle.open(args.resume)
     else:
         if not args.out:
-            raise RunnerError("--out DIR is required for a new run", where="runner run")
-        args.profile = args.profile or "cpu"
-        profile = _profile(args)
-        name = args.executor or "local"
-        executor = executor_for(name, profile, image=args.image, captions=captions,
-                                slurm=slurm_options(args))
-        lc = Lifecycle.create(Path(args.out), profile,
-                              _sample_ids(args, captions, default_count=32), args.argv,
-                              executor, captions=captions, score=args.score)
+            raise RunnerError("--out DIR is required for a new run", where="runner run",
+                              fix="add --out runs/NAME, or --resume DIR to finish a run")
+        args.profile = args.profile or DEFAULT_PROFILE
+        profile = profile_from_args(args)
+        ids = _sample_ids(args, captions)
+        executor = executor_for(args.executor or "local", profile, image=args.image,
+                                captions=captions, slurm=slurm_options(args))
+        if args.dry_run:
+            print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor)))
+            return EXIT_OK
+        lc = Lifecycle.create(Path(args.out), profile, ids, args.argv, executor,
+                              captions=captions, score=args.score)
     with lc:
         if args.resume:
             code = _resume(args, lc)
@@ -144,9 +132,9 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
 
     m = lc.manifest
     requested = None
-    if args.profile or args.set or args.metrics or _has_layout(args):
+    if args.profile or args.set or args.metrics or layout_overrides(args):
         args.profile = args.profile or m.profile_path
-        requested = _profile(args)
+        requested = profile_from_args(args)
     ids = (_sample_ids(args, Path(m.captions))
            if args.ids or args.samples or args.count is not None else None)
     lc.check_request(requested, ids)
@@ -199,10 +187,6 @@ def _print_completed(lc, done) -> int:
     return done.exit_code
 
 
-def _has_layout(args: argparse.Namespace) -> bool:
-    return any(getattr(args, k, None) is not None for k in LAYOUT_FLAGS)
-
-
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from runner.lifecycle import Lifecycle
 
@@ -216,7 +200,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     from runner.model.compiled_model import compile_model
 
-    profile = _profile(args)
+    profile = profile_from_args(args)
     sizes = args.batch_sizes
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
                             dry_run=args.dry_run)
@@ -240,7 +224,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     args.profile = args.profile or DEFAULT_PROFILE
     request = ValidateRequest(
-        iree=args.iree, profile=_profile(args), sample_ids=_sample_ids(args, None),
+        iree=args.iree, profile=profile_from_args(args), sample_ids=_sample_ids(args, None),
         out=Path(args.out), argv=args.argv, goldens=Path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
         base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
@@ -251,15 +235,19 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from runner.config.sources import redact_url
     from runner.model.compiled_model import fetch_artifacts
 
-    for ref, path in fetch_artifacts(_profile(args), dry_run=args.dry_run):
+    for ref, path in fetch_artifacts(profile_from_args(args), dry_run=args.dry_run):
         print(f"{redact_url(ref)} -> {path}" if args.dry_run else path)
     return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from runner.model.generate import generate
+    from runner.model.generate import generate, generate_commands
 
-    result = generate(_profile(args), _sample_ids(args, None), Path(args.out))
+    profile, ids = profile_from_args(args), _sample_ids(args, None)
+    if args.dry_run:
+        print("\n".join(generate_commands(profile, ids, Path(args.out))))
+        return EXIT_OK
+    result = generate(profile, ids, Path(args.out))
     print(f"{len(result.images)} images in {result.seconds:.1f}s -> {result.out}/images")
     return 0
 
@@ -323,13 +311,16 @@ class _Version(argparse.Action):
 
 
 class RunnerParser(argparse.ArgumentParser):
-    """argparse with its usage errors redacted as every other message is (an option value
-    can be a URL carrying a token); subcommand parsers are made of the same class."""
+    """argparse whose usage errors read as the runner's other errors: the one line that
+    matters, where, and the fix (`see runner X --help`) instead of the whole usage; redacted
+    as every other message is (an option value can be a URL carrying a token). Subcommand
+    parsers are made of the same class."""
 
     def error(self, message: str):  # type: ignore[override]
         from runner.config.sources import redact_secrets
 
-        super().error(redact_secrets(message))
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {redact_secrets(message)}\n"
+                  f"  fix: see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -348,51 +339,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile the profile's model through the cache")
     add_profile(p)
-    p.add_argument("--batch-sizes", type=count_list,
-                   help="comma list (default: the layout's batch size)")
-    p.add_argument("--dry-run", action="store_true", help="print the iree-compile commands")
-    p.add_argument("--json", action="store_true", help="print the compiled models as JSON")
+    add_batch_sizes(p, "the layout's batch size")
+    add_dry_run(p, "the iree-compile commands")
+    add_json(p, "the compiled models")
     p.set_defaults(func=cmd_compile)
     document(p, "runner compile --profile tiny        # a second time: every module cached",
              "runner compile --profile mi325x --dry-run")
 
     p = sub.add_parser("fetch", help="download a profile's model artifacts into the cache")
     add_profile(p)
-    p.add_argument("--dry-run", action="store_true", help="print URL -> cache path only")
+    add_dry_run(p, "each URL and the cache path it would be downloaded to")
     p.set_defaults(func=cmd_fetch)
     document(p, "runner fetch --profile sdxl", "runner fetch --profile sdxl --dry-run")
 
     p = sub.add_parser("plan", help="print the worker table of a profile's layout; runs nothing")
     add_profile(p)
-    _add_layout(p)
-    p.add_argument("--json", action="store_true", help="the plan as JSON")
+    add_layout(p)
+    add_json(p, "the plan")
     p.set_defaults(func=cmd_plan)
     document(p, "runner plan --profile mi325x", "runner plan --profile mi325x --partition spx",
              "runner plan --profile mi325x --cpd 2 --json")
 
     p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
-    _add_layout(p)
+    add_layout(p)
     add_samples(p, 32, "; on --resume, as recorded: other samples are an error")
     add_require_full(p)
     add_metrics(p)
-    p.add_argument("--captions", help="MLPerf captions_source.tsv (default: the shipped copy)")
-    p.add_argument("--executor", choices=["local", "docker", "slurm"],
-                   help="where workers run (default: local; on --resume, as recorded)")
-    p.add_argument("--image", help="harness image tag for --executor docker")
-    add_slurm_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="run directory to create")
-    p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run "
-                   "(a complete one: nothing to do)")
+    add_captions(p)
+    add_executor(p, None, "; on --resume, as recorded")
+    add_image(p)
+    add_slurm(p)
+    add_out(p, "the run directory to create", default="none: --out or --resume is needed")
+    add_resume(p, "finish the interrupted run in DIR (a complete one: nothing to do)")
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
-    p.add_argument("--no-score", dest="score", action="store_false",
-                   help="stop after aggregation (default: score FID/CLIP when the profile "
-                   "has ranges)")
+    add_no_score(p, "; the run stops after aggregation")
+    add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
+                "command")
     p.set_defaults(func=cmd_run)
     document(p, "runner run --profile cpu --count 32 --out runs/main",
              "runner run --profile cpu --count 4 --out runs/smoke   # a subset: not judged, "
              "exit 0",
+             "runner run --profile cpu --count 4 --out runs/smoke --dry-run",
              "runner run --resume runs/main",
              "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
              "--out /shared/runs/acc",
@@ -400,20 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
                        "run, score, then goldens v{n+1}; resumable")
-    p.add_argument("--iree", required=True, help="wheels:<ver> | source:<sha> | build-dir:<path>")
+    add_iree(p, required=True)
     add_profile(p)
-    _add_layout(p)
+    add_layout(p)
     add_samples(p, 32)
     add_require_full(p)
     add_metrics(p)
-    p.add_argument("--goldens", help="IREE CI test-suite dir to regenerate on PASS")
-    p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
-    p.add_argument("--baseline", help="an earlier validate's --out to compare against")
-    p.add_argument("--base-image", help="docker base image (default: runner-base:bookworm)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="validate directory: validate.json/.md, the run dir, goldens")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print every command it would run; exit 0 with a DRY RUN verdict")
+    p.add_argument("--goldens", metavar="SUITE",
+                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
+    add_golden_version(p, required=False, default="next")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="an earlier validate's --out to compare against (default: none)")
+    add_base_image(p, DEFAULT_BASE_IMAGE)
+    add_out(p, "validate directory: validate.json/.md, the run dir, goldens", required=True)
+    add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
     document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
              "--goldens goldens/tiny --to v2.0 --out runs/validate",
@@ -440,17 +429,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
     add_samples(p, 4)
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for manifest.json and images/")
+    add_out(p, "directory for manifest.json and images/", required=True)
+    add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_generate)
-    document(p, "runner generate --profile tiny --count 4 --out runs/gen")
+    document(p, "runner generate --profile tiny --count 4 --out runs/gen",
+             "runner generate --profile tiny --count 4 --out runs/gen --dry-run")
 
     p = sub.add_parser("completion", help="print a shell completion script (shtab)")
     p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell to complete for")
     p.set_defaults(func=cmd_completion)
     document(p, "source <(runner completion bash)",
              "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc")
+    for _, command in walk(parser):  # which command a parse ended in (the deepest one)
+        command.set_defaults(prog=command.prog)
+        _PARSERS[command.prog] = command
     return parser
+
+
+_PARSERS: dict[str, argparse.ArgumentParser] = {}  # prog -> its parser, for usage errors
 
 
 def _use_tool_dirs(argv: list[str] | None) -> None:
@@ -472,7 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         except RunnerError as e:
             print(f"error: {e}", file=sys.stderr)
             return e.exit_code
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the command they were given to, as its own errors are
+            command = _PARSERS.get(getattr(args, "prog", ""), parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
         args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
         try:
             code = args.func(args)
@@ -485,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, BrokenPipeError):
                 raise
             where = f" ({e.filename})" if e.filename else ""
-            _error(f"{e.strerror or e}{where}", args.command)
+            fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
+                   if is_disk_full(e) else "check the path, that it exists and that you may "
+                   "read and write there")
+            _error(f"{e.strerror or e}{where}\n  fix: {fix}", args.command)
             return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
         sys.stdout.flush()
         return code

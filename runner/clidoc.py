@@ -17,6 +17,7 @@ from runner.clihelp import (
     ABOUT,
     WORKFLOWS,
     documented,
+    grammar_table,
     grouped_commands,
     subparsers_of,
     walk,
@@ -134,6 +135,13 @@ def reference(parser: argparse.ArgumentParser) -> str:
         lines.append("")
     lines += ["## Exit codes", "", "| code | meaning |", "| --- | --- |"]
     lines += [f"| {code} | {inline(text)} |" for code, text in EXIT_CODES]
+    lines += ["", "## Shared options", "",
+              "An option two commands take is one option: the same spelling, meaning, type "
+              "and choices in each (each command's help adds what it does there).", "",
+              "| option | meaning | commands |", "| --- | --- | --- |"]
+    lines += [f"| `{flag}` | {inline(meaning)} | "
+              + ", ".join(f"[{c}](#{anchor(tuple(c.split()))})" for c in commands) + " |"
+              for flag, meaning, commands in grammar_table(parser)]
     lines += ["", "## runner", "", *_body((), parser)]
     helps = summaries(parser)
     for path, sub in walk(parser):

@@ -1,15 +1,18 @@
-"""What every `runner` subcommand's help must carry, and the option spellings they share.
+"""What every `runner` subcommand's help must carry, and the option grammar they share.
 
 Each subcommand module (runner/cli.py, runner/*/cli.py, and any later `register()`) calls
 `document(parser, examples...)`, which puts the examples and the one exit-code table in the
 help epilog; `help_problems(parser)` is the rule the tests hold every subcommand to, so a
-new subcommand without examples, exit codes or option help fails the suite rather than a
-user. Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
+new subcommand without examples, exit codes, option help or a stated default fails the
+suite rather than a user. An option more than one command takes is defined once here
+(GRAMMAR, `shared()` and the add_* groups), and `grammar_problems(parser)` is its rule.
+Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 import weakref
 from collections.abc import Iterator, Sequence
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.errors import EXIT_CODES
-from runner.inputs.cliargs import COUNT
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
 EXAMPLES, EXITS = "examples:", "exit codes:"
@@ -104,14 +107,20 @@ def main_description() -> str:
 
 def main_epilog() -> str:
     return f"""\
-options shared by every command that takes them:
+options shared by the commands that take them (one spelling, one meaning everywhere):
   --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
                        commands that read a run default to the profile it recorded)
   --set KEY=VALUE      override any profile field
+  --devices, --cpd, --batch-size, --vae-batch-size, --partition
+                       the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
                        which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
+  --iree BUILD         an IREE build: wheels:VERSION, commit:SHA, source:SHA, build-dir:DIR
+  --executor local|docker|slurm
+                       where workers run; Slurm's options are --nodes, --slurm-partition,
+                       --slurm-time, --account, --node-executor, --cpus-per-node, ...
   --out DIR            where results go (each command's help says what it writes there)
-  --dry-run            print the exact commands, run nothing
+  --dry-run            check the inputs, print the exact commands, run and write nothing
   --json               machine-readable output on stdout
   --require-full       fail when fewer samples are scored than the ranges were set for
   --iree-tools DIR     (before the command) IREE tools from DIR first; see `runner --version`
@@ -229,7 +238,87 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
                 problems.append(f"{name}: {action.option_strings[0]} has no help text")
             if action.help and "default: None" in action.help:
                 problems.append(f"{name}: {action.option_strings[0]} says 'default: None'")
+            if _needs_default(action) and "default" not in (action.help or ""):
+                problems.append(f"{name}: {action.option_strings[0]} does not say its default")
+            if action.help and re.search(r"\bCPD\b", action.help) \
+                    and "processes per device" not in action.help:
+                problems.append(f"{name}: {action.option_strings[0]} says CPD without "
+                                "'pipeline processes per device ID'")
     return problems
+
+
+def options_of(parser: argparse.ArgumentParser
+               ) -> Iterator[tuple[str, argparse.Action]]:
+    """(`runner X Y`, action) for every live option of every subcommand (old spellings,
+    which only refuse, left out)."""
+    for path, sub in walk(parser):
+        for action in sub._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS \
+                    and not isinstance(action, argparse._HelpAction):
+                yield "runner " + " ".join(path), action
+
+
+def _signature(action: argparse.Action) -> tuple:
+    kind = getattr(action.type, "__name__", action.type)
+    return (action.dest, type(action).__name__, kind, tuple(action.choices or ()),
+            action.nargs)
+
+
+def grammar_problems(parser: argparse.ArgumentParser) -> list[str]:
+    """Every way the CLI's options break "one name, one meaning"; [] when none does:
+    an option two commands take that is not GRAMMAR's one definition (`shared`), one
+    definition in two shapes (dest, type, choices, nargs) beyond its declared variants, one
+    dest under two flags, and a GRAMMAR entry no command takes."""
+    problems: list[str] = []
+    uses: dict[str, list[tuple[str, argparse.Action]]] = {}
+    dests: dict[str, set[str]] = {}
+    for command, action in options_of(parser):
+        for flag in action.option_strings:
+            uses.setdefault(flag, []).append((command, action))
+        dests.setdefault(action.dest, set()).add(_flag_of(action))
+    for flag, taken in sorted(uses.items()):
+        commands = sorted({c for c, _ in taken})
+        loose = [c for c, a in taken if getattr(a, "grammar", None) not in a.option_strings]
+        if len(commands) > 1 and loose:
+            problems.append(f"{flag} is taken by {', '.join(commands)} but not defined once "
+                            f"(not through runner.clihelp.shared) in {', '.join(loose)}")
+        shapes: dict[tuple, set[str]] = {}
+        for command, action in taken:
+            key = (getattr(action, "variant", None), _signature(action))
+            shapes.setdefault(key, set()).add(command)
+        variants = [v for v, _ in shapes]
+        if len(variants) != len(set(variants)):
+            problems.append(f"{flag} has {len(shapes)} shapes: " + "; ".join(
+                f"{sig} in {', '.join(sorted(c))}" for sig, c in shapes.items()))
+    for dest, flags in sorted(dests.items()):
+        if len(flags) > 1:
+            problems.append(f"{' and '.join(sorted(flags))} both set `{dest}`: one meaning, "
+                            "one flag")
+    unused = sorted(set(GRAMMAR) - set(uses))
+    if unused:
+        problems.append(f"GRAMMAR entries no command takes: {', '.join(unused)}")
+    return problems
+
+
+def _flag_of(action: argparse.Action) -> str:
+    """An action's main spelling: its long flag."""
+    return max(action.option_strings, key=len)
+
+
+def grammar_table(parser: argparse.ArgumentParser) -> list[tuple[str, str, list[str]]]:
+    """(flag, meaning, commands) for every GRAMMAR option, in GRAMMAR's order."""
+    taken: dict[str, set[str]] = {}
+    for command, action in options_of(parser):
+        flag = getattr(action, "grammar", None)
+        if flag is not None:
+            taken.setdefault(flag, set()).add(command.removeprefix("runner "))
+    return [(flag, meaning, sorted(taken.get(flag, ()))) for flag, meaning in GRAMMAR.items()]
+
+
+def _needs_default(action: argparse.Action) -> bool:
+    """An option that takes a value and may be left out: its help says what happens then."""
+    return (bool(action.option_strings) and not action.required and action.nargs != 0
+            and action.help not in (None, argparse.SUPPRESS))
 
 
 class Renamed(argparse.Action):
@@ -269,29 +358,192 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
+# --- the grammar: every option two or more commands take, defined once -------------------
+#
+# An option that more than one command takes is added with `shared()` (through the add_*
+# helpers below), which tags it with its entry here: one spelling, one meaning, the same
+# type and choices wherever it appears. tests/test_cli_grammar.py walks the real parser and
+# fails on an option taken by two commands without its entry, on two flags with one dest,
+# and on one flag with two types; `runner.clidoc` prints this table on the CLI reference.
+
 PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path"
+
+GRAMMAR: dict[str, str] = {
+    # what is run
+    "--profile": "the profile: a name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path",
+    "--set": "override any profile field, KEY=VALUE (repeatable)",
+    "--partition": "the GPUs' compute partition mode (spx, dpx, qpx, cpx): a system setting "
+                   "the plan checks device IDs against",
+    "--devices": "device IDs the workers run on: 0-63, 0,2,4, 0-3,8-11",
+    "--cpd": "pipeline processes per device ID (AMD's CPD)",
+    "--batch-size": "prompts per pipeline call in a worker (the layout's batch)",
+    "--vae-batch-size": "images per VAE decode call",
+    "--count": "samples 0..N-1 (MLPerf qsl_idx)",
+    "--samples": "sample ids as ranges, e.g. 0-31 or 0,5,10-19",
+    "--ids": "a file of sample ids, whitespace-separated",
+    "--metrics": "which MLPerf metrics to score and judge: fid, clip or both",
+    "--require-full": "a scored subset fails (exit 1) instead of 'not judged'",
+    "--captions": "MLPerf's captions_source.tsv",
+    "--no-score": "leave the images unscored",
+    # which IREE
+    "--iree": "an IREE build: wheels:VERSION, commit:SHA, source:SHA or build-dir:DIR",
+    "--image": "a prebuilt harness image tag (from `runner image build`)",
+    "--base-image": "the docker base image harness images are built on",
+    "--find-links": "where wheels: builds find IREE's wheels: a find-links page or directory",
+    "--batch-sizes": "batch sizes to compile or export for, a comma list",
+    # where it runs
+    "--executor": "where workers run: local processes, docker containers, or Slurm jobs",
+    "--nodes": "Slurm: node tasks (one array task per node)",
+    "--slurm-partition": "Slurm: sbatch --partition",
+    "--slurm-time": "Slurm: sbatch --time, the time limit of each node task",
+    "--account": "Slurm: sbatch --account",
+    "--node-executor": "Slurm: how each node starts its workers (local or docker)",
+    "--cpus-per-node": "Slurm: CPUs per node task instead of the whole node",
+    "--sbatch-arg": "Slurm: an extra sbatch option (repeatable)",
+    "--max-resubmits": "Slurm: replacement submissions for failed node tasks",
+    # what it writes, and how
+    "--out": "the directory the command writes (its help says what goes there)",
+    "--resume": "DIR holds an interrupted attempt of this command: finish it",
+    "--dry-run": "print the exact commands it would run, after checking its inputs; run "
+                 "nothing, write nothing",
+    "--json": "print the result as JSON on stdout",
+    # goldens and benchmarks
+    "--to": "the golden version to write: v7.0, v7, or next (n+1)",
+    "--model": "with a suite directory: its <model>/ subdirectory",
+    "--submodel": "only tests of this submodel (a name or glob)",
+    "--backend": "only tests of this backend: cpu or rocm (hip is the same backend)",
+    "--sku": "which golden_* entry applies, and tests marked for other SKUs left out",
+    "--rocm-chip": "the ROCm chip to compile for; tests marked for other chips left out",
+    "--marker": "pytest-style marker expression over each test's markers and type",
+    "-k": "pytest-style keyword expression over test names",
+    "--module-dir": "where torch-layout module names are looked up first",
+    "--tuner-dir": "where relative tuner_file names are found",
+    "--tuning-spec": "a tuning spec added to every compile",
+    "--device": "the IREE runtime device instead of the test file's (e.g. local-sync)",
+    "--offline": "use only cached downloads",
+    "--strict": "a test or field IREE CI's runner would not use fails instead of warning",
+    "--repetitions": "iree-benchmark-module --benchmark_repetitions",
+    "--min-time": "iree-benchmark-module --benchmark_min_time per repetition",
+    "--warmup": "iree-benchmark-module --benchmark_min_warmup_time, seconds",
+    # scoring
+    "--fid-weights": "the FID Inception weights file",
+    "--clip-weights": "the CLIP ViT-B/32 weights file",
+    "--images-per-pass": "images per Inception/CLIP forward pass",
+    "--torch-device": "the torch device scoring runs on: cpu or cuda",
+    "--worst": "how many of the most different samples to list",
+    # bisect and trend
+    "--test": "what is measured and judged per build",
+    "--install": "how each build is installed: a venv per build, or a harness image",
+    "--build": "build each commit from source in the harness image",
+    "--pre": "list pre-releases (IREE's nightlies) too",
+    "--repo": "the IREE git checkout commit:SHA builds name commits of",
+}
+
+# The shapes a shared option may come in besides its plain one: a layout flag of `runner
+# bench` takes a comma list and sweeps every value (`--cpd 1,2`); bench's `--iree` repeats
+# and takes comma lists, the builds it compares.
+SWEEP, MANY = "sweep", "many"
+
+
+def shared(container: Any, flag: str, *aliases: str, variant: str | None = None,
+           **kwargs: Any) -> argparse.Action:
+    """`container.add_argument(flag, ...)` for an option of GRAMMAR, tagged with its entry
+    (and `variant`, e.g. SWEEP) so the grammar test can tell it is the one definition."""
+    if flag not in GRAMMAR:
+        raise KeyError(f"{flag} is not in runner.clihelp.GRAMMAR: say what it means there")
+    action = container.add_argument(flag, *aliases, **kwargs)
+    action.grammar = flag  # type: ignore[attr-defined]
+    action.variant = variant  # type: ignore[attr-defined]
+    return action
 
 
 def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE,
-                none_means: str = "the one the run recorded") -> None:
+                none_means: str = "the one the run recorded", with_set: bool = True) -> None:
     """--profile/--set. `default=None` is for commands that read a run (they use the profile
     it recorded) or that must tell "not given" apart; `none_means` says what happens then."""
-    p.add_argument("--profile", default=default,
-                   help=f"{PROFILE_HELP} (default: {default or none_means})")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override any profile field, e.g. --set target.chip=gfx950")
+    shared(p, "--profile", default=default, metavar="NAME|YAML",
+           help=f"{PROFILE_HELP} (default: {default or none_means})")
+    if with_set:
+        shared(p, "--set", action="append", metavar="KEY=VALUE",
+               help="override any profile field, e.g. --set target.chip=gfx950 (repeatable; "
+               "default: none)")
 
 
-def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str = "") -> None:
-    """The one way samples are chosen: --count N, --samples SPEC or --ids FILE. --count's
-    default is left None so a resume can tell "not given" apart; `args.default_count` holds
-    the number to use then."""
+LAYOUT_FIELDS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
+
+
+def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """The layout flags; each overrides the profile's `layout.X`, and an error in its value
+    names the flag. `sweep` (runner bench): --devices repeats and the numbers take comma
+    lists, every combination measured."""
+    from runner.inputs.cliargs import count_list
+
+    if sweep:
+        g = p.add_argument_group("layouts (comma lists sweep every combination; default: the "
+                                 "profile's layout)")
+    else:
+        g = p.add_argument_group("layout (default: the profile's; any field also via --set "
+                                 "layout.X=V)")
+    variant = SWEEP if sweep else None
+    shared(g, "--partition", metavar="MODE",
+           help="the GPUs' compute partition mode, spx, dpx, qpx or cpx (a system setting the "
+           "plan checks device IDs against; default: the profile's layout.partition)")
+    if sweep:
+        shared(g, "--devices", variant=variant, action="append", metavar="IDS",
+               help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for variants: "
+               "--devices 0 --devices 0-1 (default: the profile's)")
+    else:
+        shared(g, "--devices", metavar="IDS",
+               help="device IDs: 0-63, 0,2,4, 0-3,8-11 (default: the profile's layout.devices)")
+    many = " (comma list, e.g. 1,2)" if sweep else ""
+    number: Any = count_list if sweep else COUNT
+    shared(g, "--cpd", variant=variant, type=number, metavar="N",
+           help=f"pipeline processes per device ID (AMD's CPD){many} (default: the profile's "
+           "layout.cpd)")
+    shared(g, "--batch-size", variant=variant, type=number, metavar="N",
+           help=f"prompts per pipeline call in a worker{many} (default: the profile's "
+           "layout.batch_size)")
+    shared(g, "--vae-batch-size", variant=variant, type=number, metavar="N",
+           help=f"images per VAE decode call{many} (default: the batch size, or the profile's "
+           "layout.vae_batch_size when smaller)")
+
+
+def layout_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The layout flags given (a non-sweep command's), as LayoutSpec.with_overrides takes."""
+    return {k: v for k in LAYOUT_FIELDS if (v := getattr(args, k, None)) is not None}
+
+
+def profile_from_args(args: argparse.Namespace, profile: str | None = None,
+                      layout: Sequence[str] = LAYOUT_FIELDS):
+    """The profile a command's flags ask for: --profile (or `profile`), --set, --metrics,
+    then the `layout` flags (an error in one of them names the flag)."""
+    import dataclasses
+
+    from runner.config.profile import load_profile
+
+    loaded = load_profile(profile or args.profile, {**profile_overrides(getattr(args, "set",
+                                                                               None)),
+                                                    **metrics_override(args)})
+    flags = {k: v for k, v in layout_overrides(args).items() if k in layout}
+    if flags:
+        loaded = dataclasses.replace(loaded, layout=loaded.layout.with_overrides(**flags))
+    return loaded
+
+
+def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str = "",
+                choose: bool = True) -> None:
+    """The one way samples are chosen: --count N, --samples SPEC or --ids FILE (`choose=False`:
+    --count alone, where LoadGen picks from the first N). --count's default is left None so
+    a resume can tell "not given" apart; `args.default_count` holds the number to use then."""
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--count", type=COUNT, default=None,
-                      help=f"samples 0..N-1 (default: {default_count}{note})")
-    what.add_argument("--samples", metavar="SPEC",
-                      help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19")
-    what.add_argument("--ids", metavar="FILE", help="file of sample ids, whitespace-separated")
+    shared(what, "--count", type=COUNT, default=None, metavar="N",
+           help=f"samples 0..N-1 (MLPerf qsl_idx; default: {default_count}{note})")
+    if choose:
+        shared(what, "--samples", metavar="SPEC",
+               help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19 (default: "
+               "--count's)")
+        shared(what, "--ids", metavar="FILE",
+               help="file of sample ids, whitespace-separated (default: --count's)")
     p.set_defaults(default_count=default_count)
     renamed(p, "--prompts", "--count N")
     renamed(p, "--prompt-id", "--samples ID")
@@ -299,10 +551,10 @@ def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str =
 
 def add_metrics(p: argparse.ArgumentParser) -> None:
     """`--metrics`: score FID, CLIP or both (the profile's `accuracy.metrics`, default both)."""
-    p.add_argument("--metrics", metavar="fid|clip|fid,clip",
-                   help="which MLPerf metrics to score and judge (default: the profile's "
-                   "accuracy.metrics, both unless it says otherwise); only their weights are "
-                   "needed, and the verdict and reports name the one left out")
+    shared(p, "--metrics", metavar="fid|clip|fid,clip",
+           help="which MLPerf metrics to score and judge (default: the profile's "
+           "accuracy.metrics, both unless it says otherwise); only their weights are needed, "
+           "and the verdict and reports name the one left out")
 
 
 def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
@@ -314,9 +566,134 @@ def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_require_full(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--require-full", action="store_true",
-                   help="fail (exit 1) when fewer samples are scored than the profile's "
-                   "ranges were set for; by default such a subset is scored and labelled "
-                   "'not judged', exit 0")
+    shared(p, "--require-full", action="store_true",
+           help="fail (exit 1) when fewer samples are scored than the profile's ranges were "
+           "set for; by default such a subset is scored and labelled 'not judged', exit 0")
     renamed(p, "--allow-subset", "no flag", "a subset is scored and labelled by default; "
             "--require-full refuses one", nargs=0)
+
+
+def add_captions(p: argparse.ArgumentParser) -> None:
+    shared(p, "--captions", metavar="TSV",
+           help="MLPerf's captions_source.tsv (default: the copy shipped with the runner)")
+
+
+def add_no_score(p: argparse.ArgumentParser, note: str = "") -> None:
+    shared(p, "--no-score", dest="score", action="store_false",
+           help=f"leave the images unscored (default: score FID/CLIP when the profile has "
+           f"ranges){note}")
+
+
+EXECUTORS = ("local", "docker", "slurm")
+
+
+def add_executor(p: Any, default: str | None = "local", note: str = "") -> None:
+    """`--executor`: where workers run, the same three everywhere."""
+    shared(p, "--executor", choices=list(EXECUTORS), default=default,
+           help="where workers run: local processes, docker containers of --image, or Slurm "
+           f"node tasks (default: {default or 'local'}{note})")
+
+
+def add_image(p: Any, note: str = "") -> None:
+    shared(p, "--image", metavar="TAG",
+           help="a harness image tag (from `runner image build`) the workers run in, with "
+           f"--executor docker or --node-executor docker{note} (default: none)")
+
+
+def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "") -> None:
+    """`--iree BUILD`: the build grammar of runner.inputs.iree_build (`many`: repeatable and
+    comma lists, builds to compare)."""
+    from runner.inputs.iree_build import GRAMMAR as BUILDS
+
+    kwargs: dict[str, Any] = {"action": "append"} if many else {"required": required}
+    shared(p, "--iree", variant=MANY if many else None, metavar="BUILD", **kwargs,
+           help=f"an IREE build: {BUILDS}, e.g. wheels:3.13.0"
+           + (" (comma lists and repeats compare several)" if many else "") + note)
+
+
+def add_base_image(p: Any, default: str) -> None:
+    """`--base-image`; `default` is runner.docker.image.DEFAULT_BASE_IMAGE (a layer above)."""
+    shared(p, "--base-image", metavar="IMAGE", default=default,
+           help="the docker base image harness images are built on, e.g. a ROCm dev image in "
+           "the labs (default: %(default)s, made by scripts/docker_setup.sh)")
+
+
+def add_find_links(p: Any) -> None:
+    shared(p, "--find-links", metavar="URL|DIR",
+           help="where wheels: builds find IREE's wheels: a find-links page (nightlies: "
+           "https://iree.dev/pip-release-links.html with a nightly version) or, where "
+           "builds install into a venv, a directory of wheels (default: the package index)")
+
+
+def add_dry_run(p: Any, what: str = "the exact commands it would run") -> None:
+    shared(p, "--dry-run", action="store_true",
+           help=f"check the inputs, then print {what}; run nothing, write nothing")
+
+
+def add_out(p: Any, what: str, required: bool = False, default: str | None = None) -> None:
+    """`--out DIR`: what the command writes there (`default` says where it writes without)."""
+    shared(p, "--out", metavar="DIR", required=required,
+           help=what + ("" if required else f" (default: {default or 'none: nothing written'})"))
+
+
+def add_resume(p: Any, what: str) -> None:
+    """`--resume DIR`: an interrupted attempt of this command, finished."""
+    shared(p, "--resume", metavar="DIR", help=f"{what} (default: none)")
+
+
+def add_json(p: Any, what: str = "the result") -> None:
+    shared(p, "--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+
+def add_worst(p: Any, default: int) -> None:
+    shared(p, "--worst", type=COUNT_OR_ZERO, default=default, metavar="N",
+           help=f"how many of the most different samples to list (default: {default})")
+
+
+def add_batch_sizes(p: Any, default: str, value: list[int] | None = None) -> None:
+    from runner.inputs.cliargs import count_list
+
+    shared(p, "--batch-sizes", type=count_list, metavar="N,N", default=value,
+           help=f"batch sizes, a comma list (default: {default})")
+
+
+def add_golden_version(p: Any, required: bool = True, default: str | None = None) -> None:
+    shared(p, "--to", required=required, default=default, metavar="VERSION",
+           help="the golden version to write: v7.0, v7, or next (n+1 of each file's)"
+           + (f" (default: {default})" if default else ""))
+
+
+def add_slurm(p: argparse.ArgumentParser, resumable: bool = True) -> None:
+    """The Slurm options (with --executor slurm), as SLURM_FLAGS names them.
+    `--partition` is the GPUs' partition mode, so Slurm's partition is --slurm-partition;
+    `--slurm-time` is Slurm's time limit (mlperf's `--min-duration` is LoadGen's)."""
+    g = p.add_argument_group("Slurm (with --executor slurm" + (
+        "; on --resume, default: as recorded)" if resumable else ")"))
+    shared(g, "--nodes", type=COUNT_OR_ZERO, metavar="N",
+           help="array tasks, one per node (default: 1)")
+    shared(g, "--slurm-partition", metavar="P", help="sbatch --partition (default: the "
+           "cluster's)")
+    shared(g, "--slurm-time", metavar="T", help="sbatch --time per node task, e.g. 2:00:00 "
+           "(default: the partition's limit)")
+    shared(g, "--account", metavar="A", help="sbatch --account (default: your default "
+           "account)")
+    shared(g, "--node-executor", choices=["local", "docker"],
+           help="how each node starts its workers (default: local; docker needs --image)")
+    shared(g, "--cpus-per-node", type=COUNT_OR_ZERO, metavar="N",
+           help="ask for N CPUs per node task instead of the whole node (default: the whole "
+           "node, --exclusive); for cpu-profile runs and node sharing")
+    shared(g, "--sbatch-arg", action="append", metavar="ARG",
+           help="extra sbatch option, repeatable, e.g. --sbatch-arg=--gres=gpu:8 (default: "
+           "none)")
+    shared(g, "--max-resubmits", type=COUNT_OR_ZERO, metavar="K",
+           help="replacement submissions for failed node tasks (default: 3)")
+    renamed(p, "--time", "--slurm-time T", "Slurm's time limit; mlperf's minimum test "
+            "duration is --min-duration")
+
+
+# SlurmOptions field -> its flag (the argparse dest is the flag's name without dashes).
+# `image` is the shared --image: the docker node executor's image.
+SLURM_FLAGS = {"nodes": "--nodes", "partition": "--slurm-partition", "time": "--slurm-time",
+               "account": "--account", "cpus_per_node": "--cpus-per-node",
+               "node_executor": "--node-executor", "image": "--image",
+               "sbatch_args": "--sbatch-arg", "max_resubmits": "--max-resubmits"}

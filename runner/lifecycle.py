@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.provenance import host_info, iree_provenance
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -132,16 +133,12 @@ class Lifecycle:
         harness image's own for containers), whose IREE is then the one recorded."""
         run = RunDir(run_dir)
         created = not run.path.exists()
-        if run.exists():
-            raise RunnerError("this directory already holds a run", where=str(run.path),
-                              fix=f"use `runner run --resume {run.path}` or another --out")
+        _check_free(run)
         plan = plan or plan_for(profile)
         executor.check(plan, str(profile.path))
         run.lock()
         try:
-            if run.exists():  # made meanwhile by a driver that has finished since
-                raise RunnerError("this directory already holds a run", where=str(run.path),
-                                  fix=f"use `runner run --resume {run.path}` or another --out")
+            _check_free(run)  # made meanwhile by a driver that has finished since
             layout = plan.layout
             compile_fn = compile_fn or executor.compiler(run.path)
             compiled = compile_fn(profile, layout.batch_size, layout.vae_batch_size)
@@ -367,7 +364,8 @@ class Lifecycle:
     def _executor(self) -> Executor:
         if self.executor is None:
             raise RunnerError("internal: Lifecycle.resume(executor) was not called",
-                              where=str(self.run.path))
+                              where=str(self.run.path),
+                              fix="call resume(executor) before start(); a runner bug")
         return self.executor
 
     @contextlib.contextmanager
@@ -382,6 +380,40 @@ class Lifecycle:
             with contextlib.suppress(DiskFull):  # else run.json keeps its last state,
                 self.run.save(self.manifest)     # which is not `complete` either
             raise
+
+
+def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
+                  executor: Executor) -> list[str]:
+    """What `create` then `execute` would run, exactly, with the inputs checked first as
+    `create` checks them (the run dir holds no run, the layout plans): the compile commands
+    (modules already in the cache are reused), the worker plan and each worker's (or the
+    Slurm submission's) command. Nothing is created, compiled or started."""
+    run = RunDir(run_dir)
+    _check_free(run)
+    plan = plan_for(profile)
+    layout = plan.layout
+    compiled = executor.compiler(run.path, dry_run=True)(profile, layout.batch_size,
+                                                         layout.vae_batch_size)
+    return plan_lines(plan, executor, run.path, compiled,
+                      f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
+                      f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")
+
+
+def plan_lines(plan: Plan, executor: Executor, run_dir: Path, compiled: Any,
+               heading: str) -> list[str]:
+    """A dry run's lines for the workers of one run dir (`runner run`, `runner mlperf`)."""
+    return [heading, "# compile (modules already in the cache are reused):",
+            *[shellscript.join(c.command) for c in compiled.compiled],
+            f"# {len(plan.workers)} worker(s):", *[f"#   {line}" for line in
+                                                   plan.table().splitlines()],
+            *[f"#   note: {note}" for note in plan.notes],
+            *executor.commands(run_dir, plan)]
+
+
+def _check_free(run: RunDir) -> None:
+    if run.exists():
+        raise RunnerError("this directory already holds a run", where=str(run.path),
+                          fix=f"use `runner run --resume {run.path}` or another --out")
 
 
 def execute_run(run_dir: Path | str, profile: Profile, sample_ids: list[int],

@@ -97,17 +97,19 @@ class Validation:
 def validate(req: ValidateRequest) -> int:
     """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
     accuracy or goldens fail (saying which), or a subset with `require_full`."""
-    from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, parse_source
+    from runner.docker.image import DEFAULT_BASE_IMAGE, build_image
 
     # Absolute: paths under it go into containers, which do not share our cwd.
     req = dataclasses.replace(req, out=Path(os.path.abspath(req.out)))
     out = req.out
-    out.mkdir(parents=True, exist_ok=True)
+    source = check_inputs(req)
+    if not req.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
     ledger = Validation(out, req.dry_run)
     ledger.state.update({"iree": req.iree, "profile": req.profile.name, "argv": req.argv,
                          "samples": len(req.sample_ids)})
 
-    built = build_image(parse_source(req.iree), dry_run=req.dry_run,
+    built = build_image(source, dry_run=req.dry_run,
                         base_image=req.base_image or DEFAULT_BASE_IMAGE)
     image = {"tag": built.tag, "id": built.image_id, "cached": built.cached,
              "build_command": shellscript.join(built.plan.command())}
@@ -163,6 +165,26 @@ def validate(req: ValidateRequest) -> int:
     return EXIT_OK if passed or subset or req.dry_run else EXIT_FAILED
 
 
+def check_inputs(req: ValidateRequest):
+    """Every input checked before anything is built, run or printed (a dry run too): the
+    IREE build, the goldens suite and version, the baseline. The image source to build."""
+    from runner.docker.image import parse_source
+    from runner.goldens.testfile import find_test_files
+    from runner.goldens.versioning import parse_target
+    from runner.inputs.paths import no_such_path
+
+    source = parse_source(req.iree, where="--iree")
+    if req.goldens is not None:
+        find_test_files([req.goldens], where="--goldens")
+        parse_target(req.to or "next")
+    if req.baseline is not None and not (req.baseline / STATE).is_file():
+        if not req.baseline.exists():
+            raise no_such_path(req.baseline, "--baseline", "validate directory")
+        raise RunnerError(f"{req.baseline} holds no {STATE}", where="--baseline",
+                          fix="pass the --out of an earlier `runner validate`")
+    return source
+
+
 def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Score and throughput deltas against an earlier validate, and the images that moved
     most (per-image PSNR/SSIM) between the two IREE builds."""
@@ -198,9 +220,6 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
     executor = executor_for("docker", req.profile, image=tag)
     if req.dry_run:
         plan = plan_for(req.profile)
-        # The printed `docker run` lines mount the run dir, and a mount's host path must
-        # exist; --out itself is already made, so an empty run/ inside it is the only trace.
-        run_dir.mkdir(parents=True, exist_ok=True)
         for worker in plan.workers:
             print(executor.describe(run_dir, worker,  # type: ignore[attr-defined]
                                     run_dir / "workers" / f"{worker.name}.json"))

@@ -64,7 +64,7 @@ def main() -> int:
     add_record_option(parser)
     args = parser.parse_args()
     client = connect()
-    source = parse_source(args.source)
+    source = parse_source(args.source, where="--source")
     quiet = None
 
     with tempfile.TemporaryDirectory() as tmp:

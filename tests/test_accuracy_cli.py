@@ -69,14 +69,14 @@ def test_register_adds_the_subcommands():
     parser = argparse.ArgumentParser(prog="runner")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["score", "RUN", "--require-full", "--images-per-pass", "4",
-                              "--device", "cpu", "--log", "L", "--fid-weights", "F",
+                              "--torch-device", "cpu", "--log", "L", "--fid-weights", "F",
                               "--clip-weights", "C", "--profile", "sdxl"])
     assert (args.run_dir, args.require_full, args.images_per_pass, args.log) == (
         "RUN", True, 4, "L")
     args = parser.parse_args(["calibrate", "RUN", "--out", "D"])
     assert (args.fid_percent, args.clip_percent) == (2.0, 0.2)
-    args = parser.parse_args(["compare", "A", "B", "--out", "o.json"])
-    assert (args.run_a, args.run_b, args.out) == ("A", "B", "o.json")
+    args = parser.parse_args(["compare", "A", "B", "--out", "cmp"])
+    assert (args.run_a, args.run_b, args.out) == ("A", "B", "cmp")
 
 
 def test_calibrate_then_score_with_the_written_snippet(tmp_path, backbones):
@@ -137,8 +137,8 @@ def test_compare_lists_the_images_that_moved(tmp_path, capsys):
     a = write_generate_dir(tmp_path / "a", [0, 1, 2, 3, 4], images)
     b = write_generate_dir(tmp_path / "b", [1, 2, 3, 4, 5],
                            np.concatenate([moved[1:], images[:1]]))
-    out = tmp_path / "cmp.json"
-    assert main(["compare", str(a), str(b), "--out", str(out), "--worst", "2"]) == 0
+    out = tmp_path / "cmp" / "compare.json"
+    assert main(["compare", str(a), str(b), "--out", str(out.parent), "--worst", "2"]) == 0
     printed = capsys.readouterr().out
     assert "4 common samples, 2 identical" in printed
     record = json.loads(out.read_text())
@@ -182,13 +182,13 @@ def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys)
     """3 samples where the tiny ranges were set for 32: scored, labelled, exit 0; with
     --require-full the same scores fail (exit 1)."""
     few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
-    assert main(["score", str(few), "--device", "cpu"]) == 0
+    assert main(["score", str(few), "--torch-device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "verdict: SUBSET (not judged" in out
     assert "note: subset of 3: not judged against the full-set ranges" in out
     record = json.loads((few / "accuracy.json").read_text())
     assert record["verdict"] == "subset" and record["subset"] is True and record["n"] == 3
-    assert main(["score", str(few), "--device", "cpu", "--require-full"]) == 1
+    assert main(["score", str(few), "--torch-device", "cpu", "--require-full"]) == 1
     assert "verdict: FAIL" in capsys.readouterr().out
     assert json.loads((few / "accuracy.json").read_text())["verdict"] == "fail"
 
@@ -299,10 +299,10 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     clip_only = tmp_path / "clip-only.yaml"
     clip_only.write_text(f"extends: {profile}\nname: clip-only\naccuracy:\n  fid: null\n"
                          "  clip: [-1000, 1000]\n")
-    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu"]) == 2
+    assert main(["score", str(run), "--profile", str(clip_only), "--torch-device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "no accuracy range for fid" in err and "--metrics" in err
-    assert main(["score", str(run), "--profile", str(clip_only), "--device", "cpu",
+    assert main(["score", str(run), "--profile", str(clip_only), "--torch-device", "cpu",
                  "--metrics", "clip"]) == 0
     out = capsys.readouterr().out
     assert "verdict: PASS" in out and "note: FID not scored (--metrics clip)" in out

@@ -134,7 +134,7 @@ def test_iree_run_passes_through_the_cli(tiny_profile, tiny_compiled, oracle_sco
 
     out = tmp_path / "iree"
     generate(tiny_profile, IDS, out)
-    assert main(["score", str(out), "--images-per-pass", str(BATCH), "--device", "cpu"]) == 0
+    assert main(["score", str(out), "--images-per-pass", str(BATCH), "--torch-device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "verdict: PASS" in printed and "not comparable with MLPerf" in printed
     record = json.loads((out / "accuracy.json").read_text())
@@ -153,7 +153,8 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     leave their ranges; exit code 1. Also the subset rules on the same run."""
     pytest.importorskip("runner.model.export.oracle")
     broken = tmp_path / "guidance2"
-    assert main(["oracle", str(broken), "--samples", TINY_SAMPLES, "--guidance", "2.0"]) == 0
+    assert main(["oracle", "--out", str(broken), "--samples", TINY_SAMPLES,
+                 "--guidance", "2.0"]) == 0
     score = evaluate_run(broken, backbones=backbones, batch_size=BATCH, progress=False)
     assert not score.verdict.passed and score.verdict.exit_code == 1
     fid, clip = score.verdict.checks
@@ -166,7 +167,7 @@ def test_broken_pipeline_fails(backbones, tmp_path, tiny_profile):
     (broken / "images" / "00031.png").unlink()
     with pytest.raises(RunnerError, match="1 of 32 requested samples are not there"):
         evaluate_run(broken, backbones=backbones, progress=False)
-    assert main(["score", str(broken), "--device", "cpu"]) == 2
+    assert main(["score", str(broken), "--torch-device", "cpu"]) == 2
 
 
 def _frozen_images(n: int = 6, size: int = 64) -> list[tuple[int, np.ndarray]]:

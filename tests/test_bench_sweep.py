@@ -129,8 +129,12 @@ def test_dry_run_prints_exactly_what_runs(sweep):
 
 
 def test_bad_sweep_values_exit_2(tmp_path, capsys):
-    assert main(["bench", "--batch-size", "1,x", "--out", str(tmp_path)]) == 2
-    assert "--batch-size: `--batch-size 1,x` is not a comma list" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a usage error: the flag and the --help to read
+        main(["bench", "--batch-size", "1,x", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("error: runner bench: argument --batch-size: '1,x' is not "
+                                       "a comma list of whole numbers from 1 to 10000000, e.g. "
+                                       "1,8,32\n  fix: see `runner bench --help`\n")
     (tmp_path / "bench.json").write_text("{}")
     assert main(["bench", "--no-stages", "--out", str(tmp_path)]) == 2
     assert "already holds a bench" in capsys.readouterr().err
@@ -141,7 +145,7 @@ def test_slurm_sweep_dry_run_is_one_job_per_combination(capsys):
     2 IREE x 2 batch-size x 2 cpd sweep, exactly as the real sweep would submit them."""
     assert main(["bench", "--profile", "cpu", "--executor", "slurm", "--devices", "0",
                  "--batch-size", "1,2", "--cpd", "1,2", "--cpus-per-node", "2",
-                 "--iree", "a1b2c3d,wheels:3.13.0", "--dry-run"]) == 0
+                 "--iree", "source:a1b2c3d,wheels:3.13.0", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     builds = [x for x in lines if x.startswith("docker build ")]
     assert len(builds) == 2 and "IREE_COMMIT=a1b2c3d" in builds[0]

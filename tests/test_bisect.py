@@ -384,16 +384,16 @@ def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
     built = runner("bisect", *ends, "--build", "--test", "compile", "--out",
                    str(tmp_path / "b"), "--dry-run")
     assert built.returncode == 0, built.stderr
-    assert f"runner image build --from source:{shas[0]}" in built.stdout
+    assert f"runner image build --iree source:{shas[0]}" in built.stdout
     assert "# in the harness image: python3 -m runner.bisect.probe" in built.stdout
-    refused = runner("bisect", *ends, "--executor", "docker", "--test", "compile", "--out",
+    refused = runner("bisect", *ends, "--install", "docker", "--test", "compile", "--out",
                      str(tmp_path / "b"), "--dry-run")
     assert refused.returncode == 2 and "add --build" in refused.stderr
     assert refused.stdout == ""  # refused before any candidate is listed
-    trend = runner("trend", "wheels:3.12.0", "wheels:3.13.0", "--executor", "docker",
+    trend = runner("trend", "wheels:3.12.0", "wheels:3.13.0", "--install", "docker",
                    "--test", "throughput:5", "--out", str(tmp_path / "t"), "--dry-run")
     assert trend.returncode == 0, trend.stderr
-    assert "runner image build --from wheels:3.12.0" in trend.stdout
+    assert "runner image build --iree wheels:3.12.0" in trend.stdout
     assert "--passes 2 --compstat --dispatches 5" in trend.stdout
 
 

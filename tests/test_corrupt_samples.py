@@ -57,7 +57,7 @@ def test_corrupt_samples_are_moved_aside_and_regenerated_by_resume(tmp_path, tin
     assert not list(run_dir.glob(".*.tmp"))
 
     flip_bit(store.path(2))
-    proc = cli("score", str(run_dir), "--device", "cpu")
+    proc = cli("score", str(run_dir), "--torch-device", "cpu")
     assert proc.returncode != 0  # an incomplete run: not scored
     assert_named_and_moved(proc, store, 2)
     assert "2 of 4 requested samples are missing" in proc.stderr  # 1 and 2, before scoring

@@ -77,6 +77,15 @@ QUICK = {
     "runner compile --profile sdxl-seeded --dry-run": "unet_pipeline_bs1.mlir",
     "runner fetch --profile sdxl --dry-run": "sharkpublic/sai/sdxl-vae-decode/model.mlir -> ",
     "runner export sdxl --seeded --dry-run": "runner export sdxl --seeded --batch-sizes 1",
+    "runner export tiny --out /tmp/tiny --dry-run": "runner export tiny --out /tmp/tiny",
+    "runner run --profile cpu --count 4 --out runs/smoke --dry-run":
+        "python3 -m runner.batch.worker --task ",
+    "runner generate --profile tiny --count 4 --out runs/gen --dry-run": "-o ",
+    "runner goldens generate goldens/tiny-torch --to next --out new-goldens --dry-run":
+        "# writes new-goldens/",
+    "runner goldens bump goldens/tiny-torch --to next --dry-run": "_v2.0.bin",
+    "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
+    "--batch-size 8 --out runs/lg-cpd2 --dry-run": "# 128 worker(s):",
     "runner goldens check tests/fixtures/iree-test-suites/sharktank_models/quality_tests/sdxl "
     "--sku mi300 --rocm-chip gfx942 --backend rocm --dry-run": "iree-run-module --device=hip",
     'runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "hip and gfx942" '
@@ -224,17 +233,17 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner compare runs/a runs/b": (PLACEHOLDER + " (two run dirs)",
                                      "tests/test_accuracy_cli.py::"
                                      "test_compare_lists_the_images_that_moved"),
-    "runner compare runs/a runs/b --out cmp.json": (
+    "runner compare runs/a runs/b --out cmp": (
         PLACEHOLDER + " (two run dirs)", "tests/test_accuracy_cli.py::"
                                          "test_compare_lists_the_images_that_moved"),
     "runner calibrate runs/known-good --out calib --fid-percent 2 --clip-percent 0.2": (
         PLACEHOLDER + " (a known-good run)",
         "tests/test_accuracy_cli.py::test_calibrate_then_score_with_the_written_snippet"),
-    "runner oracle runs/oracle --samples 0-31": (
+    "runner oracle --count 32 --out runs/oracle": (
         LONG, "tests/test_accuracy_tiny.py::"
               "test_oracle_images_pass_and_reproduce_the_calibration_via_an_mlperf_log"),
-    "runner oracle runs/g2 --guidance 2.0": (LONG, "tests/test_accuracy_tiny.py::"
-                                                   "test_broken_pipeline_fails"),
+    "runner oracle --guidance 2.0 --out runs/g2": (LONG, "tests/test_accuracy_tiny.py::"
+                                                         "test_broken_pipeline_fails"),
     # Validate
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny --to "
     "v2.0 --out runs/validate": (DOCKER_LONG, "tests/test_validate.py::"
@@ -282,17 +291,21 @@ NOT_HERE: dict[str, tuple[str, str]] = {
               "test_generate_then_bump_changes_only_versioned_names"),
     "runner goldens upload runs/goldens-v2 --container-url "
     "https://<account>.blob.core.windows.net/sharkpublic/...": (
-        PLACEHOLDER + "; uploads to Azure with --execute",
+        PLACEHOLDER + "; uploads to Azure",
         "tests/test_goldens_upload.py::test_dry_run_prints_exact_commands_without_secrets"),
     "runner goldens upload runs/goldens-v2 --container-url "
     "https://<account>.blob.core.windows.net/sharkpublic/<path>": (
+        PLACEHOLDER, "tests/test_goldens_upload.py::"
+                     "test_upload_passes_the_sas_through_the_environment"),
+    "runner goldens upload runs/goldens-v2 --container-url "
+    "https://<account>.blob.core.windows.net/sharkpublic/<path> --dry-run": (
         PLACEHOLDER, "tests/test_goldens_upload.py::"
                      "test_dry_run_prints_exact_commands_without_secrets"),
     "runner goldens upload runs/validate/goldens --container-url "
     "https://<account>.blob.core.windows.net/sharkpublic/...": (
         PLACEHOLDER, "tests/test_goldens_upload.py::"
                      "test_dry_run_prints_exact_commands_without_secrets"),
-    "runner goldens compare-steps --profile tiny --prompt-id 0": (
+    "runner goldens compare-steps --profile tiny --samples 0": (
         LONG, "tests/test_goldens_steps.py::test_every_stage_is_compared_on_its_own"),
     # Benchmarks
     "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 --out runs/bench": (
@@ -316,16 +329,16 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench": (
         GPU, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
     # Images and containers
-    "runner image build --from wheels:3.13.0": (
+    "runner image build --iree wheels:3.13.0": (
         DOCKER_LONG, "tests/test_docker_image.py::"
                      "test_wheels_image_imports_runner_and_runs_iree_compile"),
-    "runner image build --from source:<sha> --dry-run": (
+    "runner image build --iree source:<sha> --dry-run": (
         PLACEHOLDER, "tests/test_docker_image.py::"
                      "test_the_printed_docker_build_command_builds_the_same_image"),
-    "runner image build --from build-dir:/path/to/iree-build": (
+    "runner image build --iree build-dir:/path/to/iree-build": (
         PLACEHOLDER + "; " + DOCKER_LONG,
         "tests/test_docker_image.py::test_build_dir_image_takes_iree_from_the_tree"),
-    "runner image build --from source:<sha> --base-image rocm/dev-ubuntu-22.04:6.3 --backends "
+    "runner image build --iree source:<sha> --base-image rocm/dev-ubuntu-22.04:6.3 --backends "
     "llvm-cpu,rocm --drivers local-task,hip": (
         PLACEHOLDER + "; a from-source IREE build takes hours",
         "tests/test_docker_dockerfiles.py"),
@@ -364,7 +377,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runs/lg-sub8-docker.csv": (
         MLCOMMONS, "tests/test_loadgen_submission.py::"
                    "test_mlperfs_checker_finds_only_the_short_runs_errors"),
-    "runner image build --from wheels:3.13.0 --tag iree-sdxl-runner:mlperf": (
+    "runner image build --iree wheels:3.13.0 --tag iree-sdxl-runner:mlperf": (
         DOCKER_LONG, "tests/test_docker_image.py::"
                      "test_wheels_image_imports_runner_and_runs_iree_compile"),
     "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
@@ -374,21 +387,22 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-sub": (
         GPU, "tests/test_loadgen.py::test_mi325x_dry_run_prints_the_settings_of_every_test"),
-    "runner mlperf --profile cpu --scenario offline --mode performance --count 16 --time 2 "
-    "--out runs/lg-perf": (LONG, "tests/test_loadgen.py::"
+    "runner mlperf --profile cpu --scenario offline --mode performance --count 16 "
+    "--min-duration 2 --out runs/lg-perf": (LONG, "tests/test_loadgen.py::"
                                  "test_offline_performance_summary_and_reports"),
     # Slurm
-    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --time "
-    "2:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc": (
+    "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
+    "--slurm-time 2:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc": (
         SLURM, "tests/test_slurm.py::test_slurm_run_gives_the_local_bytes_and_records_nodes"),
     "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x --out "
     "/shared/runs/acc": (SLURM, "tests/test_slurm.py::"
                                 "test_slurm_run_gives_the_local_bytes_and_records_nodes"),
     "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
-    "--batch-size 1,2,4 --cpd 1,2 --iree a1b2c3d,d4e5f6a --count 640 --out /shared/runs/sweep": (
+    "--batch-size 1,2,4 --cpd 1,2 --iree source:a1b2c3d,source:d4e5f6a --count 640 "
+    "--out /shared/runs/sweep": (
         SLURM, "tests/test_slurm.py::test_slurm_sweep_over_two_iree_builds"),
     "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
-    "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep": (
+    "--batch-size 1,2 --iree source:a1b2c3d,source:d4e5f6a --out /shared/runs/sweep": (
         SLURM, "tests/test_bench_sweep.py::test_slurm_sweep_dry_run_is_one_job_per_combination"),
     "runner status /shared/runs/acc --json": (
         SLURM, "tests/test_slurm.py::test_status_shows_each_node_and_worker"),

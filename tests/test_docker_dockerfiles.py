@@ -19,9 +19,9 @@ from runner.docker.image import (
     build_image,
     content_tag,
     parse_source,
-    validate_commit,
     validate_tag,
 )
+from runner.inputs.iree_build import validate_commit
 
 SHA = "89ece87b89852100c0a4ac3d515e14842d090967"
 
@@ -138,7 +138,7 @@ def test_good_commits_and_refs_pass(good, expected):
 def test_bad_commits_are_rejected(bad):
     with pytest.raises(RunnerError) as e:
         parse_source(f"source:{bad}")
-    assert "source" in str(e.value) or "--from" in str(e.value)
+    assert "--iree" in str(e.value)
 
 
 @pytest.mark.parametrize("spec", ["wheels", "wheels:", "wheel:3.13.0", "wheels:latest",
@@ -159,7 +159,7 @@ def test_bad_find_links_are_rejected_without_echoing_credentials(url):
 def test_source_options_are_validated():
     with pytest.raises(RunnerError, match="unknown name 'rcom'"):
         parse_source(f"source:{SHA}", backends=("rcom",))
-    with pytest.raises(RunnerError, match="source flavor only"):
+    with pytest.raises(RunnerError, match="source: builds only"):
         parse_source("wheels:3.13.0", backends=("rocm",))
     s = parse_source(f"source:{SHA}", backends=("rocm", "llvm-cpu", "rocm"))
     assert s.backends == ("rocm", "llvm-cpu")
@@ -259,7 +259,7 @@ def test_cli_dry_run_prints_one_shell_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["image", "build", "--from", "wheels:3.13.0", "--dry-run",
+    args = parser.parse_args(["image", "build", "--iree", "wheels:3.13.0", "--dry-run",
                               "--tag", "my-runner:dev", "--quiet"])
     assert args.func(args) == 0
     argv = shlex.split(capsys.readouterr().out.strip())

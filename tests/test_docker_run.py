@@ -41,7 +41,7 @@ def test_docker_workers_match_local_workers_and_reproduce(wheels_image, tmp_path
     assert manifest["image"]["id"] == wheels_image.image_id
     assert manifest["image"]["provenance"]["iree.runtime"]["file"].startswith("/opt/venv")
     script = (docked / "reproduce.sh").read_text()
-    assert "runner image build --from wheels:3.13.0" in script
+    assert "runner image build --iree wheels:3.13.0" in script
     assert script.count("docker run --rm --network host --cpuset-cpus") == 2
     assert "--privileged" not in script
 

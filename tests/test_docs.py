@@ -72,9 +72,10 @@ def test_the_cli_reference_is_the_parsers(site):
                 assert f"<code>{option}" in html or f", {option}" in html, (path, option)
     # The generator's own Markdown, escaped so that `<sha>` and `*` show as written.
     assert str(REPO) not in html and "&lt;checkout&gt;/goldens/tiny" in html  # any machine
-    assert "wheels:&lt;ver&gt; | source:&lt;sha&gt; | build-dir:&lt;path&gt;" in html
+    assert "with a directory: its &lt;model&gt;/ subdirectory" in html
     assert inline("a <b> *c* | d_e `x|y`") == "a &lt;b&gt; \\*c\\* \\| d\\_e `x|y`"
-    assert "<code>FILES|DIR</code>" in html and "<code>--profile NAME</code>" in html
+    assert "<code>FILES|DIR</code>" in html and "<code>--profile NAME|YAML</code>" in html
+    assert 'id="shared-options"' in html and "<code>--slurm-time</code>" in html
     assert reference(parser).count("\n## runner ") == len([p for p, _ in walk(parser)
                                                             if len(p) == 1])
 

@@ -1,4 +1,4 @@
-"""Upload: exact `az` commands in a dry run; with --execute, credentials only in the
+"""Upload: exact `az` commands in a dry run; uploading, credentials only in the
 environment. Azure is the boundary here: a stand-in `az` on PATH records what it was given,
 everything up to it runs for real."""
 
@@ -60,7 +60,7 @@ def test_dry_run_prints_exact_commands_without_secrets(tmp_path, capsys, monkeyp
     for key in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     folder = generated(tmp_path)
-    assert main(["goldens", "upload", str(folder), "--container-url", BASE]) == 0
+    assert main(["goldens", "upload", str(folder), "--container-url", BASE, "--dry-run"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert len(lines) == 2 and "dry run: 2 uploads" in captured.err
@@ -70,7 +70,8 @@ def test_dry_run_prints_exact_commands_without_secrets(tmp_path, capsys, monkeyp
     assert argv[argv.index("--file") + 1] == str(folder / "punet_fp16_out_v7.0.bin")
     assert argv[argv.index("--overwrite") + 1] == "false" and "--content-md5" in argv
     assert argv[-2:] == ["--auth-mode", "login"]
-    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}"]) == 0
+    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}",
+                 "--dry-run"]) == 0
     captured = capsys.readouterr()
     assert "TOPSECRET" not in captured.out + captured.err
     assert captured.out.startswith("AZURE_STORAGE_SAS_TOKEN=<redacted> az storage blob upload")
@@ -93,7 +94,7 @@ sys.exit({rc})
     return bin_dir
 
 
-def test_execute_passes_the_sas_through_the_environment(tmp_path, monkeypatch, capsys):
+def test_upload_passes_the_sas_through_the_environment(tmp_path, monkeypatch, capsys):
     try:
         import azure.storage.blob  # noqa: F401
         pytest.skip("the SDK path would be taken; this test covers the az CLI path")
@@ -101,8 +102,7 @@ def test_execute_passes_the_sas_through_the_environment(tmp_path, monkeypatch, c
         pass
     folder = generated(tmp_path)
     monkeypatch.setenv("PATH", f"{fake_az(tmp_path)}{os.pathsep}{os.environ['PATH']}")
-    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}",
-                 "--execute"]) == 0
+    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}"]) == 0
     calls = [json.loads(line) for line in (tmp_path / "az_calls.jsonl").read_text().splitlines()]
     assert len(calls) == 2 and all(c["sas"] == SAS for c in calls)
     assert all("TOPSECRET" not in " ".join(c["argv"]) for c in calls)
@@ -111,19 +111,17 @@ def test_execute_passes_the_sas_through_the_environment(tmp_path, monkeypatch, c
     failing = tmp_path / "failing"
     failing.mkdir()
     monkeypatch.setenv("PATH", f"{fake_az(failing, rc=1)}{os.pathsep}{os.environ['PATH']}")
-    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}",
-                 "--execute"]) == 2
+    assert main(["goldens", "upload", str(folder), "--container-url", f"{BASE}?{SAS}"]) == 2
     err = capsys.readouterr().err
     assert "BlobAlreadyExists" in err and "TOPSECRET" not in err
 
 
-def test_execute_without_any_uploader_fails_clearly(tmp_path, monkeypatch, capsys):
+def test_upload_without_any_uploader_fails_clearly(tmp_path, monkeypatch, capsys):
     try:
         import azure.storage.blob  # noqa: F401
         pytest.skip("the SDK is installed")
     except ImportError:
         pass
     monkeypatch.setenv("PATH", str(tmp_path))  # no az
-    assert main(["goldens", "upload", str(generated(tmp_path)), "--container-url", BASE,
-                 "--execute"]) == 2
+    assert main(["goldens", "upload", str(generated(tmp_path)), "--container-url", BASE]) == 2
     assert "neither the azure-storage-blob package nor the `az` CLI" in capsys.readouterr().err

@@ -131,7 +131,7 @@ def test_a_sample_symlinked_out_of_the_run_dir_is_quarantined_not_aggregated(sma
 # --- security: secrets are redacted in every message ---------------------------------------
 def test_a_sas_signature_in_a_refused_find_links_url_is_redacted(capsys):
     url = f"ftp://acct.blob.core.windows.net/wheels/?sv=2024&sig={SECRET}"
-    text = _exit_2(capsys, "image", "build", "--from", "wheels:3.13.0", "--find-links", url,
+    text = _exit_2(capsys, "image", "build", "--iree", "wheels:3.13.0", "--find-links", url,
                    "--dry-run")
     assert SECRET not in text and "sig=REDACTED" in text and "--find-links" in text
 

@@ -134,8 +134,8 @@ def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
     subprocess.run(["mount", "-o", f"remount,size={used + 160}k", str(small_disk)], check=True)
     proc = runner("run", "--resume", str(run_dir))
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
-    assert (f"run incomplete: disk full while writing {run_dir}/mlperf_log_accuracy.json; "
-            f"free space, then `runner run --resume {run_dir}`") in proc.stderr
+    assert (f"run incomplete: disk full while writing {run_dir}/mlperf_log_accuracy.json\n"
+            f"  fix: free space, then `runner run --resume {run_dir}`") in proc.stderr
     assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]
     assert not (run_dir / "mlperf_log_accuracy.json").exists()
     assert manifest(run_dir)["status"] != "complete"

@@ -128,7 +128,7 @@ def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
     count, its audit.config on top, and the batcher's wait limit."""
     out = tmp_path / "dry"
     assert mlperf("--profile", "tiny", "--scenario", "singlestream,offline,server",
-                  "--mode", "submission", "--count", "8", "--qps", "3", "--time", "2",
+                  "--mode", "submission", "--count", "8", "--qps", "3", "--min-duration", "2",
                   "--out", str(out), "--dry-run") == 0
     text = capsys.readouterr().out
     assert "iree-compile" in text and "runner.batch.worker --task" in text

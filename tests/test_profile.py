@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from runner.base.errors import RunnerError
 from runner.config.model_config import ModelConfig
@@ -39,10 +40,21 @@ def test_set_overrides_any_field():
     ({"target.tuning_spec": "/no/such/spec.mlir"}, "target.tuning_spec"),
     ({"layout.batch_size": 0}, "layout.batch_size"),
 ])
-def test_bad_fields_name_file_and_field(overrides, field):
+def test_bad_fields_name_file_and_field(overrides, field, tmp_path):
+    """A bad value in the file names the file and the field; the same value given with
+    `--set` names that `--set` (the user typed it there, the file is fine)."""
     with pytest.raises(RunnerError) as err:
         load_profile("tiny", overrides)
-    assert field in str(err.value) and "tiny.yaml" in str(err.value)
+    assert err.value.where == f"--set {field}" and "tiny.yaml" not in str(err.value)
+    assert err.value.fix
+    section, _, key = field.partition(".")
+    value = next(iter(overrides.values()))
+    raw = {"extends": "tiny", section: {key: value} if key else value}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(RunnerError) as err:
+        load_profile(str(path))
+    assert err.value.where.startswith(f"{path}: ") and field in err.value.where
 
 
 def test_unknown_profile_lists_known_ones():

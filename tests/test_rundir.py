@@ -163,7 +163,7 @@ def test_full_disk_is_one_clear_error_with_no_temp_file(tiny_disk):
     target = run.path / "big.json"
     with pytest.raises(DiskFull) as e:
         run.write_json(target, {"data": "x" * 200_000})
-    assert str(e.value) == (f"run incomplete: disk full while writing {target}; free space, "
-                            f"then `runner run --resume {run.path}`")
+    assert str(e.value) == (f"run incomplete: disk full while writing {target}\n  fix: free "
+                            f"space, then `runner run --resume {run.path}`")
     assert sorted(p.name for p in run.path.iterdir()) == ["run.json"]
     assert run.manifest_path.read_text() == before  # the old manifest, whole

@@ -176,7 +176,7 @@ def test_reproduce_sh_takes_a_hostile_out_dir_and_renders_image_and_slurm_safely
                           capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert calls(log) == [
-        ["runner", "image", "build", "--from", f"wheels:{bad}", "--tag", f"img:{bad}",
+        ["runner", "image", "build", "--iree", f"wheels:{bad}", "--tag", f"img:{bad}",
          "--base-image", bad],
         ["docker", "image", "inspect", "--format", "{{.Id}}", f"img:{bad}"],
         # A relative OUT_DIR is the caller's: made absolute before anything else runs.

@@ -32,12 +32,12 @@ from runner.batch.cluster import node_state_path, slurm_flags
 from runner.batch.run import RunOutcome
 from runner.batch.slurm import (
     SlurmOptions,
-    add_slurm_arguments,
     sbatch_argv,
     slurm_options,
 )
 from runner.batch.status import register, run_status
 from runner.cli import main
+from runner.clihelp import add_slurm
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import load_profile
 from runner.lifecycle import Lifecycle, executor_for
@@ -317,9 +317,9 @@ def test_arguments_and_options(tmp_path):
     parser = argparse.ArgumentParser()
     parser.add_argument("--partition")  # the layout's spx/cpx flag on `runner run`
     parser.add_argument("--image")
-    add_slurm_arguments(parser)
+    add_slurm(parser)
     args = parser.parse_args(["--partition", "cpx", "--nodes", "4", "--slurm-partition", "gpu",
-                              "--time", "2:00:00", "--account", "lab",
+                              "--slurm-time", "2:00:00", "--account", "lab",
                               "--sbatch-arg=--gres=gpu:8"])
     opts = slurm_options(args)
     assert (opts.nodes, opts.partition, opts.time, opts.account) == (4, "gpu", "2:00:00", "lab")
@@ -348,7 +348,7 @@ def test_slurm_flags_round_trip_through_the_run_parser():
     parser = argparse.ArgumentParser()
     parser.add_argument("--executor")
     parser.add_argument("--image")
-    add_slurm_arguments(parser)
+    add_slurm(parser)
     opts = SlurmOptions(nodes=3, partition="gpu", time="1:00:00", account="lab",
                         node_executor="docker", image="iree-sdxl-runner:x", cpus_per_node=4,
                         sbatch_args=("--gres=gpu:8",), max_resubmits=1)

@@ -138,8 +138,9 @@ def _device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise RunnerError(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RunnerError("--device cuda, but torch sees no CUDA device", where="--device",
-                          fix="use --device cpu, or install a CUDA build of torch")
+        raise RunnerError("--torch-device cuda, but torch sees no CUDA device",
+                          where="--torch-device",
+                          fix="use --torch-device cpu, or install a CUDA build of torch")
     return device
 
 

@@ -13,13 +13,19 @@ from pathlib import Path
 
 from runner.clihelp import (
     add_metrics,
+    add_out,
     add_profile,
     add_require_full,
+    add_samples,
+    add_worst,
     document,
-    profile_overrides,
+    profile_from_args,
     renamed,
+    shared,
 )
-from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, PERCENT, SCALE, SEED
+from runner.inputs.cliargs import COUNT, PERCENT, SCALE, SEED
+
+COMPARE_JSON = "compare.json"
 
 
 def _device(name: str | None) -> str:
@@ -31,19 +37,21 @@ def _device(name: str | None) -> str:
 
 
 def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", help="profile name or YAML (default: the one the run recorded)")
-    p.add_argument("--fid-weights", metavar="PATH",
-                   help="pt_inception-2015-12-05-6726825d.pth (else $RUNNER_FID_WEIGHTS, else "
-                        "the cache's mlperf/ dir)")
-    p.add_argument("--clip-weights", metavar="PATH",
-                   help="OpenAI's ViT-B-32.pt (else $RUNNER_CLIP_WEIGHTS, else the cache)")
-    p.add_argument("--images-per-pass", type=COUNT, default=1, metavar="N",
-                   help="images per Inception/CLIP forward pass (default: 1, as MLPerf's "
-                   "script; larger is faster and equal to ~1e-8)")
+    add_profile(p, default=None, with_set=False)
+    shared(p, "--fid-weights", metavar="PATH",
+           help="pt_inception-2015-12-05-6726825d.pth (default: $RUNNER_FID_WEIGHTS, else "
+           "the cache's mlperf/ dir)")
+    shared(p, "--clip-weights", metavar="PATH",
+           help="OpenAI's ViT-B-32.pt (default: $RUNNER_CLIP_WEIGHTS, else the cache)")
+    shared(p, "--images-per-pass", type=COUNT, default=1, metavar="N",
+           help="images per Inception/CLIP forward pass (default: 1, as MLPerf's script; "
+           "larger is faster and equal to ~1e-8)")
     renamed(p, "--batch-size", "--images-per-pass N",
             "--batch-size is the layout's batch in `runner run`")
-    p.add_argument("--device", choices=["cpu", "cuda"],
-                   help="torch device (default: cuda when torch sees one, else cpu)")
+    shared(p, "--torch-device", choices=["cpu", "cuda"],
+           help="torch device scoring runs on (default: cuda when torch sees one, else cpu)")
+    renamed(p, "--device", "--torch-device cpu|cuda", "--device is IREE's runtime device in "
+            "`runner goldens`")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -55,7 +63,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                          log=Path(args.log) if args.log else None,
                          require_full=args.require_full, fid_weights=args.fid_weights,
                          clip_weights=args.clip_weights, batch_size=args.images_per_pass,
-                         device=_device(args.device), metrics=metrics)
+                         device=_device(args.torch_device), metrics=metrics)
     r = score.result
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
           f"+ Frechet {r.frechet_seconds:.1f}s; profile {score.plan.profile.name}; "
@@ -80,8 +88,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparison = compare_runs(Path(args.run_a), Path(args.run_b), shape)
     print(comparison.table(args.worst))
     if args.out:
-        write_comparison(Path(args.out), comparison, args.worst)
-        print(f"wrote {args.out}")
+        path = Path(args.out) / COMPARE_JSON
+        write_comparison(path, comparison, args.worst)
+        print(f"wrote {path}")
     return 0
 
 
@@ -92,7 +101,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                     reference_run=Path(args.reference_run) if args.reference_run else None,
                     fid_percent=args.fid_percent, clip_percent=args.clip_percent,
                     fid_weights=args.fid_weights, clip_weights=args.clip_weights,
-                    batch_size=args.images_per_pass, device=_device(args.device),
+                    batch_size=args.images_per_pass, device=_device(args.torch_device),
                     command=[shlex.join(["runner", *sys.argv[1:]])])
     print(f"FID  {cal.fid!r} +/- {cal.fid_percent}% -> {list(cal.fid_range)}")
     print(f"CLIP {cal.clip!r} +/- {cal.clip_percent}% -> {list(cal.clip_range)}")
@@ -103,12 +112,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     from runner.accuracy.oracle_runs import Perturbation, oracle_run
-    from runner.accuracy.samples import parse_ids
-    from runner.config.profile import load_profile
+    from runner.accuracy.samples import chosen_ids
 
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
-    out = oracle_run(Path(args.out), load_profile(args.profile, profile_overrides(args.set)),
-                     list(parse_ids(args.samples, where="--samples")), perturbation)
+    ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
+    out = oracle_run(Path(args.out), profile_from_args(args), ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
 
@@ -125,7 +133,8 @@ def register(subparsers) -> None:
     _add_backbone_flags(p)
     add_require_full(p)
     add_metrics(p)
-    p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json")
+    p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json "
+                   "(default: the run's images)")
     p.set_defaults(func=cmd_score)
     document(p, "runner score runs/main",
              "runner score runs/main --metrics fid      # FID alone: no CLIP weights needed",
@@ -135,14 +144,13 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="per-image PSNR/SSIM between two runs")
     p.add_argument("run_a", metavar="RUN_A", help="a run dir, generate dir or accuracy log dir")
     p.add_argument("run_b", metavar="RUN_B", help="the other one")
-    p.add_argument("--out", metavar="PATH", help="write the comparison as JSON to this file")
-    p.add_argument("--worst", type=COUNT_OR_ZERO, default=10,
-                   help="how many worst samples to list (default: 10)")
-    p.add_argument("--profile", help="for accuracy logs: the profile giving the image size "
-                   "(default: the one the run recorded)")
+    add_out(p, f"write the comparison as {COMPARE_JSON} here")
+    add_worst(p, 10)
+    add_profile(p, default=None, none_means="the one the run recorded; for an accuracy log, "
+                "it gives the image size", with_set=False)
     p.set_defaults(func=cmd_compare)
-    document(p, "runner compare runs/a runs/b", "runner compare runs/a runs/b --out cmp.json",
-             out="a JSON file with every per-image difference")
+    document(p, "runner compare runs/a runs/b", "runner compare runs/a runs/b --out cmp",
+             out=f"a directory for {COMPARE_JSON}, every per-image difference")
 
     p = subparsers.add_parser(
         "calibrate", help="reference statistics and ranges from a known-good run",
@@ -150,10 +158,10 @@ def register(subparsers) -> None:
                     "+/- the percentages) and calibration.json into --out; with "
                     "--reference-run, also fid_statistics.npz from that run's images.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the known-good run")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for accuracy.yaml and calibration.json")
+    add_out(p, "directory for accuracy.yaml and calibration.json", required=True)
     p.add_argument("--reference-run", metavar="DIR",
-                   help="images whose statistics become the FID reference (disjoint prompts)")
+                   help="images whose statistics become the FID reference (disjoint prompts; "
+                   "default: the shipped statistics)")
     p.add_argument("--fid-percent", type=PERCENT, default=2.0,
                    help="FID range half-width in percent (default: 2, as MLPerf)")
     p.add_argument("--clip-percent", type=PERCENT, default=0.2,
@@ -165,15 +173,15 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
-    p.add_argument("out", metavar="OUT", help="directory for manifest.json and images/")
-    p.add_argument("--samples", default="0-31", metavar="SPEC",
-                   help="sample ids, e.g. 0-31 (default: 0-31)")
+    add_out(p, "directory for manifest.json and images/", required=True)
+    add_samples(p, 32)
     add_profile(p, default="tiny")
-    p.add_argument("--guidance", type=SCALE, help="replace the guidance scale (8.0)")
+    p.add_argument("--guidance", type=SCALE, help="replace the guidance scale (default: "
+                   "the model's, 8.0)")
     p.add_argument("--latent-noise", type=SCALE, default=0.0,
                    help="add N(0, s^2) noise to the fixed initial latent (default: 0)")
     p.add_argument("--noise-seed", type=SEED, default=0,
                    help="seed of that noise (default: 0)")
     p.set_defaults(func=cmd_oracle)
-    document(p, "runner oracle runs/oracle --samples 0-31",
-             "runner oracle runs/g2 --guidance 2.0       # a deliberately broken run")
+    document(p, "runner oracle --count 32 --out runs/oracle",
+             "runner oracle --guidance 2.0 --out runs/g2     # a deliberately broken run")

@@ -104,6 +104,6 @@ def cosine_scores(image_features, text_features) -> np.ndarray:
     per sample as MLPerf computes it, widened to float64 before the x100."""
     if image_features.shape != text_features.shape:
         raise RunnerError(f"{image_features.shape[0]} images but {text_features.shape[0]} "
-                          "captions")
+                          "captions", fix="score images and captions of the same sample ids")
     sim = (image_features[:, None, :] @ text_features[:, :, None]).reshape(-1)
     return 100 * sim.cpu().numpy().astype(np.float64)

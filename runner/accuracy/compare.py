@@ -119,7 +119,8 @@ def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | N
     common = sorted(ids_a & ids_b)
     if not common:
         raise RunnerError("the two runs have no sample ids in common",
-                          where=f"{src_a.location} vs {src_b.location}")
+                          where=f"{src_a.location} vs {src_b.location}",
+                          fix="compare runs made for overlapping samples (--count/--samples)")
     get_a, get_b = _lookup(src_a, set(common), image_shape), _lookup(src_b, set(common),
                                                                      image_shape)
     diffs: list[ImageDiff] = []
@@ -129,7 +130,8 @@ def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | N
         b = np.stack([get_b(i) for i in ids])
         if a.shape != b.shape:
             raise RunnerError(f"images differ in shape: {a.shape[1:]} vs {b.shape[1:]}",
-                              where=f"{src_a.location} vs {src_b.location}")
+                              where=f"{src_a.location} vs {src_b.location}",
+                              fix="compare runs of the same model (the same image size)")
         psnr, ssim = _metrics(a, b)
         absdiff = np.abs(a.astype(np.int16) - b.astype(np.int16))
         for k, qsl_idx in enumerate(ids):

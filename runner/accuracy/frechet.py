@@ -195,7 +195,8 @@ class RunningMoments:
     def covariance(self) -> np.ndarray:
         """Unbiased (N - 1), as `np.cov`; needs two samples."""
         if self.n < 2:
-            raise RunnerError(f"FID needs at least 2 images, got {self.n}")
+            raise RunnerError(f"FID needs at least 2 images, got {self.n}",
+                              fix="score a run of 2 or more samples (--count 2)")
         self._settle()
         return self.m2 / (self.n - 1)
 

@@ -36,7 +36,8 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
         try:
             return tuple(sorted({int(i) for i in spec}))
         except (TypeError, ValueError) as e:
-            raise RunnerError(f"not a list of sample ids: {spec!r}", where=where) from e
+            raise RunnerError(f"not a list of sample ids: {spec!r}", where=where,
+                              fix="give whole numbers, e.g. [0, 1, 2] or 0-2") from e
     out: set[int] = set()
     for token in spec.replace(" ", "").split(","):
         m = _TOKEN.fullmatch(token)
@@ -49,6 +50,20 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
             raise RunnerError(f"bad range {token!r}", where=where, fix="write it low-high")
         out.update(range(lo, hi + 1))
     return tuple(sorted(out))
+
+
+def chosen_ids(count: int | None, spec: str | None, ids_file: str | None,
+               captions: Path | None, default_count: int) -> list[int]:
+    """The samples of `--count N`, `--samples SPEC` or `--ids FILE` (one of them; none:
+    0..default_count-1), each checked against the captions file."""
+    from runner.batch.run import read_ids_file, validate_ids
+
+    if ids_file:
+        return validate_ids(read_ids_file(Path(ids_file)), ids_file, captions)
+    if spec:
+        return validate_ids(list(parse_ids(spec, where="--samples")), "--samples", captions)
+    return validate_ids(list(range(default_count if count is None else count)), "--count",
+                        captions)
 
 
 def format_ids(ids: Iterable[int]) -> str:
@@ -177,12 +192,15 @@ def open_source(run_dir: Path, log: Path | None = None) -> SampleSource:
         profile = _recorded_profile(meta)
         entries = meta.get("samples")
         if not isinstance(entries, list):
-            raise RunnerError("no `samples` list", where=f"{run_dir / GENERATE_META}: samples")
+            raise RunnerError("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
+                              fix="point at a directory `runner generate` wrote, or make it "
+                              "again")
         try:
             hashes = {int(e["qsl_idx"]): str(e.get("sha256", "")) for e in entries}
         except (KeyError, TypeError, ValueError) as e:
             raise RunnerError(f"bad sample entry: {e}",
-                              where=f"{run_dir / GENERATE_META}: samples") from e
+                              where=f"{run_dir / GENERATE_META}: samples",
+                              fix="make the directory again with `runner generate`") from e
         requested = tuple(sorted(hashes))
         if log is None:
             present = tuple(i for i in requested

@@ -77,7 +77,8 @@ class AccuracyResult:
 def check_image(qsl_idx: int, image, size: tuple[int, int] | None) -> None:
     where = f"sample {qsl_idx}"
     if not isinstance(image, np.ndarray):
-        raise RunnerError(f"image is a {type(image).__name__}, not a numpy array", where=where)
+        raise RunnerError(f"image is a {type(image).__name__}, not a numpy array", where=where,
+                          fix="pass H x W x 3 uint8 numpy arrays")
     if image.dtype != np.uint8:
         if np.issubdtype(image.dtype, np.number) and not np.isfinite(image).all():
             raise RunnerError(f"image has NaN/Inf values ({image.dtype})", where=where,
@@ -86,7 +87,8 @@ def check_image(qsl_idx: int, image, size: tuple[int, int] | None) -> None:
                           fix="score MLPerf's output bytes: HWC float [0,1] x255, clipped, "
                               "rounded, uint8")
     if image.ndim != 3 or image.shape[2] != 3:
-        raise RunnerError(f"image shape is {image.shape}, expected H x W x 3", where=where)
+        raise RunnerError(f"image shape is {image.shape}, expected H x W x 3", where=where,
+                          fix="pass RGB images, height x width x 3 channels")
     if size is not None and tuple(image.shape[:2]) != tuple(size):
         raise RunnerError(f"image is {image.shape[0]}x{image.shape[1]}, expected "
                           f"{size[0]}x{size[1]}", where=where,

@@ -58,7 +58,9 @@ def accuracy_settings(profile: Profile) -> AccuracySettings:
                           fix="use a non-negative integer")
     stats = raw.get("fid_statistics")
     if stats is not None and not isinstance(stats, str):
-        raise RunnerError("`fid_statistics` must be a path", where=f"{where}.fid_statistics")
+        raise RunnerError("`fid_statistics` must be a path", where=f"{where}.fid_statistics",
+                          fix="name an .npz of Inception statistics (`runner calibrate "
+                          "--reference-run` writes one), or leave it out")
     samples = raw.get("samples")
     return AccuracySettings(
         backbones=mode, seed=seed,

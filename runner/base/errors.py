@@ -16,6 +16,7 @@ class RunnerError(Exception):
     exit_code = 2  # EXIT_BAD_INPUT below; the CLI exits with it
 
     def __init__(self, message: str, *, where: str | None = None, fix: str | None = None):
+        self.message = message
         self.where = where
         self.fix = fix
         parts = [f"{where}: {message}" if where else message]

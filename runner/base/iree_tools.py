@@ -181,7 +181,9 @@ def _compiler_at(path: str) -> CompilerInfo:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
-        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path)
+        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
+                          fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build; "
+                          "`runner --version` shows which tools are found where")
     return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
 
 

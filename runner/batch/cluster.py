@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.inputs.cliargs import COUNT_OR_ZERO
+from runner.clihelp import SLURM_FLAGS
 from runner.rundir.directory import RunDir
 
 SLURM_DIR = "slurm"
@@ -59,12 +59,15 @@ class SlurmOptions:
 
     def validated(self) -> SlurmOptions:
         if self.nodes < 1:
-            raise RunnerError(f"--nodes must be at least 1, not {self.nodes}", where="--nodes")
+            raise RunnerError(f"--nodes must be at least 1, not {self.nodes}", where="--nodes",
+                              fix="use --nodes 1 or more")
         if self.cpus_per_node is not None and self.cpus_per_node < 1:
             raise RunnerError(f"--cpus-per-node must be at least 1, not {self.cpus_per_node}",
-                              where="--cpus-per-node")
+                              where="--cpus-per-node",
+                              fix="use 1 or more, or leave it out for the whole node")
         if self.max_resubmits < 0:
-            raise RunnerError("--max-resubmits cannot be negative", where="--max-resubmits")
+            raise RunnerError("--max-resubmits cannot be negative", where="--max-resubmits",
+                              fix="use 0 (never resubmit) or more")
         if self.node_executor not in ("local", "docker"):
             raise RunnerError(f"unknown node executor {self.node_executor!r}",
                               where="--node-executor", fix="use local or docker")
@@ -79,38 +82,10 @@ class SlurmOptions:
         return self
 
 
-def add_slurm_arguments(parser: argparse.ArgumentParser, resumable: bool = True) -> None:
-    """Slurm flags for the `run` subparser. `--partition` is taken there by the GPU
-    partition mode (spx/cpx), so the Slurm partition is `--slurm-partition`."""
-    g = parser.add_argument_group("Slurm (--executor slurm" + (
-        "; on --resume, default: as recorded)" if resumable else ")"))
-    g.add_argument("--nodes", type=COUNT_OR_ZERO, help="array tasks, one per node (default 1)")
-    g.add_argument("--slurm-partition", metavar="P", help="sbatch --partition")
-    g.add_argument("--time", metavar="T", help="sbatch --time per node task, e.g. 2:00:00")
-    g.add_argument("--account", metavar="A", help="sbatch --account")
-    g.add_argument("--node-executor", choices=["local", "docker"],
-                   help="how each node starts its workers (default local; docker needs --image)")
-    g.add_argument("--cpus-per-node", type=COUNT_OR_ZERO, metavar="N",
-                   help="ask for N CPUs per node task instead of the whole node (--exclusive); "
-                   "for cpu-profile runs and node sharing")
-    g.add_argument("--sbatch-arg", action="append", metavar="ARG",
-                   help="extra sbatch option, repeatable, e.g. --sbatch-arg=--gres=gpu:8")
-    g.add_argument("--max-resubmits", type=COUNT_OR_ZERO, metavar="K",
-                   help="replacement submissions for failed node tasks (default 3)")
-
-
-# SlurmOptions field -> its `runner run` flag (the argparse dest is the flag's name).
-# `image` is shared with the docker executor's own --image.
-FLAGS = {"nodes": "--nodes", "partition": "--slurm-partition", "time": "--time",
-         "account": "--account", "cpus_per_node": "--cpus-per-node",
-         "node_executor": "--node-executor", "image": "--image",
-         "sbatch_args": "--sbatch-arg", "max_resubmits": "--max-resubmits"}
-
-
 def given_slurm_options(args: argparse.Namespace) -> dict[str, Any]:
     """The SlurmOptions fields the command line set (flags not given are left out)."""
     given = {field: getattr(args, flag.lstrip("-").replace("-", "_"), None)
-             for field, flag in FLAGS.items()}
+             for field, flag in SLURM_FLAGS.items()}
     given["sbatch_args"] = tuple(given["sbatch_args"] or ()) or None
     return {k: v for k, v in given.items() if v is not None}
 
@@ -128,7 +103,7 @@ def slurm_flags(options: SlurmOptions) -> list[str]:
     reproduce.sh re-runs); the inverse of `slurm_options`."""
     out = ["--executor", "slurm"]
     defaults = SlurmOptions()
-    for field, flag in FLAGS.items():
+    for field, flag in SLURM_FLAGS.items():
         value = getattr(options, field)
         if field == "image" and options.node_executor == "local":
             continue  # only the docker node executor uses an image

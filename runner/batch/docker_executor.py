@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.paths import cache_dir
-from runner.batch.executors import CompileFn, WorkerPool
+from runner.batch.executors import CompileFn, WorkerPool, worker_commands
 from runner.config.layout import Plan, Worker
 from runner.config.profile import Profile
 from runner.docker.container import covering_mounts
@@ -69,13 +69,14 @@ class DockerExecutor:
         return covering_mounts([(Path(run).resolve(), False), (cache_dir(), True),
                                 *[(p, True) for p in self.read_only]])
 
-    def spec(self, run: Path, worker: Worker, task: Path, name: str | None = None):
+    def spec(self, run: Path, worker: Worker, task: Path, name: str | None = None,
+             planned: bool = False):
         from runner.docker.container import worker_container_spec
 
         return worker_container_spec(
             self.image, worker,
             ["python3", "-m", "runner.batch.worker", "--task", str(Path(task).resolve())],
-            self.mounts(run), name=name)
+            self.mounts(run), name=name, planned=planned)
 
     def start_worker(self, run: Path, worker: Worker, task: Path) -> DockerContainer:
         from runner.docker.container import start
@@ -89,7 +90,8 @@ class DockerExecutor:
     def describe(self, run: Path, worker: Worker, task: Path) -> str:
         from runner.docker.container import run_command_text
 
-        return run_command_text(self.spec(run, worker, task), detach=False, remove=True)
+        return run_command_text(self.spec(run, worker, task, planned=True), detach=False,
+                                remove=True)
 
     def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
         """By the image's own iree-compile, so the runtime in the image loads what its
@@ -111,3 +113,6 @@ class DockerExecutor:
         run.path.mkdir(parents=True, exist_ok=True)  # mounted into every container
         return WorkerPool(run.path, plan, CompiledModel.from_dict(manifest.compiled),
                           manifest.captions, self, set(manifest.sample_ids))
+
+    def commands(self, run_dir: Path, plan: Plan) -> list[str]:
+        return worker_commands(self, run_dir, plan)

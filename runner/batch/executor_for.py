@@ -21,7 +21,7 @@ def executor_for(name: str, profile: Profile, *, image: str | None = None,
     if name == "docker":
         if not image:
             raise RunnerError("the docker executor needs a harness image", where="--image",
-                              fix="build one with `runner image build --from wheels:3.13.0` "
+                              fix="build one with `runner image build --iree wheels:3.13.0` "
                               "and pass its tag")
         from runner.batch.docker_executor import DockerExecutor, read_only_inputs
 

@@ -35,7 +35,7 @@ from runner.base.progress import Progress, echo
 from runner.batch.lifeline import Heartbeat
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail
-from runner.batch.worker import stats_path, write_task
+from runner.batch.worker import stats_path, task_path, write_task
 from runner.config.layout import Plan, Worker
 from runner.model.compiled_model import CompiledModel
 from runner.rundir.directory import RunDir
@@ -105,6 +105,9 @@ class Executor(Protocol):
 
     def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> Execution: ...
 
+    def commands(self, run_dir: Path, plan: Plan) -> list[str]:
+        """The exact commands `start` would run for `plan` (a dry run prints them)."""
+
 
 class WorkerLauncher(Protocol):
     name: str
@@ -115,6 +118,12 @@ class WorkerLauncher(Protocol):
 
 def worker_argv(worker: Worker, task: Path, python: str = sys.executable) -> list[str]:
     return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--task", str(task)]
+
+
+def worker_commands(launcher: WorkerLauncher, run_dir: Path, plan: Plan) -> list[str]:
+    """Each worker's command as `launcher` starts it (WorkerPool's workers)."""
+    run = Path(run_dir).resolve()
+    return [launcher.describe(run, w, task_path(run, w.name)) for w in plan.workers]
 
 
 class WorkerPool:
@@ -220,9 +229,11 @@ class LocalExecutor:
 
     def compiler(self, work_dir: Path, dry_run: bool = False) -> CompileFn:
         """By this host's iree-compile."""
+        import functools
+
         from runner.model.compiled_model import compile_model
 
-        return compile_model
+        return functools.partial(compile_model, dry_run=dry_run) if dry_run else compile_model
 
     def image_info(self) -> dict[str, Any] | None:
         return None
@@ -236,4 +247,7 @@ class LocalExecutor:
     def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> WorkerPool:
         return WorkerPool(run.path, plan, CompiledModel.from_dict(manifest.compiled),
                           manifest.captions, self, set(manifest.sample_ids))
+
+    def commands(self, run_dir: Path, plan: Plan) -> list[str]:
+        return worker_commands(self, run_dir, plan)
 

@@ -33,7 +33,7 @@ def _image(script: Script, image: Mapping[str, Any]) -> None:
     """For a docker run: rebuild the harness image (a content-addressed tag, so an unchanged
     build is a cache hit) and check it is the very image the run used."""
     labels = image.get("labels") or {}
-    build = ["runner", "image", "build", "--from",
+    build = ["runner", "image", "build", "--iree",
              str(labels.get("org.iree-sdxl-runner.source", "?")), "--tag", str(image["ref"])]
     base = labels.get("org.iree-sdxl-runner.base-image")
     if base:

@@ -47,12 +47,14 @@ def validate_ids(ids: list[int], where: str, captions_path: Path | None = None) 
         raise RunnerError("no samples requested", where=where, fix="use --count N or --ids FILE")
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise RunnerError(f"sample {dup} is requested twice", where=where)
+        raise RunnerError(f"sample {dup} is requested twice", where=where,
+                          fix="list each sample id once")
     captions = load_captions(captions_path or CAPTIONS_FILE)
     bad = [i for i in ids if not 0 <= i < len(captions)]
     if bad:
         raise RunnerError(f"sample ids {bad[:5]} are outside the captions file "
-                          f"{captions.path} (0..{len(captions) - 1})", where=where)
+                          f"{captions.path} (0..{len(captions) - 1})", where=where,
+                          fix=f"use ids from 0 to {len(captions) - 1}")
     return sorted(ids)
 
 
@@ -60,10 +62,11 @@ def read_ids_file(path: Path) -> list[int]:
     try:
         return [int(tok) for tok in path.read_text().split()]
     except OSError as e:
-        raise RunnerError(f"cannot read ids file: {e}", where=str(path)) from e
+        raise RunnerError(f"cannot read ids file: {e}", where=str(path),
+                          fix="check the path given to --ids") from e
     except ValueError as e:
         raise RunnerError(f"ids file must hold whitespace-separated integers: {e}",
-                          where=str(path)) from e
+                          where=str(path), fix="write one sample id per line, e.g. 0") from e
 
 
 def log_tail(path: Path) -> str:
@@ -89,7 +92,7 @@ def recorded_profile(profile_config: dict[str, Any], profile_path: str,
                      layout: dict[str, Any], where: str) -> Profile:
     """The profile and layout a run was made with, from its manifest's fields."""
     profile = profile_from_raw(profile_config, Path(profile_path))
-    spec = LayoutSpec.from_dict(layout, profile.target.backend, f"{where}: layout")
+    spec = LayoutSpec.from_dict(layout, profile.target.backend, where)
     return dataclasses.replace(profile, layout=spec)
 
 

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.progress import Progress
 from runner.base.shellscript import Script
@@ -82,7 +83,6 @@ from runner.batch.cluster import (
     LIVE_STATES,
     SLURM_DIR,
     SlurmOptions,
-    add_slurm_arguments,
     cancel,
     check_slurm_commands,
     job_record,
@@ -111,8 +111,7 @@ MAX_QUERY_FAILURES = 30
 # A task squeue has never listed counts as gone only after this long without a final state.
 SUBMIT_GRACE_SECONDS = 120.0
 # The CLI-facing names, importable from here too (they live in cluster.py, which is light).
-__all__ = ["RunWatch", "SlurmExecutor", "SlurmOptions", "add_slurm_arguments",
-           "slurm_options"]
+__all__ = ["RunWatch", "SlurmExecutor", "SlurmOptions", "slurm_options"]
 
 
 # --- submission -------------------------------------------------------------------------
@@ -168,11 +167,12 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     try:
         proc = run_command(argv)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"sbatch did not run: {e}", where="sbatch") from e
+        raise RunnerError(f"sbatch did not run: {e}", where="sbatch",
+                          fix="run on a login node where sbatch works (`sbatch --version`)") from e
     if proc.returncode != 0:
         raise RunnerError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
                           where=shlex.join(argv),
-                          fix="check --slurm-partition, --account, --time and --sbatch-arg "
+                          fix="check --slurm-partition, --account, --slurm-time and --sbatch-arg "
                           "against `sinfo` and your site's limits")
     job_id = proc.stdout.strip().split(";")[0]
     job = {"index": index, "job_id": job_id, "tasks": tasks, "reason": reason,
@@ -485,6 +485,21 @@ class SlurmExecutor:
             raise RunnerError("squeue failed; cannot tell which node tasks still run",
                               where="squeue", fix="retry when the Slurm controller answers")
         return live
+
+    def commands(self, run_dir: Path, plan: Plan) -> list[str]:
+        """The first submission: its sbatch command and the node command of its batch
+        script (each node task then plans and starts its own workers, as the node executor
+        would on this host's plan, shown after it)."""
+        run = RunDir(run_dir)
+        script = run.path / SLURM_DIR / "j0.sbatch"
+        node = [sys.executable, "-m", "runner.batch.node", "--run-dir", str(run.path),
+                "--job", "0"]
+        return [shellscript.join(sbatch_argv(run.path, self.options, 0, self.options.nodes,
+                                             script)),
+                f"# {shellscript.sanitize(str(script))} runs on each node: "
+                f"{shellscript.join(node)}",
+                "# which starts, on a node like this host:",
+                *[f"#   {line}" for line in self.node.commands(run.path, plan)]]
 
     def start(self, run: RunDir, manifest: RunManifest, plan: Plan) -> RunWatch:
         """Submits the run's node tasks, or re-attaches to those of an earlier submitter

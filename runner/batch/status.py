@@ -20,7 +20,7 @@ from typing import Any
 
 from runner.batch.cluster import live_tasks, node_of, read_node_state, task_ids
 from runner.batch.queue import WorkQueue
-from runner.clihelp import document
+from runner.clihelp import add_json, document
 
 HEAD_BYTES = 4096
 
@@ -130,6 +130,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("status", help="a run's progress per node and per worker, "
                               "from its run dir (while it runs or after)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir (local or shared)")
-    p.add_argument("--json", action="store_true", help="machine-readable")
+    add_json(p, "the status")
     p.set_defaults(func=cmd_status)
     document(p, "runner status runs/main", "runner status /shared/runs/acc --json")

@@ -1,5 +1,5 @@
-"""`runner bench`: layouts' throughput, stage latencies, a tuning-spec A/B and benchmark
-goldens, into one `bench.json` + `bench.md`.
+"""`runner bench`: layouts' throughput, stage latencies and a tuning-spec A/B, into one
+`bench.json` + `bench.md` (benchmark goldens are `runner bench goldens`: runner/bench/goldens.py).
 
 Everything measured is real: each layout is a run (runner/lifecycle.py) into
 `<out>/runs/<layout>/` (its own run.json and reproduce.sh), stage latencies come from
@@ -20,12 +20,10 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.batch.run import validate_ids
 from runner.bench import dispatch_profile as dp
 from runner.bench import stages as st
 from runner.bench import sweep, tuning
 from runner.bench import throughput as tp
-from runner.bench.goldens import check_benchmarks, load_benchmarks
 from runner.bench.report import markdown
 from runner.bench.result import ABResult, BenchOptions, BenchReport
 from runner.config.profile import Profile
@@ -77,7 +75,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if out is None:
         if not opts.dry_run:
             raise RunnerError("--out DIR is required (runs, inputs and reports go there)",
-                              where="runner bench")
+                              where="runner bench",
+                              fix="add --out runs/NAME, or --dry-run to see the plan")
         out = Path("<out>")
     if not opts.dry_run and (out / BENCH_JSON).exists():
         raise RunnerError("this directory already holds a bench", where=str(out),
@@ -91,15 +90,16 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
         raise RunnerError("--dispatches profiles the stage benchmarks", where="--dispatches",
                           fix="drop --no-stages")
     if opts.executor == "slurm" and opts.slurm is None:
-        raise RunnerError("--executor slurm needs Slurm options", where="runner bench")
+        raise RunnerError("--executor slurm needs Slurm options", where="runner bench",
+                          fix="pass --nodes and --slurm-partition with --executor slurm")
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
         tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
-    ids = validate_ids(list(range(opts.count)), "--count") if opts.throughput else []
+    ids = list(opts.sample_ids) if opts.throughput else []
     report = BenchReport(profile.name, profile.model.name, opts, out, versions(),
                          precision={"dtype": profile.model.dtype,
                                     "vae_dtype": profile.model.vae_dtype})
     cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
-                            list(opts.batch_sizes))
+                            list(opts.batch_sizes), list(opts.vae_batch_sizes))
     # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.
     runnable = [c for c in cases if c.plan is not None] if opts.host_only else []
     shared = _Stages(out, opts.dry_run)
@@ -116,10 +116,10 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                                     opts.executor, opts.slurm)
         if opts.dry_run:
             for combo in combos:
-                for line in sweep.dry_run_lines(combo, opts.count, opts.slurm):
+                for line in sweep.dry_run_lines(combo, ids, opts.slurm):
                     emit(line)
                 report.layouts.append(tp.layout_result(
-                    combo.case, combo.run_dir, combo.argv(opts.count), combo.arm.spec,
+                    combo.case, combo.run_dir, combo.argv(ids), combo.arm.spec,
                     combo.arm.image or ""))
                 if combo.case.plan is not None:
                     report.layouts[-1].status = "planned"
@@ -164,12 +164,6 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if opts.dump_tuning_specs:
         report.tuning_specs = _dump(profile, per_batch, out, opts, emit)
 
-    # 4. Benchmark goldens.
-    if opts.goldens:
-        if opts.dry_run:
-            emit("# benchmark goldens")
-        report.goldens = check_benchmarks(load_benchmarks(list(opts.goldens)),
-                                          opts.golden_options)
     report.seconds = time.perf_counter() - start
     if not opts.dry_run:
         atomic_write_json(out / BENCH_JSON, report.to_dict())

@@ -73,7 +73,8 @@ def _ms(row: dict, where: str) -> float:
     unit = row.get("time_unit", "ns")
     if unit not in _UNIT_MS or not isinstance(row.get("real_time"), int | float):
         raise RunnerError(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
-                          where=where)
+                          where=where, fix="use an iree-benchmark-module that writes "
+                          "--benchmark_format=json (IREE 3.x)")
     return float(row["real_time"]) * _UNIT_MS[unit]
 
 
@@ -85,10 +86,14 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
         raise RunnerError(f"not Google Benchmark JSON output: {e}", where=where,
                           fix="run iree-benchmark-module with --benchmark_format=json") from e
     if len(rows) and rows[0].get("error_occurred"):
-        raise RunnerError(f"benchmark failed: {rows[0].get('error_message')}", where=where)
+        raise RunnerError(f"benchmark failed: {rows[0].get('error_message')}", where=where,
+                          fix="run the printed iree-benchmark-module command by hand to see it "
+                          "fail")
     runs = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
     if not runs:
-        raise RunnerError("the output holds no benchmark runs", where=where)
+        raise RunnerError("the output holds no benchmark runs", where=where,
+                          fix="run the printed iree-benchmark-module command by hand; check "
+                          "--benchmark-flag values")
     times = sorted(_ms(r, where) for r in runs)
     aggregates = {r.get("aggregate_name"): _ms(r, where) for r in rows
                   if r.get("run_type") == "aggregate"}
@@ -149,7 +154,9 @@ def exported_functions(vmfb: Path) -> set[str]:
         module = rt.VmModule.wrap_buffer(rt.VmInstance(), mapped, close_buffer=True)
         return set(module.function_names)
     except (OSError, RuntimeError, ValueError) as e:
-        raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb)) from e
+        raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
+                          fix="compile it again with the IREE that runs it "
+                          "(`runner compile`)") from e
 
 
 def modules_for(vmfbs: Sequence[Path], function: str, where: str,

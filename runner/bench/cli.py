@@ -7,37 +7,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.batch.cluster import add_slurm_arguments
 from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
-from runner.clihelp import add_profile, document, profile_overrides, renamed
-from runner.goldens.cli import selection_flags
-from runner.goldens.plan import DEFAULT_SKU
-from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list, integer
+from runner.clihelp import (
+    SLURM_FLAGS,
+    add_dry_run,
+    add_executor,
+    add_image,
+    add_iree,
+    add_layout,
+    add_out,
+    add_profile,
+    add_samples,
+    add_slurm,
+    document,
+    profile_from_args,
+    renamed,
+    shared,
+)
+from runner.goldens.cli import golden_target_flags, selection_flags
+from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
+from runner.inputs.cliargs import COUNT, DURATION, integer
 
 STAGE_REPETITIONS = 5
-
-
-def _ints(text: str | None, flag: str) -> tuple[int | None, ...]:
-    """`1,2` -> (1, 2); absent -> (None,): the profile's own value."""
-    if text is None:
-        return (None,)
-    try:
-        return tuple(count_list(text))
-    except argparse.ArgumentTypeError:
-        raise RunnerError(f"`{flag} {text}` is not a comma list of whole numbers from 1 to "
-                          f"{MAX_COUNT}", where=flag, fix=f"e.g. {flag} 1,2") from None
-
-
-def _profile(args: argparse.Namespace):
-    from runner.config.profile import load_profile
-
-    return load_profile(args.profile, profile_overrides(args.set))
+DEFAULT_COUNT = 32
 
 
 def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
@@ -45,30 +42,34 @@ def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
     out = ["run", "--profile", args.profile]
     for item in args.set or []:
         out += ["--set", item]
+    if args.partition:
+        out += ["--partition", args.partition]
     return tuple(out)
 
 
 def _golden_options(args: argparse.Namespace):
+    """As `runner goldens check` reads them: flags, else $SKU/$ROCM_CHIP, else IREE CI's."""
     from runner.bench.goldens import GoldenOptions
+    from runner.goldens.cli import selection
 
+    chosen = selection(args)
     return GoldenOptions(
-        sku=args.sku or os.environ.get("SKU", "").strip() or DEFAULT_SKU,
-        rocm_chip=args.rocm_chip,
-        quality_dir=Path(args.quality_dir) if getattr(args, "quality_dir", None) else None,
-        files_dir=Path(args.files_dir) if getattr(args, "files_dir", None) else None,
-        device=getattr(args, "golden_device", None), dry_run=args.dry_run,
-        offline=getattr(args, "offline", None), repetitions=args.repetitions,
-        min_time=args.min_time, warmup=args.warmup, strict=getattr(args, "strict", False),
-        out=Path(args.out) / "goldens" if args.out and not args.dry_run else None)
+        sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
+        quality_dir=Path(args.quality_dir) if args.quality_dir else None,
+        files_dir=Path(args.files_dir) if args.files_dir else None,
+        device=args.device, dry_run=args.dry_run, offline=args.offline,
+        repetitions=args.repetitions, min_time=args.min_time, warmup=args.warmup,
+        strict=args.strict, out=Path(args.out) / "goldens" if args.out and not args.dry_run
+        else None)
 
 
 def _slurm(args: argparse.Namespace):
     """Slurm options with --executor slurm; Slurm flags without it are a mistake."""
-    from runner.batch.cluster import FLAGS, given_slurm_options, slurm_options
+    from runner.batch.cluster import given_slurm_options, slurm_options
 
     if args.executor == "slurm":
         return slurm_options(args)
-    given = [FLAGS[f] for f in given_slurm_options(args) if f != "image"]  # --image: docker too
+    given = [SLURM_FLAGS[f] for f in given_slurm_options(args) if f != "image"]  # docker too
     if given:
         raise RunnerError(f"{given[0]} is a Slurm option", where=given[0],
                           fix="add --executor slurm")
@@ -76,29 +77,27 @@ def _slurm(args: argparse.Namespace):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from runner.accuracy.samples import chosen_ids
     from runner.bench.bench import run_bench
     from runner.bench.report import markdown
     from runner.bench.result import BenchOptions
     from runner.bench.stages import BenchSettings
 
-    profile = _profile(args)
+    profile = profile_from_args(args, layout=("partition",))
     spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
-    goldens = tuple(Path(p) for p in args.goldens) if args.goldens is not None else ()
-    if args.goldens == []:
-        from runner.bench.goldens import DEFAULT_BENCH_SUITE
-
-        goldens = (DEFAULT_BENCH_SUITE,)
+    ids = chosen_ids(args.count, args.samples, args.ids, None, DEFAULT_COUNT)
+    sweep = {k: tuple(getattr(args, k) or (None,))
+             for k in ("devices", "cpd", "batch_size", "vae_batch_size")}
     opts = BenchOptions(
-        count=args.count, devices=tuple(args.devices) if args.devices else (None,),
-        cpds=_ints(args.cpd, "--cpd"), batch_sizes=_ints(args.batch_size, "--batch-size"),
+        sample_ids=tuple(ids), devices=sweep["devices"], cpds=sweep["cpd"],
+        batch_sizes=sweep["batch_size"], vae_batch_sizes=sweep["vae_batch_size"],
         throughput=not args.no_throughput, stages=not args.no_stages,
         stage_filter=tuple(args.stage or ()),
         settings=BenchSettings(repetitions=args.repetitions or STAGE_REPETITIONS,
                                min_time=args.min_time,
                                warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ()),
                                dispatch_calls=args.dispatches or 0),
-        ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, goldens=goldens,
-        golden_options=_golden_options(args), dry_run=args.dry_run,
+        ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, dry_run=args.dry_run,
         run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
         iree=tuple(v for spec in args.iree or () for v in spec.split(",") if v.strip()),
         image=args.image, slurm=_slurm(args))
@@ -130,21 +129,20 @@ def cmd_goldens(args: argparse.Namespace) -> int:
     return code
 
 
-def _golden_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sku", help=f"which golden_* entry applies (default: $SKU, else "
-                   f"{DEFAULT_SKU}, as `runner goldens check`)")
-    p.add_argument("--rocm-chip", default="gfx942",
-                   help="ROCm chip to compile for (default: gfx942)")
-
-
-def _benchmark_flags(p: argparse.ArgumentParser) -> None:
+def _benchmark_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike."""
-    p.add_argument("--repetitions", type=COUNT, metavar="N",
-                   help="--benchmark_repetitions (default: stage latencies "
-                   f"{STAGE_REPETITIONS}, goldens the file's own)")
-    p.add_argument("--min-time", help="--benchmark_min_time per repetition, e.g. 0.2s or 20x")
-    p.add_argument("--warmup", type=DURATION,
-                   help="--benchmark_min_warmup_time in seconds (goldens: replaces the file's)")
+    shared(p, "--repetitions", type=COUNT, metavar="N",
+           help="--benchmark_repetitions (default: stage latencies "
+           f"{STAGE_REPETITIONS}, goldens the file's own)")
+    shared(p, "--min-time", metavar="TIME",
+           help="--benchmark_min_time per repetition, e.g. 0.2s or 20x (default: "
+           "iree-benchmark-module's own; goldens the file's own)")
+    shared(p, "--warmup", type=DURATION, metavar="S",
+           help="--benchmark_min_warmup_time in seconds (default: none; goldens the file's "
+           "own)")
+
+
+def _renamed_benchmark_flags(p: argparse.ArgumentParser) -> None:
     for old in ("repetitions", "min-time", "warmup"):
         renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
 
@@ -156,50 +154,43 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Without a subcommand: run the layout(s) and measure stage latencies. "
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
     add_profile(bench)
-    g = bench.add_argument_group("layouts (comma lists sweep every combination)")
-    g.add_argument("--devices", action="append", metavar="IDS",
-                   help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for "
-                   "variants: --devices 0 --devices 0-1")
-    g.add_argument("--cpd", help="pipeline processes per device ID, e.g. 1,2")
-    g.add_argument("--batch-size", help="batch sizes, e.g. 1,2")
+    add_layout(bench, sweep=True)
+    add_samples(bench, DEFAULT_COUNT, " per layout")
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
-    r.add_argument("--executor", choices=["local", "docker", "slurm"], default="local",
-                   help="local (default): one run after another here; docker: the same in "
-                   "harness containers; slurm: one Slurm job per combination, all at once")
-    r.add_argument("--iree", action="append", metavar="SPECS",
-                   help="IREE builds to compare, comma list: wheels:<version>, "
-                   "source:<sha> (a bare SHA means source:), build-dir:<path>; each is "
-                   "built as a harness image and compiles and runs its own modules")
-    r.add_argument("--image", help="one prebuilt harness image instead of --iree")
-    add_slurm_arguments(bench, resumable=False)
-    bench.add_argument("--count", type=COUNT, default=32,
-                       help="samples 0..N-1 per layout (default: 32)")
-    bench.add_argument("--out", metavar="DIR",
-                       help="directory for runs, inputs, bench.json and bench.md")
-    bench.add_argument("--dry-run", action="store_true",
-                       help="print every command and run it would start; run nothing")
-    m = bench.add_argument_group("iree-benchmark-module (stage latencies and goldens)")
+    add_executor(r, "local", "; local and docker: one run after another on this host, "
+                 "slurm: one Slurm job per combination, all at once")
+    add_iree(r, many=True, note="; each is built as a harness image and compiles and runs "
+             "its own modules (default: this host's IREE)")
+    add_image(r, "; one prebuilt image instead of --iree")
+    add_slurm(bench, resumable=False)
+    add_out(bench, "directory for runs, inputs, bench.json and bench.md",
+            default="none: needed unless --dry-run")
+    add_dry_run(bench, "every image build, compile, `runner run` and sbatch command it would "
+                "start")
+    m = bench.add_argument_group("iree-benchmark-module (stage latencies)")
     _benchmark_flags(m)
+    _renamed_benchmark_flags(bench)
     m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
-                   help="extra iree-benchmark-module flag, e.g. --device_allocator=caching")
+                   help="extra iree-benchmark-module flag, e.g. --device_allocator=caching "
+                   "(repeatable; default: none)")
     m.add_argument("--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
                    help="only this stage (repeatable; default: every stage the model has)")
     m.add_argument("--dispatches", nargs="?", type=integer(1, MAX_CALLS), const=DEFAULT_CALLS,
                    metavar="CALLS",
                    help="also profile each stage's dispatches with IREE's HAL profiler "
-                   f"(IREE >= 3.12): a second run of CALLS calls (default {DEFAULT_CALLS}); "
-                   "top dispatches, time per kind, dispatch vs wall time, a Perfetto trace")
+                   f"(IREE >= 3.12): a second run of CALLS calls (default when given: "
+                   f"{DEFAULT_CALLS}; default: not profiled); top dispatches, time per kind, "
+                   "dispatch vs wall time, a Perfetto trace")
     bench.add_argument("--no-throughput", action="store_true", help="skip the layout runs")
     bench.add_argument("--no-stages", action="store_true", help="skip the stage latencies")
     t = bench.add_argument_group("tuning specs")
     t.add_argument("--ab-tuning-spec", metavar="SPEC.mlir",
-                   help="compare stage latencies compiled without and with this spec")
+                   help="compare stage latencies compiled without and with this spec "
+                   "(default: none)")
     t.add_argument("--dump-tuning-specs", action="store_true",
                    help="dump the final tuning specs into <out>/tuning-specs/")
-    gg = bench.add_argument_group("benchmark goldens")
-    gg.add_argument("--goldens", nargs="*", metavar="FILES|DIR",
-                    help="also check these benchmark goldens (no value: goldens/tiny-bench)")
-    _golden_flags(gg)
+    renamed(bench, "--goldens", "runner bench goldens FILES|DIR", "benchmark goldens are "
+            "their own subcommand", nargs="*")
     bench.set_defaults(func=cmd_bench)
     document(bench, "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 "
              "--out runs/bench",
@@ -207,7 +198,7 @@ def register(subparsers) -> argparse.ArgumentParser:
              "tiny_bmm_spec_cpu.mlir --no-throughput",
              "runner bench --profile tiny --no-throughput --dispatches --out runs/profile",
              "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
-             "--batch-size 1,2 --iree a1b2c3d,d4e5f6a --out /shared/runs/sweep",
+             "--batch-size 1,2 --iree source:a1b2c3d,source:d4e5f6a --out /shared/runs/sweep",
              out="a directory: one run dir per layout, bench.json, bench.md")
 
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
@@ -215,21 +206,17 @@ def register(subparsers) -> argparse.ArgumentParser:
                        "dispatch count, module size")
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help="benchmark JSONs or directories (default: goldens/tiny-bench)")
-    _golden_flags(p)
+    golden_target_flags(p)
     selection_flags(p)
     _benchmark_flags(p)
-    p.add_argument("--quality-dir", help="where the matching quality tests are "
-                   "(default: the file's quality_test field, or ../../quality_tests/<model>)")
-    p.add_argument("--files-dir", help="IREE CI's test files: e2e MLIR, tuner specs")
-    p.add_argument("--device", dest="golden_device",
-                   help="runtime device instead of the file's (e.g. local-sync)")
-    p.add_argument("--offline", action="store_true", default=None,
-                   help="use only cached downloads")
-    p.add_argument("--dry-run", action="store_true", help="print the commands only")
-    p.add_argument("--out", metavar="DIR", help="write bench.json and bench.md here")
-    p.add_argument("--strict", action="store_true",
-                   help="a field IREE CI's runner does not read fails the file (default: a "
-                   "warning)")
+    _renamed_benchmark_flags(p)
+    p.add_argument("--quality-dir", metavar="DIR",
+                   help="where the matching quality tests are (default: the file's "
+                   "quality_test field, or ../../quality_tests/<model>)")
+    p.add_argument("--files-dir", metavar="DIR", help="IREE CI's test files: e2e MLIR, tuner "
+                   "specs (default: beside the benchmark files)")
+    add_dry_run(p, "the iree-compile and iree-benchmark-module commands")
+    add_out(p, "write bench.json and bench.md here")
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
              "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",

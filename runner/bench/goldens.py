@@ -262,7 +262,8 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
     mlir_name = bench.extra.get("mlir_file_name")
     if not isinstance(mlir_name, str) or not mlir_name:
         raise RunnerError("an e2e benchmark with `modules` needs `mlir_file_name`",
-                          where=f"{bench.path}: mlir_file_name")
+                          where=f"{bench.path}: mlir_file_name",
+                          fix="add mlir_file_name: the e2e MLIR the modules feed")
     dirs = [d for d in (opts.files_dir, bench.path.parent) if d is not None]
     mlir = next((d / mlir_name for d in dirs if (d / mlir_name).is_file()), dirs[0] / mlir_name)
     flags = [str(f) for f in bench.extra.get("compile_flags", [])]
@@ -367,7 +368,7 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
             raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
                               "CI's runner passes the string None (--device=None, "
                               "--function=None) and iree-benchmark-module fails",
-                              where=str(bench.path))
+                              where=str(bench.path), fix="set both fields in the file")
         if "modules" in bench.extra:
             modules, weights, commands = _e2e(bench, opts, compiler)
             stats = None

@@ -52,7 +52,7 @@ def _throughput(report: BenchReport) -> list[str]:
     wall = ("first node task started -> last ended; queue wait apart" if slurm
             else "workers started -> last exited")
     lines = ["## Throughput (MLPerf Offline-style)", "",
-             f"{report.options.count} samples per layout; samples/s = samples / wall "
+             f"{len(report.options.sample_ids)} samples per layout; samples/s = samples / wall "
              f"({wall}); per-worker = samples / busy seconds inside "
              "batches; overhead = 1 - worker busy / (workers x wall).", "",
              *md_table(["layout", *(["IREE"] if several else []), "workers", "samples",
@@ -198,7 +198,5 @@ def markdown(report: BenchReport) -> str:
     if report.tuning_specs:
         lines += [f"Final tuning specs dumped: {len(report.tuning_specs)} file(s) under "
                   "`tuning-specs/`.", ""]
-    if report.goldens:
-        lines += [*goldens_markdown(report.goldens), ""]
     lines += [f"Note: {n}." for n in report.notes]
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """What `runner bench` measured: its options (`BenchOptions`), the tuning-spec A/B
 (`ABResult`) and the whole report (`BenchReport`, written as bench.json); `bench` fills it,
-`report` renders it as bench.md."""
+`report` renders it as bench.md. Benchmark goldens are `runner bench goldens`' own report.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +9,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.accuracy.samples import format_ids
 from runner.batch.cluster import SlurmOptions
 from runner.bench import stages as st
 from runner.bench import sweep
 from runner.bench import throughput as tp
 from runner.bench.dispatch_diff import compare_stages
 from runner.bench.dispatch_profile import FIELDS
-from runner.bench.goldens import GoldenOptions, GoldenResult
 
 
 @dataclass(frozen=True)
 class BenchOptions:
-    count: int = 32
+    sample_ids: tuple[int, ...] = tuple(range(32))  # per layout run
     devices: tuple[str | None, ...] = (None,)
     cpds: tuple[int | None, ...] = (None,)
     batch_sizes: tuple[int | None, ...] = (None,)
+    vae_batch_sizes: tuple[int | None, ...] = (None,)
     throughput: bool = True
     stages: bool = True
     stage_filter: tuple[str, ...] = ()  # e.g. ("clip", "vae"); empty: every stage
     settings: st.BenchSettings = field(default_factory=st.BenchSettings)
     ab_tuning_spec: Path | None = None
     dump_tuning_specs: bool = False
-    goldens: tuple[Path, ...] = ()  # benchmark golden files/dirs to check as well
-    golden_options: GoldenOptions = field(default_factory=GoldenOptions)
     dry_run: bool = False
     run_argv: tuple[str, ...] = ("run",)  # `runner run` flags each layout's reproduce.sh uses
     argv: tuple[str, ...] = ()  # the bench command line, recorded
@@ -90,7 +90,6 @@ class BenchReport:
     layouts: list[tp.LayoutResult] = field(default_factory=list)
     stages: list[st.StageResult] = field(default_factory=list)
     ab: ABResult | None = None
-    goldens: list[GoldenResult] = field(default_factory=list)
     tuning_specs: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)  # dry run: everything it would run
     arms: list[sweep.IreeArm] = field(default_factory=list)
@@ -109,8 +108,7 @@ class BenchReport:
                or any(r.error or (r.dispatches or {}).get("status") == "error"
                       for r in self.stages)
                or (self.ab is not None and any(r.error for r in
-                                               (*self.ab.without, *self.ab.with_spec)))
-               or any(not g.ok for g in self.goldens))
+                                               (*self.ab.without, *self.ab.with_spec))))
         return 1 if bad else 0
 
     def to_dict(self) -> dict:
@@ -123,7 +121,8 @@ class BenchReport:
             "versions": self.versions, "executor": o.executor,
             "slurm": o.slurm.to_dict() if o.slurm else None,
             "iree": [a.to_dict() for a in self.arms], "notes": self.notes,
-            "settings": {"count": o.count, "repetitions": o.settings.repetitions,
+            "settings": {"count": len(o.sample_ids), "samples": format_ids(o.sample_ids),
+                         "repetitions": o.settings.repetitions,
                          "min_time": o.settings.min_time, "warmup": o.settings.warmup,
                          "benchmark_flags": list(o.settings.extra_flags),
                          "dispatch_calls": o.settings.dispatch_calls},
@@ -133,7 +132,6 @@ class BenchReport:
             "stages": [r.to_dict() for r in self.stages],
             "ab_tuning_spec": self.ab.to_dict() if self.ab else None,
             "tuning_specs_dumped": self.tuning_specs,
-            "goldens": [g.to_dict() for g in self.goldens],
             "exit_code": self.exit_code,
             **({"dispatch_profile_fields": FIELDS} if o.settings.dispatch_calls else {}),
         }

@@ -137,7 +137,9 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
     for stage, role in roles:
         if role not in sink:
             raise RunnerError(f"the pipeline pass never called {role}",
-                              where=f"{compiled.model_config}: functions.{role}")
+                              where=f"{compiled.model_config}: functions.{role}",
+                              fix=f"name the function the pipeline calls for {role} in the "
+                              "model config, or drop --stage for it")
         out[role] = tuple(write_tensor(out_dir / stage / f"input{i}.npy", a)
                           for i, a in enumerate(sink[role]))
     return out

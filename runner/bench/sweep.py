@@ -59,12 +59,6 @@ class IreeArm:
                 "build_command": self.build_command}
 
 
-def iree_spec(text: str) -> str:
-    """`a1b2c3d` -> `source:a1b2c3d`; a flavored spec as it is."""
-    text = text.strip()
-    return text if ":" in text else f"source:{text}"
-
-
 def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path,
               dry_run: bool, echo: Callable[[str], None] = print,
               base_image: str | None = None) -> list[IreeArm]:
@@ -74,7 +68,7 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
                           fix=f"use one of {', '.join(EXECUTORS)}")
     if iree and image:
         raise RunnerError("--iree builds the images; --image names one: pass one of them",
-                          where="--image")
+                          where="--image", fix="drop --image, or drop --iree")
     if executor == "local" and (iree or image):
         raise RunnerError("--iree/--image run workers in harness images",
                           where="--executor local",
@@ -90,8 +84,10 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
     arms = []
     if image:
         arms.append(IreeArm(f"image:{image}", image))
-    for spec in dict.fromkeys(iree_spec(s) for s in iree):
-        built = build_image(parse_source(spec, where="--iree"), dry_run=dry_run,
+    sources = [parse_source(s, where="--iree") for s in iree]  # every build checked first
+    for source in {s.spec: s for s in sources}.values():
+        spec = source.spec
+        built = build_image(source, dry_run=dry_run,
                             base_image=base_image or DEFAULT_BASE_IMAGE)
         command = shellscript.join(built.plan.command())
         state = "dry run" if dry_run else "cached" if built.cached else "built"
@@ -112,9 +108,9 @@ class Combination:
     run_dir: Path
     base: list[str]  # `runner run` flags before the layout's own (executor included)
 
-    def argv(self, count: int) -> list[str]:
+    def argv(self, sample_ids: list[int]) -> list[str]:
         """The `runner run` line that makes this very run (its reproduce.sh re-runs it)."""
-        return self.case.run_argv(self.base, count, self.run_dir)
+        return self.case.run_argv(self.base, sample_ids, self.run_dir)
 
 
 def combinations(arms: list[IreeArm], cases: list[tp.LayoutCase], out: Path,
@@ -170,7 +166,7 @@ def _start(c: Combination, ids: list[int], slurm: SlurmOptions | None
            ) -> tuple[tp.LayoutResult, _Started | None]:
     """Creates the combination's run and starts its work; a combination that cannot run
     (a layout too big for a node task, sbatch refusing it) is an error row."""
-    argv = c.argv(len(ids))
+    argv = c.argv(ids)
     result = tp.layout_result(c.case, c.run_dir, argv, c.arm.spec, c.arm.image or "")
     if c.case.profile is None or c.case.plan is None:
         return result, None
@@ -236,7 +232,8 @@ def run_combinations(combos: list[Combination], ids: list[int],
     return results
 
 
-def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) -> list[str]:
+def dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
+                  ) -> list[str]:
     """What running the combination would do, exactly: its compiles (in the arm's image
     when it has one), the `runner run` line, and the sbatch command or worker commands."""
     case = combo.case
@@ -250,7 +247,7 @@ def dry_run_lines(combo: Combination, count: int, slurm: SlurmOptions | None) ->
     else:
         lines += [shellscript.join(c.command) for c in compile_model(
             case.profile, lay.batch_size, lay.vae_batch_size, dry_run=True).compiled]
-    lines.append(shellscript.join(["runner", *combo.argv(count)]))
+    lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.accuracy.samples import format_ids
 from runner.base.errors import RunnerError
 from runner.batch.run import RunOutcome, plan_for
 from runner.batch.worker import stats_path
@@ -41,14 +42,17 @@ class LayoutCase:
     def dirname(self) -> str:
         return self.label.replace(" ", "_").replace(",", "+").replace("=", "")
 
-    def run_argv(self, base: list[str], count: int, out: Path) -> list[str]:
+    def run_argv(self, base: list[str], sample_ids: list[int], out: Path) -> list[str]:
         """The `runner run` line that makes the same run (what its reproduce.sh re-runs)."""
         layout = self.profile.layout if self.profile else None
         if layout is None:
             return []
+        first_n = sample_ids == list(range(len(sample_ids)))
+        samples = (["--count", str(len(sample_ids))] if first_n
+                   else ["--samples", format_ids(sample_ids)])
         return [*base, "--devices", format_device_ids(layout.devices), "--cpd",
                 str(layout.cpd), "--batch-size", str(layout.batch_size), "--vae-batch-size",
-                str(layout.vae_batch_size), "--count", str(count), "--out", str(out)]
+                str(layout.vae_batch_size), *samples, "--out", str(out)]
 
 
 def _label(profile: Profile) -> str:
@@ -58,16 +62,19 @@ def _label(profile: Profile) -> str:
 
 
 def layout_cases(profile: Profile, devices: list[str | None], cpds: list[int | None],
-                 batch_sizes: list[int | None]) -> list[LayoutCase]:
+                 batch_sizes: list[int | None], vae_batch_sizes: list[int | None] | None = None
+                 ) -> list[LayoutCase]:
     """Every combination, in order, identical effective layouts once."""
     cases: list[LayoutCase] = []
     seen: set[str] = set()
-    for dev, cpd, bs in itertools.product(devices, cpds, batch_sizes):
-        requested = {k: v for k, v in (("devices", dev), ("cpd", cpd), ("batch_size", bs))
-                     if v is not None}
+    for dev, cpd, bs, vae in itertools.product(devices, cpds, batch_sizes,
+                                               vae_batch_sizes or [None]):
+        requested = {k: v for k, v in (("devices", dev), ("cpd", cpd), ("batch_size", bs),
+                                       ("vae_batch_size", vae)) if v is not None}
         text = " ".join(f"{k}={v}" for k, v in requested.items()) or "profile layout"
         try:
-            layout = profile.layout.with_overrides(devices=dev, cpd=cpd, batch_size=bs)
+            layout = profile.layout.with_overrides(devices=dev, cpd=cpd, batch_size=bs,
+                                                   vae_batch_size=vae)
         except RunnerError as e:
             cases.append(LayoutCase(text, requested, skip_reason=str(e)))
             continue

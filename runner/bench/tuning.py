@@ -33,7 +33,8 @@ def ab_profiles(profile: Profile, spec: Path, *, dry_run: bool = False
                 ) -> tuple[Profile, Profile]:
     """(without the spec, with it)."""
     if not spec.is_file():
-        raise RunnerError("tuning spec not found", where=f"--ab-tuning-spec {spec}")
+        raise RunnerError("tuning spec not found", where=f"--ab-tuning-spec {spec}",
+                          fix="give the path of a tuning spec .mlir file")
     if not dry_run:
         check_spec(spec)
     target = profile.target

@@ -1,10 +1,10 @@
 """What an IREE build is here, and the candidate builds between two of them.
 
-A build is one of the `--iree` specs the runner already knows (`wheels:<version>`,
-`source:<sha>`, `build-dir:<path>`) or a per-commit package, `commit:<sha>` of an IREE
-checkout (`--repo`), whose wheels are PkgCI's artifacts for that commit, as IREE's own
-bisect script installs them. A range between two builds of one kind lists the builds in
-between, in order from the good end to the bad end:
+A build is named in the runner's one build grammar (runner.inputs.iree_build:
+`wheels:<version>`, `commit:<sha>`, `source:<sha>`, `build-dir:<path>`); a `commit:` of an
+IREE checkout (`--repo`) is resolved here to its full SHA, and its wheels are PkgCI's
+artifacts for that commit, as IREE's own bisect script installs them. A range between two
+builds of one kind lists the builds in between, in order from the good end to the bad end:
 
 - wheels: the versions the package index holds (`pip index versions`, so pip's own
   configuration, `--find-links` pages or dirs and `--pre` nightlies apply), PEP 440 order,
@@ -22,14 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.docker.image import parse_source, validate_commit
+from runner.docker.image import parse_source
+from runner.inputs.iree_build import is_version, parse_build_spec, version_key
 
-KINDS = ("wheels", "commit", "source", "build-dir")
 COMPILER_PACKAGE, RUNTIME_PACKAGE = "iree-base-compiler", "iree-base-runtime"
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
-_PEP440 = re.compile(r"(?P<release>[0-9]+(?:\.[0-9]+)*)(?:(?P<pre>a|b|rc)(?P<pre_n>[0-9]+))?"
-                     r"(?:\.post(?P<post>[0-9]+))?(?:\.dev(?P<dev>[0-9]+))?")
-_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 
 @dataclass(frozen=True)
@@ -86,45 +83,24 @@ def check_find_links(value: str | None, where: str = "--find-links") -> str | No
     return str(path.resolve())
 
 
-def version_key(version: str) -> tuple:
-    """PEP 440 order for the versions IREE publishes: 3.4.0rc20250101 < 3.4.0 < 3.4.1."""
-    m = _PEP440.fullmatch(version)
-    if m is None:
-        raise RunnerError(f"{version!r} is not a PEP 440 version", where="wheels",
-                          fix="use a release such as 3.13.0 or a nightly such as "
-                          "3.14.0rc20250601")
-    release = tuple(int(x) for x in m["release"].split("."))
-    release += (0,) * (4 - len(release))
-    pre = (_PRE_RANK[m["pre"]], int(m["pre_n"])) if m["pre"] else (3, 0)
-    dev = int(m["dev"]) if m["dev"] is not None else sys.maxsize
-    return (release, pre, int(m["post"] or -1), dev)
-
-
 def parse_build(text: str, sources: Sources, where: str = "--good") -> Build:
-    """A build spec, checked: a wheel version, a commit of `--repo` resolved to its full
-    SHA, a source ref, or a build tree."""
-    kind, colon, value = text.strip().partition(":")
-    if not colon or kind not in KINDS or not value:
-        raise RunnerError(f"{text!r} is not a build", where=where,
-                          fix="use wheels:<version> (e.g. wheels:3.13.0), commit:<sha> (with "
-                          "--repo IREE_CHECKOUT), source:<sha>, or build-dir:<path>")
-    if kind == "wheels":
-        parse_source(text, where=where)
-        version_key(value)
-        return Build("wheels", text, value, version=value)
-    if kind == "source":
-        source = parse_source(text, where=where)
-        return Build("source", f"source:{source.commit}", str(source.commit)[:12],
-                     commit=source.commit)
-    if kind == "build-dir":
-        source = parse_source(text, where=where)
-        return Build("build-dir", f"build-dir:{source.build_dir}", Path(value).name or value,
-                     path=str(source.build_dir))
-    validate_commit(value, where)
+    """A build in the one grammar, checked; a `commit:` resolved in `--repo` to its full SHA
+    and subject line."""
+    spec = parse_build_spec(text, where)
+    if spec.kind == "wheels":
+        assert spec.version is not None
+        version_key(spec.version, where)
+        return Build("wheels", spec.text, spec.version, version=spec.version)
+    if spec.kind == "source":
+        assert spec.commit is not None
+        return Build("source", spec.text, spec.commit[:12], commit=spec.commit)
+    if spec.kind == "build-dir":
+        assert spec.path is not None
+        return Build("build-dir", spec.text, spec.path.name or spec.value, path=spec.value)
     if sources.repo is None:
         raise RunnerError(f"{text} names a commit, but of which repository?", where=where,
                           fix="pass --repo IREE_CHECKOUT (a clone of iree-org/iree)")
-    sha, subject = resolve_commit(sources.repo, value, where)
+    sha, subject = resolve_commit(sources.repo, spec.value, where)
     return Build("commit", f"commit:{sha}", sha[:10], commit=sha, subject=subject)
 
 
@@ -148,7 +124,8 @@ def resolve_commit(repo: Path, ref: str, where: str) -> tuple[str, str]:
                f"{ref}^{{commit}}", "--", where=where)
     sha, subject, date = [*out.strip().split("\0"), "", ""][:3]
     if not _FULL_SHA.fullmatch(sha):
-        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where)
+        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where,
+                          fix=f"git -C {repo} fetch, or check the SHA")
     return sha, f"{subject[:80]} ({date})"
 
 
@@ -160,14 +137,16 @@ def available_versions(sources: Sources) -> list[str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad") from e
+        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad",
+                          fix="check the network / pip's index configuration, or pass "
+                          "--find-links DIR|URL") from e
     m = re.search(r"^Available versions: (.*)$", proc.stdout, re.MULTILINE)
     if proc.returncode != 0 or m is None:
         raise RunnerError(f"the package index lists no {COMPILER_PACKAGE}: "
                           f"{proc.stderr.strip()[-500:]}", where=" ".join(argv[2:]),
                           fix="check the network / pip's index configuration, or pass "
                           "--find-links DIR|URL")
-    return [v.strip() for v in m.group(1).split(",") if _PEP440.fullmatch(v.strip())]
+    return [v.strip() for v in m.group(1).split(",") if is_version(v.strip())]
 
 
 def _wheel_range(good: Build, bad: Build, sources: Sources) -> list[Build]:
@@ -208,10 +187,23 @@ def _commit_range(good: Build, bad: Build, repo: Path) -> list[Build]:
     return builds
 
 
+def backwards_note(good: Build, bad: Build) -> str | None:
+    """A warning when --good is the newer release: then the search runs backwards, to the
+    newest bad build (what finding a fix needs), which is rarely what was meant."""
+    if good.version is None or bad.version is None:
+        return None
+    if version_key(good.version) <= version_key(bad.version):
+        return None
+    return (f"--good {good.spec} is newer than --bad {bad.spec}: bisecting backwards, for "
+            f"the newest build that is bad (the fix of a problem the older builds have); "
+            f"to find a regression, swap them: --good {bad.spec} --bad {good.spec}")
+
+
 def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:
     """The builds from `good` to `bad`, both included, in that order."""
     if good.spec == bad.spec:
-        raise RunnerError("the good and the bad build are the same", where="--good/--bad")
+        raise RunnerError("the good and the bad build are the same", where="--good/--bad",
+                          fix="name two different builds")
     if good.kind != bad.kind or good.kind not in ("wheels", "commit"):
         # two unrelated builds: nothing lies between them, the answer is the bad one
         return [good, bad]

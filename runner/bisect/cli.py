@@ -9,27 +9,35 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import EXIT_OK, RunnerError
-from runner.clihelp import DEFAULT_PROFILE, add_profile, add_samples, document, profile_overrides
+from runner.clihelp import (
+    DEFAULT_PROFILE,
+    add_base_image,
+    add_dry_run,
+    add_find_links,
+    add_out,
+    add_profile,
+    add_samples,
+    document,
+    profile_from_args,
+    renamed,
+    shared,
+)
+from runner.docker.image import DEFAULT_BASE_IMAGE
 
 DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
 
 
 def _sample_spec(args: argparse.Namespace, profile) -> str:
     """The samples as one id spec; `accuracy` defaults to (and needs) the profile's set."""
-    from runner.accuracy.samples import format_ids, parse_ids
+    from runner.accuracy.samples import chosen_ids, format_ids
     from runner.accuracy.settings import accuracy_settings
-    from runner.batch.run import read_ids_file, validate_ids
 
     ranges = accuracy_settings(profile).samples if profile.accuracy else None
-    if args.ids:
-        ids = validate_ids(read_ids_file(Path(args.ids)), args.ids, None)
-    elif args.samples:
-        ids = validate_ids(list(parse_ids(args.samples, where="--samples")), "--samples", None)
-    elif args.count is None and args.test.startswith("accuracy") and ranges:
+    if not args.ids and not args.samples and args.count is None \
+            and args.test.startswith("accuracy") and ranges:
         ids = list(ranges)
     else:
-        count = DEFAULT_COUNT if args.count is None else args.count
-        ids = validate_ids(list(range(count)), "--count", None)
+        ids = chosen_ids(args.count, args.samples, args.ids, None, DEFAULT_COUNT)
     if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
         raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
                           f"ranges were set for, not {len(ids)}", where="--count",
@@ -47,7 +55,6 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     from runner.bisect.judge import parse_test
     from runner.bisect.ledger import inputs_key
     from runner.bisect.measure import MeasurePlan
-    from runner.config.profile import load_profile
     from runner.docker.in_image import standalone_profile
 
     test = parse_test(test_text)
@@ -56,7 +63,7 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
         raise RunnerError(f"{args.repo} is not a git checkout", where="--repo",
                           fix="pass a clone of iree-org/iree")
     sources = Sources(check_find_links(args.find_links), args.pre, repo)
-    profile = load_profile(args.profile, profile_overrides(args.set))
+    profile = profile_from_args(args)
     args.test = test_text
     samples = _sample_spec(args, profile)
     out = Path(os.path.abspath(args.out))
@@ -65,7 +72,7 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     if not args.dry_run:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(profile_file, yaml.safe_dump(standalone, sort_keys=True))
-    executor = "docker" if args.build else args.executor
+    executor = "docker" if args.build else args.install
     plan = MeasurePlan(out, profile, profile_file, samples, test, sources, executor,
                        args.build, args.base_image, passes=2 if trend else test.passes,
                        compstat=trend or test.kind == "compstat",
@@ -94,13 +101,16 @@ def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from runner.bisect.builds import candidates, parse_build
+    from runner.bisect.builds import backwards_note, candidates, parse_build
     from runner.bisect.envs import plan_setup
     from runner.bisect.search import BisectRequest, bisect
 
     plan, sources, inputs = _plan(args, args.test, trend=False)
     good = parse_build(args.good, sources, "--good")
     bad = parse_build(args.bad, sources, "--bad")
+    note = backwards_note(good, bad)
+    if note:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     plan_setup(good, sources, plan.executor, plan.from_source)  # refuses a bad pairing now
     inputs.update(good=good.spec, bad=bad.spec)
     from runner.bisect.ledger import Ledger
@@ -134,7 +144,8 @@ def cmd_trend(args: argparse.Namespace) -> int:
     else:
         builds = [parse_build(b, sources, "BUILD") for b in args.builds]
         if len({b.spec for b in builds}) != len(builds):
-            raise RunnerError("a build is listed twice", where="BUILD")
+            raise RunnerError("a build is listed twice", where="BUILD",
+                              fix="list each build once")
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)
@@ -148,23 +159,22 @@ def cmd_trend(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     add_profile(p, DEFAULT_PROFILE)
     add_samples(p, DEFAULT_COUNT, count_note)
-    p.add_argument("--find-links", metavar="URL|DIR",
-                   help="wheels: a find-links page or dir of IREE wheels (nightlies: "
-                   "https://iree.dev/pip-release-links.html with --pre); commit: builds: a dir "
-                   "holding DIR/<sha>/*.whl per commit (default: fetch PkgCI's with gh)")
-    p.add_argument("--pre", action="store_true",
-                   help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
-    p.add_argument("--repo", metavar="IREE_CHECKOUT",
-                   help="the git checkout whose commits commit:<sha> builds name")
-    p.add_argument("--build", action="store_true",
-                   help="build each commit from source in the harness image (docker) instead "
-                   "of installing its PkgCI packages")
-    p.add_argument("--executor", choices=["venv", "docker"], default="venv",
-                   help="a venv per build (default), or the harness image per build")
-    p.add_argument("--base-image", help="docker base image for --executor docker "
-                   "(default: runner-base:bookworm)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print every candidate build and the commands of the first step")
+    add_find_links(p)
+    shared(p, "--pre", action="store_true",
+           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    shared(p, "--repo", metavar="IREE_CHECKOUT",
+           help="the git checkout whose commits commit:<sha> builds name (default: none; "
+           "commit: builds need it)")
+    shared(p, "--build", action="store_true",
+           help="build each commit from source in the harness image (docker) instead of "
+           "installing its PkgCI packages")
+    shared(p, "--install", choices=["venv", "docker"], default="venv",
+           help="how each build is installed: a venv per build (default), or a harness "
+           "image per build")
+    renamed(p, "--executor", "--install venv|docker", "--executor is where workers run, in "
+            "run, bench and mlperf")
+    add_base_image(p, DEFAULT_BASE_IMAGE)
+    add_dry_run(p, "every candidate build and the commands of the first step")
 
 
 def register(subparsers) -> None:
@@ -178,15 +188,14 @@ def register(subparsers) -> None:
         "script judges it: 0 good, any other bad, except 125: skip, as git bisect run has "
         "it; the build's tools first on PATH, RUNNER_BUILD/IREE_VERSION/IREE_COMMIT set).")
     p.add_argument("--good", required=True, metavar="BUILD",
-                   help="the last build known good: wheels:<ver>, commit:<sha>, source:<sha>, "
-                   "build-dir:<path>")
+                   help="the last build known good: wheels:VERSION, commit:SHA, source:SHA or "
+                   "build-dir:DIR (the older one)")
     p.add_argument("--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
-    p.add_argument("--test", required=True, metavar="KIND",
-                   help="images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
-                   "| goldens:SUITE | script:CMD")
+    shared(p, "--test", required=True, metavar="KIND",
+           help="images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
+           "| goldens:SUITE | script:CMD")
     _common(p, "; accuracy: the profile's sample set")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/")
+    add_out(p, "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/", required=True)
     p.set_defaults(func=cmd_bisect)
     document(p, "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images "
              "--profile tiny --count 2 --out runs/bisect",
@@ -202,14 +211,18 @@ def register(subparsers) -> None:
         "samples/s, compile time, dispatches, vmfb size",
         description="The steps of `runner bisect` over every build (no bisection), one "
         "report with a chart per metric and the builds where image bytes changed marked.")
-    p.add_argument("builds", nargs="*", metavar="BUILD", help="builds, as runner bisect takes")
+    p.add_argument("builds", nargs="*", metavar="BUILD",
+                   help="builds, as runner bisect takes (wheels:VERSION, commit:SHA, "
+                   "source:SHA, build-dir:DIR)")
     p.add_argument("--range", metavar="A..B",
-                   help="every build from A to B, e.g. wheels:3.10.0..wheels:3.13.0")
-    p.add_argument("--test", default="images", metavar="KIND",
-                   help="the verdict column, against the first build (default: images)")
+                   help="every build from A to B, e.g. wheels:3.10.0..wheels:3.13.0 (default: "
+                   "the builds listed)")
+    shared(p, "--test", default="images", metavar="KIND",
+           help="what is measured and judged against the first build: images | pixels:TOL | "
+           "accuracy | throughput:PCT | compile | compstat | goldens:SUITE | script:CMD "
+           "(default: images)")
     _common(p, "")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="trend dir: trend.json/.md, report.html, reproduce.sh, builds/")
+    add_out(p, "trend dir: trend.json/.md, report.html, reproduce.sh, builds/", required=True)
     p.set_defaults(func=cmd_trend)
     document(p, "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 "
              "--out runs/trend",

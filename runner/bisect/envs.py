@@ -1,5 +1,5 @@
 """One isolated, cached environment per IREE build: a venv (seconds, like IREE's bisect
-script) or, with `--executor docker`, the harness image.
+script) or, with `--install docker`, the harness image.
 
 A venv lives under `$RUNNER_CACHE_DIR/builds/<name>/` and is reused by every later bisect
 and trend. A venv cannot be moved after it is made (its scripts name their interpreter by
@@ -187,7 +187,7 @@ def plan_setup(build: Build, sources: Sources, executor: str = "venv",
                from_source: bool = False) -> Setup:
     """What making this build's environment takes, without doing any of it."""
     if executor not in EXECUTORS:
-        raise RunnerError(f"unknown executor {executor!r}", where="--executor",
+        raise RunnerError(f"unknown install mode {executor!r}", where="--install",
                           fix=f"use one of {', '.join(EXECUTORS)}")
     if executor == "docker" or build.kind == "source" or from_source:
         return _plan_image(build, sources, from_source)
@@ -229,8 +229,8 @@ def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:
     if build.kind == "commit":
         if not from_source:
             raise RunnerError("per-commit packages install into a venv, not the harness image",
-                              where="--executor docker",
-                              fix="drop --executor docker, or add --build to build each commit "
+                              where="--install docker",
+                              fix="drop --install docker, or add --build to build each commit "
                               "from source in the harness image")
         spec = f"source:{build.commit}"
     elif build.kind == "wheels":
@@ -244,9 +244,9 @@ def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:
     if url and "://" not in url:
         raise RunnerError("the harness image installs wheels from a find-links URL, not a "
                           "directory", where="--find-links",
-                          fix="serve the directory over http, or use the venv executor")
+                          fix="serve the directory over http, or use --install venv")
     source = parse_source(spec, find_links=url, where=build.spec)
-    argv = ["runner", "image", "build", "--from", source.spec]
+    argv = ["runner", "image", "build", "--iree", source.spec]
     if url:
         argv += ["--find-links", url]
     return Setup(build, "docker", [argv], image_source=source.spec)
@@ -272,7 +272,8 @@ def _run_setup(argv: list[str], log: Path, build: Build) -> None:
             proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
                                   timeout=SETUP_TIMEOUT_S, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise BuildUnavailable(f"{argv[0]} failed: {e}", where=build.spec) from e
+            raise BuildUnavailable(f"{argv[0]} failed: {e}", where=build.spec,
+                                   fix=f"see {log}") from e
     if proc.returncode != 0:
         tail = [line for line in log.read_text(errors="replace").splitlines()
                 if line.strip() and not line.startswith("WARNING: Location")][-6:]
@@ -309,10 +310,12 @@ def _download(build: Build, staged: Path, log: Path, sources: Sources) -> None:
     run_id = proc.stdout.strip()
     if proc.returncode != 0 or not run_id.isdigit():
         raise BuildUnavailable(f"no pkgci run for this commit: {proc.stderr.strip()[-300:]}",
-                               where=build.spec)
+                               where=build.spec, fix="pick a commit PkgCI built (a merged "
+                               "commit of main), or --build it from source")
     _run_setup([*download[:5], run_id, *download[6:-1], str(staged)], log, build)
     if not _wheels(staged):
-        raise BuildUnavailable(f"pkgci run {run_id} has no wheels", where=build.spec)
+        raise BuildUnavailable(f"pkgci run {run_id} has no wheels", where=build.spec,
+                               fix="--build the commit from source instead")
 
 
 def ensure_env(build: Build, sources: Sources, executor: str = "venv",
@@ -372,7 +375,10 @@ def _ensure_image(setup: Setup, base_image: str | None, start: float) -> BuildEn
                             base_image=base_image or DEFAULT_BASE_IMAGE)
     except RunnerError as e:
         raise BuildUnavailable(f"the harness image could not be built: {e}",
-                               where=setup.build.spec) from e
+                               where=setup.build.spec,
+                               fix=f"run `{shellscript.join(setup.commands[0])}` by hand to "
+                               "see it fail" if setup.commands else
+                               "run `runner image build` for it by hand") from e
     return BuildEnv(setup.build, "docker", "python3", image=built.tag,
                     image_id=built.image_id, cached=built.cached,
                     seconds=time.perf_counter() - start)

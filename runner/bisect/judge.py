@@ -80,7 +80,8 @@ def parse_test(text: str, where: str = "--test") -> TestSpec:
         try:
             argv = shlex.split(arg)
         except ValueError as e:
-            raise RunnerError(f"cannot split the command: {e}", where=where) from e
+            raise RunnerError(f"cannot split the command: {e}", where=where,
+                              fix="close the quotes, e.g. script:'./repro.sh --flag'") from e
         if not argv:
             raise RunnerError("empty command", where=where, fix="e.g. script:'./check.sh'")
     return TestSpec(kind, arg, number)

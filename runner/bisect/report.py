@@ -41,7 +41,7 @@ def _steps_in_order(state: dict[str, Any]) -> list[dict[str, Any]]:
 def _inputs_lines(state: dict[str, Any]) -> list[str]:
     i = state["inputs"]
     return [f"- test: {code(i['test'])}; profile {code(i['profile'])}, samples "
-            f"{code(i['samples'])}; executor {esc(i['executor'])}",
+            f"{code(i['samples'])}; install {esc(i['executor'])}",
             f"- {len(state.get('candidates') or [])} builds; {len(state['steps'])} measured "
             f"in {duration(sum(s['seconds'] for s in state['steps']))} (the steps' time, "
             "an interrupted run's included)"]

@@ -141,12 +141,13 @@ def check_architecture(arch: Architecture, root: Path) -> None:
                           where=where, fix="use an SDXL base checkpoint (the refiner differs)")
     if unet.get("in_channels") != 4 or arch.vae.get("latent_channels") != 4:
         raise RunnerError("expected 4 latent channels (unet in_channels, vae latent_channels)",
-                          where=where)
+                          where=where, fix="use an SDXL base 1.0 checkpoint")
     sched = arch.scheduler
     if sched.get("prediction_type", "epsilon") != "epsilon":
         raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
                           "step assumes epsilon prediction",
-                          where=str(root / "scheduler" / "scheduler_config.json"))
+                          where=str(root / "scheduler" / "scheduler_config.json"),
+                          fix="use an SDXL base 1.0 checkpoint (epsilon prediction)")
 
 
 def with_vae(arch: Architecture, vae: dict, where: str) -> Architecture:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.base.errors import RunnerError
@@ -45,6 +45,7 @@ _FLAGS = {
     "batch_size": "--batch-size",
     "vae_batch_size": "--vae-batch-size",
 }
+CLI_WHERE = "command line: "  # a layout flag's errors say `command line: --devices`
 _ID = re.compile(r"[0-9]+")
 _RANGE = re.compile(r"([0-9]+)-([0-9]+)")
 _ID_FIX = "write device IDs like 0-63, 0,2,4 or 0-3,8-11 (non-negative integers)"
@@ -185,21 +186,25 @@ def numa_node_of(device_id: int, gpus: int, partition: str) -> int:
 
 
 class _Source:
-    """Where a layout's values came from, so errors name the field and fixes use its syntax."""
+    """Where a layout's values came from, so errors name the field or flag at fault and
+    fixes use its syntax: the profile file (`layout.X: V`), a `--set layout.X=V` or a
+    layout flag (`--X V`). `origins` maps the fields that did not come from the file to
+    their `where` (`command line: --devices`, `--set layout.batch_size`)."""
 
-    def __init__(self, prefix: str | None, overridden: Iterable[str] = (), cli: bool = False):
+    def __init__(self, prefix: str | None, origins: Mapping[str, str] | None = None):
         self.prefix = prefix
-        self.overridden = frozenset(overridden)
-        self.cli = cli
+        self.origins = dict(origins or {})
+        self.cli = any(o.startswith(CLI_WHERE) for o in self.origins.values())
 
     def where(self, field: str) -> str:
-        if self.cli and field in self.overridden:
-            return f"{self.prefix}: {_FLAGS[field]}"
-        if self.cli or not self.prefix:
-            return f"layout.{field}"
-        return f"{self.prefix}: layout.{field}"
+        if field in self.origins:
+            return self.origins[field]
+        return f"{self.prefix}: layout.{field}" if self.prefix else f"layout.{field}"
 
     def setting(self, field: str, value: Any) -> str:
+        origin = self.origins.get(field, "")
+        if origin.startswith("--set "):
+            return f"--set layout.{field}={value}"
         if self.cli and field in _FLAGS:
             return f"{_FLAGS[field]} {value}"
         suffix = " in the profile" if self.cli else ""
@@ -229,11 +234,18 @@ class LayoutSpec:
     numa: bool
     cores_per_device: int | None
     allow_oversubscribe: bool
+    # Where each value came from, for errors found later (a plan that does not fit this
+    # machine): the profile file's path, and the fields a flag or `--set` gave. Not part
+    # of the layout's identity.
+    where: str | None = field(default=None, compare=False, repr=False)
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], backend: str, where: str) -> LayoutSpec:
-        """Read a `layout:` mapping; `where` is the profile path that errors should point at."""
-        src = _Source(where)
+    def from_dict(cls, raw: Mapping[str, Any], backend: str, where: str,
+                  set_fields: Iterable[str] = ()) -> LayoutSpec:
+        """Read a `layout:` mapping; `where` is the profile path that errors should point at,
+        `set_fields` the fields a `--set layout.X=V` gave (errors then name that)."""
+        src = _Source(where, {f: f"--set layout.{f}" for f in set_fields})
         if not isinstance(raw, Mapping):
             raise RunnerError(f"the layout section must be a mapping, not {type(raw).__name__}",
                               where=f"{where}: layout",
@@ -270,7 +282,8 @@ class LayoutSpec:
             "batch_size": batch_size, "vae_batch_size": vae_batch_size,
         }
         given = {k: v for k, v in given.items() if v is not None}
-        src = _Source(where, overridden=given, cli=True)
+        src = _Source(self.where, {**self.origins,
+                                   **{k: f"{where}: {_FLAGS[k]}" for k in given}})
         values: dict[str, Any] = self.to_dict()
         values.pop("backend")
         values.update(given)
@@ -282,7 +295,7 @@ class LayoutSpec:
             if isinstance(new_batch, int) and not isinstance(new_batch, bool):
                 follows = old_vae == self.batch_size
                 values["vae_batch_size"] = new_batch if follows else min(old_vae, new_batch)
-        return _build(self.backend, values, src, prefix=None)
+        return _build(self.backend, values, src, prefix=self.where)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able; from_dict(d, d["backend"], ...) gives back an equal LayoutSpec."""
@@ -395,6 +408,7 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
         backend=backend, gpus=gpus, partition=partition, devices=devices, cpd=cpd,
         batch_size=batch_size, vae_batch_size=vae_batch_size, numa=numa,
         cores_per_device=cores, allow_oversubscribe=allow_oversubscribe,
+        where=src.prefix, origins=src.origins,
     )
 
 
@@ -559,7 +573,7 @@ def cpu_cores_for(layout: LayoutSpec, available_cores: tuple[int, ...],
     Overlapping slices make workers of different devices fight for cores and turn timings
     into noise, so they are an error unless the profile allows them.
     """
-    src = _Source(where)
+    src = _Source(where or layout.where, layout.origins)
     cores = sorted(set(available_cores))
     if not cores:
         raise src.error("devices", "no CPU cores are available to this process",

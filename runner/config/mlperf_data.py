@@ -48,7 +48,8 @@ def load_latent(path: Path = LATENT_FILE) -> np.ndarray:
         raise RunnerError(f"cannot read the latent: {e}", where=str(path),
                           fix="pass MLPerf's latents.npy (1x4x128x128 float32)") from e
     if latent.ndim != 4 or latent.shape[:2] != (1, 4):
-        raise RunnerError(f"latent has shape {latent.shape}, expected 1x4xHxW", where=str(path))
+        raise RunnerError(f"latent has shape {latent.shape}, expected 1x4xHxW", where=str(path),
+                          fix="use MLPerf's latents.pt (or the shipped one)")
     return latent.astype(np.float32)
 
 
@@ -57,7 +58,8 @@ def fixed_latent(size: int, path: Path = LATENT_FILE) -> np.ndarray:
     latent = load_latent(path)
     if size > latent.shape[2] or size > latent.shape[3]:
         raise RunnerError(f"latent is {latent.shape[2]}x{latent.shape[3]}, model needs {size}",
-                          where=str(path))
+                          where=str(path),
+                          fix="use the latent of the model's image size (the model config's)")
     return np.ascontiguousarray(latent[:, :, :size, :size])
 
 

@@ -37,6 +37,9 @@ _NOT_TOP_LEVEL = ("path", "tokenizer_dir", "pad_tokens")
 TOKENIZER_KEYS = ("dir", "pad_tokens")
 
 
+REF = "(see runner/assets/tiny/model.json)"  # a model config as it should be
+
+
 @dataclass(frozen=True)
 class Submodel:
     """One compiled unit: an MLIR (per batch size), its weights, optional extra modules.
@@ -132,7 +135,8 @@ class ModelConfig:
     def from_dict(cls, raw: Any, path: Path) -> ModelConfig:
         where = str(path)
         if not isinstance(raw, dict):
-            raise RunnerError("model config must be a mapping", where=where)
+            raise RunnerError("model config must be a mapping", where=where,
+                              fix=f"write `key: value` fields {REF}")
         check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
 
         def need(key: str, kind: type | tuple[type, ...]) -> Any:
@@ -141,26 +145,30 @@ class ModelConfig:
                                   fix=f"add `{key}` (see runner/assets/tiny/model.json)")
             if not isinstance(raw[key], kind):
                 raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
-                                  where=where)
+                                  where=where, fix=f"give `{key}` as {REF} does")
             return raw[key]
 
         dtype = need("dtype", str)
         if dtype not in DTYPES:
-            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where)
+            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
+                              fix=f"use one of {', '.join(DTYPES)}")
         denoise = raw.get("denoise", "host_loop")
         if denoise not in DENOISE_MODES:
-            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where)
+            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where,
+                              fix=f"use one of {', '.join(DENOISE_MODES)}")
         batch_sizes = need("batch_sizes", list)
         source = raw.get("source")
         # An export-backed config may have no batch size yet: `runner compile` adds them.
         if (not batch_sizes and not source) or not all(isinstance(b, int) and b > 0
                                                         for b in batch_sizes):
-            raise RunnerError("`batch_sizes` must list positive integers", where=where)
+            raise RunnerError("`batch_sizes` must list positive integers", where=where,
+                              fix="e.g. batch_sizes: [1, 2]")
         submodels = {}
         for name, sub in need("submodels", dict).items():
             if not isinstance(sub, dict) or "mlir" not in sub:
                 raise RunnerError(f"submodel `{name}` needs an `mlir` field",
-                                  where=f"{where}: submodels.{name}")
+                                  where=f"{where}: submodels.{name}",
+                                  fix=f"add the submodel's MLIR path {REF}")
             check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
             at = f"{where}: submodels.{name}"
             submodels[name] = Submodel(
@@ -174,19 +182,22 @@ class ModelConfig:
             if not isinstance(ref, str) or sub not in submodels or not fn:
                 raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
                                   f"of a known submodel ({', '.join(submodels)})",
-                                  where=f"{where}: functions.{role}")
+                                  where=f"{where}: functions.{role}",
+                                  fix=f"write it as <submodel>.<function>, e.g. "
+                                  f"{next(iter(submodels), 'clip')}.main")
             functions[role] = (sub, fn)
         missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
         if missing:
             raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
-                              where=f"{where}: functions")
+                              where=f"{where}: functions", fix=f"add {', '.join(missing)} {REF}")
         tok = need("tokenizer", dict)
         check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
         pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
                      or ("<|endoftext|>", "!"))
         if len(pads) != 2:
             raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
-                              where=f"{where}: tokenizer.pad_tokens")
+                              where=f"{where}: tokenizer.pad_tokens",
+                              fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
         for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from"):
             _typed(raw, key, str | None, where)
@@ -197,7 +208,7 @@ class ModelConfig:
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise RunnerError("`files` must map file names to sha256 digests",
-                              where=f"{where}.files")
+                              where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
         return cls(
             path=path, name=need("name", str), dtype=dtype,
             batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
@@ -226,5 +237,5 @@ def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
         want = "a string"
     if not ok:
         raise RunnerError(f"`{key}` must be {want}, not {type(value).__name__}",
-                          where=f"{where}.{key}")
+                          where=f"{where}.{key}", fix=f"give `{key}` as {want}")
     return value

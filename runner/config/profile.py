@@ -118,10 +118,13 @@ def profile_path(name_or_path: str, extending: Path | None = None) -> Path:
 
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
-        raise RunnerError("profile `extends` loops back on itself", where=str(path))
+        raise RunnerError("profile `extends` loops back on itself", where=str(path),
+                          fix="make one profile in the chain extend a profile that does not "
+                          "extend it back")
     raw = read_yaml(path, what="profile") or {}
     if not isinstance(raw, dict):
-        raise RunnerError("a profile must be a YAML mapping", where=str(path))
+        raise RunnerError("a profile must be a YAML mapping", where=str(path),
+                          fix="write `key: value` lines, e.g. `extends: cpu` (see configs/)")
     check_profile_keys(raw, str(path))
     parent = raw.pop("extends", None)
     if parent is None:
@@ -154,7 +157,8 @@ def set_field(raw: dict, dotted: str, value: Any) -> None:
             node[key] = _expanded(key, node[key])
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set")
+            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set",
+                              fix=f"set `{key}` itself: --set {key}=VALUE")
     if leaf in _SHORTHANDS and node is raw and leaf in node \
             and (isinstance(node[leaf], dict) or isinstance(value, dict)):
         node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
@@ -289,18 +293,21 @@ def _target(raw: Any, where: str, base: Path) -> Target:
     chip = raw.get("chip", "host" if backend == "cpu" else None)
     if not chip:
         raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
-                          where=f"{where}: target.chip")
+                          where=f"{where}: target.chip",
+                          fix="add target.chip (or --set target.chip=gfx942)")
 
     def flag_list(value: Any, field: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
-            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}")
+            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}",
+                              fix=f"e.g. {field}: [\"--iree-opt-level=O3\"]")
         return tuple(value)
 
     spec = raw.get("tuning_spec")
     if spec:
         if not isinstance(spec, str):
             raise RunnerError("`target.tuning_spec` must be a path",
-                              where=f"{where}: target.tuning_spec")
+                              where=f"{where}: target.tuning_spec",
+                              fix="give the path of a tuning spec .mlir file, or leave it out")
         spec_path = inside(spec, base, f"{where}: target.tuning_spec", absolute_ok=True)
         if not spec_path.is_file():
             raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
@@ -324,7 +331,8 @@ def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(v, int | float) for v in value) or value[0] > value[1]):
         raise RunnerError(f"`accuracy.{key}` must be [low, high] with low <= high",
-                          where=f"{where}: accuracy.{key}")
+                          where=f"{where}: accuracy.{key}",
+                          fix=f"e.g. accuracy.{key}: [23.0, 23.9] (two numbers, low first)")
     return (float(value[0]), float(value[1]))
 
 
@@ -332,7 +340,8 @@ def _mlperf(raw: Any, where: str) -> Mlperf:
     if raw is None:
         return Mlperf()
     if not isinstance(raw, dict):
-        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf")
+        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf",
+                          fix="write `mlperf:` followed by indented `key: value` lines")
     values = dict(raw)
     for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
         at = f"{where}: mlperf.{key}"
@@ -412,16 +421,34 @@ def check_override(dotted: str, path: Path) -> None:
 
 
 def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> Profile:
+    """The profile with `--set` overrides applied; a value an override gave that is wrong
+    is blamed on that `--set`, not on the profile file."""
     path = profile_path(name_or_path)
     raw = _load_raw(path)
     for dotted, value in (overrides or {}).items():
         check_override(dotted, path)
         set_field(raw, dotted, value)
-    return profile_from_raw(raw, path)
+    try:
+        return profile_from_raw(raw, path, tuple(overrides or ()))
+    except RunnerError as e:
+        raise _blame_set(e, path, tuple(overrides or ())) from None
 
 
-def profile_from_raw(raw: dict, path: Path) -> Profile:
-    """A profile from its merged mapping, e.g. the one a run manifest recorded."""
+def _blame_set(error: RunnerError, path: Path, overridden: tuple[str, ...]) -> RunnerError:
+    """`error` with its `where` moved from `PROFILE: a.b` to `--set a.b` when the field at
+    fault (or a section holding it) was given by `--set`; else `error` itself."""
+    field = (error.where or "").removeprefix(f"{path}: ")
+    if field == error.where:
+        return error
+    for dotted in overridden:
+        if field == dotted or field.startswith(f"{dotted}."):
+            return RunnerError(error.message, where=f"--set {field}", fix=error.fix)
+    return error
+
+
+def profile_from_raw(raw: dict, path: Path, overridden: tuple[str, ...] = ()) -> Profile:
+    """A profile from its merged mapping, e.g. the one a run manifest recorded;
+    `overridden`: the dotted keys `--set` gave (their layout errors name the `--set`)."""
     where = str(path)
     check_profile_keys(raw, where)
     model = _model(raw.get("model"), path, where)
@@ -430,8 +457,8 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
     return Profile(
         name=raw.get("name", path.stem), path=path, raw=raw,
         model=model, target=target,
-        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend,
-                                    f"{where}: layout"),
+        layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend, where,
+                                    _layout_fields(raw.get("layout"), overridden)),
         accuracy=Accuracy(
             _range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
             {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip", "metrics")},
@@ -439,6 +466,14 @@ def profile_from_raw(raw: dict, path: Path) -> Profile:
             else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
         mlperf=_mlperf(raw.get("mlperf"), where),
     )
+
+
+def _layout_fields(layout: Any, overridden: tuple[str, ...]) -> set[str]:
+    """The layout fields `--set` gave: `layout.cpd`, or every field of `--set layout={..}`."""
+    fields = {d.split(".", 1)[1] for d in overridden if d.startswith("layout.")}
+    if "layout" in overridden and isinstance(layout, Mapping):
+        fields |= set(layout)
+    return fields
 
 
 def _model(value: Any, path: Path, where: str) -> ModelConfig:

@@ -8,7 +8,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from runner.clihelp import document
+from runner.clihelp import (
+    add_base_image,
+    add_dry_run,
+    add_find_links,
+    add_iree,
+    document,
+    renamed,
+)
 from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, image_info, parse_source
 
 
@@ -19,7 +26,7 @@ def _comma_list(text: str | None) -> tuple[str, ...] | None:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    source = parse_source(args.source, find_links=args.find_links, git_url=args.git_url,
+    source = parse_source(args.iree, find_links=args.find_links, git_url=args.git_url,
                           backends=_comma_list(args.backends), drivers=_comma_list(args.drivers))
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     result = build_image(source, base_image=args.base_image, tags=tuple(args.tag or ()),
@@ -47,31 +54,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("build", help="build an image with IREE from wheels, source or a build "
                        "tree (content-addressed: unchanged inputs are a cache hit)")
-    p.add_argument("--from", dest="source", required=True,
-                   metavar="wheels:VERSION|source:SHA|build-dir:PATH",
-                   help="where IREE comes from, e.g. wheels:3.13.0, source:1a2b3c4, "
-                   "build-dir:../iree-build")
-    p.add_argument("--base-image", default=DEFAULT_BASE_IMAGE,
-                   help="a ROCm dev image in the labs (default: %(default)s, made by "
-                   "scripts/docker_setup.sh)")
-    p.add_argument("--tag", action="append",
-                   help="extra tag besides the content tag (repeatable)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="stage the context and print the equivalent `docker build` command")
-    p.add_argument("--find-links", help="wheels: --find-links URL for nightly wheels")
-    p.add_argument("--git-url", help="source: repository to fetch (default upstream IREE)")
-    p.add_argument("--backends", help="source: compiler targets, e.g. llvm-cpu,rocm")
-    p.add_argument("--drivers", help="source: runtime HAL drivers, e.g. local-task,hip")
-    p.add_argument("--ccache-dir", help="source: seed the build's ccache from this directory")
+    add_iree(p, required=True, note=" (commit: is bisect's; build that commit with source:)")
+    renamed(p, "--from", "--iree BUILD", "one build flag in every command")
+    add_base_image(p, DEFAULT_BASE_IMAGE)
+    p.add_argument("--tag", action="append", metavar="TAG",
+                   help="extra tag besides the content tag (repeatable; default: none)")
+    add_dry_run(p, "the equivalent `docker build` command (the context is staged to hash it)")
+    add_find_links(p)
+    p.add_argument("--git-url", metavar="URL",
+                   help="source: repository to fetch (default: upstream IREE)")
+    p.add_argument("--backends", metavar="NAMES",
+                   help="source: compiler targets, e.g. llvm-cpu,rocm (default: llvm-cpu,rocm)")
+    p.add_argument("--drivers", metavar="NAMES", help="source: runtime HAL drivers, e.g. "
+                   "local-task,hip (default: local-sync,local-task,hip)")
+    p.add_argument("--ccache-dir", metavar="DIR",
+                   help="source: seed the build's ccache from this directory (default: none)")
     p.add_argument("--keep-context", action="store_true",
                    help="keep the staged build context after a successful build")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild every layer even if the content tag exists")
     p.add_argument("--quiet", action="store_true", help="no build log on stderr")
     p.set_defaults(func=cmd_image_build)
-    document(p, "runner image build --from wheels:3.13.0",
-             "runner image build --from source:<sha> --dry-run",
-             "runner image build --from build-dir:/path/to/iree-build")
+    document(p, "runner image build --iree wheels:3.13.0",
+             "runner image build --iree source:<sha> --dry-run",
+             "runner image build --iree build-dir:/path/to/iree-build")
 
     p = sub.add_parser("inspect", help="image ID, labels and the IREE provenance recorded "
                        "inside it (JSON)")
@@ -80,5 +86,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="skip reading /opt/runner/iree-provenance.json from the image")
     p.set_defaults(func=cmd_image_inspect)
     document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
-    document(image, "runner image build --from wheels:3.13.0",
+    document(image, "runner image build --iree wheels:3.13.0",
              "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")

@@ -112,8 +112,10 @@ def worker_container_spec(
     workdir: str | None = None,
     user: str | None = None,
     labels: Mapping[str, str] | None = None,
+    planned: bool = False,
 ) -> ContainerSpec:
-    """The container for one planned worker.
+    """The container for one planned worker (`planned`: only to print it; its mounts may
+    not exist yet).
 
     The worker's own environment (device visibility) is kept, with one change: a CUDA
     container sees only the GPU `--gpus device=<id>` gave it, renumbered 0, so
@@ -144,7 +146,8 @@ def worker_container_spec(
     return make_spec(
         image, command, backend, device_id=worker.device_id, env=env, mounts=mounts,
         cpuset_cpus=cpus, cpuset_mems=mems, name=name, workdir=workdir,
-        user=user if user is not None else f"{os.getuid()}:{os.getgid()}", labels=all_labels)
+        user=user if user is not None else f"{os.getuid()}:{os.getgid()}", labels=all_labels,
+        planned=planned)
 
 
 def make_spec(image: str, command: Sequence[str], backend: str, *, device_id: int | None = None,
@@ -152,16 +155,19 @@ def make_spec(image: str, command: Sequence[str], backend: str, *, device_id: in
               mounts: Sequence[Mount | tuple[str, bool]] = (),
               cpuset_cpus: str | None = None, cpuset_mems: str | None = None,
               name: str | None = None, workdir: str | None = None, user: str | None = None,
-              labels: Mapping[str, str] | None = None) -> ContainerSpec:
-    """A validated ContainerSpec from plain values (worker_container_spec calls this)."""
+              labels: Mapping[str, str] | None = None, planned: bool = False) -> ContainerSpec:
+    """A validated ContainerSpec from plain values (worker_container_spec calls this).
+    `planned`: a dry run's, only printed: a mount's host path need not exist yet (the run
+    makes it), everything else is checked as for a container that starts."""
     if backend not in BACKENDS:
         raise RunnerError(f"unknown backend {backend!r}", where="backend",
                           fix=f"use one of {', '.join(BACKENDS)}")
     if not command or not all(isinstance(a, str) for a in command):
         raise RunnerError("the container command must be a non-empty list of strings",
-                          where="command")
+                          where="command", fix="pass the command as an argv list")
     if backend in ("hip", "cuda") and (device_id is None or device_id < 0):
-        raise RunnerError(f"a {backend} container needs a device ID", where="device_id")
+        raise RunnerError(f"a {backend} container needs a device ID", where="device_id",
+                          fix="pass the worker's device ID (`runner plan` shows them)")
     env = dict(env or {})
     for key, value in env.items():
         if not _ENV_KEY.fullmatch(key) or "\0" in value:
@@ -177,12 +183,14 @@ def make_spec(image: str, command: Sequence[str], backend: str, *, device_id: in
                               fix="write it like 0-3,8")
     return ContainerSpec(
         image=image, command=tuple(command), backend=backend, device_id=device_id, env=env,
-        mounts=_mounts(mounts), cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems, name=name,
+        mounts=_mounts(mounts, must_exist=not planned), cpuset_cpus=cpuset_cpus,
+        cpuset_mems=cpuset_mems, name=name,
         workdir=workdir, user=user, labels=dict(labels or {}),
         group_add=tuple(host_group(g) for g in ROCM_GROUPS) if backend == "hip" else ())
 
 
-def _mounts(given: Sequence[Mount | tuple[str, bool]]) -> tuple[Mount, ...]:
+def _mounts(given: Sequence[Mount | tuple[str, bool]], must_exist: bool = True
+            ) -> tuple[Mount, ...]:
     out: dict[str, Mount] = {}
     for m in given:
         mount = m if isinstance(m, Mount) else Mount(str(m[0]), bool(m[1]))
@@ -197,7 +205,7 @@ def _mounts(given: Sequence[Mount | tuple[str, bool]]) -> tuple[Mount, ...]:
         if path == "/" or any(path == p or path.startswith(p + "/") for p in _PROTECTED):
             raise RunnerError("mounting there would hide the image's own files", where=where,
                               fix="keep run directories, models and caches elsewhere")
-        if not os.path.exists(path):
+        if must_exist and not os.path.exists(path):
             raise RunnerError("the host path does not exist", where=where,
                               fix="create it first (docker would otherwise create it as root)")
         previous = out.get(path)
@@ -338,7 +346,7 @@ def start(spec: ContainerSpec, client: Any = None) -> Any:
         client.images.get(spec.image)
     except ImageNotFound:
         raise RunnerError(f"image {spec.image} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --from ...`") from None
+                          fix="build it with `runner image build --iree ...`") from None
     try:
         return client.containers.run(**run_kwargs(spec))
     except APIError as e:

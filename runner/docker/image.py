@@ -41,6 +41,7 @@ from runner.base.fileio import sha256_file
 from runner.base.paths import DOCKERFILES_DIR, PACKAGE_DIR, PROJECT_FILES_DIR, cache_dir
 from runner.docker.buildenv import BuildNetwork, host_build_network, mask
 from runner.docker.engine import BUILD_READ_TIMEOUT_S, connect
+from runner.inputs.iree_build import parse_build_spec
 
 FLAVORS = ("wheels", "source", "build-dir")
 IMAGE_REPO = "iree-sdxl-runner"
@@ -59,10 +60,6 @@ HAL_DRIVERS = {"local-sync": "LOCAL_SYNC", "local-task": "LOCAL_TASK", "hip": "H
 DEFAULT_BACKENDS = ("llvm-cpu", "rocm")
 DEFAULT_DRIVERS = ("local-sync", "local-task", "hip")
 
-_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
-# A git ref or tag: git's own rules, narrowed to characters that need no quoting anywhere.
-_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}")
-_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/+=-]*)?")
 _TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _NAME = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -78,8 +75,6 @@ _PROJECT_SKIP_SUFFIXES = (*_SKIP_SUFFIXES, ".so")
 # Parts of a build tree a worker uses. lib/ holds libIREECompiler.so for tools/ in a real
 # build (tools are linked with RPATH $ORIGIN/../lib).
 _TREE_PARTS = ("tools", "lib", "compiler/bindings/python", "runtime/bindings/python")
-_TREE_REQUIRED = ("tools/iree-compile", "compiler/bindings/python/iree/compiler/__init__.py",
-                  "runtime/bindings/python/iree/runtime/__init__.py")
 # Context paths that feed the build but not the hash (see the module docstring).
 _UNHASHED = ("runner-build/secrets", "ccache")
 
@@ -94,7 +89,8 @@ def _stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class ImageSource:
-    """Where the image's IREE comes from, validated; `spec` is what the user typed."""
+    """Where the image's IREE comes from, validated; `spec` is its canonical spelling
+    (runner.inputs.iree_build)."""
 
     flavor: str
     spec: str
@@ -110,63 +106,31 @@ class ImageSource:
 def parse_source(spec: str, *, find_links: str | None = None, git_url: str | None = None,
                  backends: tuple[str, ...] | None = None,
                  drivers: tuple[str, ...] | None = None,
-                 where: str = "--from") -> ImageSource:
-    """`wheels:<version>`, `source:<sha|ref>` or `build-dir:<path>`.
-
-    Every value ends up as a build arg that a RUN step expands, or as a path that is copied,
-    so it is checked against a narrow pattern here rather than quoted later: no shell
-    metacharacters, no `..`, nothing git could read as an option.
-    """
-    flavor, colon, value = spec.partition(":")
-    if not colon or flavor not in FLAVORS or not value:
-        raise RunnerError(f"{spec!r} is not an image source", where=where,
-                          fix="use wheels:<version> (e.g. wheels:3.13.0), source:<commit sha "
-                          "or tag>, or build-dir:<path to an IREE build tree>")
+                 where: str = "--iree") -> ImageSource:
+    """A build an image can hold (runner.inputs.iree_build's grammar, less `commit:`), with
+    the options of its flavor checked: `--find-links` for wheels, `--git-url`, `--backends`
+    and `--drivers` for a source build."""
+    build = parse_build_spec(spec, where, kinds=FLAVORS)
+    flavor = build.kind
     if flavor != "wheels" and find_links:
-        raise RunnerError("--find-links applies to the wheels flavor only", where="--find-links")
+        raise RunnerError("--find-links applies to wheels: builds only", where="--find-links",
+                          fix=f"drop --find-links, or name a wheels:VERSION build with {where}")
     if flavor != "source" and (git_url or backends or drivers):
-        raise RunnerError("--git-url, --backends and --drivers apply to the source flavor only",
+        raise RunnerError("--git-url, --backends and --drivers apply to source: builds only",
                           where=where, fix=f"drop them, or use source:<sha> instead of {spec}")
     if flavor == "wheels":
-        if not _VERSION.fullmatch(value):
-            raise RunnerError(f"{value!r} is not a wheel version", where=where,
-                              fix="use a PEP 440 release such as 3.13.0 or a nightly such as "
-                              "3.14.0rc20250601")
         if find_links is not None:
             _check_url(find_links, "--find-links")
-        return ImageSource("wheels", spec, version=value, find_links=find_links or None)
+        return ImageSource("wheels", build.text, version=build.version,
+                           find_links=find_links or None)
     if flavor == "source":
-        commit = validate_commit(value, where)
         url = git_url or DEFAULT_GIT_URL
         _check_url(url, "--git-url")
-        return ImageSource("source", spec, commit=commit, git_url=url,
+        return ImageSource("source", build.text, commit=build.commit, git_url=url,
                            backends=_names(backends or DEFAULT_BACKENDS, TARGET_BACKENDS,
                                            "--backends"),
                            drivers=_names(drivers or DEFAULT_DRIVERS, HAL_DRIVERS, "--drivers"))
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise RunnerError(f"build tree {value!r} is not a directory", where=where,
-                          fix="give the CMake build directory of an IREE build "
-                          "(the one holding tools/iree-compile)")
-    missing = [p for p in _TREE_REQUIRED if not (path / p).exists()]
-    if missing:
-        raise RunnerError(f"{path} is not an IREE build tree with Python bindings: missing "
-                          f"{', '.join(missing)}", where=where,
-                          fix="configure with -DIREE_BUILD_PYTHON_BINDINGS=ON and build it")
-    return ImageSource("build-dir", spec, build_dir=path.resolve())
-
-
-def validate_commit(value: str, where: str = "source") -> str:
-    """A commit SHA (7-40 hex, lower-cased) or a safe tag/branch name."""
-    if _SHA.fullmatch(value):
-        return value.lower()
-    bad = (not _REF.fullmatch(value) or ".." in value or "//" in value or "@{" in value
-           or value.endswith((".", "/", ".lock")) or "/." in value)
-    if bad:
-        raise RunnerError(f"{value!r} is neither a commit SHA nor a safe git ref", where=where,
-                          fix="give 7-40 hex digits, or a tag/branch made of letters, digits "
-                          "and . _ - / + (no '..', no leading '-')")
-    return value
+    return ImageSource("build-dir", build.text, build_dir=build.path)
 
 
 def _check_url(url: str, where: str) -> None:
@@ -261,7 +225,8 @@ def assemble_dockerfile(flavor: str) -> str:
 
 def _expand(path: Path, depth: int) -> str:
     if depth > 4:
-        raise RunnerError("`# runner:include` nests too deep", where=str(path))
+        raise RunnerError("`# runner:include` nests too deep", where=str(path),
+                          fix="include fragments that do not include each other in a loop")
     out = []
     for line in path.read_text().splitlines(keepends=True):
         m = re.fullmatch(r"# runner:include (\S+)\s*", line)
@@ -269,7 +234,7 @@ def _expand(path: Path, depth: int) -> str:
             part = (DOCKERFILES_DIR / m.group(1)).resolve()
             if not part.is_relative_to(DOCKERFILES_DIR.resolve()) or not part.is_file():
                 raise RunnerError(f"include {m.group(1)!r} is not a file in dockerfiles/",
-                                  where=str(path))
+                                  where=str(path), fix="name a fragment in dockerfiles/")
             out.append(f"# >>> {m.group(1)}\n{_expand(part, depth + 1)}# <<< {m.group(1)}\n")
         else:
             out.append(line)
@@ -533,7 +498,8 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
         (ctx / "ccache").mkdir()
         if ccache_dir is not None:
             if not ccache_dir.is_dir():
-                raise RunnerError(f"{ccache_dir} is not a directory", where="--ccache-dir")
+                raise RunnerError(f"{ccache_dir} is not a directory", where="--ccache-dir",
+                                  fix="give an existing ccache directory, or leave it out")
             _copy_tree(ccache_dir, ctx / "ccache", notes,
                        [(os.path.realpath(ccache_dir), ctx / "ccache")], skip=False)
     if source.flavor == "build-dir":
@@ -755,7 +721,7 @@ def image_info(ref: str, *, client: Any = None, provenance: bool = True) -> dict
         image = client.images.get(ref)
     except ImageNotFound:
         raise RunnerError(f"image {ref} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --from ...`") from None
+                          fix="build it with `runner image build --iree ...`") from None
     attrs = image.attrs
     info: dict[str, Any] = {
         "ref": ref,
@@ -785,5 +751,6 @@ def read_image_file(client: Any, image: str, path: str) -> Any:
         member = tar.next()
         f = tar.extractfile(member) if member else None
         if f is None:
-            raise RunnerError(f"{path} in image {image} is not a file", where=image)
+            raise RunnerError(f"{path} in image {image} is not a file", where=image,
+                              fix="rebuild the image with `runner image build`")
         return json.loads(f.read().decode())

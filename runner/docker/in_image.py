@@ -49,7 +49,7 @@ def run_in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_
     from runner.docker.container import kill, make_spec, run_command_text, start, wait
 
     spec = make_spec(tag, argv, "cpu", mounts=mounts, user=f"{os.getuid()}:{os.getgid()}",
-                     env={"RUNNER_CACHE_DIR": str(cache_dir())})
+                     env={"RUNNER_CACHE_DIR": str(cache_dir())}, planned=dry_run)
     print(f"  {run_command_text(spec, detach=False, remove=True)}", file=sys.stderr)
     if dry_run:
         return ""

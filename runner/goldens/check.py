@@ -284,7 +284,9 @@ def _compstat(p: TestPlan, compiled: CompileResult, result: TestResult) -> None:
     try:
         if stats is None:
             raise RunnerError("this module was compiled without the statistics dump",
-                              where=where(test, "module"))
+                              where=where(test, "module"),
+                              fix="give the compstat test its own module (IREE CI compiles "
+                              "compstat modules with the dump flags)")
         count = dispatch_count(stats)
     except RunnerError as e:
         result.status, result.message = "error", str(e)

@@ -13,9 +13,18 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
-from runner.clihelp import PROFILE_HELP, document
+from runner.clihelp import (
+    add_dry_run,
+    add_golden_version,
+    add_json,
+    add_out,
+    add_profile,
+    document,
+    renamed,
+    shared,
+)
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
-from runner.inputs.cliargs import COUNT_OR_ZERO, SCALE, SECONDS
+from runner.inputs.cliargs import SCALE, SECONDS
 
 DEFAULT_SUITE = GOLDENS_DIR / "tiny"  # the shipped tiny suite
 
@@ -65,11 +74,12 @@ def _options(args: argparse.Namespace, **over):
 
     spec = Path(args.tuning_spec) if args.tuning_spec else None
     if spec is not None and not spec.is_file():
-        raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}")
+        raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}",
+                          fix="give the path of a tuning spec .mlir file")
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout <= 0:
         raise RunnerError(f"--timeout {timeout:g} must be more than 0 seconds",
-                          where="--timeout")
+                          where="--timeout", fix="e.g. --timeout 600, or leave it out")
     chosen = selection(args)
     values = dict(sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
                   tuning_spec=spec,
@@ -105,6 +115,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from runner.goldens.versioning import parse_target
 
     to = parse_target(args.to)
+    if args.dry_run:
+        from runner.goldens.generate import generate_plan
+
+        print("\n".join(generate_plan(_tests(args), to, Path(args.out),
+                                      _options(args, out=None))))
+        return 0
     written = generate(_tests(args), to, Path(args.out), _options(args, out=None))
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
@@ -127,24 +143,33 @@ def cmd_bump(args: argparse.Namespace) -> int:
         planned.append((path, new_text, bumps))
     for path, new_text, bumps in planned:
         target = Path(args.out) / path.name if args.out else path
-        if bumps or args.out:
+        if (bumps or args.out) and not args.dry_run:
             atomic_write_text(target, new_text)
         for b in bumps:
             print(f"{target}: {b.describe()}")
+    if args.dry_run:
+        print(f"dry run: {sum(len(b) for _, _, b in planned)} rename(s) in "
+              f"{len(planned)} file(s) not written", file=sys.stderr)
     return 0
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
     from runner.goldens.upload import upload
 
-    upload(Path(args.dir), args.container_url, execute=args.execute, overwrite=args.overwrite)
+    upload(Path(args.dir), args.container_url, execute=not args.dry_run,
+           overwrite=args.overwrite)
     return 0
 
 
 def cmd_compare_steps(args: argparse.Namespace) -> int:
     from runner.goldens.steps import compare_steps
 
-    report = compare_steps(args.profile, args.prompt_id, args.tolerance)
+    if args.dry_run:
+        from runner.goldens.steps import compare_steps_commands
+
+        print("\n".join(compare_steps_commands(args.profile, _one_sample(args.samples))))
+        return 0
+    report = compare_steps(args.profile, _one_sample(args.samples), args.tolerance)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -157,38 +182,70 @@ def cmd_compare_steps(args: argparse.Namespace) -> int:
     return 0 if report.first_over is None else 1
 
 
+def _one_sample(spec: str) -> int:
+    """`--samples ID` of compare-steps: one sample id."""
+    from runner.accuracy.samples import parse_ids
+
+    ids = parse_ids(spec, where="--samples")
+    if len(ids) != 1:
+        raise RunnerError(f"`--samples {spec}` names {len(ids)} samples; compare-steps "
+                          "follows one", where="--samples", fix="give one id, e.g. --samples 0")
+    return ids[0]
+
+
 def selection_flags(p: argparse.ArgumentParser) -> None:
     """Test selection shared with `bench goldens`: markers, keywords, module directory."""
-    p.add_argument("--marker", "-m", metavar="EXPR",
-                   help="pytest-style marker expression over each test's `markers` and "
-                   "`type`, e.g. \"hip and gfx942\" or \"cpu and not compstat\"")
-    p.add_argument("-k", dest="keyword", metavar="PATTERN",
-                   help="pytest-style keyword expression over test names (substrings, "
-                   "and/or/not), e.g. \"clip and not benchmark\"")
-    p.add_argument("--module-dir", action="append", metavar="DIR",
-                   help="where torch-layout module names (sdxl/modules/clip_cpu) are looked "
-                   "up first, as IREE CI's --module-directory (default: the test file's "
-                   "directory and its parents)")
+    shared(p, "--marker", "-m", metavar="EXPR",
+           help="pytest-style marker expression over each test's `markers` and `type`, e.g. "
+           "\"hip and gfx942\" or \"cpu and not compstat\" (default: every test)")
+    shared(p, "-k", dest="keyword", metavar="PATTERN",
+           help="pytest-style keyword expression over test names (substrings, and/or/not), "
+           "e.g. \"clip and not benchmark\" (default: every test)")
+    shared(p, "--module-dir", action="append", metavar="DIR",
+           help="where torch-layout module names (sdxl/modules/clip_cpu) are looked up first, "
+           "as IREE CI's --module-directory (default: the test file's directory and its "
+           "parents)")
+
+
+def golden_target_flags(p: argparse.ArgumentParser) -> None:
+    """Which machine the goldens are for (shared with `bench goldens`), and how they run."""
+    shared(p, "--sku", help="picks the golden_* entries and tuner files; leaves out tests "
+           f"marked for another SKU (default: $SKU, else {DEFAULT_SKU})")
+    shared(p, "--rocm-chip", metavar="CHIP",
+           help="ROCm chip to compile for; leaves out tests marked for another chip "
+           f"(default: $ROCM_CHIP, else {DEFAULT_CHIP})")
+    shared(p, "--device", help="runtime device instead of the test file's, e.g. local-sync "
+           "(default: the file's)")
+    shared(p, "--offline", action="store_true", default=None,
+           help="use only cached downloads (also RUNNER_OFFLINE=1)")
+    shared(p, "--strict", action="store_true",
+           help="a test that compares nothing (no expected outputs, a compstat test without "
+           "goldens) or has fields IREE CI's runner does not read fails instead of warning")
+
+
+def _paths_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
+                   help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
+
+
+def _model(p: argparse.ArgumentParser) -> None:
+    shared(p, "--model", help="with a directory: its <model>/ subdirectory, e.g. sdxl "
+           "(default: every model)")
 
 
 def _selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
-    p.add_argument("--model", help="with a directory: its <model>/ subdirectory (e.g. sdxl)")
-    p.add_argument("--submodel", default="*", help="submodel name or glob (default: *)")
-    p.add_argument("--backend", choices=["cpu", "rocm", "hip"],
-                   help="only this backend (default: $BACKEND, else every backend)")
-    p.add_argument("--sku", help="picks tuner files; leaves out tests marked for another SKU "
-                   f"(default: $SKU, else {DEFAULT_SKU})")
-    p.add_argument("--rocm-chip", help="ROCm chip to compile for; leaves out tests marked "
-                   f"for another chip (default: $ROCM_CHIP, else {DEFAULT_CHIP})")
+    _paths_arg(p)
+    _model(p)
+    shared(p, "--submodel", default="*", help="submodel name or glob (default: *)")
+    shared(p, "--backend", metavar="cpu|rocm",
+           help="only this backend: cpu or rocm (hip is the same backend; default: $BACKEND, "
+           "else every backend)")
+    golden_target_flags(p)
     selection_flags(p)
-    p.add_argument("--tuner-dir", help="where relative tuner_file names are found")
-    p.add_argument("--tuning-spec", metavar="PATH",
-                   help="add --iree-codegen-tuning-spec-path=PATH to every compile")
-    p.add_argument("--device", help="runtime device instead of the file's (e.g. local-sync)")
-    p.add_argument("--offline", action="store_true", default=None,
-                   help="use only cached downloads (also RUNNER_OFFLINE=1)")
+    shared(p, "--tuner-dir", metavar="DIR", help="where relative tuner_file names are found "
+           "(default: beside the test file)")
+    shared(p, "--tuning-spec", metavar="PATH",
+           help="add --iree-codegen-tuning-spec-path=PATH to every compile (default: none)")
 
 
 EXAMPLES = {  # each subcommand's help examples (runner.clihelp.document adds exit codes)
@@ -197,11 +254,16 @@ EXAMPLES = {  # each subcommand's help examples (runner.clihelp.document adds ex
               "gfx942 --dry-run",
               "BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 "
               "--strict"),
-    "generate": ("runner goldens generate goldens/tiny-torch --to next --out new-goldens",),
-    "bump": ("runner goldens bump goldens/tiny-torch --to next --out bumped",),
+    "generate": ("runner goldens generate goldens/tiny-torch --to next --out new-goldens",
+                 "runner goldens generate goldens/tiny-torch --to next --out new-goldens "
+                 "--dry-run"),
+    "bump": ("runner goldens bump goldens/tiny-torch --to next --out bumped",
+             "runner goldens bump goldens/tiny-torch --to next --dry-run"),
     "upload": ("runner goldens upload runs/goldens-v2 --container-url "
-               "https://<account>.blob.core.windows.net/sharkpublic/<path>",),
-    "compare-steps": ("runner goldens compare-steps --profile tiny --prompt-id 0",),
+               "https://<account>.blob.core.windows.net/sharkpublic/<path> --dry-run",
+               "runner goldens upload runs/goldens-v2 --container-url "
+               "https://<account>.blob.core.windows.net/sharkpublic/<path>"),
+    "compare-steps": ("runner goldens compare-steps --profile tiny --samples 0",),
 }
 
 
@@ -213,14 +275,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="compile, run and compare like IREE CI's quality and "
                        "compstat tests")
     _selection(p)
-    p.add_argument("--out", help="write junit.xml, summary.md, results.json here")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the iree-compile and iree-run-module commands only")
+    add_out(p, "write junit.xml, summary.md, results.json here",
+            default="none: the console and, under GitHub Actions, the job summary")
+    add_dry_run(p, "the iree-compile and iree-run-module commands")
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
-    p.add_argument("--strict", action="store_true",
-                   help="a test that compares nothing (no expected outputs, a compstat test "
-                   "without goldens) or has fields IREE CI's runner does not read fails "
-                   "instead of warning")
     p.add_argument("--timeout", type=SECONDS, metavar="S",
                    help="seconds per test; a test past it is an error and its iree-compile "
                    "and run processes are killed (default: no limit)")
@@ -228,36 +286,40 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out")
     _selection(p)
-    p.add_argument("--to", required=True, help="new version: v7.0, v7, or next (n+1 each)")
-    p.add_argument("--out", required=True, help="directory for the new blobs + manifest.json")
+    add_golden_version(p)
+    add_out(p, "directory for the new blobs + manifest.json", required=True)
+    add_dry_run(p, "each test's commands and the blobs it would write")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("bump", help="rename expected outputs to the new version in the JSONs "
                        "(every other byte kept)")
-    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
-    p.add_argument("--model", help="with a directory: its <model>/ subdirectory")
-    p.add_argument("--to", required=True, help="new version: v7.0, v7, or next")
-    p.add_argument("--out", help="write the bumped files here instead of in place")
+    _paths_arg(p)
+    _model(p)
+    add_golden_version(p)
+    add_out(p, "write the bumped files here", default="in place")
+    add_dry_run(p, "each rename; write nothing")
     p.set_defaults(func=cmd_bump)
 
-    p = sub.add_parser("upload", help="upload generated goldens to Azure (dry run by default)")
-    p.add_argument("dir", help="the --out directory of `goldens generate`")
-    p.add_argument("--container-url", required=True,
+    p = sub.add_parser("upload", help="upload generated goldens to Azure")
+    p.add_argument("dir", metavar="DIR", help="the --out directory of `goldens generate`")
+    p.add_argument("--container-url", required=True, metavar="URL",
                    help="https://<account>.blob.core.windows.net/<container>[/<path>]")
-    p.add_argument("--execute", action="store_true", help="really upload")
     p.add_argument("--overwrite", action="store_true", help="replace existing blobs")
+    add_dry_run(p, "each blob it would upload and where")
+    renamed(p, "--execute", "no flag", "upload uploads; --dry-run prints the plan", nargs=0)
     p.set_defaults(func=cmd_upload)
 
     p = sub.add_parser("compare-steps", help="per-stage IREE vs PyTorch error, each stage "
                        "fed IREE's own inputs")
-    p.add_argument("--profile", default="tiny",
-                   help=f"{PROFILE_HELP} (default: tiny)")
-    p.add_argument("--prompt-id", type=COUNT_OR_ZERO, default=0, help="MLPerf caption row")
+    add_profile(p, default="tiny", with_set=False)
+    shared(p, "--samples", metavar="ID", default="0",
+           help="the sample (MLPerf caption row) to follow (default: 0)")
+    renamed(p, "--prompt-id", "--samples ID")
     p.add_argument("--tolerance", type=SCALE, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--out", help="also write compare_steps.json and .md here")
+    add_json(p, "the comparison instead of the table")
+    add_out(p, "also write compare_steps.json and .md here")
+    add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():
         document(parser, *EXAMPLES[name])

@@ -22,6 +22,7 @@ from runner.base.provenance import iree_provenance
 from runner.config.sources import redact_url
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
+from runner.goldens.report import console_line
 from runner.goldens.testfile import GoldenTest
 from runner.goldens.versioning import Version, bump_source
 from runner.model.tensors import TensorSpec, write_tensor
@@ -54,6 +55,28 @@ def _md5_b64(path: Path) -> str:
                             ).decode()
 
 
+def generate_plan(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions
+                  ) -> list[str]:
+    """What `generate` would run and write (a dry run): each test's iree-compile and
+    iree-run-module commands, then each new blob's file and new source. Nothing is run,
+    downloaded or written."""
+    compiler = compiler_info()
+    lines: list[str] = []
+    for test in tests:
+        if not test.outputs:
+            lines.append(f"# skip {test.name}: no {test.outputs_field} to regenerate")
+            continue
+        result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=True,
+                                        require_goldens=False), compiler)
+        lines.append(console_line(result, dry_run=True))
+        for i, ref in enumerate(test.outputs):
+            new_source, bump = bump_source(ref.source, to, ref.where)
+            lines.append(f"# writes {out / bump.new_name} ({test.name} output {i} -> "
+                         f"{redact_url(new_source)})")
+    lines.append(f"# and {out / MANIFEST}")
+    return lines
+
+
 def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
              *, echo: bool = True) -> list[NewGolden]:
     """Runs every test (failures against the old goldens are expected and only reported)."""
@@ -77,7 +100,9 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
             spec = ref.spec
             if spec is not None and not TensorSpec.of(array).same_as(spec):
                 raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
-                                  where=f"{test.path}: outputs[{i}].value")
+                                  where=f"{test.path}: outputs[{i}].value",
+                                  fix="fix the test's output type, or the model that changed "
+                                  "its shape")
             path = write_tensor(out / bump.new_name, array, key=f"output{i}")
             change = None
             old = next((o for o in result.outputs if o.index == i), None)

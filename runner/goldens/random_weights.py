@@ -39,13 +39,16 @@ def parameters(mlir: Path) -> list[tuple[str, list[int], object]]:
     try:
         text = mlir.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise RunnerError(f"cannot read the module's MLIR: {e}", where=str(mlir)) from e
+        raise RunnerError(f"cannot read the module's MLIR: {e}", where=str(mlir),
+                          fix="check the test's MLIR path") from e
     found = []
     with Context(), Location.unknown():
         try:
             module = Module.parse(text)
         except Exception as e:  # the bindings raise MLIRError (an Exception) on bad IR
-            raise RunnerError(f"cannot parse the MLIR: {str(e)[:500]}", where=str(mlir)) from e
+            raise RunnerError(f"cannot parse the MLIR: {str(e)[:500]}", where=str(mlir),
+                              fix="use MLIR this IREE can read (`iree-opt FILE` shows why "
+                              "not)") from e
         for op in module.body.operations:
             if not isinstance(op, util_d.GlobalOp) or op.initial_value is None:
                 continue

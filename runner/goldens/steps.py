@@ -82,6 +82,20 @@ def _stage(name: str, kind: str, pairs: list[tuple[np.ndarray, np.ndarray]],
                       float(np.abs(e).max()))
 
 
+def compare_steps_commands(profile_name: str = "tiny", prompt_id: int = 0) -> list[str]:
+    """What compare_steps would run (a dry run): its compiles, then the stages in-process."""
+    from runner.base import shellscript
+    from runner.config.profile import load_profile
+    from runner.model.compiled_model import compile_model
+
+    profile = load_profile(profile_name)
+    compiled = compile_model(profile, 1, dry_run=True)
+    return ["# compile (modules already in the cache are reused):",
+            *[shellscript.join(c.command) for c in compiled.compiled],
+            f"# then sample {prompt_id} through each stage, IREE against the PyTorch oracle, "
+            "in this process"]
+
+
 def compare_steps(profile_name: str = "tiny", prompt_id: int = 0,
                   tolerance: float | None = None) -> StepsReport:
     import torch

@@ -29,7 +29,7 @@ from runner.base.errors import RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.jsonfile import read_json
-from runner.inputs.paths import is_inside
+from runner.inputs.paths import is_inside, no_such_path
 from runner.model.tensors import TensorSpec
 
 BACKENDS = ("cpu", "rocm")
@@ -223,7 +223,8 @@ class _Fields:
 
     def _bad(self, key: str, want: str) -> RunnerError:
         got = type(self.raw[key]).__name__
-        return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}")
+        return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}",
+                           fix=f"give `{key}` as {want}")
 
     @overload
     def text(self, key: str, default: str) -> str: ...
@@ -288,7 +289,7 @@ class _Fields:
             val = entry.get("value")
             if val is not None and not isinstance(val, str):
                 raise RunnerError("`value` must be a string like 1x64xi64",
-                                  where=f"{where}.value")
+                                  where=f"{where}.value", fix='e.g. "value": "1x64xi64"')
             ref = TensorRef(entry[ref_key], val or None, where)
             _ = ref.spec  # validates the spelling now, naming the field
             if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
@@ -714,7 +715,7 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     inputs = raw.get("inputs") or []
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
         raise RunnerError("`inputs` must list tensor types like 1x64xi64",
-                          where=f"{path}: inputs")
+                          where=f"{path}: inputs", fix='e.g. "inputs": ["1x64xi64"]')
     backend = _backend(raw, suffix, f.texts("compile_flags"), str(path))
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
@@ -751,20 +752,24 @@ def file_kind(path: Path) -> str:
     return "test"
 
 
-def find_test_files(paths: list[Path], model: str | None = None) -> list[Path]:
+def find_test_files(paths: list[Path], model: str | None = None, where: str | None = None
+                    ) -> list[Path]:
     """Files as given; a directory's `*.json`, or its `<model>/` subdirectory's with
-    `--model` (so `quality_tests/` + `--model sdxl` works like `run_thresholds.py`)."""
+    `--model` (so `quality_tests/` + `--model sdxl` works like `run_thresholds.py`).
+    `where`: the flag that named them (`--goldens`), for a path that is not there."""
     files: list[Path] = []
     for path in paths:
         if path.is_file():
             files.append(path)
             continue
         if not path.is_dir():
-            raise RunnerError("no such file or directory", where=str(path))
+            raise no_such_path(path, where, "test file or suite directory")
         folder = path / model if model and (path / model).is_dir() else path
         found = sorted(folder.glob("*.json")) or sorted(folder.glob("*/*.json"))
         if not found:
-            raise RunnerError("no test files (*.json) here", where=str(folder))
+            raise RunnerError("no test files (*.json) here", where=str(folder),
+                              fix="point at IREE CI test JSON files or the directory holding "
+                              "them (e.g. goldens/tiny)")
         files.extend(found)
     return files
 

@@ -56,7 +56,8 @@ class Thresholds:
                     raise RunnerError(f"unknown equality mode in {arg!r}", where=where,
                                       fix="use approximate or exact")
             elif not eq and key.startswith("expected"):
-                raise RunnerError(f"{arg!r} has no value", where=where)
+                raise RunnerError(f"{arg!r} has no value", where=where,
+                                  fix=f"write it as {arg}=VALUE")
             else:
                 rest.append(arg)
         return cls(atol, rtol, mode, tuple(rest))
@@ -73,7 +74,8 @@ def _number(value: str, arg: str, where: str) -> float:
         raise RunnerError(f"cannot read the number in {arg!r}", where=where,
                           fix="write it as --expected_f16_threshold=0.02f or =0.02") from e
     if not math.isfinite(number) or number < 0:
-        raise RunnerError(f"threshold in {arg!r} must be a finite number >= 0", where=where)
+        raise RunnerError(f"threshold in {arg!r} must be a finite number >= 0", where=where,
+                          fix="e.g. --expected_f32_threshold=0.001")
     return number
 
 

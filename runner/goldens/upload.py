@@ -97,7 +97,8 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
             path = inside(g["file"], folder, f"{manifest}: goldens[{i}].file",
                           absolute_ok=False)
             if not path.is_file():
-                raise RunnerError("a file the manifest lists is missing", where=str(path))
+                raise RunnerError("a file the manifest lists is missing", where=str(path),
+                                  fix="run `runner goldens generate` into this directory again")
             md5 = _md5(path)
             if md5 != g["md5_b64"]:
                 raise RunnerError("file changed since generate wrote it (MD5 differs)",
@@ -117,7 +118,8 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
             items.append(UploadItem(path, "/".join(p for p in (container.prefix, rel) if p),
                                     _md5(path)))
     if not items:
-        raise RunnerError("nothing to upload", where=str(folder))
+        raise RunnerError("nothing to upload", where=str(folder),
+                          fix="pass the --out of `runner goldens generate`")
     return items
 
 
@@ -150,8 +152,8 @@ def upload(folder: Path, container_url: str, *, execute: bool = False,
     for item in items:
         print(printable(item, container, overwrite))
     if not execute:
-        print(f"dry run: {len(items)} uploads to {container.base} not done; add --execute",
-              file=sys.stderr)
+        print(f"dry run: {len(items)} uploads to {container.base} not done; drop --dry-run to "
+              "upload", file=sys.stderr)
         return items
     if _sdk_available():
         _upload_sdk(items, container, overwrite)
@@ -209,5 +211,7 @@ def _upload_sdk(items: list[UploadItem], container: Container,
                     content_md5=base64.b64decode(item.md5_b64)))
         except AzureError as e:
             raise RunnerError(f"upload failed: {redact_text(str(e), container.url)}",
-                              where=container.blob_url(item.blob)) from e
+                              where=container.blob_url(item.blob),
+                              fix="check the credentials and the SAS permissions; an existing "
+                              "blob is only replaced with --overwrite") from e
         print(f"uploaded {container.blob_url(item.blob)}", file=sys.stderr)

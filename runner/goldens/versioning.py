@@ -108,7 +108,8 @@ def bump_source(source: str, to: Version | str, where: str = "--to") -> tuple[st
     path = parsed.path if parsed.scheme in ("http", "https", "file") else source
     name = PurePosixPath(path).name
     if not name:
-        raise RunnerError(f"no file name in {source!r}", where=where)
+        raise RunnerError(f"no file name in {source!r}", where=where,
+                          fix="give the source a file name, e.g. .../clip_out0_v1.0.bin")
     bump = bump_name(name, to, where)
     head = path[: len(path) - len(name)]
     if parsed.scheme in ("http", "https", "file"):
@@ -121,7 +122,8 @@ def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[
     or `expected_outputs[].url` in the torch layout), nothing else changed."""
     raw = parse_json(text, where, what="test file")
     if not isinstance(raw, dict):
-        raise RunnerError("a test file must hold a JSON object", where=where)
+        raise RunnerError("a test file must hold a JSON object", where=where,
+                          fix="point at IREE CI test JSON files")
     (in_field, in_key), (out_field, out_key) = tensor_fields(raw)
     outputs = [o.get(out_key) for o in raw.get(out_field) or [] if isinstance(o, dict)]
     inputs = {i.get(in_key) for i in raw.get(in_field) or [] if isinstance(i, dict)}
@@ -140,7 +142,9 @@ def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[
         variants = {literal, literal.replace("/", "\\/")}
         found = sum(text.count(v) for v in variants)
         if found == 0:
-            raise RunnerError("cannot find the source's exact text in the file", where=field_where)
+            raise RunnerError("cannot find the source's exact text in the file", where=field_where,
+                              fix="write the source as a plain JSON string (no escapes) to "
+                              "bump it")
         for v in variants:
             escaped = v != literal
             new_literal = json.dumps(new_source)

@@ -15,5 +15,8 @@ as a traceback, hangs, or grows memory without end.
 - `safetensors`: a safetensors file's header.
 - `expression`: pytest-style `-m`/`-k` expressions, bounded before they are parsed.
 - `cliargs`: argparse `type=` functions for numeric flags.
-- `paths`: references read from a file resolve inside the directory they are relative to.
+- `iree_build`: the one grammar naming an IREE build (`wheels:`, `commit:`, `source:`,
+  `build-dir:`), wherever a command takes one.
+- `paths`: references read from a file resolve inside the directory they are relative to;
+  a path the user named that is not there is answered with the likeliest fix.
 """

@@ -1,6 +1,6 @@
 """argparse `type=` functions for the CLI's numbers: finite, in range, integer where an
 integer is meant. argparse reports a refusal as a usage error naming the option (exit 2,
-no traceback), e.g. `argument --time: nan is not a number from 0.001 to 604800`."""
+no traceback), e.g. `argument --min-duration: nan is not a number from 0.001 to 86400`."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ def read_bytes(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG
         raise RunnerError(f"cannot read the {what}: it is a directory", where=where,
                           fix=f"pass the {what} itself") from e
     except OSError as e:  # missing, permissions, a symlink loop (ELOOP), an I/O error
-        raise RunnerError(f"cannot read the {what}: {e.strerror or e}", where=where) from e
+        raise RunnerError(f"cannot read the {what}: {e.strerror or e}", where=where,
+                          fix="check the path and its permissions") from e
     if len(data) > max_bytes:
         raise RunnerError(f"the {what} is larger than {max_bytes // MiB or max_bytes} "
                           f"{'MiB' if max_bytes >= MiB else 'bytes'}", where=where,

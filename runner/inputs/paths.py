@@ -99,3 +99,30 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
         raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,
                           fix="test files may name files inside their own directory (or by "
                           "URL); a file elsewhere is refused, never read")
+
+
+def no_such_path(path: Path, where: str | None = None, what: str = "file or directory"
+                 ) -> RunnerError:
+    """The error for a path the user named that is not there, with the likeliest fix: the
+    name beside it that is closest (a typo), else what its directory holds, else that the
+    directory is missing too."""
+    import difflib
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        names = sorted(p.name for p in parent.iterdir()) if parent.is_dir() else None
+    except OSError:
+        names = None
+    if names is None:
+        fix = f"check the path: its directory {parent} does not exist either"
+    else:
+        close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+        if close:
+            fix = f"did you mean {parent / close[0]}?"
+        elif names:
+            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            fix = f"check the name; {parent} holds: {shown}"
+        else:
+            fix = f"check the path; {parent} is empty"
+    return RunnerError(f"{path}: no such {what}", where=where, fix=fix)

@@ -16,10 +16,10 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.loadgen.compliance import Verification, verify
+from runner.loadgen.conf import MLPERF_SAMPLES
 from runner.loadgen.logs import ACCURACY_LOG
 from runner.loadgen.report import write_reports
 from runner.loadgen.run import (
-    MLPERF_SAMPLES,
     RECORD,
     WORK_DIR,
     MlperfRequest,
@@ -147,13 +147,12 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
     tree conforms and meets the round's rules; 1 otherwise."""
     from runner.base.provenance import runner_provenance
     from runner.batch.run import plan_for
-    from runner.model.compiled_model import compile_model
 
     prepared = prepare(request)
     if dry_run:
         layout = request.profile.layout
-        compiled = compile_model(request.profile, layout.batch_size, layout.vae_batch_size,
-                                 dry_run=True)
+        compiled = executor.compiler(request.out / WORK_DIR, dry_run=True)(
+            request.profile, layout.batch_size, layout.vae_batch_size)
         print(dry_run_text(prepared, plan_for(request.profile), executor, compiled), end="")
         return 0
     outcomes, failure = execute(prepared, executor)

@@ -20,6 +20,7 @@ from runner.inputs.limits import read_text
 from runner.inputs.userconf import conf_value
 
 MODEL = "stable-diffusion-xl"
+MLPERF_SAMPLES = 5000  # MLPerf SDXL's QSL: the 5000 COCO captions
 SCENARIOS = {"singlestream": "SingleStream", "offline": "Offline", "server": "Server"}
 MODES = ("accuracy", "performance", "submission")
 
@@ -118,7 +119,7 @@ def applies(line: ConfLine, scenario: str) -> bool:
 
 @dataclass(frozen=True)
 class Flags:
-    """The command's LoadGen flags, named like AMD's harness: --count, --time, --qps."""
+    """The command's LoadGen flags: --count, --min-duration, --qps."""
 
     count: int | None = None  # QSL size and performance sample count
     time_s: float | None = None  # minimum test duration
@@ -163,7 +164,8 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
     from_flags = flag_settings(flags, scenario)
     for line in mine:
         if line.key in from_flags and float(from_flags[line.key]) != float(line.value):
-            flag = {"performance_sample_count_override": "--count", "min_duration": "--time",
+            flag = {"performance_sample_count_override": "--count",
+                    "min_duration": "--min-duration",
                     "target_qps": "--qps"}[line.key]
             raise RunnerError(f"{flag} sets {line.key} = {from_flags[line.key]} but the "
                               f"user.conf says {line.value}", where=line.where,

@@ -140,7 +140,8 @@ def parse_summary(path: Path) -> Summary:
         facts = detail_facts(Path(path).with_name(DETAIL))
         if "effective_scenario" not in facts:
             raise RunnerError("not a LoadGen summary (no `Scenario :` line, no detail log "
-                              "beside it)", where=str(path))
+                              "beside it)", where=str(path),
+                              fix="point at a LoadGen test's output directory")
         fields["Scenario"] = facts["effective_scenario"]
         fields["Mode"] = facts.get("effective_test_mode", "")
     rate = (fields.get("Samples per second") or fields.get("Completed samples per second")

@@ -24,6 +24,7 @@ from runner.base.fileio import atomic_write_text
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import Profile
 from runner.loadgen.conf import (
+    MLPERF_SAMPLES,
     MODES,
     SCENARIOS,
     Flags,
@@ -37,7 +38,6 @@ from runner.loadgen.rules import COMPLIANCE_TESTS, Round, check_scenarios, insta
 from runner.loadgen.session import TestOutcome, TestSpec, planned_settings
 from runner.loadgen.system import SystemDescription, check_name, describe_system
 
-MLPERF_SAMPLES = 5000  # MLPerf SDXL's QSL: the 5000 COCO captions
 WORK_DIR = "work"
 USER_CONF = "user.conf"
 RECORD = "mlperf.json"
@@ -90,15 +90,17 @@ class Prepared:
 def _scenarios(request: MlperfRequest) -> tuple[str, ...]:
     if not request.scenarios:
         raise RunnerError("no scenario given", where="--scenario",
-                          fix=f"use {', '.join(SCENARIOS)} (comma-separated for several)")
+                          fix=f"use {', '.join(SCENARIOS.values())} (comma-separated for "
+                          "several)")
     out: list[str] = []
     for name in request.scenarios:
-        scenario = SCENARIOS.get(name)
+        scenario = SCENARIOS.get(name.lower())  # MLPerf's Offline, as any case of it
         if scenario is None:
             raise RunnerError(f"unknown scenario {name!r}", where="--scenario",
-                              fix=f"use one of {', '.join(SCENARIOS)}")
+                              fix=f"use one of {', '.join(SCENARIOS.values())} (any case)")
         if scenario in out:
-            raise RunnerError(f"scenario {name!r} is given twice", where="--scenario")
+            raise RunnerError(f"scenario {name!r} is given twice", where="--scenario",
+                              fix="name each scenario once")
         out.append(scenario)
     return tuple(out)
 
@@ -180,11 +182,13 @@ def prepare(request: MlperfRequest) -> Prepared:
     total = flags.count if flags.count is not None else MLPERF_SAMPLES
     if not 1 <= total <= len(captions):
         raise RunnerError(f"--count {total} is outside 1..{len(captions)} (the captions file "
-                          f"{captions.path})", where="--count")
+                          f"{captions.path})", where="--count",
+                          fix=f"use --count 1..{len(captions)}")
     if flags.time_s is not None and flags.time_s <= 0:
-        raise RunnerError("--time must be positive (seconds)", where="--time")
+        raise RunnerError("--min-duration must be positive (seconds)", where="--min-duration",
+                          fix="e.g. --min-duration 600 (MLPerf's 10 minutes)")
     if flags.qps is not None and flags.qps <= 0:
-        raise RunnerError("--qps must be positive", where="--qps")
+        raise RunnerError("--qps must be positive", where="--qps", fix="e.g. --qps 2.5")
     user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
     text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
                                     str(request.user_conf) if request.user_conf else None)
@@ -230,7 +234,7 @@ def prepare(request: MlperfRequest) -> Prepared:
 def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
     """What a real run would do, exactly: compile commands, workers, and per test the
     settings LoadGen will use (and the batcher's wait limit)."""
-    from runner.batch.worker import task_path
+    from runner.lifecycle import plan_lines
 
     request = prepared.request
     out = request.out
@@ -246,13 +250,9 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
                      f"{sub.system.id}, {sub.system.fields['system_type']}; "
                      f"{detected} systems JSON fields detected or derived, "
                      f"{len(sub.system.sources) - detected} from the profile)")
-    lines += ["# compile (modules already in the cache are reused):",
-              *[shellscript.join(c.command) for c in compiled.compiled],
-              f"# {len(plan.workers)} worker(s) per node, started once for every test:",
-              *plan.table().splitlines()]
-    describe = getattr(executor, "describe", None)  # Slurm nodes plan their own workers
-    if describe is not None:
-        lines += [describe(work, w, task_path(work, w.name)) for w in plan.workers]
+    lines += plan_lines(plan, executor, work, compiled,
+                        f"# the workers, started once for every test, in "
+                        f"{shellscript.sanitize(str(work))}:")
     lines += [f"# {shellscript.sanitize(str(out / USER_CONF))}:", *[f"#   {line}" for line in
                                          prepared.user_conf_text.splitlines()]]
     for spec in prepared.tests:

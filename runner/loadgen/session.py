@@ -106,7 +106,8 @@ def loadgen_settings(spec: TestSpec, user_conf: Path):
     settings = _settings(spec)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
+        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                          fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     return settings
 
@@ -123,13 +124,15 @@ def planned_settings(spec: TestSpec, user_conf: Path, audit: Path | None) -> dic
     settings.FromConfig("", MODEL, spec.scenario, 0)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 2)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf))
+        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                          fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     if audit is not None:
         rc = settings.FromConfig(str(audit), "*", spec.scenario, 2)
         if rc != 0:
             raise RunnerError(f"LoadGen refused the audit.config (error {rc})",
-                              where=str(audit))
+                              where=str(audit),
+                              fix="use MLPerf's shipped audit.config (drop --audit-conf)")
     return describe_settings(settings, spec.scenario)
 
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.base import shellscript
 from runner.base.fileio import atomic_write_json, sha256_bytes
 from runner.base.provenance import host_info, iree_provenance
 from runner.config.mlperf_data import load_captions
@@ -21,6 +22,17 @@ class GenerateResult:
     out: Path
     images: list[Path]
     seconds: float
+
+
+def generate_commands(profile: Profile, sample_ids: list[int], out: Path) -> list[str]:
+    """What `generate` would do (a dry run): its compiles, then the one in-process pass."""
+    layout = profile.layout
+    compiled = compile_model(profile, layout.batch_size, layout.vae_batch_size, dry_run=True)
+    return ["# compile (modules already in the cache are reused):",
+            *[shellscript.join(c.command) for c in compiled.compiled],
+            f"# then {len(sample_ids)} prompts in batches of {layout.batch_size}, in this "
+            f"process, -> {shellscript.sanitize(str(out))}/images/ and manifest.json"]
+
 
 def generate(profile: Profile, sample_ids: list[int], out: Path) -> GenerateResult:
     captions = load_captions()

@@ -133,12 +133,15 @@ def read_tensor(path: Path, spec: TensorSpec | None = None) -> np.ndarray:
     """Reads one tensor; a raw `.bin` needs `spec` and must be exactly its size."""
     fmt = tensor_format(path)
     if not path.is_file():
-        raise RunnerError("tensor file not found", where=str(path))
+        raise RunnerError("tensor file not found", where=str(path),
+                          fix="check the path (a test's inputs are downloaded by `runner "
+                          "goldens check`)")
     if fmt == ".npy":
         try:
             array = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise RunnerError(f"not a readable .npy file: {e}", where=str(path)) from e
+            raise RunnerError(f"not a readable .npy file: {e}", where=str(path),
+                              fix="fetch or write the file again") from e
         if array.dtype.kind == "V":  # bf16 has no .npy type code: numpy stores raw 2 bytes
             if spec is None or spec.np_dtype.itemsize != array.dtype.itemsize:
                 raise RunnerError(f"the .npy holds untyped {array.dtype.itemsize}-byte "
@@ -166,7 +169,8 @@ def _read_irpa(path: Path) -> np.ndarray:
         index.load(str(path))
         entries = list(index.items())
     except (RuntimeError, ValueError) as e:
-        raise RunnerError(f"not a readable .irpa archive: {e}", where=str(path)) from e
+        raise RunnerError(f"not a readable .irpa archive: {e}", where=str(path),
+                          fix="fetch or export the file again") from e
     if len(entries) != 1:
         raise RunnerError(f"a tensor .irpa holds exactly one entry, this one has "
                           f"{len(entries)}: {[k for k, _ in entries][:5]}", where=str(path),
@@ -178,7 +182,8 @@ def _read_irpa(path: Path) -> np.ndarray:
         array = _bf16_entry(entry, rt)  # IREE's helper has no bf16; turbine writes it
         if array is None:
             raise RunnerError(f"entry {key!r} has no tensor metadata IREE can read: {e}",
-                              where=str(path)) from e
+                              where=str(path), fix="write the archive with IREE's "
+                              "iree.runtime.ParameterIndex") from e
     return np.array(array, copy=True)
 
 

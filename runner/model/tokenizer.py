@@ -87,7 +87,8 @@ class ClipTokenizer:
         vocab = read_json(files.vocab, max_bytes=64 * MiB, what="tokenizer vocabulary")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()):
             raise RunnerError("the vocabulary must map tokens to integer ids",
-                              where=str(files.vocab))
+                              where=str(files.vocab),
+                              fix="use the checkpoint's own tokenizer/vocab.json")
         self.vocab: dict[str, int] = vocab
         lines = read_text(files.merges, max_bytes=64 * MiB, what="merges file").splitlines()
         merges = [tuple(line.split()) for line in lines if line and not line.startswith("#")]

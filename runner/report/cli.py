@@ -10,8 +10,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.clihelp import document
-from runner.inputs.cliargs import COUNT_OR_ZERO
+from runner.clihelp import add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 
@@ -33,10 +32,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir to report on")
     p.add_argument("--against", metavar="RUN_DIR",
-                   help="another run to compare images with (PSNR/SSIM; the [metrics] extra)")
-    p.add_argument("--worst", type=COUNT_OR_ZERO, default=WORST_DEFAULT,
-                   help=f"worst samples of the comparison to show (default {WORST_DEFAULT})")
-    p.add_argument("--out", metavar="DIR", help="write the files here (default: RUN_DIR)")
+                   help="another run to compare images with (PSNR/SSIM; the [metrics] extra; "
+                   "default: none)")
+    add_worst(p, WORST_DEFAULT)
+    add_out(p, "write the four files here", default="RUN_DIR")
     p.set_defaults(func=cmd_report)
 
 

@@ -286,7 +286,8 @@ def _range(entry: Any, metric: str, where: str) -> RangeCheck:
         low, high = (float(v) for v in entry["range"])
         return RangeCheck(metric, float(entry["score"]), low, high)
     except (KeyError, TypeError, ValueError) as e:
-        raise RunnerError(f"no usable {metric} score/range: {e!r}", where=where) from e
+        raise RunnerError(f"no usable {metric} score/range: {e!r}", where=where,
+                          fix="score the run again with `runner score`") from e
 
 
 def read_scores(run_dir: Path) -> tuple[Scores | None, str]:

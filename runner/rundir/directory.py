@@ -67,8 +67,8 @@ class DiskFull(IncompleteRun):
 
     def __init__(self, path: Path, run_dir: Path):
         self.path = path
-        super().__init__(f"run incomplete: disk full while writing {path}; free space, then "
-                         f"`runner run --resume {run_dir}`")
+        super().__init__(f"run incomplete: disk full while writing {path}",
+                         fix=f"free space, then `runner run --resume {run_dir}`")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from runner.base.errors import RunnerError
 from runner.inputs.jsonfile import decoder as json_decoder
 
 LOG_NAME = "mlperf_log_accuracy.json"
+# A malformed log is fixed by writing it again (`runner aggregate` for a run dir).
+REWRITE = "write the log again (`runner aggregate RUN_DIR`), or point at MLPerf's own"
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,7 @@ def truncation(path: Path) -> str | None:
             tail = f.read().rstrip()
     except OSError as e:
         raise RunnerError(f"cannot read the accuracy log: {e.strerror or e}",
-                          where=str(path)) from e
+                          where=str(path), fix="check the path and its permissions") from e
     if not head.startswith(b"["):
         return "it is not a JSON list" if head else "it is empty"
     if not tail.endswith(b"]"):
@@ -371,7 +373,8 @@ def _records(path: Path) -> Iterator[dict]:
                         if pos >= len(buf):
                             break  # need more text (an empty log used to spin here)
                         if buf[pos] != "[":
-                            raise RunnerError("not a JSON list", where=str(path))
+                            raise RunnerError("not a JSON list", where=str(path),
+                                              fix=REWRITE)
                         started, pos = True, pos + 1
                         continue
                     if pos < len(buf) and buf[pos] == "]":
@@ -380,11 +383,11 @@ def _records(path: Path) -> Iterator[dict]:
                         obj, end = decoder.raw_decode(buf, pos)
                     except RecursionError:
                         raise RunnerError("a record is nested too deeply",
-                                          where=str(path)) from None
+                                          where=str(path), fix=REWRITE) from None
                     except ValueError as e:
                         if not isinstance(e, json.JSONDecodeError):
                             raise RunnerError(f"a record holds a number out of range: {e}",
-                                              where=str(path)) from None
+                                              where=str(path), fix=REWRITE) from None
                         break  # need more text
                     yield obj
                     pos = end
@@ -408,15 +411,19 @@ def iter_log_samples(path: Path, image_shape: tuple[int, int, int],
         if not (isinstance(qsl_idx, int) and not isinstance(qsl_idx, bool) and qsl_idx >= 0
                 and isinstance(data_hex, str)):
             raise RunnerError(f"bad record (qsl_idx {str(qsl_idx)[:20]}): it needs an integer "
-                              "qsl_idx and a hex `data` string", where=str(path))
+                              "qsl_idx and a hex `data` string", where=str(path),
+                              fix=REWRITE)
         try:
             data = bytes.fromhex(data_hex)
         except ValueError as e:
-            raise RunnerError(f"bad record for sample {qsl_idx}: {e}", where=str(path)) from e
+            raise RunnerError(f"bad record for sample {qsl_idx}: {e}", where=str(path),
+                              fix=REWRITE) from e
         if qsl_idx in seen and not keep_duplicates:
             continue
         seen.add(qsl_idx)
         if len(data) != expected:
             raise RunnerError(f"sample {qsl_idx} has {len(data)} bytes, expected {expected} "
-                              f"for {image_shape} uint8 images", where=str(path))
+                              f"for {image_shape} uint8 images", where=str(path),
+                              fix="score it with the profile of the model that made it "
+                              "(--profile)")
         yield qsl_idx, np.frombuffer(data, np.uint8).reshape(image_shape)

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
 
+from runner.base import shellscript
 from runner.base.errors import RunnerError
-from runner.clihelp import document
+from runner.clihelp import add_batch_sizes, add_dry_run, add_out, document
 from runner.inputs.cliargs import COUNT, count_list
 from runner.inputs.paths import resolved
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.model == "tiny":
-        from runner.model.export.export_tiny import TINY_DIR, export_tiny
+        from runner.model.export.export_tiny import BATCH_SIZES, TINY_DIR, export_tiny
 
-        for path in export_tiny(Path(args.out) if args.out else TINY_DIR):
+        tiny_out = Path(args.out) if args.out else TINY_DIR
+        if args.dry_run:
+            print(shellscript.join(["runner", "export", "tiny", "--out", str(tiny_out)]))
+            print(f"# in this process (torch): the tiny SDXL's weights, model config and MLIR "
+                  f"for batch sizes {','.join(map(str, BATCH_SIZES))} -> "
+                  f"{shellscript.sanitize(str(tiny_out))}")
+            return 0
+        for path in export_tiny(tiny_out):
             print(path)
         return 0
     from runner.config.exports import DTYPES, ExportSource, export_command
@@ -38,7 +45,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     vae_batches = args.vae_batch_sizes or batches
     out = resolved(Path(args.out), "--out") if args.out else None
     if args.dry_run:
-        print(shlex.join(export_command(source, batches, vae_batches, out)))
+        print(shellscript.join(export_command(source, batches, vae_batches, out)))
         return 0
     start = time.perf_counter()
     config = ensure_export(source, batches, vae_batches, out)
@@ -52,12 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "(needs the [export] extra)")
     p.add_argument("model", choices=["tiny", "sdxl"])
     p.add_argument("--from", dest="source", metavar="DIR",
-                   help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint")
+                   help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint (default: none; "
+                   "one of --from and --seeded is needed)")
     p.add_argument("--seeded", action="store_true",
                    help="sdxl: SDXL's architecture with seeded random weights (no download)")
-    p.add_argument("--batch-sizes", type=count_list, default=[1],
-                   help="sdxl: comma list (default 1)")
-    p.add_argument("--vae-batch-sizes", type=count_list,
+    add_batch_sizes(p, "1; sdxl only", [1])
+    p.add_argument("--vae-batch-sizes", type=count_list, metavar="N,N",
                    help="sdxl: comma list (default: --batch-sizes)")
     p.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16",
                    help="sdxl: text encoders and UNet (default fp16)")
@@ -67,16 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "overflows)")
     p.add_argument("--vae-from", metavar="DIR",
                    help="sdxl: a diffusers-format VAE directory to decode with instead of the "
-                   "model's own (e.g. one adapted to decode in fp16)")
+                   "model's own, e.g. one adapted to decode in fp16 (default: the model's)")
     p.add_argument("--max-length", type=COUNT, metavar="TOKENS",
                    help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
                    "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
                    "CI's and AMD's artifact shapes)")
-    p.add_argument("--out", help="directory (tiny: default the shipped assets; sdxl: default "
-                   "the export cache, $RUNNER_CACHE_DIR/exports)")
-    p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
+    add_out(p, "the export's directory", default="tiny: the shipped assets; sdxl: the export "
+            "cache, $RUNNER_CACHE_DIR/exports")
+    add_dry_run(p, "what it would export and where")
     p.set_defaults(func=cmd_export)
-    document(p, "runner export tiny", "runner export sdxl --seeded --dry-run",
+    document(p, "runner export tiny", "runner export tiny --out /tmp/tiny --dry-run",
+             "runner export sdxl --seeded --dry-run",
              "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8",
              "runner export sdxl --from /path/to/sdxl-base-1.0 --vae-dtype fp16 "
              "--vae-from /path/to/sdxl-vae-fp16-fix")

@@ -56,7 +56,8 @@ class IreeSession:
                 index.load(str(files.weights))
             except (RuntimeError, ValueError) as e:
                 raise RunnerError(f"not a readable .irpa archive: {e}",
-                                  where=str(files.weights)) from e
+                                  where=str(files.weights),
+                                  fix="fetch or export the weights again") from e
             provider = index.create_provider(scope="model")
             modules.append(rt.create_io_parameters_module(self.instance, provider))
         loaded = []
@@ -115,7 +116,8 @@ class IreeFunction:
 
     def __call__(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
         if self.invoker is None:
-            raise RunnerError(f"{self.name} called after its IREE session was closed")
+            raise RunnerError(f"{self.name} called after its IREE session was closed",
+                              fix="call it inside the session's `with` block; a runner bug")
         try:
             result = self.invoker(*args)
         except (RuntimeError, ValueError) as e:

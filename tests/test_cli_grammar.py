@@ -1,0 +1,362 @@
+"""One grammar across the CLI, walked on the real parser: an option two commands take is one
+definition (runner.clihelp.GRAMMAR); every command that acts has a `--dry-run` that checks
+its inputs, prints the exact commands and writes nothing; errors name the place at fault
+(the flag, the `--set`, the file) and say how to fix it."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from test_goldens_upload import BASE, generated
+
+from runner.cli import build_parser, main
+from runner.clihelp import (
+    GRAMMAR,
+    add_layout,
+    add_out,
+    grammar_problems,
+    help_problems,
+    options_of,
+    shared,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDENS = REPO / "goldens"
+
+
+def runner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+# --- one spelling, one meaning ---------------------------------------------------------------
+def test_every_option_two_commands_take_is_one_definition():
+    assert grammar_problems(build_parser()) == []
+
+
+def _toy(*commands):
+    """A `runner`-like parser whose subcommands `commands` (name, fn(parser)) fill."""
+    parser = argparse.ArgumentParser(prog="runner")
+    sub = parser.add_subparsers(dest="command")
+    for name, fill in commands:
+        fill(sub.add_parser(name))
+    return parser
+
+
+def test_the_grammar_rule_fails_on_each_kind_of_drift():
+    """What issue 34 found, rebuilt in miniature: `--time` meaning two things (defined
+    twice), a shared option re-declared by hand, one definition in two types, two flags
+    for one dest. Each is named."""
+    problems = grammar_problems(_toy(
+        ("run", lambda p: p.add_argument("--time", help="sbatch --time")),
+        ("mlperf", lambda p: p.add_argument("--time", type=float, help="LoadGen's duration"))))
+    assert any(p.startswith("--time is taken by runner mlperf, runner run but not defined "
+                            "once") for p in problems)
+    assert any(p.startswith("--time has 2 shapes") for p in problems)
+
+    problems = grammar_problems(_toy(
+        ("run", lambda p: add_out(p, "the run")),
+        ("bench", lambda p: p.add_argument("--out"))))
+    assert any("--out is taken by runner bench, runner run but not defined once (not "
+               "through runner.clihelp.shared) in runner bench" in p for p in problems)
+
+    problems = grammar_problems(_toy(
+        ("plan", lambda p: shared(p, "--cpd", type=int)),
+        ("run", lambda p: shared(p, "--cpd"))))
+    assert any(p.startswith("--cpd has 2 shapes") for p in problems)
+
+    problems = grammar_problems(_toy(
+        ("bisect", lambda p: p.add_argument("--install", dest="executor")),
+        ("run", lambda p: p.add_argument("--executor"))))
+    assert "--executor and --install both set `executor`: one meaning, one flag" in problems
+
+    # A declared variant is one definition in another shape: bench's sweep lists.
+    assert not [p for p in grammar_problems(_toy(("plan", add_layout),
+                                                 ("bench", lambda p: add_layout(p, True))))
+                if "shapes" in p or "not defined once" in p]
+
+
+def test_the_help_rule_wants_every_default_and_cpd_spelled_out():
+    parser = _toy(("bench", lambda p: (p.add_argument("--min-time", help="per repetition"),
+                                       p.add_argument("--cpd", help="CPD, e.g. 1,2"))))
+    problems = help_problems(parser)
+    assert "runner bench: --min-time does not say its default" in problems
+    assert ("runner bench: --cpd says CPD without 'pipeline processes per device ID'"
+            in problems)
+
+
+def _help(command: str, flag: str) -> str:
+    return next(" ".join(a.help.split()) for c, a in options_of(build_parser())
+                if c == f"runner {command}" and flag in a.option_strings)
+
+
+def test_defaults_the_issue_found_missing_are_shown():
+    assert "default: iree-benchmark-module's own" in _help("bench", "--min-time")
+    assert "default: none" in _help("bench", "--warmup")
+    assert "default: the user.conf's, else MLPerf's 600" in _help("mlperf", "--min-duration")
+    assert "(default: 0)" in _help("goldens compare-steps", "--samples")
+    assert "default: none: the console" in _help("goldens check", "--out")
+    assert "pipeline processes per device ID (AMD's CPD)" in _help("mlperf", "--cpd")
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "mlperf"])
+def test_slurm_options_are_one_group_and_time_is_gone(command):
+    taken = {f for c, a in options_of(build_parser()) if c == f"runner {command}"
+             for f in a.option_strings}
+    assert {"--executor", "--nodes", "--slurm-partition", "--slurm-time", "--account",
+            "--node-executor", "--cpus-per-node", "--sbatch-arg", "--max-resubmits",
+            "--devices", "--cpd", "--batch-size", "--vae-batch-size", "--count"} <= taken
+    assert "--time" not in taken
+
+
+def test_layout_and_sample_groups_reach_mlperf_and_bench():
+    taken = {c: {f for c2, a in options_of(build_parser()) if c2 == c for f in a.option_strings}
+             for c in ("runner bench", "runner mlperf")}
+    assert {"--vae-batch-size", "--samples", "--ids", "--partition"} <= taken["runner bench"]
+    assert {"--devices", "--cpd", "--batch-size", "--partition"} <= taken["runner mlperf"]
+    executors = {tuple(a.choices) for _, a in options_of(build_parser())
+                 if "--executor" in a.option_strings}
+    assert executors == {("local", "docker", "slurm")}
+
+
+def test_resume_is_one_meaning():
+    """`--resume DIR` (issue 35 adds it to every --out command): one definition."""
+    assert GRAMMAR["--resume"] == "DIR holds an interrupted attempt of this command: finish it"
+    resumes = [(c, a) for c, a in options_of(build_parser()) if "--resume" in a.option_strings]
+    assert resumes and all(getattr(a, "grammar", None) == "--resume" for _, a in resumes)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--profile", "cpu", "--time", "2:00:00"], "use --slurm-time T"),
+    (["mlperf", "--time", "60"], "mlperf's minimum test duration is --min-duration"),
+    (["bisect", "--executor", "docker"], "use --install venv|docker"),
+    (["trend", "--executor", "venv"], "use --install venv|docker"),
+    (["image", "build", "--from", "wheels:3.13.0"], "use --iree BUILD"),
+    (["bench", "--goldens"], "use runner bench goldens FILES|DIR"),
+    (["score", "RUN", "--device", "cuda"], "use --torch-device cpu|cuda"),
+    (["goldens", "upload", "D", "--container-url", BASE, "--execute"],
+     "upload uploads; --dry-run prints the plan"),
+    (["goldens", "compare-steps", "--prompt-id", "0"], "use --samples ID"),
+])
+def test_old_spellings_are_refused_in_one_line_naming_the_new(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "is no longer accepted" in err and says in err
+    assert "usage:" not in err and len(err.splitlines()) == 2
+
+
+def test_a_usage_error_is_the_one_line_and_where_to_look(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--profile", "cpu", "--bogus"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("error: runner run: unrecognized arguments: --bogus\n"
+                                       "  fix: see `runner run --help`\n")
+    with pytest.raises(SystemExit):
+        main(["bench", "goldens", "--sku"])
+    assert capsys.readouterr().err == ("error: runner bench goldens: argument --sku: expected "
+                                       "one argument\n  fix: see `runner bench goldens "
+                                       "--help`\n")
+
+
+def test_rocm_and_hip_are_one_backend(capsys):
+    """`--backend hip` selects what `--backend rocm` does (IREE CI's BACKEND names the one
+    backend both ways), and the output names it once, `rocm`."""
+    suite = str(REPO / "tests/fixtures/iree-test-suites/sharktank_models/quality_tests/sdxl")
+    printed = []
+    for backend in ("rocm", "hip", "HIP"):
+        assert main(["goldens", "check", suite, "--sku", "mi300", "--backend", backend,
+                     "--dry-run"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] == printed[2] and "--device=hip" in printed[0]
+    assert main(["goldens", "check", suite, "--backend", "HIP", "--submodel", "nope",
+                 "--dry-run"]) == 2
+    assert "no test matches the selection (backend rocm, --submodel nope)" in \
+        capsys.readouterr().err
+    assert main(["goldens", "check", suite, "--backend", "cuda", "--dry-run"]) == 2
+    assert "fix: use cpu or rocm (hip)" in capsys.readouterr().err
+
+
+# --- one build grammar ------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, where, fix", [
+    (["image", "build", "--iree", "commit:1a2b3c4d", "--dry-run"], "--iree",
+     "build it from source: --iree source:1a2b3c4d"),
+    (["validate", "--iree", "1a2b3c4d", "--out", "x", "--dry-run"], "--iree",
+     "write source:1a2b3c4d (built from source)"),
+    (["bench", "--iree", "wheels:latest", "--executor", "docker", "--dry-run"], "--iree",
+     "use a PEP 440 release such as 3.13.0"),
+    (["bisect", "--good", "nightly:3.1", "--bad", "wheels:3.13.0", "--test", "images", "--out",
+      "x", "--dry-run"], "--good", "use wheels:VERSION | commit:SHA | source:SHA | "
+                                   "build-dir:DIR"),
+    (["trend", "wheels:3.12.0", "source:$(id)", "--out", "x", "--dry-run"], "BUILD",
+     "give 7-40 hex digits, or a tag/branch"),
+])
+def test_every_command_that_names_a_build_reads_one_grammar(argv, where, fix, capsys,
+                                                            tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {where}: ") and f"fix: {fix}" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- errors name the right place and a fix ------------------------------------------------------
+def test_a_value_from_the_command_line_is_blamed_on_its_flag(capsys):
+    assert main(["plan", "--profile", "cpu", "--devices", "0-4000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: command line: --devices: 4001 cpu device(s) x 1 core(s)")
+    assert "fix: use at most" in err and "(e.g. --devices 0-" in err and "cpu.yaml" not in err
+    assert main(["plan", "--profile", "cpu", "--set", "layout.batch_size=-4"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --set layout.batch_size: batch_size must be at least 1, not -4\n"
+                   "  fix: use e.g. --set layout.batch_size=32\n")
+    assert main(["plan", "--profile", "mi325x", "--devices", "0-99"]) == 2
+    assert capsys.readouterr().err.startswith("error: command line: --devices: device 64 ")
+
+
+def _error_classes() -> dict[str, ast.ClassDef]:
+    """RunnerError's subclasses in the runner, by name."""
+    classes: dict[str, ast.ClassDef] = {}
+    trees = [ast.parse(p.read_text()) for p in (REPO / "runner").rglob("*.py")]
+    while True:
+        more = {n.name: n for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)
+                and n.name not in classes and any(getattr(b, "id", None) in {"RunnerError",
+                                                                            *classes}
+                                                  for b in n.bases)}
+        if not more:
+            return classes
+        classes.update(more)
+
+
+def _passes_fix(call: ast.Call) -> bool:
+    return any(k.arg in ("fix", None) for k in call.keywords)
+
+
+def test_every_error_says_how_to_fix_it():
+    """Each RunnerError the runner raises carries `fix=`, so every message ends in a fix
+    line: at the raise, or inside the subclass that words its own message."""
+    classes = _error_classes()
+    assert {"IncompleteRun", "DiskFull", "CorruptSample", "BuildUnavailable"} <= set(classes)
+    own = {name for name, c in classes.items()
+           if any(isinstance(f, ast.FunctionDef) and f.name == "__init__" for f in c.body)}
+    for name in own:  # its __init__ hands RunnerError the fix
+        supers = [n for n in ast.walk(classes[name]) if isinstance(n, ast.Call)
+                  and getattr(n.func, "attr", None) == "__init__"]
+        assert supers and all(_passes_fix(n) for n in supers), name
+    raised = {"RunnerError", *classes} - own
+    missing = [f"{path.relative_to(REPO)}:{node.lineno}"
+               for path in sorted((REPO / "runner").rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", None) in raised
+               and not _passes_fix(node)]
+    assert missing == []
+
+
+def test_a_missing_suite_says_what_was_meant(capsys, tmp_path, monkeypatch):
+    assert main(["goldens", "check", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "/nonexistent: no such test file or suite directory" in err and "  fix: " in err
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "v"
+    assert main(["validate", "--iree", "wheels:3.13.0", "--profile", "cpu", "--goldens",
+                 "goldens/tinyy", "--out", str(out), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before any plan is printed
+    assert captured.err.startswith("error: --goldens: goldens/tinyy: no such test file or "
+                                   "suite directory")
+    assert "fix: did you mean goldens/tiny?" in captured.err and "create it" not in captured.err
+    assert not out.exists()
+
+
+def test_a_reversed_bisect_is_warned_before_any_work(tmp_path):
+    proc = runner("bisect", "--good", "wheels:3.13.0", "--bad", "wheels:3.12.0", "--test",
+                  "images", "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),
+                  "--dry-run")
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("warning: --good wheels:3.13.0 is newer than --bad wheels:3.12.0: "
+                            "bisecting backwards")
+    assert first.endswith("swap them: --good wheels:3.12.0 --bad wheels:3.13.0")
+    assert not (tmp_path / "b").exists()
+
+
+def test_scenarios_take_mlperfs_names_in_any_case(capsys, tmp_path):
+    out = tmp_path / "lg"
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "Offline,SERVER", "--mode",
+                 "performance", "--count", "4", "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "# runner mlperf Offline,Server performance" in text and not out.exists()
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "offlin", "--mode", "accuracy",
+                 "--out", str(out), "--dry-run"]) == 2
+    assert "fix: use one of SingleStream, Offline, Server (any case)" in capsys.readouterr().err
+
+
+# --- every command that acts has a dry run --------------------------------------------------------
+TINY = str(GOLDENS / "tiny")
+COMPILE = "iree-compile "
+# command -> (its arguments, a line of what it would run). SUITE is the shipped tiny suite
+# (a bump would rewrite it in place: the test holds it byte for byte).
+DRY_RUNS: dict[str, tuple[list[str], str]] = {
+    "export": (["tiny", "--out", "OUT"], "runner export tiny --out OUT"),
+    "compile": (["--profile", "tiny"], COMPILE),
+    "fetch": (["--profile", "cpu"], "clip_bs1.mlir -> "),
+    "run": (["--profile", "cpu", "--count", "4", "--out", "OUT"],
+            "python3 -m runner.batch.worker --task "),
+    "generate": (["--profile", "tiny", "--count", "2", "--out", "OUT"], COMPILE),
+    "validate": (["--iree", "wheels:3.13.0", "--profile", "cpu", "--count", "2", "--goldens",
+                  "SUITE", "--out", "OUT"], "docker build "),
+    "goldens check": (["SUITE"], "iree-run-module --device=local-task"),
+    "goldens generate": (["SUITE", "--to", "next", "--out", "OUT"], "# writes OUT/"),
+    "goldens bump": (["SUITE", "--to", "next"], "clip_out0_v1.0.bin -> clip_out0_v2.0.bin"),
+    "goldens upload": (["UPLOAD", "--container-url", BASE], "az storage blob upload "),
+    "goldens compare-steps": (["--profile", "tiny"], COMPILE),
+    "bench": (["--profile", "cpu", "--count", "2", "--batch-size", "1,2", "--no-stages"],
+              "runner run --profile cpu --devices 0,1 --cpd 1 --batch-size 2"),
+    "bench goldens": ([str(GOLDENS / "tiny-bench"), "--sku", "cpu"], "iree-benchmark-module "),
+    "bisect": (["--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test", "images",
+                "--profile", "tiny", "--count", "1", "--out", "OUT"], " -m venv "),
+    "trend": (["wheels:3.12.0", "wheels:3.13.0", "--profile", "tiny", "--count", "1", "--out",
+               "OUT"], "runner.bisect.probe --profile "),
+    "image build": (["--iree", "wheels:3.13.0"], "docker build "),
+    "mlperf": (["--profile", "cpu", "--scenario", "offline", "--mode", "performance",
+                "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
+}
+NEEDS_DOCKER = {"validate", "image build"}
+
+
+def test_every_command_that_acts_has_a_dry_run_case():
+    with_dry_run = {c.removeprefix("runner ") for c, a in options_of(build_parser())
+                    if "--dry-run" in a.option_strings}
+    assert with_dry_run == set(DRY_RUNS)
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("command", sorted(DRY_RUNS))
+def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path, request):
+    if command in NEEDS_DOCKER:
+        request.getfixturevalue("docker_client")
+
+    upload = generated(tmp_path / "gen")
+    work = tmp_path / "work"
+    work.mkdir()
+    args, expected = DRY_RUNS[command]
+    names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload)}
+    argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
+    before = {p: _tree(p) for p in (Path(TINY), upload)}
+    proc = runner(*argv, cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    expected = expected.replace("OUT", str(work / "out"))
+    assert any(line.lstrip().startswith(expected) or expected in line
+               for line in proc.stdout.splitlines()), proc.stdout
+    assert list(work.iterdir()) == []  # no --out, no run dir, nothing in the cwd
+    assert {p: _tree(p) for p in before} == before  # the suite and the upload dir as they were
