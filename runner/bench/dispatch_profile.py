@@ -159,7 +159,8 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
         p.profile.unlink(missing_ok=True)
         latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
         if not p.profile.is_file():
-            raise RunnerError(f"{bm.TOOL} wrote no profile", where=str(p.profile))
+            raise RunnerError(f"{bm.TOOL} wrote no profile", where=str(p.profile),
+                              fix="rerun the command above by hand: its own output says why")
         data = ireeperf.read(p.profile)
     except RunnerError as e:
         if p.profile.is_file() and p.profile.stat().st_size < 1024:

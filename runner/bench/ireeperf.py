@@ -79,7 +79,9 @@ def read(profile: Path) -> Capture:
     except ValueError as e:
         proc.kill()
         raise RunnerError(f"{TOOL} export wrote a line that is not JSON: {e}",
-                          where=str(profile)) from e
+                          where=str(profile),
+                          fix=f"check the profile with `{TOOL} export` by hand; capture it "
+                          "again if it is damaged") from e
     finally:
         proc.stdout.close()
         err = proc.stderr.read()
@@ -156,7 +158,9 @@ def decode(rows: Iterable[dict[str, Any]]) -> Capture:
         if kind == "schema":
             if row.get("format") != "ireeperf-jsonl":
                 raise RunnerError(f"not an ireeperf-jsonl export: {row.get('format')!r}",
-                                  where=f"{TOOL} export")
+                                  where=f"{TOOL} export",
+                                  fix="use the iree-profile of the IREE build that captured "
+                                  "the profile (3.12 or newer)")
             schema = int(row.get("schema_version", 0))
         elif kind == HOST and row.get("valid", True):
             spans.append(_span(row, int(row["start_host_time_ns"]),

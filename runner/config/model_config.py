@@ -204,7 +204,7 @@ class ModelConfig:
         vae_dtype = raw.get("vae_dtype") or "float32"
         if vae_dtype not in DTYPES:
             raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
-                              where=f"{where}: vae_dtype")
+                              where=f"{where}: vae_dtype", fix="use float32 or float16")
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise RunnerError("`files` must map file names to sha256 digests",
