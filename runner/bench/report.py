@@ -140,9 +140,11 @@ def markdown(report: BenchReport) -> str:
     v = report.versions
     runtime = (v.get("iree.runtime") or {}).get("version", "?")
     compiler = v.get("compiler", {})
+    where = " (modules compiled elsewhere)" if compiler.get("elsewhere") else ""
     lines = [f"# Benchmark: profile `{report.profile}` (model {report.model})", "",
-             f"IREE runtime {runtime}, compiler {compiler.get('version', '?')} @ "
-             f"{compiler.get('commit', '?')}; host {v.get('host', {}).get('hostname', '?')}; "
+             f"IREE runtime {runtime}, compiler {compiler.get('version') or '?'} @ "
+             f"{compiler.get('commit') or '?'}{where}; "
+             f"host {v.get('host', {}).get('hostname', '?')}; "
              f"{report.seconds:.1f} s in all.", ""]
     if report.layouts:
         lines += [*_throughput(report), ""]

@@ -73,6 +73,10 @@ class ModelConfig:
     # An export's files (path relative to the config -> sha256): what model.json describes,
     # verified before an export reuses any of them (runner.model.export.store).
     files: dict[str, str] = field(default_factory=dict)
+    # A seeded export's weights spec (relative to the config): every `.irpa` it names is
+    # written from it where it is missing (runner.model.seeded_weights), so the weights of
+    # a seeded model need not travel.
+    weights_spec: str | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -167,7 +171,7 @@ class ModelConfig:
             raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
                               where=f"{where}: tokenizer.pad_tokens")
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
-        for key in ("source", "no_scoring", "export_key"):
+        for key in ("source", "no_scoring", "export_key", "weights_spec"):
             _typed(raw, key, str | None, where)
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
@@ -182,7 +186,7 @@ class ModelConfig:
             tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
             denoise=denoise, submodels=submodels, functions=functions,
             source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
-            files=files,
+            files=files, weights_spec=raw.get("weights_spec"),
         )
 
 
