@@ -35,17 +35,15 @@ def runtime_venv() -> Path:
     """A venv with the runtime-only packages (pip, once; kept under the runner's cache
     across sessions, as the release wheels are)."""
     venv = cache_dir() / "test-venvs" / f"runtime-only-{version('iree-base-runtime')}"
-    python = venv / "bin" / "python"
-    if not python.is_file():
-        staging = venv.with_name(f".{venv.name}.{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
-        proc = subprocess.run([str(staging / "bin" / "python"), "-m", "pip", "install",
+    done = venv / ".complete"  # made where it lives: console scripts name their python
+    if not done.is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
                                "--quiet", *RUNTIME_ONLY], capture_output=True, text=True,
                               check=False, timeout=900)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        shutil.rmtree(venv, ignore_errors=True)
-        staging.rename(venv)  # `bin/python -m` finds its site-packages from where it is
+        done.touch()
     return venv
 
 
@@ -120,11 +118,20 @@ def test_run_without_a_compiler_uses_the_carried_modules(runtime_venv, host_cach
     assert len(compiled) == 4 and all(r["elsewhere"] and str(carry) in r["vmfb"]
                                       for r in compiled)
 
-    # `runner compile` there says where each module came from; a dry run, too.
+    # `runner compile` there says where each module came from; `runner bench` measures the
+    # stages with the runtime's own iree-benchmark-module and records the compiler.
     listed = no_compiler(runtime_venv, carry, "compile", "--profile", "tiny", "--batch-sizes",
                          "1")
     assert listed.returncode == 0 and listed.stdout.count(
         f"compiled elsewhere by iree-compile {c.version} @ {c.commit} -> {carry}") == 4
+    bench = no_compiler(runtime_venv, carry, "bench", "--profile", "tiny", "--no-throughput",
+                        "--stage", "vae", "--repetitions", "1", "--out",
+                        str(tmp_path / "bench"))
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert report["versions"]["compiler"] == {"version": c.version, "commit": c.commit,
+                                              "elsewhere": True}
+    assert "(modules compiled elsewhere)" in (tmp_path / "bench" / "bench.md").read_text()
 
 
 def test_seeded_model_runs_from_its_spec_without_torch(runtime_venv, host_cache, tmp_path):
@@ -156,6 +163,13 @@ def test_seeded_model_runs_from_its_spec_without_torch(runtime_venv, host_cache,
     for name in ("clip.irpa", "unet.irpa", "vae.irpa"):
         assert (carried / name).read_bytes() == (export / name).read_bytes(), name
     assert images(tmp_path / "there") == images(tmp_path / "here")
+
+    # Two exports of the same source there, and no exporter to tell which is current.
+    shutil.copytree(carried, carried.with_name(carried.name[:-4] + "beef"))
+    both = no_compiler(runtime_venv, carry, "compile", *SEEDED_TINY, "--batch-sizes", "1")
+    assert both.returncode == 2
+    assert "2 exports of seeded:tiny (float32) are in the export cache" in both.stderr
+    assert "no torch here" in both.stderr and carried.name in both.stderr
 
 
 def test_no_module_for_this_machine_names_the_compile_command(runtime_venv, tmp_path):

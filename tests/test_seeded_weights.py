@@ -204,3 +204,27 @@ def test_read_only_and_full_disks_are_clear_errors(tmp_path):
         with pytest.raises(RunnerError, match=r"cannot write in") as e:
             ensure_weights(ModelConfig.load(readonly / "model.json"))
         assert "writable" in e.value.fix
+
+
+def test_export_weights_writes_what_the_spec_describes(tmp_path, capsys):
+    """`runner export weights --from DIR`, in a directory with a hostile name: a dry run
+    lists, a run writes (byte-identical), a model without a spec is refused."""
+    from runner.cli import main
+
+    model = seeded_model_dir(tmp_path / "ex $(touch pwned) 'q'\nport")
+    exported = (model.parent / "unet.irpa").read_bytes()
+    (model.parent / "unet.irpa").unlink()
+    assert main(["export", "weights", "--from", str(model.parent), "--dry-run"]) == 0
+    assert f"would write {model.parent / 'unet.irpa'} (2 tensors" in capsys.readouterr().out
+    assert not (model.parent / "unet.irpa").exists()
+    assert main(["export", "weights", "--from", str(model)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(model.parent / "unet.irpa") and "weights: wrote unet.irpa" in err
+    assert (model.parent / "unet.irpa").read_bytes() == exported
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+    assert main(["export", "weights", "--from", str(model.parent)]) == 0
+    assert "nothing to write" in capsys.readouterr().err
+    assert main(["export", "weights", "--from", str(REPO / "runner" / "assets" / "tiny")]) == 2
+    assert "this model has no weights spec" in capsys.readouterr().err
+    assert main(["export", "weights"]) == 2
+    assert "--from DIR" in capsys.readouterr().err

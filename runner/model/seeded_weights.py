@@ -280,9 +280,11 @@ class MissingWeights:
 def missing_weights(model: ModelConfig) -> tuple[WeightsSpec | None, list[MissingWeights]]:
     """The spec and the archives to write from it; (None, []) when nothing is missing or
     the model has no spec (then a missing file stays the error it was)."""
+    if not model.weights_spec or not model.path.is_file():  # not exported yet (a dry run)
+        return None, []
     names = [sub.weights for sub in model.submodels.values() if sub.weights]
     absent = [n for n in names if not Path(model.resolve(n)).exists()]
-    if not model.weights_spec or not absent:
+    if not absent:
         return None, []
     where = f"{model.path}: weights_spec"
     spec_path = inside(model.weights_spec, model.base_dir, where, absolute_ok=False)
