@@ -91,7 +91,7 @@ def test_venv_has_no_compiler_and_no_torch(runtime_venv):
 
 
 def test_run_without_a_compiler_uses_the_carried_modules(runtime_venv, host_cache, tmp_path):
-    carry = tmp_path / "carry"
+    carry = tmp_path / "carry $(touch pwned) 'q'\nx"  # a hostile name, through every step
     made = here(host_cache, "compile", "--profile", "tiny", "--batch-sizes", "1",
                 "--out", str(carry))
     assert made.returncode == 0, made.stderr[-3000:]
@@ -132,6 +132,7 @@ def test_run_without_a_compiler_uses_the_carried_modules(runtime_venv, host_cach
     assert report["versions"]["compiler"] == {"version": c.version, "commit": c.commit,
                                               "elsewhere": True}
     assert "(modules compiled elsewhere)" in (tmp_path / "bench" / "bench.md").read_text()
+    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()
 
 
 def test_seeded_model_runs_from_its_spec_without_torch(runtime_venv, host_cache, tmp_path):
