@@ -112,6 +112,7 @@ def test_run_without_a_compiler_uses_the_carried_modules(runtime_venv, host_cach
     c = compiler_info()
     assert (f"no iree-compile on this machine: tiny-sdxl's modules were compiled elsewhere "
             f"by iree-compile {c.version} @ {c.commit}") in theirs.stderr
+    assert "compiled for the CPU of the machine that compiled them" in theirs.stderr  # chip: host
     assert images(tmp_path / "there") == images(tmp_path / "here")
     run = json.loads((tmp_path / "there" / "run.json").read_text())
     compiled = run["compiled"]["compiled"]

@@ -126,6 +126,10 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
     if elsewhere:
         echo(f"no iree-compile on this machine: {model.name}'s modules were compiled elsewhere "
              f"by {', '.join(elsewhere)} (carried in the compile cache)")
+    if any(r.elsewhere and "--iree-llvmcpu-target-cpu=host" in r.command for r in results):
+        echo("warning: they were compiled for the CPU of the machine that compiled them "
+             "(target.chip: host); they run here only on a CPU with its instruction set "
+             "extensions (name a CPU in target.chip to compile for one)")
     ensure_weights(model, dry_run=dry_run)
     for name, sub in model.submodels.items():
         if sub.weights:
