@@ -58,6 +58,7 @@ from runner.clihelp import (
 from runner.docker.cli import register as register_image
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
+from runner.inputs.paths import resolved
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
 from runner.report.cli import register as register_report
@@ -205,18 +206,35 @@ def cmd_compile(args: argparse.Namespace) -> int:
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
                             dry_run=args.dry_run)
               for batch in sizes or [profile.layout.batch_size]]
+    carried = None
+    if args.out and not args.dry_run:
+        from runner.model.carry import carry
+
+        carried = carry(models, resolved(Path(args.out), "--out"))
     if args.json:
         print_json([m.to_dict() for m in models])
-        return 0
-    for compiled in models:
-        for result in compiled.compiled:
-            if args.dry_run:
-                print(shlex.join(result.command))
-            else:
-                state = "cached" if result.cached else f"compiled in {result.seconds:.1f}s"
-                print(f"{Path(result.mlir).name} [bs{compiled.batch_size}]: {state} -> "
-                      f"{result.vmfb}")
+    else:
+        for compiled in models:
+            for result in compiled.compiled:
+                print(_compiled_line(result, compiled.batch_size, args.dry_run))
+    if args.out and args.dry_run:
+        print(f"# then gather the compiled modules and the model's files into {args.out}")
+    if carried is not None:
+        print(carried.summary(), file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _compiled_line(result, batch_size: int, dry_run: bool) -> str:
+    """One module of `runner compile`: its command (dry run) or where its vmfb came from."""
+    if result.elsewhere:
+        state = f"compiled elsewhere by {result.compiled_by}"
+        return (f"# {Path(result.mlir).name} [bs{batch_size}]: {state}: {result.vmfb}"
+                if dry_run else f"{Path(result.mlir).name} [bs{batch_size}]: {state} -> "
+                f"{result.vmfb}")
+    if dry_run:
+        return shlex.join(result.command)
+    state = "cached" if result.cached else f"compiled in {result.seconds:.1f}s"
+    return f"{Path(result.mlir).name} [bs{batch_size}]: {state} -> {result.vmfb}"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -342,9 +360,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_sizes(p, "the layout's batch size")
     add_dry_run(p, "the iree-compile commands")
     add_json(p, "the compiled models")
+    add_out(p, "also gather what a machine without iree-compile needs to run these batch "
+            "sizes into DIR, laid out as $RUNNER_CACHE_DIR: the compiled modules and an "
+            "exported model's files, less the weights a seeded model's spec writes "
+            "there; prints its size", default="none: the cache only")
     p.set_defaults(func=cmd_compile)
     document(p, "runner compile --profile tiny        # a second time: every module cached",
-             "runner compile --profile mi325x --dry-run")
+             "runner compile --profile mi325x --dry-run",
+             "runner compile --profile h100-seeded --batch-sizes 1,8 --out carry  "
+             "# then on the GPU node: RUNNER_CACHE_DIR=carry runner bench ...",
+             out="with --out: DIR/vmfb/ (compiled modules, their cache records and MLIR index) "
+             "and DIR/exports/ (an exported model's files for these batch sizes)")
 
     p = sub.add_parser("fetch", help="download a profile's model artifacts into the cache")
     add_profile(p)

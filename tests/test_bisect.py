@@ -20,13 +20,11 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import RunnerError
-from runner.base.paths import cache_dir
 from runner.bisect.builds import Sources, parse_build, version_key
 from runner.bisect.judge import BAD, GOOD, SKIP, parse_test
 from runner.bisect.search import Bisection
 
 REPO = Path(__file__).resolve().parent.parent
-WHEEL_VERSIONS = ("3.11.0", "3.12.0")  # their tiny-model images differ by 1 LSB
 SHA = re.compile(r"\b[0-9a-f]{40}\b")
 
 
@@ -35,24 +33,6 @@ def runner(*args: str, cwd: Path = REPO, timeout: float = 1800
     env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
     return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=timeout, check=False)
-
-
-@pytest.fixture(scope="session")
-def release_wheels() -> dict[str, list[Path]]:
-    """Real iree-base-compiler/runtime wheels of two releases, downloaded once (pip's
-    cache, then ours) and kept under the runner's cache across sessions."""
-    out = {}
-    for version in WHEEL_VERSIONS:
-        directory = cache_dir() / "test-wheels" / version
-        if len(list(directory.glob("*.whl"))) < 2:
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d",
-                 str(directory), f"iree-base-compiler=={version}",
-                 f"iree-base-runtime=={version}"], capture_output=True, text=True,
-                check=False, timeout=900)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-        out[version] = sorted(directory.glob("*.whl"))
-    return out
 
 
 def make_repo(root: Path, wheels: dict[str, list[Path]], versions: list[str | None]

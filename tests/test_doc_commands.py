@@ -132,6 +132,7 @@ QUICK = {
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
     "runner compile --profile tiny": "cached ->",
+    "runner compile --profile tiny --out carry": "12 files, 0.6 MB",
     "runner generate --profile tiny --count 4 --out runs/gen": "4 images",
 }
 # The main job (slow: a scored run of 32 samples), then the commands that read its run dir.
@@ -519,6 +520,16 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner bench --profile h100-seeded": (
         "needs an NVIDIA H100 node", "tests/test_h100_profile.py::"
         "test_compile_dry_run_prints_the_export_then_cuda_compiles"),
+    "RUNNER_CACHE_DIR=carry runner run --profile tiny --count 4 --out runs/elsewhere": (
+        "shows a machine without iree-compile; here the compiler would compile into carry",
+        "tests/test_compile_elsewhere.py::test_run_without_a_compiler_uses_the_carried_modules"),
+    "runner compile --profile h100-seeded --batch-sizes 1,8 --out carry": (
+        "exports SDXL's full graph (8 GB of memory, minutes) and compiles it for CUDA",
+        "tests/test_compile_elsewhere.py::"
+        "test_seeded_model_runs_from_its_spec_without_torch"),
+    "runner export weights --from carry/exports/sdxl-seeded-sdxl-float16-<key>": (
+        PLACEHOLDER + " (an export's key)",
+        "tests/test_seeded_weights.py::test_export_weights_writes_what_the_spec_describes"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),

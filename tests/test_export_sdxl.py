@@ -455,7 +455,8 @@ def ci_signature(test_file: str) -> tuple[list[str], list[str]]:
 @pytest.mark.slow
 def test_seeded_full_size_export_has_iree_ci_signatures(tmp_path):
     """The real SDXL graph at batch 1 fp16 takes and returns what IREE CI's artifacts do;
-    the VAE returns float32 images (MLPerf decodes in fp32: SDXL's VAE has force_upcast)."""
+    the VAE returns float32 images (MLPerf decodes in fp32: SDXL's VAE has force_upcast);
+    its weights, written again from their spec, are the exported files byte for byte."""
     out = tmp_path / "seeded"
     assert main(["export", "sdxl", "--seeded", "--out", str(out)]) == 0
     clip = signatures((out / "clip_bs1.mlir").read_text())
@@ -469,3 +470,15 @@ def test_seeded_full_size_export_has_iree_ci_signatures(tmp_path):
     vae_in, vae_out = ci_signature("vae_rocm.json")
     vae = signatures((out / "vae_bs1.mlir").read_text())["decode"]
     assert vae == (vae_in, [vae_out[0].replace("xf16", "xf32")])
+    # The 7 GB of weights come from a spec of well under a megabyte: written again from it,
+    # each archive is the exported file (ensure_weights checks model.json's sha256).
+    from runner.config.model_config import ModelConfig
+    from runner.model.seeded_weights import ensure_weights
+
+    weights = {p.name: p.stat().st_size for p in out.glob("*.irpa")}
+    assert sum(weights.values()) > 6e9 and (out / "weights.spec.json").stat().st_size < 1e6
+    for name in weights:
+        (out / name).unlink()
+    written = ensure_weights(ModelConfig.load(out / "model.json"))
+    assert sorted(m.archive for m in written) == sorted(weights)
+    assert {p.name: p.stat().st_size for p in out.glob("*.irpa")} == weights

@@ -176,6 +176,29 @@ def compiler_info() -> CompilerInfo:
     return _compiler_at(tool_path("iree-compile"))
 
 
+def compiler_here() -> CompilerInfo | None:
+    """The compiler `compiler_info` gives, or None where no iree-compile is found at all: a
+    machine that runs vmfbs compiled elsewhere (runner.model.compile). An override directory
+    that does not exist is still an error: a typo must not silently mean "no compiler"."""
+    override_dirs()
+    try:
+        path = tool_path("iree-compile")
+    except RunnerError:
+        return None
+    return _compiler_at(path)
+
+
+def nominal_compiler() -> CompilerInfo:
+    """The compiler a machine without one would need: the version of its IREE runtime (a
+    vmfb loads in the runtime of its compiler's release), for printing commands."""
+    try:
+        from iree.runtime import version
+
+        return CompilerInfo("iree-compile", version.VERSION, "unknown")
+    except ImportError:
+        return CompilerInfo("iree-compile", "unknown", "unknown")
+
+
 @cache
 def _compiler_at(path: str) -> CompilerInfo:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)

@@ -34,11 +34,16 @@ BENCH_MD = "bench.md"
 
 
 def versions() -> dict[str, Any]:
-    from runner.base.iree_tools import compiler_info, found_path
+    from runner.base.iree_tools import compiler_here, found_path
     from runner.base.provenance import host_info, iree_provenance
+    from runner.model.compile import cached_compilers
 
-    c = compiler_info()
-    return {**iree_provenance(), "compiler": {"version": c.version, "commit": c.commit},
+    c = compiler_here()
+    carried = cached_compilers() if c is None else []
+    compiler = ({"version": c.version, "commit": c.commit} if c is not None
+                else {"version": carried[0][0], "commit": carried[0][1], "elsewhere": True}
+                if len(carried) == 1 else {"version": None, "commit": None, "elsewhere": True})
+    return {**iree_provenance(), "compiler": compiler,
             "iree-benchmark-module": found_path("iree-benchmark-module"),
             "host": host_info()}
 

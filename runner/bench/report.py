@@ -183,9 +183,11 @@ def markdown(report: BenchReport) -> str:
     compiler = v.get("compiler", {})
     precision = precision_text(report.precision.get("dtype", "?"),
                                report.precision.get("vae_dtype", "?"))
+    where = " (modules compiled elsewhere)" if compiler.get("elsewhere") else ""
     lines = [f"# Benchmark: profile `{report.profile}` (model {report.model}, {precision})", "",
-             f"IREE runtime {runtime}, compiler {compiler.get('version', '?')} @ "
-             f"{compiler.get('commit', '?')}; host {v.get('host', {}).get('hostname', '?')}; "
+             f"IREE runtime {runtime}, compiler {compiler.get('version') or '?'} @ "
+             f"{compiler.get('commit') or '?'}{where}; "
+             f"host {v.get('host', {}).get('hostname', '?')}; "
              f"{report.seconds:.1f} s in all.", ""]
     if report.layouts:
         lines += [*_throughput(report), ""]

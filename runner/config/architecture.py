@@ -183,3 +183,43 @@ def check_prompt_length(length: int, arch: Architecture, where: str) -> int:
 def sdxl_architecture() -> Architecture:
     """SDXL base 1.0, from the configs shipped in `runner/assets/sdxl`."""
     return load_architecture(SDXL_DIR)
+
+
+# The embedded tiny SDXL's sizes (runner.model.export.tiny_model builds it): 16x16 latents
+# -> 128x128 images. Here, torch-free, so a profile naming `seeded:tiny` loads without torch.
+TINY_LATENT_SIZE = 16
+TINY_IMAGE_SIZE = 128
+TINY_HIDDEN_1, TINY_HIDDEN_2, TINY_POOLED = 32, 64, 64
+TINY_TIME_EMBED = 8
+SCALING_FACTOR = 0.13025  # SDXL's VAE scaling factor
+
+
+def tiny_architecture(bos: int, eos: int, vocab_size: int, max_length: int) -> Architecture:
+    """SDXL's structure (two CLIP encoders, text_time UNet, 4-block VAE) scaled down; the
+    scheduler is SDXL base 1.0's own config, as MLPerf uses it."""
+    common = dict(vocab_size=vocab_size, max_position_embeddings=max_length,
+                  bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
+                  num_hidden_layers=2, hidden_act="gelu")
+    blocks = [8, 16, 32, 32]
+    return Architecture(
+        text_encoder=dict(hidden_size=TINY_HIDDEN_1, intermediate_size=2 * TINY_HIDDEN_1,
+                          num_attention_heads=4, **common),
+        text_encoder_2=dict(hidden_size=TINY_HIDDEN_2, intermediate_size=2 * TINY_HIDDEN_2,
+                            num_attention_heads=4, projection_dim=TINY_POOLED, **common),
+        unet=dict(
+            sample_size=TINY_LATENT_SIZE, in_channels=4, out_channels=4, layers_per_block=1,
+            block_out_channels=[32, 64], norm_num_groups=8,
+            down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
+            up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"],
+            attention_head_dim=[2, 4], transformer_layers_per_block=[1, 1],
+            cross_attention_dim=TINY_HIDDEN_1 + TINY_HIDDEN_2, use_linear_projection=True,
+            addition_embed_type="text_time", addition_time_embed_dim=TINY_TIME_EMBED,
+            projection_class_embeddings_input_dim=TINY_POOLED + 6 * TINY_TIME_EMBED),
+        vae=dict(
+            in_channels=3, out_channels=3, latent_channels=4, norm_num_groups=8,
+            block_out_channels=blocks, layers_per_block=1, sample_size=TINY_IMAGE_SIZE,
+            down_block_types=["DownEncoderBlock2D"] * len(blocks),
+            up_block_types=["UpDecoderBlock2D"] * len(blocks),
+            scaling_factor=SCALING_FACTOR),
+        scheduler=sdxl_architecture().scheduler,
+    )

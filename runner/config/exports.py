@@ -31,10 +31,21 @@ from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
 from runner.config.mlperf_data import NEGATIVE_PROMPT
 from runner.config.model_config import SHORT_DTYPES, ModelConfig
+from runner.inputs.jsonfile import read_json
 
 SOURCE_PREFIXES = ("checkpoint:", "seeded:")
-SEEDED_MODELS = ("sdxl",)
+# `seeded:sdxl`: SDXL base 1.0's architecture; `seeded:tiny`: the embedded model's (minutes
+# less to export and run: the seeded path, spec-written weights included, on a laptop).
+SEEDED_MODELS = ("sdxl", "tiny")
 SEED = 20251123
+# A seeded export's weights, as a spec (names, shapes, dtypes, init rules, the seed) the
+# `.irpa` files are written from (runner.model.seeded_weights): beside model.json.
+WEIGHTS_SPEC = "weights.spec.json"
+# The seeded models' tokenizer: the embedded model's learned vocabulary.
+SEEDED_TOKENIZER = ASSETS_DIR / "tiny" / "tokenizer"
+# What the exporter imports: where one is missing this machine cannot export, and cannot
+# compute the key an export was made with (it hashes their versions).
+EXPORTER_MODULES = ("torch", "diffusers", "transformers", "iree.turbine")
 DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16", "float32": "float32"}
 SEEDED_MAX_LENGTH = 64  # the seeded model stands in for IREE CI's and AMD's artifacts
 STEPS = 20  # MLPerf
@@ -159,17 +170,30 @@ def _files_sha256(files: list[Path], root: Path) -> str:
                           ).hexdigest()
 
 
-def _seeded_files() -> list[Path]:
-    return sorted(p for p in (ASSETS_DIR / "sdxl").rglob("*.json"))
+def _seeded_files(name: str) -> list[Path]:
+    """What a seeded model is made from besides the code: SDXL's configs, the tokenizer."""
+    configs = sorted((ASSETS_DIR / "sdxl").rglob("*.json")) if name == "sdxl" else []
+    return [*configs, SEEDED_TOKENIZER / "vocab.json", SEEDED_TOKENIZER / "merges.txt"]
+
+
+def seeded_architecture(name: str):
+    """SDXL base 1.0's architecture, or the embedded tiny model's (its token ids from the
+    seeded models' tokenizer)."""
+    from runner.config.architecture import sdxl_architecture, tiny_architecture
+
+    if name == "sdxl":
+        return sdxl_architecture()
+    vocab = read_json(SEEDED_TOKENIZER / "vocab.json", what="tokenizer vocabulary")
+    return tiny_architecture(vocab["<|startoftext|>"], vocab["<|endoftext|>"], len(vocab),
+                             SEEDED_MAX_LENGTH)
 
 
 def export_key(source: ExportSource) -> str | None:
     """The content key, or None when the checkpoint (or the `vae_from` directory) is not on
     this machine (a dry run can still print what it would do)."""
     if source.seeded:
-        root = ASSETS_DIR / "sdxl"
-        inputs = {"seeded": source.seeded, "seed": SEED, "files": hash_files(_seeded_files(),
-                                                                              root),
+        inputs = {"seeded": source.seeded, "seed": SEED,
+                  "files": hash_files(_seeded_files(source.seeded), ASSETS_DIR),
                   "max_length": prompt_length(source)}
     else:
         from runner.config.checkpoint import open_checkpoint
@@ -202,7 +226,7 @@ def prompt_length(source: ExportSource) -> int:
         from runner.config.checkpoint import open_checkpoint
 
         return open_checkpoint(source.checkpoint, source.dtype, source.max_length).max_length
-    arch = sdxl_architecture()
+    arch = seeded_architecture(source.seeded) if source.seeded else sdxl_architecture()
     default = SEEDED_MAX_LENGTH if source.seeded else arch.prompt_positions
     return check_prompt_length(source.max_length or default, arch, "--max-length")
 
@@ -234,7 +258,7 @@ def config_dict(source: ExportSource, arch, batch_sizes: list[int],
     if source.vae_from is not None:
         extra["vae_from"] = str(source.vae_from)
     if source.seeded:
-        extra["no_scoring"] = SEEDED_REFUSAL
+        extra.update(no_scoring=SEEDED_REFUSAL, weights_spec=WEIGHTS_SPEC)
     return model_config(source.name, source.dtype, batch_sizes, vae_batch_sizes,
                         arch.image_size, arch.latent_size, STEPS, max_length, extra,
                         source.vae_dtype)
@@ -243,10 +267,10 @@ def config_dict(source: ExportSource, arch, batch_sizes: list[int],
 def architecture_of(source: ExportSource):
     """The architecture the export builds: the checkpoint's (or SDXL's for the seeded
     model), with the `vae_from` directory's VAE config when one is given."""
-    from runner.config.architecture import load_architecture, sdxl_architecture
+    from runner.config.architecture import load_architecture
 
     if source.seeded:
-        arch = sdxl_architecture()
+        arch = seeded_architecture(source.seeded)
     else:
         assert source.checkpoint is not None
         arch = load_architecture(source.checkpoint)
@@ -269,6 +293,17 @@ def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
     path = export_dir(source, key) / "model.json"
     if path.is_file():
         return ModelConfig.load(path)
+    made_elsewhere = exports_made_elsewhere(source) if exporter_missing() else []
+    if len(made_elsewhere) == 1:
+        return ModelConfig.load(made_elsewhere[0])
+    if made_elsewhere:
+        raise RunnerError(
+            f"{len(made_elsewhere)} exports of {source.ref} ({source.dtype}) are in the "
+            f"export cache and this machine cannot tell which one is current (no "
+            f"{exporter_missing()} here to compute the export key): "
+            + ", ".join(str(p.parent) for p in made_elsewhere), where=where,
+            fix="keep one of them in $RUNNER_CACHE_DIR/exports (carry one `runner compile "
+            "--out DIR`), or install the [export] extra here")
     arch = architecture_of(source) if key else None
     if arch is None:  # the checkpoint is elsewhere: SDXL's own shapes, for dry runs
         from runner.config.architecture import sdxl_architecture
@@ -276,6 +311,37 @@ def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
         arch = sdxl_architecture()
     return ModelConfig.from_dict(config_dict(source, arch, [], [], key,
                                                prompt_length(source)), path)
+
+
+def exporter_missing() -> str | None:
+    """The first module the exporter needs that this machine lacks (None: it can export)."""
+    import importlib.util
+
+    for name in EXPORTER_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):  # a parent package missing or half-installed
+            return name
+    return None
+
+
+def exports_made_elsewhere(source: ExportSource) -> list[Path]:
+    """The model.json of every complete export of `source` (same dtype and prompt length)
+    in the export cache, whatever its key: on a machine that cannot export, the export key
+    (which hashes the exporter's package versions) is not the one the exporting machine
+    computed, but an export carried here is still the one to use."""
+    length = prompt_length(source)
+    found = []
+    for path in sorted((cache_dir() / "exports").glob(f"{source.name}-{source.dtype}-*/"
+                                                      "model.json")):
+        try:
+            raw = read_json(path, what="export's model.json")
+        except RunnerError:  # a damaged export is not one to use
+            continue
+        if raw.get("source") == source.ref and raw.get("max_length") == length:
+            found.append(path)
+    return found
 
 
 def file_names() -> dict[str, dict]:

@@ -90,6 +90,10 @@ class ModelConfig:
     # An export whose VAE came from a diffusers VAE directory of its own (`--vae-from`),
     # not the checkpoint's (an fp16-safe VAE): its path, for the export's cache key.
     vae_from: str | None = None
+    # A seeded export's weights spec (relative to the config): every `.irpa` it names is
+    # written from it where it is missing (runner.model.seeded_weights), so the weights of
+    # a seeded model need not travel.
+    weights_spec: str | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -199,7 +203,8 @@ class ModelConfig:
                               where=f"{where}: tokenizer.pad_tokens",
                               fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
-        for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from"):
+        for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from",
+                    "weights_spec"):
             _typed(raw, key, str | None, where)
         vae_dtype = raw.get("vae_dtype") or "float32"
         if vae_dtype not in DTYPES:
@@ -219,6 +224,7 @@ class ModelConfig:
             denoise=denoise, submodels=submodels, functions=functions,
             source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
             files=files, vae_dtype=vae_dtype, vae_from=raw.get("vae_from"),
+            weights_spec=raw.get("weights_spec"),
         )
 
 

@@ -5,6 +5,14 @@ of any file a flag points at (tuning specs), and the compiler's version and comm
 compiler is the one runner.base.iree_tools finds (--iree-tools / $IREE_TOOL_PATH, then PATH, then
 the installed iree-base-compiler), so a source build placed first on PATH wins over the
 wheel, as in AMD's from-source harness image.
+
+Where no iree-compile exists (a GPU node given a compile cache made on another machine),
+the vmfbs are found through an index by MLIR: `vmfb/by-mlir/<sha256 of the MLIR>/<key>.json`
+records each vmfb compiled from that MLIR with its flags and compiler. A request matches an
+entry when the key it would have under that entry's compiler (the flags recomputed for it:
+the HIP chip flag depends on the version) is the entry's key. Exactly one match is used and
+reported ("compiled elsewhere by iree-compile X @ commit"); several, or none, are errors
+naming them, or the exact compile command to run where the compiler is.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +32,7 @@ from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import cache_dir
 from runner.base.progress import echo
+from runner.inputs.jsonfile import read_json
 from runner.model.gpu_targets import check_gpu_target
 
 # Flags naming a file iree-compile writes: what it holds afterwards is no input of the key.
@@ -48,6 +58,10 @@ class CompileResult:
     seconds: float
     command: list[str]
     vmfb_sha256: str = ""  # empty for a dry run
+    # "iree-compile 3.13.0 @ <commit>", and whether that was on another machine (this one
+    # has no iree-compile: the vmfb came with a carried compile cache).
+    compiled_by: str = ""
+    elsewhere: bool = False
 
 
 def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
@@ -76,11 +90,42 @@ def compiler_errors(stderr: str) -> str:
 
 
 def compile_key(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
+    return _key(sha256_file(mlir), flags, compiler)
+
+
+def _key(mlir_sha256: str, flags: tuple[str, ...], compiler: CompilerInfo) -> str:
     h = hashlib.sha256()
-    for part in (sha256_file(mlir), *flags, json.dumps(_flag_files(flags), sort_keys=True),
+    for part in (mlir_sha256, *flags, json.dumps(_flag_files(flags), sort_keys=True),
                  compiler.version, compiler.commit):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
+
+
+def _named(compiler: CompilerInfo) -> str:
+    return f"iree-compile {compiler.version} @ {compiler.commit}"
+
+
+def vmfb_dir() -> Path:
+    return cache_dir() / "vmfb"
+
+
+def vmfb_path(key: str) -> Path:
+    return vmfb_dir() / key[:2] / f"{key}.vmfb"
+
+
+def index_entry_path(mlir_sha256: str, key: str) -> Path:
+    return vmfb_dir() / "by-mlir" / mlir_sha256[:2] / mlir_sha256 / f"{key}.json"
+
+
+def _record(mlir_sha256: str, result: CompileResult, flags: tuple[str, ...],
+            compiler: CompilerInfo) -> None:
+    """The MLIR index's entry for a vmfb in the cache (written once; small)."""
+    path = index_entry_path(mlir_sha256, result.key)
+    if not path.is_file():
+        atomic_write_json(path, {
+            "key": result.key, "mlir_sha256": mlir_sha256, "flags": list(flags),
+            "compiler": {"version": compiler.version, "commit": compiler.commit},
+            "vmfb_sha256": result.vmfb_sha256, "command": result.command})
 
 
 def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
@@ -92,17 +137,23 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
             raise RunnerError("MLIR file not found", where=str(mlir),
                               fix="run `runner export tiny`, or fix the model config's `mlir`")
         key, shard = "<key: sha256 of the MLIR, flags and compiler>", "<key[:2]>"
+        mlir_sha256 = ""
     else:
-        key = compile_key(mlir, flags, compiler)
+        mlir_sha256 = sha256_file(mlir)
+        key = _key(mlir_sha256, flags, compiler)
         shard = key[:2]
-    out_dir = cache_dir() / "vmfb" / shard
+    out_dir = vmfb_dir() / shard
     vmfb = out_dir / f"{key}.vmfb"
     command = [compiler.path, str(mlir), *flags, "-o", str(vmfb)]
     if not vmfb.is_file():  # a CUDA/HIP chip this compiler does not know: said up front
         check_gpu_target(flags, compiler, str(mlir))
     if dry_run or vmfb.is_file():
         digest = sha256_file(vmfb) if vmfb.is_file() else ""
-        return CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest)
+        result = CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest,
+                               _named(compiler))
+        if digest and not dry_run:  # vmfbs cached before the index: listed on first use
+            _record(mlir_sha256, result, flags, compiler)
+        return result
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = vmfb.with_suffix(f".{time.monotonic_ns()}.tmp")
     start = time.perf_counter()
@@ -114,7 +165,100 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
                           f"{compiler_errors(proc.stderr)}", where=str(mlir),
                           fix=f"reproduce with: {shlex.join(command)}")
     tmp.replace(vmfb)
-    result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb))
+    result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb),
+                           _named(compiler))
     atomic_write_json(vmfb.with_suffix(".json"), {**asdict(result), **asdict(compiler)})
+    _record(mlir_sha256, result, flags, compiler)
     echo(f"compiled {mlir.name} in {seconds:.1f}s -> {vmfb.name}")
     return result
+
+
+FlagsFor = Callable[[CompilerInfo], tuple[str, ...]]
+
+
+def compile_or_find(mlir: Path, flags_for: FlagsFor, compiler: CompilerInfo | None, *,
+                    dry_run: bool = False, recompile_hint: str = "") -> CompileResult:
+    """With a compiler here: `compile_mlir` (today's cache). Without one: the one vmfb the
+    compile cache holds for this MLIR and these flags, compiled elsewhere."""
+    if compiler is not None:
+        return compile_mlir(mlir, flags_for(compiler), dry_run=dry_run, compiler=compiler)
+    return compiled_elsewhere(mlir, flags_for, recompile_hint)
+
+
+def _entries(mlir_sha256: str) -> list[dict]:
+    folder = index_entry_path(mlir_sha256, "x").parent
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(read_json(path, what="compile cache entry"))
+        except RunnerError as e:  # a damaged entry is said, not fatal: others may match
+            echo(f"warning: {e}")
+    return out
+
+
+def cached_compilers() -> list[tuple[str, str]]:
+    """(version, commit) of every compiler the compile cache's MLIR index names: on a machine
+    without iree-compile, the one that compiled its carried modules."""
+    found = set()
+    for path in vmfb_dir().glob("by-mlir/*/*/*.json"):
+        try:
+            raw = read_json(path, what="compile cache entry").get("compiler")
+        except RunnerError:
+            continue
+        if isinstance(raw, dict):
+            found.add((str(raw.get("version")), str(raw.get("commit"))))
+    return sorted(found)
+
+
+def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
+                       ) -> CompileResult:
+    """The vmfb of `mlir` compiled on another machine with the flags this request gives that
+    machine's compiler; see the module doc."""
+    if not mlir.is_file():
+        raise RunnerError("MLIR file not found", where=str(mlir),
+                          fix="carry the model's files with the compile cache (`runner "
+                          "compile --out DIR` gathers both)")
+    digest = sha256_file(mlir)
+    matches = []
+    for entry in _entries(digest):
+        raw = entry.get("compiler")
+        if not isinstance(raw, dict) or not isinstance(entry.get("key"), str):
+            continue
+        compiler = CompilerInfo("iree-compile", str(raw.get("version")), str(raw.get("commit")))
+        flags = flags_for(compiler)
+        if _key(digest, flags, compiler) == entry["key"] and vmfb_path(entry["key"]).is_file():
+            matches.append((entry, compiler, flags))
+    if not matches:
+        from runner.base.iree_tools import nominal_compiler
+
+        command = ["iree-compile", str(mlir), *flags_for(nominal_compiler()), "-o",
+                   f"{mlir.stem}.vmfb"]
+        raise RunnerError(
+            f"no iree-compile on this machine, and the compile cache ({vmfb_dir()}) holds no "
+            f"vmfb of {mlir.name} (sha256 {digest[:16]}...) compiled with these flags",
+            where=str(mlir),
+            fix="on a machine with the compiler, run "
+            + (f"`{recompile_hint}` and carry DIR here as $RUNNER_CACHE_DIR; the module's "
+               "command is " if recompile_hint else "")
+            + f"`{shlex.join(command)}`; or install iree-base-compiler here")
+    if len(matches) > 1:
+        names = "; ".join(f"{_named(c)} (vmfb/{e['key'][:2]}/{e['key'][:12]}...)"
+                          for e, c, _ in matches)
+        raise RunnerError(
+            f"no iree-compile on this machine, and the compile cache holds {len(matches)} "
+            f"vmfbs of {mlir.name} with these flags, by different compilers: {names}",
+            where=str(vmfb_dir()),
+            fix="carry one compiler's modules (`runner compile --out DIR` on the machine that "
+            "compiles, DIR as $RUNNER_CACHE_DIR here), or put the compiler that should "
+            "decide on this machine (`runner --iree-tools DIR`, or PATH)")
+    entry, compiler, flags = matches[0]
+    vmfb = vmfb_path(entry["key"])
+    actual = sha256_file(vmfb)
+    if entry.get("vmfb_sha256") and actual != entry["vmfb_sha256"]:
+        raise RunnerError("the carried vmfb is not the file its compiler wrote (sha256 "
+                          "differs from the cache entry's)", where=str(vmfb),
+                          fix="copy the compile cache again")
+    recorded = entry.get("command")
+    command = [str(c) for c in recorded] if isinstance(recorded, list) else []
+    return CompileResult(str(mlir), str(vmfb), entry["key"], True, 0.0, command, actual,
+                         _named(compiler), True)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import compiler_info
-from runner.base.progress import Progress
+from runner.base.iree_tools import compiler_here
+from runner.base.progress import Progress, echo
 from runner.config.model_config import ModelConfig
 from runner.config.profile import Profile
 from runner.config.sources import local_source
-from runner.model.compile import CompileResult, compile_mlir
+from runner.model.compile import CompileResult, compile_or_find
 from runner.model.pipeline.iree_session import ModuleFiles
+from runner.model.seeded_weights import ensure_weights
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,15 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
 
 def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
                   *, dry_run: bool = False) -> CompiledModel:
+    """The profile's modules at these batch sizes, compiled through the cache (with no
+    iree-compile here: the ones a carried cache holds, runner.model.compile), and the
+    weights they load (a seeded export's written from its spec where they are missing)."""
     vae_batch_size = vae_batch_size or batch_size
     model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run)
     decode_submodel = model.functions["decode"][0]
-    compiler = compiler_info()
+    compiler = compiler_here()
+    hint = (f"runner compile --profile {profile.name} --batch-sizes {batch_size} --out DIR"
+            if vae_batch_size == batch_size else "")
     modules, results = [], []
     batches = {name: vae_batch_size if name == decode_submodel else batch_size
                for name in model.submodels}
@@ -104,17 +111,31 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
                 for i, source in enumerate(model.mlir_sources(name, batch)):
                     progress.start_item(f"{name} bs{batch}: {Path(source).name}")
                     # IREE CI compiles a pipeline module with flags of its own
-                    flags = profile.target.flags_for(name if i == 0 else f"{name}_pipeline",
-                                                     compiler)
-                    result = compile_mlir(local_source(source, f"{where}.mlir", not dry_run),
-                                          flags,
-                                          dry_run=dry_run, compiler=compiler)
+                    part = name if i == 0 else f"{name}_pipeline"
+                    result = compile_or_find(
+                        local_source(source, f"{where}.mlir", not dry_run),
+                        partial(profile.target.flags_for, part), compiler,
+                        dry_run=dry_run, recompile_hint=hint)
                     progress.advance()
                     results.append(result)
                     vmfbs.append(Path(result.vmfb))
-            weights = (local_source(model.resolve(sub.weights), f"{where}.weights",
-                                    not dry_run) if sub.weights else None)
+            # checked below, once a seeded export's missing weights are written
+            weights = (local_source(model.resolve(sub.weights), f"{where}.weights", False)
+                       if sub.weights else None)
             modules.append(ModuleFiles(name, tuple(vmfbs), weights))
+    elsewhere = sorted({r.compiled_by for r in results if r.elsewhere})
+    if elsewhere:
+        echo(f"no iree-compile on this machine: {model.name}'s modules were compiled elsewhere "
+             f"by {', '.join(elsewhere)} (carried in the compile cache)")
+    if any(r.elsewhere and "--iree-llvmcpu-target-cpu=host" in r.command for r in results):
+        echo("warning: they were compiled for the CPU of the machine that compiled them "
+             "(target.chip: host); they run here only on a CPU with its instruction set "
+             "extensions (name a CPU in target.chip to compile for one)")
+    ensure_weights(model, dry_run=dry_run)
+    for name, sub in model.submodels.items():
+        if sub.weights:
+            local_source(model.resolve(sub.weights), f"{model.path}: submodels.{name}.weights",
+                         not dry_run)
     return CompiledModel(str(model.path), profile.target.driver, profile.target.runtime_flags,
                          batch_size, vae_batch_size, tuple(modules), tuple(results))
 
@@ -136,9 +157,11 @@ def artifact_refs(profile: Profile) -> list[tuple[str, str]]:
 
 
 def fetch_artifacts(profile: Profile, *, dry_run: bool = False) -> list[tuple[str, Path]]:
-    """Downloads (through the cache) or checks every artifact; returns (reference, path)."""
+    """Downloads (through the cache) or checks every artifact, a seeded export's weights
+    written from its spec; returns (reference, path)."""
     from runner.config.sources import fetch, is_url
 
+    ensure_weights(profile.model, dry_run=dry_run)
     out = []
     for where, ref in artifact_refs(profile):
         if is_url(ref):

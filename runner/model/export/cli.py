@@ -15,6 +15,8 @@ from runner.inputs.paths import resolved
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.model == "weights":
+        return _weights(args)
     if args.model == "tiny":
         from runner.model.export.export_tiny import BATCH_SIZES, TINY_DIR, export_tiny
 
@@ -54,13 +56,45 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _weights(args: argparse.Namespace) -> int:
+    """`runner export weights --from DIR`: a seeded export's missing `.irpa` files from its
+    spec (runs and benches do it themselves before they load the model)."""
+    from runner.config.model_config import ModelConfig
+    from runner.model.seeded_weights import ensure_weights
+
+    if not args.source:
+        raise RunnerError("give the export directory with --from DIR",
+                          where="runner export weights",
+                          fix="--from the directory holding model.json and weights.spec.json "
+                          "(e.g. under $RUNNER_CACHE_DIR/exports)")
+    path = resolved(Path(args.source), "--from")
+    config = ModelConfig.load(path if path.suffix == ".json" else path / "model.json")
+    if not config.weights_spec:
+        raise RunnerError("this model has no weights spec: only a seeded export's weights "
+                          "are written from one", where=str(config.path),
+                          fix="export a seeded model (`runner export sdxl --seeded`), or carry "
+                          "the weights themselves")
+    done = ensure_weights(config, dry_run=args.dry_run,
+                          say=lambda m: print(m, file=sys.stdout if args.dry_run else sys.stderr))
+    if not done:
+        print(f"every weights file {config.path.name} names is there: nothing to write",
+              file=sys.stderr)
+    for m in done if not args.dry_run else ():
+        print(m.path)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export the tiny SDXL, or SDXL from a local checkpoint "
-                       "(needs the [export] extra)")
-    p.add_argument("model", choices=["tiny", "sdxl"])
+                       "(needs the [export] extra); write a seeded export's weights from its "
+                       "spec")
+    p.add_argument("model", choices=["tiny", "sdxl", "weights"],
+                   help="weights: the .irpa files a seeded export's model.json names but "
+                   "lacks, written from its weights.spec.json (torch not needed)")
     p.add_argument("--from", dest="source", metavar="DIR",
-                   help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint (default: none; "
-                   "one of --from and --seeded is needed)")
+                   help="sdxl: a local diffusers-format SDXL base 1.0 checkpoint; weights: "
+                   "the export directory (holding model.json and weights.spec.json) "
+                   "(default: none; sdxl needs one of --from and --seeded)")
     p.add_argument("--seeded", action="store_true",
                    help="sdxl: SDXL's architecture with seeded random weights (no download)")
     add_batch_sizes(p, "1; sdxl only", [1])
@@ -81,10 +115,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "CI's and AMD's artifact shapes)")
     add_out(p, "the export's directory", default="tiny: the shipped assets; sdxl: the export "
             "cache, $RUNNER_CACHE_DIR/exports")
-    add_dry_run(p, "what it would export and where")
+    add_dry_run(p, "what it would export or write, and where")
     p.set_defaults(func=cmd_export)
     document(p, "runner export tiny", "runner export tiny --out /tmp/tiny --dry-run",
              "runner export sdxl --seeded --dry-run",
              "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8",
              "runner export sdxl --from /path/to/sdxl-base-1.0 --vae-dtype fp16 "
-             "--vae-from /path/to/sdxl-vae-fp16-fix")
+             "--vae-from /path/to/sdxl-vae-fp16-fix",
+             "runner export weights --from carry/exports/sdxl-seeded-sdxl-float16-<key>")

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
-from runner.base.paths import ASSETS_DIR
 from runner.config.exports import (
     SEED,
+    SEEDED_TOKENIZER,
     STEPS,
+    WEIGHTS_SPEC,
     ExportSource,
     architecture_of,
     config_dict,
@@ -43,6 +44,7 @@ from runner.config.exports import (
 from runner.config.model_config import ModelConfig
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside
+from runner.model.seeded_weights import ensure_weights, write_spec
 
 
 @contextlib.contextmanager
@@ -78,6 +80,7 @@ def _verified(out: Path, key: str | None, log: Callable[[str], None]
                           "export cache")
     try:
         config = ModelConfig.from_dict(raw, path)
+        ensure_weights(config, say=log)  # a seeded export's weights left behind: from its spec
         problem = _files_problem(out, config.files)
     except RunnerError as e:
         problem = str(e)
@@ -104,9 +107,11 @@ def _files_problem(out: Path, files: dict[str, str]) -> str | None:
     return f"{changed[0]} is not the file it records" if changed else None
 
 
-def _listed_files(config: dict) -> list[str]:
+def listed_files(config: dict) -> list[str]:
     """Every file an export's model.json names (relative to it)."""
     names = ["tokenizer/vocab.json", "tokenizer/merges.txt"]
+    if config.get("weights_spec"):
+        names.append(config["weights_spec"])
     for sub in config["submodels"].values():
         names.append(sub["weights"])
         sizes = sub.get("batch_sizes", config["batch_sizes"])
@@ -169,7 +174,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                                   sorted({*have_vae, *need_vae}), key, length)
             # model.json last, with the sha256 of every file it names: it describes the
             # bytes beside it, and the next export reuses only what still matches.
-            listed = _listed_files(config)
+            listed = listed_files(config)
             config["files"] = hash_files([out / name for name in listed], out)
             atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
         finally:
@@ -184,7 +189,7 @@ def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_siz
     """Builds the modules and writes into `staging` every file not in `reuse` (the files of
     the verified export already in place)."""
     from runner.config.checkpoint import write_tokenizer
-    from runner.model.export import exporter, sdxl_model
+    from runner.model.export import exporter, sdxl_model, seeded
 
     start = time.perf_counter()
     vae = None if vae_files is None else sdxl_model.load_vae(vae_files.root, vae_files.variant)
@@ -201,15 +206,26 @@ def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_siz
             "it in fp32 because its fp16 decode overflows (SDXL base's does); samples whose "
             "decode is not finite fail. An fp16-safe VAE: --vae-from DIR")
     if "tokenizer/vocab.json" not in reuse:
-        tokenizer = ASSETS_DIR / "tiny" / "tokenizer" if ckpt is None else ckpt.root / "tokenizer"
+        tokenizer = SEEDED_TOKENIZER if ckpt is None else ckpt.root / "tokenizer"
         write_tokenizer(tokenizer, staging / "tokenizer")
     named = modules.named()
-    exporter.externalize(named)
     names = file_names()
+    spec = None
+    if ckpt is None:  # seeded: weights from a spec derived from torch's init (see seeded.py)
+        t0 = time.perf_counter()
+        spec = seeded.seed_modules({names[n]["weights"]: m for n, m in named.items()}, SEED)
+        if WEIGHTS_SPEC not in reuse:
+            write_spec(spec, staging / WEIGHTS_SPEC)
+        log(f"export: {WEIGHTS_SPEC} and its values in {time.perf_counter() - t0:.1f}s")
+    exporter.externalize(named)
     for name, module in named.items():
-        if names[name]["weights"] not in reuse:
-            exporter.save_weights(module, staging / names[name]["weights"])
-            log(f"export: {names[name]['weights']} written")
+        file = names[name]["weights"]
+        if file not in reuse:
+            if spec is None:
+                exporter.save_weights(module, staging / file)
+            else:
+                seeded.save_seeded_weights(module, spec.archives[file], staging / file)
+            log(f"export: {file} written")
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
         for batch in vae_batch_sizes if name == "vae" else batch_sizes:

@@ -4,49 +4,24 @@ weights. 16x16 latents -> 128x128 images; the vocabulary is learned from the cap
 
 from __future__ import annotations
 
-from runner.config.architecture import Architecture, sdxl_architecture
+from runner.config.architecture import TINY_HIDDEN_1 as HIDDEN_1
+from runner.config.architecture import TINY_HIDDEN_2 as HIDDEN_2
+from runner.config.architecture import TINY_IMAGE_SIZE as IMAGE_SIZE
+from runner.config.architecture import TINY_LATENT_SIZE as LATENT_SIZE
+from runner.config.architecture import TINY_POOLED as POOLED
+from runner.config.architecture import sdxl_architecture
+from runner.config.architecture import tiny_architecture as architecture
 from runner.model.export.sdxl_model import SdxlModules, build_seeded
 from runner.model.export.sdxl_model import scheduler as euler_scheduler
 
+# The sizes and the architecture live in runner.config.architecture (torch-free, so a
+# profile naming `seeded:tiny` loads without torch); the names here are the same ones.
+__all__ = ["HIDDEN_1", "HIDDEN_2", "IMAGE_SIZE", "LATENT_SIZE", "POOLED", "architecture",
+           "build", "scheduler"]
+
 SEED = 20251122
-LATENT_SIZE = 16
-IMAGE_SIZE = 128
 VOCAB_MERGES = 510  # 512 byte symbols + 510 merges + BOS + EOS = 1024 ids
-HIDDEN_1, HIDDEN_2, POOLED = 32, 64, 64
-TIME_EMBED = 8
-SCALING_FACTOR = 0.13025  # SDXL's VAE scaling factor
 STEPS = 20
-
-
-def architecture(bos: int, eos: int, vocab_size: int, max_length: int) -> Architecture:
-    """SDXL's structure (two CLIP encoders, text_time UNet, 4-block VAE) scaled down; the
-    scheduler is SDXL base 1.0's own config, as MLPerf uses it."""
-    common = dict(vocab_size=vocab_size, max_position_embeddings=max_length,
-                  bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
-                  num_hidden_layers=2, hidden_act="gelu")
-    blocks = [8, 16, 32, 32]
-    return Architecture(
-        text_encoder=dict(hidden_size=HIDDEN_1, intermediate_size=2 * HIDDEN_1,
-                          num_attention_heads=4, **common),
-        text_encoder_2=dict(hidden_size=HIDDEN_2, intermediate_size=2 * HIDDEN_2,
-                            num_attention_heads=4, projection_dim=POOLED, **common),
-        unet=dict(
-            sample_size=LATENT_SIZE, in_channels=4, out_channels=4, layers_per_block=1,
-            block_out_channels=[32, 64], norm_num_groups=8,
-            down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
-            up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"],
-            attention_head_dim=[2, 4], transformer_layers_per_block=[1, 1],
-            cross_attention_dim=HIDDEN_1 + HIDDEN_2, use_linear_projection=True,
-            addition_embed_type="text_time", addition_time_embed_dim=TIME_EMBED,
-            projection_class_embeddings_input_dim=POOLED + 6 * TIME_EMBED),
-        vae=dict(
-            in_channels=3, out_channels=3, latent_channels=4, norm_num_groups=8,
-            block_out_channels=blocks, layers_per_block=1, sample_size=IMAGE_SIZE,
-            down_block_types=["DownEncoderBlock2D"] * len(blocks),
-            up_block_types=["UpDecoderBlock2D"] * len(blocks),
-            scaling_factor=SCALING_FACTOR),
-        scheduler=sdxl_architecture().scheduler,
-    )
 
 
 def scheduler(steps: int = STEPS):

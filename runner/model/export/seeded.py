@@ -1,0 +1,57 @@
+"""A seeded export's weights: the spec derived from the modules as torch initialized them,
+and the values written from it loaded back into those modules, so what is traced, what the
+`.irpa` holds and what `ensure_weights` writes elsewhere are the same numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from runner.base.errors import RunnerError
+from runner.model.seeded_weights import (
+    TensorSpec,
+    WeightsSpec,
+    generate,
+    tensor_spec,
+    write_archive,
+)
+
+
+def _saveable(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and persistent buffers by the names iree-turbine externalizes them as
+    (`aot.externalize_module_parameters`: the state_dict's names)."""
+    state = module.state_dict(keep_vars=True)
+    seen: dict[int, str] = {}
+    for name, t in state.items():
+        first = seen.setdefault(t.data_ptr(), name)
+        if first != name and t.numel():
+            raise RunnerError(f"{name} shares its storage with {first}: tied weights cannot "
+                              "be seeded tensor by tensor", where=name)
+    return state
+
+
+def seed_modules(modules: dict[str, nn.Module], seed: int) -> WeightsSpec:
+    """`modules` (archive file name -> module) get the values their spec generates, tensor
+    by tensor (the old storage is freed as it goes: a full-size model is never held
+    twice); returns the spec."""
+    archives: dict[str, tuple[TensorSpec, ...]] = {}
+    for archive, module in modules.items():
+        state = _saveable(module)
+        tensors = tuple(tensor_spec(name, t.detach().cpu().numpy())
+                        for name, t in state.items())
+        for spec, t in zip(tensors, state.values(), strict=True):
+            (values,) = generate((spec,), seed)
+            t.data = torch.from_numpy(values)
+        archives[archive] = tensors
+    return WeightsSpec(seed, archives)
+
+
+def save_seeded_weights(module: nn.Module, tensors: tuple[TensorSpec, ...], path: Path) -> None:
+    """The `.irpa` of a seeded module through the spec's own writer: byte for byte what
+    `ensure_weights` writes from the spec on any other machine."""
+    state = _saveable(module)
+    arrays = [np.ascontiguousarray(state[t.name].detach().numpy()) for t in tensors]
+    write_archive(tensors, arrays, path)
