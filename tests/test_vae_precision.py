@@ -195,13 +195,21 @@ def test_bench_reports_carry_the_decoders_precision(tmp_path, tiny_compiled):
     assert "(model tiny-sdxl, fp32, VAE fp16)" in (out / "bench.md").read_text()
 
 
+def _bash_words(line: str) -> list[str]:
+    """The words bash reads from one printed command line (run as printf's arguments only)."""
+    assert "\n" not in line.strip()
+    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {line.strip()}"],
+                         capture_output=True, check=True).stdout.decode()
+    return out.split("\0")[:-1]
+
+
 def test_a_hostile_vae_directory_name_stays_one_argument(tmp_path, capsys):
     """`--vae-from` reaches the printed export command (and a profile's `model.vae_from` the
     one `runner compile --dry-run` prints): quoted, it is one argument."""
     hostile = tmp_path / "a b'$(touch pwned)\"\nc"
     assert main(["export", "sdxl", "--seeded", "--vae-dtype", "fp16", "--vae-from",
                  str(hostile), "--dry-run"]) == 0
-    argv = shlex.split(capsys.readouterr().out)
+    argv = _bash_words(capsys.readouterr().out)  # one line: bash's $'...' quoting
     assert argv[argv.index("--vae-from") + 1] == str(hostile)
     assert main(["compile", "--profile", "sdxl-seeded", "--set", "model.vae_dtype=fp16",
                  "--set", f"model.vae_from={json.dumps(str(hostile))}", "--dry-run"]) == 0

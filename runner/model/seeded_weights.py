@@ -121,7 +121,7 @@ def tensor_spec(name: str, values: np.ndarray) -> TensorSpec:
     dtype = np.dtype(values.dtype).name
     if dtype not in DTYPES:
         raise RunnerError(f"seeded weights are float32 or float16; {name} is {dtype}",
-                          where=name)
+                          where=name, fix="export the seeded model in fp16 or fp32")
     return TensorSpec(name, tuple(int(d) for d in values.shape), dtype, *derive_rule(values))
 
 

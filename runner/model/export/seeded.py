@@ -29,7 +29,9 @@ def _saveable(module: nn.Module) -> dict[str, torch.Tensor]:
         first = seen.setdefault(t.data_ptr(), name)
         if first != name and t.numel():
             raise RunnerError(f"{name} shares its storage with {first}: tied weights cannot "
-                              "be seeded tensor by tensor", where=name)
+                              "be seeded tensor by tensor", where=name,
+                              fix="seed the shared tensor once and tie it after loading, or "
+                              "export the model from a checkpoint")
     return state
 
 
