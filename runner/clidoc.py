@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 
 from runner.base.errors import EXIT_CODES
-from runner.base.paths import REPO_DIR
+from runner.base.paths import PACKAGE_DIR
 from runner.clihelp import (
     ABOUT,
     WORKFLOWS,
@@ -30,10 +30,10 @@ _SPECIAL = re.compile(r"([\\*_\[\]|#])")
 
 def inline(text: str) -> str:
     """Help text as Markdown that shows it as written: `code spans` stay code, and the rest
-    cannot turn into emphasis, links, HTML tags (`<sha>`) or table cells. The checkout's own
-    path (a default such as goldens/tiny) is `<checkout>`, so the page is the same wherever
-    it is built."""
-    text = text.replace(str(REPO_DIR), "<checkout>")
+    cannot turn into emphasis, links, HTML tags (`<sha>`) or table cells. The installed
+    package's own path (a default such as the shipped golden suites) is `<runner>`, so the
+    page is the same wherever it is built and whichever way the runner is installed."""
+    text = text.replace(str(PACKAGE_DIR), "<runner>")
     parts = []
     for i, part in enumerate(_CODE_SPAN.split(" ".join(text.split()))):
         if i % 2:  # a code span: Python-Markdown's tables leave a `|` in one alone

@@ -28,9 +28,11 @@ REPO = Path(__file__).resolve().parent.parent
 SHA = re.compile(r"\b[0-9a-f]{40}\b")
 
 
-def runner(*args: str, cwd: Path = REPO, timeout: float = 1800
-           ) -> subprocess.CompletedProcess:
+def runner(*args: str, cwd: Path = REPO, timeout: float = 1800,
+           cache: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
+    if cache is not None:
+        env["RUNNER_CACHE_DIR"] = str(cache)
     return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=timeout, check=False)
 
@@ -157,9 +159,12 @@ def test_other_inputs_into_a_bisect_dir_are_refused(tmp_path, release_wheels):
     assert "Traceback" not in proc.stderr
 
 
-def test_wheels_dry_run_lists_the_index_releases():
+def test_wheels_dry_run_lists_the_index_releases(tmp_path):
+    # An empty cache: with the wheels already fetched the plan prints their hashed dir
+    # instead of the pip download line this test reads.
     proc = runner("bisect", "--good", "wheels:3.10.0", "--bad", "wheels:3.13.0", "--test",
-                  "images", "--out", "/nonexistent/never-written", "--dry-run")
+                  "images", "--out", "/nonexistent/never-written", "--dry-run",
+                  cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     listed = re.findall(r"^\s+\d+\s+wheels:(\S+)", proc.stdout, re.MULTILINE)
     assert listed == ["3.10.0", "3.11.0", "3.12.0", "3.13.0"]

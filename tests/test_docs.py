@@ -71,7 +71,7 @@ def test_the_cli_reference_is_the_parsers(site):
             for option in action.option_strings:
                 assert f"<code>{option}" in html or f", {option}" in html, (path, option)
     # The generator's own Markdown, escaped so that `<sha>` and `*` show as written.
-    assert str(REPO) not in html and "&lt;checkout&gt;/goldens/tiny" in html  # any machine
+    assert str(REPO) not in html and "&lt;runner&gt;/assets/goldens/tiny" in html  # any machine
     assert "with a directory: its &lt;model&gt;/ subdirectory" in html
     assert inline("a <b> *c* | d_e `x|y`") == "a &lt;b&gt; \\*c\\* \\| d\\_e `x|y`"
     assert "<code>FILES|DIR</code>" in html and "<code>--profile NAME|YAML</code>" in html
