@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.base.dirlock import pid_start
 from runner.batch.lifeline import EXIT_DRIVER_GONE, ProcessId, boot_id, reap_orphans
-from runner.rundir.directory import RunDir, pid_start
+from runner.rundir.directory import RunDir
 from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore
 

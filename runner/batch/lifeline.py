@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.base.dirlock import pid_start
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.rundir.directory import pid_start
 
 BEAT_S = 1.0
 # A worker gives its driver this long without a heartbeat (a driver blocked in I/O for half
