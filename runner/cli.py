@@ -19,11 +19,11 @@ from runner.accuracy.cli import register as register_accuracy
 from runner.base.errors import (
     EXIT_BAD_INPUT,
     EXIT_INCOMPLETE,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     RunnerError,
     is_disk_full,
 )
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.batch.cluster import add_slurm_arguments
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
@@ -32,6 +32,7 @@ from runner.clihelp import (
     DEFAULT_PROFILE,
     CommandGroupsFormatter,
     add_metrics,
+    add_out,
     add_profile,
     add_require_full,
     add_samples,
@@ -64,6 +65,8 @@ def _profile(args: argparse.Namespace):
 
 
 TOOLS_FLAG = "--iree-tools"
+RUN_RERUN = Rerun(REFUSES, "every finished sample: only the missing ones are generated; "
+                  "a complete run does nothing unless --rescore", ("run.json",))
 LAYOUT_FLAGS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
 
 
@@ -111,15 +114,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import Lifecycle, executor_for
+    from runner.rundir.directory import RunDir
 
     # A full disk (DiskFull) is an IncompleteRun: main() prints it and exits 3, and what
     # was written is kept for --resume.
     captions = Path(args.captions) if args.captions else None
-    if args.resume:
+    # --resume of a run with its run.json goes on from it; one killed before its manifest
+    # (while compiling) was given its recorded command line again (runner/cliout.py).
+    own = bool(args.resume) and RunDir(args.resume).exists()
+    if own:
         lc = Lifecycle.open(args.resume)
     else:
-        if not args.out:
-            raise RunnerError("--out DIR is required for a new run", where="runner run")
         args.profile = args.profile or "cpu"
         profile = _profile(args)
         name = args.executor or "local"
@@ -129,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                               _sample_ids(args, captions, default_count=32), args.argv,
                               executor, captions=captions, score=args.score)
     with lc:
-        if args.resume:
+        if own:
             code = _resume(args, lc)
             if code is not None:
                 return code
@@ -369,9 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where workers run (default: local; on --resume, as recorded)")
     p.add_argument("--image", help="harness image tag for --executor docker")
     add_slurm_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="run directory to create")
-    p.add_argument("--resume", metavar="RUN_DIR", help="complete an interrupted run "
-                   "(a complete one: nothing to do)")
+    add_out(p, "run directory to create", RUN_RERUN, own_resume=True)
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
     p.add_argument("--no-score", dest="score", action="store_false",
@@ -398,8 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", help="golden version to write, e.g. v7.0 (default: next)")
     p.add_argument("--baseline", help="an earlier validate's --out to compare against")
     p.add_argument("--base-image", help="docker base image (default: runner-base:bookworm)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="validate directory: validate.json/.md, the run dir, goldens")
+    add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
+            Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
+                  "image, compile, the run's finished samples, score, goldens",
+                  ("validate.json",)))
     p.add_argument("--dry-run", action="store_true",
                    help="print every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
@@ -428,8 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
     add_samples(p, 4)
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for manifest.json and images/")
+    add_out(p, "directory for manifest.json and images/",
+            Rerun(RESUMES, "nothing: it is one short process, its images are made again",
+                  ("manifest.json",)))
     p.set_defaults(func=cmd_generate)
     document(p, "runner generate --profile tiny --count 4 --out runs/gen")
 
@@ -454,40 +460,83 @@ def _use_tool_dirs(argv: list[str] | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI. SIGINT, SIGTERM and SIGHUP end a command alike (runner.base.signals): the
+    processes it started are stopped and waited for (runner.base.procs), its attempt is
+    recorded as interrupted, and it exits with 128 + the signal's number."""
+    from types import SimpleNamespace
+
+    from runner.base.procs import ProcessGuard, become_subreaper
+    from runner.base.signals import exit_code, raised_as_interrupted, signal_name
+    from runner.cliout import how_to_go_on
+
+    real = argv is None  # this process is the command (not a test calling it in-process)
+    with raised_as_interrupted(restore=not real):
+        guard, seen = ProcessGuard(), SimpleNamespace(args=None)
+        if real:
+            become_subreaper()
+        try:
+            return _main(argv, guard, seen)
+        except KeyboardInterrupt as e:
+            _stop_started(guard)
+            print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(seen.args)}",
+                  file=sys.stderr)
+            return exit_code(e)
+        except BrokenPipeError:
+            # The reader left (`runner plan | head`): stop quietly, and keep Python from
+            # complaining at exit while it flushes a stdout nobody reads.
+            _stop_started(guard)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+
+
+def _main(argv: list[str] | None, guard, seen) -> int:
+    """Parses and runs the command; `seen.args` is what ran, for main()'s message."""
+    from runner import cliout
+
+    try:
+        _use_tool_dirs(argv)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    parser = build_parser()
+    args = seen.args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
+    code, error = None, None
     try:
         try:
-            _use_tool_dirs(argv)
-        except RunnerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return e.exit_code
-        args = build_parser().parse_args(argv)
-        args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
-        try:
+            args = seen.args = cliout.start(parser, args)
+            attempt = args.attempt
+            if attempt is not None and attempt.nothing_to_do and not args.out_spec.own_resume:
+                print(f"{attempt.path}: this `runner {attempt.command}` finished; nothing to "
+                      "resume (pass another --out for a new one)", file=sys.stderr)
+                attempt.release()
+                return EXIT_OK
             code = args.func(args)
-        except RunnerError as e:
-            _error(str(e), args.command)
-            return e.exit_code
-        except OSError as e:
-            # The last net under every command: a read-only or full disk, a vanished file.
-            # Library code names its files itself; this keeps a traceback from the user.
-            if isinstance(e, BrokenPipeError):
-                raise
-            where = f" ({e.filename})" if e.filename else ""
-            _error(f"{e.strerror or e}{where}", args.command)
-            return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
-        sys.stdout.flush()
-        return code
-    except KeyboardInterrupt:
-        # Ctrl-C: finished samples and files are on disk (writes are atomic); a run dir
-        # records the attempt as killed and `runner run --resume DIR` goes on.
-        print("\ninterrupted: finished work is kept; a run goes on with "
-              "`runner run --resume DIR`", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader left (`runner plan | head`): stop quietly, and keep Python from
-        # complaining at exit while it flushes a stdout nobody reads.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            _stop_started(guard)
+            cliout.finish(args, code, error)
+    except RunnerError as e:
+        _error(str(e), args.command)
+        return e.exit_code
+    except OSError as e:
+        # The last net under every command: a read-only or full disk, a vanished file.
+        # Library code names its files itself; this keeps a traceback from the user.
+        if isinstance(e, BrokenPipeError):
+            raise
+        where = f" ({e.filename})" if e.filename else ""
+        _error(f"{e.strerror or e}{where}", args.command)
+        return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
+    sys.stdout.flush()
+    return code
+
+
+def _stop_started(guard) -> None:
+    """Every process this command started is gone before it exits (a worker still tearing
+    its GPU context down after its driver's exit status is seen would be a leak)."""
+    guard.stop(say=lambda line: print(f"runner: {line}", file=sys.stderr, flush=True))
 
 
 def _error(message: str, command: str) -> None:

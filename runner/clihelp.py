@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.errors import EXIT_CODES
+from runner.base.outdir import Rerun
 from runner.inputs.cliargs import COUNT
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
@@ -191,10 +192,38 @@ def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = 
     parts = [EXAMPLES, *(f"  {e}" for e in examples)]
     if out:
         parts += ["", f"--out: {out}"]
+    spec = parser.get_default("out_spec")
+    if isinstance(spec, OutSpec):
+        parts += textwrap.wrap(f"rerun: {spec.rerun.text()}", 88, break_on_hyphens=False)
     parts += ["", EXITS, exit_code_table()]
     parser.epilog = "\n".join(parts)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    """A command's --out and --resume (runner/base/outdir.py has the rule; runner/cliout.py
+    applies it before the command runs)."""
+
+    rerun: Rerun
+    required: bool = True  # the command needs --out DIR (or --resume DIR)
+    own_resume: bool = False  # the command goes on from its own record (a run's run.json)
+
+
+def add_out(parser: argparse.ArgumentParser, help: str, rerun: Rerun, *,
+            required: bool = True, positional: bool = False, own_resume: bool = False,
+            metavar: str = "DIR") -> None:
+    """`--out DIR` (or a positional OUT) and `--resume DIR`, one meaning in every command:
+    "DIR holds an interrupted attempt of this command: finish it"."""
+    if positional:
+        parser.add_argument("out", metavar="OUT", nargs="?", help=help)
+    else:
+        parser.add_argument("--out", metavar=metavar, help=help)
+    parser.add_argument("--resume", metavar="DIR",
+                        help="DIR holds an interrupted attempt of this command: finish it, "
+                        f"with the inputs it recorded ({rerun.keeps})")
+    parser.set_defaults(out_spec=OutSpec(rerun, required, own_resume))
 
 
 def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse._SubParsersAction]:

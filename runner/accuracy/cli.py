@@ -11,8 +11,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import (
     add_metrics,
+    add_out,
     add_profile,
     add_require_full,
     document,
@@ -150,8 +152,9 @@ def register(subparsers) -> None:
                     "+/- the percentages) and calibration.json into --out; with "
                     "--reference-run, also fid_statistics.npz from that run's images.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the known-good run")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for accuracy.yaml and calibration.json")
+    add_out(p, "directory for accuracy.yaml and calibration.json",
+            Rerun(RESUMES, "nothing: the run is scored again, the files written at the end",
+                  ("calibration.json",)))
     p.add_argument("--reference-run", metavar="DIR",
                    help="images whose statistics become the FID reference (disjoint prompts)")
     p.add_argument("--fid-percent", type=PERCENT, default=2.0,
@@ -165,7 +168,9 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
-    p.add_argument("out", metavar="OUT", help="directory for manifest.json and images/")
+    add_out(p, "directory for manifest.json and images/",
+            Rerun(RESUMES, "nothing: it is one short process, its images are made again",
+                  ("manifest.json",)), positional=True)
     p.add_argument("--samples", default="0-31", metavar="SPEC",
                    help="sample ids, e.g. 0-31 (default: 0-31)")
     add_profile(p, default="tiny")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.batch.cluster import add_slurm_arguments
-from runner.clihelp import add_profile, document, profile_overrides, renamed
+from runner.clihelp import add_out, add_profile, document, profile_overrides, renamed
 from runner.goldens.cli import selection_flags
 from runner.goldens.plan import DEFAULT_SKU
 from runner.inputs.cliargs import COUNT, DURATION, MAX_COUNT, count_list
@@ -172,8 +173,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_slurm_arguments(bench, resumable=False)
     bench.add_argument("--count", type=COUNT, default=32,
                        help="samples 0..N-1 per layout (default: 32)")
-    bench.add_argument("--out", metavar="DIR",
-                       help="directory for runs, inputs, bench.json and bench.md")
+    add_out(bench, "directory for runs, inputs, bench.json and bench.md",
+            Rerun(REFUSES, "finished layouts and stage latencies are not measured again; an "
+                  "interrupted layout is measured again from its start, since a throughput is "
+                  "one attempt's", ("bench.json",)), required=False)
     bench.add_argument("--dry-run", action="store_true",
                        help="print every command and run it would start; run nothing")
     m = bench.add_argument_group("iree-benchmark-module (stage latencies and goldens)")
@@ -218,7 +221,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", default=None,
                    help="use only cached downloads")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
-    p.add_argument("--out", metavar="DIR", help="write bench.json and bench.md here")
+    add_out(p, "write bench.json and bench.md here",
+            Rerun(RESUMES, "nothing: the goldens are checked again, the reports written at "
+                  "the end"), required=False)
     p.add_argument("--strict", action="store_true",
                    help="a field IREE CI's runner does not read fails the file (default: a "
                    "warning)")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
+from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import REPO_DIR
-from runner.clihelp import document
+from runner.clihelp import add_out, document
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import COUNT_OR_ZERO, SCALE, SECONDS
 
@@ -211,7 +212,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="compile, run and compare like IREE CI's quality and "
                        "compstat tests")
     _selection(p)
-    p.add_argument("--out", help="write junit.xml, summary.md, results.json here")
+    add_out(p, "write junit.xml, summary.md, results.json here",
+            Rerun(RESUMES, "nothing: the tests run again, the reports are written at the end"),
+            required=False)
     p.add_argument("--dry-run", action="store_true",
                    help="print the iree-compile and iree-run-module commands only")
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
@@ -227,7 +230,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out")
     _selection(p)
     p.add_argument("--to", required=True, help="new version: v7.0, v7, or next (n+1 each)")
-    p.add_argument("--out", required=True, help="directory for the new blobs + manifest.json")
+    add_out(p, "directory for the new blobs + manifest.json",
+            Rerun(RESUMES, "each test whose new outputs were written is not run again",
+                  ("manifest.json",)))
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("bump", help="rename expected outputs to the new version in the JSONs "
@@ -236,7 +241,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
     p.add_argument("--model", help="with a directory: its <model>/ subdirectory")
     p.add_argument("--to", required=True, help="new version: v7.0, v7, or next")
-    p.add_argument("--out", help="write the bumped files here instead of in place")
+    add_out(p, "write the bumped files here instead of in place",
+            Rerun(RESUMES, "nothing: every file is bumped again"), required=False)
     p.set_defaults(func=cmd_bump)
 
     p = sub.add_parser("upload", help="upload generated goldens to Azure (dry run by default)")
@@ -255,7 +261,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=SCALE, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--out", help="also write compare_steps.json and .md here")
+    add_out(p, "also write compare_steps.json and .md here",
+            Rerun(RESUMES, "nothing: the stages are compared again"), required=False)
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():
         document(parser, *EXAMPLES[name])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.clihelp import add_profile, document, profile_overrides
+from runner.base.outdir import REFUSES, Rerun
+from runner.clihelp import add_out, add_profile, document, profile_overrides
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, RATE, TEST_SECONDS
 from runner.loadgen.conf import MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
@@ -113,7 +114,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-score", dest="score", action="store_false",
                    help="leave the accuracy log unscored (a submission tree then lacks "
                    "accuracy.txt)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to create")
+    add_out(p, "directory to create",
+            Rerun(REFUSES, "each LoadGen test whose logs are complete is kept; the others run "
+                  "again", ("mlperf.json",)))
     p.add_argument("--dry-run", action="store_true",
                    help="print the compile and worker commands and LoadGen's settings; run "
                    "nothing")

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.clihelp import document
+from runner.base.outdir import RESUMES, Rerun
+from runner.clihelp import add_out, document
 from runner.inputs.cliargs import COUNT_OR_ZERO
 from runner.report.collect import WORST_DEFAULT
 
@@ -36,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="another run to compare images with (PSNR/SSIM; the [metrics] extra)")
     p.add_argument("--worst", type=COUNT_OR_ZERO, default=WORST_DEFAULT,
                    help=f"worst samples of the comparison to show (default {WORST_DEFAULT})")
-    p.add_argument("--out", metavar="DIR", help="write the files here (default: RUN_DIR)")
+    add_out(p, "write the files here (default: RUN_DIR)",
+            Rerun(RESUMES, "nothing: the reports are written again"), required=False)
     p.set_defaults(func=cmd_report)
 
 

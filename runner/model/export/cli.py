@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.clihelp import document
+from runner.base.outdir import RESUMES, Rerun
+from runner.clihelp import add_out, document
 from runner.inputs.cliargs import COUNT, count_list
 from runner.inputs.paths import resolved
 
@@ -63,8 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
                    "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
                    "CI's and AMD's artifact shapes)")
-    p.add_argument("--out", help="directory (tiny: default the shipped assets; sdxl: default "
-                   "the export cache, $RUNNER_CACHE_DIR/exports)")
+    add_out(p, "directory (tiny: default the shipped assets; sdxl: default the export cache, "
+            "$RUNNER_CACHE_DIR/exports)",
+            Rerun(RESUMES, "the files of a verified export, and each file the interrupted "
+                  "export finished writing", ("model.json",)), required=False)
     p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
     p.set_defaults(func=cmd_export)
     document(p, "runner export tiny", "runner export sdxl --seeded --dry-run",
