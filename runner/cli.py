@@ -499,8 +499,10 @@ def _main(argv: list[str] | None, guard, seen) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     parser = build_parser()
-    args = seen.args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
+    typed = list(sys.argv[1:] if argv is None else argv)
+    cliout.lenient_if_resuming(parser, typed)
+    args = seen.args = parser.parse_args(typed)
+    args.argv = typed  # recorded for reproduce.sh
     code, error = None, None
     try:
         try:

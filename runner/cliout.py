@@ -101,6 +101,16 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
     return recorded, False
 
 
+def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:
+    """With `--resume DIR` no option is required: the attempt's record holds them all."""
+    if not any(a == "--resume" or a.startswith("--resume=") for a in argv):
+        return
+    for parser in [root, *(sub for _, sub in walk(root))]:
+        for action in parser._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                action.required = False
+
+
 def start(root: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Claims the command's out dir (a no-op for a command without one, or when its --out
     is optional and not given). Returns the arguments to run with (`--resume DIR`: the

@@ -52,8 +52,18 @@ def signal_name(error: KeyboardInterrupt) -> str:
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     """After the command is done: a late signal ends the process without a traceback."""
-    sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
     os._exit(128 + signum)
+
+
+def exit_at_once() -> None:
+    """SIGINT/SIGTERM/SIGHUP end this process at once, with 128 + the signal and no
+    traceback: for a process with nothing to close (a LoadGen test, whose half-written logs
+    are not kept), or one that is still importing."""
+    for signum in HANDLED:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _exit_quietly)
 
 
 @contextlib.contextmanager

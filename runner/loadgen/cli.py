@@ -63,7 +63,7 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=_slurm(args))
-    return run_mlperf(request, executor, dry_run=args.dry_run)
+    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=args.attempt)
 
 
 def register(subparsers) -> argparse.ArgumentParser:
