@@ -101,7 +101,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
         iree=tuple(v for spec in args.iree or () for v in spec.split(",") if v.strip()),
         image=args.image, slurm=_slurm(args))
-    report = run_bench(profile, Path(args.out) if args.out else None, opts)
+    report = run_bench(profile, Path(args.out) if args.out else None, opts,
+                       attempt=args.attempt)
     if not args.dry_run:
         print(markdown(report))
     return report.exit_code
