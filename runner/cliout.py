@@ -49,15 +49,17 @@ def _flag(action: argparse.Action) -> str:
     return str(action.metavar or action.dest).upper()
 
 
-def given(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
-          args: argparse.Namespace) -> dict[str, Any]:
-    """The inputs on this command line, by flag: each value that is not its default (a
-    switch as true). Where results go and how they are shown are not inputs."""
+def inputs_of(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
+              args: argparse.Namespace, only_given: bool = False) -> dict[str, Any]:
+    """The command's inputs by flag, defaults included (so a difference names both values);
+    a switch as true or false. `only_given`: those that differ from their defaults. Where
+    results go and how they are shown are not inputs."""
     out = {}
     for action in _actions(root, parser):
         value = getattr(args, action.dest, action.default)
-        if value != action.default:
-            out[_flag(action)] = True if action.nargs == 0 else value
+        if only_given and value == action.default:
+            continue
+        out[_flag(action)] = (value != action.default) if action.nargs == 0 else value
     return out
 
 
@@ -87,9 +89,10 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         print(f"note: resuming in {cwd}, where the attempt ran", file=sys.stderr)
         os.chdir(cwd)
     recorded = root.parse_args(argv)
-    then = given(root, parser, recorded)
+    then = inputs_of(root, parser, recorded)
     differ = [f"{flag}: {then.get(flag)!r} in the attempt, {value!r} now"
-              for flag, value in given(root, parser, args).items() if then.get(flag) != value]
+              for flag, value in inputs_of(root, parser, args, only_given=True).items()
+              if then.get(flag) != value]
     if differ:
         raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
                           + "\n    ".join(differ), where=str(where / outdir.RECORD),
@@ -135,8 +138,10 @@ def start(root: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.N
                               "interrupted one)")
         return args
     # A command going on from its own record checks the request against it itself.
-    args.attempt = outdir.claim(Path(path), name, None if own else given(root, parser, args),
-                                list(args.argv), spec.rerun, resume=bool(args.resume),
+    inputs = {k: v for k, v in inputs_of(root, parser, args).items()
+              if k not in spec.rerun.free}
+    args.attempt = outdir.claim(Path(path), name, None if own else inputs, list(args.argv),
+                                spec.rerun, resume=bool(args.resume),
                                 dry_run=bool(getattr(args, "dry_run", False)))
     return args
 

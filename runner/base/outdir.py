@@ -67,6 +67,7 @@ class Rerun:
     rule: str  # RESUMES | REFUSES
     keeps: str  # what finishing an interrupted attempt keeps, for the help and the docs
     markers: tuple[str, ...] = ()  # a file only this command writes there (before records)
+    free: tuple[str, ...] = ()  # flags a rerun may change (an export takes more batch sizes)
 
     def text(self) -> str:
         """The rule as the command's --help states it."""

@@ -106,7 +106,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from runner.goldens.versioning import parse_target
 
     to = parse_target(args.to)
-    written = generate(_tests(args), to, Path(args.out), _options(args, out=None))
+    written = generate(_tests(args), to, Path(args.out), _options(args, out=None),
+                       attempt=args.attempt)
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
           file=sys.stderr)

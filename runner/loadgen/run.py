@@ -374,7 +374,7 @@ def execute(prepared: Prepared, executor, attempt=None
             _wait_ready(work, len(lc.plan.workers), execution)
             for spec in prepared.tests:
                 if spec.key in kept:
-                    print(f"LoadGen {spec.key}: kept from the interrupted attempt (its logs "
+                    print(f"LoadGen {spec.key}: kept from an earlier attempt (its logs "
                           "are complete)", file=sys.stderr, flush=True)
                     outcomes.append(kept[spec.key])
                     continue

@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(p, "directory (tiny: default the shipped assets; sdxl: default the export cache, "
             "$RUNNER_CACHE_DIR/exports)",
             Rerun(RESUMES, "the files of a verified export, and each file the interrupted "
-                  "export finished writing", ("model.json",)), required=False)
+                  "export finished writing; other batch sizes are added to the export",
+                  ("model.json",), free=("--batch-sizes", "--vae-batch-sizes")),
+            required=False)
     p.add_argument("--dry-run", action="store_true", help="sdxl: print the command only")
     p.set_defaults(func=cmd_export)
     document(p, "runner export tiny", "runner export sdxl --seeded --dry-run",
