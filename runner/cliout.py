@@ -57,7 +57,7 @@ def inputs_of(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
     out = {}
     for action in _actions(root, parser):
         value = getattr(args, action.dest, action.default)
-        if only_given and value == action.default:
+        if only_given and (value == action.default or (action.nargs != 0 and value in (None, []))):
             continue
         out[_flag(action)] = (value != action.default) if action.nargs == 0 else value
     return out

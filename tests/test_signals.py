@@ -7,6 +7,7 @@ install IREE builds are marked slow."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -109,14 +110,19 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
         "calibrate": "tests/test_accuracy_cli.py (needs a scored run)",
         "report": "rewrites its four files; tests/test_report.py",
     }
-    with_out = {" ".join(path) for path, sub in walk(build_parser())
-                if sub.get_default("out_spec") is not None}
-    assert with_out == covered | set(elsewhere), with_out ^ (covered | set(elsewhere))
+    rules = {" ".join(path): sub.get_default("out_spec").rerun for path, sub
+             in walk(build_parser()) if sub.get_default("out_spec") is not None}
+    assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))
+    assert {c.name: c.rule for c in [*FAST, *SLOW]} == {
+        c.name: rules[c.name].rule for c in [*FAST, *SLOW]}
     for path, sub in walk(build_parser()):
         spec = sub.get_default("out_spec")
-        if spec is not None:
+        if spec is not None:  # the help says it, and so does docs/failure-modes.md
             assert "rerun:" in sub.format_help() and spec.rerun.keeps in " ".join(
                 sub.format_help().split()), path
+    table = (REPO / "docs" / "failure-modes.md").read_text(encoding="utf-8")
+    stated = dict(re.findall(r"^\| `runner ([a-z -]+)` \| (resumes|refuses) \|", table, re.M))
+    assert stated == {name: rerun.rule for name, rerun in rules.items()}
 
 
 def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_compiled):

@@ -35,6 +35,7 @@ them without trusting a half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -234,7 +235,10 @@ class OutDir:
             if self.record.get("attempts"):
                 self.record["attempts"][-1].update(ended=_now(), status=status, **fields)
                 self.record["status"] = status
-                self._save()
+                # Best effort: on a full disk the record keeps `running`, which the next
+                # attempt reads as interrupted; the error that ended this one is what counts.
+                with contextlib.suppress(OSError):
+                    self._save()
         finally:
             self.release()
 
@@ -361,7 +365,8 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
             raise RunnerError(
                 f"the directory holds {'a finished' if finished else 'an'} attempt of {name} "
                 "with other inputs:\n    " + "\n    ".join(diffs), where=str(path / RECORD),
-                fix="pass another --out" if finished else
+                fix=f"pass another --out for these inputs (`runner {command} --resume {path}` "
+                "goes on with the attempt's own, and finds nothing left to do)" if finished else
                 f"finish it as it was (`runner {command} --resume {path}`, which runs "
                 f"`{recorded[:300]}` again), or pass another --out")
     status = record.get("status", RUNNING)
@@ -373,7 +378,8 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
         how = _ended_how(record)
         if status == FINISHED:
             raise RunnerError(f"the directory holds a finished {name} ({how})",
-                              where=str(path), fix="pass another --out")
+                              where=str(path), fix=f"pass another --out for a new attempt "
+                              f"(`runner {command} --resume {path}` finds nothing left to do)")
         raise RunnerError(f"the directory holds an interrupted {name} ({how})",
                           where=str(path), fix=f"finish it with `runner {command} --resume "
                           f"{path}`, or pass another --out")
