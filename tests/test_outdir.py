@@ -171,3 +171,15 @@ def test_resume_takes_the_recorded_command_line_and_refuses_other_flags(tmp_path
     assert "--out and --resume name two directories" in capsys.readouterr().err
     assert main(["goldens", "check", "--resume", str(out)]) == 2
     assert "holds an attempt of `runner goldens bump`" in capsys.readouterr().err
+
+
+def test_a_gone_containers_locks_are_dropped_and_no_other(tmp_path):
+    """A container killed while a `runner` in it held an out dir's lock: the lock names the
+    container's host name, which no later process can check, so it is dropped by name."""
+    from runner.base.dirlock import LockHolder, drop_locks_of
+
+    for host, where in (("c0ffee123456", tmp_path / "a"), ("labnode7", tmp_path / "b" / "c")):
+        where.mkdir(parents=True)
+        (where / LOCK).write_text(json.dumps(LockHolder(host, 7, "then", "runner x").__dict__))
+    assert drop_locks_of("c0ffee123456", [tmp_path], (LOCK,)) == [tmp_path / "a" / LOCK]
+    assert (tmp_path / "b" / "c" / LOCK).is_file()

@@ -157,3 +157,19 @@ def _age(path: Path) -> float | None:
         return time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return None
+
+
+def drop_locks_of(host: str, roots: list[Path], names: tuple[str, ...]) -> list[Path]:
+    """Removes the lock files named `names` under `roots` that `host` holds: for a host that
+    is known to be gone (a container that was killed and removed, whose host name was its
+    own), since a lock held on another host is otherwise never broken. Returns them."""
+    dropped = []
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in set(files) & set(names):
+                lock = DirLock(Path(dirpath, name))
+                holder = lock.holder()
+                if holder is not None and holder.host == host:
+                    lock.path.unlink(missing_ok=True)
+                    dropped.append(lock.path)
+    return dropped
