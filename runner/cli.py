@@ -503,7 +503,6 @@ def _main(argv: list[str] | None, guard, seen) -> int:
     cliout.lenient_if_resuming(parser, typed)
     args = seen.args = parser.parse_args(typed)
     args.argv = typed  # recorded for reproduce.sh
-    code, error = None, None
     try:
         try:
             args = seen.args = cliout.start(parser, args)
@@ -514,12 +513,12 @@ def _main(argv: list[str] | None, guard, seen) -> int:
                 attempt.release()
                 return EXIT_OK
             code = args.func(args)
-        except BaseException as e:
-            error = e
-            raise
-        finally:
+        except BaseException as e:  # (not kept past here: a traceback holds the frames)
             _stop_started(guard)
-            cliout.finish(args, code, error)
+            cliout.finish(args, None, e)
+            raise
+        _stop_started(guard)
+        cliout.finish(args, code, None)
     except RunnerError as e:
         _error(str(e), args.command)
         return e.exit_code

@@ -16,6 +16,7 @@ from runner.base.paths import REPO_DIR
 from runner.clihelp import (
     ABOUT,
     WORKFLOWS,
+    OutSpec,
     documented,
     grouped_commands,
     subparsers_of,
@@ -95,6 +96,10 @@ def _body(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[str]:
         lines += ["**Examples**", "", *fenced("bash", doc.examples)]
     if doc.out:
         lines += [f"**`--out`**: {inline(doc.out)}", ""]
+    spec = parser.get_default("out_spec")
+    if isinstance(spec, OutSpec):
+        lines += [f"**Rerun**: {inline(spec.rerun.text())} "
+                  "([Failure modes](failure-modes.md#rerunning-into-an-out))", ""]
     return lines
 
 

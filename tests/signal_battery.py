@@ -29,7 +29,11 @@ from runner.base.procs import Proc, descendants
 SEED = int(os.environ.get("RUNNER_SIGNAL_SEED", "35"))
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TO_GROUP = {signal.SIGINT: True, signal.SIGTERM: False, signal.SIGHUP: True}
-ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "600"}
+# PYTHONFAULTHANDLER: a crash in any of its processes (the driver, a worker, a test
+# process) prints "Fatal Python error" where the battery looks for it.
+ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "600",
+       "PYTHONFAULTHANDLER": "1"}
+CRASH = "Fatal Python error"
 ATTEMPT_TIMEOUT_S = 600
 
 
@@ -64,7 +68,10 @@ class Attempt:
 
     @property
     def interrupted(self) -> bool:
-        return self.sig is not None and self.rc == 128 + self.sig
+        """Ended by the signal: 128 + its number, or (sent while the interpreter itself
+        still started, before any of the runner's code ran) killed by it, saying nothing."""
+        return self.sig is not None and (self.rc == 128 + self.sig or (
+            self.rc == -self.sig and not self.stderr.strip()))
 
     def describe(self) -> str:
         what = f"{signal.Signals(self.sig).name} after {self.delay:.2f}s" if self.sig else "-"
@@ -108,8 +115,10 @@ def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float 
     return Attempt(argv, sig if sent else None, delay, proc.returncode, err, left)
 
 
-def _check_clean(cmd: Command, a: Attempt) -> None:
-    assert "Traceback" not in a.stderr, a.describe()
+def _check_clean(cmd: Command, a: Attempt, out: Path) -> None:
+    assert "Traceback" not in a.stderr and CRASH not in a.stderr, a.describe()
+    for log in out.rglob("*.log") if out.is_dir() else ():
+        assert CRASH not in log.read_text(errors="replace"), f"{log}\n{a.describe()}"
     assert not a.left, f"left running: {a.left}\n{a.describe()}"
     assert a.interrupted or a.rc in cmd.ok, a.describe()
     if a.interrupted:  # (a signal while it still imports ends it without a word)
@@ -140,7 +149,7 @@ def run_battery(cmd: Command, tmp: Path) -> list[Attempt]:
     for sig in SIGNALS:
         a = attempt(cmd, argv, sig, rng.uniform(0.3, cmd.span))
         history.append(a)
-        _check_clean(cmd, a)
+        _check_clean(cmd, a, out)
         now = cmd.kept(out)
         assert kept <= now, f"finished work lost: {sorted(kept - now)}\n{a.describe()}"
         kept = now
@@ -153,7 +162,7 @@ def run_battery(cmd: Command, tmp: Path) -> list[Attempt]:
         argv = _rerun_interrupted(cmd, out, history)
     last = attempt(cmd, argv)
     history.append(last)
-    _check_clean(cmd, last)
+    _check_clean(cmd, last, out)
     assert last.rc in cmd.ok and cmd.finished(out), last.describe()
     assert kept <= cmd.kept(out), last.describe()
     return history

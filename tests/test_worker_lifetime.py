@@ -186,8 +186,9 @@ def test_sigterm_to_a_driver_ends_every_child_before_its_exit_status(tmp_path, t
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "40",
-         "--no-score", "--out", str(out)],
-        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+         "--no-score", "--out", str(out)], cwd=tmp_path,
+        env={**ENV, "PYTHONFAULTHANDLER": "1"},  # a crash at exit would say so in the logs
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         workers = _until(lambda: _recorded_workers(out, 2), 300, proc)
         _until(lambda: SampleStore(out).done_ids(), 300, proc)  # mid-run
@@ -203,5 +204,6 @@ def test_sigterm_to_a_driver_ends_every_child_before_its_exit_status(tmp_path, t
     for name in ("w000", "w001"):
         log = RunDir(out).log_path(name).read_text()
         assert "stopped (SIGTERM): finished samples written, IREE device closed" in log, log
+        assert "Fatal Python error" not in log, log
     assert RunDir(out).load().attempts[-1].status == KILLED
     assert json.loads((out / RECORD).read_text())["attempts"][-1]["signal"] == "SIGTERM"

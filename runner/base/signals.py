@@ -10,6 +10,12 @@ CLI exits with 128 + the signal's number, as a shell reports a process a signal 
 The first signal raises; one arriving while that cleanup runs is noted and not raised, so
 the cleanup (bounded: every wait in it has a deadline) finishes instead of being cut short
 half way. A signal a parent set to be ignored (`nohup` ignores SIGHUP) stays ignored.
+
+`deferred()` marks a stretch that must not be cut in the middle: there a signal is held and
+raised when it ends. IREE's Python objects do not keep what they use alive, so an exception
+raised half way through an IREE call leaves a device buffer in a traceback that outlives the
+session's device, and the interpreter crashes freeing it (runner/model/pipeline/
+iree_session.py defers around every call into the runtime).
 """
 
 from __future__ import annotations
@@ -66,6 +72,31 @@ def exit_at_once() -> None:
             signal.signal(signum, _exit_quietly)
 
 
+class _Held:
+    """The main thread's deferred stretches (nested) and the signal held meanwhile."""
+
+    depth = 0
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A signal arriving inside is raised (as `Interrupted`) once the stretch is over, in
+    the caller's frame, not in the middle of it. Elsewhere than the main thread (where a
+    signal is never raised) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Held.depth += 1
+    try:
+        yield
+    finally:
+        _Held.depth -= 1
+    if _Held.depth == 0 and _Held.signum is not None:
+        signum, _Held.signum = _Held.signum, None
+        raise Interrupted(signum)
+
+
 @contextlib.contextmanager
 def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None]:
     """While inside: SIGINT/SIGTERM/SIGHUP raise `Interrupted` (once). Outside the main
@@ -83,6 +114,9 @@ def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None
                   f"{signal.Signals(first[0]).name}: still stopping{note}", file=sys.stderr)
             return
         first.append(signum)
+        if _Held.depth:
+            _Held.signum = signum  # raised when the deferred stretch ends
+            return
         raise Interrupted(signum)
 
     previous = {}
