@@ -19,11 +19,11 @@ from runner.accuracy.cli import register as register_accuracy
 from runner.base.errors import (
     EXIT_BAD_INPUT,
     EXIT_INCOMPLETE,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     RunnerError,
     is_disk_full,
 )
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.bisect.cli import register as register_bisect
@@ -45,7 +45,6 @@ from runner.clihelp import (
     add_out,
     add_profile,
     add_require_full,
-    add_resume,
     add_samples,
     add_slurm,
     document,
@@ -64,6 +63,12 @@ from runner.model.export.cli import register as register_export
 from runner.report.cli import register as register_report
 
 TOOLS_FLAG = "--iree-tools"
+# A carry holds what any number of compiles gathered (two VAE precisions, more batch
+# sizes): each adds its modules, whatever its profile.
+CARRY_RERUN = Rerun(RESUMES, "every module and export file already there: only the missing "
+                    "ones are copied", free=("--profile", "--set", "--batch-sizes"))
+RUN_RERUN = Rerun(REFUSES, "every finished sample: only the missing ones are generated; "
+                  "a complete run does nothing unless --rescore", ("run.json",))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -93,20 +98,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import Lifecycle, dry_run_lines, executor_for
+    from runner.rundir.directory import RunDir
 
     # A full disk (DiskFull) is an IncompleteRun: main() prints it and exits 3, and what
     # was written is kept for --resume.
     captions = Path(args.captions) if args.captions else None
-    if args.resume and args.dry_run:
+    # --resume of a run with its run.json goes on from it; one killed before its manifest
+    # (while compiling) was given its recorded command line again (runner/cliout.py).
+    own = bool(args.resume) and RunDir(args.resume).exists()
+    if own and args.dry_run:
         raise RunnerError("--dry-run prints a new run's commands", where="--dry-run",
                           fix=f"drop --dry-run (`runner status {args.resume}` shows where the "
                           "run stands)")
-    if args.resume:
+    if own:
         lc = Lifecycle.open(args.resume)
     else:
-        if not args.out:
-            raise RunnerError("--out DIR is required for a new run", where="runner run",
-                              fix="add --out runs/NAME, or --resume DIR to finish a run")
         args.profile = args.profile or DEFAULT_PROFILE
         profile = profile_from_args(args)
         ids = _sample_ids(args, captions)
@@ -118,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lc = Lifecycle.create(Path(args.out), profile, ids, args.argv, executor,
                               captions=captions, score=args.score)
     with lc:
-        if args.resume:
+        if own:
             code = _resume(args, lc)
             if code is not None:
                 return code
@@ -363,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_out(p, "also gather what a machine without iree-compile needs to run these batch "
             "sizes into DIR, laid out as $RUNNER_CACHE_DIR: the compiled modules and an "
             "exported model's files, less the weights a seeded model's spec writes "
-            "there; prints its size", default="none: the cache only")
+            "there; prints its size", CARRY_RERUN, required=False,
+            default="none: the cache only")
     p.set_defaults(func=cmd_compile)
     document(p, "runner compile --profile tiny        # a second time: every module cached",
              "runner compile --profile mi325x --dry-run",
@@ -396,8 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_executor(p, None, "; on --resume, as recorded")
     add_image(p)
     add_slurm(p)
-    add_out(p, "the run directory to create", default="none: --out or --resume is needed")
-    add_resume(p, "finish the interrupted run in DIR (a complete one: nothing to do)")
+    add_out(p, "the run directory to create", RUN_RERUN, own_resume=True)
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
     add_no_score(p, "; the run stops after aggregation")
@@ -427,7 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="DIR",
                    help="an earlier validate's --out to compare against (default: none)")
     add_base_image(p, DEFAULT_BASE_IMAGE)
-    add_out(p, "validate directory: validate.json/.md, the run dir, goldens", required=True)
+    add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
+            Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
+                  "image, compile, the run's finished samples, score, goldens",
+                  ("validate.json",)))
     add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
     document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
@@ -455,7 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
     add_samples(p, 4)
-    add_out(p, "directory for manifest.json and images/", required=True)
+    add_out(p, "directory for manifest.json and images/",
+            Rerun(RESUMES, "nothing: it is one short process, its images are made again",
+                  ("manifest.json",)))
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_generate)
     document(p, "runner generate --profile tiny --count 4 --out runs/gen",
@@ -488,47 +499,91 @@ def _use_tool_dirs(argv: list[str] | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI. SIGINT, SIGTERM and SIGHUP end a command alike (runner.base.signals): the
+    processes it started are stopped and waited for (runner.base.procs), its attempt is
+    recorded as interrupted, and it exits with 128 + the signal's number."""
+    from types import SimpleNamespace
+
+    from runner.base.procs import ProcessGuard, become_subreaper
+    from runner.base.signals import exit_code, raised_as_interrupted, signal_name
+    from runner.cliout import how_to_go_on
+
+    real = argv is None  # this process is the command (not a test calling it in-process)
+    with raised_as_interrupted(restore=not real):
+        guard, seen = ProcessGuard(), SimpleNamespace(args=None)
+        if real:
+            become_subreaper()
+        try:
+            return _main(argv, guard, seen)
+        except KeyboardInterrupt as e:
+            _stop_started(guard)
+            print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(seen.args)}",
+                  file=sys.stderr)
+            return exit_code(e)
+        except BrokenPipeError:
+            # The reader left (`runner plan | head`): stop quietly, and keep Python from
+            # complaining at exit while it flushes a stdout nobody reads.
+            _stop_started(guard)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+
+
+def _main(argv: list[str] | None, guard, seen) -> int:
+    """Parses and runs the command; `seen.args` is what ran, for main()'s message."""
+    from runner import cliout
+
+    try:
+        _use_tool_dirs(argv)
+    except RunnerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    parser = build_parser()
+    typed = list(sys.argv[1:] if argv is None else argv)
+    cliout.lenient_if_resuming(parser, typed)
+    args, extra = parser.parse_known_args(typed)
+    if extra:  # said by the command they were given to, as its own errors are
+        command = _PARSERS.get(getattr(args, "prog", ""), parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    seen.args = args
+    args.argv = typed  # recorded for reproduce.sh
     try:
         try:
-            _use_tool_dirs(argv)
-        except RunnerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return e.exit_code
-        parser = build_parser()
-        args, extra = parser.parse_known_args(argv)
-        if extra:  # said by the command they were given to, as its own errors are
-            command = _PARSERS.get(getattr(args, "prog", ""), parser)
-            command.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded for reproduce.sh
-        try:
+            args = seen.args = cliout.start(parser, args)
+            attempt = args.attempt
+            if attempt is not None and attempt.nothing_to_do and not args.out_spec.own_resume:
+                print(f"{attempt.path}: this `runner {attempt.command}` finished; nothing to "
+                      "resume (pass another --out for a new one)", file=sys.stderr)
+                attempt.release()
+                return EXIT_OK
             code = args.func(args)
-        except RunnerError as e:
-            _error(str(e), args.command)
-            return e.exit_code
-        except OSError as e:
-            # The last net under every command: a read-only or full disk, a vanished file.
-            # Library code names its files itself; this keeps a traceback from the user.
-            if isinstance(e, BrokenPipeError):
-                raise
-            where = f" ({e.filename})" if e.filename else ""
-            fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
-                   if is_disk_full(e) else "check the path, that it exists and that you may "
-                   "read and write there")
-            _error(f"{e.strerror or e}{where}\n  fix: {fix}", args.command)
-            return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
-        sys.stdout.flush()
-        return code
-    except KeyboardInterrupt:
-        # Ctrl-C: finished samples and files are on disk (writes are atomic); a run dir
-        # records the attempt as killed and `runner run --resume DIR` goes on.
-        print("\ninterrupted: finished work is kept; a run goes on with "
-              "`runner run --resume DIR`", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader left (`runner plan | head`): stop quietly, and keep Python from
-        # complaining at exit while it flushes a stdout nobody reads.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        except BaseException as e:  # (not kept past here: a traceback holds the frames)
+            _stop_started(guard)
+            cliout.finish(args, None, e)
+            raise
+        _stop_started(guard)
+        cliout.finish(args, code, None)
+    except RunnerError as e:
+        _error(str(e), args.command)
+        return e.exit_code
+    except OSError as e:
+        # The last net under every command: a read-only or full disk, a vanished file.
+        # Library code names its files itself; this keeps a traceback from the user.
+        if isinstance(e, BrokenPipeError):
+            raise
+        where = f" ({e.filename})" if e.filename else ""
+        fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
+               if is_disk_full(e) else "check the path, that it exists and that you may "
+               "read and write there")
+        _error(f"{e.strerror or e}{where}\n  fix: {fix}", args.command)
+        return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
+    sys.stdout.flush()
+    return code
+
+
+def _stop_started(guard) -> None:
+    """Every process this command started is gone before it exits (a worker still tearing
+    its GPU context down after its driver's exit status is seen would be a leak)."""
+    guard.stop(say=lambda line: print(f"runner: {line}", file=sys.stderr, flush=True))
 
 
 def _error(message: str, command: str) -> None:

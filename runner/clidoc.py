@@ -16,6 +16,7 @@ from runner.base.paths import PACKAGE_DIR
 from runner.clihelp import (
     ABOUT,
     WORKFLOWS,
+    OutSpec,
     documented,
     grammar_table,
     grouped_commands,
@@ -96,6 +97,10 @@ def _body(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[str]:
         lines += ["**Examples**", "", *fenced("bash", doc.examples)]
     if doc.out:
         lines += [f"**`--out`**: {inline(doc.out)}", ""]
+    spec = parser.get_default("out_spec")
+    if isinstance(spec, OutSpec):
+        lines += [f"**Rerun**: {inline(spec.rerun.text())} "
+                  "([Failure modes](failure-modes.md#rerunning-into-an-out))", ""]
     return lines
 
 

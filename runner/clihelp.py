@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.errors import EXIT_CODES
+from runner.base.outdir import Rerun
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
@@ -200,10 +201,23 @@ def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = 
     parts = [EXAMPLES, *(f"  {e}" for e in examples)]
     if out:
         parts += ["", f"--out: {out}"]
+    spec = parser.get_default("out_spec")
+    if isinstance(spec, OutSpec):
+        parts += textwrap.wrap(f"rerun: {spec.rerun.text()}", 88, break_on_hyphens=False)
     parts += ["", EXITS, exit_code_table()]
     parser.epilog = "\n".join(parts)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    """A command's --out and --resume (runner/base/outdir.py has the rule; runner/cliout.py
+    applies it before the command runs)."""
+
+    rerun: Rerun
+    required: bool = True  # the command needs --out DIR (or --resume DIR)
+    own_resume: bool = False  # the command goes on from its own record (a run's run.json)
 
 
 def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse._SubParsersAction]:
@@ -630,15 +644,18 @@ def add_dry_run(p: Any, what: str = "the exact commands it would run") -> None:
            help=f"check the inputs, then print {what}; run nothing, write nothing")
 
 
-def add_out(p: Any, what: str, required: bool = False, default: str | None = None) -> None:
-    """`--out DIR`: what the command writes there (`default` says where it writes without)."""
-    shared(p, "--out", metavar="DIR", required=required,
+def add_out(p: Any, what: str, rerun: Rerun, *, required: bool = True,
+            default: str | None = None, own_resume: bool = False) -> None:
+    """`--out DIR` (what the command writes there; `default` says where it writes without)
+    and `--resume DIR`, one meaning in every command: "DIR holds an interrupted attempt of
+    this command: finish it". argparse requires neither, since `--resume DIR` stands for
+    `--out`: runner/cliout.py applies `required` and the rerun rule before the command
+    runs (runner/base/outdir.py)."""
+    shared(p, "--out", metavar="DIR",
            help=what + ("" if required else f" (default: {default or 'none: nothing written'})"))
-
-
-def add_resume(p: Any, what: str) -> None:
-    """`--resume DIR`: an interrupted attempt of this command, finished."""
-    shared(p, "--resume", metavar="DIR", help=f"{what} (default: none)")
+    shared(p, "--resume", metavar="DIR", help="DIR holds an interrupted attempt of this "
+           f"command: finish it, with the inputs it recorded ({rerun.keeps}) (default: none)")
+    p.set_defaults(out_spec=OutSpec(rerun, required, own_resume))
 
 
 def add_json(p: Any, what: str = "the result") -> None:

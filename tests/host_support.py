@@ -1,5 +1,6 @@
 """Test helpers that touch the host: small tmpfs mounts (a full or read-only disk on demand,
-as root) and polling for a condition another process brings about."""
+as root), polling for a condition another process brings about, and this host's IREE as a
+`build-dir:` build tree."""
 
 from __future__ import annotations
 
@@ -31,3 +32,23 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def host_build_tree(root: Path) -> Path:
+    """This host's own IREE (the installed wheels) laid out as a CMake build tree: tools/
+    and the two Python binding dirs, by links, so `build-dir:` builds cost nothing to make."""
+    import iree.compiler
+    import iree.runtime
+
+    package = Path(iree.runtime.__file__).parent.parent  # site-packages/iree
+    (root / "tools").mkdir(parents=True)
+    (root / "tools" / "iree-compile").symlink_to(
+        Path(iree.compiler.__file__).parent / "_mlir_libs" / "iree-compile")
+    for binding, names in (("compiler", ["compiler"]),
+                           ("runtime", ["runtime", "_runtime", "_runtime_libs"])):
+        target = root / binding / "bindings" / "python" / "iree"
+        target.mkdir(parents=True)
+        for name in names:
+            if (package / name).exists():
+                (target / name).symlink_to(package / name)
+    return root

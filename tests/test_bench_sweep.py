@@ -137,7 +137,7 @@ def test_bad_sweep_values_exit_2(tmp_path, capsys):
                                        "1,8,32\n  fix: see `runner bench --help`\n")
     (tmp_path / "bench.json").write_text("{}")
     assert main(["bench", "--no-stages", "--out", str(tmp_path)]) == 2
-    assert "already holds a bench" in capsys.readouterr().err
+    assert "holds the output of an earlier `runner bench`" in capsys.readouterr().err
 
 
 def test_slurm_sweep_dry_run_is_one_job_per_combination(capsys):

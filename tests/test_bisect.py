@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from host_support import host_build_tree
 
 from runner.base.errors import RunnerError
 from runner.bisect.builds import Sources, parse_build, version_key
@@ -380,26 +381,6 @@ def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
     assert trend.returncode == 0, trend.stderr
     assert "runner image build --iree wheels:3.12.0" in trend.stdout
     assert "--passes 2 --compstat --dispatches 5" in trend.stdout
-
-
-def host_build_tree(root: Path) -> Path:
-    """This host's own IREE (the installed wheels) laid out as a CMake build tree: tools/
-    and the two Python binding dirs, by links, so `build-dir:` builds cost nothing to make."""
-    import iree.compiler
-    import iree.runtime
-
-    package = Path(iree.runtime.__file__).parent.parent  # site-packages/iree
-    (root / "tools").mkdir(parents=True)
-    (root / "tools" / "iree-compile").symlink_to(
-        Path(iree.compiler.__file__).parent / "_mlir_libs" / "iree-compile")
-    for binding, names in (("compiler", ["compiler"]),
-                           ("runtime", ["runtime", "_runtime", "_runtime_libs"])):
-        target = root / binding / "bindings" / "python" / "iree"
-        target.mkdir(parents=True)
-        for name in names:
-            if (package / name).exists():
-                (target / name).symlink_to(package / name)
-    return root
 
 
 def test_script_bisect_over_build_trees_with_hostile_names(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
 from test_goldens_upload import BASE, generated
 
+from runner.base.outdir import REFUSES, Rerun
 from runner.cli import build_parser, main
 from runner.clihelp import (
     GRAMMAR,
@@ -61,7 +62,7 @@ def test_the_grammar_rule_fails_on_each_kind_of_drift():
     assert any(p.startswith("--time has 2 shapes") for p in problems)
 
     problems = grammar_problems(_toy(
-        ("run", lambda p: add_out(p, "the run")),
+        ("run", lambda p: add_out(p, "the run", Rerun(REFUSES, "every finished sample"))),
         ("bench", lambda p: p.add_argument("--out"))))
     assert any("--out is taken by runner bench, runner run but not defined once (not "
                "through runner.clihelp.shared) in runner bench" in p for p in problems)

@@ -51,7 +51,7 @@ def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert "Traceback" not in err
-    assert "interrupted: finished work is kept" in err
+    assert "interrupted (SIGINT): finished work is kept" in err
 
     resumed = _runner("run", "--resume", str(out), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr

@@ -128,6 +128,10 @@ QUICK = {
     "runner bisect --good wheels:3.12.0 --bad wheels:3.13.0 --install docker --test images "
     "--profile tiny --count 2 --out runs/bisect-docker --dry-run":
         "# 2 candidate builds, good .. bad:",
+    # Where neither nvidia-smi nor rocm-smi exists the check says it is skipped; on a GPU
+    # machine it says no process holds GPU memory (tests/test_gpu_holders.py checks both).
+    "python3 -m runner.base.gpu_holders snapshot > gpu-before.json": '"tool"',
+    "python3 -m runner.base.gpu_holders check gpu-before.json": "GPU",
 }
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
@@ -150,6 +154,7 @@ THEN = {
     "2000\\n' > short.conf": "cat short.conf",
     "printf 'stable-diffusion-xl.*.min_duration = 1000\\nstable-diffusion-xl.*.min_query_count = "
     "8\\n' > short8.conf": "cat short8.conf",
+    "python3 -m runner.base.gpu_holders snapshot > gpu-before.json": "cat gpu-before.json",
 }
 
 GPU = "needs an AMD GPU (ROCm) and a lab node"
@@ -308,6 +313,13 @@ NOT_HERE: dict[str, tuple[str, str]] = {
                      "test_dry_run_prints_exact_commands_without_secrets"),
     "runner goldens compare-steps --profile tiny --samples 0": (
         LONG, "tests/test_goldens_steps.py::test_every_stage_is_compared_on_its_own"),
+    # Failure modes
+    "runner bench --profile cpu --count 4 --out runs/bench-x": (
+        "shown stopped by a time limit half way, which a page of commands cannot do",
+        "tests/test_signals.py::test_a_stopped_command_goes_on_as_its_help_says"),
+    "runner bench --resume runs/bench-x": (
+        "goes on from a bench stopped half way (the command above)",
+        "tests/test_signals.py::test_a_stopped_command_goes_on_as_its_help_says"),
     # Benchmarks
     "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 --out runs/bench": (
         LONG, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),

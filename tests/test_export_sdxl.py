@@ -71,25 +71,39 @@ def test_out_dir_takes_more_batch_sizes_of_the_same_inputs_only(exported, checkp
     assert main(["export", "sdxl", "--from", str(checkpoint), "--dtype", "fp16",
                  "--out", str(exported)]) == 2
     err = capsys.readouterr().err
-    assert "holds an export of other inputs" in err and str(exported / "model.json") in err
+    assert "with other inputs" in err and "--dtype: fp32 in the attempt, fp16 now" in err
 
 
-def test_a_killed_exports_files_are_never_reused(exported, checkpoint, tmp_path, capsys):
-    """A killed export leaves its files in --out without model.json (written last). An export
-    of another dtype into that --out writes every file again (today's bug: it kept the old
-    dtype's weights, "0 written", under a model.json claiming the new dtype), and the
-    model.json it writes records the sha256 of every file beside it."""
+def test_an_out_dir_holding_a_users_file_is_refused_before_any_work(checkpoint, tmp_path,
+                                                                     capsys):
+    """The docs promise an empty directory or one holding an export: a user's own file
+    there is refused, dry run included, and nothing is written beside it."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    for dry in ([], ["--dry-run"]):
+        assert main(["export", "sdxl", "--from", str(checkpoint), "--dtype", "fp32",
+                     "--out", str(out), *dry]) == 2
+        err = capsys.readouterr().err
+        assert "not `runner export`'s own (notes.txt)" in err, err
+        assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing beside it
+
+
+def test_an_export_of_other_inputs_writes_every_file_again(exported, checkpoint, tmp_path):
+    """Files without their model.json (written last) are never reused: an export of
+    another dtype into that dir writes every file again (a bug once kept the old dtype's
+    weights, "0 written", under a model.json claiming the new dtype), and the model.json
+    it writes records the sha256 of every file beside it."""
     from runner.base.fileio import sha256_file
     from runner.model.export.store import _verified
 
     out = tmp_path / "out"
-    shutil.copytree(exported, out)  # the fp32 export, killed before its model.json
+    shutil.copytree(exported, out)  # the fp32 export, without its model.json
     (out / "model.json").unlink()
-    assert main(["export", "sdxl", "--from", str(checkpoint), "--dtype", "fp16",
-                 "--out", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "no model.json (a killed export?)" in err
-    assert all(f"export: {name}.irpa written" in err for name in ("clip", "unet", "vae"))
+    said: list[str] = []
+    ensure_export(ExportSource(checkpoint, None, "float16"), [1], [1], out, log=said.append)
+    assert all(f"export: {name}.irpa written" in said for name in ("clip", "unet", "vae"))
     config = json.loads((out / "model.json").read_text())
     assert config["dtype"] == "float16"
     assert sorted(config["files"]) == ["clip.irpa", "clip_bs1.mlir", "tokenizer/merges.txt",
@@ -103,10 +117,37 @@ def test_a_killed_exports_files_are_never_reused(exported, checkpoint, tmp_path,
         last = f.read(1)
         f.seek(-1, 2)
         f.write(bytes([last[0] ^ 1]))
-    said: list[str] = []
+    said.clear()
     assert _verified(out, config["export_key"], said.append) == ([], [], {})
     assert "vae.irpa is not the file it records" in said[0]
     assert not (out / "model.json").exists()
+
+
+class _Stop(KeyboardInterrupt):
+    """Raised from the export's log right after a given file: an interrupt at that point."""
+
+
+def test_an_interrupted_export_keeps_the_files_it_finished(exported, checkpoint, tmp_path):
+    out = tmp_path / "out"
+
+    def stop_after_unet(line: str) -> None:
+        if line == "export: unet.irpa written":
+            raise _Stop()
+
+    source = ExportSource(checkpoint, None, "float32")
+    with pytest.raises(_Stop):
+        ensure_export(source, [1, 2], [1, 2], out, log=stop_after_unet)
+    assert not (out / "model.json").exists() and not (out / "unet.irpa").exists()
+    staged = {p.name: p.stat().st_mtime_ns for p in (out / ".staging").iterdir()}
+    assert {"clip.irpa", "unet.irpa"} <= set(staged) and "vae.irpa" not in staged
+    said: list[str] = []
+    ensure_export(source, [1, 2], [1, 2], out, log=said.append)
+    assert said[0] == "export: 4 file(s) an interrupted export finished are kept"
+    assert "export: unet.irpa written" not in said and "export: vae.irpa written" in said
+    assert (out / "unet.irpa").stat().st_mtime_ns == staged["unet.irpa"]  # moved, not rewritten
+    assert not (out / ".staging").exists()
+    for name in ("clip.irpa", "unet.irpa", "vae.irpa", "unet_bs2.mlir", "model.json"):
+        assert (out / name).read_bytes() == (exported / name).read_bytes(), name
 
 
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
@@ -201,6 +242,7 @@ def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monke
     ensure_export(source, [1], [1], log=messages.append)
     assert messages == []  # nothing exported twice
     assert json.loads(config.read_text())["batch_sizes"] == [1]
+    assert not (config.parent / ".staging").exists()  # staged inside the export, moved in
     assert not [p for p in (tmp_path / "cache" / "exports").iterdir()
                 if p.name.startswith(".staging")]
     assert first["clip.irpa"] == config.parent.joinpath("clip.irpa").stat().st_mtime_ns

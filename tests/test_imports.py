@@ -31,7 +31,7 @@ PACKAGE = ROOT / "runner"
 LAYERS = ("base", "inputs", "config", "clihelp", "model", "rundir", "docker", "batch",
           "accuracy", "report", "lifecycle", "goldens", "loadgen", "bench", "bisect",
           "validate", "cli")
-CLI_LAYER = {"runner.cli", "runner.clidoc", "runner.__main__"}
+CLI_LAYER = {"runner.cli", "runner.clidoc", "runner.cliout", "runner.__main__"}
 
 
 def module_name(path: Path) -> str:

@@ -213,17 +213,23 @@ def test_a_from_symlink_loop_is_named(tmp_path, capsys):
     assert "--from: cannot resolve the path" in text and "loop" in text
 
 
-@pytest.mark.parametrize(("field", "message"), [
-    ('"golden_time_ms": NaN', "NaN is not a finite number"),
-    ('"golden_time_ms": 1e400', "1e400 is not a finite number"),
-    ('"inputs": [{"source": "a.bin", "value": "9999999999x9999999999xf32"}]',
+@pytest.mark.parametrize(("field", "where", "message"), [
+    ('"golden_time_ms": NaN', "golden_time_ms",
+     "NaN, which is not a finite number; allowed: a finite number, from -1.8e+308 to 1.8e+308"),
+    ('"golden_time_ms": 1e400', "golden_time_ms", "1e400, which is not a finite number"),
+    ('"x": {"y z": [0, -Infinity]}', 'x["y z"][1]', "-Infinity, which is not a finite number"),
+    ('"seed": 12345678901234567890', "seed",
+     "an integer of 20 digits; allowed: an integer from -9223372036854775808 to "
+     "9223372036854775807"),
+    ('"inputs": [{"source": "a.bin", "value": "9999999999x9999999999xf32"}]', "inputs[0]",
      "byte count overflows 64 bits"),
 ])
-def test_test_suite_numbers_out_of_range_are_named(tmp_path, capsys, field, message):
+def test_test_suite_numbers_out_of_range_are_named(tmp_path, capsys, field, where, message):
+    """Each such number with its file, its field and the range a number may have."""
     test = tmp_path / "clip_cpu.json"
     test.write_text('{"mlir": "clip.mlir", "device": "local-task", ' + field + "}")
     text = _exit_2(capsys, "goldens", "check", str(test))
-    assert message in text and str(test) in text
+    assert message in text and f"{test}: {where}" in text, text
 
 
 @pytest.mark.parametrize("option", ["-m", "-k"])
@@ -237,7 +243,7 @@ def test_a_deeply_nested_selection_expression_is_refused(capsys, option):
     ("layout.devices=[0, 1", "cannot read the value"),
     ("name=!!python/object/apply:os.system [echo pwned]", "a tag (tag:yaml.org,2002:python"),
     ("layout.devices=&a 0", "an anchor (`&name`) is not allowed"),
-    ("layout.batch_size=.inf", ".inf is not a finite number"),
+    ("layout.batch_size=.inf", ".inf, which is not a finite number; allowed: a finite number"),
 ])
 def test_a_set_value_that_is_not_plain_yaml_is_refused(capsys, value, message):
     text = _exit_2(capsys, "plan", "--profile", "cpu", "--set", value)

@@ -104,7 +104,7 @@ def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run,
     assert resume.returncode == 0, err
     assert f"taking over the stale lock of pid {first.pid}" in err
     assert second.returncode == 2 and "Traceback" not in second.stderr
-    assert f"another driver holds this run: pid {resume.pid} on " in second.stderr
+    assert f"another driver holds this out dir: pid {resume.pid} on " in second.stderr
     m = manifest(run_dir)
     assert [a["status"] for a in m["attempts"]] == ["killed", "finished"]
     assert m["status"] == "complete"

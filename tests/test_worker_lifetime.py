@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.base.dirlock import pid_start
 from runner.batch.lifeline import EXIT_DRIVER_GONE, ProcessId, boot_id, reap_orphans
-from runner.rundir.directory import RunDir, pid_start
+from runner.rundir.directory import RunDir
 from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore
 
@@ -173,3 +174,36 @@ def test_a_resume_stops_a_dead_drivers_workers_by_recorded_pid_only(tmp_path):
         stranger.kill()
         orphan.wait()
         stranger.wait()
+
+
+def test_sigterm_to_a_driver_ends_every_child_before_its_exit_status(tmp_path, tiny_compiled):
+    """What a time limit does: SIGTERM to `runner run` mid-run. When its exit status is
+    seen, every process it started is gone (each worker wrote its finished samples and
+    closed its IREE device first), and both records say how the attempt ended."""
+    from runner.base.outdir import RECORD
+    from runner.base.procs import descendants
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "40",
+         "--no-score", "--out", str(out)], cwd=tmp_path,
+        env={**ENV, "PYTHONFAULTHANDLER": "1"},  # a crash at exit would say so in the logs
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = _until(lambda: _recorded_workers(out, 2), 300, proc)
+        _until(lambda: SampleStore(out).done_ids(), 300, proc)  # mid-run
+        below = descendants(proc.pid)
+        assert isinstance(workers, list) and {w.pid for w in workers} <= {p.pid for p in below}
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not [p for p in below if p.alive()]  # gone when the exit status is seen
+    assert "Traceback" not in err and "interrupted (SIGTERM)" in err
+    for name in ("w000", "w001"):
+        log = RunDir(out).log_path(name).read_text()
+        assert "stopped (SIGTERM): finished samples written, IREE device closed" in log, log
+        assert "Fatal Python error" not in log, log
+    assert RunDir(out).load().attempts[-1].status == KILLED
+    assert json.loads((out / RECORD).read_text())["attempts"][-1]["signal"] == "SIGTERM"

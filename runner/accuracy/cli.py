@@ -11,6 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import (
     add_metrics,
     add_out,
@@ -144,7 +145,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="per-image PSNR/SSIM between two runs")
     p.add_argument("run_a", metavar="RUN_A", help="a run dir, generate dir or accuracy log dir")
     p.add_argument("run_b", metavar="RUN_B", help="the other one")
-    add_out(p, f"write the comparison as {COMPARE_JSON} here")
+    add_out(p, f"write the comparison as {COMPARE_JSON} here",
+            Rerun(RESUMES, "nothing: the runs are compared again", (COMPARE_JSON,)),
+            required=False, default="none: printed only")
     add_worst(p, 10)
     add_profile(p, default=None, none_means="the one the run recorded; for an accuracy log, "
                 "it gives the image size", with_set=False)
@@ -158,7 +161,9 @@ def register(subparsers) -> None:
                     "+/- the percentages) and calibration.json into --out; with "
                     "--reference-run, also fid_statistics.npz from that run's images.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the known-good run")
-    add_out(p, "directory for accuracy.yaml and calibration.json", required=True)
+    add_out(p, "directory for accuracy.yaml and calibration.json",
+            Rerun(RESUMES, "nothing: the run is scored again, the files written at the end",
+                  ("calibration.json",)))
     p.add_argument("--reference-run", metavar="DIR",
                    help="images whose statistics become the FID reference (disjoint prompts; "
                    "default: the shipped statistics)")
@@ -173,7 +178,9 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
-    add_out(p, "directory for manifest.json and images/", required=True)
+    add_out(p, "directory for manifest.json and images/",
+            Rerun(RESUMES, "nothing: it is one short process, its images are made again",
+                  ("manifest.json",)))
     add_samples(p, 32)
     add_profile(p, default="tiny")
     p.add_argument("--guidance", type=SCALE, help="replace the guidance scale (default: "

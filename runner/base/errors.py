@@ -44,13 +44,14 @@ EXIT_OK = 0  # passed, or done (a command with no verdict; a dry run; a subset n
 EXIT_FAILED = 1  # a verdict failed: accuracy out of range, a golden over tolerance, ...
 EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; nothing judged
 EXIT_INCOMPLETE = 3  # a run stopped with samples missing; `runner run --resume DIR` goes on
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT; finished work is kept
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM gives 143 and SIGHUP 129: 128 + the signal
 
 EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset that is not judged)"),
               (EXIT_FAILED, "a verdict failed (accuracy, goldens, benchmarks, --require-full)"),
               (EXIT_BAD_INPUT, "bad input or a failed step: the error names file, field and fix"),
               (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"),
-              (EXIT_INTERRUPTED, "interrupted (Ctrl-C): finished work is kept"))
+              (EXIT_INTERRUPTED, "interrupted: Ctrl-C; 143 SIGTERM, 129 SIGHUP (128 + the "
+               "signal); its processes stopped, finished work kept"))
 
 
 class IncompleteRun(RunnerError):

@@ -8,6 +8,7 @@ iree-compile (runner/docker/in_image.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -50,6 +51,13 @@ class DockerContainer:
                 f.write(logs(self.container))
             self.container.remove(force=True)
         return rc
+
+    def terminate(self) -> None:
+        """SIGTERM to the worker (the container's first process, which handles it)."""
+        from docker.errors import APIError, NotFound
+
+        with contextlib.suppress(APIError, NotFound):  # ended meanwhile: poll() says so
+            self.container.kill(signal="SIGTERM")
 
     def kill(self) -> None:
         from runner.docker.container import kill

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.base import shellscript
+from runner.base.procs import KILL_WAIT_S, STOP_GRACE_S
 from runner.base.progress import Progress, echo
 from runner.batch.lifeline import Heartbeat
 from runner.batch.queue import WorkQueue
@@ -49,7 +50,33 @@ CompileFn = Callable[..., CompiledModel]  # (profile, batch_size, vae_batch_size
 
 class WorkerHandle(Protocol):
     def poll(self) -> int | None: ...
+    def terminate(self) -> None: ...
     def kill(self) -> None: ...
+
+
+def stop_workers(handles: list[WorkerHandle], grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM to every worker, then waits for each: a worker writes its finished samples
+    and closes its IREE device (a GPU's memory is free once it has exited); one still
+    running after `grace` is killed, and waited for too. Nothing of them runs on after."""
+    for handle in handles:
+        handle.terminate()
+    deadline = time.monotonic() + grace
+    left = _wait_all(handles, deadline)
+    for handle in left:
+        handle.kill()
+    _wait_all(left, time.monotonic() + KILL_WAIT_S)
+
+
+def _wait_all(handles: list[WorkerHandle], deadline: float) -> list[WorkerHandle]:
+    """The handles still running at `deadline` (polling also reaps, or removes a
+    container)."""
+    left = list(handles)
+    while left:
+        left = [h for h in left if h.poll() is None]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return left
 
 
 @dataclass
@@ -74,7 +101,8 @@ class Execution(Protocol):
         nothing of this execution is alive any more."""
 
     def stop(self) -> None:
-        """Kills everything still running (Ctrl-C, SIGTERM), so nothing writes on."""
+        """Stops everything still running (a signal, an error) and waits for it, so nothing
+        writes on, nor holds a device, once it returns."""
 
     def result(self) -> Executed: ...
 
@@ -182,10 +210,12 @@ class WorkerPool:
         return True
 
     def stop(self) -> None:
-        for handle in self.alive.values():
-            handle.kill()
-        self.alive.clear()
-        self.heartbeat.stop()
+        """Stops the workers still running and waits for them (`stop_workers`)."""
+        try:
+            stop_workers(list(self.alive.values()))
+        finally:
+            self.alive.clear()
+            self.heartbeat.stop()
 
     def result(self) -> Executed:
         seconds = self._seconds if self._seconds is not None else time.monotonic() - self._t0

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.base.dirlock import pid_start
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.rundir.directory import pid_start
 
 BEAT_S = 1.0
 # A worker gives its driver this long without a heartbeat (a driver blocked in I/O for half
@@ -159,10 +159,13 @@ def die_with_parent(driver_pid: int, only_child: bool = False) -> bool:
     return True
 
 
-def watch_driver(lifeline: dict[str, Any] | None, say: Callable[[str], None]) -> None:
-    """Starts the watchdog thread: exits this process once the driver's heartbeat is older
+def watch_driver(lifeline: dict[str, Any] | None, say: Callable[[str], None],
+                 stop: Callable[[], None] | None = None) -> None:
+    """Starts the watchdog thread: ends this process once the driver's heartbeat is older
     than its `stale_s` or gone. `lifeline` is `Heartbeat.task()` (None: no driver to watch,
-    a worker started by hand)."""
+    a worker started by hand). `stop` ends it in order (a worker closing its device);
+    should the process still run `STOP_GRACE_S` later, or without `stop`, it exits at
+    once."""
     if not lifeline:
         return
     path, stale_s = Path(lifeline["heartbeat"]), float(lifeline["stale_s"])
@@ -178,6 +181,9 @@ def watch_driver(lifeline: dict[str, Any] | None, say: Callable[[str], None]) ->
                 state = "missing" if age == float("inf") else f"{age:.0f}s old"
                 say(f"driver gone (heartbeat {path} {state}): exiting")
                 sys.stdout.flush()
+                if stop is not None:
+                    stop()
+                    time.sleep(STOP_GRACE_S)
                 os._exit(EXIT_DRIVER_GONE)
 
     threading.Thread(target=watch, name="driver-watchdog", daemon=True).start()

@@ -9,6 +9,11 @@ killing this process loses at most its in-flight batches, which go back to the q
 A sample the pipeline cannot make (its decoder's output is not finite) is recorded as
 failed, with the error and its fix (`samples/failed/`), and the worker goes on: handing
 the batch back would only have the next worker fail on it too.
+
+SIGTERM (its driver stopping it, or the kernel's parent-death signal), SIGINT and SIGHUP
+end it in order: the samples already generated are written, its IREE device is closed
+(the same path on CPU as on a GPU, whose memory is free before the process exits), then
+it exits with 128 + the signal. Its driver waits for that (runner/batch/executors.py).
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.batch.lifeline import die_with_parent, record_worker, watch_driver
+from runner.base.signals import exit_code, raised_as_interrupted, signal_name
+from runner.batch.lifeline import EXIT_DRIVER_GONE, die_with_parent, record_worker, watch_driver
 from runner.batch.queue import Batch, WorkQueue
 from runner.config.mlperf_data import load_captions
 from runner.config.sources import redact_secrets
@@ -57,7 +65,9 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
-def run_worker(task_file: Path) -> int:
+def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> int:
+    """`driver_gone` is set when the watchdog found the driver's heartbeat stopped (it
+    then stops this process as SIGTERM would)."""
     task = json.loads(task_file.read_text())
     run_dir, worker = Path(task["run_dir"]), task["worker"]
     name = worker["name"]
@@ -66,7 +76,12 @@ def run_worker(task_file: Path) -> int:
     lifeline = task.get("lifeline")
     if lifeline:
         die_with_parent(int(lifeline["driver"]["pid"]))
-    watch_driver(lifeline, lambda message: log(f"{name}: {message}"))
+    def stop() -> None:
+        if driver_gone is not None:
+            driver_gone.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    watch_driver(lifeline, lambda message: log(f"{name}: {message}"), stop=stop)
     record_worker(run_dir, name, lifeline)
     if worker.get("cpu_affinity"):
         os.sched_setaffinity(0, worker["cpu_affinity"])
@@ -129,11 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="runner.batch.worker")
     parser.add_argument("--task", required=True, type=Path)
     args = parser.parse_args(argv)
-    try:
-        return run_worker(args.task)
-    except RunnerError as e:
-        print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
-        return 2
+    driver_gone = threading.Event()
+    with raised_as_interrupted():
+        try:
+            return run_worker(args.task, driver_gone)
+        except RunnerError as e:
+            print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
+            return 2
+        except KeyboardInterrupt as e:
+            log(f"stopped ({signal_name(e)}): finished samples written, IREE device closed")
+            return EXIT_DRIVER_GONE if driver_gone.is_set() else exit_code(e)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.bench import dispatch_profile as dp
 from runner.bench import stages as st
 from runner.bench import sweep, tuning
@@ -54,10 +54,11 @@ def _say(message: str) -> None:
 
 class _Stages:
     """Compiled models and recorded inputs per batch size, made once and shared by the
-    stage benchmarks and the A/B arms."""
+    stage benchmarks and the A/B arms; `attempt` (the out dir's record) keeps what an
+    interrupted bench recorded and measured."""
 
-    def __init__(self, out: Path, dry_run: bool):
-        self.out, self.dry_run = out, dry_run
+    def __init__(self, out: Path, dry_run: bool, attempt: Any = None):
+        self.out, self.dry_run, self.attempt = out, dry_run, attempt
         self._inputs: dict[int, dict[str, tuple[Path, ...]]] = {}
 
     def inputs(self, compiled: CompiledModel) -> dict[str, tuple[Path, ...]] | None:
@@ -65,17 +66,37 @@ class _Stages:
             return None
         bs = compiled.batch_size
         if bs not in self._inputs:
-            _say(f"recording stage inputs from one pipeline pass at batch {bs}")
-            self._inputs[bs] = st.capture_inputs(compiled, self.input_dir(bs))
+            self._inputs[bs] = self._kept_inputs(bs) or self._capture(compiled)
         return self._inputs[bs]
+
+    def _capture(self, compiled: CompiledModel) -> dict[str, tuple[Path, ...]]:
+        bs = compiled.batch_size
+        _say(f"recording stage inputs from one pipeline pass at batch {bs}")
+        inputs = st.capture_inputs(compiled, self.input_dir(bs))
+        if self.attempt is not None:
+            self.attempt.mark(f"inputs:bs{bs}", {role: {str(p): sha256_file(p) for p in paths}
+                                                 for role, paths in inputs.items()})
+        return inputs
+
+    def _kept_inputs(self, bs: int) -> dict[str, tuple[Path, ...]] | None:
+        """The inputs an interrupted attempt recorded, while every file is as written."""
+        recorded = self.attempt.done(f"inputs:bs{bs}") if self.attempt else None
+        if not recorded or not self.attempt.resumed:
+            return None
+        if any(not Path(p).is_file() or sha256_file(Path(p)) != digest
+               for files in recorded.values() for p, digest in files.items()):
+            return None
+        return {role: tuple(Path(p) for p in files) for role, files in recorded.items()}
 
     def input_dir(self, bs: int) -> Path:
         return self.out / "stages" / f"bs{bs}"
 
 
 def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
-              echo: Callable[[str], None] = print) -> BenchReport:
-    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out."""
+              echo: Callable[[str], None] = print, attempt: Any = None) -> BenchReport:
+    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out.
+    `attempt` (the out dir's record, runner/base/outdir.py): an interrupted bench's
+    finished layouts and stage latencies are kept, not measured again."""
     start = time.perf_counter()
     if out is None:
         if not opts.dry_run:
@@ -83,7 +104,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                               where="runner bench",
                               fix="add --out runs/NAME, or --dry-run to see the plan")
         out = Path("<out>")
-    if not opts.dry_run and (out / BENCH_JSON).exists():
+    if not opts.dry_run and attempt is None and (out / BENCH_JSON).exists():
         raise RunnerError("this directory already holds a bench", where=str(out),
                           fix="pass another --out")
     if not opts.host_only and (opts.ab_tuning_spec or opts.dump_tuning_specs):
@@ -107,7 +128,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                             list(opts.batch_sizes), list(opts.vae_batch_sizes))
     # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.
     runnable = [c for c in cases if c.plan is not None] if opts.host_only else []
-    shared = _Stages(out, opts.dry_run)
+    shared = _Stages(out, opts.dry_run, attempt)
 
     def emit(line: str) -> None:
         report.commands.append(line)
@@ -129,7 +150,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                 if combo.case.plan is not None:
                     report.layouts[-1].status = "planned"
         else:
-            report.layouts = sweep.run_combinations(combos, ids, opts.slurm)
+            report.layouts = sweep.run_combinations(combos, ids, opts.slurm, out, attempt)
         tp.mark_best(report.layouts)
     elif opts.dry_run:
         for case in cases:
@@ -153,7 +174,8 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
         if opts.ab_tuning_spec is None:
             if opts.stages:
                 report.stages += _run(_plans(case, case.profile, shared,  # type: ignore[arg-type]
-                                             shared.input_dir(bs), opts, emit, ""), opts, "")
+                                             shared.input_dir(bs), opts, emit, ""), opts, "",
+                                      shared)
             continue
         assert report.ab is not None
         without, with_spec, same = _ab(profile, case, shared, opts, emit)
@@ -161,7 +183,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
         report.ab.with_spec += with_spec
         if opts.stages:
             report.stages += without if same else _run(_plans(
-                case, profile, shared, shared.input_dir(bs), opts, emit, ""), opts, "")
+                case, profile, shared, shared.input_dir(bs), opts, emit, ""), opts, "", shared)
 
     _beside_in_run(report, per_batch)
 
@@ -220,11 +242,12 @@ def _beside_in_run(report: BenchReport, per_batch: dict[int, tp.LayoutCase]) -> 
     report.stages = [in_run(r) for r in report.stages]
 
 
-def _run(plans: list[st.StagePlan], opts: BenchOptions, label: str) -> list[st.StageResult]:
+def _run(plans: list[st.StagePlan], opts: BenchOptions, label: str, shared: _Stages
+         ) -> list[st.StageResult]:
     if opts.dry_run:
         return [st.StageResult(p.stage, p.function, p.batch_size, None, p.command.text(),
                                view=p.view) for p in plans]
-    return st.run_stages(plans, opts.settings, label)
+    return st.run_stages(plans, opts.settings, label, shared.attempt)
 
 
 def _stage_submodels(profile: Profile, stage_filter: tuple[str, ...]) -> list[str]:
@@ -265,8 +288,8 @@ def _ab(profile: Profile, case: tp.LayoutCase, shared: _Stages, opts: BenchOptio
     a_res: list[st.StageResult] = []
     b_res: list[st.StageResult] = []
     for pa, pb in zip(a, b, strict=True):
-        a_res += _run([pa], opts, " (A/B: without spec)")
-        b_res += _run([pb], opts, f" (A/B: with {spec.name})")
+        a_res += _run([pa], opts, " (A/B: without spec)", shared)
+        b_res += _run([pb], opts, f" (A/B: with {spec.name})", shared)
     return a_res, b_res, same
 def _dump(profile: Profile, per_batch: dict[int, tp.LayoutCase], out: Path,
           opts: BenchOptions, emit: Callable[[str], None]) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
 from runner.clihelp import (
     SLURM_FLAGS,
@@ -101,7 +102,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
         iree=tuple(v for spec in args.iree or () for v in spec.split(",") if v.strip()),
         image=args.image, slurm=_slurm(args))
-    report = run_bench(profile, Path(args.out) if args.out else None, opts)
+    report = run_bench(profile, Path(args.out) if args.out else None, opts,
+                       attempt=args.attempt)
     if not args.dry_run:
         print(markdown(report))
     return report.exit_code
@@ -164,6 +166,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_image(r, "; one prebuilt image instead of --iree")
     add_slurm(bench, resumable=False)
     add_out(bench, "directory for runs, inputs, bench.json and bench.md",
+            Rerun(REFUSES, "finished layouts and stage latencies are not measured again; an "
+                  "interrupted layout is measured again from its start, since a throughput is "
+                  "one attempt's", ("bench.json",)), required=False,
             default="none: needed unless --dry-run")
     add_dry_run(bench, "every image build, compile, `runner run` and sbatch command it would "
                 "start")
@@ -216,7 +221,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--files-dir", metavar="DIR", help="IREE CI's test files: e2e MLIR, tuner "
                    "specs (default: beside the benchmark files)")
     add_dry_run(p, "the iree-compile and iree-benchmark-module commands")
-    add_out(p, "write bench.json and bench.md here")
+    add_out(p, "write bench.json and bench.md here",
+            Rerun(RESUMES, "nothing: the goldens are checked again, the reports written at "
+                  "the end"), required=False)
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
              "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",

@@ -19,6 +19,7 @@ Where the runs go:
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from runner.bench import throughput as tp
 from runner.docker.in_image import ImageCompiler
 from runner.lifecycle import Lifecycle, executor_for
 from runner.model.compiled_model import compile_model
+from runner.rundir.directory import MANIFEST as RUN_MANIFEST
 from runner.rundir.manifest import RunManifest
 
 EXECUTORS = ("local", "docker", "slurm")
@@ -203,32 +205,70 @@ def _finish(started: _Started) -> None:
             slurm_info(started.result, lc.manifest)
 
 
+def _kept(c: Combination, out: Path, attempt: Any) -> tp.LayoutResult | None:
+    """An interrupted bench's finished layout (recorded with its run dir there), or None;
+    the run dir of a layout it did not finish is removed, to be measured again from its
+    start (a throughput is one attempt's: finished samples of a cut-short run would make
+    the rest look faster)."""
+    if attempt is None or not attempt.resumed:
+        return None
+    key = _layout_key(c, out)
+    recorded = attempt.done(key)
+    if recorded and (c.run_dir / RUN_MANIFEST).is_file():
+        print(f"bench: layout {c.case.label} ({c.arm.spec}): kept from the interrupted "
+              "attempt", file=sys.stderr, flush=True)
+        return tp.LayoutResult.from_dict(recorded)
+    if recorded:
+        attempt.forget(key)
+    if c.run_dir.exists():
+        print(f"bench: layout {c.case.label} ({c.arm.spec}): the interrupted attempt's run "
+              f"is measured again from its start ({c.run_dir} removed)", file=sys.stderr,
+              flush=True)
+        shutil.rmtree(c.run_dir)
+    return None
+
+
+def _layout_key(c: Combination, out: Path) -> str:
+    return f"layout:{c.run_dir.relative_to(out)}"
+
+
 def run_combinations(combos: list[Combination], ids: list[int],
-                     slurm: SlurmOptions | None = None) -> list[tp.LayoutResult]:
+                     slurm: SlurmOptions | None = None, out: Path | None = None,
+                     attempt: Any = None) -> list[tp.LayoutResult]:
     """Runs on this machine take turns (the same cores for each, so their numbers
     compare); runs elsewhere (one Slurm job per combination) are all started, then waited
-    for together."""
+    for together. `attempt` (the bench's out dir record, runner/base/outdir.py) keeps the
+    layouts an interrupted bench finished, and records each one as it finishes."""
     results: list[tp.LayoutResult] = []
-    elsewhere: list[_Started] = []
+    elsewhere: list[tuple[_Started, Combination]] = []
+
+    def finish(started: _Started, c: Combination) -> None:
+        _finish(started)
+        if attempt is not None and out is not None and started.result.status == "ok":
+            attempt.mark(_layout_key(c, out), started.result.to_dict())
+
     try:
         for c in combos:
+            if out is not None and (kept := _kept(c, out, attempt)) is not None:
+                results.append(kept)
+                continue
             result, started = _start(c, ids, slurm)
             results.append(result)
             if started is None:
                 continue
             if not started.executor.on_this_host:
-                elsewhere.append(started)
+                elsewhere.append((started, c))
                 continue
             if started.execution is not None:
                 watch([started.execution])
-            _finish(started)
-        watch([s.execution for s in elsewhere if s.execution is not None])
+            finish(started, c)
+        watch([s.execution for s, _ in elsewhere if s.execution is not None])
     except BaseException:
-        for s in elsewhere:
+        for s, _ in elsewhere:
             s.lc.close()
         raise
-    for s in elsewhere:
-        _finish(s)
+    for s, c in elsewhere:
+        finish(s, c)
     return results
 
 

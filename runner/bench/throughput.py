@@ -117,6 +117,11 @@ class WorkerThroughput:
     def samples_per_s(self) -> float:
         return self.samples / self.busy_s if self.busy_s > 0 else 0.0
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> WorkerThroughput:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["samples_per_s"] = round(self.samples_per_s, 4)
@@ -173,6 +178,14 @@ class LayoutResult:
         """Mean time a worker sat finished while the run went on (uneven last batches)."""
         ends = [w.last_end_s for w in self.per_worker if w.last_end_s is not None]
         return sum(self.wall_s - e for e in ends) / len(ends) if ends else None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> LayoutResult:
+        """A row `to_dict` wrote (an interrupted bench's finished layout, kept)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"per_worker"}
+        result = cls(**{k: v for k, v in raw.items() if k in names})
+        result.per_worker = [WorkerThroughput.from_dict(w) for w in raw.get("per_worker", [])]
+        return result
 
     def to_dict(self) -> dict:
         def r(v: float | None) -> float | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import EXIT_OK, RunnerError
+from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import (
     DEFAULT_PROFILE,
     add_base_image,
@@ -195,7 +196,9 @@ def register(subparsers) -> None:
            help="images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
            "| goldens:SUITE | script:CMD")
     _common(p, "; accuracy: the profile's sample set")
-    add_out(p, "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/", required=True)
+    add_out(p, "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/",
+            Rerun(RESUMES, "every finished step: its build is judged again from bisect.json, "
+                  "not run", ("bisect.json",)))
     p.set_defaults(func=cmd_bisect)
     document(p, "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images "
              "--profile tiny --count 2 --out runs/bisect",
@@ -222,7 +225,9 @@ def register(subparsers) -> None:
            "accuracy | throughput:PCT | compile | compstat | goldens:SUITE | script:CMD "
            "(default: images)")
     _common(p, "")
-    add_out(p, "trend dir: trend.json/.md, report.html, reproduce.sh, builds/", required=True)
+    add_out(p, "trend dir: trend.json/.md, report.html, reproduce.sh, builds/",
+            Rerun(RESUMES, "every finished step: its build's numbers are read from trend.json, "
+                  "not measured again", ("trend.json",)))
     p.set_defaults(func=cmd_trend)
     document(p, "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 "
              "--out runs/trend",

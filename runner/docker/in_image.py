@@ -11,6 +11,7 @@ whose compiler is the host's (same version and commit) finds the host's modules 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -20,9 +21,12 @@ from typing import Any
 
 import yaml
 
+from runner.base import outdir
+from runner.base.dirlock import drop_locks_of
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import cache_dir
+from runner.base.procs import STOP_GRACE_S
 from runner.config.profile import Profile
 from runner.docker.container import covering_mounts
 from runner.model.compiled_model import CompiledModel
@@ -58,8 +62,20 @@ def run_in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_
         rc = wait(container)
         stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
         stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+    except BaseException:
+        # Stopped (a signal, an error): SIGTERM first, so a `runner` in there ends in order
+        # (its workers, its record), then SIGKILL after the grace; docker waits for it.
+        with contextlib.suppress(Exception):
+            container.stop(timeout=int(STOP_GRACE_S))
+        raise
     finally:
+        hostname = container.attrs.get("Config", {}).get("Hostname", "")
         kill(container)
+        # A `runner` stopped in there (a signal reached us first) left its out dir's lock
+        # held by the container's host name; the container is gone, so the lock is stale.
+        if hostname:
+            drop_locks_of(hostname, [Path(p) for p, read_only in mounts if not read_only],
+                          (outdir.LOCK,))
     if rc != 0:
         raise RunnerError(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
                           f"{stderr.strip()[-2000:]}", where=tag,

@@ -364,18 +364,26 @@ def _run_isolated(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
         proc.join()
         return TestResult(test, status="error", phase="run", message=(
             f"the test's process ended (exit code {proc.exitcode}) while {doing}"))
+    except BaseException:  # a signal: the test's processes end before this one does
+        _kill_group(proc)
+        raise
     finally:
         receive.close()
+    _kill_group(proc)
+    seconds = time.perf_counter() - start
+    return TestResult(test, status="error", phase="timeout", run_seconds=seconds, message=(
+        f"timed out after {opts.timeout:g}s (--timeout) while {doing}; the test's processes "
+        "(iree-compile, the run) were killed"))
+
+
+def _kill_group(proc) -> None:
+    """The test's process and everything it started (its own process group), waited for."""
     try:
         if proc.pid is not None:
             os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # it had not made its group yet
         proc.kill()
     proc.join()
-    seconds = time.perf_counter() - start
-    return TestResult(test, status="error", phase="timeout", run_seconds=seconds, message=(
-        f"timed out after {opts.timeout:g}s (--timeout) while {doing}; the test's processes "
-        "(iree-compile, the run) were killed"))
 
 
 def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,

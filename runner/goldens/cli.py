@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
+from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
 from runner.clihelp import (
     add_dry_run,
@@ -121,7 +122,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print("\n".join(generate_plan(_tests(args), to, Path(args.out),
                                       _options(args, out=None))))
         return 0
-    written = generate(_tests(args), to, Path(args.out), _options(args, out=None))
+    written = generate(_tests(args), to, Path(args.out), _options(args, out=None),
+                       attempt=args.attempt)
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
           file=sys.stderr)
@@ -276,6 +278,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                        "compstat tests")
     _selection(p)
     add_out(p, "write junit.xml, summary.md, results.json here",
+            Rerun(RESUMES, "nothing: the tests run again, the reports are written at the end"),
+            required=False,
             default="none: the console and, under GitHub Actions, the job summary")
     add_dry_run(p, "the iree-compile and iree-run-module commands")
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
@@ -287,7 +291,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="run the tests and write v{n+1} outputs to --out")
     _selection(p)
     add_golden_version(p)
-    add_out(p, "directory for the new blobs + manifest.json", required=True)
+    add_out(p, "directory for the new blobs + manifest.json",
+            Rerun(RESUMES, "each test whose new outputs were written is not run again",
+                  ("manifest.json",)))
     add_dry_run(p, "each test's commands and the blobs it would write")
     p.set_defaults(func=cmd_generate)
 
@@ -296,7 +302,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     _paths_arg(p)
     _model(p)
     add_golden_version(p)
-    add_out(p, "write the bumped files here", default="in place")
+    add_out(p, "write the bumped files here", Rerun(RESUMES, "nothing: every file is bumped "
+            "again"), required=False, default="in place")
     add_dry_run(p, "each rename; write nothing")
     p.set_defaults(func=cmd_bump)
 
@@ -318,7 +325,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=SCALE, default=None,
                    help="max_abs allowed per stage (default: per-stage defaults)")
     add_json(p, "the comparison instead of the table")
-    add_out(p, "also write compare_steps.json and .md here")
+    add_out(p, "also write compare_steps.json and .md here",
+            Rerun(RESUMES, "nothing: the stages are compared again"), required=False)
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():

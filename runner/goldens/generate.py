@@ -49,6 +49,13 @@ class NewGolden:
                 "spec": self.spec, "sha256": self.sha256, "md5_b64": self.md5_b64,
                 "note": self.note, "change_vs_old": self.change}
 
+    @classmethod
+    def from_dict(cls, raw: dict, out: Path) -> NewGolden:
+        """A golden `to_dict` recorded, its file in `out`."""
+        return cls(raw["test"], raw["index"], raw["old_source"], raw["new_source"],
+                   out / raw["file"], raw["spec"], raw["sha256"], raw["md5_b64"], raw["note"],
+                   raw["change_vs_old"])
+
 
 def _md5_b64(path: Path) -> str:
     return base64.b64encode(hashlib.md5(path.read_bytes(), usedforsecurity=False).digest()
@@ -77,9 +84,28 @@ def generate_plan(tests: list[GoldenTest], to: Version | str, out: Path, opts: C
     return lines
 
 
+def _test_key(test: GoldenTest, compiler) -> str:
+    """A test's outputs depend on the test file and the compiler that ran it."""
+    return f"test:{test.name}:{sha256_file(test.path)}:{compiler.version}@{compiler.commit}"
+
+
+def _kept(key: str, out: Path, attempt) -> list[NewGolden] | None:
+    """The outputs an interrupted attempt wrote for this test, every file as written."""
+    recorded = attempt.done(key) if attempt is not None and attempt.resumed else None
+    if recorded is None:
+        return None
+    goldens = [NewGolden.from_dict(raw, out) for raw in recorded]
+    if all(g.file.is_file() and sha256_file(g.file) == g.sha256 for g in goldens):
+        return goldens
+    attempt.forget(key)
+    return None
+
+
 def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
-             *, echo: bool = True) -> list[NewGolden]:
-    """Runs every test (failures against the old goldens are expected and only reported)."""
+             *, echo: bool = True, attempt=None) -> list[NewGolden]:
+    """Runs every test (failures against the old goldens are expected and only reported).
+    `attempt` (the out dir's record, runner/base/outdir.py) keeps the tests an interrupted
+    attempt wrote outputs for, and records each test as its outputs are written."""
     compiler = compiler_info()
     written: list[NewGolden] = []
     for test in tests:
@@ -88,12 +114,21 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
                 print(f"skip  {test.name}: no {test.outputs_field} to regenerate",
                       file=sys.stderr)
             continue
+        key = _test_key(test, compiler)
+        kept = _kept(key, out, attempt)
+        if kept is not None:
+            written += kept
+            if echo:
+                print(f"kept  {test.name}: its outputs from an earlier attempt",
+                      file=sys.stderr)
+            continue
         result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
                                         require_goldens=False), compiler)
         if not result.actual:
             raise RunnerError(f"{test.name} did not produce outputs ({result.status} in "
                               f"{result.phase}): {result.message}", where=str(test.path),
                               fix="fix the test or the compiler, then generate again")
+        mine: list[NewGolden] = []
         for i, ref in enumerate(test.outputs):
             new_source, bump = bump_source(ref.source, to, ref.where)
             array = result.actual[i]
@@ -113,12 +148,15 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
             golden = NewGolden(test.name, i, ref.source, new_source, path, str(
                 TensorSpec.of(array)), sha256_file(path), _md5_b64(path), note, change)
             written.append(golden)
+            mine.append(golden)
             if echo:
                 moved = (f"; vs old: max_abs {change['max_abs']:.3g}, "
                          f"mean_abs {change['mean_abs']:.3g}" if change else "")
                 print(f"wrote {path}  ({test.name} output {i}{moved})")
                 if note:
                     print(f"note: {note}")
+        if attempt is not None:
+            attempt.mark(key, [g.to_dict() for g in mine])
     atomic_write_json(out / MANIFEST, {"to": str(to), "iree": iree_provenance(),
                                        "goldens": [g.to_dict() for g in written]})
     return written

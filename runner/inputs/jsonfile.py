@@ -1,29 +1,36 @@
 """JSON, bounded: size, nesting depth, numbers (finite floats, integers within 64 bits).
 
 Python's json module reads `NaN`, `Infinity` and `1e400` (as inf) without complaint and
-overflows its stack on deep nesting; a file with any of them is refused here, naming it.
+overflows its stack on deep nesting; a file with any of them is refused here, naming it
+(and for a number, its field and the allowed range).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.inputs.limits import (
+    INT64_MAX,
+    INT64_MIN,
     MAX_CONFIG_BYTES,
     MAX_DEPTH,
+    BadNumber,
     check_depth,
     decode_utf8,
     finite,
     int64,
     read_bytes,
+    refuse_bad_numbers,
 )
 
 
 class _Refused(ValueError):
-    """A number the parse hooks refuse; turned into a RunnerError with the file's name."""
+    """A number the streaming decoder's hooks refuse (`decoder()`: a log read record by
+    record); turned into a RunnerError with the file's name."""
 
 
 def _constant(name: str) -> Any:
@@ -50,13 +57,39 @@ def decoder() -> json.JSONDecoder:
     return json.JSONDecoder(parse_constant=_constant, parse_float=_float, parse_int=_int)
 
 
+class _Marker:
+    """Parse hooks that leave a `BadNumber` where a refused number stands, so the error
+    names its field (`refuse_bad_numbers`), and note that they did."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def _bad(self, text: str, integer: bool) -> BadNumber:
+        self.found = True
+        return BadNumber(text, integer)
+
+    def constant(self, name: str) -> Any:
+        return self._bad(name, False)
+
+    def float(self, text: str) -> Any:
+        value = float(text)
+        return value if math.isfinite(value) else self._bad(text, False)
+
+    def int(self, text: str) -> Any:
+        try:
+            value = int(text)
+        except ValueError:  # more digits than Python converts (4300)
+            return self._bad(text, True)
+        return value if INT64_MIN <= value <= INT64_MAX else self._bad(text, True)
+
+
 def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH, what: str = "file") -> Any:
-    """JSON text -> JSON-shaped data, or RunnerError naming `where`."""
+    """JSON text -> JSON-shaped data, or RunnerError naming `where` (and for a number out
+    of range, its field and the allowed range)."""
+    marker = _Marker()
     try:
-        data = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
-    except _Refused as e:
-        raise RunnerError(f"the {what} holds a number out of range: {e}", where=where,
-                          fix="write finite numbers; integers within 64 bits") from None
+        data = json.loads(text, parse_constant=marker.constant, parse_float=marker.float,
+                          parse_int=marker.int)
     except RecursionError:
         raise RunnerError(f"the {what} is nested too deeply", where=where,
                           fix="a real file is nested a few levels; check its contents"
@@ -65,6 +98,8 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH, what: str = "f
         raise RunnerError(f"the {what} is not valid JSON: {e}", where=where,
                           fix=f"check the {what}'s syntax") from None
     check_depth(data, where, max_depth)
+    if marker.found:
+        refuse_bad_numbers(data, where, what)
     return data
 
 

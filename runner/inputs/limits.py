@@ -4,6 +4,8 @@ how large a number, and the one way an unreadable or undecodable file is reporte
 from __future__ import annotations
 
 import math
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +109,63 @@ def int64(value: int, where: str) -> int:
         raise RunnerError(f"an integer of {value.bit_length()} bits is out of range",
                           where=where, fix="integers must fit in 64 bits (signed)")
     return value
+
+
+FLOAT_RANGE = f"a finite number, from {-sys.float_info.max:.1e} to {sys.float_info.max:.1e}"
+INT_RANGE = f"an integer from {INT64_MIN} to {INT64_MAX} (64 bits)"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+class BadNumber:
+    """A number a file holds that nothing behind the boundary may see (NaN, an infinity, an
+    integer beyond 64 bits). A reader leaves it in place while parsing, then
+    `refuse_bad_numbers` finds it and names its field: a message without the field would
+    leave the user searching the file."""
+
+    __slots__ = ("integer", "position", "text")
+
+    def __init__(self, text: str, integer: bool, position: str = ""):
+        self.text, self.integer, self.position = text, integer, position
+
+    def problem(self) -> str:
+        if self.integer:
+            return f"an integer of {len(self.text.lstrip('+-'))} digits"
+        return f"{self.text[:40]}, which is not a finite number"
+
+
+def field_path(parts: list[str | int]) -> str:
+    """`outputs[0].atol`, `steps["a b"]`: a field as a user finds it in the file."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENTIFIER.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json_quote(part)}]"
+    return out or "(the top level)"
+
+
+def json_quote(text: str) -> str:
+    import json
+
+    return json.dumps(text[:80])
+
+
+def refuse_bad_numbers(data: Any, where: str, what: str = "file") -> None:
+    """Raises a RunnerError naming the file, the field and the allowed range of the first
+    `BadNumber` in `data` (walked without recursion); does nothing when there is none."""
+    stack: list[tuple[Any, list[str | int]]] = [(data, [])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, BadNumber):
+            at = f" ({node.position})" if node.position else ""
+            allowed = INT_RANGE if node.integer else FLOAT_RANGE
+            field = field_path(path) if path else ""
+            raise RunnerError(f"the {what} holds a number out of range{at}: {node.problem()}; "
+                              f"allowed: {allowed}", where=f"{where}: {field}" if field else where,
+                              fix="write a plain number in that range (no NaN or Infinity)")
+        if isinstance(node, dict):
+            stack.extend((v, [*path, str(k)]) for k, v in reversed(node.items()))
+        elif isinstance(node, list | tuple):
+            stack.extend((v, [*path, i]) for i, v in reversed(list(enumerate(node))))

@@ -33,9 +33,11 @@ from runner.inputs.limits import (
     INT64_MAX,
     INT64_MIN,
     MAX_DEPTH,
+    BadNumber,
     MiB,
     check_depth,
     read_text,
+    refuse_bad_numbers,
 )
 
 FIX = "write plain YAML: mappings, lists, strings, numbers, true/false (no anchors or tags)"
@@ -53,6 +55,7 @@ class BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream: str):
         super().__init__(stream)
         self._depth = 0
+        self.found_bad = False  # a BadNumber was left in the data: its field is named after
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -74,20 +77,25 @@ class BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_yaml_float(self, node: Any) -> float:
+    def construct_yaml_float(self, node: Any) -> Any:
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
-            raise _Refused(f"{node.value[:40]} is not a finite number", node.start_mark)
+            return self._bad(node, False)
         return value
 
-    def construct_yaml_int(self, node: Any) -> int:
+    def construct_yaml_int(self, node: Any) -> Any:
         try:
             value = super().construct_yaml_int(node)
         except ValueError:  # more digits than Python converts (4300)
-            value = INT64_MAX + 1
+            return self._bad(node, True)
         if not INT64_MIN <= value <= INT64_MAX:
-            raise _Refused("an integer out of 64-bit range", node.start_mark)
+            return self._bad(node, True)
         return value
+
+    def _bad(self, node: Any, integer: bool) -> BadNumber:
+        """Left in place; `parse_yaml` names its field once the document is read."""
+        self.found_bad = True
+        return BadNumber(str(node.value), integer, _position(node.start_mark))
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         for key_node, _ in node.value:
@@ -150,6 +158,7 @@ def parse_yaml(text: str, where: str, what: str = "file") -> Any:
     try:
         loader = BoundedLoader(text)  # its reader refuses non-printable characters here
         data = loader.get_single_data()
+        found_bad = loader.found_bad
     except yaml.YAMLError as e:
         raise RunnerError(f"cannot read the {what}: {_message(e)}", where=where,
                           fix=FIX) from None
@@ -159,6 +168,8 @@ def parse_yaml(text: str, where: str, what: str = "file") -> Any:
         if loader is not None:
             loader.dispose()
     check_depth(data, where)  # strings that are not text (an escaped lone surrogate)
+    if found_bad:
+        refuse_bad_numbers(data, where, what)
     return data
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runner.base.outdir import REFUSES, Rerun
 from runner.clihelp import (
     add_captions,
     add_dry_run,
@@ -66,7 +67,7 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=slurm_options(args))
-    return run_mlperf(request, executor, dry_run=args.dry_run)
+    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=args.attempt)
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -110,7 +111,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_image(p)
     add_slurm(p, resumable=False)
     add_no_score(p, "; a submission tree then lacks accuracy.txt")
-    add_out(p, "directory to create", required=True)
+    add_out(p, "directory to create",
+            Rerun(REFUSES, "each LoadGen test whose logs are complete is kept; the others run "
+                  "again", ("mlperf.json",)))
     add_dry_run(p, "the compile and worker commands and LoadGen's settings")
     document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
              "--count 16 --min-duration 2 --out runs/lg-perf",

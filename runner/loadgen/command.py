@@ -142,9 +142,10 @@ def _submission(prepared: Prepared, record: dict[str, Any]) -> dict[str, Any]:
                                            prepared.compliance)}
 
 
-def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
+def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=None) -> int:
     """0 when every test is VALID, accuracy passes, compliance verifies and a submission's
-    tree conforms and meets the round's rules; 1 otherwise."""
+    tree conforms and meets the round's rules; 1 otherwise. `attempt`: the out dir's
+    record (an interrupted attempt's finished tests are kept)."""
     from runner.base.provenance import runner_provenance
     from runner.batch.run import plan_for
 
@@ -155,7 +156,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False) -> int:
             request.profile, layout.batch_size, layout.vae_batch_size)
         print(dry_run_text(prepared, plan_for(request.profile), executor, compiled), end="")
         return 0
-    outcomes, failure = execute(prepared, executor)
+    outcomes, failure = execute(prepared, executor, attempt)
     by_key = {o.spec.key: o for o in outcomes}
     record: dict[str, Any] = {
         "kind": "mlperf", "profile": request.profile.name,

@@ -11,6 +11,7 @@ manifest, worker logs and reproduce.sh.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
-from runner.base.fileio import atomic_write_text
+from runner.base.fileio import atomic_write_text, sha256_file
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import Profile
 from runner.loadgen.conf import (
@@ -282,7 +283,7 @@ def _wait_ready(work: Path, expected: int, execution) -> None:
 
 
 def _stop(execution) -> None:
-    """The queue is closed: idle workers exit by themselves; stragglers are killed."""
+    """The queue is closed: idle workers exit by themselves; stragglers are stopped."""
     deadline = time.monotonic() + EXIT_WAIT_S
     while execution.poll():
         if time.monotonic() > deadline:
@@ -291,22 +292,77 @@ def _stop(execution) -> None:
         time.sleep(READY_POLL_S)
 
 
-def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None]:
-    """Creates the work run dir through the lifecycle (plan, compile, manifest), starts the
-    workers on an empty, open queue, runs every test; (outcomes, failure)."""
+def _log_files(log_dir: Path) -> dict[str, str]:
+    """name -> sha256 of every file a test left in its log dir."""
+    return {str(p.relative_to(log_dir)): sha256_file(p)
+            for p in sorted(log_dir.rglob("*")) if p.is_file()}
+
+
+def _kept(prepared: Prepared, attempt) -> dict[str, TestOutcome]:
+    """The tests an interrupted attempt finished, whose LoadGen logs are all still there
+    as they were: kept, not run again."""
+    from runner.loadgen.session import read_outcome
+
+    kept: dict[str, TestOutcome] = {}
+    if attempt is None or not attempt.resumed:
+        return kept
+    for spec in prepared.tests:
+        recorded = attempt.done(f"test:{spec.key}")
+        log_dir = prepared.request.out / spec.key
+        if recorded and log_dir.is_dir() and _log_files(log_dir) == recorded["files"]:
+            kept[spec.key] = read_outcome(spec, log_dir, 0, [])
+        elif recorded:
+            attempt.forget(f"test:{spec.key}")
+    return kept
+
+
+def _work_run(prepared: Prepared, executor, resumed: bool):
+    """The workers' run dir: made, or (an interrupted attempt's) opened again with the same
+    profile and modules, its queue and leftover samples of a cut-short test cleared."""
     from runner.batch.queue import WorkQueue
     from runner.lifecycle import Lifecycle
+    from runner.loadgen.sut import WORKERS_DEAD
+    from runner.rundir.directory import RunDir
+    from runner.rundir.store import SampleStore
+
+    request = prepared.request
+    work = request.out / WORK_DIR
+    if not (resumed and RunDir(work).exists()):
+        # No sample ids: LoadGen, not the run, decides what is computed (the store is keyed
+        # by issue, and emptied as samples are answered), so the lifecycle tracks none.
+        return Lifecycle.create(work, request.profile, [], request.argv, executor,
+                                captions=request.captions, score=False)
+    lc = Lifecycle.open(work)
+    try:
+        lc.check_request(request.profile)
+        lc.resume(executor)
+        queue = WorkQueue(work)
+        queue.clear()
+        (queue.root / WORKERS_DEAD).unlink(missing_ok=True)
+        shutil.rmtree(SampleStore(work).dir, ignore_errors=True)  # keyed by a dead test's issue
+    except BaseException:
+        lc.close()
+        raise
+    return lc
+
+
+def execute(prepared: Prepared, executor, attempt=None
+            ) -> tuple[list[TestOutcome], str | None]:
+    """Creates the work run dir through the lifecycle (plan, compile, manifest), starts the
+    workers on an empty, open queue, runs every test; (outcomes, failure). `attempt` (the
+    out dir's record, runner/base/outdir.py) keeps the tests an interrupted attempt
+    finished, and records each test as it finishes."""
+    from runner.batch.queue import WorkQueue
 
     request = prepared.request
     out = request.out
-    if (out / RECORD).exists():
-        raise RunnerError("this directory already holds a `runner mlperf` run", where=str(out),
-                          fix="use another --out")
-    work = out / WORK_DIR
-    # No sample ids: LoadGen, not the run, decides what is computed (the store is keyed by
-    # issue, and emptied as samples are answered), so the lifecycle has nothing to track.
-    lc = Lifecycle.create(work, request.profile, [], request.argv, executor,
-                          captions=request.captions, score=False)
+    kept = _kept(prepared, attempt)
+    if len(kept) == len(prepared.tests):
+        for key in kept:
+            print(f"LoadGen {key}: kept (its logs are complete)", file=sys.stderr)
+        return [kept[spec.key] for spec in prepared.tests], None
+    lc = _work_run(prepared, executor, attempt is not None and attempt.resumed)
+    work = lc.run.path
     outcomes: list[TestOutcome] = []
     try:
         atomic_write_text(out / USER_CONF, prepared.user_conf_text)
@@ -317,13 +373,24 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
         try:
             _wait_ready(work, len(lc.plan.workers), execution)
             for spec in prepared.tests:
+                if spec.key in kept:
+                    print(f"LoadGen {spec.key}: kept from an earlier attempt (its logs "
+                          "are complete)", file=sys.stderr, flush=True)
+                    outcomes.append(kept[spec.key])
+                    continue
+                shutil.rmtree(out / spec.key, ignore_errors=True)  # a cut-short test's logs
                 outcome = _run_one(prepared, spec, execution, lc.plan.layout.batch_size)
                 outcomes.append(outcome)
                 if outcome.failure:
                     break
-        finally:
+                if attempt is not None:
+                    attempt.mark(f"test:{spec.key}", {"files": _log_files(out / spec.key)})
+        except BaseException:
             queue.close()
-            _stop(execution)
+            execution.stop()  # a signal or an error: the workers stop now, and are waited for
+            raise
+        queue.close()
+        _stop(execution)
         lc.finish_attempt(execution.result())
         failure = next((o.failure for o in outcomes if o.failure), None)
         lc.manifest.status = "failed" if failure else "complete"
@@ -336,6 +403,7 @@ def execute(prepared: Prepared, executor) -> tuple[list[TestOutcome], str | None
 def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> TestOutcome:
     """One test's process, while this process watches the workers: a dead worker's batches
     go back to the queue; when none is left alive, the test is told so (marker file)."""
+    from runner.batch.executors import stop_workers
     from runner.batch.queue import WorkQueue
     from runner.loadgen.session import read_outcome, start_test
     from runner.loadgen.sut import WORKERS_DEAD
@@ -351,7 +419,7 @@ def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> 
                 (WorkQueue(work).root / WORKERS_DEAD).touch()
             time.sleep(execution.interval)
     except BaseException:
-        proc.kill()
+        stop_workers([proc])  # the test process ends, and is waited for, before we go on
         raise
     outcome = read_outcome(spec, out / spec.key, proc.returncode,
                            execution.result().deaths[deaths_before:])

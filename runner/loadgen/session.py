@@ -27,6 +27,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.signals import exit_at_once
 from runner.batch.lifeline import die_with_parent
 from runner.config.sources import redact_secrets
 from runner.loadgen.conf import MODEL
@@ -217,6 +218,8 @@ def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     task_file = Path(args[0])
+    # A signal ends the test at once: its logs are cut short, and a resume runs it again.
+    exit_at_once()
     # Ends with `runner mlperf`, which always starts it as its own child.
     die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")), only_child=True)
     try:

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.errors import RunnerError
+from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
@@ -35,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="another run to compare images with (PSNR/SSIM; the [metrics] extra; "
                    "default: none)")
     add_worst(p, WORST_DEFAULT)
-    add_out(p, "write the four files here", default="RUN_DIR")
+    add_out(p, "write the four files here", Rerun(RESUMES, "nothing: the reports are written "
+            "again"), required=False, default="RUN_DIR")
     p.set_defaults(func=cmd_report)
 
 

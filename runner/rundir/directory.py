@@ -19,47 +19,31 @@ Layout:
     dataset.json, mlperf_log_accuracy.json, review/, accuracy.json, reports
 
 The lock. A driver (`runner run`, `runner validate`, a bench run, the LoadGen driver)
-creates `run.lock` with O_CREAT|O_EXCL, which is atomic on local filesystems and on
-NFSv3+/Lustre/GPFS, the shared filesystems Slurm runs use (no fcntl/flock, which NFS
-clients implement unreliably or not at all). The file names its holder. A second driver is
-refused with an error naming host, pid and since. A lock whose holder is on this host and
-no longer alive (its pid is gone, or now belongs to a process started later) is stale: it
-is taken over under a short-lived `run.lock.takeover` guard (itself O_EXCL), re-read under
-the guard, and replaced only if it is still the same stale lock, so two drivers that find
-the same stale lock cannot both take it. A lock held on *another* host is never broken
-automatically (this host cannot see that host's processes): the error says to check the
-holder there and remove `run.lock` by hand once it is gone. Worker processes, containers
-and Slurm node tasks never take the lock: they write only their own files (samples, claims,
-stats, node state), never run.json.
+holds `run.lock` (runner/base/dirlock.py: O_EXCL, taken over only when its holder on this
+host is gone, never across hosts). Worker processes, containers and Slurm node tasks never
+take the lock: they write only their own files (samples, claims, stats, node state), never
+run.json.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import socket
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.base.dirlock import DirLock, LockHolder
 from runner.base.errors import IncompleteRun, RunnerError, is_disk_full
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.rundir.manifest import RunManifest
 
 MANIFEST = "run.json"
 LOCK = "run.lock"
-TAKEOVER = "run.lock.takeover"
 SAMPLE_IDS = "sample_ids.txt"
 REPRODUCE = "reproduce.sh"
 LOGS_DIR = "logs"
 COMPILE_DIR = "compile"
-# A takeover guard older than this was left by a driver that died during the takeover,
-# which takes milliseconds; an unreadable lock older than this was never finished.
-GUARD_SECONDS = 30.0
 
 
 class DiskFull(IncompleteRun):
@@ -71,43 +55,12 @@ class DiskFull(IncompleteRun):
                          fix=f"free space, then `runner run --resume {run_dir}`")
 
 
-@dataclass(frozen=True)
-class LockHolder:
-    host: str
-    pid: int
-    since: str
-    command: str
-    pid_start: str = ""  # the process's start time, so a reused pid is not taken for it
-
-    def text(self) -> str:
-        return f"pid {self.pid} on {self.host} since {self.since} ({self.command})"
-
-
-def pid_start(pid: int) -> str:
-    """The start time (clock ticks since boot) of a process, "" where /proc has none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _alive(holder: LockHolder) -> bool:
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's live process
-    return not holder.pid_start or pid_start(holder.pid) in ("", holder.pid_start)
-
-
 class RunDir:
     """One run directory, always by its absolute path."""
 
     def __init__(self, path: Path | str):
         self.path = Path(os.path.abspath(Path(path).expanduser()))
-        self._holder: LockHolder | None = None
+        self._lock = DirLock(self.path / LOCK, "run")
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -188,85 +141,18 @@ class RunDir:
     # --- the lock ---------------------------------------------------------------------
     def holder(self) -> LockHolder | None:
         """Who holds the lock; None if nobody (or a lock file still being written)."""
-        try:
-            raw = json.loads(self.lock_path.read_text())
-            return LockHolder(**raw)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError):
-            return LockHolder("?", 0, "?", "unreadable lock file")
+        return self._lock.holder()
 
     def lock(self, command: str | None = None) -> LockHolder:
         """Takes the run's lock or raises a RunnerError naming the holder."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        me = LockHolder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        command or " ".join(["runner", *sys.argv[1:]])[:300],
-                        pid_start(os.getpid()))
-        for _ in range(5):
-            try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                self._take_over_if_stale(me)
-                continue
-            with self.writing(self.lock_path):
-                try:
-                    os.write(fd, json.dumps(asdict(me)).encode())
-                    os.fsync(fd)
-                except BaseException:
-                    os.close(fd)
-                    self.lock_path.unlink(missing_ok=True)
-                    raise
-            os.close(fd)
-            self._holder = me
-            return me
-        raise RunnerError("could not take the run dir's lock (it keeps changing hands)",
-                          where=str(self.lock_path), fix="retry when the other driver is done")
-
-    def _take_over_if_stale(self, me: LockHolder) -> None:
-        holder = self.holder()
-        if holder is None:
-            return  # released meanwhile: try again
-        age = _age(self.lock_path)
-        unreadable = holder.pid == 0
-        if unreadable and age is not None and age < GUARD_SECONDS:
-            time.sleep(0.1)  # its writer is between create and write
-            return
-        if not unreadable and (holder.host != me.host or _alive(holder)):
-            raise RunnerError(
-                f"another driver holds this run: {holder.text()}", where=str(self.lock_path),
-                fix=("wait for it to finish, or stop it" if holder.host == me.host else
-                     f"if that process is gone (check on {holder.host}), remove "
-                     f"{self.lock_path} by hand; a lock held on another host is never "
-                     "broken automatically"))
-        guard = self.path / TAKEOVER
-        guard_age = _age(guard)
-        if guard_age is not None and guard_age > GUARD_SECONDS:
-            guard.unlink(missing_ok=True)
-        try:
-            os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            time.sleep(0.1)  # someone else is taking it over: try again after them
-            return
-        try:
-            if self.holder() == holder:  # still the very lock we judged stale
-                print(f"note: taking over the stale lock of {holder.text()}", file=sys.stderr)
-                self.lock_path.unlink(missing_ok=True)
-        finally:
-            guard.unlink(missing_ok=True)
+        with self.writing(self.lock_path):
+            return self._lock.lock(command)
 
     def unlock(self) -> None:
         """Releases the lock if this process still holds it."""
-        if self._holder is not None and self.holder() == self._holder:
-            self.lock_path.unlink(missing_ok=True)
-        self._holder = None
+        self._lock.unlock()
 
     @property
     def locked(self) -> bool:
-        return self._holder is not None
+        return self._lock.locked
 
-
-def _age(path: Path) -> float | None:
-    try:
-        return time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
+from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import add_batch_sizes, add_dry_run, add_out, document
 from runner.inputs.cliargs import COUNT, count_list
 from runner.inputs.paths import resolved
@@ -113,8 +114,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sdxl: prompt tokens (default: what the checkpoint's tokenizers pad "
                    "to, as diffusers does: 77 for SDXL base; --seeded: 64; 64 gives IREE "
                    "CI's and AMD's artifact shapes)")
-    add_out(p, "the export's directory", default="tiny: the shipped assets; sdxl: the export "
-            "cache, $RUNNER_CACHE_DIR/exports")
+    add_out(p, "the export's directory",
+            Rerun(RESUMES, "the files of a verified export, and each file the interrupted "
+                  "export finished writing; other batch sizes are added to the export",
+                  ("model.json",), free=("--batch-sizes", "--vae-batch-sizes")),
+            required=False, default="tiny: the shipped assets; sdxl: the export cache, "
+            "$RUNNER_CACHE_DIR/exports")
     add_dry_run(p, "what it would export or write, and where")
     p.set_defaults(func=cmd_export)
     document(p, "runner export tiny", "runner export tiny --out /tmp/tiny --dry-run",

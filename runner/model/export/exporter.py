@@ -7,6 +7,7 @@ one the runner loads (`runner/assets/tiny/model.json` is such a file).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,9 +86,18 @@ def externalize(modules: dict) -> None:
 
 
 def save_weights(module, path: Path) -> None:
+    """Atomically, as every other file: a killed export leaves no half-written archive
+    under the real name (an interrupted export keeps the files it finished)."""
     from iree.turbine import aot
 
-    aot.save_module_parameters(path, module)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix names the format
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        aot.save_module_parameters(tmp, module)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def export_mlir(module, name: str, batch: int, latent: int, length: int, dim: int,

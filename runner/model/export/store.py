@@ -46,17 +46,65 @@ from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside
 from runner.model.seeded_weights import ensure_weights, write_spec
 
+STAGING = ".staging"  # inside the export directory: new files before they are moved in
+STAGED = "staged.json"  # in it: the export key, and each file finished there
+LOCK = ".export.lock"
+
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One exporter per export directory across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
+def _locked(out: Path) -> Iterator[None]:
+    """One exporter per export directory across processes (a file inside it: an export
+    writes nothing beside its --out)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class _Staging:
+    """`<out>/.staging/`: where an export writes its new files, each atomically, before
+    they are moved in with model.json last. Each finished file is recorded (size, mtime)
+    in `staged.json` with the export key, so an export interrupted half way (a signal, a
+    full disk) and run again with the same inputs keeps what it finished: a 7 GB export
+    does not start over. Staged files of other inputs are removed."""
+
+    def __init__(self, out: Path, key: str | None, log: Callable[[str], None]):
+        self.dir, self.key = out / STAGING, key
+        record = {}
+        if (self.dir / STAGED).is_file():
+            try:
+                record = json.loads((self.dir / STAGED).read_text())
+            except (OSError, ValueError):
+                record = {}
+        if not isinstance(record, dict) or record.get("key") != key:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            record = {}
+        files = record.get("files", {}) if isinstance(record.get("files"), dict) else {}
+        self.files = {name: stat for name, stat in files.items() if self._same(name, stat)}
+        if self.files:
+            log(f"export: {len(self.files)} file(s) an interrupted export finished are kept")
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _stat(self, name: str) -> list[int] | None:
+        path = self.dir / name
+        if not is_inside(path, self.dir) or not path.is_file():
+            return None
+        st = path.stat()
+        return [st.st_size, st.st_mtime_ns]
+
+    def _same(self, name: str, stat: object) -> bool:
+        return self._stat(name) == stat
+
+    def has(self, name: str) -> bool:
+        return name in self.files
+
+    def written(self, name: str) -> None:
+        self.files[name] = self._stat(name)  # type: ignore[assignment]
+        atomic_write_text(self.dir / STAGED, json.dumps({"key": self.key,
+                                                         "files": self.files}) + "\n")
 
 
 def _verified(out: Path, key: str | None, log: Callable[[str], None]
@@ -68,9 +116,6 @@ def _verified(out: Path, key: str | None, log: Callable[[str], None]
     claims the bytes about to be written, and everything is exported again."""
     path = out / "model.json"
     if not path.is_file():
-        if out.is_dir() and any(out.iterdir()):
-            log(f"export: {out} holds files but no model.json (a killed export?): none is "
-                "reused, every file is written again")
         return [], [], {}
     raw = read_json(path, what="export's model.json")
     if raw.get("export_key") != key:
@@ -150,44 +195,39 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         need_vae = sorted(set(vae_batch_sizes) - set(have_vae))
         if not need and not need_vae:
             return out / "model.json"
-        for stale in out.parent.glob(f".staging-{out.name}-*"):  # a killed export's
-            shutil.rmtree(stale, ignore_errors=True)  # (we hold the lock: nobody else's)
-        staging = out.parent / f".staging-{out.name}-{os.getpid()}"
-        staging.mkdir(parents=True)
-        try:
-            arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
-            if vae_files is not None:
-                arch = vae_files.with_arch(arch)
-            # The checkpoint opened above already holds its length: not opened again.
-            length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
-            if not reuse:  # nothing verified is kept: write every batch size asked for
-                need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
-            _write(source, arch, staging, set(reuse), need, need_vae, length, log,
-                   ckpt if source.checkpoint is not None else None, vae_files)
-            out.mkdir(parents=True, exist_ok=True)
-            for path in sorted(staging.rglob("*")):
-                if path.is_file():
-                    target = out / path.relative_to(staging)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(path, target)
-            config = config_dict(source, arch, sorted({*have, *need}),
-                                  sorted({*have_vae, *need_vae}), key, length)
-            # model.json last, with the sha256 of every file it names: it describes the
-            # bytes beside it, and the next export reuses only what still matches.
-            listed = listed_files(config)
-            config["files"] = hash_files([out / name for name in listed], out)
-            atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        # We hold the lock: the staging dir is ours, or an interrupted export's.
+        staging = _Staging(out, key, log)
+        arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
+        if vae_files is not None:
+            arch = vae_files.with_arch(arch)
+        # The checkpoint opened above already holds its length: not opened again.
+        length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
+        if not reuse:  # nothing verified is kept: write every batch size asked for
+            need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
+        _write(source, arch, staging, set(reuse), need, need_vae, length, log,
+               ckpt if source.checkpoint is not None else None, vae_files)
+        for path in sorted(staging.dir.rglob("*")):
+            if path.is_file() and path.name != STAGED:
+                target = out / path.relative_to(staging.dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        config = config_dict(source, arch, sorted({*have, *need}),
+                             sorted({*have_vae, *need_vae}), key, length)
+        # model.json last, with the sha256 of every file it names: it describes the
+        # bytes beside it, and the next export reuses only what still matches.
+        listed = listed_files(config)
+        config["files"] = hash_files([out / name for name in listed], out)
+        atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
+        shutil.rmtree(staging.dir, ignore_errors=True)
     ModelConfig.load(out / "model.json")  # what we wrote must load
     return out / "model.json"
 
 
-def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_sizes: list[int],
-           vae_batch_sizes: list[int], max_length: int, log: Callable[[str], None],
-           ckpt, vae_files) -> None:
-    """Builds the modules and writes into `staging` every file not in `reuse` (the files of
-    the verified export already in place)."""
+def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
+           batch_sizes: list[int], vae_batch_sizes: list[int], max_length: int,
+           log: Callable[[str], None], ckpt, vae_files) -> None:
+    """Builds the modules and writes into the staging dir every file not in `reuse` (the
+    files of the verified export already in place) nor staged already."""
     from runner.config.checkpoint import write_tokenizer
     from runner.model.export import exporter, sdxl_model, seeded
 
@@ -205,35 +245,48 @@ def _write(source: ExportSource, arch, staging: Path, reuse: set[str], batch_siz
         log("export: warning: this VAE's config says `force_upcast: true`: diffusers decodes "
             "it in fp32 because its fp16 decode overflows (SDXL base's does); samples whose "
             "decode is not finite fail. An fp16-safe VAE: --vae-from DIR")
-    if "tokenizer/vocab.json" not in reuse:
+
+    def needed(name: str) -> bool:
+        return name not in reuse and not staging.has(name)
+
+    tokenizer_files = ("tokenizer/vocab.json", "tokenizer/merges.txt")
+    if any(needed(f) for f in tokenizer_files):
         tokenizer = SEEDED_TOKENIZER if ckpt is None else ckpt.root / "tokenizer"
-        write_tokenizer(tokenizer, staging / "tokenizer")
+        write_tokenizer(tokenizer, staging.dir / "tokenizer")
+        for f in tokenizer_files:
+            staging.written(f)
     named = modules.named()
     names = file_names()
     spec = None
     if ckpt is None:  # seeded: weights from a spec derived from torch's init (see seeded.py)
         t0 = time.perf_counter()
         spec = seeded.seed_modules({names[n]["weights"]: m for n, m in named.items()}, SEED)
-        if WEIGHTS_SPEC not in reuse:
-            write_spec(spec, staging / WEIGHTS_SPEC)
+        if needed(WEIGHTS_SPEC):
+            write_spec(spec, staging.dir / WEIGHTS_SPEC)
+            staging.written(WEIGHTS_SPEC)
         log(f"export: {WEIGHTS_SPEC} and its values in {time.perf_counter() - t0:.1f}s")
     exporter.externalize(named)
     for name, module in named.items():
         file = names[name]["weights"]
-        if file not in reuse:
+        if needed(file):
             if spec is None:
-                exporter.save_weights(module, staging / file)
+                exporter.save_weights(module, staging.dir / file)
             else:
-                seeded.save_seeded_weights(module, spec.archives[file], staging / file)
+                seeded.save_seeded_weights(module, spec.archives[file], staging.dir / file)
+            staging.written(file)
             log(f"export: {file} written")
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
         for batch in vae_batch_sizes if name == "vae" else batch_sizes:
             t0 = time.perf_counter()
-            mlir = exporter.export_mlir(named[name], name, batch, *dims, source.dtype)
             file = names[name]["mlir"].format(batch=batch)
-            atomic_write_text(staging / file, mlir)
-            log(f"export: {file} in {time.perf_counter() - t0:.1f}s")
-            if name == "unet":
-                atomic_write_text(staging / names["unet"]["extra_mlir"][0].format(batch=batch),
+            if needed(file):
+                mlir = exporter.export_mlir(named[name], name, batch, *dims, source.dtype)
+                atomic_write_text(staging.dir / file, mlir)
+                staging.written(file)
+                log(f"export: {file} in {time.perf_counter() - t0:.1f}s")
+            extra = names["unet"]["extra_mlir"][0].format(batch=batch)
+            if name == "unet" and needed(extra):
+                atomic_write_text(staging.dir / extra,
                                   exporter.unet_pipeline_mlir(batch, *dims, STEPS, source.dtype))
+                staging.written(extra)

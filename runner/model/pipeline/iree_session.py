@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from runner.base.errors import RunnerError
+from runner.base.signals import deferred
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,16 @@ class ModuleFiles:
 
 
 class IreeSession:
+    """Every call into the runtime runs `deferred()` (runner.base.signals): a signal that
+    arrives meanwhile is raised once the call is over and its device objects are dropped, so
+    `close()` then frees everything in order (a buffer left in a traceback past the device's
+    release crashes the interpreter at exit)."""
+
     def __init__(self, driver: str, runtime_flags: Sequence[str] = ()):
+        with deferred():
+            self._open(driver, runtime_flags)
+
+    def _open(self, driver: str, runtime_flags: Sequence[str]) -> None:
         import iree.runtime as rt
 
         self._rt = rt
@@ -45,6 +55,10 @@ class IreeSession:
         self._functions: list[IreeFunction] = []
 
     def load(self, files: ModuleFiles) -> None:
+        with deferred():
+            self._load(files)
+
+    def _load(self, files: ModuleFiles) -> None:
         rt = self._rt
         modules = [rt.create_hal_module(self.instance, self.device)]
         if files.weights is not None:
@@ -87,6 +101,10 @@ class IreeSession:
         """Releases invokers, then contexts, then the device. IREE's Python objects do not
         keep what they use alive, so the garbage collector freeing them in another order
         (e.g. an invoker kept by a traceback) crashes the interpreter."""
+        with deferred():
+            self._close()
+
+    def _close(self) -> None:
         for fn in self._functions:
             fn.invoker = None
         self._functions.clear()
@@ -96,6 +114,10 @@ class IreeSession:
 
     def function(self, submodel: str, name: str, where: str) -> IreeFunction:
         """`where` names the config field that asked for this function, for the error."""
+        with deferred():
+            return self._function(submodel, name, where)
+
+    def _function(self, submodel: str, name: str, where: str) -> IreeFunction:
         context, modules = self._contexts[submodel]
         for module in reversed(modules):
             fn = module.lookup_function(name)
@@ -115,6 +137,10 @@ class IreeFunction:
     invoker: Any  # an iree.runtime FunctionInvoker; None once the session closed
 
     def __call__(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+        with deferred():  # the device results are host copies before a signal is raised
+            return self._call(*args)
+
+    def _call(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
         if self.invoker is None:
             raise RunnerError(f"{self.name} called after its IREE session was closed",
                               fix="call it inside the session's `with` block; a runner bug")

@@ -1,0 +1,183 @@
+"""Which processes hold GPU memory: a check that a command left none behind.
+
+A driver stopped by a signal stops and waits for its workers (runner/base/procs.py), and a
+worker closes its IREE device before it exits; this is how a GPU machine's check shows it
+held: a snapshot of the GPU's compute processes before the command, another after it
+returned, and every process in the second that was not in the first is a leak.
+
+The tools, as their vendors print them (tests/fixtures/gpu_holders/ holds captured output):
+
+- `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`: a header line, then
+  `<pid>, <n> MiB` per process (`[N/A]` where the driver cannot tell, e.g. under MIG);
+- `rocm-smi --showpids`: a "KFD process information:" table of `PID  PROCESS NAME  GPU(s)
+  VRAM USED  SDMA USED  CU OCCUPANCY` (VRAM in bytes), or "No KFD PIDs currently running".
+
+Where neither tool is on PATH (a CPU machine), the check is skipped with a note saying so:
+it can neither pass nor fail there.
+
+As a command:
+
+    python3 -m runner.base.gpu_holders snapshot > before.json
+    runner bench ... --out runs/b
+    python3 -m runner.base.gpu_holders check before.json    # exit 1 naming any leak
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+NVIDIA = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
+ROCM = ("rocm-smi", "--showpids")
+TIMEOUT_S = 60
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None  # None: the tool could not tell
+    name: str = ""
+
+    def text(self) -> str:
+        used = "? bytes" if self.used_bytes is None else f"{self.used_bytes / MIB:.0f} MiB"
+        return f"pid {self.pid}{f' ({self.name})' if self.name else ''}: {used}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tool: str | None  # None: neither tool found; `note` says so
+    processes: tuple[GpuProcess, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"tool": self.tool, "note": self.note,
+                "processes": [asdict(p) for p in self.processes]}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Snapshot:
+        return cls(raw.get("tool"), tuple(GpuProcess(**p) for p in raw.get("processes", [])),
+                   raw.get("note", ""))
+
+
+class ToolFailed(RuntimeError):
+    """The tool is there but did not answer (exit code, timeout, unreadable output)."""
+
+
+def parse_nvidia_smi(text: str) -> list[GpuProcess]:
+    """`nvidia-smi --query-compute-apps=pid,used_memory --format=csv` output."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].lower().startswith("pid"):
+        raise ToolFailed(f"nvidia-smi printed no CSV header: {text.strip()[:200]!r}")
+    out = []
+    for line in lines[1:]:
+        pid_text, _, used_text = (part.strip() for part in line.partition(","))
+        if not pid_text.isdigit():
+            raise ToolFailed(f"nvidia-smi printed a line that is not `pid, memory`: {line!r}")
+        match = re.fullmatch(r"(\d+)\s*MiB", used_text)
+        out.append(GpuProcess(int(pid_text), int(match.group(1)) * MIB if match else None))
+    return out
+
+
+def parse_rocm_smi(text: str) -> list[GpuProcess]:
+    """`rocm-smi --showpids` output."""
+    if "No KFD PIDs currently running" in text:
+        return []
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines)
+                   if line.split()[:1] == ["PID"] and "VRAM USED" in line), None)
+    if header is None:
+        raise ToolFailed(f"rocm-smi printed no KFD process table: {text.strip()[:200]!r}")
+    out = []
+    for line in lines[header + 1:]:
+        parts = line.split()
+        if not parts or not parts[0].isdigit():
+            break  # the closing ==== line
+        if len(parts) < 6:
+            raise ToolFailed(f"rocm-smi printed a short process line: {line!r}")
+        # PID, PROCESS NAME (may hold spaces), GPU(s), VRAM USED, SDMA USED, CU OCCUPANCY
+        vram = parts[-3]
+        out.append(GpuProcess(int(parts[0]), int(vram) if vram.isdigit() else None,
+                              " ".join(parts[1:-4])))
+    return out
+
+
+def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
+    """The GPU's compute processes now, by the first of nvidia-smi and rocm-smi on PATH."""
+    for argv, parse in ((NVIDIA, parse_nvidia_smi), (ROCM, parse_rocm_smi)):
+        if which(argv[0]) is None:
+            continue
+        try:
+            proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S,
+                       check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ToolFailed(f"{argv[0]} did not answer: {e}") from e
+        if proc.returncode != 0:
+            raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
+                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
+        return Snapshot(argv[0], tuple(parse(proc.stdout)))
+    return Snapshot(None, note="skipped: neither nvidia-smi nor rocm-smi is on PATH, so no "
+                    "GPU process can be listed here")
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a check found: `leaks` (processes holding GPU memory that did not before)."""
+
+    tool: str | None
+    leaks: list[GpuProcess] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.leaks
+
+    def lines(self) -> list[str]:
+        if self.tool is None:
+            return [self.note]
+        if not self.leaks:
+            return [f"{self.tool}: no process holds GPU memory that did not before"]
+        return [f"{self.tool}: {len(self.leaks)} process(es) hold GPU memory after the "
+                "command returned:", *(f"  {p.text()}" for p in self.leaks)]
+
+
+def check(before: Snapshot, after: Snapshot | None = None) -> Check:
+    """The processes in `after` (default: now) that were not in `before`."""
+    after = after if after is not None else snapshot()
+    if after.tool is None:
+        return Check(None, note=after.note)
+    known = {p.pid for p in before.processes}
+    return Check(after.tool, [p for p in after.processes if p.pid not in known])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m runner.base.gpu_holders",
+        description="Snapshot the GPU's compute processes, or check that none was added "
+        "since a snapshot (exit 1 naming each; 0 with a note where no tool exists).")
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("snapshot", help="print the compute processes now as JSON")
+    p = sub.add_parser("check", help="exit 1 if a process holds GPU memory that did not in "
+                       "the snapshot")
+    p.add_argument("before", type=Path, help="the JSON `snapshot` printed before the command")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "snapshot":
+            print(json.dumps(snapshot().to_dict(), indent=2))
+            return 0
+        result = check(Snapshot.from_dict(json.loads(args.before.read_text())))
+    except (ToolFailed, OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(result.lines()))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

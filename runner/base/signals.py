@@ -1,0 +1,130 @@
+"""SIGINT, SIGTERM and SIGHUP end a command the same way: as `Interrupted` in the main thread.
+
+Python turns only SIGINT into an exception (KeyboardInterrupt); SIGTERM (`timeout`, a
+scheduler's time limit, `docker stop`) and SIGHUP (a closed terminal or ssh session) kill the
+process outright by default, skipping every cleanup: workers are not stopped, an IREE device
+is not closed, the attempt is not recorded. Here all three raise `Interrupted`, a
+KeyboardInterrupt, so every `except BaseException`/`finally` on the way out runs, and the
+CLI exits with 128 + the signal's number, as a shell reports a process a signal ended.
+
+The first signal raises; one arriving while that cleanup runs is noted and not raised, so
+the cleanup (bounded: every wait in it has a deadline) finishes instead of being cut short
+half way. A signal a parent set to be ignored (`nohup` ignores SIGHUP) stays ignored.
+
+`deferred()` marks a stretch that must not be cut in the middle: there a signal is held and
+raised when it ends. IREE's Python objects do not keep what they use alive, so an exception
+raised half way through an IREE call leaves a device buffer in a traceback that outlives the
+session's device, and the interpreter crashes freeing it (runner/model/pipeline/
+iree_session.py defers around every call into the runtime).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A command (or worker) stopped by a signal; `exit_code` is what a shell reports."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def exit_code(error: KeyboardInterrupt) -> int:
+    """128 + the signal; a bare KeyboardInterrupt (raised by other code) is SIGINT's 130."""
+    return error.exit_code if isinstance(error, Interrupted) else 128 + signal.SIGINT
+
+
+def signal_name(error: KeyboardInterrupt) -> str:
+    return error.name if isinstance(error, Interrupted) else "SIGINT"
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    """After the command is done: a late signal ends the process without a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(128 + signum)
+
+
+def exit_at_once() -> None:
+    """SIGINT/SIGTERM/SIGHUP end this process at once, with 128 + the signal and no
+    traceback: for a process with nothing to close (a LoadGen test, whose half-written logs
+    are not kept), or one that is still importing."""
+    for signum in HANDLED:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _exit_quietly)
+
+
+class _Held:
+    """The main thread's deferred stretches (nested) and the signal held meanwhile."""
+
+    depth = 0
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A signal arriving inside is raised (as `Interrupted`) once the stretch is over, in
+    the caller's frame, not in the middle of it. Elsewhere than the main thread (where a
+    signal is never raised) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Held.depth += 1
+    try:
+        yield
+    finally:
+        _Held.depth -= 1
+    if _Held.depth == 0 and _Held.signum is not None:
+        signum, _Held.signum = _Held.signum, None
+        raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None]:
+    """While inside: SIGINT/SIGTERM/SIGHUP raise `Interrupted` (once). Outside the main
+    thread (a signal handler can only be set there) it does nothing. `note` is printed
+    when a second signal arrives during cleanup. On leaving, the handlers before are put
+    back (`restore`), or (a process that is about to exit) a late signal exits quietly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    first: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if first:
+            print(f"\n{signal.Signals(signum).name} while stopping after "
+                  f"{signal.Signals(first[0]).name}: still stopping{note}", file=sys.stderr)
+            return
+        first.append(signum)
+        if _Held.depth:
+            _Held.signum = signum  # raised when the deferred stretch ends
+            return
+        raise Interrupted(signum)
+
+    previous = {}
+    for signum in HANDLED:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if restore else _exit_quietly)

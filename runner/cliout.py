@@ -1,0 +1,175 @@
+"""The CLI's side of every command's `--out` and `--resume`: one place for all commands.
+
+Before a command that writes an out dir runs, `start()` turns `--resume DIR` into the
+recorded command line (flags given beside it must agree with it), checks the out dir
+against the command's rule and records the attempt (runner/base/outdir.py); `finish()` and
+`interrupted()` record how the attempt ended. A command that keeps parts of an interrupted
+attempt reads `args.attempt` (an `OutDir`): `resumed`, `done(key)`, `mark(key, value)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.base import outdir
+from runner.base.errors import RunnerError
+from runner.base.signals import Interrupted
+from runner.clihelp import OutSpec, walk
+
+# Namespace entries that are not inputs of the work: where it goes, how it is shown.
+NOT_INPUTS = {"func", "command", "argv", "out", "resume", "dry_run", "json", "out_spec",
+              "attempt", "goldens_command", "bench_command"}
+
+
+def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
+               ) -> tuple[str, argparse.ArgumentParser]:
+    """The command's name as typed (`bench goldens`) and its parser."""
+    for path, sub in walk(root):
+        if sub.get_default("out_spec") is args.out_spec:
+            return " ".join(path), sub
+    raise AssertionError("an out_spec default without its parser")
+
+
+def _actions(root: argparse.ArgumentParser, parser: argparse.ArgumentParser
+             ) -> list[argparse.Action]:
+    """The options and positionals of the command (and the root's, e.g. --iree-tools)."""
+    return [a for a in [*root._actions, *parser._actions]
+            if a.dest not in NOT_INPUTS and a.dest != argparse.SUPPRESS
+            and not isinstance(a, argparse._SubParsersAction | argparse._HelpAction)]
+
+
+def _flag(action: argparse.Action) -> str:
+    """How a user spells an input: `--count`, `--no-score`, a positional's metavar."""
+    if action.option_strings:
+        return max(action.option_strings, key=len)
+    return str(action.metavar or action.dest).upper()
+
+
+def inputs_of(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
+              args: argparse.Namespace, only_given: bool = False) -> dict[str, Any]:
+    """The command's inputs by flag, defaults included (so a difference names both values);
+    a switch as true or false. `only_given`: those that differ from their defaults. Where
+    results go and how they are shown are not inputs."""
+    out = {}
+    for action in _actions(root, parser):
+        value = getattr(args, action.dest, action.default)
+        if only_given and (value == action.default or (action.nargs != 0 and value in (None, []))):
+            continue
+        out[_flag(action)] = (value != action.default) if action.nargs == 0 else value
+    return out
+
+
+def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+             parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, bool]:
+    """`--resume DIR`: the attempt's own command line, parsed again where it ran; a flag
+    given beside --resume that says otherwise is refused, naming it."""
+    where = Path(os.path.abspath(Path(args.resume).expanduser()))
+    record = outdir.read_record(where)
+    spec: OutSpec = args.out_spec
+    if spec.own_resume and any((where / m).is_file() for m in spec.rerun.markers):
+        return args, True  # the command goes on from its own record (a run's run.json)
+    if record is None:
+        raise RunnerError(f"no attempt of `runner {name}` to resume here (no "
+                          f"{outdir.RECORD})", where=str(where),
+                          fix=f"start one with `runner {name} ... --out {where}`")
+    if record["command"] != name:
+        raise RunnerError(f"the directory holds an attempt of `runner {record['command']}`, "
+                          f"not of `runner {name}`", where=str(where / outdir.RECORD),
+                          fix=f"`runner {record['command']} --resume {where}`")
+    argv, cwd = [str(a) for a in record.get("argv", [])], str(record.get("cwd", ""))
+    if cwd and os.path.realpath(cwd) != os.path.realpath(os.getcwd()):
+        if not Path(cwd).is_dir():
+            raise RunnerError(f"the attempt ran in {cwd}, which is gone: its relative paths "
+                              "cannot be found again", where=str(where / outdir.RECORD),
+                              fix="pass another --out and start over")
+        print(f"note: resuming in {cwd}, where the attempt ran", file=sys.stderr)
+        os.chdir(cwd)
+    recorded = root.parse_args(argv)
+    then = inputs_of(root, parser, recorded)
+    differ = [f"{flag}: {then.get(flag)!r} in the attempt, {value!r} now"
+              for flag, value in inputs_of(root, parser, args, only_given=True).items()
+              if then.get(flag) != value]
+    if differ:
+        raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
+                          + "\n    ".join(differ), where=str(where / outdir.RECORD),
+                          fix="drop those flags (or pass another --out for a new attempt)")
+    for keep in ("dry_run", "json"):  # how this invocation shows things, not inputs
+        if hasattr(args, keep):
+            setattr(recorded, keep, getattr(args, keep))
+    recorded.argv, recorded.resume = argv, str(where)
+    return recorded, False
+
+
+def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:
+    """With `--resume DIR` no option is required: the attempt's record holds them all."""
+    if not any(a == "--resume" or a.startswith("--resume=") for a in argv):
+        return
+    for parser in [root, *(sub for _, sub in walk(root))]:
+        for action in parser._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                action.required = False
+
+
+def start(root: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Claims the command's out dir (a no-op for a command without one, or when its --out
+    is optional and not given). Returns the arguments to run with (`--resume DIR`: the
+    recorded ones); `args.attempt` is the claim, or None."""
+    args.attempt = None
+    spec: OutSpec | None = getattr(args, "out_spec", None)
+    if spec is None:
+        return args
+    name, parser = command_of(root, args)
+    if args.resume and args.out and Path(args.out).resolve() != Path(args.resume).resolve():
+        raise RunnerError("--out and --resume name two directories", where="--resume",
+                          fix="--resume DIR alone goes on in DIR")
+    own = False
+    if args.resume:
+        args, own = _resumed(root, args, name, parser)
+        args.attempt = None
+    path = args.resume or args.out
+    if path is None:
+        if spec.required:
+            raise RunnerError("where should the results go?", where=f"runner {name}",
+                              fix="pass --out DIR (a new attempt) or --resume DIR (finish an "
+                              "interrupted one)")
+        return args
+    # A command going on from its own record checks the request against it itself.
+    inputs = {k: v for k, v in inputs_of(root, parser, args).items()
+              if k not in spec.rerun.free}
+    args.attempt = outdir.claim(Path(path), name, None if own else inputs, list(args.argv),
+                                spec.rerun, resume=bool(args.resume),
+                                dry_run=bool(getattr(args, "dry_run", False)))
+    return args
+
+
+def finish(args: argparse.Namespace, code: int | None, error: BaseException | None) -> None:
+    """Records how the attempt ended (`code`, or the error that ended it)."""
+    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
+    if attempt is None:
+        return
+    if isinstance(error, Interrupted | KeyboardInterrupt):
+        name = error.name if isinstance(error, Interrupted) else "SIGINT"
+        attempt.end(outdir.INTERRUPTED, signal=name)
+    elif isinstance(error, RunnerError):
+        attempt.end_with(error.exit_code, str(error))
+    elif error is not None:
+        attempt.end(outdir.FAILED, error=f"{type(error).__name__}: {error}")
+    else:
+        attempt.end_with(code if code is not None else 0)
+
+
+def how_to_go_on(args: argparse.Namespace) -> str:
+    """The interrupted command's way on, for the message the CLI prints."""
+    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
+    spec: OutSpec | None = getattr(args, "out_spec", None)
+    if attempt is None or spec is None or attempt.dry_run:
+        return "finished work is kept"
+    resume = f"`runner {attempt.command} --resume {attempt.path}`"
+    if spec.rerun.rule == outdir.RESUMES:
+        return (f"finished work is kept; the same command again (or {resume}) finishes "
+                f"it ({spec.rerun.keeps})")
+    return f"finished work is kept; {resume} finishes it ({spec.rerun.keeps})"

@@ -1,0 +1,203 @@
+"""The signal/rerun battery: a command stopped at seeded random points by SIGINT, SIGTERM
+and SIGHUP, and run again after each, as a lab engineer whose job a scheduler or a closed
+session stopped would. Every attempt must end cleanly (its exit code, no traceback), leave
+no process of its own running once its exit status is seen, and keep what it finished; a
+rerun must go on as the command's help says: `resumes` (the same command again finishes
+it) or `refuses` (refused at once, naming `--resume DIR` and another `--out`, writing
+nothing; `--resume DIR` then finishes it).
+
+SIGINT goes to the command's process group (Ctrl-C in a terminal), SIGTERM to its pid (a
+scheduler, `kill`), SIGHUP to its group (a closed session). The delays come from
+`RUNNER_SIGNAL_SEED` (default 35), printed with any failure so a case can be replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.base.outdir import RECORD, REFUSES
+from runner.base.procs import Proc, descendants
+
+SEED = int(os.environ.get("RUNNER_SIGNAL_SEED", "35"))
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TO_GROUP = {signal.SIGINT: True, signal.SIGTERM: False, signal.SIGHUP: True}
+# PYTHONFAULTHANDLER: a crash in any of its processes (the driver, a worker, a test
+# process) prints "Fatal Python error" where the battery looks for it.
+ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "600",
+       "PYTHONFAULTHANDLER": "1"}
+CRASH = "Fatal Python error"
+ATTEMPT_TIMEOUT_S = 600
+
+
+def done_keys(out: Path) -> set[str]:
+    """The parts an attempt recorded as finished (runner/base/outdir.py)."""
+    try:
+        return set(json.loads((out / RECORD).read_text()).get("done", {}))
+    except (OSError, ValueError):
+        return set()
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argv: Callable[[Path], list[str]]  # out dir -> the command line after `runner`
+    rule: str  # runner.base.outdir.RESUMES | REFUSES, as its --help says
+    span: float  # seconds the random signal falls within (about its run time here)
+    finished: Callable[[Path], bool]  # its complete output is there
+    kept: Callable[[Path], set[str]] = done_keys  # finished work no later attempt may lose
+    ok: tuple[int, ...] = (0,)
+    cwd: Path | None = None
+
+
+@dataclass
+class Attempt:
+    argv: list[str]
+    sig: int | None
+    delay: float
+    rc: int
+    stderr: str
+    left: list[Proc] = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> bool:
+        """Ended by the signal: 128 + its number, or (sent while the interpreter itself
+        still started, before any of the runner's code ran) killed by it, saying nothing."""
+        return self.sig is not None and (self.rc == 128 + self.sig or (
+            self.rc == -self.sig and not self.stderr.strip()))
+
+    def describe(self) -> str:
+        what = f"{signal.Signals(self.sig).name} after {self.delay:.2f}s" if self.sig else "-"
+        return (f"runner {' '.join(self.argv)} [{what}] -> exit {self.rc} (seed {SEED})\n"
+                f"{self.stderr[-3000:]}")
+
+
+def _default_signals() -> None:
+    """As an interactive shell starts a command: the three signals at their defaults (a
+    test runner in the background may have SIGINT ignored, which children inherit)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float = 0.0
+            ) -> Attempt:
+    """Runs `runner ARGV`, sends `sig` after `delay` seconds (when it still runs) and
+    waits for its exit status; `left` is every process below it, noted when the signal
+    went out, that is still alive once that status is seen."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=cmd.cwd, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_default_signals)
+    below: list[Proc] = []
+    sent = False
+    try:
+        if sig is not None:
+            try:
+                proc.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                below, sent = descendants(proc.pid), True
+                if TO_GROUP[sig]:
+                    os.killpg(proc.pid, sig)
+                else:
+                    os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    left = [p for p in below if p.alive()]
+    return Attempt(argv, sig if sent else None, delay, proc.returncode, err, left)
+
+
+def _check_clean(cmd: Command, a: Attempt, out: Path) -> None:
+    assert "Traceback" not in a.stderr and CRASH not in a.stderr, a.describe()
+    for log in out.rglob("*.log") if out.is_dir() else ():
+        assert CRASH not in log.read_text(errors="replace"), f"{log}\n{a.describe()}"
+    assert not a.left, f"left running: {a.left}\n{a.describe()}"
+    assert a.interrupted or a.rc in cmd.ok, a.describe()
+    if a.interrupted:  # (a signal while it still imports ends it without a word)
+        assert f"interrupted ({signal.Signals(a.sig).name})" in a.stderr \
+            or not a.stderr.strip(), a.describe()
+
+
+def _status(out: Path) -> str | None:
+    try:
+        return json.loads((out / RECORD).read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _snapshot(out: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} \
+        if out.is_dir() else {}
+
+
+def run_battery(cmd: Command, tmp: Path) -> list[Attempt]:
+    """Every signal once, at a seeded random point, each followed by the command's rerun;
+    then the last attempt run to its end. Returns every attempt, for the caller's checks."""
+    rng = random.Random(f"{SEED}:{cmd.name}")
+    history: list[Attempt] = []
+    n, out = 0, tmp / "out-0"
+    argv = cmd.argv(out)
+    kept: set[str] = set()
+    for sig in SIGNALS:
+        a = attempt(cmd, argv, sig, rng.uniform(0.3, cmd.span))
+        history.append(a)
+        _check_clean(cmd, a, out)
+        now = cmd.kept(out)
+        assert kept <= now, f"finished work lost: {sorted(kept - now)}\n{a.describe()}"
+        kept = now
+        if not a.interrupted or _status(out) == "finished":  # it finished first
+            history += _rerun_finished(cmd, out)
+            n += 1
+            out, kept = tmp / f"out-{n}", set()
+            argv = cmd.argv(out)
+            continue
+        argv = _rerun_interrupted(cmd, out, history)
+    last = attempt(cmd, argv)
+    history.append(last)
+    _check_clean(cmd, last, out)
+    assert last.rc in cmd.ok and cmd.finished(out), last.describe()
+    assert kept <= cmd.kept(out), last.describe()
+    return history
+
+
+def _rerun_interrupted(cmd: Command, out: Path, history: list[Attempt]) -> list[str]:
+    """The command line that goes on: the same one (`resumes`), or, after checking that
+    the same one is refused at once and writes nothing, `--resume DIR`."""
+    argv = cmd.argv(out)
+    if cmd.rule != REFUSES or not (out / RECORD).is_file():
+        return argv  # (stopped before it wrote anything: nothing of it is left to refuse)
+    before = _snapshot(out)
+    refused = attempt(cmd, argv)
+    history.append(refused)
+    assert refused.rc == 2 and f"--resume {out}" in refused.stderr \
+        and "another --out" in refused.stderr, refused.describe()
+    assert _snapshot(out) == before, refused.describe()
+    return _resume_argv(cmd, out)
+
+
+def _resume_argv(cmd: Command, out: Path) -> list[str]:
+    """`runner CMD --resume DIR`: no other flag (the attempt recorded them)."""
+    return [*cmd.name.split(), "--resume", str(out)]
+
+
+def _rerun_finished(cmd: Command, out: Path) -> list[Attempt]:
+    """A finished attempt run again: a refusing command says so and points to another
+    --out (its --resume: nothing to do); a resuming one does it again, keeping its parts."""
+    assert cmd.finished(out)
+    again = attempt(cmd, cmd.argv(out))
+    if cmd.rule == REFUSES:
+        assert again.rc == 2 and "finished" in again.stderr, again.describe()
+        resumed = attempt(cmd, _resume_argv(cmd, out))
+        assert resumed.rc == 0 and ("nothing to resume" in resumed.stderr
+                                    or "nothing to do" in resumed.stderr), resumed.describe()
+        return [again, resumed]
+    assert again.rc in cmd.ok, again.describe()
+    return [again]

@@ -1,0 +1,103 @@
+"""SIGINT, SIGTERM and SIGHUP as one exception (runner/base/signals.py), and the processes a
+command started stopped and waited for before it exits (runner/base/procs.py): in-process,
+with real signals and real child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runner.base.procs import ProcessGuard
+from runner.base.signals import Interrupted, deferred, exit_code, raised_as_interrupted
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_each_signal_is_one_exception_with_its_exit_code(sig):
+    before = signal.getsignal(sig)
+    with pytest.raises(Interrupted) as e, raised_as_interrupted():
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the handler raises at the next bytecode
+    assert e.value.signum == sig and exit_code(e.value) == 128 + sig
+    assert isinstance(e.value, KeyboardInterrupt)  # every `except KeyboardInterrupt` sees it
+    assert signal.getsignal(sig) == before  # put back
+
+
+def test_a_signal_inside_a_deferred_stretch_is_raised_at_its_end(capsys):
+    done = []
+    with pytest.raises(Interrupted) as e, raised_as_interrupted(), deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # not raised here: the stretch goes on to its end
+        os.kill(os.getpid(), signal.SIGINT)  # a second one while stopping: noted only
+        time.sleep(0.2)
+        done.append(True)
+    assert done and e.value.signum == signal.SIGTERM
+    assert "SIGINT while stopping after SIGTERM" in capsys.readouterr().err
+
+
+def test_an_ignored_signal_stays_ignored():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with raised_as_interrupted():
+            os.kill(os.getpid(), signal.SIGHUP)  # nohup's SIGHUP
+            time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def test_the_guard_stops_what_the_command_started_and_nothing_else():
+    """A child that ignores SIGTERM is killed after the grace; a process that ran before
+    the command is left alone."""
+    older = subprocess.Popen(["sleep", "60"])
+    try:
+        guard = ProcessGuard()
+        stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                     "print('ready', flush=True)\ntime.sleep(60)"],
+                                    stdout=subprocess.PIPE, text=True)
+        assert stubborn.stdout.readline() == "ready\n"
+        started = {p.pid for p in guard.started()}
+        assert stubborn.pid in started and older.pid not in started
+        said: list[str] = []
+        stopped = guard.stop(grace=1.0, say=said.append)
+        assert stubborn.pid in {p.pid for p in stopped}
+        assert not _running(stubborn.pid) and "SIGKILL" in said[-1]  # (reaped by the guard)
+        assert older.poll() is None
+    finally:
+        older.kill()
+        older.wait()
+
+
+ORPHAN = """
+import subprocess
+from runner.base.procs import ProcessGuard, become_subreaper
+become_subreaper()
+guard = ProcessGuard()
+sh = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, text=True)
+orphan = int(sh.stdout.readline())
+sh.wait()
+stopped = guard.stop(grace=2.0)
+print(orphan, orphan in {p.pid for p in stopped})
+"""
+
+
+def test_a_driver_adopts_and_waits_for_the_child_of_a_child_that_died():
+    """`sleep &` outlives the shell that started it: the driver (a subreaper, as `runner`
+    is) adopts it and has it gone, not left to init, when it returns."""
+    done = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True,
+                          timeout=60)
+    pid, stopped = done.stdout.split()
+    assert done.returncode == 0 and stopped == "True", done.stderr
+    assert not _running(int(pid))
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] not in "ZX"
+    except OSError:
+        return False

@@ -1,0 +1,185 @@
+"""What a command's --out may hold and what running into it again does (runner/base/outdir.py,
+runner/cliout.py): the attempt record written first, a user's files refused before any work
+(dry runs too), another command's or other inputs' attempt refused naming what differs,
+each rule (resumes / refuses) with its two ways out, one driver at a time, and an attempt
+that wrote nothing leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.base.errors import RunnerError
+from runner.base.outdir import (
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    LOCK,
+    RECORD,
+    REFUSES,
+    RESUMES,
+    Rerun,
+    claim,
+    differences,
+    inputs_record,
+)
+from runner.cli import main
+
+MEASURES = Rerun(REFUSES, "finished layouts")
+GOES_ON = Rerun(RESUMES, "each finished test")
+
+
+def test_a_new_attempt_is_recorded_before_anything_else(tmp_path):
+    out = tmp_path / "new"
+    attempt = claim(out, "bench", {"--count": 4}, ["bench", "--count", "4"], MEASURES)
+    record = json.loads((out / RECORD).read_text())
+    assert record["command"] == "bench" and record["argv"] == ["bench", "--count", "4"]
+    assert record["inputs"] == {"--count": 4} and record["status"] == "running"
+    assert record["cwd"] == os.getcwd() and (out / LOCK).is_file()
+    attempt.mark("layout:a", {"samples_per_s": 1.5})
+    (out / "bench.json").write_text("{}")
+    attempt.end_with(0)
+    record = json.loads((out / RECORD).read_text())
+    assert record["status"] == FINISHED and record["attempts"][-1]["exit_code"] == 0
+    assert record["done"] == {"layout:a": {"samples_per_s": 1.5}}
+    assert not (out / LOCK).exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_users_files_are_refused_before_any_work(tmp_path, dry_run):
+    out = tmp_path / "mine"
+    (out / "empty" / "dirs").mkdir(parents=True)
+    claim(out, "run", {}, [], MEASURES, dry_run=True)  # empty directories count as empty
+    (out / "empty" / "notes.txt").write_text("mine")
+    with pytest.raises(RunnerError, match=r"not `runner run`'s own \(empty/notes.txt\)"):
+        claim(out, "run", {}, [], MEASURES, dry_run=dry_run)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "empty", "empty/dirs", "empty/notes.txt"]
+
+
+def test_another_commands_out_dir_is_refused(tmp_path):
+    claim(tmp_path / "o", "mlperf", {}, [], MEASURES).end_with(0)
+    with pytest.raises(RunnerError, match="holds the output of `runner mlperf`, not of "
+                                          "`runner bench`"):
+        claim(tmp_path / "o", "bench", {}, [], MEASURES)
+
+
+def test_other_inputs_are_named_and_paths_compare_resolved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    conf = tmp_path / "user.conf"
+    conf.write_text("a = 1\n")
+    before = inputs_record({"--user-conf": "user.conf", "--count": 4}, str(tmp_path))
+    same = inputs_record({"--user-conf": str(conf), "--count": 4}, "/")
+    assert differences(before, same) == []  # a relative and an absolute spelling
+    conf.write_text("a = 2\n")
+    edited = inputs_record({"--user-conf": str(conf), "--count": 8}, "/")
+    assert differences(before, edited) == [
+        "--count: 4 in the attempt, 8 now", f"{conf}: changed since the attempt started"]
+    out = tmp_path / "o"
+    stopped = claim(out, "mlperf", {"--count": 4}, ["mlperf"], MEASURES)
+    (out / "user.conf").write_text("")
+    stopped.end(INTERRUPTED)
+    with pytest.raises(RunnerError) as e:
+        claim(out, "mlperf", {"--count": 8}, ["mlperf"], MEASURES)
+    assert "--count: 4 in the attempt, 8 now" in str(e.value)
+    assert f"`runner mlperf --resume {out}`, which runs `runner mlperf` again" in str(e.value)
+
+
+def test_a_refusing_command_names_both_ways_out(tmp_path):
+    out = tmp_path / "o"
+    (out / "runs").mkdir(parents=True)
+    first = claim(out, "bench", {}, ["bench"], MEASURES)
+    (out / "runs" / "x.json").write_text("{}")
+    first.end(INTERRUPTED, signal="SIGTERM")
+    with pytest.raises(RunnerError) as e:
+        claim(out, "bench", {}, ["bench"], MEASURES)
+    assert "holds an interrupted `runner bench`" in str(e.value) and "stopped by SIGTERM" \
+        in str(e.value)
+    assert f"finish it with `runner bench --resume {out}`, or pass another --out" in str(e.value)
+    resumed = claim(out, "bench", {}, ["bench"], MEASURES, resume=True)
+    assert resumed.resumed and resumed.previous_status == INTERRUPTED
+    resumed.end_with(0)
+    with pytest.raises(RunnerError, match="holds a finished `runner bench`"):
+        claim(out, "bench", {}, ["bench"], MEASURES)
+    again = claim(out, "bench", {}, ["bench"], MEASURES, resume=True)
+    assert again.nothing_to_do
+    again.release()
+
+
+def test_a_resuming_command_keeps_what_it_marked(tmp_path):
+    out = tmp_path / "o"
+    first = claim(out, "goldens generate", {}, [], GOES_ON)
+    (out / "x.bin").write_bytes(b"x")
+    first.mark("test:a", ["x.bin"])
+    first.end(FAILED, error="boom")
+    second = claim(out, "goldens generate", {}, [], GOES_ON)
+    assert second.resumed and second.done("test:a") == ["x.bin"] and second.done("test:b") is None
+    second.forget("test:a")
+    assert second.done("test:a") is None
+    second.end_with(0)
+    record = json.loads((out / RECORD).read_text())
+    assert [a["status"] for a in record["attempts"]] == [FAILED, FINISHED]
+
+
+def test_one_driver_at_a_time(tmp_path):
+    out = tmp_path / "o"
+    claim(out, "run", {}, [], GOES_ON).end(INTERRUPTED)
+    holder = claim(out, "run", {}, [], GOES_ON)  # this process, alive
+    with pytest.raises(RunnerError, match="another driver holds this out dir: pid "
+                                          f"{os.getpid()}"):
+        claim(out, "run", {}, [], GOES_ON)
+    holder.release()
+
+
+def test_an_attempt_that_wrote_nothing_leaves_nothing(tmp_path):
+    out = tmp_path / "a" / "b"
+    claim(out, "generate", {"--count": 1}, [], GOES_ON).end_with(2, "bad --set")
+    assert not (tmp_path / "a").exists() or not out.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    claim(kept, "generate", {}, [], GOES_ON).end(INTERRUPTED)
+    assert kept.is_dir() and not list(kept.iterdir())  # made by the user: stays, empty
+
+
+def test_the_cli_refuses_before_any_work(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    for argv in (["generate", "--profile", "tiny", "--count", "1", "--out", str(mine)],
+                 ["calibrate", str(tmp_path / "no-run"), "--out", str(mine)],
+                 ["report", str(tmp_path / "no-run"), "--out", str(mine)],
+                 ["oracle", str(mine), "--samples", "0"]):
+        assert main(argv) == 2, argv
+        assert "keep.txt" in capsys.readouterr().err, argv
+        assert [p.name for p in mine.iterdir()] == ["keep.txt"], argv
+
+
+def test_resume_takes_the_recorded_command_line_and_refuses_other_flags(tmp_path, capsys):
+    out = tmp_path / "new"
+    argv = ["goldens", "bump", str(Path(__file__).parent.parent / "goldens" / "tiny"),
+            "--to", "v7.0", "--out", str(out)]
+    assert main(argv) == 0
+    assert main(["goldens", "bump", "--resume", str(out), "--to", "v8.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--to: 'v7.0' in the attempt, 'v8.0' now" in err
+    assert main(["goldens", "bump", "--resume", str(out)]) == 0
+    assert "v7.0" in capsys.readouterr().out
+    assert main(["goldens", "bump", "--resume", str(tmp_path / "other"), "--out", str(out)]) == 2
+    assert "--out and --resume name two directories" in capsys.readouterr().err
+    assert main(["goldens", "check", "--resume", str(out)]) == 2
+    assert "holds an attempt of `runner goldens bump`" in capsys.readouterr().err
+
+
+def test_a_gone_containers_locks_are_dropped_and_no_other(tmp_path):
+    """A container killed while a `runner` in it held an out dir's lock: the lock names the
+    container's host name, which no later process can check, so it is dropped by name."""
+    from runner.base.dirlock import LockHolder, drop_locks_of
+
+    for host, where in (("c0ffee123456", tmp_path / "a"), ("labnode7", tmp_path / "b" / "c")):
+        where.mkdir(parents=True)
+        (where / LOCK).write_text(json.dumps(LockHolder(host, 7, "then", "runner x").__dict__))
+    assert drop_locks_of("c0ffee123456", [tmp_path], (LOCK,)) == [tmp_path / "a" / LOCK]
+    assert (tmp_path / "b" / "c" / LOCK).is_file()

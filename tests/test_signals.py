@@ -1,0 +1,176 @@
+"""Every command that writes an --out, stopped by SIGINT, SIGTERM and SIGHUP at seeded random
+points and run again after each (tests/signal_battery.py): it resumes or refuses as its
+help says, never crashes, never loses finished work, never leaves a process running. The
+tiny model keeps each command to seconds; the ones that build images, export with torch or
+install IREE builds are marked slow."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from host_support import host_build_tree
+from signal_battery import Command, attempt, done_keys, run_battery
+
+from runner.base.outdir import RECORD, REFUSES, RESUMES
+from runner.cli import build_parser
+from runner.clihelp import walk
+from runner.rundir.directory import RunDir
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_GOLDENS = REPO / "goldens" / "tiny"
+
+
+def _samples(out: Path) -> set[str]:
+    return {p.name for p in (out / "samples").glob("*.png")}
+
+
+def _has(*names: str) -> object:
+    return lambda out: all((out / n).is_file() for n in names)
+
+
+def _run_complete(out: Path) -> bool:
+    return RunDir(out).exists() and RunDir(out).load().complete
+
+
+FAST = [
+    Command("run", lambda o: ["run", "--profile", "tiny", "--count", "4", "--no-score",
+                              "--out", str(o)], REFUSES, 8.0, _run_complete, kept=_samples),
+    Command("bench", lambda o: ["bench", "--profile", "tiny", "--count", "2", "--cpd", "1,2",
+                                "--repetitions", "1", "--min-time", "1x", "--out", str(o)],
+            REFUSES, 20.0, _has("bench.json", "bench.md")),
+    Command("mlperf", lambda o: ["mlperf", "--profile", "tiny", "--scenario", "offline,server",
+                                 "--mode", "accuracy", "--count", "2", "--no-score",
+                                 "--out", str(o)], REFUSES, 12.0, _has("mlperf.json")),
+    Command("goldens generate", lambda o: ["goldens", "generate", str(TINY_GOLDENS), "--to",
+                                           "next", "--out", str(o)], RESUMES, 5.0,
+            _has("manifest.json")),
+]
+
+
+@pytest.mark.parametrize("cmd", FAST, ids=[c.name for c in FAST])
+def test_a_stopped_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_compiled):
+    history = run_battery(cmd, tmp_path)
+    assert [a.sig for a in history if a.interrupted]  # at least one signal hit it running
+
+
+def _bisect(tmp: Path) -> Command:
+    """Two build trees of this host's IREE and a script test that takes a moment."""
+    good = host_build_tree(tmp / "trees" / "good")
+    bad = host_build_tree(tmp / "trees" / "bad")
+    script = 'sleep 2; case "$RUNNER_BUILD" in *bad) exit 3;; esac'
+    return Command("bisect", lambda o: ["bisect", "--good", f"build-dir:{good}", "--bad",
+                                        f"build-dir:{bad}", "--test", f"script:sh -c '{script}'",
+                                        "--out", str(o)], RESUMES, 8.0,
+                   lambda o: "answer" in json.loads((o / "bisect.json").read_text()),
+                   kept=lambda o: {s["build"] for s in json.loads(
+                       (o / "bisect.json").read_text()).get("steps", [])}
+                   if (o / "bisect.json").is_file() else set())
+
+
+def test_bisect_goes_on_from_its_finished_steps(tmp_path):
+    run_battery(_bisect(tmp_path), tmp_path)
+
+
+SLOW = [
+    Command("generate", lambda o: ["generate", "--profile", "tiny", "--count", "2", "--out",
+                                   str(o)], RESUMES, 6.0, _has("manifest.json")),
+    Command("goldens check", lambda o: ["goldens", "check", str(TINY_GOLDENS), "--out",
+                                        str(o)], RESUMES, 5.0, _has("junit.xml")),
+    Command("goldens bump", lambda o: ["goldens", "bump", str(TINY_GOLDENS), "--to", "next",
+                                       "--out", str(o)], RESUMES, 2.5, _has("clip_cpu.json")),
+    Command("bench goldens", lambda o: ["bench", "goldens", str(REPO / "goldens" / "tiny-bench"),
+                                        "--sku", "cpu", "--repetitions", "1", "--out", str(o)],
+            RESUMES, 8.0, _has("bench.json"), ok=(0, 1)),
+    Command("goldens compare-steps", lambda o: ["goldens", "compare-steps", "--profile", "tiny",
+                                                "--out", str(o)], RESUMES, 8.0,
+            _has("compare_steps.json"), ok=(0, 1)),
+    Command("oracle", lambda o: ["oracle", str(o), "--samples", "0-1"], RESUMES, 8.0,
+            _has("manifest.json")),
+    Command("export", lambda o: ["export", "tiny", "--out", str(o)], RESUMES, 60.0,
+            _has("model.json")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", SLOW, ids=[c.name for c in SLOW])
+def test_every_other_out_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_compiled):
+    run_battery(cmd, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_compiled) -> Path:
+    """A finished run for the commands that read one."""
+    run = tmp_path_factory.mktemp("battery") / "run"
+    done = attempt(FAST[0], FAST[0].argv(run))
+    assert done.rc == 0, done.describe()
+    return run
+
+
+def _reading(name: str, run: Path) -> Command:
+    if name == "report":
+        return Command("report", lambda o: ["report", str(run), "--out", str(o)], RESUMES,
+                       4.0, _has("report.html", "junit.xml"))
+    return Command("calibrate", lambda o: ["calibrate", str(run), "--profile", "tiny", "--out",
+                                           str(o)], RESUMES, 20.0, _has("calibration.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["report", "calibrate"])
+def test_commands_reading_a_run_go_on_as_their_help_says(name, tiny_run, tmp_path):
+    run_battery(_reading(name, tiny_run), tmp_path)
+
+
+@pytest.mark.slow
+def test_trend_goes_on_from_its_finished_steps(tmp_path, tiny_compiled):
+    """Each build's probe runs the tiny model in that build's environment (seconds each)."""
+    good = host_build_tree(tmp_path / "trees" / "a")
+    bad = host_build_tree(tmp_path / "trees" / "b")
+    run_battery(Command("trend", lambda o: ["trend", f"build-dir:{good}", f"build-dir:{bad}",
+                                            "--profile", "tiny", "--count", "1", "--out",
+                                            str(o)], RESUMES, 20.0, _has("trend.json", "trend.md"),
+                        kept=lambda o: {s["build"] for s in json.loads(
+                            (o / "trend.json").read_text()).get("steps", [])}
+                        if (o / "trend.json").is_file() else set()), tmp_path)
+
+
+def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
+    """A new command with an --out joins the battery (or says here why it cannot)."""
+    covered = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate"}
+    elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
+        "validate": "builds a harness image and runs every step in containers (minutes); "
+                    "its step ledger resumes: tests/test_validate.py",
+    }
+    rules = {" ".join(path): sub.get_default("out_spec").rerun for path, sub
+             in walk(build_parser()) if sub.get_default("out_spec") is not None}
+    assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))
+    assert {c.name: c.rule for c in [*FAST, *SLOW]} == {
+        c.name: rules[c.name].rule for c in [*FAST, *SLOW]}
+    for path, sub in walk(build_parser()):
+        spec = sub.get_default("out_spec")
+        if spec is not None:  # the help says it, and so does docs/failure-modes.md
+            assert "rerun:" in sub.format_help() and spec.rerun.keeps in " ".join(
+                sub.format_help().split()), path
+    table = (REPO / "docs" / "failure-modes.md").read_text(encoding="utf-8")
+    stated = dict(re.findall(r"^\| `runner ([a-z -]+)` \| (resumes|refuses) \|", table, re.M))
+    assert stated == {name: rerun.rule for name, rerun in rules.items()}
+
+
+def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_compiled):
+    """What a measurement command says to the same command run again into an interrupted
+    attempt's --out: nothing is measured, nothing written."""
+    cmd = FAST[0]
+    out = tmp_path / "run"
+    stopped = attempt(cmd, cmd.argv(out), signal.SIGTERM, 4.0)
+    assert stopped.interrupted, stopped.describe()
+    record = json.loads((out / RECORD).read_text())
+    assert record["status"] == "interrupted" and record["attempts"][-1]["signal"] == "SIGTERM"
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*"))
+    again = attempt(cmd, cmd.argv(out))
+    assert again.rc == 2 and "holds an interrupted `runner run`" in again.stderr
+    assert f"finish it with `runner run --resume {out}`, or pass another --out" in again.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+    assert done_keys(out) == set()
