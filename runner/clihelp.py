@@ -651,8 +651,10 @@ def add_out(p: Any, what: str, rerun: Rerun, *, required: bool = True,
     this command: finish it". argparse requires neither, since `--resume DIR` stands for
     `--out`: runner/cliout.py applies `required` and the rerun rule before the command
     runs (runner/base/outdir.py)."""
+    if required:
+        default = "none: --out or --resume is needed"
     shared(p, "--out", metavar="DIR",
-           help=what + ("" if required else f" (default: {default or 'none: nothing written'})"))
+           help=f"{what} (default: {default or 'none: nothing written'})")
     shared(p, "--resume", metavar="DIR", help="DIR holds an interrupted attempt of this "
            f"command: finish it, with the inputs it recorded ({rerun.keeps}) (default: none)")
     p.set_defaults(out_spec=OutSpec(rerun, required, own_resume))

@@ -8,7 +8,9 @@ nothing; `--resume DIR` then finishes it).
 
 SIGINT goes to the command's process group (Ctrl-C in a terminal), SIGTERM to its pid (a
 scheduler, `kill`), SIGHUP to its group (a closed session). The delays come from
-`RUNNER_SIGNAL_SEED` (default 35), printed with any failure so a case can be replayed.
+`RUNNER_SIGNAL_SEED` (default 35), printed with any failure so a case can be replayed, as
+fractions of the command's own run time, measured here first (a fast machine and a loaded
+one alike: a signal falls while the command runs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +38,8 @@ ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "60
        "PYTHONFAULTHANDLER": "1"}
 CRASH = "Fatal Python error"
 ATTEMPT_TIMEOUT_S = 600
+EARLIEST, LATEST = 0.1, 0.75  # where in the command's run time the signals fall
+_DURATIONS: dict[str, float] = {}
 
 
 def done_keys(out: Path) -> set[str]:
@@ -50,7 +55,6 @@ class Command:
     name: str
     argv: Callable[[Path], list[str]]  # out dir -> the command line after `runner`
     rule: str  # runner.base.outdir.RESUMES | REFUSES, as its --help says
-    span: float  # seconds the random signal falls within (about its run time here)
     finished: Callable[[Path], bool]  # its complete output is there
     kept: Callable[[Path], set[str]] = done_keys  # finished work no later attempt may lose
     ok: tuple[int, ...] = (0,)
@@ -115,6 +119,17 @@ def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float 
     return Attempt(argv, sig if sent else None, delay, proc.returncode, err, left)
 
 
+def duration(cmd: Command, tmp: Path) -> float:
+    """Seconds the command takes on this machine now, start to end (once per command):
+    run to its end in a directory of its own under `tmp`."""
+    if cmd.name not in _DURATIONS:
+        start = time.monotonic()
+        whole = attempt(cmd, cmd.argv(tmp / "timed"))
+        assert whole.rc in cmd.ok, whole.describe()
+        _DURATIONS[cmd.name] = time.monotonic() - start
+    return _DURATIONS[cmd.name]
+
+
 def _check_clean(cmd: Command, a: Attempt, out: Path) -> None:
     assert "Traceback" not in a.stderr and CRASH not in a.stderr, a.describe()
     for log in out.rglob("*.log") if out.is_dir() else ():
@@ -142,12 +157,13 @@ def run_battery(cmd: Command, tmp: Path) -> list[Attempt]:
     """Every signal once, at a seeded random point, each followed by the command's rerun;
     then the last attempt run to its end. Returns every attempt, for the caller's checks."""
     rng = random.Random(f"{SEED}:{cmd.name}")
+    seconds = duration(cmd, tmp)
     history: list[Attempt] = []
     n, out = 0, tmp / "out-0"
     argv = cmd.argv(out)
     kept: set[str] = set()
     for sig in SIGNALS:
-        a = attempt(cmd, argv, sig, rng.uniform(0.3, cmd.span))
+        a = attempt(cmd, argv, sig, seconds * rng.uniform(EARLIEST, LATEST))
         history.append(a)
         _check_clean(cmd, a, out)
         now = cmd.kept(out)

@@ -100,7 +100,8 @@ def test_one_default_profile_and_resume_only_where_there_is_an_out(capsys):
             main([*path, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "YAML path (default: cpu)" in text, path
-        assert ("--resume DIR" in text) == (path[0] in ("generate", "bench", "validate")), path
+        assert ("--resume DIR" in text) == (path[0] in ("compile", "generate", "bench",
+                                                        "validate")), path
 
 
 @pytest.mark.parametrize("argv, new", [

@@ -151,7 +151,7 @@ def test_the_cli_refuses_before_any_work(tmp_path, capsys):
     for argv in (["generate", "--profile", "tiny", "--count", "1", "--out", str(mine)],
                  ["calibrate", str(tmp_path / "no-run"), "--out", str(mine)],
                  ["report", str(tmp_path / "no-run"), "--out", str(mine)],
-                 ["oracle", str(mine), "--samples", "0"]):
+                 ["oracle", "--out", str(mine), "--samples", "0"]):
         assert main(argv) == 2, argv
         assert "keep.txt" in capsys.readouterr().err, argv
         assert [p.name for p in mine.iterdir()] == ["keep.txt"], argv

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from host_support import host_build_tree
-from signal_battery import Command, attempt, done_keys, run_battery
+from signal_battery import Command, attempt, done_keys, duration, run_battery
 
 from runner.base.outdir import RECORD, REFUSES, RESUMES
 from runner.cli import build_parser
@@ -38,16 +38,15 @@ def _run_complete(out: Path) -> bool:
 
 FAST = [
     Command("run", lambda o: ["run", "--profile", "tiny", "--count", "4", "--no-score",
-                              "--out", str(o)], REFUSES, 8.0, _run_complete, kept=_samples),
+                              "--out", str(o)], REFUSES, _run_complete, kept=_samples),
     Command("bench", lambda o: ["bench", "--profile", "tiny", "--count", "2", "--cpd", "1,2",
                                 "--repetitions", "1", "--min-time", "1x", "--out", str(o)],
-            REFUSES, 20.0, _has("bench.json", "bench.md")),
+            REFUSES, _has("bench.json", "bench.md")),
     Command("mlperf", lambda o: ["mlperf", "--profile", "tiny", "--scenario", "offline,server",
                                  "--mode", "accuracy", "--count", "2", "--no-score",
-                                 "--out", str(o)], REFUSES, 12.0, _has("mlperf.json")),
+                                 "--out", str(o)], REFUSES, _has("mlperf.json")),
     Command("goldens generate", lambda o: ["goldens", "generate", str(TINY_GOLDENS), "--to",
-                                           "next", "--out", str(o)], RESUMES, 5.0,
-            _has("manifest.json")),
+                                           "next", "--out", str(o)], RESUMES, _has("manifest.json")),
 ]
 
 
@@ -64,8 +63,7 @@ def _bisect(tmp: Path) -> Command:
     script = 'sleep 2; case "$RUNNER_BUILD" in *bad) exit 3;; esac'
     return Command("bisect", lambda o: ["bisect", "--good", f"build-dir:{good}", "--bad",
                                         f"build-dir:{bad}", "--test", f"script:sh -c '{script}'",
-                                        "--out", str(o)], RESUMES, 8.0,
-                   lambda o: "answer" in json.loads((o / "bisect.json").read_text()),
+                                        "--out", str(o)], RESUMES, lambda o: "answer" in json.loads((o / "bisect.json").read_text()),
                    kept=lambda o: {s["build"] for s in json.loads(
                        (o / "bisect.json").read_text()).get("steps", [])}
                    if (o / "bisect.json").is_file() else set())
@@ -77,21 +75,20 @@ def test_bisect_goes_on_from_its_finished_steps(tmp_path):
 
 SLOW = [
     Command("generate", lambda o: ["generate", "--profile", "tiny", "--count", "2", "--out",
-                                   str(o)], RESUMES, 6.0, _has("manifest.json")),
+                                   str(o)], RESUMES, _has("manifest.json")),
     Command("goldens check", lambda o: ["goldens", "check", str(TINY_GOLDENS), "--out",
-                                        str(o)], RESUMES, 5.0, _has("junit.xml")),
+                                        str(o)], RESUMES, _has("junit.xml")),
     Command("goldens bump", lambda o: ["goldens", "bump", str(TINY_GOLDENS), "--to", "next",
-                                       "--out", str(o)], RESUMES, 2.5, _has("clip_cpu.json")),
+                                       "--out", str(o)], RESUMES, _has("clip_cpu.json")),
     Command("bench goldens", lambda o: ["bench", "goldens", str(REPO / "goldens" / "tiny-bench"),
                                         "--sku", "cpu", "--repetitions", "1", "--out", str(o)],
-            RESUMES, 8.0, _has("bench.json"), ok=(0, 1)),
+            RESUMES, _has("bench.json"), ok=(0, 1)),
     Command("goldens compare-steps", lambda o: ["goldens", "compare-steps", "--profile", "tiny",
-                                                "--out", str(o)], RESUMES, 8.0,
-            _has("compare_steps.json"), ok=(0, 1)),
-    Command("oracle", lambda o: ["oracle", str(o), "--samples", "0-1"], RESUMES, 8.0,
-            _has("manifest.json")),
-    Command("export", lambda o: ["export", "tiny", "--out", str(o)], RESUMES, 60.0,
-            _has("model.json")),
+                                                "--out", str(o)], RESUMES, _has("compare_steps.json"), ok=(0, 1)),
+    Command("oracle", lambda o: ["oracle", "--out", str(o), "--samples", "0-1"], RESUMES, _has("manifest.json")),
+    Command("compile", lambda o: ["compile", "--profile", "tiny", "--batch-sizes", "1,2",
+                                  "--out", str(o)], RESUMES, lambda o: (o / "vmfb").is_dir()),
+    Command("export", lambda o: ["export", "tiny", "--out", str(o)], RESUMES, _has("model.json")),
 ]
 
 
@@ -111,15 +108,17 @@ def tiny_run(tmp_path_factory, tiny_compiled) -> Path:
 
 
 def _reading(name: str, run: Path) -> Command:
+    if name == "compare":  # the run with itself: every image the same
+        return Command("compare", lambda o: ["compare", str(run), str(run), "--out", str(o)],
+                       RESUMES, _has("compare.json"))
     if name == "report":
-        return Command("report", lambda o: ["report", str(run), "--out", str(o)], RESUMES,
-                       4.0, _has("report.html", "junit.xml"))
+        return Command("report", lambda o: ["report", str(run), "--out", str(o)], RESUMES, _has("report.html", "junit.xml"))
     return Command("calibrate", lambda o: ["calibrate", str(run), "--profile", "tiny", "--out",
-                                           str(o)], RESUMES, 20.0, _has("calibration.json"))
+                                           str(o)], RESUMES, _has("calibration.json"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["report", "calibrate"])
+@pytest.mark.parametrize("name", ["report", "calibrate", "compare"])
 def test_commands_reading_a_run_go_on_as_their_help_says(name, tiny_run, tmp_path):
     run_battery(_reading(name, tiny_run), tmp_path)
 
@@ -131,7 +130,7 @@ def test_trend_goes_on_from_its_finished_steps(tmp_path, tiny_compiled):
     bad = host_build_tree(tmp_path / "trees" / "b")
     run_battery(Command("trend", lambda o: ["trend", f"build-dir:{good}", f"build-dir:{bad}",
                                             "--profile", "tiny", "--count", "1", "--out",
-                                            str(o)], RESUMES, 20.0, _has("trend.json", "trend.md"),
+                                            str(o)], RESUMES, _has("trend.json", "trend.md"),
                         kept=lambda o: {s["build"] for s in json.loads(
                             (o / "trend.json").read_text()).get("steps", [])}
                         if (o / "trend.json").is_file() else set()), tmp_path)
@@ -139,7 +138,8 @@ def test_trend_goes_on_from_its_finished_steps(tmp_path, tiny_compiled):
 
 def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     """A new command with an --out joins the battery (or says here why it cannot)."""
-    covered = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate"}
+    covered = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
+                                                 "compare"}
     elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
@@ -164,7 +164,7 @@ def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_c
     attempt's --out: nothing is measured, nothing written."""
     cmd = FAST[0]
     out = tmp_path / "run"
-    stopped = attempt(cmd, cmd.argv(out), signal.SIGTERM, 4.0)
+    stopped = attempt(cmd, cmd.argv(out), signal.SIGTERM, 0.5 * duration(cmd, tmp_path))
     assert stopped.interrupted, stopped.describe()
     record = json.loads((out / RECORD).read_text())
     assert record["status"] == "interrupted" and record["attempts"][-1]["signal"] == "SIGTERM"
