@@ -284,10 +284,19 @@ class StepRunner:
         return step
 
     def _stop(self, proc: subprocess.Popen, guard: ProcessGuard) -> int | None:
+        """SIGTERM to the step's command (a `runner` stops its own workers on it), SIGKILL
+        after the grace; then whatever it started and left behind (adopted by this process,
+        a subreaper), the same way. Its exit status, as Popen gives it (-15: SIGTERM)."""
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout=self.grace)
+        except subprocess.TimeoutExpired:
+            say(f"pid {proc.pid} still running {self.grace:.0f}s after SIGTERM: SIGKILL")
+            proc.kill()
+            proc.wait()
         guard.stop(self.grace, say)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return proc.wait(timeout=self.grace)
-        return None
+        return proc.returncode
 
     def full_env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
@@ -449,6 +458,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     shutil.rmtree(step.workdir)
                 say(f"{step.name}: {shown(step.argv)}")
                 summary["steps"].append(step)
+                step.status = "running"
+                write(results, summary, final=False)
                 runner.run(step)
                 say(f"{step.name}: {step.status} ({step.seconds:.1f}s)"
                     + (f": {step.note}" if step.note and step.status != PASSED else ""))
