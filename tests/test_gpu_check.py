@@ -242,3 +242,24 @@ def test_prepare_then_run_on_this_cpu(tmp_path):
     again = check("run", "--carry", str(carry), "--out", str(results), "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("kept (passed before)") == len(summary["steps"])
+
+
+@pytest.mark.slow
+def test_compiles_into_one_carry_add_their_batch_sizes(tmp_path):
+    """`prepare` compiles each batch size into the same carry: the carried model.json of a
+    seeded export lists every one (and the VAE's own size), not the last alone."""
+    pytest.importorskip("torch")
+    carry = tmp_path / "carry"
+    for batch in ("2", "1"):
+        proc = subprocess.run([sys.executable, "-m", "runner", "compile", "--profile", "tiny",
+                               "--set", "model=seeded:tiny", "--set", "model.dtype=fp32",
+                               "--set", f"layout.batch_size={batch}",
+                               "--set", "layout.vae_batch_size=1", "--out", str(carry)],
+                              capture_output=True, text=True, env=env(), timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (model,) = (carry / "exports").glob("*/model.json")
+    raw = json.loads(model.read_text())
+    assert raw["batch_sizes"] == [1, 2] and raw["submodels"]["vae"]["batch_sizes"] == [1]
+    for name in ("clip_bs1.mlir", "clip_bs2.mlir", "unet_bs2.mlir", "vae_bs1.mlir"):
+        assert name in raw["files"] and (model.parent / name).is_file()
+    assert "vae_bs2.mlir" not in raw["files"]
