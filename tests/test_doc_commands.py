@@ -109,6 +109,8 @@ QUICK = {
         "--dtype fp16 --vae-dtype fp16",
     "runner plan --profile h100-seeded": "CUDA_VISIBLE_DEVICES=7",
     "runner compile --profile h100-seeded --dry-run": "--iree-cuda-target=sm_80",
+    "scripts/gpu_check.sh prepare --profile h100-seeded --out carry --dry-run":
+        "iree-base-runtime==3.13",
     "source <(runner completion bash)": "_shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
     "2000\\n' > short.conf": "stable-diffusion-xl.*.min_duration = 2000",
@@ -169,6 +171,8 @@ MLCOMMONS = ("needs a clone of mlcommons/inference from GitHub (the tests run it
              "MLPERF_INFERENCE_DIR names a checkout)")
 NETWORK = ("needs a clone of iree-org/iree-test-suites from GitHub, and its runner's packages "
            "in a venv of its own")
+
+GPU_CHECK = "tests/test_gpu_check.py::test_prepare_then_run_on_this_cpu"
 
 # Shown but not run here: command -> (why, the test or script that covers it).
 NOT_HERE: dict[str, tuple[str, str]] = {
@@ -542,6 +546,18 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner export weights --from carry/exports/sdxl-seeded-sdxl-float16-<key>": (
         PLACEHOLDER + " (an export's key)",
         "tests/test_seeded_weights.py::test_export_weights_writes_what_the_spec_describes"),
+    # The GPU check (docs/gpu-check.md)
+    "scripts/gpu_check.sh prepare --profile h100-seeded --out carry": (
+        "exports SDXL's full graph (8 GB of memory, minutes) and compiles it for CUDA", GPU_CHECK),
+    "scripts/gpu_check.sh run --carry carry --out results": (
+        "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
+    "scripts/gpu_check.sh run --carry carry --out results --budget 480": (
+        "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
+    "scripts/gpu_check.sh run --carry carry --out results --resume": (
+        "needs a GPU check's results to resume", GPU_CHECK),
+    "scripts/gpu_check.sh prepare --profile cpu --batch-sizes 1 --no-wheels --out carry-cpu": (
+        LONG, GPU_CHECK),
+    "scripts/gpu_check.sh run --carry carry-cpu --out results-cpu": (LONG, GPU_CHECK),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),

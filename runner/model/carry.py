@@ -109,15 +109,23 @@ def _carry_model(model: ModelConfig, batch_sizes: set[int], vae_batch_sizes: set
         result.not_carried.append(str(model.base_dir))
         return
     raw = read_json(model.path, what="export's model.json")
-    raw["batch_sizes"] = sorted(batch_sizes & set(model.batch_sizes))
     decoder = model.functions["decode"][0]
-    if "batch_sizes" in raw["submodels"][decoder]:
-        raw["submodels"][decoder]["batch_sizes"] = sorted(vae_batch_sizes
-                                                          & set(model.sizes_for(decoder)))
+    target = out / "exports" / model.base_dir.name
+    # A second `--out` into the same carry (another batch size, `scripts/gpu_check.py`'s one
+    # compile per layout) adds its sizes to the ones carried before, rather than dropping them.
+    if (target / "model.json").is_file():
+        before = read_json(target / "model.json", what="carried model.json")
+        sizes = before.get("batch_sizes", [])
+        batch_sizes = batch_sizes | set(sizes)
+        vae_batch_sizes = vae_batch_sizes | set(before["submodels"][decoder].get("batch_sizes",
+                                                                                 sizes))
+    raw["batch_sizes"] = sorted(batch_sizes & set(model.batch_sizes))
+    vae_sizes = sorted(vae_batch_sizes & set(model.sizes_for(decoder)))
+    if "batch_sizes" in raw["submodels"][decoder] or vae_sizes != raw["batch_sizes"]:
+        raw["submodels"][decoder]["batch_sizes"] = vae_sizes
     from_spec = {sub.weights for sub in model.submodels.values()} if model.weights_spec else set()
     names = listed_files(raw)
     raw["files"] = {n: digest for n, digest in model.files.items() if n in names}
-    target = out / "exports" / model.base_dir.name
     for name in names:
         if name not in from_spec:
             dst = target / name
