@@ -409,17 +409,30 @@ def plan_run(carry: Path, manifest: dict, results: Path, site: Path | None) -> l
 
 def cmd_run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget)
-    carry, manifest = read_manifest(args.carry)
-    results = Path(args.out).absolute()
+    if bool(args.out) == bool(args.resume):
+        raise RunnerError("give one of --out RESULTS (a new check) and --resume RESULTS (go "
+                          "on with an interrupted one)", where="run",
+                          fix="e.g. run --carry carry --out results")
+    results = Path(args.out or args.resume).absolute()
     summary_path = results / SUMMARY
     previous: dict[str, dict] = {}
-    if summary_path.is_file():
-        if not args.resume:
-            raise RunnerError("holds a GPU check's results", where=f"--out {results}",
-                              fix="add --resume to keep its finished steps, or give another "
-                              "--out")
+    carry_flag = args.carry
+    if args.resume:  # --resume RESULTS: what passed there is kept, the rest runs
+        if not summary_path.is_file():
+            raise RunnerError("holds no GPU check's results to resume",
+                              where=f"--resume {results}",
+                              fix="start one with `run --carry CARRY --out RESULTS`")
         old = read_json(summary_path, what="GPU check summary")
         previous = {s["name"]: s for s in old.get("steps", []) if s.get("status") == PASSED}
+        carry_flag = carry_flag or old.get("carry")
+    elif summary_path.is_file():
+        raise RunnerError("holds a GPU check's results", where=f"--out {results}",
+                          fix=f"`run --resume {shlex.quote(str(results))}` keeps its finished "
+                          "steps; or give another --out")
+    if not carry_flag:
+        raise RunnerError("which carry?", where="--carry",
+                          fix="pass --carry CARRY, the directory `prepare` wrote")
+    carry, manifest = read_manifest(carry_flag)
     site = carry / "site" if missing_deps() else None
     env = {"RUNNER_CACHE_DIR": str(carry / "cache")}
     if site is not None:
@@ -638,12 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every command; run nothing, write nothing")
     p.set_defaults(func=cmd_prepare)
     r = sub.add_parser("run", help="run the check from a carry (no compiler, no network)")
-    r.add_argument("--carry", required=True, help="the directory `prepare` wrote")
-    r.add_argument("--out", required=True, metavar="RESULTS", help="the results directory")
+    r.add_argument("--carry", help="the directory `prepare` wrote (default with --resume: "
+                   "the one the results recorded)")
+    r.add_argument("--out", metavar="RESULTS", help="the results directory, new or empty")
     r.add_argument("--budget", default="480", metavar="SECONDS",
                    help="seconds the whole check may take (default: 480)")
-    r.add_argument("--resume", action="store_true",
-                   help="keep the steps of RESULTS that passed; run the rest")
+    r.add_argument("--resume", metavar="RESULTS",
+                   help="RESULTS holds an interrupted check: finish it, keeping the steps "
+                   "that passed (instead of --out)")
     r.add_argument("--dry-run", action="store_true",
                    help="print every command; run nothing, write nothing")
     r.set_defaults(func=cmd_run)

@@ -553,7 +553,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
     "scripts/gpu_check.sh run --carry carry --out results --budget 480": (
         "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
-    "scripts/gpu_check.sh run --carry carry --out results --resume": (
+    "scripts/gpu_check.sh run --resume results": (
         "needs a GPU check's results to resume", GPU_CHECK),
     "scripts/gpu_check.sh prepare --profile cpu --batch-sizes 1 --no-wheels --out carry-cpu": (
         LONG, GPU_CHECK),

@@ -238,8 +238,11 @@ def test_prepare_then_run_on_this_cpu(tmp_path):
     md = (results / "gpu_check.md").read_text()
     assert "within 1 LSB" in md and f"bs1: {ratio:.3f}" in md
     assert "published, not measured" in md and "2.26" in md
-    # --resume keeps what passed and runs nothing again
-    again = check("run", "--carry", str(carry), "--out", str(results), "--resume")
+    # the same --out again is refused, naming --resume; --resume keeps what passed (its
+    # carry as recorded) and runs nothing again
+    refused = check("run", "--carry", str(carry), "--out", str(results))
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    again = check("run", "--resume", str(results))
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("kept (passed before)") == len(summary["steps"])
 

@@ -46,7 +46,8 @@ FAST = [
                                  "--mode", "accuracy", "--count", "2", "--no-score",
                                  "--out", str(o)], REFUSES, _has("mlperf.json")),
     Command("goldens generate", lambda o: ["goldens", "generate", str(TINY_GOLDENS), "--to",
-                                           "next", "--out", str(o)], RESUMES, _has("manifest.json")),
+                                           "next", "--out", str(o)], RESUMES,
+            _has("manifest.json")),
 ]
 
 
@@ -63,7 +64,8 @@ def _bisect(tmp: Path) -> Command:
     script = 'sleep 2; case "$RUNNER_BUILD" in *bad) exit 3;; esac'
     return Command("bisect", lambda o: ["bisect", "--good", f"build-dir:{good}", "--bad",
                                         f"build-dir:{bad}", "--test", f"script:sh -c '{script}'",
-                                        "--out", str(o)], RESUMES, lambda o: "answer" in json.loads((o / "bisect.json").read_text()),
+                                        "--out", str(o)], RESUMES,
+                   lambda o: "answer" in json.loads((o / "bisect.json").read_text()),
                    kept=lambda o: {s["build"] for s in json.loads(
                        (o / "bisect.json").read_text()).get("steps", [])}
                    if (o / "bisect.json").is_file() else set())
@@ -84,8 +86,10 @@ SLOW = [
                                         "--sku", "cpu", "--repetitions", "1", "--out", str(o)],
             RESUMES, _has("bench.json"), ok=(0, 1)),
     Command("goldens compare-steps", lambda o: ["goldens", "compare-steps", "--profile", "tiny",
-                                                "--out", str(o)], RESUMES, _has("compare_steps.json"), ok=(0, 1)),
-    Command("oracle", lambda o: ["oracle", "--out", str(o), "--samples", "0-1"], RESUMES, _has("manifest.json")),
+                                                "--out", str(o)], RESUMES,
+            _has("compare_steps.json"), ok=(0, 1)),
+    Command("oracle", lambda o: ["oracle", "--out", str(o), "--samples", "0-1"], RESUMES,
+            _has("manifest.json")),
     Command("compile", lambda o: ["compile", "--profile", "tiny", "--batch-sizes", "1,2",
                                   "--out", str(o)], RESUMES, lambda o: (o / "vmfb").is_dir()),
     Command("export", lambda o: ["export", "tiny", "--out", str(o)], RESUMES, _has("model.json")),
@@ -112,7 +116,8 @@ def _reading(name: str, run: Path) -> Command:
         return Command("compare", lambda o: ["compare", str(run), str(run), "--out", str(o)],
                        RESUMES, _has("compare.json"))
     if name == "report":
-        return Command("report", lambda o: ["report", str(run), "--out", str(o)], RESUMES, _has("report.html", "junit.xml"))
+        return Command("report", lambda o: ["report", str(run), "--out", str(o)], RESUMES,
+                       _has("report.html", "junit.xml"))
     return Command("calibrate", lambda o: ["calibrate", str(run), "--profile", "tiny", "--out",
                                            str(o)], RESUMES, _has("calibration.json"))
 
