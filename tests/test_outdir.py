@@ -159,18 +159,20 @@ def test_the_cli_refuses_before_any_work(tmp_path, capsys):
 
 def test_resume_takes_the_recorded_command_line_and_refuses_other_flags(tmp_path, capsys):
     out = tmp_path / "new"
-    argv = ["goldens", "bump", str(Path(__file__).parent.parent / "goldens" / "tiny"),
-            "--to", "v7.0", "--out", str(out)]
+    argv = ["goldens", "check", str(Path(__file__).parent.parent / "goldens" / "tiny"),
+            "-k", "clip", "--compile-only", "--out", str(out)]
     assert main(argv) == 0
-    assert main(["goldens", "bump", "--resume", str(out), "--to", "v8.0"]) == 2
+    assert main(["goldens", "check", "--resume", str(out), "-k", "vae"]) == 2
     err = capsys.readouterr().err
-    assert "--to: 'v7.0' in the attempt, 'v8.0' now" in err
-    assert main(["goldens", "bump", "--resume", str(out)]) == 0
-    assert "v7.0" in capsys.readouterr().out
-    assert main(["goldens", "bump", "--resume", str(tmp_path / "other"), "--out", str(out)]) == 2
+    assert "-k: 'clip' in the attempt, 'vae' now" in err
+    (out / "results.json").unlink()
+    assert main(["goldens", "check", "--resume", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert results and all("clip" in r["name"] for r in results)  # the recorded -k
+    assert main(["goldens", "check", "--resume", str(tmp_path / "other"), "--out", str(out)]) == 2
     assert "--out and --resume name two directories" in capsys.readouterr().err
-    assert main(["goldens", "check", "--resume", str(out)]) == 2
-    assert "holds an attempt of `runner goldens bump`" in capsys.readouterr().err
+    assert main(["goldens", "generate", "--resume", str(out)]) == 2
+    assert "holds an attempt of `runner goldens check`" in capsys.readouterr().err
 
 
 def test_a_gone_containers_locks_are_dropped_and_no_other(tmp_path):

@@ -56,7 +56,9 @@ def test_second_validate_reuses_every_step(passed):
 
 def test_failing_accuracy_stops_before_goldens(passed, tmp_path):
     out = tmp_path / "fail"
-    shutil.copytree(passed, out, ignore=shutil.ignore_patterns("goldens"))
+    # The passing validate's steps, without its attempt record (other inputs now: another
+    # attempt, which reuses the image, compile and run by validate's own step ledger).
+    shutil.copytree(passed, out, ignore=shutil.ignore_patterns("goldens", "attempt.*"))
     proc = validate("--goldens", REPO_GOLDENS, "--set", "accuracy.clip=[0.0, 1.0]",
                     "--baseline", str(passed), "--out", str(out))
     assert proc.returncode == 1

@@ -302,8 +302,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     _paths_arg(p)
     _model(p)
     add_golden_version(p)
-    add_out(p, "write the bumped files here", Rerun(RESUMES, "nothing: every file is bumped "
-            "again"), required=False, default="in place")
+    # Only the bumped test files go there, to be copied into a suite: no attempt record
+    # beside them (a rerun writes them again, nothing else is there to keep).
+    shared(p, "--out", metavar="DIR", help="write the bumped files here, nothing else (default: "
+           "in place)")
     add_dry_run(p, "each rename; write nothing")
     p.set_defaults(func=cmd_bump)
 
