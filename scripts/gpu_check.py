@@ -28,7 +28,6 @@ import datetime
 import importlib.metadata
 import importlib.util
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -42,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python3 scripts/gpu_check.py` without the launcher
     sys.path.insert(0, str(ROOT))
 
-from runner.base import gpu_holders  # noqa: E402
+from runner.base import gpu_holders, shellscript  # noqa: E402
 from runner.base.errors import RunnerError  # noqa: E402
 from runner.base.fileio import atomic_write_json, atomic_write_text  # noqa: E402
 from runner.base.mdtable import md_table  # noqa: E402
@@ -84,10 +83,11 @@ def runner_argv(*args: str) -> list[str]:
 
 
 def shown(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
-    """A command as a shell would take it, with the variables it is given: what the summary
-    records and a dry run prints, so either can be pasted into a shell."""
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-    return (prefix + " " if prefix else "") + shlex.join(argv)
+    """A command as a shell would take it, with the variables it is given, on one line
+    whatever the paths hold: what the summary records and a dry run prints, so either can be
+    pasted into a shell."""
+    prefix = " ".join(f"{k}={shellscript.quote(v)}" for k, v in (env or {}).items())
+    return (prefix + " " if prefix else "") + shellscript.join(argv)
 
 
 def runtime_version() -> str:
@@ -169,7 +169,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.dry_run:
         for step in steps:
             print(f"# {step.name}\n{shown(step.argv)}")
-        print(f"# then write {shlex.quote(str(carry / MANIFEST))}")
+        print(f"# then write {shellscript.quote(str(carry / MANIFEST))}")
         return 0
     if (carry / MANIFEST).is_file():
         old = read_json(carry / MANIFEST, what="GPU check manifest")
@@ -199,7 +199,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         bytes=sum(p.stat().st_size for p in carry.rglob("*") if p.is_file()))
     atomic_write_json(carry / MANIFEST, manifest)
     say(f"carry ready: {carry} ({manifest['bytes'] / 1e6:.1f} MB); on the GPU machine: "
-        f"scripts/gpu_check.sh run --carry {shlex.quote(str(carry))} --out results")
+        f"scripts/gpu_check.sh run --carry {shellscript.quote(str(carry))} --out results")
     return 0
 
 
@@ -427,8 +427,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         carry_flag = carry_flag or old.get("carry")
     elif summary_path.is_file():
         raise RunnerError("holds a GPU check's results", where=f"--out {results}",
-                          fix=f"`run --resume {shlex.quote(str(results))}` keeps its finished "
-                          "steps; or give another --out")
+                          fix=f"`run --resume {shellscript.quote(str(results))}` keeps its "
+                          "finished steps; or give another --out")
     if not carry_flag:
         raise RunnerError("which carry?", where="--carry",
                           fix="pass --carry CARRY, the directory `prepare` wrote")
@@ -443,8 +443,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         for step in steps:
             print(f"# {step.name}\n{shown(step.argv, env if step.name != 'runtime' else {})}")
-        print(f"# then write {shlex.quote(str(summary_path))} and "
-              f"{shlex.quote(str(results / REPORT))}")
+        print(f"# then write {shellscript.quote(str(summary_path))} and "
+              f"{shellscript.quote(str(results / REPORT))}")
         return 0
     results.mkdir(parents=True, exist_ok=True)
     become_subreaper()

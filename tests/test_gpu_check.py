@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -19,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.base import shellscript
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
-HOSTILE = 'a b$(touch x)"\'q'
+HOSTILE = 'a b$(touch x)"\'q\nz'
 
 
 def load_script():
@@ -45,13 +46,21 @@ def check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=REPO)
 
 
+def words(line: str) -> list[str]:
+    """One printed command line's words, as bash reads them (a newline in a path is `$'\\n'`
+    there: each command is one line)."""
+    proc = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line], capture_output=True,
+                          check=True)
+    return proc.stdout.decode().split("\0")[:-1]
+
+
 def commands(stdout: str) -> list[list[str]]:
     """The commands a dry run printed (its `#` lines name them), less the variables before
     them, with the launcher's Python as `python`."""
     out = []
     for line in stdout.splitlines():
         if line and line[0] != "#":
-            argv = shlex.split(line)
+            argv = words(line)
             while "=" in argv[0]:
                 argv.pop(0)
             out.append(["python", *argv[1:]] if argv[1] == "-m" else argv)
@@ -111,7 +120,7 @@ def test_run_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     proc = check("run", "--carry", str(carry), "--out", str(results), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line and line[0] != "#"]
-    cache = f"RUNNER_CACHE_DIR={shlex.quote(str(carry / 'cache'))} "
+    cache = f"RUNNER_CACHE_DIR={shellscript.quote(str(carry / 'cache'))} "
     runner_lines = [line for line in lines if " -m runner " in line]
     assert runner_lines and all(line.startswith(cache) for line in runner_lines)
     argvs = commands(proc.stdout)
