@@ -15,7 +15,7 @@ import pytest
 from host_support import host_build_tree
 from signal_battery import SIGNALS, Command, attempt, done_keys, duration, run_battery
 
-from runner.base.outdir import RECORD, REFUSES, RESUMES
+from runner.base.outdir import RECORD, REFUSES, RESUMES, Rerun
 from runner.cli import build_parser
 from runner.clihelp import walk
 from runner.rundir.directory import RunDir
@@ -24,13 +24,17 @@ REPO = Path(__file__).resolve().parent.parent
 TINY_GOLDENS = REPO / "goldens" / "tiny"
 
 
+def rerun_rules() -> dict[str, Rerun]:
+    """Each command with an --out (as typed, `bench goldens`) and its rerun rule."""
+    return {" ".join(path): sub.get_default("out_spec").rerun for path, sub
+            in walk(build_parser()) if sub.get_default("out_spec") is not None}
+
+
 def signals_for(name: str) -> tuple[int, ...]:
     """All three for a command whose rerun keeps finished parts (its own resume code runs
     after each); one for a command whose rerun starts over (what it does on any signal is
     the CLI's one path), each of the three falling on some command."""
-    rules = {" ".join(path): sub.get_default("out_spec").rerun for path, sub
-             in walk(build_parser()) if sub.get_default("out_spec") is not None}
-    if not rules[name].keeps.startswith("nothing"):
+    if not rerun_rules()[name].keeps.startswith("nothing"):
         return SIGNALS
     return (SIGNALS[sum(map(ord, name)) % len(SIGNALS)],)
 
@@ -159,8 +163,7 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
     }
-    rules = {" ".join(path): sub.get_default("out_spec").rerun for path, sub
-             in walk(build_parser()) if sub.get_default("out_spec") is not None}
+    rules = rerun_rules()
     assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))
     assert {c.name: c.rule for c in [*FAST, *SLOW]} == {
         c.name: rules[c.name].rule for c in [*FAST, *SLOW]}
