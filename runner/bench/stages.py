@@ -198,12 +198,12 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
     for p in plans:
         kept = _kept(p, attempt)
         if kept is not None:
+            latency, dispatches = kept
             print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}): kept from "
-                  f"an earlier attempt, {kept.mean_ms:.3f} ms mean", file=sys.stderr,
+                  f"an earlier attempt, {latency.mean_ms:.3f} ms mean", file=sys.stderr,
                   flush=True)
-            results.append(StageResult(p.stage, p.function, p.batch_size, kept,
-                                       p.command.text(), view=p.view,
-                                       dispatches=_profile(p, kept.mean_ms, settings)))
+            results.append(StageResult(p.stage, p.function, p.batch_size, latency,
+                                       p.command.text(), view=p.view, dispatches=dispatches))
             continue
         print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}) ...",
               file=sys.stderr, flush=True)
@@ -216,11 +216,12 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
             continue
         print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions",
               file=sys.stderr, flush=True)
+        dispatches = _profile(p, latency.mean_ms, settings)
         results.append(StageResult(p.stage, p.function, p.batch_size, latency,
-                                   p.command.text(), view=p.view,
-                                   dispatches=_profile(p, latency.mean_ms, settings)))
+                                   p.command.text(), view=p.view, dispatches=dispatches))
         if attempt is not None:
-            attempt.mark(_stage_key(p), sha256_file(p.raw_out))
+            attempt.mark(_stage_key(p), {"sha256": sha256_file(p.raw_out),
+                                         "dispatches": dispatches})
     return results
 
 
@@ -228,15 +229,18 @@ def _stage_key(plan: StagePlan) -> str:
     return f"stage:{plan.command.text()}"
 
 
-def _kept(plan: StagePlan, attempt: Any) -> bm.Latency | None:
+def _kept(plan: StagePlan, attempt: Any) -> tuple[bm.Latency, dict | None] | None:
     """The latency an interrupted attempt measured for this very command, from the raw
-    JSON it wrote (unchanged since); None: measure it."""
+    JSON it wrote (unchanged since), and the dispatch profile it took after it; None:
+    measure both."""
     if attempt is None or not attempt.resumed:
         return None
-    digest = attempt.done(_stage_key(plan))
+    recorded = attempt.done(_stage_key(plan))
+    digest = recorded.get("sha256") if isinstance(recorded, dict) else None
     if not digest or not plan.raw_out.is_file() or sha256_file(plan.raw_out) != digest:
         return None
-    return bm.parse_benchmark_json(plan.raw_out.read_text(), str(plan.raw_out))
+    return (bm.parse_benchmark_json(plan.raw_out.read_text(), str(plan.raw_out)),
+            recorded.get("dispatches"))
 
 
 def _profile(p: StagePlan, unprofiled_ms: float, settings: BenchSettings) -> dict | None:
