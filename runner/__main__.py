@@ -1,7 +1,17 @@
+"""The `runner` command (and `python -m runner`): the signal handlers first, then the CLI.
+
+Importing the CLI takes a while (numpy, the IREE bindings' loaders, every command's
+module); a Ctrl-C in that time would otherwise end in a KeyboardInterrupt traceback."""
+
 from runner.base.signals import exit_at_once
 
-exit_at_once()  # until the CLI sets its own handlers: a signal while importing, no traceback
 
-from runner.cli import main  # noqa: E402  (after the handlers above)
+def main() -> int:
+    exit_at_once()  # until the CLI sets its own handlers
+    from runner.cli import main as cli_main
 
-raise SystemExit(main())
+    return cli_main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

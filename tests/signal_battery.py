@@ -90,33 +90,81 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float = 0.0
-            ) -> Attempt:
-    """Runs `runner ARGV`, sends `sig` after `delay` seconds (when it still runs) and
-    waits for its exit status; `left` is every process below it, noted when the signal
-    went out, that is still alive once that status is seen."""
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=cmd.cwd, env=ENV,
+def _start(cmd: Command, argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=cmd.cwd, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_default_signals)
-    below: list[Proc] = []
-    sent = False
+
+
+def _send(proc: subprocess.Popen, sig: int) -> list[Proc]:
+    """`sig` to the command as the battery sends it; the processes below it just before."""
+    below = descendants(proc.pid)
+    if TO_GROUP[sig]:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+    return below
+
+
+def _ended(proc: subprocess.Popen, argv: list[str], sig: int | None, delay: float,
+           below: list[Proc], before: str = "") -> Attempt:
+    """Waits for the command's exit status (killing its group if it outlives the wait);
+    `left` is every process of `below` still alive once that status is seen."""
     try:
-        if sig is not None:
-            try:
-                proc.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                below, sent = descendants(proc.pid), True
-                if TO_GROUP[sig]:
-                    os.killpg(proc.pid, sig)
-                else:
-                    os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     left = [p for p in below if p.alive()]
-    return Attempt(argv, sig if sent else None, delay, proc.returncode, err, left)
+    return Attempt(argv, sig, delay, proc.returncode, before + err, left)
+
+
+def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float = 0.0
+            ) -> Attempt:
+    """Runs `runner ARGV`, sends `sig` after `delay` seconds (when it still runs) and
+    waits for its exit status."""
+    proc = _start(cmd, argv)
+    below: list[Proc] = []
+    sent = False
+    if sig is not None:
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            below, sent = _send(proc, sig), True
+    return _ended(proc, argv, sig if sent else None, delay, below)
+
+
+def _running(pid: int, module: str) -> bool:
+    """A process below `pid` runs `python -m MODULE` (it has exec'd: Python is starting)."""
+    for proc in descendants(pid):
+        try:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if module.encode() in argv:
+            return True
+    return False
+
+
+def attempt_as_child_starts(cmd: Command, argv: list[str], sig: int, prefix: str,
+                            module: str) -> Attempt:
+    """Runs `runner ARGV` and, once it has printed a line starting with `prefix`, sends
+    `sig` the moment a child running `python -m MODULE` appears (still starting Python)."""
+    proc = _start(cmd, argv)
+    assert proc.stderr is not None
+    seen, below, sent, start = [], [], False, time.monotonic()
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith(prefix):
+            while proc.poll() is None and time.monotonic() - start < ATTEMPT_TIMEOUT_S:
+                if _running(proc.pid, module):
+                    below, sent = _send(proc, sig), True
+                    break
+                time.sleep(0.002)
+            break
+    return _ended(proc, argv, sig if sent else None, time.monotonic() - start, below,
+                  "".join(seen))
 
 
 def duration(cmd: Command, tmp: Path) -> float:
@@ -130,7 +178,8 @@ def duration(cmd: Command, tmp: Path) -> float:
     return _DURATIONS[cmd.name]
 
 
-def _check_clean(cmd: Command, a: Attempt, out: Path) -> None:
+def check_clean(cmd: Command, a: Attempt, out: Path) -> None:
+    """The attempt ended cleanly: its exit code, no traceback or crash, nothing left running."""
     assert "Traceback" not in a.stderr and CRASH not in a.stderr, a.describe()
     for log in out.rglob("*.log") if out.is_dir() else ():
         assert CRASH not in log.read_text(errors="replace"), f"{log}\n{a.describe()}"
@@ -157,8 +206,7 @@ def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS
                 ) -> list[Attempt]:
     """Each of `signals` once, at a seeded random point, each followed by the command's
     rerun; then the last attempt run to its end. Returns every attempt, for the caller's
-    checks. The three signals take one path through the CLI (runner/cli.py main), so a
-    command whose rerun keeps nothing of its own needs one of them, not all three."""
+    checks (tests/test_signals.py signals_for says which signals each command gets)."""
     rng = random.Random(f"{SEED}:{cmd.name}")
     seconds = duration(cmd, tmp)
     history: list[Attempt] = []
@@ -168,7 +216,7 @@ def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS
     for sig in signals:
         a = attempt(cmd, argv, sig, seconds * rng.uniform(EARLIEST, LATEST))
         history.append(a)
-        _check_clean(cmd, a, out)
+        check_clean(cmd, a, out)
         now = cmd.kept(out)
         assert kept <= now, f"finished work lost: {sorted(kept - now)}\n{a.describe()}"
         kept = now
@@ -181,7 +229,7 @@ def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS
         argv = _rerun_interrupted(cmd, out, history)
     last = attempt(cmd, argv)
     history.append(last)
-    _check_clean(cmd, last, out)
+    check_clean(cmd, last, out)
     assert last.rc in cmd.ok and cmd.finished(out), last.describe()
     assert kept <= cmd.kept(out), last.describe()
     return history

@@ -13,7 +13,13 @@ import time
 import pytest
 
 from runner.base.procs import ProcessGuard
-from runner.base.signals import Interrupted, deferred, exit_code, raised_as_interrupted
+from runner.base.signals import (
+    Interrupted,
+    deferred,
+    exit_code,
+    raised_as_interrupted,
+    start_child,
+)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -47,6 +53,45 @@ def test_an_ignored_signal_stays_ignored():
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+# A child that takes a while to start (Python's imports), then sets its handlers. Its
+# signals start as Python starts them from an interactive shell (pytest in the background
+# may run with SIGINT ignored, which children inherit).
+STARTING_CHILD = """import signal, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_DFL)
+print("importing", flush=True)
+time.sleep(2)
+from runner.base.signals import exit_at_once, handlers_ready
+exit_at_once()
+handlers_ready()
+print("not reached", flush=True)
+"""
+
+
+def _signal_while_starting(start, sig: int) -> tuple[int, str, str]:
+    child = start([sys.executable, "-c", STARTING_CHILD], stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "importing\n"
+    child.send_signal(sig)
+    out, err = child.communicate(timeout=30)
+    return child.returncode, out, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_child_signalled_while_it_starts_exits_quietly_once_its_handlers_are_set(sig):
+    """Ctrl-C reaches a LoadGen test process or a worker still importing: it waits for the
+    child's own handlers, then ends it with 128 + the signal and no traceback."""
+    rc, out, err = _signal_while_starting(start_child, sig)
+    assert (rc, out, err) == (128 + sig, "", "")
+
+
+def test_without_the_shield_a_signal_while_starting_is_a_traceback():
+    """What start_child prevents: the same child started plainly."""
+    rc, _, err = _signal_while_starting(subprocess.Popen, signal.SIGINT)
+    assert rc == -signal.SIGINT and "Traceback" in err and "KeyboardInterrupt" in err
 
 
 def test_the_guard_stops_what_the_command_started_and_nothing_else():

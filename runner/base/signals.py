@@ -23,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -70,6 +72,24 @@ def exit_at_once() -> None:
     for signum in HANDLED:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _exit_quietly)
+
+
+def start_child(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """Starts a Python child (a worker, a LoadGen test) with SIGINT/SIGTERM/SIGHUP blocked
+    until it calls `handlers_ready()`. Ctrl-C reaches the whole process group: a child
+    still starting Python or importing when it arrives would end in a KeyboardInterrupt
+    traceback on the user's terminal. A blocked signal waits instead (the blocked set
+    survives fork and exec) and reaches the child once its own handlers are set."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        return subprocess.Popen(argv, **popen)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def handlers_ready() -> None:
+    """A child of `start_child` has set its handlers: the signals held until now arrive."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
 
 class _Held:

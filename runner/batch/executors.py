@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runner.base import shellscript
 from runner.base.procs import KILL_WAIT_S, STOP_GRACE_S
 from runner.base.progress import Progress, echo
+from runner.base.signals import start_child
 from runner.batch.lifeline import Heartbeat
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail
@@ -248,9 +249,8 @@ class LocalExecutor:
         log_path = RunDir(run).log_path(worker.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            return subprocess.Popen(worker_argv(worker, task), env={**os.environ, **worker.env},
-                                    stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            return start_child(worker_argv(worker, task), env={**os.environ, **worker.env},
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def describe(self, run: Path, worker: Worker, task: Path) -> str:
         env = [f"{k}={v}" for k, v in worker.env.items()]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.base.signals import exit_code, raised_as_interrupted, signal_name
+from runner.base.signals import exit_code, handlers_ready, raised_as_interrupted, signal_name
 from runner.batch.lifeline import EXIT_DRIVER_GONE, die_with_parent, record_worker, watch_driver
 from runner.batch.queue import Batch, WorkQueue
 from runner.config.mlperf_data import load_captions
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     driver_gone = threading.Event()
     with raised_as_interrupted():
         try:
+            handlers_ready()  # (started by `start_child`: a signal sent while it started)
             return run_worker(args.task, driver_gone)
         except RunnerError as e:
             print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.base.signals import exit_at_once
+from runner.base.signals import exit_at_once, handlers_ready, start_child
 from runner.batch.lifeline import die_with_parent
 from runner.config.sources import redact_secrets
 from runner.loadgen.conf import MODEL
@@ -196,9 +196,9 @@ def start_test(spec: TestSpec, work_dir: Path, user_conf: Path, log_dir: Path, t
             "log_dir": str(log_dir), "total": total, "performance_count": performance_count,
             "batch_size": batch_size, "batcher_limit_s": batcher_limit_s}
     atomic_write_json(log_dir / TASK, task)
-    return subprocess.Popen([sys.executable, "-m", "runner.loadgen.session",
-                             str(log_dir / TASK)], stdin=subprocess.DEVNULL,
-                            env={**os.environ, DRIVER_PID_ENV: str(os.getpid())})
+    return start_child([sys.executable, "-m", "runner.loadgen.session", str(log_dir / TASK)],
+                       stdin=subprocess.DEVNULL,
+                       env={**os.environ, DRIVER_PID_ENV: str(os.getpid())})
 
 
 def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, Any]]
@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     task_file = Path(args[0])
     # A signal ends the test at once: its logs are cut short, and a resume runs it again.
     exit_at_once()
+    handlers_ready()
     # Ends with `runner mlperf`, which always starts it as its own child.
     die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")), only_child=True)
     try:
