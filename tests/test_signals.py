@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 from host_support import host_build_tree
-from signal_battery import SIGNALS, Command, attempt, done_keys, duration, run_battery
+from signal_battery import (
+    SIGNALS,
+    Command,
+    attempt,
+    attempt_as_child_starts,
+    check_clean,
+    done_keys,
+    duration,
+    run_battery,
+)
 
 from runner.base.outdir import RECORD, REFUSES, RESUMES, Rerun
 from runner.cli import build_parser
@@ -30,13 +39,21 @@ def rerun_rules() -> dict[str, Rerun]:
             in walk(build_parser()) if sub.get_default("out_spec") is not None}
 
 
+# Every signal goes to these: the commands users stop most (a run, a benchmark, a walk over
+# IREE builds, an export, a compile), each of which resumes from the parts it finished, so
+# where a signal lands decides what its resume finds.
+EVERY_SIGNAL = frozenset({"run", "bench", "mlperf", "goldens generate", "bisect", "trend",
+                          "export", "compile"})
+
+
 def signals_for(name: str) -> tuple[int, ...]:
-    """All three for a command whose rerun keeps finished parts (its own resume code runs
-    after each); one for a command whose rerun starts over (what it does on any signal is
-    the CLI's one path), each of the three falling on some command."""
-    if not rerun_rules()[name].keeps.startswith("nothing"):
+    """Every signal for the commands above; one for each other command, in turn by name, so
+    each of the three reaches some of them. The three take one path through the CLI
+    (runner/cli.py main) and a command's rerun code is the same whichever ended it."""
+    if name in EVERY_SIGNAL:
         return SIGNALS
-    return (SIGNALS[sum(map(ord, name)) % len(SIGNALS)],)
+    others = sorted(set(rerun_rules()) - EVERY_SIGNAL)
+    return (SIGNALS[others.index(name) % len(SIGNALS)],)
 
 
 def _samples(out: Path) -> set[str]:
@@ -70,6 +87,18 @@ FAST = [
 def test_a_stopped_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_compiled):
     history = run_battery(cmd, tmp_path)
     assert [a.sig for a in history if a.interrupted]  # at least one signal hit it running
+
+
+def test_ctrl_c_while_a_loadgen_test_process_starts_is_quiet(tmp_path, tiny_compiled):
+    """Ctrl-C reaches the whole process group: the LoadGen test process `runner mlperf` has
+    just started too, still starting Python. It ends without a traceback (runner.base.signals
+    start_child), and the command says how to finish the run."""
+    cmd, out = FAST[2], tmp_path / "out"
+    a = attempt_as_child_starts(cmd, cmd.argv(out), signal.SIGINT, "LoadGen Offline/accuracy",
+                                "runner.loadgen.session")
+    assert a.interrupted, a.describe()
+    check_clean(cmd, a, out)
+    assert f"`runner mlperf --resume {out}` finishes it" in a.stderr, a.describe()
 
 
 def _bisect(tmp: Path) -> Command:
@@ -175,6 +204,15 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     table = (REPO / "docs" / "failure-modes.md").read_text(encoding="utf-8")
     stated = dict(re.findall(r"^\| `runner ([a-z -]+)` \| (resumes|refuses) \|", table, re.M))
     assert stated == {name: rerun.rule for name, rerun in rules.items()}
+
+
+def test_each_signal_reaches_commands_given_one_and_the_named_ones_get_all():
+    battery = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
+                                                 "compare"}
+    assert battery >= EVERY_SIGNAL
+    one = [signals_for(n) for n in sorted(battery - EVERY_SIGNAL)]
+    assert all(len(s) == 1 for s in one) and {s[0] for s in one} == set(SIGNALS)
+    assert all(signals_for(n) == SIGNALS for n in EVERY_SIGNAL)
 
 
 def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_compiled):
