@@ -178,19 +178,25 @@ def test_old_spellings_name_the_new_ones(capsys):
         assert new in capsys.readouterr().err
 
 
-def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys):
+def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys, monkeypatch):
     """3 samples where the tiny ranges were set for 32: scored, labelled, exit 0; with
-    --require-full the same scores fail (exit 1)."""
+    --require-full the same scores fail (exit 1), the same FID answered from the cache."""
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
     assert main(["score", str(few), "--torch-device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: SUBSET (not judged" in out
+    assert "verdict: SUBSET (not judged" in out and "(cached)" not in out
     assert "note: subset of 3: not judged against the full-set ranges" in out
     record = json.loads((few / "accuracy.json").read_text())
     assert record["verdict"] == "subset" and record["subset"] is True and record["n"] == 3
+    assert record["frechet_cached"] is False
     assert main(["score", str(few), "--torch-device", "cpu", "--require-full"]) == 1
-    assert "verdict: FAIL" in capsys.readouterr().out
-    assert json.loads((few / "accuracy.json").read_text())["verdict"] == "fail"
+    out = capsys.readouterr().out
+    assert "verdict: FAIL" in out and re.search(r"\+ Frechet [\d.]+s \(cached\);", out)
+    again = json.loads((few / "accuracy.json").read_text())
+    assert again["verdict"] == "fail" and again["frechet_cached"] is True
+    for key in ("score", "cross_check"):
+        assert again["fid"][key] == record["fid"][key]
 
 
 def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):

@@ -2,7 +2,8 @@
 
 Modules, in data-flow order: `samples` (where a run's images are), `backbones` (the FID
 InceptionV3 and CLIP ViT-B-32, pretrained or seeded), `inception`, `clip_score`, `frechet`,
-`score` (streaming scorer), `verdict` (ranges, accuracy.json/.txt), `evaluate` (`runner
-score`), `calibrate`, `compare`, `oracle_runs`, `cli`. Importing this package imports no
-torch; the heavy modules load it when used.
+`frechet_cache` (each distance computed once per machine), `score` (streaming scorer),
+`verdict` (ranges, accuracy.json/.txt), `evaluate` (`runner score`), `calibrate`, `compare`,
+`oracle_runs`, `cli`. Importing this package imports no torch; the heavy modules load it
+when used.
 """

@@ -66,8 +66,9 @@ def cmd_score(args: argparse.Namespace) -> int:
                          clip_weights=args.clip_weights, batch_size=args.images_per_pass,
                          device=_device(args.torch_device), metrics=metrics)
     r = score.result
+    cached = " (cached)" if r.frechet_cached else ""
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
-          f"+ Frechet {r.frechet_seconds:.1f}s; profile {score.plan.profile.name}; "
+          f"+ Frechet {r.frechet_seconds:.1f}s{cached}; profile {score.plan.profile.name}; "
           f"{r.backbones.label}")
     for line in score.verdict.lines():
         print(line)

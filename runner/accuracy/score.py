@@ -24,6 +24,7 @@ from runner.accuracy.frechet import (
     FrechetResult,
     RunningMoments,
 )
+from runner.accuracy.frechet_cache import frechet_once
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.base.errors import RunnerError
 from runner.base.progress import Progress
@@ -68,6 +69,7 @@ class AccuracyResult:
     frechet_seconds: float
     mu: np.ndarray | None = field(repr=False, compare=False)  # None: FID not scored
     sigma: np.ndarray | None = field(repr=False, compare=False)
+    frechet_cached: bool = False  # every Fréchet distance came from runner.accuracy.frechet_cache
 
     @property
     def images_per_second(self) -> float:
@@ -236,11 +238,14 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
         methods = [settings.frechet, *others[: int(settings.cross_check)]]
         with Progress("Fréchet distance", len(methods), enabled=settings.progress,
                       eta=False) as step:
-            results = []
+            results, cached = [], []
             for method in methods:
                 step.start_item(f"{method}, {FEATURE_DIMS}-d")
                 # MLPerf's order: reference statistics first, generated second.
-                results.append(FRECHET[method](reference.mu, reference.sigma, mu, sigma))
+                result, was_cached = frechet_once(method, reference.mu, reference.sigma, mu,
+                                                  sigma)
+                results.append(result)
+                cached.append(was_cached)
                 step.advance()
         fid, check = results[0], (results[1] if len(results) > 1 else None)
     return AccuracyResult(
@@ -252,4 +257,4 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
         statistics_sha256=None if reference is None else reference.sha256,
         batch_size=settings.batch_size, device=backbones.device,
         seconds=seconds, frechet_seconds=time.perf_counter() - start - seconds, mu=mu,
-        sigma=sigma)
+        sigma=sigma, frechet_cached=fid is not None and all(cached))

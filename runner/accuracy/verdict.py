@@ -204,6 +204,7 @@ def result_record(result: AccuracyResult, verdict: Verdict, extra: dict[str, Any
         "device": result.device,
         "seconds": result.seconds,
         "frechet_seconds": result.frechet_seconds,
+        "frechet_cached": result.frechet_cached,
         "images_per_second": result.images_per_second,
         "worst_clip": [{"qsl_idx": i, "clip": s} for s, i in worst],
         "clip_per_sample": {str(i): score for i, score in per_sample},

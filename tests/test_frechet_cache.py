@@ -1,0 +1,76 @@
+"""A Fréchet distance is computed once per pair of statistics on a machine
+(runner/accuracy/frechet_cache.py): the kept answer is the one computed here, bit for bit;
+other statistics, another method, or an unreadable entry compute it again; a cache that
+cannot be written only costs the time."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from runner.accuracy.frechet import frechet_eigh, frechet_sqrtm
+from runner.accuracy.frechet_cache import CACHE_SUBDIR, frechet_once
+
+
+def _stats(seed: int, d: int = 48):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4 * d, d)) * rng.uniform(0.1, 2.0, d)
+    return x.mean(axis=0), np.cov(x, rowvar=False)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / CACHE_SUBDIR
+
+
+def test_the_same_statistics_are_answered_from_the_cache_with_the_same_bits(cache):
+    (mu1, s1), (mu2, s2) = _stats(0), _stats(1)
+    direct = frechet_sqrtm(mu1, s1, mu2, s2)  # computed here, now
+    first, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    assert (first, cached) == (direct, False)
+    again, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    assert (again, cached) == (direct, True)
+    entries = list(cache.glob("*.json"))
+    assert len(entries) == 1
+    entry = json.loads(entries[0].read_text())
+    assert entry["value"] == direct.value and "numpy" in entry["machine"]
+
+
+def test_other_statistics_or_another_method_are_computed_again(cache):
+    (mu1, s1), (mu2, s2) = _stats(2), _stats(3)
+    frechet_once("sqrtm", mu1, s1, mu2, s2)
+    moved = s2.copy()
+    moved[0, 0] = np.nextafter(moved[0, 0], np.inf)  # one ulp of one element
+    result, cached = frechet_once("sqrtm", mu1, s1, mu2, moved)
+    assert not cached and result == frechet_sqrtm(mu1, s1, mu2, moved)
+    swapped, cached = frechet_once("sqrtm", mu2, s2, mu1, s1)  # MLPerf's order matters
+    assert not cached and swapped == frechet_sqrtm(mu2, s2, mu1, s1)
+    fast, cached = frechet_once("eigh", mu1, s1, mu2, s2)
+    assert not cached and fast == frechet_eigh(mu1, s1, mu2, s2)
+    assert len(list(cache.glob("*.json"))) == 4
+
+
+@pytest.mark.parametrize("damage", ["", "{not json", '{"value": "x"}',
+                                    '{"value": 1.0, "method": "eigh", "eps_offset": false, '
+                                    '"max_imag": 0.0}'])
+def test_an_unreadable_or_wrong_entry_is_computed_again_and_replaced(cache, damage):
+    (mu1, s1), (mu2, s2) = _stats(4), _stats(5)
+    direct, _ = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    (entry,) = cache.glob("*.json")
+    entry.write_text(damage)
+    result, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    assert (result, cached) == (direct, False)
+    assert json.loads(entry.read_text())["value"] == direct.value
+
+
+def test_a_cache_that_is_a_file_only_costs_the_time(cache):
+    """A full disk or a read-only cache dir ends the same way: the write fails."""
+    cache.parent.mkdir(parents=True)
+    cache.write_text("not a directory")
+    (mu1, s1), (mu2, s2) = _stats(8), _stats(9)
+    for _ in range(2):
+        result, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+        assert not cached and result == frechet_sqrtm(mu1, s1, mu2, s2)
