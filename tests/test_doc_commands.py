@@ -490,10 +490,11 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 --out "
     "runs/trend": (
         BUILDS, "tests/test_bisect.py::"
-                "test_trend_over_commits_marks_where_the_image_bytes_changed"),
+                "test_trend_over_commits_marks_image_changes_and_which_dispatches_moved"),
     "runner trend wheels:3.12.0 wheels:3.13.0 --profile tiny --count 2 --out "
     "runs/trend-dispatches": (
-        BUILDS, "tests/test_bisect.py::test_trend_over_releases_shows_which_dispatches_moved"),
+        BUILDS, "tests/test_bisect.py::"
+                "test_trend_over_commits_marks_image_changes_and_which_dispatches_moved"),
     "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t": (
         BUILDS, "tests/test_bisect.py::"
         "test_verdicts_of_throughput_compstat_accuracy_and_exit_codes"),
