@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from runner.accuracy.frechet import frechet_eigh, frechet_sqrtm
-from runner.accuracy.frechet_cache import CACHE_SUBDIR, frechet_once
+from runner.accuracy.frechet_cache import CACHE_SUBDIR, FrechetPair
 
 
 def _stats(seed: int, d: int = 48):
@@ -29,9 +29,9 @@ def cache(tmp_path, monkeypatch):
 def test_the_same_statistics_are_answered_from_the_cache_with_the_same_bits(cache):
     (mu1, s1), (mu2, s2) = _stats(0), _stats(1)
     direct = frechet_sqrtm(mu1, s1, mu2, s2)  # computed here, now
-    first, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    first, cached = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
     assert (first, cached) == (direct, False)
-    again, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    again, cached = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
     assert (again, cached) == (direct, True)
     entries = list(cache.glob("*.json"))
     assert len(entries) == 1
@@ -41,14 +41,14 @@ def test_the_same_statistics_are_answered_from_the_cache_with_the_same_bits(cach
 
 def test_other_statistics_or_another_method_are_computed_again(cache):
     (mu1, s1), (mu2, s2) = _stats(2), _stats(3)
-    frechet_once("sqrtm", mu1, s1, mu2, s2)
+    FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
     moved = s2.copy()
     moved[0, 0] = np.nextafter(moved[0, 0], np.inf)  # one ulp of one element
-    result, cached = frechet_once("sqrtm", mu1, s1, mu2, moved)
+    result, cached = FrechetPair(mu1, s1, mu2, moved).distance("sqrtm")
     assert not cached and result == frechet_sqrtm(mu1, s1, mu2, moved)
-    swapped, cached = frechet_once("sqrtm", mu2, s2, mu1, s1)  # MLPerf's order matters
+    swapped, cached = FrechetPair(mu2, s2, mu1, s1).distance("sqrtm")  # MLPerf's order matters
     assert not cached and swapped == frechet_sqrtm(mu2, s2, mu1, s1)
-    fast, cached = frechet_once("eigh", mu1, s1, mu2, s2)
+    fast, cached = FrechetPair(mu1, s1, mu2, s2).distance("eigh")
     assert not cached and fast == frechet_eigh(mu1, s1, mu2, s2)
     assert len(list(cache.glob("*.json"))) == 4
 
@@ -58,10 +58,10 @@ def test_other_statistics_or_another_method_are_computed_again(cache):
                                     '"max_imag": 0.0}'])
 def test_an_unreadable_or_wrong_entry_is_computed_again_and_replaced(cache, damage):
     (mu1, s1), (mu2, s2) = _stats(4), _stats(5)
-    direct, _ = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    direct, _ = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
     (entry,) = cache.glob("*.json")
     entry.write_text(damage)
-    result, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+    result, cached = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
     assert (result, cached) == (direct, False)
     assert json.loads(entry.read_text())["value"] == direct.value
 
@@ -72,5 +72,5 @@ def test_a_cache_that_is_a_file_only_costs_the_time(cache):
     cache.write_text("not a directory")
     (mu1, s1), (mu2, s2) = _stats(8), _stats(9)
     for _ in range(2):
-        result, cached = frechet_once("sqrtm", mu1, s1, mu2, s2)
+        result, cached = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
         assert not cached and result == frechet_sqrtm(mu1, s1, mu2, s2)

@@ -1,13 +1,14 @@
 """A Fréchet distance computed once per pair of statistics on this machine.
 
-MLPerf's square root of a 2048-d covariance product (`frechet_sqrtm`) takes 22 s of a 25 s
-tiny-model score on a 2-core x86-64 VM, and rescoring the same images (`runner run --rescore`,
-`runner score` again, a validate step run again, `--require-full` after a subset verdict)
-asks it the same question. The answer is kept in `$RUNNER_CACHE_DIR/frechet/`, keyed by the
-sha256 of both statistics' float64 bytes, the method, and what computes it: the numpy and
-scipy versions, the CPU model and the CPUs this process may use (BLAS picks its kernels and
-blocking from them). Anything else computes it again, so a cached value is the value this
-machine would compute now, bit for bit. An unreadable entry is computed again and replaced.
+MLPerf's square root of a 2048-d covariance product (`frechet_sqrtm`) and its cross-check
+take 27 s of a 32 s tiny-model score on a 2-core x86-64 VM (docs/accuracy.md), and
+rescoring the same images (`runner run --rescore`, `runner score` again, a validate step run
+again, `--require-full` after a subset verdict) asks them the same question. The answer is
+kept in `$RUNNER_CACHE_DIR/frechet/`, keyed by the sha256 of both statistics' float64 bytes,
+the method, and what computes it: the numpy and scipy versions, the CPU model and the CPUs
+this process may use (BLAS picks its kernels and blocking from them). Anything else computes
+it again, so a cached value is the value this machine would compute now, bit for bit. An
+unreadable entry is computed again and replaced.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def _machine() -> str:
             f"{model}; {cpus} cpus")
 
 
-def _key(method: str, arrays: tuple[np.ndarray, ...]) -> str:
-    digest = hashlib.sha256(f"{method}\n{_machine()}\n".encode())
+def _digest(arrays: tuple[np.ndarray, ...]) -> str:
+    digest = hashlib.sha256(f"{_machine()}\n".encode())
     for a in arrays:
         a = np.ascontiguousarray(a, np.float64)
         digest.update(repr(a.shape).encode())
@@ -64,15 +65,22 @@ def _read(path: Path) -> FrechetResult | None:
         return None
 
 
-def frechet_once(method: str, mu1, sigma1, mu2, sigma2) -> tuple[FrechetResult, bool]:
-    """`FRECHET[method]` of the statistics (reference first, as MLPerf passes them), and
-    whether it came from the cache."""
-    path = cache_dir() / CACHE_SUBDIR / f"{_key(method, (mu1, sigma1, mu2, sigma2))}.json"
-    found = _read(path)
-    if found is not None and found.method == method:
-        return found, True
-    result = FRECHET[method](mu1, sigma1, mu2, sigma2)
-    with contextlib.suppress(OSError):  # a read-only or full cache only costs the time
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {**asdict(result), "machine": _machine()})
-    return result, False
+class FrechetPair:
+    """One pair of statistics (reference first, as MLPerf passes them), hashed once (64 MB
+    at 2048-d) for each method asked of it."""
+
+    def __init__(self, mu1, sigma1, mu2, sigma2):
+        self.statistics = (mu1, sigma1, mu2, sigma2)
+        self._digest = _digest(self.statistics)
+
+    def distance(self, method: str) -> tuple[FrechetResult, bool]:
+        """`FRECHET[method]` of the pair, and whether it came from the cache."""
+        path = cache_dir() / CACHE_SUBDIR / f"{self._digest}-{method}.json"
+        found = _read(path)
+        if found is not None and found.method == method:
+            return found, True
+        result = FRECHET[method](*self.statistics)
+        with contextlib.suppress(OSError):  # a read-only or full cache only costs the time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, {**asdict(result), "machine": _machine()})
+        return result, False

@@ -24,7 +24,7 @@ from runner.accuracy.frechet import (
     FrechetResult,
     RunningMoments,
 )
-from runner.accuracy.frechet_cache import frechet_once
+from runner.accuracy.frechet_cache import FrechetPair
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
 from runner.base.errors import RunnerError
 from runner.base.progress import Progress
@@ -238,12 +238,12 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
         methods = [settings.frechet, *others[: int(settings.cross_check)]]
         with Progress("Fréchet distance", len(methods), enabled=settings.progress,
                       eta=False) as step:
+            # MLPerf's order: reference statistics first, generated second.
+            pair = FrechetPair(reference.mu, reference.sigma, mu, sigma)
             results, cached = [], []
             for method in methods:
                 step.start_item(f"{method}, {FEATURE_DIMS}-d")
-                # MLPerf's order: reference statistics first, generated second.
-                result, was_cached = frechet_once(method, reference.mu, reference.sigma, mu,
-                                                  sigma)
+                result, was_cached = pair.distance(method)
                 results.append(result)
                 cached.append(was_cached)
                 step.advance()
