@@ -184,10 +184,15 @@ def test_trend_goes_on_from_its_finished_steps(tmp_path, tiny_compiled):
                 signals_for("trend"))
 
 
+def battery_commands() -> set[str]:
+    """Every command the battery stops: the lists above and the ones with tests of their own."""
+    return {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
+                                               "compare"}
+
+
 def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     """A new command with an --out joins the battery (or says here why it cannot)."""
-    covered = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
-                                                 "compare"}
+    covered = battery_commands()
     elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
@@ -207,8 +212,7 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
 
 
 def test_each_signal_reaches_commands_given_one_and_the_named_ones_get_all():
-    battery = {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
-                                                 "compare"}
+    battery = battery_commands()
     assert battery >= EVERY_SIGNAL
     one = [signals_for(n) for n in sorted(battery - EVERY_SIGNAL)]
     assert all(len(s) == 1 for s in one) and {s[0] for s in one} == set(SIGNALS)
