@@ -8,6 +8,7 @@ root help groups the commands by workflow (runner.clihelp.COMMAND_GROUPS).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -24,6 +25,7 @@ from runner.base.errors import (
     is_disk_full,
 )
 from runner.base.outdir import REFUSES, RESUMES, Rerun
+from runner.base.signals import work_done
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.bisect.cli import register as register_bisect
@@ -514,22 +516,38 @@ def main(argv: list[str] | None = None) -> int:
         if real:
             become_subreaper()
         try:
-            return _main(argv, guard, seen)
+            code = _main(argv, guard, seen, real)
+            if real:  # (a signal before this line still ends it as interrupted, said so)
+                work_done()
+            return code
         except KeyboardInterrupt as e:
             _stop_started(guard)
-            print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(seen.args)}",
-                  file=sys.stderr)
+            try:
+                print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(seen.args)}",
+                      file=sys.stderr, flush=True)
+            except OSError:  # its reader is gone too (`| tee`, which Ctrl-C also ends)
+                _to_devnull(sys.stdout, sys.stderr)
             return exit_code(e)
         except BrokenPipeError:
             # The reader left (`runner plan | head`): stop quietly, and keep Python from
             # complaining at exit while it flushes a stdout nobody reads.
             _stop_started(guard)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _to_devnull(sys.stdout)
             return EXIT_OK
 
 
-def _main(argv: list[str] | None, guard, seen) -> int:
-    """Parses and runs the command; `seen.args` is what ran, for main()'s message."""
+def _to_devnull(*streams: Any) -> None:
+    """Streams whose reader is gone write to /dev/null from here on: what they still hold
+    is dropped at exit instead of failing there with a traceback."""
+    for stream in streams:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
+    """Parses and runs the command; `seen.args` is what ran, for main()'s message. Once
+    the command's work is done, a real command (`real`: this process is it) ignores
+    signals while it records the outcome and exits (runner.base.signals.work_done)."""
     from runner import cliout
 
     try:
@@ -556,6 +574,8 @@ def _main(argv: list[str] | None, guard, seen) -> int:
                 attempt.release()
                 return EXIT_OK
             code = args.func(args)
+            if real:  # the work is done: it is recorded as such, whatever arrives now
+                work_done()
         except BaseException as e:  # (not kept past here: a traceback holds the frames)
             _stop_started(guard)
             cliout.finish(args, None, e)

@@ -7,17 +7,22 @@ it) or `refuses` (refused at once, naming `--resume DIR` and another `--out`, wr
 nothing; `--resume DIR` then finishes it).
 
 SIGINT goes to the command's process group (Ctrl-C in a terminal), SIGTERM to its pid (a
-scheduler, `kill`), SIGHUP to its group (a closed session). The delays come from
-`RUNNER_SIGNAL_SEED` (default 35), printed with any failure so a case can be replayed, as
-fractions of the command's own run time, measured here first (a fast machine and a loaded
-one alike: a signal falls while the command runs).
+scheduler, `kill`), SIGHUP to its group (a closed session). The delays come from a seed
+(`RUNNER_SIGNAL_SEED`, default 35, and the slow tier's further seeds), printed with any
+failure so a case can be replayed, as fractions of the command's own run time, measured here
+first (a fast machine and a loaded one alike: a signal falls while the command runs). The
+signals of one battery fall in separate strata of that time, from its start to its end, so
+each battery covers the whole run; `attempt_at_its_end` signals a command the moment it
+prints its last line, where it finishes its work and exits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,11 +30,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from runner.base.outdir import RECORD, REFUSES
 from runner.base.procs import Proc, descendants
 
 SEED = int(os.environ.get("RUNNER_SIGNAL_SEED", "35"))
+MORE_SEEDS = (SEED + 1, SEED + 2)  # the slow tier's batteries of the commands stopped most
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TO_GROUP = {signal.SIGINT: True, signal.SIGTERM: False, signal.SIGHUP: True}
 # PYTHONFAULTHANDLER: a crash in any of its processes (the driver, a worker, a test
@@ -38,8 +45,9 @@ ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "RUNNER_HEARTBEAT_STALE_S": "60
        "PYTHONFAULTHANDLER": "1"}
 CRASH = "Fatal Python error"
 ATTEMPT_TIMEOUT_S = 600
-EARLIEST, LATEST = 0.1, 0.75  # where in the command's run time the signals fall
+EARLIEST, LATEST = 0.05, 1.0  # where in the command's run time the signals fall
 _DURATIONS: dict[str, float] = {}
+_LAST_LINES: dict[str, str] = {}
 
 
 def done_keys(out: Path) -> set[str]:
@@ -69,6 +77,7 @@ class Attempt:
     rc: int
     stderr: str
     left: list[Proc] = field(default_factory=list)
+    seed: int = SEED
 
     @property
     def interrupted(self) -> bool:
@@ -79,7 +88,7 @@ class Attempt:
 
     def describe(self) -> str:
         what = f"{signal.Signals(self.sig).name} after {self.delay:.2f}s" if self.sig else "-"
-        return (f"runner {' '.join(self.argv)} [{what}] -> exit {self.rc} (seed {SEED})\n"
+        return (f"runner {' '.join(self.argv)} [{what}] -> exit {self.rc} (seed {self.seed})\n"
                 f"{self.stderr[-3000:]}")
 
 
@@ -90,10 +99,23 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _start(cmd: Command, argv: list[str]) -> subprocess.Popen:
+def _start(cmd: Command, argv: list[str], both: bool = False) -> subprocess.Popen:
+    """The command started as an interactive shell starts it; its stderr piped (and its
+    stdout into the same pipe: `both`)."""
+    out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if both else dict(
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=cmd.cwd, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_signals)
+                            text=True, start_new_session=True, preexec_fn=_default_signals,
+                            **out)
+
+
+def _lines(proc: subprocess.Popen) -> IO[str]:
+    """The pipe the command's messages come through (read by line; a generator over it
+    would close it when the reader stops early, and the command would then write into a
+    closed pipe)."""
+    pipe = proc.stderr or proc.stdout
+    assert pipe is not None
+    return pipe
 
 
 def _send(proc: subprocess.Popen, sig: int) -> list[Proc]:
@@ -111,19 +133,19 @@ def _ended(proc: subprocess.Popen, argv: list[str], sig: int | None, delay: floa
     """Waits for the command's exit status (killing its group if it outlives the wait);
     `left` is every process of `below` still alive once that status is seen."""
     try:
-        _, err = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
+        out, err = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     left = [p for p in below if p.alive()]
-    return Attempt(argv, sig, delay, proc.returncode, before + err, left)
+    return Attempt(argv, sig, delay, proc.returncode, before + (out or "") + (err or ""), left)
 
 
-def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float = 0.0
-            ) -> Attempt:
+def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float = 0.0,
+            seed: int = SEED) -> Attempt:
     """Runs `runner ARGV`, sends `sig` after `delay` seconds (when it still runs) and
-    waits for its exit status."""
+    waits for its exit status; `seed` is the one that chose the delay, for its report."""
     proc = _start(cmd, argv)
     below: list[Proc] = []
     sent = False
@@ -132,7 +154,8 @@ def attempt(cmd: Command, argv: list[str], sig: int | None = None, delay: float 
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             below, sent = _send(proc, sig), True
-    return _ended(proc, argv, sig if sent else None, delay, below)
+    ended = _ended(proc, argv, sig if sent else None, delay, below)
+    return dataclasses.replace(ended, seed=seed)
 
 
 def _running(pid: int, module: str) -> bool:
@@ -152,9 +175,8 @@ def attempt_as_child_starts(cmd: Command, argv: list[str], sig: int, prefix: str
     """Runs `runner ARGV` and, once it has printed a line starting with `prefix`, sends
     `sig` the moment a child running `python -m MODULE` appears (still starting Python)."""
     proc = _start(cmd, argv)
-    assert proc.stderr is not None
     seen, below, sent, start = [], [], False, time.monotonic()
-    for line in proc.stderr:
+    for line in _lines(proc):
         seen.append(line)
         if line.startswith(prefix):
             while proc.poll() is None and time.monotonic() - start < ATTEMPT_TIMEOUT_S:
@@ -167,15 +189,58 @@ def attempt_as_child_starts(cmd: Command, argv: list[str], sig: int, prefix: str
                   "".join(seen))
 
 
+def attempt_when(cmd: Command, argv: list[str], sig: int, ready: Callable[[], bool]
+                 ) -> Attempt:
+    """Runs `runner ARGV` and sends `sig` the moment `ready()` holds (polled every few
+    milliseconds; a state the command itself writes, such as a stage in a file)."""
+    proc = _start(cmd, argv)
+    below, sent, start = [], False, time.monotonic()
+    while proc.poll() is None and time.monotonic() - start < ATTEMPT_TIMEOUT_S:
+        if ready():
+            below, sent = _send(proc, sig), True
+            break
+        time.sleep(0.005)
+    return _ended(proc, argv, sig if sent else None, time.monotonic() - start, below)
+
+
 def duration(cmd: Command, tmp: Path) -> float:
     """Seconds the command takes on this machine now, start to end (once per command):
-    run to its end in a directory of its own under `tmp`."""
+    run to its end in a directory of its own under `tmp`. Its last line is kept for
+    `attempt_at_its_end`."""
     if cmd.name not in _DURATIONS:
         start = time.monotonic()
-        whole = attempt(cmd, cmd.argv(tmp / "timed"))
+        proc = _start(cmd, cmd.argv(tmp / "timed"), both=True)
+        whole = _ended(proc, cmd.argv(tmp / "timed"), None, 0.0, [])
         assert whole.rc in cmd.ok, whole.describe()
         _DURATIONS[cmd.name] = time.monotonic() - start
+        _LAST_LINES[cmd.name] = _shape(whole.stderr.rstrip("\n").rsplit("\n", 1)[-1],
+                                       tmp / "timed")
     return _DURATIONS[cmd.name]
+
+
+def _shape(line: str, out: Path) -> str:
+    """A line of output as any run of the command prints it: its out dir and its numbers
+    (times, rates) left out."""
+    return re.sub(r"\d+(\.\d+)?", "#", line.replace(str(out), "OUT"))
+
+
+def attempt_at_its_end(cmd: Command, tmp: Path, sig: int) -> tuple[Attempt, Path]:
+    """Runs the command into a new out dir and sends `sig` the moment it prints the last
+    line its timed run printed (`_shape`): its work done, it is recording it and exiting (where a
+    handler put back, or Python's own shutdown, once let a signal kill it by the signal
+    itself or turn finished work into an exit status of 128 + N)."""
+    duration(cmd, tmp)
+    last, out = _LAST_LINES[cmd.name], tmp / "at-end"
+    argv = cmd.argv(out)
+    proc = _start(cmd, argv, both=True)
+    seen, below, sent, start = [], [], False, time.monotonic()
+    for line in _lines(proc):
+        seen.append(line)
+        if _shape(line.rstrip("\n"), out) == last:
+            below, sent = _send(proc, sig), True
+            break
+    return _ended(proc, argv, sig if sent else None, time.monotonic() - start, below,
+                  "".join(seen)), out
 
 
 def check_clean(cmd: Command, a: Attempt, out: Path) -> None:
@@ -191,6 +256,7 @@ def check_clean(cmd: Command, a: Attempt, out: Path) -> None:
 
 
 def _status(out: Path) -> str | None:
+    """The attempt record's status: finished, interrupted, failed (None: no record)."""
     try:
         return json.loads((out / RECORD).read_text()).get("status")
     except (OSError, ValueError):
@@ -202,47 +268,75 @@ def _snapshot(out: Path) -> dict[str, int]:
         if out.is_dir() else {}
 
 
-def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS
+def strata(rng: random.Random, n: int) -> list[float]:
+    """`n` points of a command's run time (fractions from EARLIEST to LATEST), one in each
+    of `n` equal strata, the strata in a seeded order: a battery's signals fall early, in
+    the middle and late alike, whichever signal falls where."""
+    width = (LATEST - EARLIEST) / n
+    order = rng.sample(range(n), n)
+    return [EARLIEST + width * (k + rng.random()) for k in order]
+
+
+def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS, seed: int = SEED
                 ) -> list[Attempt]:
-    """Each of `signals` once, at a seeded random point, each followed by the command's
-    rerun; then the last attempt run to its end. Returns every attempt, for the caller's
-    checks (tests/test_signals.py signals_for says which signals each command gets)."""
-    rng = random.Random(f"{SEED}:{cmd.name}")
+    """Each of `signals` once, at a seeded random point of its own stratum of the run, each
+    followed by the command's rerun; then the last attempt run to its end. Returns every
+    attempt, for the caller's checks (tests/test_signals.py signals_for says which signals
+    each command gets)."""
+    rng = random.Random(f"{seed}:{cmd.name}")
     seconds = duration(cmd, tmp)
     history: list[Attempt] = []
     n, out = 0, tmp / "out-0"
     argv = cmd.argv(out)
     kept: set[str] = set()
-    for sig in signals:
-        a = attempt(cmd, argv, sig, seconds * rng.uniform(EARLIEST, LATEST))
+    for sig, at in zip(signals, strata(rng, len(signals)), strict=True):
+        a = attempt(cmd, argv, sig, seconds * at, seed)
         history.append(a)
         check_clean(cmd, a, out)
         now = cmd.kept(out)
         assert kept <= now, f"finished work lost: {sorted(kept - now)}\n{a.describe()}"
         kept = now
         if not a.interrupted or _status(out) == "finished":  # it finished first
-            history += _rerun_finished(cmd, out)
+            history += _rerun_finished(cmd, out, seed)
             n += 1
             out, kept = tmp / f"out-{n}", set()
             argv = cmd.argv(out)
             continue
-        argv = _rerun_interrupted(cmd, out, history)
-    last = attempt(cmd, argv)
-    history.append(last)
-    check_clean(cmd, last, out)
-    assert last.rc in cmd.ok and cmd.finished(out), last.describe()
-    assert kept <= cmd.kept(out), last.describe()
+        argv = _rerun_interrupted(cmd, out, history, seed)
+    history.append(finish(cmd, argv, out, kept, seed))
     return history
 
 
-def _rerun_interrupted(cmd: Command, out: Path, history: list[Attempt]) -> list[str]:
+def finish(cmd: Command, argv: list[str], out: Path, kept: set[str], seed: int = SEED
+           ) -> Attempt:
+    """The last attempt, run to its end: clean, complete, and keeping `kept`."""
+    last = attempt(cmd, argv, seed=seed)
+    check_clean(cmd, last, out)
+    assert last.rc in cmd.ok and cmd.finished(out), last.describe()
+    assert kept <= cmd.kept(out), last.describe()
+    return last
+
+
+def went_on(cmd: Command, a: Attempt, out: Path) -> list[Attempt]:
+    """After attempt `a` into `out` ended cleanly: finished, or (stopped before it recorded
+    its work as finished) run again as the command's help says, to its end."""
+    if not a.interrupted or _status(out) == "finished":
+        assert cmd.finished(out), a.describe()
+        return []
+    history: list[Attempt] = []
+    argv = _rerun_interrupted(cmd, out, history, a.seed)
+    return [*history, finish(cmd, argv, out, cmd.kept(out), a.seed)]
+
+
+def _rerun_interrupted(cmd: Command, out: Path, history: list[Attempt], seed: int
+                       ) -> list[str]:
     """The command line that goes on: the same one (`resumes`), or, after checking that
     the same one is refused at once and writes nothing, `--resume DIR`."""
     argv = cmd.argv(out)
     if cmd.rule != REFUSES or not (out / RECORD).is_file():
         return argv  # (stopped before it wrote anything: nothing of it is left to refuse)
     before = _snapshot(out)
-    refused = attempt(cmd, argv)
+    refused = attempt(cmd, argv, seed=seed)
     history.append(refused)
     assert refused.rc == 2 and f"--resume {out}" in refused.stderr \
         and "another --out" in refused.stderr, refused.describe()
@@ -255,14 +349,14 @@ def _resume_argv(cmd: Command, out: Path) -> list[str]:
     return [*cmd.name.split(), "--resume", str(out)]
 
 
-def _rerun_finished(cmd: Command, out: Path) -> list[Attempt]:
+def _rerun_finished(cmd: Command, out: Path, seed: int) -> list[Attempt]:
     """A finished attempt run again: a refusing command says so and points to another
     --out (its --resume: nothing to do); a resuming one does it again, keeping its parts."""
     assert cmd.finished(out)
-    again = attempt(cmd, cmd.argv(out))
+    again = attempt(cmd, cmd.argv(out), seed=seed)
     if cmd.rule == REFUSES:
         assert again.rc == 2 and "finished" in again.stderr, again.describe()
-        resumed = attempt(cmd, _resume_argv(cmd, out))
+        resumed = attempt(cmd, _resume_argv(cmd, out), seed=seed)
         assert resumed.rc == 0 and ("nothing to resume" in resumed.stderr
                                     or "nothing to do" in resumed.stderr), resumed.describe()
         return [again, resumed]

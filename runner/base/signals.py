@@ -9,7 +9,11 @@ CLI exits with 128 + the signal's number, as a shell reports a process a signal 
 
 The first signal raises; one arriving while that cleanup runs is noted and not raised, so
 the cleanup (bounded: every wait in it has a deadline) finishes instead of being cut short
-half way. A signal a parent set to be ignored (`nohup` ignores SIGHUP) stays ignored.
+half way. A signal a parent set to be ignored (`nohup` ignores SIGHUP) stays ignored. Once a
+process's work is done and its exit status decided (`work_done`), the three are ignored to
+its end: Python's shutdown puts the default action back before it frees the modules, so a
+signal there would kill the process by the signal itself (exit -N, as if killed mid-work,
+with nothing recorded), and a signal after the work finished must not change its status.
 
 `deferred()` marks a stretch that must not be cut in the middle: there a signal is held and
 raised when it ends. IREE's Python objects do not keep what they use alive, so an exception
@@ -74,6 +78,15 @@ def exit_at_once() -> None:
             signal.signal(signum, _exit_quietly)
 
 
+def work_done() -> None:
+    """This process's work is finished and its exit status decided: SIGINT, SIGTERM and
+    SIGHUP are ignored from here to its end (see the module's docstring). Only the main
+    thread can set handlers; elsewhere it does nothing."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def start_child(argv: list[str], **popen: Any) -> subprocess.Popen:
     """Starts a Python child (a worker, a LoadGen test) with SIGINT/SIGTERM/SIGHUP blocked
     until it calls `handlers_ready()`. Ctrl-C reaches the whole process group: a child
@@ -122,7 +135,8 @@ def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None
     """While inside: SIGINT/SIGTERM/SIGHUP raise `Interrupted` (once). Outside the main
     thread (a signal handler can only be set there) it does nothing. `note` is printed
     when a second signal arrives during cleanup. On leaving, the handlers before are put
-    back (`restore`), or (a process that is about to exit) a late signal exits quietly."""
+    back (`restore`), or (a process that is about to exit) the signals are ignored to its
+    end (`work_done`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -146,5 +160,8 @@ def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None
     try:
         yield
     finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old if restore else _exit_quietly)
+        if restore:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+        else:
+            work_done()

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", required=True, type=Path)
     args = parser.parse_args(argv)
     driver_gone = threading.Event()
-    with raised_as_interrupted():
+    with raised_as_interrupted(restore=False):  # (then ignored to the end: work_done)
         try:
             handlers_ready()  # (started by `start_child`: a signal sent while it started)
             return run_worker(args.task, driver_gone)

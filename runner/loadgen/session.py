@@ -27,7 +27,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.base.signals import exit_at_once, handlers_ready, start_child
+from runner.base.signals import exit_at_once, handlers_ready, start_child, work_done
 from runner.batch.lifeline import die_with_parent
 from runner.config.sources import redact_secrets
 from runner.loadgen.conf import MODEL
@@ -227,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         record = run_test(json.loads(task_file.read_text()))
     except RunnerError as e:
         print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
+        work_done()
         return 2
     atomic_write_json(task_file.with_name(RECORD), record)
+    work_done()  # the record is whole: a signal now cannot undo the test
     return 0
 
 
