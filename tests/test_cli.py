@@ -5,22 +5,23 @@ closed pipe, and a short run that reports as a labelled subset."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from cli_support import cli, start_runner
+from host_support import wait_for
 
-from runner.base.errors import EXIT_CODES
+from runner.base.errors import EXIT_CODES, EXIT_INTERRUPTED
 from runner.cli import build_parser, main
 from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
-
-
-def runner(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600, **kwargs)
+from runner.rundir.directory import RunDir
+from runner.rundir.manifest import KILLED
+from runner.rundir.store import SampleStore
 
 
 def test_every_subcommand_follows_the_help_rule():
@@ -120,7 +121,7 @@ def test_old_spellings_are_refused_naming_the_new_one(argv, new, capsys):
 
 
 def test_version_names_every_iree_and_where_it_comes_from():
-    proc = runner("--version")
+    proc = cli("--version")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("runner 0.1.0 (") and lines[0].endswith("/runner)")
@@ -135,7 +136,7 @@ def test_version_names_every_iree_and_where_it_comes_from():
 
 
 def test_completion_scripts_know_the_subcommands(tmp_path):
-    proc = runner("completion", "bash")
+    proc = cli("completion", "bash")
     assert proc.returncode == 0, proc.stderr
     script = tmp_path / "runner.bash"
     script.write_text(proc.stdout)
@@ -145,27 +146,39 @@ def test_completion_scripts_know_the_subcommands(tmp_path):
            "COMP_POINT=9; _shtab_runner; printf '%s\\n' \"${COMPREPLY[@]}\"")
     words = subprocess.run(["bash", "-c", ask], capture_output=True, text=True).stdout.split()
     assert words == ["bench"]
-    zsh = runner("completion", "zsh")
+    zsh = cli("completion", "zsh")
     assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef runner")
     assert '"--require-full[fail (exit 1)' in zsh.stdout
 
 
 def test_a_closed_pipe_ends_quietly():
     # `runner plan --profile mi325x | head -1`, piped as a shell would.
-    plan = subprocess.Popen([sys.executable, "-m", "runner", "plan", "--profile", "mi325x"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    plan = start_runner("plan", "--profile", "mi325x", text=False)
     head = subprocess.Popen(["head", "-1"], stdin=plan.stdout, stdout=subprocess.PIPE)
     plan.stdout.close()  # head alone holds the read end now
     first = head.communicate(timeout=120)[0].decode()
     assert plan.wait(timeout=120) == 0 and plan.stderr.read() == b""
     assert len(first.splitlines()) == 1 and "worker" in first
     # The reader gone before the first write: the write itself fails with EPIPE.
-    child = subprocess.Popen([sys.executable, "-m", "runner", "plan", "--profile", "mi325x"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = start_runner("plan", "--profile", "mi325x", text=False)
     child.stdout.close()
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 0
     assert err == ""  # no BrokenPipeError traceback, no "Exception ignored"
+
+
+def test_ctrl_c_after_its_reader_is_gone_still_ends_as_interrupted(tmp_path, tiny_compiled):
+    """`runner run ... 2>&1 | tee log`, then Ctrl-C: it ends tee too, so the command's last
+    message meets a closed pipe. The command exits 130 all the same, with its attempt
+    recorded as interrupted (not 1, from a traceback nobody could read)."""
+    out = tmp_path / "run"
+    proc = start_runner("run", "--profile", "cpu", "--count", "8", "--no-score", "--out", out,
+                        stderr=subprocess.STDOUT)
+    wait_for(lambda: (out / "samples").is_dir() and SampleStore(out).done_ids())
+    proc.stdout.close()
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == EXIT_INTERRUPTED
+    assert RunDir(out).load().attempts[-1].status == KILLED
 
 
 def test_bad_input_exits_2_with_a_github_annotation(monkeypatch, capsys):
@@ -188,7 +201,7 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
         pytest.skip("needs the [compile] extra")
     pytest.importorskip("torch")
     run_dir = tmp_path / "smoke"
-    proc = runner("run", "--profile", "cpu", "--count", "4", "--out", str(run_dir))
+    proc = cli("run", "--profile", "cpu", "--count", "4", "--out", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     label = "subset of 4: not judged against the full-set ranges"
     assert "verdict: SUBSET (not judged" in proc.stdout and f"note: {label}" in proc.stdout
@@ -204,7 +217,7 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
     assert cases["fid_range"].find("skipped") is not None
     assert all(c.get("time") is not None for c in cases.values())
 
-    proc = runner("run", "--resume", str(run_dir), "--rescore", "--require-full")
+    proc = cli("run", "--resume", str(run_dir), "--rescore", "--require-full")
     assert proc.returncode == 1, proc.stderr
     assert "verdict: FAIL" in proc.stdout and "--require-full" in proc.stdout
     results = json.loads((run_dir / "results.json").read_text())
@@ -220,8 +233,8 @@ def test_a_run_scoring_one_metric_records_it_and_rescores_the_same(tmp_path):
         pytest.skip("needs the [compile] extra")
     pytest.importorskip("torch")
     run_dir = tmp_path / "clip-only"
-    proc = runner("run", "--profile", "cpu", "--count", "4", "--metrics", "clip", "--out",
-                  str(run_dir))
+    proc = cli("run", "--profile", "cpu", "--count", "4", "--metrics", "clip", "--out",
+               str(run_dir))
     assert proc.returncode == 0, proc.stderr
     assert "note: FID not scored (--metrics clip)" in proc.stdout
     recorded = json.loads((run_dir / "run.json").read_text())["profile_config"]
@@ -233,7 +246,7 @@ def test_a_run_scoring_one_metric_records_it_and_rescores_the_same(tmp_path):
         results = json.loads((run_dir / "results.json").read_text())
         assert results["scores"]["not_scored"] == ["fid"]
         assert junit_skip(run_dir, "fid_range").startswith("FID not scored")
-        proc = runner("run", "--resume", str(run_dir), "--rescore")
+        proc = cli("run", "--resume", str(run_dir), "--rescore")
         assert proc.returncode == 0, proc.stderr
 
 

@@ -6,6 +6,7 @@ install IREE builds are marked slow."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -14,14 +15,18 @@ from pathlib import Path
 import pytest
 from host_support import host_build_tree
 from signal_battery import (
+    MORE_SEEDS,
     SIGNALS,
     Command,
     attempt,
     attempt_as_child_starts,
+    attempt_at_its_end,
+    attempt_when,
     check_clean,
     done_keys,
     duration,
     run_battery,
+    went_on,
 )
 
 from runner.base.outdir import RECORD, REFUSES, RESUMES, Rerun
@@ -87,6 +92,29 @@ FAST = [
 def test_a_stopped_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_compiled):
     history = run_battery(cmd, tmp_path)
     assert [a.sig for a in history if a.interrupted]  # at least one signal hit it running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", MORE_SEEDS)
+@pytest.mark.parametrize("cmd", FAST, ids=[c.name for c in FAST])
+def test_more_seeds_stop_the_commands_stopped_most(cmd, seed, tmp_path, tiny_compiled):
+    """The same battery at other points of the run: a window a signal can fall into is
+    found here, by some seed, rather than by a user."""
+    history = run_battery(cmd, tmp_path, seed=seed)
+    assert [a.sig for a in history if a.interrupted]
+
+
+@pytest.mark.parametrize("cmd", FAST, ids=[c.name for c in FAST])
+def test_a_signal_as_a_command_ends_loses_nothing_and_says_nothing_wrong(cmd, tmp_path,
+                                                                         tiny_compiled):
+    """SIGTERM (a scheduler's, `kill`'s) the moment the command prints its last line, while
+    it records its work and exits: its exit status is its own (or, still recording, 143
+    with "interrupted" said and the rerun finishing it), never a death by the signal itself
+    or a silent 143 after finished work."""
+    a, out = attempt_at_its_end(cmd, tmp_path, signal.SIGTERM)
+    assert a.sig == signal.SIGTERM, f"the last line never came\n{a.describe()}"
+    check_clean(cmd, a, out)
+    went_on(cmd, a, out)
 
 
 def test_ctrl_c_while_a_loadgen_test_process_starts_is_quiet(tmp_path, tiny_compiled):
@@ -170,18 +198,46 @@ def test_commands_reading_a_run_go_on_as_their_help_says(name, tiny_run, tmp_pat
     run_battery(_reading(name, tiny_run), tmp_path, signals_for(name))
 
 
+def _trend(tmp: Path) -> Command:
+    """Each build's probe runs the tiny model in that build's environment (seconds each)."""
+    good = host_build_tree(tmp / "trees" / "a")
+    bad = host_build_tree(tmp / "trees" / "b")
+    return Command("trend", lambda o: ["trend", f"build-dir:{good}", f"build-dir:{bad}",
+                                       "--profile", "tiny", "--count", "1", "--out", str(o)],
+                   RESUMES, _has("trend.json", "trend.md"),
+                   kept=lambda o: {s["build"] for s in json.loads(
+                       (o / "trend.json").read_text()).get("steps", [])}
+                   if (o / "trend.json").is_file() else set())
+
+
 @pytest.mark.slow
 def test_trend_goes_on_from_its_finished_steps(tmp_path, tiny_compiled):
-    """Each build's probe runs the tiny model in that build's environment (seconds each)."""
-    good = host_build_tree(tmp_path / "trees" / "a")
-    bad = host_build_tree(tmp_path / "trees" / "b")
-    run_battery(Command("trend", lambda o: ["trend", f"build-dir:{good}", f"build-dir:{bad}",
-                                            "--profile", "tiny", "--count", "1", "--out",
-                                            str(o)], RESUMES, _has("trend.json", "trend.md"),
-                        kept=lambda o: {s["build"] for s in json.loads(
-                            (o / "trend.json").read_text()).get("steps", [])}
-                        if (o / "trend.json").is_file() else set()), tmp_path,
-                signals_for("trend"))
+    run_battery(_trend(tmp_path), tmp_path, signals_for("trend"))
+
+
+def _probe_stage(out: Path) -> str | None:
+    for path in out.glob("builds/*/probe.json"):
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text()).get("stage")
+    return None
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_builds_probe_runs_the_pipeline_is_quiet(tmp_path, tiny_compiled):
+    """Ctrl-C reaches a build's probe too, in the middle of the IREE pipeline: it records
+    that it was interrupted (not that the build's run failed) and ends cleanly, its runtime
+    objects freed while the runtime still is (a crash at its exit, before); the trend ends
+    as interrupted and the same command finishes it."""
+    cmd, out = _trend(tmp_path), tmp_path / "out"
+    a = attempt_when(cmd, cmd.argv(out), signal.SIGINT, lambda: _probe_stage(out) == "run")
+    assert a.interrupted, a.describe()
+    check_clean(cmd, a, out)
+    (probe,) = out.glob("builds/*/probe.json")
+    state = json.loads(probe.read_text())
+    assert state["ok"] is False and state.get("interrupted") == "SIGINT", state
+    assert not (out / "trend.json").is_file() or not json.loads(
+        (out / "trend.json").read_text()).get("steps")  # no measurement of that build
+    went_on(cmd, a, out)
 
 
 def battery_commands() -> set[str]:
