@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
+from runner.base.signals import Interrupted
 from runner.bisect.builds import Build, Sources
 from runner.bisect.envs import (
     BuildEnv,
@@ -136,6 +138,8 @@ def _probe(plan: MeasurePlan, env: BuildEnv, out: Path) -> dict[str, Any]:
         "ok": False, "stage": "import", "error": f"the probe did not start (exit {rc}): "
         + (out / "probe.log").read_text(errors="replace")[-500:]}
     state["exit_code"] = rc
+    if state.get("interrupted"):  # stopped by a signal: no measurement; a rerun measures it
+        raise Interrupted(signal.Signals[str(state["interrupted"])])
     return state
 
 

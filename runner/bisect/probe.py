@@ -156,20 +156,39 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     start = time.perf_counter()
     from runner.accuracy.samples import parse_ids
+    from runner.base.signals import exit_code, raised_as_interrupted, signal_name
 
-    try:
-        probe(Path(args.profile), list(parse_ids(args.samples)), out, args.passes,
-              args.compstat, args.dispatches)
-        return 0
-    except (Exception, KeyboardInterrupt) as e:  # recorded for the host, which decides
-        path = out / PROBE_FILE
-        state = json.loads(path.read_text()) if path.is_file() else {"stage": "import"}
-        state.update(ok=False, error=f"{type(e).__name__}: {e}",
-                     traceback=traceback.format_exc()[-4000:],
-                     seconds=round(time.perf_counter() - start, 3))
-        _write(out, state)
-        print(f"probe: {state['stage']} failed: {e}", file=sys.stderr)
-        return 1
+    # A signal (Ctrl-C reaches the whole group) is raised between the runtime's calls, not in
+    # the middle of one (runner.base.signals.deferred), and ignored once the probe is done.
+    with raised_as_interrupted(restore=False):
+        try:
+            probe(Path(args.profile), list(parse_ids(args.samples)), out, args.passes,
+                  args.compstat, args.dispatches)
+            return 0
+        except KeyboardInterrupt as e:
+            _record_failure(out, start, e, interrupted=signal_name(e))
+            return exit_code(e)
+        except Exception as e:  # recorded for the host, which decides
+            _record_failure(out, start, e)
+            return 1
+
+
+def _record_failure(out: Path, start: float, error: BaseException,
+                    interrupted: str | None = None) -> None:
+    """The stage the probe was in and what ended it, into probe.json. The traceback's
+    frames are cleared here: they hold the IREE runtime's objects, which must be freed
+    while the runtime still is, not by the interpreter's shutdown (a crash there)."""
+    path = out / PROBE_FILE
+    state = json.loads(path.read_text()) if path.is_file() else {"stage": "import"}
+    state.update(ok=False, error=f"{type(error).__name__}: {error}",
+                 traceback=traceback.format_exc()[-4000:],
+                 seconds=round(time.perf_counter() - start, 3))
+    if interrupted:
+        state["interrupted"] = interrupted
+    traceback.clear_frames(error.__traceback__)
+    _write(out, state)
+    how = f"interrupted ({interrupted})" if interrupted else f"failed: {error}"
+    print(f"probe: {state['stage']} {how}", file=sys.stderr)
 
 
 if __name__ == "__main__":
