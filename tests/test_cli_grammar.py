@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
 from test_goldens_upload import BASE, generated
 
@@ -29,11 +28,6 @@ from runner.clihelp import (
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDENS = REPO / "goldens"
-
-
-def runner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600, cwd=cwd)
 
 
 # --- one spelling, one meaning ---------------------------------------------------------------
@@ -277,9 +271,9 @@ def test_a_missing_suite_says_what_was_meant(capsys, tmp_path, monkeypatch):
 
 
 def test_a_reversed_bisect_is_warned_before_any_work(tmp_path):
-    proc = runner("bisect", "--good", "wheels:3.13.0", "--bad", "wheels:3.12.0", "--test",
-                  "images", "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),
-                  "--dry-run")
+    proc = cli("bisect", "--good", "wheels:3.13.0", "--bad", "wheels:3.12.0", "--test",
+               "images", "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),
+               "--dry-run")
     first = proc.stderr.splitlines()[0]
     assert first.startswith("warning: --good wheels:3.13.0 is newer than --bad wheels:3.12.0: "
                             "bisecting backwards")
@@ -354,7 +348,7 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload)}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload)}
-    proc = runner(*argv, cwd=work)
+    proc = cli(*argv, cwd=work)
     assert proc.returncode == 0, proc.stderr
     expected = expected.replace("OUT", str(work / "out"))
     assert any(line.lstrip().startswith(expected) or expected in line

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from cli_support import cli, start_runner
 from host_support import tmpfs
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
@@ -22,24 +20,18 @@ from runner.rundir.store import SampleStore
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain"}
 
 
-def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=600)
-
-
 def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "12",
-         "--no-score", "--out", str(out)],
-        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # As a terminal's Ctrl-C finds it: a shell without job control starts a background
-        # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
-        preexec_fn=_sigint_default)
+    proc = start_runner(
+                        "run", "--profile", "cpu", "--count", "12", "--no-score", "--out", out,
+                        cwd=tmp_path, env=ENV, start_new_session=False,
+                        # As a terminal's Ctrl-C finds it: a shell without job control starts a background
+                        # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
+                        preexec_fn=_sigint_default)
     deadline = time.monotonic() + 300
     store = SampleStore(out)
     while time.monotonic() < deadline and proc.poll() is None:
@@ -53,7 +45,7 @@ def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     assert "Traceback" not in err
     assert "interrupted (SIGINT): finished work is kept" in err
 
-    resumed = _runner("run", "--resume", str(out), cwd=tmp_path)
+    resumed = cli("run", "--resume", str(out), cwd=tmp_path, env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     manifest = RunDir(out).load()
     assert manifest.complete
@@ -69,8 +61,8 @@ def read_only_dir(tmp_path):
 
 def test_read_only_out_is_a_clear_error(read_only_dir, tmp_path):
     out = read_only_dir / "run"
-    done = _runner("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", str(out),
-                   cwd=tmp_path)
+    done = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", str(out),
+               cwd=tmp_path)
     assert done.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in done.stderr
     assert "Read-only file system" in done.stderr and str(out) in done.stderr
@@ -79,7 +71,7 @@ def test_read_only_out_is_a_clear_error(read_only_dir, tmp_path):
 def test_a_profile_that_is_not_utf8_is_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"name: x\nextends: cpu\n\xff\xfe: 1\n")
-    done = _runner("plan", "--profile", str(bad), cwd=tmp_path)
+    done = cli("plan", "--profile", str(bad), cwd=tmp_path)
     assert done.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in done.stderr
     assert f"{bad}: the profile is not UTF-8 text (byte 0xff at line 3" in done.stderr
@@ -88,7 +80,7 @@ def test_a_profile_that_is_not_utf8_is_named(tmp_path):
 def test_a_huge_field_is_elided_in_the_error(tmp_path):
     huge = tmp_path / "huge.yaml"
     huge.write_text('name: x\nextends: cpu\nlayout:\n  devices: "' + "0," * 200_000 + '0"\n')
-    done = _runner("plan", "--profile", str(huge), cwd=tmp_path)
+    done = cli("plan", "--profile", str(huge), cwd=tmp_path)
     assert done.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in done.stderr
     assert "characters left out" in done.stderr and "names more than 4096 devices" in done.stderr

@@ -4,20 +4,15 @@ resume regenerates it, ending with the same accuracy log bytes as the clean run.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_support import Ran, cli
 
 from runner.base.fileio import sha256_file
 from runner.rundir.mlperf_log import LOG_NAME
 from runner.rundir.store import CORRUPT_DIR, SampleStore
 
 COUNT = 4
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600)
 
 
 def truncate(path: Path) -> None:
@@ -30,7 +25,7 @@ def flip_bit(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def assert_named_and_moved(proc: subprocess.CompletedProcess, store: SampleStore,
+def assert_named_and_moved(proc: Ran, store: SampleStore,
                            qsl_idx: int) -> None:
     assert "Traceback" not in proc.stderr + proc.stdout
     moved = sorted((store.dir / CORRUPT_DIR).glob(f"{qsl_idx:05d}.png.*"))

@@ -11,11 +11,10 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import cli, runner_process
 
 from runner.base.errors import EXIT_BAD_INPUT
 from runner.base.paths import ASSETS_DIR, REPO_DIR
@@ -24,11 +23,6 @@ from runner.rundir.store import CORRUPT_DIR, SampleStore
 
 SECRET = "SECRET-KEY-MATERIAL-4f1c"
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain", "PYTHONPATH": str(REPO_DIR)}
-
-
-def _runner(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _exit_2(capsys, *argv: str) -> str:
@@ -106,8 +100,8 @@ def test_a_profiles_relative_model_path_outside_its_directory_is_refused(tmp_pat
 @pytest.fixture
 def small_run(tmp_path, tiny_compiled) -> Path:
     out = tmp_path / "run"
-    done = _runner("run", "--profile", "tiny", "--count", "2", "--no-score", "--out", str(out),
-                   cwd=tmp_path)
+    done = cli("run", "--profile", "tiny", "--count", "2", "--no-score", "--out", str(out),
+               cwd=tmp_path, env=ENV)
     assert done.returncode == 0, done.stderr
     return out
 
@@ -118,12 +112,12 @@ def test_a_sample_symlinked_out_of_the_run_dir_is_quarantined_not_aggregated(sma
     elsewhere = tmp_path / "elsewhere.png"
     shutil.move(sample, elsewhere)  # a valid sample PNG, outside the run dir
     sample.symlink_to(elsewhere)
-    done = _runner("aggregate", str(small_run), cwd=tmp_path)
+    done = cli("aggregate", str(small_run), cwd=tmp_path, env=ENV)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "sample 1 is corrupt (a symlink, not a sample file of this run)" in done.stderr
     (moved,) = (small_run / "samples" / CORRUPT_DIR).iterdir()
     assert moved.is_symlink() and elsewhere.is_file()  # the link moved aside, its target kept
-    resumed = _runner("run", "--resume", str(small_run), cwd=tmp_path)
+    resumed = cli("run", "--resume", str(small_run), cwd=tmp_path, env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     assert not SampleStore(small_run).path(1).is_symlink()
 
@@ -256,7 +250,8 @@ def test_a_yaml_alias_bomb_in_a_profile_is_refused_at_once(tmp_path):
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("extends: cpu\naccuracy:\n  samples:\n    " + "\n    ".join(levels) + "\n")
-    done = _runner("plan", "--profile", str(bomb), cwd=tmp_path, timeout=60)
+    # (a process of its own: a profile that loads for ever is ended by the timeout)
+    done = runner_process("plan", "--profile", str(bomb), cwd=tmp_path, env=ENV, timeout=60)
     assert done.returncode == EXIT_BAD_INPUT and "Traceback" not in done.stderr
     assert f"{bomb}: cannot read the profile: an anchor (`&name`) is not allowed" in done.stderr
 

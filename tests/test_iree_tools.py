@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import Ran, cli
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import REPORTED, find_tool
@@ -33,15 +34,14 @@ def package_paths() -> dict[str, str]:
 
 
 def runner(*args: str, path: str = BARE_PATH, tool_path: str | None = None,
-           cache: Path | None = None) -> subprocess.CompletedProcess:
+           cache: Path | None = None) -> Ran:
     env = {k: v for k, v in os.environ.items() if k != "IREE_TOOL_PATH"}
     env.update(PATH=path, PYTHONPATH=str(REPO))
     if tool_path is not None:
         env["IREE_TOOL_PATH"] = tool_path
     if cache is not None:
         env["RUNNER_CACHE_DIR"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=REPO)
+    return cli(*args, env=env, cwd=REPO)
 
 
 def tool_lines(out: str) -> dict[str, str]:

@@ -9,25 +9,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import cli, start_runner
 from host_support import tmpfs, wait_for
 
 from runner.rundir.store import SampleStore
 
 COUNT = 8
-
-
-def runner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600, cwd=cwd)
-
-
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def manifest(run_dir: Path) -> dict:
@@ -50,8 +40,8 @@ def hashes(run_dir: Path) -> dict[int, str]:
 def relative_run(tmp_path_factory, tiny_compiled) -> Path:
     """The README's shape of command, with --out relative to the driver's cwd."""
     cwd = tmp_path_factory.mktemp("cwd")
-    proc = runner("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
-                  "--out", "runs/main", cwd=cwd)
+    proc = cli("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
+               "--out", "runs/main", cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return cwd / "runs" / "main"
 
@@ -70,7 +60,7 @@ def test_relative_out_hands_workers_absolute_paths(relative_run):
 
 def test_resuming_a_complete_run_does_nothing(relative_run):
     before = (relative_run / "run.json").read_bytes()
-    proc = runner("run", "--resume", str(relative_run))
+    proc = cli("run", "--resume", str(relative_run))
     assert proc.returncode == 0, proc.stderr
     assert "already complete (8 samples); nothing to do" in proc.stderr
     assert "samples/s" not in proc.stdout + proc.stderr  # no workers started
@@ -78,10 +68,10 @@ def test_resuming_a_complete_run_does_nothing(relative_run):
 
 
 def test_resume_with_another_count_is_an_error(relative_run):
-    proc = runner("run", "--resume", str(relative_run), "--count", "4")
+    proc = cli("run", "--resume", str(relative_run), "--count", "4")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "run was made for 8 samples" in proc.stderr and "--count" in proc.stderr
-    same = runner("run", "--resume", str(relative_run), "--count", str(COUNT))
+    same = cli("run", "--resume", str(relative_run), "--count", str(COUNT))
     assert same.returncode == 0 and "nothing to do" in same.stderr
 
 
@@ -89,17 +79,17 @@ def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run,
     """Kill a run, then resume it twice at once: the second resume is refused naming the
     first; the killed attempt is in the manifest; the samples are the same bytes."""
     run_dir = tmp_path / "r"
-    first = start("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
-                  "--out", str(run_dir))
+    first = start_runner("run", "--profile", "cpu", "--count", str(COUNT), "--no-score",
+                         "--out", str(run_dir))
     wait_for(lambda: len(SampleStore(run_dir).done_ids()) >= 2)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=60)
     assert lock_pid(run_dir) == first.pid  # stale now
     assert manifest(run_dir)["attempts"][-1]["status"] == "running"
 
-    resume = start("run", "--resume", str(run_dir))
+    resume = start_runner("run", "--resume", str(run_dir))
     wait_for(lambda: lock_pid(run_dir) == resume.pid)
-    second = runner("run", "--resume", str(run_dir))
+    second = cli("run", "--resume", str(run_dir))
     _, err = resume.communicate(timeout=600)
     assert resume.returncode == 0, err
     assert f"taking over the stale lock of pid {first.pid}" in err
@@ -132,7 +122,7 @@ def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
                               check=True).stdout.split()[0])
     # Room for run.json and reproduce.sh, not for a log of 8 hex-encoded 128x128 images.
     subprocess.run(["mount", "-o", f"remount,size={used + 160}k", str(small_disk)], check=True)
-    proc = runner("run", "--resume", str(run_dir))
+    proc = cli("run", "--resume", str(run_dir))
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
     assert (f"run incomplete: disk full while writing {run_dir}/mlperf_log_accuracy.json\n"
             f"  fix: free space, then `runner run --resume {run_dir}`") in proc.stderr
@@ -140,7 +130,7 @@ def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
     assert not (run_dir / "mlperf_log_accuracy.json").exists()
     assert manifest(run_dir)["status"] != "complete"
     subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
-    resumed = runner("run", "--resume", str(run_dir))
+    resumed = cli("run", "--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr
     assert manifest(run_dir)["status"] == "complete"
     assert hashes(run_dir) == hashes(relative_run)
@@ -150,11 +140,11 @@ def test_rescore_is_the_only_work_a_complete_run_does_on_resume(tmp_path):
     """--rescore on a complete run re-runs the last steps only (here a profile without
     accuracy ranges, so the score step says why it scores nothing); no workers start."""
     run_dir = tmp_path / "r"
-    made = runner("run", "--profile", "cpu", "--set", "accuracy.fid=null", "--set",
-                  "accuracy.clip=null", "--count", "2", "--no-score", "--out", str(run_dir))
+    made = cli("run", "--profile", "cpu", "--set", "accuracy.fid=null", "--set",
+               "accuracy.clip=null", "--count", "2", "--no-score", "--out", str(run_dir))
     assert made.returncode == 0, made.stderr
     attempts = manifest(run_dir)["attempts"]
-    proc = runner("run", "--resume", str(run_dir), "--rescore")
+    proc = cli("run", "--resume", str(run_dir), "--rescore")
     assert proc.returncode == 0, proc.stderr
     assert "not scored: the profile has no accuracy ranges" in proc.stderr
     assert f"reports: {run_dir}/summary.md" in proc.stdout and "samples/s" not in proc.stdout

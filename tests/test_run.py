@@ -4,11 +4,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import Ran, cli, start_runner
 from host_support import tmpfs, wait_for
 
 from runner.cli import main
@@ -23,15 +23,12 @@ def no_score(args: tuple[str, ...]) -> list[str]:
     return [*args, "--no-score"] if args[0] == "run" else list(args)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *no_score(args)],
-                          capture_output=True, text=True, timeout=600)
+def run_cli(*args: str) -> Ran:
+    return cli(*no_score(args))
 
 
 def start_cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "runner", *no_score(args)],
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return start_runner(*no_score(args))
 
 
 def hashes(run_dir: Path) -> dict[int, str]:
