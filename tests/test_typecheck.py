@@ -1,6 +1,7 @@
 """mypy over runner/ at the strictness pyproject.toml's [tool.mypy] sets (mypy's default
-rules plus `check_untyped_defs`; packages without type information are Any): a type error
-anywhere in the library fails the suite, with mypy's own messages."""
+rules plus `check_untyped_defs`; packages without type information, and the model libraries
+called at the runner's edges, are Any): a type error anywhere in the library fails the suite,
+with mypy's own messages."""
 
 import re
 import subprocess
