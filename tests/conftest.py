@@ -1,5 +1,6 @@
 """Shared fixtures: the tiny model compiled once per session through the real compile cache,
-and real IREE release wheels."""
+and real IREE release wheels. Each is made once whichever pytest-xdist worker asks first
+(tests/shared_work.py); the others find it in the runner's caches."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_work import once
 
 from runner.base.paths import cache_dir
 from runner.config.profile import Profile, load_profile
 from runner.model.compiled_model import CompiledModel, compile_model
+
+# What each test costs in wall and CPU seconds (--suite-cost PATH; scripts/suite_cost.py).
+pytest_plugins = ("suite_cost",)
 
 REPO = Path(__file__).resolve().parent.parent
 # 3.11.0's tiny-model images are 1 LSB off the other two's (which make the same bytes)
@@ -24,15 +29,21 @@ def tiny_profile() -> Profile:
 
 
 @pytest.fixture(scope="session")
-def tiny_compiled(tiny_profile: Profile) -> dict[int, CompiledModel]:
+def tiny_compiled(tiny_profile: Profile, tmp_path_factory) -> dict[int, CompiledModel]:
     """Batch size -> compiled tiny model (real iree-compile, cached across sessions)."""
-    return {b: compile_model(tiny_profile, b) for b in tiny_profile.model.batch_sizes}
+    with once(tmp_path_factory, "tiny-compile"):
+        return {b: compile_model(tiny_profile, b) for b in tiny_profile.model.batch_sizes}
 
 
 @pytest.fixture(scope="session")
-def release_wheels() -> dict[str, list[Path]]:
+def release_wheels(tmp_path_factory) -> dict[str, list[Path]]:
     """Real iree-base-compiler/runtime wheels of three releases, downloaded once (pip's
     cache, then ours) and kept under the runner's cache across sessions."""
+    with once(tmp_path_factory, "release-wheels"):
+        return _download_wheels()
+
+
+def _download_wheels() -> dict[str, list[Path]]:
     out = {}
     for version in WHEEL_VERSIONS:
         directory = cache_dir() / "test-wheels" / version
@@ -45,3 +56,29 @@ def release_wheels() -> dict[str, list[Path]]:
             assert proc.returncode == 0, proc.stderr[-2000:]
         out[version] = sorted(directory.glob("*.whl"))
     return out
+
+
+# Tests that one engine or one cluster serves run on one pytest-xdist worker, in turn: the
+# images they build are the same (built once) and the cluster's slots are few. A group is
+# the tests with its marker or its fixture.
+SERIAL_GROUPS = {"docker": "docker_client", "slurm": "slurm_cluster"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """How pytest-xdist's `--dist loadgroup` (scripts/test.sh) shares the tests out: those of
+    a module that share a module-scoped fixture stay on one worker, which builds it once;
+    a test that shares none goes to whichever worker is free."""
+    for item in items:
+        group = next((g for g, fixture in SERIAL_GROUPS.items()
+                      if item.get_closest_marker(g) or fixture in item.fixturenames), None)
+        if group is None and _uses_module_fixture(item):
+            group = item.nodeid.split("::", 1)[0]
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        defs[-1].scope in ("module", "class", "package")
+        for defs in info.name2fixturedefs.values() if defs)
