@@ -3,12 +3,18 @@
 The method, in the spirit of MongoDB's E-Divisive work and asv's step detection, and robust
 to the noise of shared machines (one slow run, a busy neighbour):
 
-1. Locate candidate steps with `ruptures` (Pelt over a linear kernel, C-accelerated) on the
-   series' *ranks*, not its values, so one outlier moves one rank and cannot make a step.
-   The penalty grows with the log of the series' length (PENALTY x ln n), as BIC's does.
+1. Locate candidate steps by penalized optimal partitioning (PELT's objective, Killick et al.
+   2012: the least sum of within-segment squared deviations plus PENALTY x ln n per segment,
+   as BIC charges) of the series' *ranks*, not its values, so one outlier moves one rank and
+   cannot make a step. This is what `ruptures.KernelCPD(kernel="linear").predict(pen)` finds
+   (tests/test_history.py checks that they agree); written here in numpy, exact for the
+   WINDOW points searched, since importing ruptures (and scipy with it) alone takes longer
+   than a whole `runner history`.
 2. Test each candidate: the points between it and its neighbours before against those after,
-   two-sided Mann-Whitney U (rank-based, no normality assumed). Its p-value, Bonferroni-
-   corrected for the candidates tested, is the change's uncertainty: `confidence` = 1 - p.
+   two-sided Mann-Whitney U (rank-based, no normality assumed; the normal approximation with
+   tie and continuity corrections, as scipy's `method="asymptotic"`). Its p-value,
+   Bonferroni-corrected for the candidates tested, is the change's uncertainty:
+   `confidence` = 1 - p.
 3. Keep a change when p <= `alpha` and the medians of the two sides differ by at least
    `min_change` (relative): a real but tiny step is noise to a golden update.
 
@@ -153,33 +159,70 @@ def build_spec(point: Point) -> tuple[str, str] | None:
     return None
 
 
-def _steps(values: np.ndarray, min_size: int) -> list[int]:
-    import ruptures
-    from scipy.stats import rankdata
+def ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank."""
+    order = np.argsort(values, kind="mergesort")
+    raw = np.empty(len(values), dtype=float)
+    raw[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=raw) / counts)[inverse]
 
-    n = len(values)
-    ranks = (rankdata(values) - 0.5) / n
-    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1)
-    return [b for b in algo.fit(ranks.reshape(-1, 1)).predict(pen=PENALTY * math.log(n))
-            if b < n]
+
+def steps(signal: np.ndarray, penalty: float, min_size: int) -> list[int]:
+    """The segmentation of `signal` minimizing the within-segment sums of squared
+    deviations plus `penalty` per segment, each segment at least `min_size` long: the
+    indexes where segments start (0 and the end left out)."""
+    n = len(signal)
+    c1 = np.concatenate([[0.0], np.cumsum(signal)])
+    c2 = np.concatenate([[0.0], np.cumsum(signal * signal)])
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    start = np.zeros(n + 1, dtype=int)
+    for t in range(min_size, n + 1):
+        s = np.arange(0, t - min_size + 1)
+        cost = c2[t] - c2[s] - (c1[t] - c1[s]) ** 2 / (t - s)
+        total = best[s] + cost + penalty
+        k = int(np.argmin(total))
+        best[t], start[t] = total[k], s[k]
+    out, t = [], n
+    while t > 0:
+        t = int(start[t])
+        if t > 0:
+            out.append(t)
+    return out[::-1]
+
+
+def mann_whitney(left: np.ndarray, right: np.ndarray) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie- and
+    continuity-corrected)."""
+    n1, n2 = len(left), len(right)
+    both = np.concatenate([left, right])
+    r = ranks(both)
+    u = float(r[:n1].sum()) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    _, counts = np.unique(both, return_counts=True)
+    ties = float((counts ** 3 - counts).sum())
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = max(abs(u - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(var)
+    return math.erfc(z / math.sqrt(2))
 
 
 def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHANGE,
            window: int = WINDOW, min_size: int = MIN_SIZE) -> list[Change]:
     """The significant steps in `series` (its newest `window` points), oldest first."""
-    from scipy.stats import mannwhitneyu
-
     offset = max(0, len(series.points) - window)
     values = np.array([p.value for p in series.points[offset:]], dtype=float)
     if len(values) < 2 * min_size or np.ptp(values) == 0:
         return []
-    steps = _steps(values, min_size)
-    bounds = [0, *steps, len(values)]
+    n = len(values)
+    found = steps((ranks(values) - 0.5) / n, PENALTY * math.log(n), min_size)
+    bounds = [0, *found, n]
     out = []
-    for i, step in enumerate(steps, start=1):
+    for i, step in enumerate(found, start=1):
         left, right = values[bounds[i - 1]:step], values[step:bounds[i + 1]]
-        p = float(mannwhitneyu(left, right, alternative="two-sided").pvalue)
-        p = min(1.0, p * len(steps))
+        p = min(1.0, mann_whitney(left, right) * len(found))
         before, after = float(np.median(left)), float(np.median(right))
         relative = abs(after / before - 1.0) if before else math.inf
         if p <= alpha and relative >= min_change:

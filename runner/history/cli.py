@@ -23,10 +23,11 @@ from runner.clihelp import (
     document,
     shared,
 )
-from runner.inputs.cliargs import COUNT, number
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
 
 HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
 PROPOSAL_JSON, PROPOSAL_MD = "proposal.json", "proposal.md"
+DEFAULT_LIMIT = 1000  # results: a year of nightlies of a dozen series in well under a second
 _AGO = re.compile(r"^(\d{1,5})([dh])$")
 
 
@@ -89,7 +90,8 @@ def _query(args: argparse.Namespace):
                  sku=args.sku, metrics=tuple(args.metric or ()), subject=args.stage,
                  since=parse_when(args.since, "--since") if args.since else None,
                  until=parse_when(args.until, "--until") if args.until else None,
-                 versions=() if not args.iree or ".." in args.iree else (args.iree,))
+                 versions=() if not args.iree or ".." in args.iree else (args.iree,),
+                 limit=None if args.iree and ".." in args.iree else args.limit or None)
 
 
 def _in_range(results: list, spec: str) -> list:
@@ -250,8 +252,9 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
         "the series' ranks and confirmed by a Mann-Whitney test), as Markdown, JSON or an "
         "HTML page of charts. Exit 1 when a change is a regression.")
     _filters(p)
-    p.add_argument("--limit", type=COUNT, metavar="N",
-                   help="only the newest N results of the selection (default: all)")
+    p.add_argument("--limit", type=COUNT_OR_ZERO, default=DEFAULT_LIMIT, metavar="N",
+                   help="only the newest N results of the selection, the series and change "
+                   f"points in them (default: {DEFAULT_LIMIT}; 0: all)")
     p.add_argument("--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
                    help="a change point smaller than this relative change is not reported "
                    "(default: 0.02, i.e. 2%%)")

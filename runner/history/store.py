@@ -240,12 +240,12 @@ class Store:
                     ids = ids.order_by(r.c.finished_at.desc(), r.c.id.desc()).limit(q.limit)
                 rows = conn.execute(sa.select(r).where(r.c.id.in_(ids))
                                     .order_by(r.c.finished_at, r.c.id)).all()
-                chosen = sa.select(m).where(m.c.result_id.in_(ids), *_metric_conditions(q))
+                chosen = sa.select(m.c.result_id, m.c.name, m.c.subject, m.c.value,
+                                   m.c.golden, m.c.low, m.c.high, m.c.verdict).where(
+                    m.c.result_id.in_(ids), *_metric_conditions(q))
                 by_result: dict[int, list[Metric]] = {}
-                for mr in conn.execute(chosen.order_by(m.c.id)):
-                    by_result.setdefault(mr.result_id, []).append(Metric(
-                        mr.name, mr.subject, mr.value, mr.golden, mr.low, mr.high,
-                        mr.verdict))
+                for row in conn.execute(chosen.order_by(m.c.id)).tuples():
+                    by_result.setdefault(row[0], []).append(Metric(*row[1:]))
         except sa.exc.SQLAlchemyError as e:
             raise self._fail(e, "read") from None
         return [_result(row, by_result.get(row.id, [])) for row in rows]
