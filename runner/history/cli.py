@@ -31,8 +31,9 @@ DEFAULT_LIMIT = 1000  # results: a year of nightlies of a dozen series in well u
 _AGO = re.compile(r"^(\d{1,5})([dh])$")
 
 
-def parse_when(text: str, flag: str) -> datetime:
-    """`2026-11-01`, `2026-11-01T08:00`, or `7d` / `12h` ago, as naive UTC."""
+def parse_when(text: str, flag: str, end_of_day: bool = False) -> datetime:
+    """`2026-11-01`, `2026-11-01T08:00`, or `7d` / `12h` ago, as naive UTC; a date alone
+    with `end_of_day` (--until) is the whole day."""
     m = _AGO.match(text.strip())
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     if m:
@@ -45,6 +46,8 @@ def parse_when(text: str, flag: str) -> datetime:
                           fix="e.g. 2026-11-01, 2026-11-01T08:00, 7d or 12h") from None
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    if end_of_day and len(text.strip()) == len("2026-11-01"):
+        when += timedelta(days=1, microseconds=-1)
     return when
 
 
@@ -68,7 +71,8 @@ def _filters(p: argparse.ArgumentParser) -> None:
              "them in the history's order (default: every build)")
     _since(g)
     g.add_argument("--until", metavar="DATE",
-                   help="only results that finished on or before this date (default: now)")
+                   help="only results that finished on or before this date (a date alone: "
+                   "to its end; default: now)")
     _machine(g)
     shared(g, "--sku", help="only benchmark goldens of this SKU (default: every SKU)")
 
@@ -89,7 +93,7 @@ def _query(args: argparse.Namespace):
     return Query(profile=args.profile, command=args.result_command, machine=args.machine,
                  sku=args.sku, metrics=tuple(args.metric or ()), subject=args.stage,
                  since=parse_when(args.since, "--since") if args.since else None,
-                 until=parse_when(args.until, "--until") if args.until else None,
+                 until=parse_when(args.until, "--until", True) if args.until else None,
                  versions=() if not args.iree or ".." in args.iree else (args.iree,),
                  limit=None if args.iree and ".." in args.iree else args.limit or None)
 

@@ -244,7 +244,7 @@ class Store:
                                    m.c.golden, m.c.low, m.c.high, m.c.verdict).where(
                     m.c.result_id.in_(ids), *_metric_conditions(q))
                 by_result: dict[int, list[Metric]] = {}
-                for row in conn.execute(chosen.order_by(m.c.id)).tuples():
+                for row in conn.execute(chosen.order_by(m.c.id)):
                     by_result.setdefault(row[0], []).append(Metric(*row[1:]))
         except sa.exc.SQLAlchemyError as e:
             raise self._fail(e, "read") from None
