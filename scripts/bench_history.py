@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner.history.extract import extract  # noqa: E402
-from runner.history.model import Metric, Result  # noqa: E402
+from runner.history.model import Result  # noqa: E402
 from runner.history.store import open_store  # noqa: E402
 from runner.history.url import resolve  # noqa: E402
 

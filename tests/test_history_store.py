@@ -40,7 +40,7 @@ def result(i: int, **fields) -> Result:
     return Result(**{**base, **fields})
 
 
-def test_results_round_trip_with_their_metrics_and_are_kept_once(store_url):
+def test_results_round_trip_with_their_metrics_and_are_kept_once(store_url):  # noqa: F811
     with open_store(resolve(store_url)) as store:
         assert store.revision() == schema.HEAD
         assert [store.add(result(i)) for i in range(3)] == [True] * 3
@@ -50,7 +50,7 @@ def test_results_round_trip_with_their_metrics_and_are_kept_once(store_url):
     assert got[1] == result(1)  # every field, every metric with its band and verdict
 
 
-def test_each_filter_narrows(store_url):
+def test_each_filter_narrows(store_url):  # noqa: F811
     with open_store(resolve(store_url)) as store:
         store.add_all([result(i) for i in range(6)])
         store.add(result(9, key="other", profile="cpu", machine="ci-2", command="bench"))
@@ -89,7 +89,7 @@ def _python(code: str, *args: str, **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
-def test_two_writers_at_once_both_land_whole(store_url):
+def test_two_writers_at_once_both_land_whole(store_url):  # noqa: F811
     """Two processes open a store nobody created yet and each writes 40 results at once:
     the store is created once, and all 80 results are there with all their metrics."""
     writers = [_python(WRITER, store_url, name, str(REPO / "tests")) for name in ("a", "b")]
@@ -122,7 +122,7 @@ store.add(big)
 """
 
 
-def test_a_writer_killed_inside_its_transaction_leaves_nothing_half_written(store_url):
+def test_a_writer_killed_inside_its_transaction_leaves_nothing_half_written(store_url):  # noqa: F811
     with open_store(resolve(store_url)) as store:
         store.add(result(1))
     child = _python(KILLED, store_url, str(REPO / "tests"), start_new_session=True)
@@ -160,7 +160,7 @@ def _old_store(url: str) -> None:
     store.close()
 
 
-def test_a_store_an_older_runner_wrote_opens_migrated_with_its_results(store_url):
+def test_a_store_an_older_runner_wrote_opens_migrated_with_its_results(store_url):  # noqa: F811
     _old_store(store_url)
     with open_store(resolve(store_url)) as store:
         assert store.revision() == schema.HEAD
@@ -171,10 +171,9 @@ def test_a_store_an_older_runner_wrote_opens_migrated_with_its_results(store_url
         assert store.query(Query(profile="mi325x"))[0].metrics[0].low == 23.0
 
 
-def test_a_store_a_newer_runner_wrote_is_refused_naming_the_fix(store_url):
-    with open_store(resolve(store_url)) as store:
-        with store.engine.begin() as conn:
-            conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+def test_a_store_a_newer_runner_wrote_is_refused_naming_the_fix(store_url):  # noqa: F811
+    with open_store(resolve(store_url)) as store, store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
     with pytest.raises(StoreUnavailable) as e:
         open_store(resolve(store_url))
     assert "revision 0099, which a newer runner wrote" in str(e.value)

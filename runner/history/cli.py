@@ -103,7 +103,7 @@ def _in_range(results: list, spec: str) -> list:
     a, _, b = spec.partition("..")
 
     def hit(r: Any, v: str) -> bool:
-        return bool(v) and v in (r.compiler_version, r.runtime_version, r.build) or (
+        return (bool(v) and v in (r.compiler_version, r.runtime_version, r.build)) or (
             len(v) >= 7 and (r.compiler_commit or r.runtime_commit).startswith(v))
 
     starts = [i for i, r in enumerate(results) if hit(r, a)]
@@ -147,8 +147,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                                                             names))
         atomic_write_text(out / HISTORY_HTML, render.html(url.shown(), results, series, changes,
                                                           names))
-        print(f"reports: {', '.join(str(out / n) for n in (HISTORY_JSON, HISTORY_MD, HISTORY_HTML))}",
-              file=sys.stderr)
+        written = (HISTORY_JSON, HISTORY_MD, HISTORY_HTML)
+        print(f"reports: {', '.join(str(out / n) for n in written)}", file=sys.stderr)
     if args.json:
         print(json.dumps(record, indent=2, sort_keys=True))
     elif not args.out:
@@ -169,7 +169,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         except RunnerError as e:
             failed += 1
             print(f"error: {e}", file=sys.stderr)
-    rows = []
+    rows: list[dict[str, Any]] = []
     if args.dry_run:
         for path, results in found:
             for r in results:
@@ -289,7 +289,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
 
     from runner.goldens.cli import selection_flags
 
-    g = goldens._subparsers._group_actions[0]  # type: ignore[union-attr]
+    g: Any = goldens._subparsers._group_actions[0]  # type: ignore[union-attr]
     q = g.add_parser("propose", help="golden_time_ms and its tolerance (and dispatch count, "
                      "size) for benchmark tests, from the history of `bench goldens`")
     q.add_argument("paths", nargs="*", metavar="FILES|DIR",

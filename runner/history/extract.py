@@ -200,7 +200,7 @@ def _range_metric(name: str, check: Any) -> Metric | None:
     value = _num(check.get("score"))
     if value is None:
         return None
-    low, high = (list(check.get("range") or []) + [None, None])[:2]
+    low, high = [*list(check.get("range") or []), None, None][:2]
     return Metric(name, "", value, None, _num(low), _num(high),
                   None if "pass" not in check else ("pass" if check["pass"] else "fail"))
 

@@ -120,7 +120,7 @@ def propose(bench: BenchmarkTest, results: list[Result], sku: str,
     for metric in ("dispatch_count", "size_bytes"):
         s = _series(results, bench.name, sku, metric)
         if s is not None:
-            setattr(p, metric, int(round(s.points[-1].value)))
+            setattr(p, metric, round(s.points[-1].value))
     p.new_text = _edited(raw, p, p.old_text)
     return p
 
@@ -144,7 +144,7 @@ def _edited(raw: dict[str, Any], p: Proposal, old_text: str) -> str:
                            ("golden_time_tolerance_multiplier", p.tolerance),
                            ("golden_dispatch", p.dispatch_count), ("golden_size", p.size_bytes)):
             if value is not None:
-                entry = raw.get(key) if isinstance(raw.get(key), dict) else {}
-                raw[key] = {**entry, p.sku: value}
+                entry = raw.get(key)
+                raw[key] = {**(entry if isinstance(entry, dict) else {}), p.sku: value}
     text = json.dumps(raw, indent=_indent(old_text)) + ("\n" if old_text.endswith("\n") else "")
     return old_text if json.loads(text) == json.loads(old_text) else text

@@ -59,5 +59,7 @@ def series_of(results: list[Result]) -> list[Series]:
         for m in r.metrics:
             key = (r.command, r.profile, r.machine, r.device, r.sku, m.name, m.subject)
             groups.setdefault(key, []).append(Point(r.finished_at, m.value, r, m))
-    return [Series(*key, points=tuple(sorted(points, key=lambda p: (p.when, p.result.key))))
-            for key, points in sorted(groups.items())]
+    return [Series(command, profile, machine, device, sku, metric, subject,
+                   tuple(sorted(points, key=lambda p: (p.when, p.result.key))))
+            for (command, profile, machine, device, sku, metric, subject), points
+            in sorted(groups.items())]

@@ -216,7 +216,9 @@ class Store:
             "verdict", "exit_code")}
         row["recorded_at"] = _utcnow()
         row["details"] = json.dumps(result.details, sort_keys=True, default=str)
-        result_id = conn.execute(r.insert().values(**row)).inserted_primary_key[0]
+        inserted = conn.execute(r.insert().values(**row)).inserted_primary_key
+        assert inserted is not None
+        result_id = inserted[0]
         rows = [{"result_id": result_id, "name": m.name, "subject": m.subject,
                  "value": m.value, "golden": m.golden, "low": m.low, "high": m.high,
                  "verdict": m.verdict} for m in result.metrics]
