@@ -270,8 +270,9 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     p.set_defaults(func=cmd_history)
     document(p, "runner history --profile cpu --metric stage_ms --since 30d",
              "runner history --metric fid --metric clip --json",
-             "runner history --iree 3.12.0..3.13.0 --out runs/history",
-             "runner history --results postgresql://lab@db.lab/results --machine 'mi325x-*'",
+             "runner history --out runs/history",
+             "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
+             "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
              "(each series over builds and dates, bands and change points drawn)")
     sub = p.add_subparsers(dest="history_command", metavar="{import}")
@@ -283,8 +284,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     add_json(i, "what was recorded")
     add_dry_run(i, "what would be recorded, and where")
     i.set_defaults(func=cmd_import)
-    document(i, "runner history import runs/main runs/bench runs/validate",
-             "runner history import runs/* --dry-run",
+    document(i, "runner history import runs/main",
+             "runner history import runs/main --dry-run",
              "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
 
     from runner.goldens.cli import selection_flags
@@ -308,7 +309,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
             default="none: the diff on the console")
     q.set_defaults(func=cmd_propose, rocm_chip=None)
     document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
-             "runner goldens propose iree-test-suites/sharktank_models/benchmarks/sdxl "
-             "--sku mi325x --since 30d --out runs/propose",
+             "runner goldens propose tests/fixtures/iree-test-suites/sharktank_models/"
+             "benchmarks/sdxl --sku mi325x --since 30d --out runs/propose",
              out="json/ (each changed test file), proposal.json, proposal.md")
     return p

@@ -38,6 +38,7 @@ RECORDED = (RUN, BENCH, BENCH_GOLDENS, MLPERF, VALIDATE, GOLDENS_CHECK)
 # The file only that command writes, for a directory without an attempt record.
 MARKERS = ((VALIDATE, "validate.json"), (MLPERF, "mlperf.json"), (RUN, "run.json"),
            (BENCH, "bench.json"), (GOLDENS_CHECK, "junit.xml"))
+HOST_ARM = "host"  # a bench layout run with this host's IREE (runner.bench.sweep)
 FIX = "pass the --out of a run, bench, bench goldens, mlperf, validate or goldens check"
 
 
@@ -274,7 +275,8 @@ def _bench(out: Path, base: _Base) -> list[Result]:
     versions = _obj(bench.get("versions"))
     groups: dict[str, list[dict[str, Any]]] = {}
     for layout in bench.get("layouts") or []:
-        groups.setdefault(str(_obj(layout).get("iree") or ""), []).append(_obj(layout))
+        arm = str(_obj(layout).get("iree") or "")
+        groups.setdefault("" if arm == HOST_ARM else arm, []).append(_obj(layout))
     results = []
     for build, layouts in (groups or {"": []}).items():
         metrics: list[Metric] = []

@@ -1,5 +1,6 @@
-"""Results as series: one metric of one subject, on one machine and device, for one profile
-and command, ordered by when each result finished. A series is what a chart draws and what
+"""Results as series: one metric of one subject, on one machine, device and layout (a
+batch size changes a stage's time), for one profile and command, ordered by when each
+result finished. A series is what a chart draws and what
 change points are found in; its points carry the build each result measured."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Series:
     profile: str
     machine: str
     device: str
+    layout: str
     sku: str
     metric: str
     subject: str
@@ -37,7 +39,8 @@ class Series:
     @property
     def label(self) -> str:
         """`run cpu on vm (cpu:host): stage_ms unet`."""
-        where = self.machine + (f" ({self.device})" if self.device else "")
+        where = self.machine + (f" ({self.device})" if self.device else "") + (
+            f" [{self.layout}]" if self.layout else "")
         what = self.metric + (f" {self.subject}" if self.subject else "")
         sku = f" sku {self.sku}" if self.sku else ""
         return f"{self.command} {self.profile}{sku} on {where}: {what}".replace("  ", " ")
@@ -48,7 +51,7 @@ class Series:
 
     def key(self) -> dict[str, str]:
         return {"command": self.command, "profile": self.profile, "machine": self.machine,
-                "device": self.device, "sku": self.sku, "metric": self.metric,
+                "device": self.device, "layout": self.layout, "sku": self.sku, "metric": self.metric,
                 "subject": self.subject}
 
 
@@ -57,9 +60,10 @@ def series_of(results: list[Result]) -> list[Series]:
     groups: dict[tuple[str, ...], list[Point]] = {}
     for r in results:
         for m in r.metrics:
-            key = (r.command, r.profile, r.machine, r.device, r.sku, m.name, m.subject)
+            key = (r.command, r.profile, r.machine, r.device, r.layout, r.sku, m.name,
+                   m.subject)
             groups.setdefault(key, []).append(Point(r.finished_at, m.value, r, m))
-    return [Series(command, profile, machine, device, sku, metric, subject,
+    return [Series(command, profile, machine, device, layout, sku, metric, subject,
                    tuple(sorted(points, key=lambda p: (p.when, p.result.key))))
-            for (command, profile, machine, device, sku, metric, subject), points
+            for (command, profile, machine, device, layout, sku, metric, subject), points
             in sorted(groups.items())]
