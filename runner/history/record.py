@@ -25,8 +25,10 @@ def later(out: Path, given: str | None) -> str:
     from runner.base import shellscript
 
     argv: list[shellscript.Word] = ["runner", "history", "import", str(out)]
-    if given:  # its URL may hold a password: named, not printed
-        argv += ["--results", shellscript.Var("RUNNER_RESULTS_URL")]
+    if given:
+        path = given if "://" not in given or given.startswith("sqlite:") else None
+        # a server's URL may hold a password: named, not printed
+        argv += ["--results", path or shellscript.Var("RUNNER_RESULTS_URL")]
     return shellscript.join(argv)
 
 
