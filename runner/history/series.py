@@ -51,8 +51,8 @@ class Series:
 
     def key(self) -> dict[str, str]:
         return {"command": self.command, "profile": self.profile, "machine": self.machine,
-                "device": self.device, "layout": self.layout, "sku": self.sku, "metric": self.metric,
-                "subject": self.subject}
+                "device": self.device, "layout": self.layout, "sku": self.sku,
+                "metric": self.metric, "subject": self.subject}
 
 
 def series_of(results: list[Result]) -> list[Series]:
