@@ -134,7 +134,7 @@ class Change:
         """One sentence for the console and the Markdown."""
         kind = {True: "regression", False: "improvement", None: "change"}[self.regression]
         unit = self.series.unit
-        return (f"{kind}: {self.series.label} {self.before:.4g} -> {self.after:.4g}"
+        return (f"{kind}: {self.series.label} from {self.before:.4g} to {self.after:.4g}"
                 f"{' ' + unit if unit else ''} ({self.relative:+.1%}) between "
                 f"{self.last_before.build} ({self.last_before.when:%Y-%m-%d %H:%M}) and "
                 f"{self.first_after.build} ({self.first_after.when:%Y-%m-%d %H:%M}); "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from runner.base.mdtable import md_table
 from runner.history.changes import Change
 from runner.history.model import Result
@@ -21,6 +23,7 @@ from runner.report.markdown import esc
 SCHEMA = "iree-sdxl-runner/history/1"
 HEADLINE = ("fid", "clip", "samples_per_s")  # shown per result when no metric is asked for
 MAX_CHARTS = 60
+TICK_GAP = 260  # px between two labelled results on a chart's axis
 W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
 LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
 HISTORY_CSS = """
@@ -98,17 +101,20 @@ def chart(series: Series, changes: list[Change]) -> str:
     pts = series.points
     values = [p.value for p in pts]
     bands = [(p.metric.low, p.metric.high) for p in pts]
-    lows = [b[0] for b in bands if b[0] is not None]
-    highs = [b[1] for b in bands if b[1] is not None]
     goldens = [p.metric.golden for p in pts if p.metric.golden is not None]
-    lo, hi = _scale(min(values + lows + goldens), max(values + highs + goldens))
+    edges = [e for b in bands for e in b if e is not None] + goldens
+    # The axis is the values'; a band edge or golden near them widens it, a far one (a
+    # loose golden) is drawn to the plot's edge instead of squashing the series flat.
+    span = max(max(values) - min(values), 0.1 * abs(float(np.median(values))), 1e-12)
+    near = [e for e in edges if min(values) - span <= e <= max(values) + span]
+    lo, hi = _scale(min(values + near), max(values + near))
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def x(i: int) -> float:
         return LEFT + (pw * i / (len(pts) - 1) if len(pts) > 1 else pw / 2)
 
     def y(v: float) -> float:
-        return TOP + ph * (1 - (v - lo) / (hi - lo))
+        return min(max(TOP + ph * (1 - (v - lo) / (hi - lo)), TOP), TOP + ph)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
              f'viewBox="0 0 {W} {H}" role="img" aria-label="{e(series.label)}">',
@@ -123,6 +129,8 @@ def chart(series: Series, changes: list[Change]) -> str:
         parts.append(f'<rect x="{x0:.1f}" y="{top:.1f}" width="{x1 - x0:.1f}" '
                      f'height="{max(bottom - top, 0.5):.1f}" fill="{BAND}"/>')
     for g in sorted(set(goldens)):
+        if not lo <= g <= hi:
+            continue
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(g):.1f}" y2="{y(g):.1f}" '
                      'stroke="#1a7f37" stroke-dasharray="4 3"/>')
     for v in (lo + (hi - lo) * k / 4 for k in range(5)):
@@ -142,7 +150,10 @@ def chart(series: Series, changes: list[Change]) -> str:
                      f'stroke="{STEP}" stroke-width="1.5" stroke-dasharray="5 3"/>'
                      f'<text x="{cx + 3:.1f}" y="{TOP + 12}" font-size="11" fill="{STEP}">'
                      f"{e(f'{c.relative:+.1%}')}</text>")
-    ticks = sorted({0, len(pts) - 1, *(c.index for c in changes)})
+    ticks: list[int] = []
+    for i in sorted({0, *(c.index for c in changes), len(pts) - 1}):
+        if not ticks or x(i) - x(ticks[-1]) >= TICK_GAP:
+            ticks.append(i)
     for i in ticks:
         p = pts[i]
         anchor = "start" if i == 0 else "end" if i == len(pts) - 1 else "middle"
