@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import shutil
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -312,3 +313,27 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
     assert main(["history", "import", str(lost), "--results", url]) == 0
     with open_store(resolve(url)) as store:
         assert store.count() == 2
+
+
+def test_every_recording_command_takes_the_one_results_flag():
+    from runner.cli import build_parser
+    from runner.clihelp import options_of
+    from runner.history.extract import RECORDED
+
+    taken = {c.removeprefix("runner "): a for c, a in options_of(build_parser())
+             if "--results" in a.option_strings}
+    assert set(RECORDED) <= set(taken)
+    assert {getattr(a, "grammar", None) for a in taken.values()} == {"--results"}
+
+
+def test_without_sqlalchemy_the_results_stay_in_the_run_dir(monkeypatch, tmp_path):
+    """A driver without the history's libraries (a GPU node with the runtime alone)."""
+    from runner.history.record import record
+
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)
+    monkeypatch.delitem(sys.modules, "runner.history.store", raising=False)
+    said: list[str] = []
+    assert record("bench goldens", FIXTURE, None, said.append) is False
+    assert said == [f"history: not recorded (sqlalchemy is not installed: pip install "
+                    f"'iree-sdxl-runner[history]'); the results stay in {FIXTURE}: "
+                    f"`runner history import {FIXTURE}` adds them later"]

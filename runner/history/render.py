@@ -9,6 +9,7 @@ then the results.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from runner.report.markdown import esc
 SCHEMA = "iree-sdxl-runner/history/1"
 HEADLINE = ("fid", "clip", "samples_per_s")  # shown per result when no metric is asked for
 MAX_CHARTS = 60
+CHART_POINTS = 250  # the newest results a chart draws (all of them are in history.json)
 TICK_GAP = 260  # px between two labelled results on a chart's axis
 W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
 LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
@@ -98,7 +100,9 @@ def _scale(lo: float, hi: float) -> tuple[float, float]:
 def chart(series: Series, changes: list[Change]) -> str:
     """One series as an inline SVG: value per result (x: results in time order, ticks with
     the date and build), its band shaded, failed verdicts red, change points marked."""
-    pts = series.points
+    first = max(0, len(series.points) - CHART_POINTS)
+    pts = series.points[first:]
+    changes = [replace(c, index=c.index - first) for c in changes if c.index > first]
     values = [p.value for p in pts]
     bands = [(p.metric.low, p.metric.high) for p in pts]
     goldens = [p.metric.golden for p in pts if p.metric.golden is not None]
@@ -190,8 +194,10 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
     parts.append(f"<h2>Series ({len(charted)} of {len(series)} charted)</h2>")
     for s in charted:
         unit = f" ({s.unit})" if s.unit else ""
+        drawn = (f"the newest {CHART_POINTS} of {len(s.points)} results"
+                 if len(s.points) > CHART_POINTS else f"{len(s.points)} results")
         parts.append(f'<figure class="series"><figcaption>{e(s.label)}{e(unit)}: '
-                     f"{len(s.points)} results</figcaption>"
+                     f"{e(drawn)}</figcaption>"
                      f"{chart(s, by_series.get(id(s), []))}</figure>")
     shown = results[-newest:][::-1]
     parts += [f"<h2>Results (newest {len(shown)})</h2>",
