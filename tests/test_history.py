@@ -297,6 +297,9 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
     assert r.compiler_version == manifest["iree"]["iree.compiler"]["version"]
     assert {m.subject for m in r.metrics if m.name == "stage_ms"} == {"clip", "unet", "vae"}
     assert r == extract(run)[0]  # at the end of the command as by an import later
+    assert main(["run", "--resume", str(run), "--results", url]) == 0  # nothing to do
+    assert main(["history", "import", str(run), "--results", url]) == 0
+    assert f"already there: run {run}" in capsys.readouterr().out
 
     closed = postgres.url().replace(f":{postgres.port}/", ":1/")
     lost = tmp_path / "lost"

@@ -119,9 +119,12 @@ class _Base:
     record's end, else its files' time), where, the command line."""
 
     def __init__(self, out: Path, command: str, finished: datetime, machine: str,
-                 exit_code: int | None, argv: list[str]):
+                 exit_code: int | None, argv: list[str], started: str = ""):
         self.out, self.command, self.finished = out, command, finished
         self.machine, self.exit_code, self.argv = machine, exit_code, argv
+        # The identity's time is when the attempt started: a later `--resume` that finds
+        # nothing to do rewrites when it ended, and must not make it a new result.
+        self.started = started or finished.isoformat()
 
     @classmethod
     def of(cls, out: Path, command: str) -> _Base:
@@ -136,12 +139,12 @@ class _Base:
         code = last.get("exit_code")
         return cls(out, command, finished.replace(microsecond=0), str(last.get("host") or ""),
                    code if isinstance(code, int) else None,
-                   [str(a) for a in record.get("argv") or []])
+                   [str(a) for a in record.get("argv") or []], str(last.get("started") or ""))
 
     def result(self, metrics: list[Metric], part: str = "", **fields: Any) -> Result:
         fields.setdefault("machine", self.machine)
         fields = {k: ("" if v is None else v) for k, v in fields.items()}
-        identity = "\0".join([self.command, str(self.out), self.finished.isoformat(), part])
+        identity = "\0".join([self.command, str(self.out), self.started, part])
         details = {"argv": self.argv, **fields.pop("details", {})}
         return Result(key=hashlib.sha256(identity.encode()).hexdigest()[:40],
                       command=self.command, out_dir=str(self.out), finished_at=self.finished,

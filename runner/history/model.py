@@ -51,8 +51,9 @@ class Metric:
 @dataclass(frozen=True)
 class Result:
     """One finished command: where and with what it ran, how it was judged, its metrics.
-    `key` is its identity (the command, its out dir and when it finished), so importing a
-    run dir twice, or recording it at the end and importing it later, keeps one copy."""
+    `key` is its identity (the command, its out dir and when its attempt started), so
+    importing a run dir twice, or recording it at the end and importing it later, keeps one
+    copy."""
 
     key: str
     command: str  # run | bench | bench goldens | mlperf | validate | goldens check
