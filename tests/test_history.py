@@ -340,3 +340,15 @@ def test_without_sqlalchemy_the_results_stay_in_the_run_dir(monkeypatch, tmp_pat
     assert said == [f"history: not recorded (sqlalchemy is not installed: pip install "
                     f"'iree-sdxl-runner[history]'); the results stay in {FIXTURE}: "
                     f"`runner history import {FIXTURE}` adds them later"]
+
+
+def test_a_lab_store_on_postgresql_never_shows_its_password(postgres, tmp_path, capsys):  # noqa: F811
+    url = postgres.new_database()
+    assert main(["history", "import", str(FIXTURE), "--results", url]) == 0
+    out = tmp_path / "report"
+    assert main(["history", "--results", url, "--out", str(out), "--json"]) == 0
+    said = "".join(capsys.readouterr())
+    assert json.loads(said[said.index("{"):said.rindex("}") + 1])["count"] == 1
+    assert "REDACTED@127.0.0.1" in said
+    for text in [said, *(p.read_text() for p in out.rglob("*") if p.is_file())]:
+        assert "s3cr" not in text and "%40t" not in text
