@@ -19,6 +19,7 @@ from typing import Any
 from runner.accuracy.cli import register as register_accuracy
 from runner.base.errors import (
     EXIT_BAD_INPUT,
+    EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
     RunnerError,
@@ -47,6 +48,7 @@ from runner.clihelp import (
     add_out,
     add_profile,
     add_require_full,
+    add_results,
     add_samples,
     add_slurm,
     document,
@@ -59,6 +61,7 @@ from runner.clihelp import (
 from runner.docker.cli import register as register_image
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
+from runner.history.cli import register as register_history
 from runner.inputs.paths import resolved
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
@@ -409,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
     add_no_score(p, "; the run stops after aggregation")
+    add_results(p)
     add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
                 "command")
     p.set_defaults(func=cmd_run)
@@ -435,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="DIR",
                    help="an earlier validate's --out to compare against (default: none)")
     add_base_image(p, DEFAULT_BASE_IMAGE)
+    add_results(p)
     add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
             Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
                   "image, compile, the run's finished samples, score, goldens",
@@ -454,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_aggregate)
     document(p, "runner aggregate runs/main")
 
-    register_goldens(sub)
+    goldens = register_goldens(sub)
     register_accuracy(sub)
     register_bench(sub)
     register_bisect(sub)
@@ -462,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_image(sub)
     register_status(sub)
     register_mlperf(sub)
+    register_history(sub, goldens)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
@@ -563,7 +569,7 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
         command = _PARSERS.get(getattr(args, "prog", ""), parser)
         command.error(f"unrecognized arguments: {' '.join(extra)}")
     seen.args = args
-    args.argv = typed  # recorded for reproduce.sh
+    args.argv = cliout.without_results(typed)  # recorded for reproduce.sh
     try:
         try:
             args = seen.args = cliout.start(parser, args)
@@ -582,6 +588,8 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
             raise
         _stop_started(guard)
         cliout.finish(args, code, None)
+        if code in (EXIT_OK, EXIT_FAILED):
+            _record(args)
     except RunnerError as e:
         _error(str(e), args.command)
         return e.exit_code
@@ -598,6 +606,22 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
         return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
     sys.stdout.flush()
     return code
+
+
+def _record(args: argparse.Namespace) -> None:
+    """A finished command's results into the results store (runner/history/record.py):
+    the one place every recording command (`run`, `bench`, ...) reaches it; a dry run, and
+    a --resume that found nothing left to do, record nothing."""
+    from runner.history.record import record
+
+    if getattr(args, "dry_run", False) or not hasattr(args, "results"):
+        return
+    attempt = args.attempt
+    if attempt is not None and attempt.nothing_to_do:
+        return
+    command = attempt.command if attempt is not None else str(args.prog).removeprefix(
+        "runner ")
+    record(command, attempt.path if attempt is not None else None, args.results)
 
 
 def _stop_started(guard) -> None:

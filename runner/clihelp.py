@@ -83,6 +83,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "compare": LAB,
     "report": LAB,
     "bench": LAB,
+    "history": LAB,
     "mlperf": MLPERF,
     "export": MODELS,
     "fetch": MODELS,
@@ -421,6 +422,13 @@ GRAMMAR: dict[str, str] = {
     "--dry-run": "print the exact commands it would run, after checking its inputs; run "
                  "nothing, write nothing",
     "--json": "print the result as JSON on stdout",
+    "--stage": "a pipeline stage (clip, unet_step, unet, vae), or what a history number "
+               "measures",
+    "--machine": "only results of this host (a name or glob)",
+    "--since": "only results that finished on or after this date (2026-11-01, or 7d, 12h "
+               "ago)",
+    "--results": "the results store every finished result is recorded in: SQLite (default) "
+                 "or a lab's PostgreSQL",
     # goldens and benchmarks
     "--to": "the golden version to write: v7.0, v7, or next (n+1)",
     "--model": "with a suite directory: its <model>/ subdirectory",
@@ -662,6 +670,18 @@ def add_out(p: Any, what: str, rerun: Rerun, *, required: bool = True,
 
 def add_json(p: Any, what: str = "the result") -> None:
     shared(p, "--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+
+def add_results(p: Any, records: bool = True) -> None:
+    """`--results URL`: the results store (runner/history/url.py). `records`: the command
+    records its results there when it finishes; else it reads or writes the store itself."""
+    what = ("record this command's results in the store at URL when it finishes (a store "
+            "that cannot be reached fails nothing: `runner history import DIR` adds them "
+            "later)" if records else "the results store at URL")
+    shared(p, "--results", metavar="URL",
+           help=f"{what}: sqlite:////abs/file.sqlite, a file path, or "
+           "postgresql://USER:PASSWORD@HOST:PORT/DB, its password never shown (default: "
+           "$RUNNER_RESULTS_URL, else $RUNNER_CACHE_DIR/history/results.sqlite)")
 
 
 def add_worst(p: Any, default: int) -> None:

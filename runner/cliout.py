@@ -22,7 +22,7 @@ from runner.clihelp import OutSpec, walk
 
 # Namespace entries that are not inputs of the work: where it goes, how it is shown.
 NOT_INPUTS = {"func", "command", "argv", "out", "resume", "dry_run", "json", "out_spec",
-              "attempt", "goldens_command", "bench_command"}
+              "attempt", "goldens_command", "bench_command", "results", "history_command"}
 
 
 def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
@@ -97,11 +97,27 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
                           + "\n    ".join(differ), where=str(where / outdir.RECORD),
                           fix="drop those flags (or pass another --out for a new attempt)")
-    for keep in ("dry_run", "json"):  # how this invocation shows things, not inputs
+    for keep in ("dry_run", "json", "results"):  # how this invocation shows things and
+        # where its results are recorded, not inputs
         if hasattr(args, keep):
             setattr(recorded, keep, getattr(args, keep))
     recorded.argv, recorded.resume = argv, str(where)
     return recorded, False
+
+
+def without_results(argv: list[str]) -> list[str]:
+    """The command line as recorded (attempt.json, run.json, reproduce.sh): without
+    `--results URL`, which says where results are recorded, not what the work is, and whose
+    URL may carry a password."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--results":
+            skip = True
+        elif not arg.startswith("--results="):
+            out.append(arg)
+    return out
 
 
 def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -14,6 +14,16 @@ if ! command -v chromium >/dev/null 2>&1; then
     chromium fonts-dejavu-core >/dev/null
 fi
 
+# Debian's PostgreSQL server for the results store's tests (tests/history_support.py starts
+# one on loopback as the postgres user; the package's own cluster is not used).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    postgresql >/dev/null
+fi
+
+# Commands under test record their results: into a store of this run, not the user's.
+export RUNNER_RESULTS_URL="${RUNNER_RESULTS_URL:-$(mktemp -d)/results.sqlite}"
+
 # A real docker engine for the harness-image tests (dockerd without a bridge: no iptables here).
 if [ -x scripts/docker_setup.sh ]; then
   bash scripts/docker_setup.sh

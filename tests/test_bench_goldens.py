@@ -19,6 +19,7 @@ from runner.bench.goldens import (
 )
 from runner.cli import main
 from runner.goldens.testfile import load_benchmark_file
+from runner.history.extract import extract
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = (REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models"
@@ -46,6 +47,14 @@ def test_shipped_tiny_goldens_pass_and_report_everything(tmp_path, capsys):
     assert by_name["tiny-bench/clip_cpu"]["dispatch_count"] == 136
     md = (tmp_path / "bench.md").read_text()
     assert md.count("| tiny-bench/") == 3 and "PASSED" in md
+    # what the results store keeps: each golden's number, its golden and band, its verdict
+    (kept,) = extract(tmp_path)
+    assert (kept.command, kept.sku, kept.verdict) == ("bench goldens", "cpu", "pass")
+    for m in kept.metrics:
+        check = next(c for c in by_name[m.subject]["checks"] if c["name"] == m.name)
+        assert (m.value, m.golden, m.high, m.verdict) == (
+            check["measured"], check["golden"], check["limit"], "pass")
+    assert len(kept.metrics) == 9
 
 
 def test_a_golden_fails_when_measured_exceeds_it(tmp_path, capsys):

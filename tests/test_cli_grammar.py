@@ -321,6 +321,8 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
     "image build": (["--iree", "wheels:3.13.0"], "docker build "),
     "mlperf": (["--profile", "cpu", "--scenario", "offline", "--mode", "performance",
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
+    "history import": (["RESULT", "--results", "STORE"],
+                       "would record: bench goldens "),
 }
 NEEDS_DOCKER = {"validate", "image build"}
 
@@ -345,7 +347,9 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     work = tmp_path / "work"
     work.mkdir()
     args, expected = DRY_RUNS[command]
-    names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload)}
+    names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload),
+             "RESULT": str(REPO / "tests" / "fixtures" / "history" / "bench-goldens"),
+             "STORE": str(work / "store" / "results.sqlite")}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload)}
     proc = cli(*argv, cwd=work)

@@ -148,6 +148,16 @@ MAIN_JOB = {
     "runner aggregate runs/main": "32 samples -> ",
     "runner status runs/main": "complete): 32/32 samples (100%)",
     "runner report runs/main": "PASS",
+    # The results store: the main job recorded itself into the clone's (environment()).
+    "runner history import runs/main --dry-run": "would record: run ",
+    "runner history import runs/main": "already there: run runs/main",
+    "runner history --since 7d": "## History: 1 result(s)",
+    "runner history --profile cpu --metric stage_ms --since 30d": "stage_ms unet ",
+    "runner history --metric fid --metric clip --json": '"name": "clip"',
+    "runner history --out runs/history": "runs/history/history.html",
+    "runner goldens propose goldens/tiny-bench --sku cpu": "nothing to propose",
+    "runner goldens propose tests/fixtures/iree-test-suites/sharktank_models/benchmarks/sdxl "
+    "--sku mi325x --since 30d --out runs/propose": "runs/propose/proposal.md",
 }
 # What a shell command is checked by, run in the same shell right after it.
 THEN = {
@@ -173,6 +183,7 @@ NETWORK = ("needs a clone of iree-org/iree-test-suites from GitHub, and its runn
            "in a venv of its own")
 
 GPU_CHECK = "tests/test_gpu_check.py::test_prepare_then_run_on_this_cpu"
+LAB_DB = "needs a lab's PostgreSQL server (the tests start a real one on loopback)"
 
 # Shown but not run here: command -> (why, the test or script that covers it).
 NOT_HERE: dict[str, tuple[str, str]] = {
@@ -559,6 +570,17 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "scripts/gpu_check.sh prepare --profile cpu --batch-sizes 1 --no-wheels --out carry-cpu": (
         LONG, GPU_CHECK),
     "scripts/gpu_check.sh run --carry carry-cpu --out results-cpu": (LONG, GPU_CHECK),
+    # The results store
+    "export RUNNER_RESULTS_URL=postgresql://runner:PASSWORD@db.lab:5432/results": (
+        LAB_DB, "tests/test_history_store.py::test_two_writers_at_once_both_land_whole"),
+    "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
+    "postgresql://lab@db.lab/results": (LAB_DB, "tests/test_history.py::test_history_filters"),
+    "runner history import runs/nightly-* --results postgresql://lab@db.lab/results": (
+        LAB_DB, "tests/test_history.py::"
+                "test_import_records_a_real_out_dir_once_whatever_its_name"),
+    "python3 scripts/bench_history.py": (
+        "the benchmark: the main job, then a store of 10,000 results (minutes)",
+        "tests/test_history.py::test_a_run_records_itself_and_an_unreachable_store_fails_nothing"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),
@@ -623,7 +645,8 @@ def fresh_clone(tmp_path_factory) -> Path:
 
 
 def environment(clone: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(clone), RUNNER_PROGRESS="off")
+    env = dict(os.environ, PYTHONPATH=str(clone), RUNNER_PROGRESS="off",
+               RUNNER_RESULTS_URL=str(clone / "runs" / "results.sqlite"))
     env["PATH"] = f"{clone.parent / 'bin'}{os.pathsep}{env['PATH']}"
     return env
 

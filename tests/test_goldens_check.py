@@ -17,6 +17,7 @@ from runner.config.sources import download_path, resolve
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
+from runner.history.extract import extract
 from runner.model.tensors import TensorSpec, read_tensor, write_tensor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,6 +65,12 @@ def test_tiny_suite_passes_on_cpu(tmp_path, capsys):
     assert "| tiny/vae_cpu | PASS |" in summary and "1x3x128x128xf32" in summary
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["exit_code"] == 0 and len(results["results"]) == 3
+    # what the results store keeps of it: each test's verdict, the compiler that made it
+    (kept,) = extract(tmp_path)
+    assert (kept.command, kept.verdict, kept.compiler_version) == (
+        "goldens check", "pass", results["compiler"]["version"])
+    assert {(m.subject, m.value, m.verdict) for m in kept.metrics if m.name == "passed"} == {
+        (f"tiny/{name}", 1.0, "passed") for name in ("clip_cpu", "unet_cpu", "vae_cpu")}
 
 
 def test_corrupted_golden_fails_with_worst_elements(tmp_path, capsys):

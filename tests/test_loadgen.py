@@ -221,6 +221,24 @@ def test_offline_performance_summary_and_reports(offline_perf):
     assert not detail_facts(offline_perf / "Offline" / "performance" / DETAIL)["errors"]
 
 
+def test_the_results_store_keeps_each_tests_rate(offline_perf):
+    from runner.history.extract import extract
+
+    r = record(offline_perf)
+    (kept,) = extract(offline_perf)
+    summary = r["tests"][0]["summary"]
+    run = json.loads((offline_perf / "work" / "run.json").read_text())
+    assert (kept.command, kept.profile, kept.verdict, kept.device) == (
+        "mlperf", "tiny", r["status"], "cpu:host")
+    assert kept.compiler_version == run["iree"]["iree.compiler"]["version"]
+    numbers = {(m.name, m.subject): m for m in kept.metrics}
+    rate = numbers[("samples_per_s", "Offline/performance")]
+    assert rate.value == summary["samples_per_second"]
+    assert rate.verdict == {"VALID": "pass", "INVALID": "fail"}[summary["result"]]
+    assert numbers[("latency_ms", "Offline/performance p99")].value == \
+        summary["latency_ms"]["p99"]
+
+
 def test_repeated_samples_are_each_computed_and_completed_once(offline_perf):
     """LoadGen issued 12 samples over 4 qsl_idx: MLPerf forbids reusing a result across
     queries, so the workers computed 12 images and LoadGen got 12 completions."""

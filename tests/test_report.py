@@ -195,6 +195,28 @@ def test_unscored_run_gets_four_parseable_files(review_run):
     assert "4475" in text and "Review images" in text
 
 
+def test_the_results_store_keeps_what_the_report_says(review_run):
+    """The history's extraction reads the run's results.json: the same numbers."""
+    from runner.history.extract import extract
+
+    write_reports(review_run)
+    results = json.loads((review_run / "results.json").read_text())
+    (kept,) = extract(review_run)
+    assert (kept.command, kept.profile, kept.device, kept.verdict) == (
+        "run", "cpu", "cpu:host", "NOT SCORED")
+    assert kept.layout == "devices 0,1, cpd 1, bs 1, vae bs 1"
+    assert kept.machine == results["host"]["hostname"]
+    assert kept.runtime_version == results["versions"]["iree_runtime"]["version"]
+    numbers = {(m.name, m.subject): m.value for m in kept.metrics}
+    assert numbers.pop(("samples_per_s", "")) == results["timings"]["samples_per_s"]
+    workers = results["workers"]
+    for stage in ("clip", "unet", "vae"):  # each worker's mean, weighted by its samples
+        weighted = sum(w["stage_ms"][stage] * w["samples"] for w in workers)
+        assert numbers.pop(("stage_ms", stage)) == pytest.approx(
+            weighted / sum(w["samples"] for w in workers), rel=1e-12)
+    assert numbers == {}  # not scored: no FID, no CLIP
+
+
 def test_caption_markup_is_escaped_everywhere(review_run):
     write_reports(review_run)
     text, page = read_page(review_run)

@@ -45,6 +45,16 @@ def test_validate_passes_and_writes_bumped_goldens(passed):
         "/opt/venv")
     for name in ("validate.md", "run/report.html", "run/junit.xml", "run/accuracy.json"):
         assert (passed / name).is_file(), name
+    # what the results store keeps: the build asked for, the image's IREE, the scores
+    from runner.history.extract import extract
+
+    (kept,) = extract(passed)
+    accuracy = json.loads((passed / "run" / "accuracy.json").read_text())
+    assert (kept.command, kept.build, kept.verdict) == ("validate", "wheels:3.13.0", "PASS")
+    assert kept.runtime_version == manifest["iree"]["iree.runtime"]["version"]
+    scores = {m.name: m for m in kept.metrics if m.name in ("fid", "clip")}
+    assert {name: (m.value, m.verdict) for name, m in scores.items()} == {
+        name: (accuracy[name]["score"], "pass") for name in ("fid", "clip")}
 
 
 def test_second_validate_reuses_every_step(passed):

@@ -23,6 +23,7 @@ from runner.clihelp import (
     add_layout,
     add_out,
     add_profile,
+    add_results,
     add_samples,
     add_slurm,
     document,
@@ -172,14 +173,15 @@ def register(subparsers) -> argparse.ArgumentParser:
             default="none: needed unless --dry-run")
     add_dry_run(bench, "every image build, compile, `runner run` and sbatch command it would "
                 "start")
+    add_results(bench)
     m = bench.add_argument_group("iree-benchmark-module (stage latencies)")
     _benchmark_flags(m)
     _renamed_benchmark_flags(bench)
     m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
                    help="extra iree-benchmark-module flag, e.g. --device_allocator=caching "
                    "(repeatable; default: none)")
-    m.add_argument("--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
-                   help="only this stage (repeatable; default: every stage the model has)")
+    shared(m, "--stage", action="append", choices=["clip", "unet_step", "unet", "vae"],
+           help="only this stage (repeatable; default: every stage the model has)")
     m.add_argument("--dispatches", nargs="?", type=integer(1, MAX_CALLS), const=DEFAULT_CALLS,
                    metavar="CALLS",
                    help="also profile each stage's dispatches with IREE's HAL profiler "
@@ -221,6 +223,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--files-dir", metavar="DIR", help="IREE CI's test files: e2e MLIR, tuner "
                    "specs (default: beside the benchmark files)")
     add_dry_run(p, "the iree-compile and iree-benchmark-module commands")
+    add_results(p)
     add_out(p, "write bench.json and bench.md here",
             Rerun(RESUMES, "nothing: the goldens are checked again, the reports written at "
                   "the end"), required=False)

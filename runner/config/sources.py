@@ -72,7 +72,8 @@ def redact_url(url: str) -> str:
 
 def _secret(key: str) -> bool:
     key = key.lower()
-    return key in SAS_PARAMS or "sig" in key or "token" in key or "key" in key
+    return (key in SAS_PARAMS or "sig" in key or "token" in key or "key" in key
+            or "pass" in key)  # a database URL's ?password=
 
 
 _SIG_RE = re.compile(r"(?i)\b(sig|signature)=[^&\s\"']+")

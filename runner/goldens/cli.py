@@ -20,6 +20,7 @@ from runner.clihelp import (
     add_json,
     add_out,
     add_profile,
+    add_results,
     document,
     renamed,
     shared,
@@ -282,6 +283,7 @@ def register(subparsers) -> argparse.ArgumentParser:
             required=False,
             default="none: the console and, under GitHub Actions, the job summary")
     add_dry_run(p, "the iree-compile and iree-run-module commands")
+    add_results(p)
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
     p.add_argument("--timeout", type=SECONDS, metavar="S",
                    help="seconds per test; a test past it is an error and its iree-compile "

@@ -18,6 +18,7 @@ from runner.clihelp import (
     add_no_score,
     add_out,
     add_profile,
+    add_results,
     add_samples,
     add_slurm,
     document,
@@ -115,6 +116,7 @@ def register(subparsers) -> argparse.ArgumentParser:
             Rerun(REFUSES, "each LoadGen test whose logs are complete is kept; the others run "
                   "again", ("mlperf.json",)))
     add_dry_run(p, "the compile and worker commands and LoadGen's settings")
+    add_results(p)
     document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
              "--count 16 --min-duration 2 --out runs/lg-perf",
              "runner mlperf --profile mi325x --scenario singlestream,offline,server "

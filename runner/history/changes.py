@@ -1,0 +1,236 @@
+"""Change points in a series: the build where a metric moved, by how much, how sure.
+
+The method, in the spirit of MongoDB's E-Divisive work and asv's step detection, and robust
+to the noise of shared machines (one slow run, a busy neighbour):
+
+1. Locate candidate steps by penalized optimal partitioning (PELT's objective, Killick et al.
+   2012: the least sum of within-segment squared deviations plus PENALTY x ln n per segment,
+   as BIC charges) of the series' *ranks*, not its values, so one outlier moves one rank and
+   cannot make a step. This is what `ruptures.KernelCPD(kernel="linear").predict(pen)` finds
+   (tests/test_history.py checks that they agree); written here in numpy, exact for the
+   WINDOW points searched, since importing ruptures (and scipy with it) alone takes longer
+   than a whole `runner history`.
+2. Test each candidate: the points between it and its neighbours before against those after,
+   two-sided Mann-Whitney U (rank-based, no normality assumed; the normal approximation with
+   tie and continuity corrections, as scipy's `method="asymptotic"`). Its p-value,
+   Bonferroni-corrected for the candidates tested, is the change's uncertainty:
+   `confidence` = 1 - p.
+3. Keep a change when p <= `alpha` and the medians of the two sides differ by at least
+   `min_change` (relative): a real but tiny step is noise to a golden update.
+
+A change in the direction model.WORSE_WHEN calls worse is a regression. Each change names the
+builds on both sides; where they differ and both can be installed again (a release or
+nightly version, a commit), it carries the `runner bisect` command that pins the change
+between them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runner.base import shellscript
+from runner.history.model import WORSE_WHEN
+from runner.history.series import Point, Series
+
+PENALTY = 0.25  # x ln(n): no step in 99% of 60-point noise series with 5% outliers
+MIN_SIZE = 3  # points on each side of a step
+ALPHA = 0.01
+MIN_CHANGE = 0.02
+WINDOW = 200  # the newest points of a series searched
+RELEASE = re.compile(r"^\d+\.\d+\.\d+(rc\d{8})?$")
+SHA = re.compile(r"^[0-9a-f]{7,40}$")
+NIGHTLIES = "https://iree.dev/pip-release-links.html"
+
+
+@dataclass(frozen=True)
+class Change:
+    series: Series
+    index: int  # the first point after the step, in series.points
+    before: float  # median of the side before
+    after: float  # median of the side after
+    p_value: float
+    n_before: int
+    n_after: int
+
+    @property
+    def relative(self) -> float:
+        return (self.after / self.before - 1.0) if self.before else math.inf
+
+    @property
+    def confidence(self) -> float:
+        return 1.0 - self.p_value
+
+    @property
+    def last_before(self) -> Point:
+        return self.series.points[self.index - 1]
+
+    @property
+    def first_after(self) -> Point:
+        return self.series.points[self.index]
+
+    @property
+    def regression(self) -> bool | None:
+        """True: worse; False: better; None: a metric with no worse direction."""
+        worse = WORSE_WHEN.get(self.series.metric)
+        if worse is None:
+            return None
+        return (self.after - self.before) * worse > 0
+
+    @property
+    def same_build(self) -> bool:
+        return self.last_before.build == self.first_after.build
+
+    def bisect(self) -> str | None:
+        """The `runner bisect` command between the builds on each side, or None."""
+        good, bad = build_spec(self.last_before), build_spec(self.first_after)
+        if self.same_build or good is None or bad is None:
+            return None
+        argv: list[shellscript.Word] = ["runner", "bisect", "--good", good[0], "--bad", bad[0],
+                                        "--test", self.test()]
+        if self.series.profile:
+            argv += ["--profile", self.series.profile]
+        if "--pre" in good[1] + bad[1]:
+            argv += ["--pre", "--find-links", NIGHTLIES]
+        if "--repo" in good[1] + bad[1]:
+            argv += ["--repo", shellscript.Var("IREE_CHECKOUT")]
+        argv += ["--out", f"runs/bisect-{_slug(self.series.metric, self.series.subject)}"]
+        return shellscript.join(argv)
+
+    def test(self) -> str:
+        """The bisect test that sees this change."""
+        metric = self.series.metric
+        if metric in ("fid", "clip"):
+            return "accuracy"
+        if metric in ("dispatch_count", "size_bytes"):
+            return "compstat"
+        return f"throughput:{max(1, round(abs(self.relative) * 50))}"
+
+    def why_no_bisect(self) -> str:
+        if self.same_build:
+            return ("the same build on both sides: the machine, its load or the inputs "
+                    "changed, not IREE")
+        return "a build that cannot be installed again (no release version or commit)"
+
+    def to_dict(self) -> dict[str, Any]:
+        b, a = self.last_before, self.first_after
+        return {"series": self.series.key(), "label": self.series.label,
+                "before": self.before, "after": self.after, "relative": self.relative,
+                "p_value": self.p_value, "confidence": self.confidence,
+                "n_before": self.n_before, "n_after": self.n_after,
+                "regression": self.regression,
+                "last_before": {"build": b.build, "finished_at": b.when.isoformat() + "Z",
+                                "out_dir": b.result.out_dir},
+                "first_after": {"build": a.build, "finished_at": a.when.isoformat() + "Z",
+                                "out_dir": a.result.out_dir},
+                "bisect": self.bisect(), "no_bisect": None if self.bisect() else
+                self.why_no_bisect()}
+
+    def line(self) -> str:
+        """One sentence for the console and the Markdown."""
+        kind = {True: "regression", False: "improvement", None: "change"}[self.regression]
+        unit = self.series.unit
+        return (f"{kind}: {self.series.label} from {self.before:.4g} to {self.after:.4g}"
+                f"{' ' + unit if unit else ''} ({self.relative:+.1%}) between "
+                f"{self.last_before.build} ({self.last_before.when:%Y-%m-%d %H:%M}) and "
+                f"{self.first_after.build} ({self.first_after.when:%Y-%m-%d %H:%M}); "
+                f"confidence {self.confidence:.3f}")
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(p for p in parts if p)).strip("-")[:60]
+
+
+def build_spec(point: Point) -> tuple[str, str] | None:
+    """(`--good`/`--bad` build, extra flags it needs) for the build `point` measured."""
+    r = point.result
+    if r.build and ":" in r.build and "," not in r.build:
+        return r.build, ""
+    version = r.compiler_version or r.runtime_version
+    commit = r.compiler_commit or r.runtime_commit
+    if version and RELEASE.match(version):
+        return f"wheels:{version}", "--pre" if "rc" in version else ""
+    if commit and SHA.match(commit):
+        return f"commit:{commit}", "--repo"
+    return None
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank."""
+    order = np.argsort(values, kind="mergesort")
+    raw = np.empty(len(values), dtype=float)
+    raw[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=raw) / counts)[inverse]
+
+
+def steps(signal: np.ndarray, penalty: float, min_size: int) -> list[int]:
+    """The segmentation of `signal` minimizing the within-segment sums of squared
+    deviations plus `penalty` per segment, each segment at least `min_size` long: the
+    indexes where segments start (0 and the end left out)."""
+    n = len(signal)
+    c1 = np.concatenate([[0.0], np.cumsum(signal)])
+    c2 = np.concatenate([[0.0], np.cumsum(signal * signal)])
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    start = np.zeros(n + 1, dtype=int)
+    for t in range(min_size, n + 1):
+        s = np.arange(0, t - min_size + 1)
+        cost = c2[t] - c2[s] - (c1[t] - c1[s]) ** 2 / (t - s)
+        total = best[s] + cost + penalty
+        k = int(np.argmin(total))
+        best[t], start[t] = total[k], s[k]
+    out, t = [], n
+    while t > 0:
+        t = int(start[t])
+        if t > 0:
+            out.append(t)
+    return out[::-1]
+
+
+def mann_whitney(left: np.ndarray, right: np.ndarray) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie- and
+    continuity-corrected)."""
+    n1, n2 = len(left), len(right)
+    both = np.concatenate([left, right])
+    r = ranks(both)
+    u = float(r[:n1].sum()) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    _, counts = np.unique(both, return_counts=True)
+    ties = float((counts ** 3 - counts).sum())
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = max(abs(u - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(var)
+    return math.erfc(z / math.sqrt(2))
+
+
+def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHANGE,
+           window: int = WINDOW, min_size: int = MIN_SIZE) -> list[Change]:
+    """The significant steps in `series` (its newest `window` points), oldest first."""
+    offset = max(0, len(series.points) - window)
+    values = np.array([p.value for p in series.points[offset:]], dtype=float)
+    if len(values) < 2 * min_size or np.ptp(values) == 0:
+        return []
+    n = len(values)
+    found = steps((ranks(values) - 0.5) / n, PENALTY * math.log(n), min_size)
+    bounds = [0, *found, n]
+    out = []
+    for i, step in enumerate(found, start=1):
+        left, right = values[bounds[i - 1]:step], values[step:bounds[i + 1]]
+        p = min(1.0, mann_whitney(left, right) * len(found))
+        before, after = float(np.median(left)), float(np.median(right))
+        relative = abs(after / before - 1.0) if before else math.inf
+        if p <= alpha and relative >= min_change:
+            out.append(Change(series, offset + step, before, after, p, len(left), len(right)))
+    return out
+
+
+def detect_all(all_series: list[Series], **kwargs: Any) -> list[Change]:
+    """Every series' changes; regressions first, then the largest moves."""
+    changes = [c for s in all_series for c in detect(s, **kwargs)]
+    return sorted(changes, key=lambda c: (c.regression is not True, -abs(c.relative)))

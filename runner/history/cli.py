@@ -1,0 +1,315 @@
+"""`runner history` (list results, their series and change points), `runner history import`
+(backfill from run dirs) and `runner goldens propose` (goldens from the history)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.outdir import RESUMES, Rerun
+from runner.clihelp import (
+    add_dry_run,
+    add_iree,
+    add_json,
+    add_out,
+    add_results,
+    document,
+    shared,
+)
+from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
+
+HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
+PROPOSAL_JSON, PROPOSAL_MD = "proposal.json", "proposal.md"
+DEFAULT_LIMIT = 1000  # results: a year of nightlies of a dozen series in well under a second
+_AGO = re.compile(r"^(\d{1,5})([dh])$")
+
+
+def parse_when(text: str, flag: str, end_of_day: bool = False) -> datetime:
+    """`2026-11-01`, `2026-11-01T08:00`, or `7d` / `12h` ago, as naive UTC; a date alone
+    with `end_of_day` (--until) is the whole day."""
+    m = _AGO.match(text.strip())
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    if m:
+        n, unit = int(m.group(1)), m.group(2)
+        return now - (timedelta(days=n) if unit == "d" else timedelta(hours=n))
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise RunnerError(f"`{text}` is not a date", where=flag,
+                          fix="e.g. 2026-11-01, 2026-11-01T08:00, 7d or 12h") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    if end_of_day and len(text.strip()) == len("2026-11-01"):
+        when += timedelta(days=1, microseconds=-1)
+    return when
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("which results (each narrows; default: all)")
+    shared(g, "--profile", metavar="NAME", help="only results of this profile (a name or "
+           "glob, e.g. mi325x; default: every profile)")
+    g.add_argument("--command", metavar="CMD", dest="result_command",
+                   choices=["run", "bench", "bench goldens", "mlperf", "validate",
+                            "goldens check"],
+                   help="only results of this command: run, bench, 'bench goldens', mlperf, "
+                   "validate, 'goldens check' (default: all)")
+    g.add_argument("--metric", action="append", metavar="NAME",
+                   help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
+                   "dispatch_ms, dispatch_count, time_ms, size_bytes, latency_ms, passed "
+                   "(default: all)")
+    shared(g, "--stage", variant="pattern", metavar="GLOB",
+           help="only numbers of this stage, layout, golden test or dispatch (a glob: "
+           "unet, 'unet*', 'clip bs1', 'tiny-bench/*'; default: all)")
+    add_iree(g, note=", a version (3.13.0) or commit prefix as recorded, or a range A..B of "
+             "them in the history's order (default: every build)")
+    _since(g)
+    g.add_argument("--until", metavar="DATE",
+                   help="only results that finished on or before this date (a date alone: "
+                   "to its end; default: now)")
+    _machine(g)
+    shared(g, "--sku", help="only benchmark goldens of this SKU (default: every SKU)")
+
+
+def _since(g: Any) -> None:
+    shared(g, "--since", metavar="DATE", help="only results that finished on or after this "
+           "date: 2026-11-01, 2026-11-01T08:00, or 7d / 12h ago (default: the first)")
+
+
+def _machine(g: Any) -> None:
+    shared(g, "--machine", metavar="HOST", help="only results of this host (a name or glob; "
+           "default: every machine)")
+
+
+def _query(args: argparse.Namespace):
+    from runner.history.store import Query
+
+    return Query(profile=args.profile, command=args.result_command, machine=args.machine,
+                 sku=args.sku, metrics=tuple(args.metric or ()), subject=args.stage,
+                 since=parse_when(args.since, "--since") if args.since else None,
+                 until=parse_when(args.until, "--until", True) if args.until else None,
+                 versions=() if not args.iree or ".." in args.iree else (args.iree,),
+                 limit=None if args.iree and ".." in args.iree else args.limit or None)
+
+
+def _in_range(results: list, spec: str) -> list:
+    """Results from the first that measured build A to the last that measured build B."""
+    a, _, b = spec.partition("..")
+
+    def hit(r: Any, v: str) -> bool:
+        return (bool(v) and v in (r.compiler_version, r.runtime_version, r.build)) or (
+            len(v) >= 7 and (r.compiler_commit or r.runtime_commit).startswith(v))
+
+    starts = [i for i, r in enumerate(results) if hit(r, a)]
+    ends = [i for i, r in enumerate(results) if hit(r, b)]
+    if not starts or not ends:
+        missing = a if not starts else b
+        raise RunnerError(f"no result in the selection measured `{missing}`", where="--iree",
+                          fix="name a version or commit the history holds (`runner history "
+                          "--json` lists them)")
+    return results[starts[0]:ends[-1] + 1]
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from runner.history import render
+    from runner.history.changes import detect_all
+    from runner.history.series import series_of
+    from runner.history.store import opened
+    from runner.history.url import resolve
+
+    url = resolve(args.results)
+    query = _query(args)
+    with opened(url) as store:
+        results = store.query(query)
+    if args.iree and ".." in args.iree:
+        results = _in_range(results, args.iree)
+    if args.limit:
+        results = results[-args.limit:]
+    series = series_of(results)
+    changes = detect_all(series, min_change=args.min_change)
+    shown = {"profile": args.profile, "command": args.result_command, "metric": args.metric,
+             "stage": args.stage, "iree": args.iree, "since": args.since, "until": args.until,
+             "machine": args.machine, "sku": args.sku, "limit": args.limit,
+             "min_change": args.min_change}
+    record = render.to_json(url.shown(), shown, results, changes)
+    names = tuple(args.metric or ())
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / HISTORY_JSON, record)
+        atomic_write_text(out / HISTORY_MD, render.markdown(url.shown(), results, changes,
+                                                            names))
+        atomic_write_text(out / HISTORY_HTML, render.html(url.shown(), results, series, changes,
+                                                          names))
+        written = (HISTORY_JSON, HISTORY_MD, HISTORY_HTML)
+        print(f"reports: {', '.join(str(out / n) for n in written)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+    elif not args.out:
+        print(render.markdown(url.shown(), results, changes, names), end="")
+    return EXIT_FAILED if any(c.regression for c in changes) else EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from runner.history.extract import extract
+    from runner.history.store import opened
+    from runner.history.url import resolve
+
+    url = resolve(args.results)
+    found, failed = [], 0
+    for path in args.run_dirs:
+        try:
+            found.append((path, extract(Path(path))))
+        except RunnerError as e:
+            failed += 1
+            print(f"error: {e}", file=sys.stderr)
+    rows: list[dict[str, Any]] = []
+    if args.dry_run:
+        for path, results in found:
+            for r in results:
+                print(f"would record: {r.command} {path} ({r.finished_at:%Y-%m-%d %H:%M}, "
+                      f"{r.iree}, {len(r.metrics)} metrics) in {url.shown()}")
+        return EXIT_BAD_INPUT if failed else EXIT_OK
+    with opened(url) as store:
+        for path, results in found:
+            for r in results:
+                added = store.add(r)
+                rows.append({"out_dir": r.out_dir, "command": r.command, "key": r.key,
+                             "metrics": len(r.metrics), "added": added})
+                if not args.json:
+                    print(f"{'recorded' if added else 'already there'}: {r.command} {path} "
+                          f"({len(r.metrics)} metrics)")
+    if args.json:
+        print(json.dumps({"store": url.shown(), "imported": rows, "failed": failed},
+                         indent=2, sort_keys=True))
+    print(f"{sum(r['added'] for r in rows)} result(s) recorded in {url.shown()}, "
+          f"{sum(not r['added'] for r in rows)} already there"
+          + (f", {failed} director(ies) not readable" if failed else ""), file=sys.stderr)
+    return EXIT_BAD_INPUT if failed else EXIT_OK
+
+
+def cmd_propose(args: argparse.Namespace) -> int:
+    from runner.bench.goldens import load_benchmarks
+    from runner.goldens.cli import module_dirs, selection
+    from runner.history.propose import propose
+    from runner.history.store import Query, opened
+    from runner.history.url import resolve
+
+    benches = load_benchmarks([Path(p) for p in args.paths], selection(args),
+                              module_dirs(args))
+    url = resolve(args.results)
+    query = Query(command="bench goldens", sku=args.sku, machine=args.machine,
+                  metrics=("time_ms", "dispatch_count", "size_bytes"),
+                  since=parse_when(args.since, "--since") if args.since else None)
+    with opened(url) as store:
+        results = store.query(query)
+    proposals = [propose(b, results, args.sku, args.min_runs) for b in benches]
+    lines = []
+    for p in proposals:
+        lines += [f"## {p.test} ({p.sku})", ""]
+        if p.golden_time_ms is not None:
+            values = [pt.value for pt in p.runs]
+            lines.append(f"golden_time_ms {p.golden_time_ms:g} x {p.tolerance:g} from "
+                         f"{len(p.runs)} run(s), {min(values):.4g}..{max(values):.4g} ms, "
+                         f"{p.runs[0].when:%Y-%m-%d} to {p.runs[-1].when:%Y-%m-%d}")
+        lines += [f"- {n}" for n in p.notes]
+        diff = p.diff()
+        lines += (["", "```diff", diff.rstrip("\n"), "```"] if diff else ["", "no change"])
+        if p.runs:
+            lines += ["", "runs used:", *[f"- {pt.when:%Y-%m-%d %H:%M} {pt.build} "
+                                          f"{pt.value:.4g} ms ({pt.result.out_dir})"
+                                          for pt in p.runs]]
+        lines.append("")
+    text = "\n".join(lines)
+    record = {"store": url.shown(), "sku": args.sku,
+              "proposals": [p.to_dict() for p in proposals]}
+    if args.out:
+        out = Path(args.out)
+        for p in proposals:
+            if p.changed:
+                target = out / "json" / p.file.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(target, p.new_text)
+        atomic_write_json(out / PROPOSAL_JSON, record)
+        atomic_write_text(out / PROPOSAL_MD, text)
+        print(f"proposed files: {out / 'json'}; reports: {out / PROPOSAL_JSON}, "
+              f"{out / PROPOSAL_MD}", file=sys.stderr)
+    print(json.dumps(record, indent=2, sort_keys=True) if args.json else text, end="" if
+          not args.json else "\n")
+    return EXIT_OK
+
+
+def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`runner history` with its `import`, and `goldens propose` under `goldens`."""
+    p = subparsers.add_parser(
+        "history", help="every recorded result: list, chart, find where a metric moved "
+        "(change points, with the bisect command); import old run dirs",
+        description="Reads the results store that run, bench, bench goldens, mlperf, "
+        "validate and goldens check record into when they finish. Without a subcommand: "
+        "the selected results, each series' change points (a step found by ruptures on "
+        "the series' ranks and confirmed by a Mann-Whitney test), as Markdown, JSON or an "
+        "HTML page of charts. Exit 1 when a change is a regression.")
+    _filters(p)
+    p.add_argument("--limit", type=COUNT_OR_ZERO, default=DEFAULT_LIMIT, metavar="N",
+                   help="only the newest N results of the selection, the series and change "
+                   f"points in them (default: {DEFAULT_LIMIT}; 0: all)")
+    p.add_argument("--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
+                   help="a change point smaller than this relative change is not reported "
+                   "(default: 0.02, i.e. 2%%)")
+    add_results(p, records=False)
+    add_json(p, "the results and changes")
+    add_out(p, "write history.json, history.md and history.html (charts) here",
+            Rerun(RESUMES, "nothing: the history is read again and the reports rewritten"),
+            required=False, default="none: Markdown on the console")
+    p.set_defaults(func=cmd_history)
+    document(p, "runner history --profile cpu --metric stage_ms --since 30d",
+             "runner history --metric fid --metric clip --json",
+             "runner history --out runs/history",
+             "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
+             "postgresql://lab@db.lab/results",
+             out="history.json (every selected result and change), history.md, history.html "
+             "(each series over builds and dates, bands and change points drawn)")
+    sub = p.add_subparsers(dest="history_command", metavar="{import}")
+    i = sub.add_parser("import", help="add the results of existing out dirs (run, bench, "
+                       "bench goldens, mlperf, validate, goldens check) to the store")
+    i.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="out dirs of recorded commands; one already in the store is skipped")
+    add_results(i, records=False)
+    add_json(i, "what was recorded")
+    add_dry_run(i, "what would be recorded, and where")
+    i.set_defaults(func=cmd_import)
+    document(i, "runner history import runs/main",
+             "runner history import runs/main --dry-run",
+             "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
+
+    from runner.goldens.cli import selection_flags
+
+    g: Any = goldens._subparsers._group_actions[0]  # type: ignore[union-attr]
+    q = g.add_parser("propose", help="golden_time_ms and its tolerance (and dispatch count, "
+                     "size) for benchmark tests, from the history of `bench goldens`")
+    q.add_argument("paths", nargs="*", metavar="FILES|DIR",
+                   help="benchmark JSONs or directories (default: goldens/tiny-bench)")
+    shared(q, "--sku", required=True, help="the SKU whose results and golden entries count")
+    selection_flags(q)
+    _machine(q)
+    _since(q)
+    q.add_argument("--min-runs", type=COUNT, default=5, metavar="N",
+                   help="fewest runs since the last change point to propose a time "
+                   "(default: 5)")
+    add_results(q, records=False)
+    add_json(q, "the proposals")
+    add_out(q, "write the proposed test files (json/), proposal.json and proposal.md here",
+            Rerun(RESUMES, "nothing: the proposal is made again"), required=False,
+            default="none: the diff on the console")
+    q.set_defaults(func=cmd_propose, rocm_chip=None)
+    document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
+             "runner goldens propose tests/fixtures/iree-test-suites/sharktank_models/"
+             "benchmarks/sdxl --sku mi325x --since 30d --out runs/propose",
+             out="json/ (each changed test file), proposal.json, proposal.md")
+    return p

@@ -1,0 +1,424 @@
+"""What a finished command measured, read from the files it wrote: one extraction, used at
+the end of a command (runner/history/record.py) and by `runner history import DIR`.
+
+Each command's out dir already holds its results; nothing here measures anything:
+
+| command | read from |
+|---|---|
+| run | results.json (else the run's report, collected again), run.json |
+| bench | bench.json (layouts, stage latencies, dispatch profiles), each layout's run.json |
+| bench goldens | bench.json (`kind: bench-goldens`): time, dispatch count, size vs goldens |
+| mlperf | mlperf.json (each LoadGen test, accuracy), work/run.json |
+| validate | validate.json (build, scores, throughput) and run/ as a run |
+| goldens check | results.json (each test's verdict, compile statistics), attempt.json |
+
+Which command wrote a directory is its attempt record's (attempt.json), else the file only
+that command writes. A directory of none of them is refused, naming what was looked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.base.outdir import RECORD, read_record
+from runner.history.model import Metric, Result
+
+MAX_JSON_BYTES = 64 << 20
+TOP_DISPATCHES = 40  # per profiled stage: the rest is a tail of microsecond dispatches
+RUN, BENCH, BENCH_GOLDENS, MLPERF, VALIDATE, GOLDENS_CHECK = (
+    "run", "bench", "bench goldens", "mlperf", "validate", "goldens check")
+RECORDED = (RUN, BENCH, BENCH_GOLDENS, MLPERF, VALIDATE, GOLDENS_CHECK)
+# The file only that command writes, for a directory without an attempt record.
+MARKERS = ((VALIDATE, "validate.json"), (MLPERF, "mlperf.json"), (RUN, "run.json"),
+           (BENCH, "bench.json"), (GOLDENS_CHECK, "junit.xml"))
+HOST_ARM = "host"  # a bench layout run with this host's IREE (runner.bench.sweep)
+FIX = "pass the --out of a run, bench, bench goldens, mlperf, validate or goldens check"
+
+
+def _json(path: Path) -> Any:
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise RunnerError("larger than any file the runner writes", where=str(path),
+                              fix=FIX)
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunnerError("missing: the command did not finish writing its results",
+                          where=str(path), fix=FIX) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RunnerError(f"cannot be read: {e}", where=str(path), fix=FIX) from None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _time(text: Any) -> datetime | None:
+    """A runner timestamp (`2026-11-28T13:46:30+0000`, ISO) as naive UTC."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            when = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            return None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def command_of(out: Path) -> str:
+    """Which command wrote `out` (see the module docstring)."""
+    record = read_record(out)
+    if record is not None:
+        command = str(record["command"])
+        if command not in RECORDED:
+            raise RunnerError(f"`runner {command}` keeps no results for the history",
+                              where=str(out / RECORD), fix=FIX)
+        return command
+    for command, marker in MARKERS:
+        if (out / marker).is_file():
+            if command == BENCH and _obj(_json(out / marker)).get("kind") == "bench-goldens":
+                return BENCH_GOLDENS
+            return command
+    raise RunnerError("holds no results of a command the history records (looked for "
+                      f"{RECORD}, {', '.join(m for _, m in MARKERS)})", where=str(out), fix=FIX)
+
+
+def extract(out: Path, command: str | None = None) -> list[Result]:
+    """The results of the command that wrote `out` (one per IREE build it measured)."""
+    out = Path(os.path.abspath(Path(out).expanduser()))
+    if not out.is_dir():
+        raise RunnerError("not a directory", where=str(out), fix=FIX)
+    command = command or command_of(out)
+    base = _Base.of(out, command)
+    try:
+        return READERS[command](out, base)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        raise RunnerError(f"not results as the runner writes them ({type(e).__name__}: {e})",
+                          where=str(out), fix=FIX) from None
+
+
+class _Base:
+    """What every result of one out dir shares: the command, when it finished (its attempt
+    record's end, else its files' time), where, the command line."""
+
+    def __init__(self, out: Path, command: str, finished: datetime, machine: str,
+                 exit_code: int | None, argv: list[str], started: str = ""):
+        self.out, self.command, self.finished = out, command, finished
+        self.machine, self.exit_code, self.argv = machine, exit_code, argv
+        # The identity's time is when the attempt started: a later `--resume` that finds
+        # nothing to do rewrites when it ended, and must not make it a new result.
+        self.started = started or finished.isoformat()
+
+    @classmethod
+    def of(cls, out: Path, command: str) -> _Base:
+        record = read_record(out) or {}
+        attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+        last = attempts[-1] if attempts else {}
+        finished = _time(last.get("ended"))
+        if finished is None:
+            newest = max((p.stat().st_mtime for p in out.iterdir() if p.is_file()),
+                         default=out.stat().st_mtime)
+            finished = datetime.fromtimestamp(newest, timezone.utc).replace(tzinfo=None)
+        code = last.get("exit_code")
+        return cls(out, command, finished.replace(microsecond=0), str(last.get("host") or ""),
+                   code if isinstance(code, int) else None,
+                   [str(a) for a in record.get("argv") or []], str(last.get("started") or ""))
+
+    def result(self, metrics: list[Metric], part: str = "", **fields: Any) -> Result:
+        fields.setdefault("machine", self.machine)
+        fields = {k: ("" if v is None else v) for k, v in fields.items()}
+        identity = "\0".join([self.command, str(self.out), self.started, part])
+        details = {"argv": self.argv, **fields.pop("details", {})}
+        return Result(key=hashlib.sha256(identity.encode()).hexdigest()[:40],
+                      command=self.command, out_dir=str(self.out), finished_at=self.finished,
+                      exit_code=self.exit_code, metrics=tuple(metrics), details=details,
+                      **fields)
+
+
+# --- a run dir -----------------------------------------------------------------------------
+
+
+def _run_report(run_dir: Path) -> dict[str, Any]:
+    """The run's results.json, or the same record collected from the run now (a run whose
+    reports were not written: validate's, mlperf's)."""
+    path = run_dir / "results.json"
+    if path.is_file():
+        return _obj(_json(path))
+    from runner.report.collect import collect
+    from runner.report.results import results
+
+    return results(collect(run_dir))
+
+
+LAYOUT_WORDS = (("partition", "partition"), ("devices", "devices"), ("cpd", "cpd"),
+                ("batch_size", "bs"), ("vae_batch_size", "vae bs"))
+
+
+def _layout_text(layout: dict[str, Any]) -> str:
+    """`devices 0-7, cpd 1, bs 32, vae bs 1`: a layout as one series label."""
+    return ", ".join(f"{word} {layout[k]}" for k, word in LAYOUT_WORDS
+                     if layout.get(k) not in (None, ""))
+
+
+def _device(manifest: dict[str, Any]) -> str:
+    target = _obj(_obj(manifest.get("profile_config")).get("target"))
+    backend, chip = target.get("backend"), target.get("chip")
+    return ":".join(str(p) for p in (backend, chip) if p) or str(
+        _obj(manifest.get("layout")).get("backend") or "")
+
+
+def _iree(iree: dict[str, Any]) -> dict[str, str]:
+    """compiler_/runtime_ version and commit from a provenance record (run.json's `iree`,
+    bench.json's `versions`)."""
+    compiler = _obj(iree.get("compiler")) or _obj(iree.get("iree.compiler"))
+    runtime = _obj(iree.get("iree.runtime"))
+    return {"compiler_version": str(compiler.get("version") or ""),
+            "compiler_commit": str(compiler.get("commit") or "").replace("unknown", ""),
+            "runtime_version": str(runtime.get("version") or ""),
+            "runtime_commit": str(runtime.get("commit") or "").replace("unknown", "")}
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    return _obj(_json(run_dir / "run.json"))
+
+
+def _range_metric(name: str, check: Any) -> Metric | None:
+    check = _obj(check)
+    value = _num(check.get("score"))
+    if value is None:
+        return None
+    low, high = [*list(check.get("range") or []), None, None][:2]
+    return Metric(name, "", value, None, _num(low), _num(high),
+                  None if "pass" not in check else ("pass" if check["pass"] else "fail"))
+
+
+def _stage_means(workers: list[Any]) -> dict[str, float]:
+    """Each stage's ms per call over the run's workers, weighted by the samples each made."""
+    sums: dict[str, list[float]] = {}
+    for w in workers:
+        w = _obj(w)
+        weight = float(w.get("samples") or 0) or 1.0
+        for stage, ms in _obj(w.get("stage_ms")).items():
+            if _num(ms) is not None:
+                total = sums.setdefault(stage, [0.0, 0.0])
+                total[0] += float(ms) * weight
+                total[1] += weight
+    return {stage: s / n for stage, (s, n) in sums.items() if n}
+
+
+def run_metrics(report: dict[str, Any]) -> list[Metric]:
+    """A run's numbers: FID and CLIP with MLPerf's ranges, samples/s, ms per stage."""
+    scores = _obj(report.get("scores"))
+    out = [m for m in (_range_metric("fid", scores.get("fid")),
+                       _range_metric("clip", scores.get("clip"))) if m is not None]
+    rate = _num(_obj(report.get("timings")).get("samples_per_s"))
+    if rate is not None:
+        out.append(Metric("samples_per_s", "", rate))
+    out += [Metric("stage_ms", stage, ms) for stage, ms
+            in sorted(_stage_means(list(report.get("workers") or [])).items())]
+    return out
+
+
+def _run_fields(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
+    manifest = _manifest(run_dir)
+    host = _obj(report.get("host")) or _obj(manifest.get("host"))
+    return {"profile": str(report.get("profile") or manifest.get("profile") or ""),
+            "model": str(report.get("model") or _obj(manifest.get("model")).get("name") or ""),
+            "layout": _layout_text(_obj(manifest.get("layout"))),
+            "device": _device(manifest), "machine": str(host.get("hostname") or ""),
+            **_iree(_obj(manifest.get("iree")))}
+
+
+def _run(out: Path, base: _Base) -> list[Result]:
+    report = _run_report(out)
+    return [base.result(run_metrics(report), verdict=str(report.get("verdict") or ""),
+                        **_run_fields(out, report))]
+
+
+# --- bench, bench goldens ------------------------------------------------------------------
+
+
+def _stage_metrics(stage: dict[str, Any]) -> list[Metric]:
+    subject = f"{stage.get('stage')} bs{stage.get('batch_size')}"
+    out = []
+    mean = _num(_obj(stage.get("latency_ms")).get("mean_ms"))
+    if mean is not None:
+        out.append(Metric("stage_ms", subject, mean))
+    profile = _obj(stage.get("dispatch_profile"))
+    count = _num(profile.get("dispatches_per_call"))
+    if count is not None:
+        out.append(Metric("dispatch_count", subject, count))
+    for row in list(profile.get("dispatches") or [])[:TOP_DISPATCHES]:
+        ms = _num(_obj(row).get("ms_per_call"))
+        if ms is not None:
+            out.append(Metric("dispatch_ms", f"{subject}: {row.get('key') or row.get('name')}",
+                              ms))
+    return out
+
+
+def _bench(out: Path, base: _Base) -> list[Result]:
+    bench = _obj(_json(out / "bench.json"))
+    versions = _obj(bench.get("versions"))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for layout in bench.get("layouts") or []:
+        arm = str(_obj(layout).get("iree") or "")
+        groups.setdefault("" if arm == HOST_ARM else arm, []).append(_obj(layout))
+    results = []
+    for build, layouts in (groups or {"": []}).items():
+        metrics: list[Metric] = []
+        fields: dict[str, Any] = {"profile": str(bench.get("profile") or ""),
+                                  "model": str(bench.get("model") or ""), "build": build,
+                                  "machine": str(_obj(versions.get("host")).get("hostname")
+                                                 or base.machine), **_iree(versions)}
+        for layout in layouts:
+            rate = _num(layout.get("samples_per_s"))
+            if layout.get("status") == "ok" and rate is not None:
+                metrics.append(Metric("samples_per_s", str(layout.get("label")), rate))
+            run_dir = layout.get("run_dir")
+            if run_dir and (Path(run_dir) / "run.json").is_file():
+                manifest = _manifest(Path(run_dir))
+                fields["device"] = fields.get("device") or _device(manifest)
+                if build:  # the arm's own IREE, as its image ran it
+                    fields.update(_iree(_obj(manifest.get("iree"))))
+        if not build:  # stage latencies are this host's IREE's (bench's host_only)
+            metrics += [m for s in bench.get("stages") or [] for m in _stage_metrics(_obj(s))]
+        results.append(base.result(metrics, build, verdict="ok" if bench.get("exit_code") == 0
+                                   else "error", **fields))
+    return results
+
+
+def _golden_metric(name: str, check: dict[str, Any] | None, value: Any, subject: str
+                   ) -> Metric | None:
+    check = _obj(check)
+    measured = _num(check.get("measured"))
+    measured = measured if measured is not None else _num(value)
+    if measured is None:
+        return None
+    ok = check.get("ok")
+    return Metric(name, subject, measured, _num(check.get("golden")), None,
+                  _num(check.get("limit")), None if ok is None else ("pass" if ok else "fail"))
+
+
+def _bench_goldens(out: Path, base: _Base) -> list[Result]:
+    bench = _obj(_json(out / "bench.json"))
+    versions = _obj(bench.get("versions"))
+    metrics: list[Metric] = []
+    files, skus = {}, set()
+    for g in bench.get("goldens") or []:
+        g = _obj(g)
+        name = str(g.get("name"))
+        files[name] = str(g.get("file") or "")
+        skus.add(str(g.get("sku") or ""))
+        checks = {str(_obj(c).get("name")): _obj(c) for c in g.get("checks") or []}
+        latency = _obj(g.get("latency_ms"))
+        for metric, key, value in (("time_ms", "time_ms", latency.get("mean_ms")),
+                                   ("dispatch_count", "dispatch_count", g.get("dispatch_count")),
+                                   ("size_bytes", "size_bytes", g.get("size_bytes"))):
+            m = _golden_metric(metric, checks.get(key), value, name)
+            if m is not None:
+                metrics.append(m)
+    return [base.result(metrics, verdict="pass" if bench.get("exit_code") == 0 else "fail",
+                        sku=",".join(sorted(skus)), details={"files": files},
+                        machine=str(_obj(versions.get("host")).get("hostname") or base.machine),
+                        **_iree(versions))]
+
+
+# --- mlperf, validate, goldens check -------------------------------------------------------
+
+
+def _mlperf(out: Path, base: _Base) -> list[Result]:
+    record = _obj(_json(out / "mlperf.json"))
+    metrics: list[Metric] = []
+    for test in record.get("tests") or []:
+        test = _obj(test)
+        summary = _obj(test.get("summary"))
+        rate = _num(summary.get("samples_per_second"))
+        key = str(test.get("key") or test.get("name"))
+        if rate is not None:
+            metrics.append(Metric("samples_per_s", key, rate,
+                                  verdict={"VALID": "pass", "INVALID": "fail"}.get(
+                                      str(summary.get("result")))))
+        p99 = _num(_obj(summary.get("latency_ms")).get("p99"))
+        if p99 is not None:
+            metrics.append(Metric("latency_ms", f"{key} p99", p99))
+    for scenario, acc in _obj(record.get("accuracy")).items():
+        for name in ("fid", "clip"):
+            value = _num(_obj(acc).get(name))
+            if value is not None:
+                metrics.append(Metric(name, str(scenario), value))
+    work = Path(str(record.get("work_dir") or out / "work"))
+    fields: dict[str, Any] = {"profile": str(record.get("profile") or "")}
+    if (work / "run.json").is_file():
+        manifest = _manifest(work)
+        fields.update(layout=_layout_text(_obj(manifest.get("layout"))),
+                      device=_device(manifest),
+                      model=str(_obj(manifest.get("model")).get("name") or ""),
+                      machine=str(_obj(manifest.get("host")).get("hostname") or base.machine),
+                      **_iree(_obj(manifest.get("iree"))))
+    runner = _obj(record.get("runner"))
+    return [base.result(metrics, verdict=str(record.get("status") or ""),
+                        runner_version=str(runner.get("version") or ""),
+                        runner_commit=str(runner.get("commit") or ""), **fields)]
+
+
+def _validate(out: Path, base: _Base) -> list[Result]:
+    state = _obj(_json(out / "validate.json"))
+    run_dir = out / "run"
+    metrics: list[Metric] = []
+    fields: dict[str, Any] = {"profile": str(state.get("profile") or ""),
+                              "build": str(state.get("iree") or "")}
+    if (run_dir / "run.json").is_file():
+        report = _run_report(run_dir)
+        metrics = run_metrics(report)
+        fields.update(_run_fields(run_dir, report))
+        fields["profile"] = str(state.get("profile") or fields["profile"])
+    outcome = state.get("outcome") or ("PASS" if state.get("passed") else "FAIL")
+    return [base.result(metrics, verdict=str(outcome), **fields)]
+
+
+def _goldens_check(out: Path, base: _Base) -> list[Result]:
+    record = _obj(_json(out / "results.json"))
+    compiler = _obj(record.get("compiler"))
+    metrics: list[Metric] = []
+    for test in record.get("results") or []:
+        test = _obj(test)
+        name, status = str(test.get("name")), str(test.get("status"))
+        if status in ("passed", "failed", "error", "xfailed"):
+            metrics.append(Metric("passed", name, 1.0 if status in ("passed", "xfailed")
+                                  else 0.0, verdict=status))
+        for stat in test.get("compile_stats") or []:
+            stat = _obj(stat)
+            value = _num(stat.get("measured"))
+            if value is None:
+                continue
+            ok = stat.get("ok")
+            name_ = {"binary_size": "size_bytes"}.get(str(stat.get("name")),
+                                                      str(stat.get("name")))
+            metrics.append(Metric(name_, name, value, _num(stat.get("golden")), None,
+                                  _num(stat.get("golden")),
+                                  None if ok is None else ("pass" if ok else "fail")))
+    return [base.result(metrics, verdict="pass" if record.get("exit_code") == 0 else "fail",
+                        compiler_version=str(compiler.get("version") or ""),
+                        compiler_commit=str(compiler.get("commit") or ""))]
+
+
+READERS: dict[str, Callable[[Path, _Base], list[Result]]] = {
+    RUN: _run, BENCH: _bench, BENCH_GOLDENS: _bench_goldens, MLPERF: _mlperf,
+    VALIDATE: _validate, GOLDENS_CHECK: _goldens_check}

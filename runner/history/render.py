@@ -1,0 +1,208 @@
+"""A history for machines and people: history.json, history.md and history.html.
+
+The HTML is one self-contained page (the run report's stylesheet, inline SVG charts, no
+script, nothing fetched: lab machines are offline): each series over builds and dates, the
+band its verdict was judged against (MLPerf's range, a golden x its tolerance) shaded, each
+change point marked with its size, then the changes with their `runner bisect` commands,
+then the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from runner.base.mdtable import md_table
+from runner.history.changes import Change
+from runner.history.model import Result
+from runner.history.series import Series
+from runner.report.html import CSS, _table, e
+from runner.report.markdown import esc
+
+SCHEMA = "iree-sdxl-runner/history/1"
+HEADLINE = ("fid", "clip", "samples_per_s")  # shown per result when no metric is asked for
+MAX_CHARTS = 60
+CHART_POINTS = 250  # the newest results a chart draws (all of them are in history.json)
+TICK_GAP = 260  # px between two labelled results on a chart's axis
+W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
+LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
+HISTORY_CSS = """
+figure.series { margin: 18px 0; } figure.series figcaption { font-weight: 600; }
+.change.regression { color: var(--fail); } .change.improvement { color: var(--pass); }
+pre.cmd { background: var(--soft); padding: 6px 10px; overflow-x: auto; }
+"""
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5g}"
+
+
+def _headline(r: Result, names: tuple[str, ...]) -> str:
+    shown = [m for m in r.metrics if m.name in names] if names else [
+        m for m in r.metrics if m.name in HEADLINE or (m.name == "time_ms")]
+    parts = [f"{m.name}{' ' + m.subject if m.subject else ''} {_number(m.value)}"
+             for m in shown[:6]]
+    more = len(shown) - 6
+    return "; ".join(parts) + (f"; +{more} more" if more > 0 else "")
+
+
+def _row(r: Result, names: tuple[str, ...]) -> list[str]:
+    return [f"{r.finished_at:%Y-%m-%d %H:%M}", r.command, r.profile or "-",
+            r.machine or "-", r.device or r.sku or "-", r.build or r.iree, r.verdict or "-",
+            _headline(r, names)]
+
+
+HEADER = ["finished (UTC)", "command", "profile", "machine", "device", "IREE", "verdict",
+          "metrics"]
+
+
+def to_json(store: str, query: dict[str, Any], results: list[Result],
+            changes: list[Change]) -> dict[str, Any]:
+    return {"schema": SCHEMA, "store": store, "query": query, "count": len(results),
+            "results": [r.to_dict() for r in results],
+            "changes": [c.to_dict() for c in changes]}
+
+
+def change_lines(changes: list[Change]) -> list[str]:
+    lines = []
+    for c in changes:
+        lines.append(f"- {esc(c.line())}")
+        command = c.bisect()
+        lines.append(f"  - pin it: `{command}`" if command else f"  - {esc(c.why_no_bisect())}")
+    return lines
+
+
+def markdown(store: str, results: list[Result], changes: list[Change],
+             names: tuple[str, ...] = (), newest: int = 50) -> str:
+    lines = [f"## History: {len(results)} result(s)", "", f"store: `{esc(store)}`", ""]
+    regressions = [c for c in changes if c.regression]
+    lines += [f"### Changes ({len(changes)}, {len(regressions)} regression(s))", ""]
+    lines += change_lines(changes) or ["none found"]
+    shown = results[-newest:][::-1]
+    lines += ["", f"### Results (newest {len(shown)})", "",
+              *md_table(HEADER, [[esc(c) for c in _row(r, names)] for r in shown])]
+    return "\n".join(lines) + "\n"
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+def _scale(lo: float, hi: float) -> tuple[float, float]:
+    if hi <= lo:
+        pad = abs(lo) * 0.05 or 1.0
+        return lo - pad, hi + pad
+    pad = (hi - lo) * 0.08
+    return lo - pad, hi + pad
+
+
+def chart(series: Series, changes: list[Change]) -> str:
+    """One series as an inline SVG: value per result (x: results in time order, ticks with
+    the date and build), its band shaded, failed verdicts red, change points marked."""
+    first = max(0, len(series.points) - CHART_POINTS)
+    pts = series.points[first:]
+    changes = [replace(c, index=c.index - first) for c in changes if c.index > first]
+    values = [p.value for p in pts]
+    bands = [(p.metric.low, p.metric.high) for p in pts]
+    goldens = [p.metric.golden for p in pts if p.metric.golden is not None]
+    edges = [e for b in bands for e in b if e is not None] + goldens
+    # The axis is the values'; a band edge or golden near them widens it, a far one (a
+    # loose golden) is drawn to the plot's edge instead of squashing the series flat.
+    span = max(max(values) - min(values), 0.1 * abs(float(np.median(values))), 1e-12)
+    near = [e for e in edges if min(values) - span <= e <= max(values) + span]
+    lo, hi = _scale(min(values + near), max(values + near))
+    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+
+    def x(i: int) -> float:
+        return LEFT + (pw * i / (len(pts) - 1) if len(pts) > 1 else pw / 2)
+
+    def y(v: float) -> float:
+        return min(max(TOP + ph * (1 - (v - lo) / (hi - lo)), TOP), TOP + ph)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+             f'viewBox="0 0 {W} {H}" role="img" aria-label="{e(series.label)}">',
+             f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#ffffff" '
+             'stroke="#d0d7de"/>']
+    for i, (b_lo, b_hi) in enumerate(bands):  # the band, per result (goldens change)
+        if b_lo is None and b_hi is None:
+            continue
+        top, bottom = y(b_hi if b_hi is not None else hi), y(b_lo if b_lo is not None else lo)
+        half = pw / max(len(pts) - 1, 1) / 2
+        x0, x1 = max(LEFT, x(i) - half), min(LEFT + pw, x(i) + half)
+        parts.append(f'<rect x="{x0:.1f}" y="{top:.1f}" width="{x1 - x0:.1f}" '
+                     f'height="{max(bottom - top, 0.5):.1f}" fill="{BAND}"/>')
+    for g in sorted(set(goldens)):
+        if not lo <= g <= hi:
+            continue
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(g):.1f}" y2="{y(g):.1f}" '
+                     'stroke="#1a7f37" stroke-dasharray="4 3"/>')
+    for v in (lo + (hi - lo) * k / 4 for k in range(5)):
+        parts.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
+                     f'font-size="10" fill="#57606a">{e(f"{v:.4g}")}</text>')
+    path = " ".join(f"{'M' if i == 0 else 'L'}{x(i):.1f},{y(v):.1f}"
+                    for i, v in enumerate(values))
+    parts.append(f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>')
+    for i, p in enumerate(pts):
+        fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}">'
+                     f"<title>{e(f'{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}')}</title>"
+                     "</circle>")
+    for c in changes:
+        cx = (x(c.index - 1) + x(c.index)) / 2
+        parts.append(f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" y2="{TOP + ph}" '
+                     f'stroke="{STEP}" stroke-width="1.5" stroke-dasharray="5 3"/>'
+                     f'<text x="{cx + 3:.1f}" y="{TOP + 12}" font-size="11" fill="{STEP}">'
+                     f"{e(f'{c.relative:+.1%}')}</text>")
+    ticks: list[int] = []
+    for i in sorted({0, *(c.index for c in changes), len(pts) - 1}):
+        if not ticks or x(i) - x(ticks[-1]) >= TICK_GAP:
+            ticks.append(i)
+    for i in ticks:
+        p = pts[i]
+        anchor = "start" if i == 0 else "end" if i == len(pts) - 1 else "middle"
+        parts.append(f'<text x="{x(i):.1f}" y="{TOP + ph + 15}" text-anchor="{anchor}" '
+                     f'font-size="10" fill="#57606a">{e(f"{p.when:%Y-%m-%d}")}</text>'
+                     f'<text x="{x(i):.1f}" y="{TOP + ph + 28}" text-anchor="{anchor}" '
+                     f'font-size="10" fill="#57606a">{e(p.build[:28])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def html(store: str, results: list[Result], series: list[Series], changes: list[Change],
+         names: tuple[str, ...] = (), newest: int = 200) -> str:
+    by_series: dict[int, list[Change]] = {}
+    for c in changes:
+        by_series.setdefault(id(c.series), []).append(c)
+    ordered = sorted(series, key=lambda s: (id(s) not in by_series, s.label))
+    charted = [s for s in ordered if len(s.points) > 1][:MAX_CHARTS]
+    regressions = sum(bool(c.regression) for c in changes)
+    cls = "fail" if regressions else "pass"
+    badge = f"{regressions} REGRESSION(S)" if regressions else "NO REGRESSION"
+    parts = [f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
+             f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
+             f"<p>store <code>{e(store)}</code></p></div></header><main>",
+             f"<h2>Changes ({len(changes)})</h2>"]
+    if not changes:
+        parts.append("<p>No change point found.</p>")
+    for c in changes:
+        kind = {True: "regression", False: "improvement", None: "change"}[c.regression]
+        command = c.bisect()
+        parts.append(f'<p class="change {kind}">{e(c.line())}</p>' + (
+            f'<pre class="cmd">{e(command)}</pre>' if command else
+            f"<p><em>{e(c.why_no_bisect())}</em></p>"))
+    parts.append(f"<h2>Series ({len(charted)} of {len(series)} charted)</h2>")
+    for s in charted:
+        unit = f" ({s.unit})" if s.unit else ""
+        drawn = (f"the newest {CHART_POINTS} of {len(s.points)} results"
+                 if len(s.points) > CHART_POINTS else f"{len(s.points)} results")
+        parts.append(f'<figure class="series"><figcaption>{e(s.label)}{e(unit)}: '
+                     f"{e(drawn)}</figcaption>"
+                     f"{chart(s, by_series.get(id(s), []))}</figure>")
+    shown = results[-newest:][::-1]
+    parts += [f"<h2>Results (newest {len(shown)})</h2>",
+              _table([e(h) for h in HEADER], [[e(c) for c in _row(r, names)] for r in shown]),
+              "</main>"]
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"/>'
+            f"<title>History: {len(results)} results</title><style>{CSS}{HISTORY_CSS}"
+            "</style></head><body>" + "".join(parts) + "</body></html>\n")

@@ -1,0 +1,354 @@
+"""`runner history`, `history import`, `goldens propose`, the change points, and recording at
+the end of a command: a real run records itself; a store that cannot be reached fails
+nothing and shows no password; an old out dir is imported once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from history_support import PASSWORD, postgres  # noqa: F401
+
+from runner.cli import main
+from runner.history.changes import (
+    PENALTY,
+    detect,
+    mann_whitney,
+    ranks,
+    steps,
+)
+from runner.history.extract import extract
+from runner.history.model import Metric, Result
+from runner.history.propose import MIN_TOLERANCE, time_golden
+from runner.history.series import series_of
+from runner.history.store import Query, open_store
+from runner.history.url import resolve
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "history" / "bench-goldens"
+TINY_BENCH = REPO / "goldens" / "tiny-bench"
+T0 = datetime(2026, 10, 1, 2, 0)
+
+
+def commit(build: str) -> str:
+    return hashlib.sha1(build.encode()).hexdigest()
+
+
+def nightly(i: int, value: float, build: str, *, name: str = "stage_ms",
+            subject: str = "unet", command: str = "run", sku: str = "", **fields) -> Result:
+    """Night `i`'s result of `build` (its commit derived from the build's name)."""
+    base = dict(key=f"{command}-{subject}-{i}", command=command, out_dir=f"/runs/n{i}",
+                finished_at=T0 + timedelta(days=i), profile="cpu", machine="lab-1",
+                device="cpu:host", sku=sku, compiler_version=build, runtime_version=build,
+                compiler_commit=commit(build), verdict="PASS", exit_code=0,
+                metrics=(Metric(name, subject, value),))
+    return Result(**{**base, **fields})
+
+
+def noisy(n: int, seed: int, step_at: int | None = None, step: float = 0.12) -> list[float]:
+    """Times of a shared machine: 2% noise and, now and then, a run 30% slow."""
+    rng = np.random.default_rng(seed)
+    values = 100.0 * rng.normal(1.0, 0.02, n) * np.where(rng.random(n) < 0.06, 1.3, 1.0)
+    if step_at is not None:
+        values[step_at:] *= 1 + step
+    return [float(v) for v in values]
+
+
+# --- the detector --------------------------------------------------------------------------
+
+
+def test_the_steps_are_the_ones_ruptures_finds_and_the_test_is_scipys():
+    """The detector is PELT's objective on ranks, written in numpy: the same steps as
+    ruptures' KernelCPD (linear kernel) with the same penalty, the same p-values as scipy's
+    Mann-Whitney (asymptotic), on series with and without steps and outliers."""
+    ruptures = pytest.importorskip("ruptures")
+    from scipy.stats import mannwhitneyu, rankdata
+
+    rng = np.random.default_rng(7)
+    for k in range(120):
+        n = int(rng.integers(6, 150))
+        x = rng.normal(0, 1, n)
+        if k % 2:
+            x[int(rng.integers(3, n - 2)):] += rng.uniform(0.5, 3)
+        x[rng.integers(0, n, 3)] *= 4
+        x = np.round(x, 1)  # ties
+        assert np.array_equal(ranks(x), rankdata(x))
+        signal = (ranks(x) - 0.5) / n
+        pen = PENALTY * math.log(n)
+        theirs = ruptures.KernelCPD(kernel="linear", min_size=3, jump=1).fit(
+            signal.reshape(-1, 1)).predict(pen=pen)
+        assert steps(signal, pen, 3) == [b for b in theirs if b < n]
+        m = n // 2
+        assert mann_whitney(x[:m], x[m:]) == pytest.approx(
+            mannwhitneyu(x[:m], x[m:], method="asymptotic").pvalue, rel=1e-9, abs=1e-12)
+
+
+def test_a_step_between_two_builds_is_named_sized_and_linked_to_bisect():
+    values = noisy(40, seed=3, step_at=25)
+    results = [nightly(i, v, "3.12.0" if i < 25 else "3.13.0") for i, v in enumerate(values)]
+    (series,) = series_of(results)
+    (change,) = detect(series)
+    assert change.index == 25 and change.regression is True
+    assert change.before == pytest.approx(float(np.median(values[:25])))
+    assert change.after == pytest.approx(float(np.median(values[25:])))
+    assert change.confidence > 0.999
+    assert change.last_before.build == f"3.12.0 @ {commit('3.12.0')[:7]}"
+    assert change.first_after.build == f"3.13.0 @ {commit('3.13.0')[:7]}"
+    assert change.bisect() == ("runner bisect --good wheels:3.12.0 --bad wheels:3.13.0 "
+                               f"--test throughput:{round(abs(change.relative) * 50)} "
+                               "--profile cpu --out runs/bisect-stage_ms-unet")
+    assert "regression: run cpu on lab-1 (cpu:host): stage_ms unet" in change.line()
+
+
+def test_shared_machine_noise_is_not_a_change():
+    """Outliers (a run 30% slow, now and then) and 2% noise over 60 nightlies, 30 times."""
+    for seed in range(30):
+        values = noisy(60, seed)
+        (series,) = series_of([nightly(i, v, "3.13.0") for i, v in enumerate(values)])
+        assert detect(series) == [], seed
+
+
+def test_a_step_without_a_build_change_names_the_machine_and_no_bisect():
+    values = noisy(30, seed=5, step_at=15, step=-0.2)
+    results = [nightly(i, v, "3.13.0", name="samples_per_s", subject="") for i, v
+               in enumerate(values)]
+    (change,) = detect(series_of(results)[0])
+    assert change.regression is True  # fewer samples/s
+    assert change.bisect() is None and "not IREE" in change.why_no_bisect()
+
+
+def test_nightlies_and_commits_bisect_as_installable_builds():
+    values = noisy(20, seed=11, step_at=10)
+    nightlies = [nightly(i, v, "3.5.0rc20250601" if i < 10 else "3.5.0rc20250620")
+                 for i, v in enumerate(values)]
+    (change,) = detect(series_of(nightlies)[0])
+    assert "--good wheels:3.5.0rc20250601 --bad wheels:3.5.0rc20250620" in change.bisect()
+    assert "--pre --find-links https://iree.dev/pip-release-links.html" in change.bisect()
+    dev = [replace(r, compiler_version="3.6.0.dev0+local", runtime_version="") for r in
+           nightlies]
+    (change,) = detect(series_of(dev)[0])
+    good, bad = commit("3.5.0rc20250601"), commit("3.5.0rc20250620")
+    assert f"--good commit:{good} --bad commit:{bad}" in change.bisect()
+    assert '--repo "$IREE_CHECKOUT"' in change.bisect()
+
+
+# --- runner history ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nightlies_store(tmp_path) -> str:
+    """Forty nightlies: the UNet 12% slower from the 26th (3.13.0), VAE steady; FID judged
+    against its range; one result of another machine and profile."""
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    unet, vae = noisy(40, seed=3, step_at=25), noisy(40, seed=4)
+    with open_store(resolve(url)) as store:
+        for i in range(40):
+            build = "3.12.0" if i < 25 else "3.13.0"
+            store.add(replace(nightly(i, unet[i], build), metrics=(
+                Metric("stage_ms", "unet", unet[i]), Metric("stage_ms", "vae", vae[i]),
+                Metric("fid", "", 23.4, None, 23.01, 23.95, "pass"))))
+        store.add(nightly(99, 5.0, "3.13.0", machine="ci-9", profile="tiny"))
+    return url
+
+
+def test_history_lists_charts_and_flags_the_regression(nightlies_store, tmp_path, capsys):
+    out = tmp_path / "report"
+    code = main(["history", "--results", nightlies_store, "--profile", "cpu", "--out", str(out),
+                 "--json"])
+    assert code == 1  # a regression was found
+    record = json.loads(capsys.readouterr().out)
+    assert record["count"] == 40
+    (change,) = record["changes"]
+    assert change["series"]["subject"] == "unet" and change["regression"] is True
+    assert change["first_after"]["build"].startswith("3.13.0 @ ")
+    assert change["bisect"].startswith("runner bisect --good wheels:3.12.0 --bad wheels:3.13.0")
+    assert json.loads((out / "history.json").read_text()) == record
+    md = (out / "history.md").read_text()
+    assert "### Changes (1, 1 regression(s))" in md and change["bisect"] in md
+    page = (out / "history.html").read_text()
+    ET.fromstring(page.removeprefix("<!DOCTYPE html>"))  # well-formed: nothing broken
+    assert page.count("<svg") == 3  # unet, vae, fid
+    assert "+1" in page and "stroke-dasharray" in page  # the step is marked
+    assert "http" not in page.replace("http://www.w3.org/2000/svg", "")  # nothing fetched
+    assert page.count('fill="#1a7f3722"') == 40  # FID's band, per result
+
+
+def test_history_filters(nightlies_store, capsys):
+    def keys(*flags: str) -> list[str]:
+        assert main(["history", "--results", nightlies_store, "--json", *flags]) in (0, 1)
+        return [r["key"] for r in json.loads(capsys.readouterr().out)["results"]]
+
+    assert keys("--machine", "ci-*") == ["run-unet-99"]
+    assert len(keys("--iree", "3.12.0")) == 25
+    assert len(keys("--iree", commit("3.13.0")[:7])) == 16
+    assert len(keys("--iree", "3.12.0..3.13.0", "--profile", "cpu")) == 40
+    assert len(keys("--since", "2026-10-31", "--until", "2026-11-05")) == 6
+    assert len(keys("--limit", "5")) == 5
+    assert main(["history", "--results", nightlies_store, "--json", "--metric", "stage_ms",
+                 "--stage", "va*"]) == 0  # VAE alone: no regression
+    metrics = {(m["name"], m["subject"]) for r in json.loads(capsys.readouterr().out)["results"]
+               for m in r["metrics"]}
+    assert metrics == {("stage_ms", "vae")}
+    assert main(["history", "--results", nightlies_store, "--since", "yesterday"]) == 2
+    assert "`yesterday` is not a date" in capsys.readouterr().err
+
+
+# --- history import ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["bench goldens", "$(touch pwned)", "new\nline", "it's \"x\""])
+def test_import_records_a_real_out_dir_once_whatever_its_name(name, tmp_path, capsys):
+    out = tmp_path / name
+    shutil.copytree(FIXTURE, out)
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    assert main(["history", "import", str(out), "--results", url]) == 0
+    assert capsys.readouterr().out.startswith("recorded: bench goldens ")
+    assert main(["history", "import", str(out), "--results", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"][0]["added"] is False
+    with open_store(resolve(url)) as store:
+        (r,) = store.query(Query())
+    bench = json.loads((FIXTURE / "bench.json").read_text())
+    assert r.out_dir == str(out) and r.command == "bench goldens" and r.sku == "cpu"
+    assert r.compiler_version == bench["versions"]["compiler"]["version"]
+    times = {m.subject: m for m in r.metrics if m.name == "time_ms"}
+    for g in bench["goldens"]:
+        check = next(c for c in g["checks"] if c["name"] == "time_ms")
+        assert (times[g["name"]].value, times[g["name"]].golden, times[g["name"]].high) == (
+            check["measured"], check["golden"], check["limit"])
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_import_dry_run_writes_nothing_and_a_foreign_dir_is_named(tmp_path, capsys):
+    store = tmp_path / "h.sqlite"
+    assert main(["history", "import", str(FIXTURE), "--results", str(store), "--dry-run"]) == 0
+    assert "would record: bench goldens" in capsys.readouterr().out
+    assert not store.exists()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    assert main(["history", "import", str(FIXTURE), str(tmp_path / "notes"), "--results",
+                 str(store)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'notes'}: holds no results of a command the history records" in err
+    with open_store(resolve(str(store))) as s:
+        assert s.count() == 1  # the readable one is in
+
+
+# --- goldens propose -----------------------------------------------------------------------
+
+
+def test_propose_takes_the_runs_since_the_last_change(tmp_path, capsys):
+    """A bench goldens history of clip_cpu on sku cpu: 12 runs at ~1.9 ms under an older
+    build, then 10 at ~1.0 ms: the proposal is the newer 10's, as the rule computes it."""
+    old, new = [1.9 + 0.01 * (i % 3) for i in range(12)], [1.0 + 0.02 * (i % 4) for i in
+                                                           range(10)]
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(resolve(url)) as store:
+        for i, v in enumerate(old + new):
+            store.add(nightly(i, v, "3.12.0" if i < 12 else "3.13.0", name="time_ms",
+                              subject="tiny-bench/clip_cpu", command="bench goldens", sku="cpu",
+                              metrics=(Metric("time_ms", "tiny-bench/clip_cpu", v, 5.1, None,
+                                              5.61, "pass"),
+                                       Metric("dispatch_count", "tiny-bench/clip_cpu",
+                                              130.0 + i))))
+    out = tmp_path / "proposal"
+    assert main(["goldens", "propose", str(TINY_BENCH), "--sku", "cpu", "--results", url,
+                 "--out", str(out), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    clip = next(p for p in record["proposals"] if p["test"] == "tiny-bench/clip_cpu")
+    golden, tolerance = time_golden(new)
+    assert golden == float(f"{np.median(new):.3g}") and tolerance >= MIN_TOLERANCE
+    assert max(new) <= golden * tolerance
+    assert (clip["golden_time_ms"], clip["tolerance"], clip["dispatch_count"]) == (
+        golden, tolerance, 151)
+    assert [r["value"] for r in clip["runs"]] == new
+    proposed = json.loads((out / "json" / "clip_cpu.json").read_text())
+    shipped = json.loads((TINY_BENCH / "clip_cpu.json").read_text())
+    assert proposed == {**shipped, "golden_time_ms": {"cpu": golden},
+                        "golden_time_tolerance_multiplier": {"cpu": tolerance},
+                        "golden_dispatch": {"cpu": 151}}
+    assert not (out / "json" / "vae_cpu.json").exists()  # no history: nothing proposed
+    unet = next(p for p in record["proposals"] if p["test"] == "tiny-bench/unet_cpu")
+    assert unet["diff"] == "" and "nothing to propose" in unet["notes"][0]
+
+
+# --- recording at the end of a command -----------------------------------------------------
+
+
+def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
+        tiny_compiled, postgres, tmp_path, capsys):  # noqa: F811
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    run = tmp_path / "run"
+    assert main(["run", "--profile", "cpu", "--count", "1", "--no-score", "--out", str(run),
+                 "--results", url]) == 0
+    assert "history: 1 result(s) recorded in" in capsys.readouterr().err
+    with open_store(resolve(url)) as store:
+        (r,) = store.query(Query())
+    manifest = json.loads((run / "run.json").read_text())
+    assert r.command == "run" and r.out_dir == str(run) and r.device == "cpu:host"
+    assert r.compiler_version == manifest["iree"]["iree.compiler"]["version"]
+    assert {m.subject for m in r.metrics if m.name == "stage_ms"} == {"clip", "unet", "vae"}
+    assert r == extract(run)[0]  # at the end of the command as by an import later
+    assert main(["run", "--resume", str(run), "--results", url]) == 0  # nothing to do
+    assert main(["history", "import", str(run), "--results", url]) == 0
+    assert f"already there: run {run}" in capsys.readouterr().out
+
+    closed = postgres.url().replace(f":{postgres.port}/", ":1/")
+    lost = tmp_path / "lost"
+    assert main(["run", "--profile", "cpu", "--count", "1", "--no-score", "--out", str(lost),
+                 "--results", closed]) == 0
+    out, err = capsys.readouterr()
+    assert "history: not recorded (" in err and "cannot open the results store" in err
+    assert f'runner history import {lost} --results "$RUNNER_RESULTS_URL"' in err
+    assert PASSWORD not in out + err and "s3cr" not in out + err
+    for path in lost.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert b"s3cr" not in text and b"--results" not in text, path
+    assert main(["history", "import", str(lost), "--results", url]) == 0
+    with open_store(resolve(url)) as store:
+        assert store.count() == 2
+
+
+def test_every_recording_command_takes_the_one_results_flag():
+    from runner.cli import build_parser
+    from runner.clihelp import options_of
+    from runner.history.extract import RECORDED
+
+    taken = {c.removeprefix("runner "): a for c, a in options_of(build_parser())
+             if "--results" in a.option_strings}
+    assert set(RECORDED) <= set(taken)
+    assert {getattr(a, "grammar", None) for a in taken.values()} == {"--results"}
+
+
+def test_without_sqlalchemy_the_results_stay_in_the_run_dir(monkeypatch, tmp_path):
+    """A driver without the history's libraries (a GPU node with the runtime alone)."""
+    from runner.history.record import record
+
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)
+    monkeypatch.delitem(sys.modules, "runner.history.store", raising=False)
+    said: list[str] = []
+    assert record("bench goldens", FIXTURE, None, said.append) is False
+    assert said == [f"history: not recorded (sqlalchemy is not installed: pip install "
+                    f"'iree-sdxl-runner[history]'); the results stay in {FIXTURE}: "
+                    f"`runner history import {FIXTURE}` adds them later"]
+
+
+def test_a_lab_store_on_postgresql_never_shows_its_password(postgres, tmp_path, capsys):  # noqa: F811
+    url = postgres.new_database()
+    assert main(["history", "import", str(FIXTURE), "--results", url]) == 0
+    out = tmp_path / "report"
+    assert main(["history", "--results", url, "--out", str(out), "--json"]) == 0
+    said = "".join(capsys.readouterr())
+    assert json.loads(said[said.index("{"):said.rindex("}") + 1])["count"] == 1
+    assert "REDACTED@127.0.0.1" in said
+    for text in [said, *(p.read_text() for p in out.rglob("*") if p.is_file())]:
+        assert "s3cr" not in text and "%40t" not in text
