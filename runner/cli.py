@@ -26,7 +26,7 @@ from runner.base.errors import (
     is_disk_full,
 )
 from runner.base.outdir import REFUSES, RESUMES, Rerun
-from runner.base.signals import work_done
+from runner.base.signals import interruptible, work_done
 from runner.batch.status import register as register_status
 from runner.bench.cli import register as register_bench
 from runner.bisect.cli import register as register_bisect
@@ -589,7 +589,8 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
         _stop_started(guard)
         cliout.finish(args, code, None)
         if code in (EXIT_OK, EXIT_FAILED):
-            _record(args)
+            with interruptible() if real else contextlib.nullcontext():
+                _record(args)
     except RunnerError as e:
         _error(str(e), args.command)
         return e.exit_code

@@ -7,8 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -352,3 +355,33 @@ def test_a_lab_store_on_postgresql_never_shows_its_password(postgres, tmp_path, 
     assert "REDACTED@127.0.0.1" in said
     for text in [said, *(p.read_text() for p in out.rglob("*") if p.is_file())]:
         assert "s3cr" not in text and "%40t" not in text
+
+
+def test_a_store_that_makes_a_command_wait_can_be_left_with_ctrl_c(tiny_compiled, tmp_path):
+    """Another writer holds the SQLite store: the finished run waits to record (up to a
+    minute). Ctrl-C there leaves the wait: the run's exit status is its own, its results
+    stay in its run dir and the note says how to add them later."""
+    import signal
+    import sqlite3
+
+    from cli_support import start_runner
+    from host_support import wait_for
+
+    store = tmp_path / "h.sqlite"
+    assert main(["history", "--results", str(store), "--json"]) == 0  # the store, created
+    holder = sqlite3.connect(store)
+    holder.execute("BEGIN EXCLUSIVE")
+    run = tmp_path / "run"
+    proc = start_runner("run", "--profile", "cpu", "--count", "1", "--no-score", "--out", run,
+                        "--results", store, stdout=subprocess.DEVNULL,
+                        env={**os.environ, "RUNNER_PROGRESS": "plain"})
+    wait_for(lambda: (run / "attempt.json").is_file() and json.loads(
+        (run / "attempt.json").read_text()).get("status") == "finished")
+    time.sleep(0.5)  # (into the wait on the store's lock)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    holder.rollback()
+    assert proc.returncode == 0, err
+    assert "history: not recorded (stopped by SIGINT)" in err and "Traceback" not in err
+    assert f"runner history import {run} --results {store}" in err
+    assert main(["history", "import", str(run), "--results", str(store)]) == 0

@@ -87,6 +87,28 @@ def work_done() -> None:
             signal.signal(signum, signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """After `work_done`: a stretch that a signal may cut short without losing anything (the
+    results already on disk copied elsewhere, a wait on another's lock), so SIGINT, SIGTERM
+    and SIGHUP raise `Interrupted` inside it again; ignored again when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for each in HANDLED:  # once: the stretch's own cleanup is not cut short
+            signal.signal(each, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for signum in HANDLED:
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        work_done()
+
+
 def start_child(argv: list[str], **popen: Any) -> subprocess.Popen:
     """Starts a Python child (a worker, a LoadGen test) with SIGINT/SIGTERM/SIGHUP blocked
     until it calls `handlers_ready()`. Ctrl-C reaches the whole process group: a child

@@ -62,6 +62,12 @@ def record(command: str, out: Path | None, given: str | None,
         say(f"history: not recorded ({first}); the results stay in {out}: "
             f"`{later(out, given)}` adds them later")
         return False
+    except KeyboardInterrupt as e:  # a store that makes its user wait can be left
+        from runner.base.signals import signal_name
+
+        say(f"history: not recorded (stopped by {signal_name(e)}); the results stay in {out}: "
+            f"`{later(out, given)}` adds them later")
+        return False
     say(f"history: {added} result(s) recorded in {url.shown()}"
         + ("" if added == len(results) else f" ({len(results) - added} already there)"))
     return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,6 +32,9 @@ from runner.history.url import POSTGRES, SQLITE, StoreURL
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 SQLITE_WAIT_S = 60  # a writer waits this long for another's transaction (a big import)
+# ... asking for the lock again this often: SQLite's own wait is in C, where a signal
+# (Ctrl-C) would not be seen until it ends; between two asks it is.
+SQLITE_ASK_S = 0.2
 CONNECT_TIMEOUT_S = 10  # PostgreSQL: an unreachable server fails the recording this fast
 LOCK_KEY = 0x5D1C_4E57  # pg_advisory_xact_lock key of this runner's migrations
 INSERT_CHUNK = 500  # metrics per executemany
@@ -70,7 +74,7 @@ def _sqlite_engine(url: StoreURL) -> sa.Engine:
         raise StoreUnavailable(f"cannot create the store's directory: {e.strerror}",
                                where=str(url.path.parent),
                                fix="pass --results with a writable place") from None
-    engine = sa.create_engine(url.url, connect_args={"timeout": SQLITE_WAIT_S},
+    engine = sa.create_engine(url.url, connect_args={"timeout": SQLITE_ASK_S},
                               poolclass=sa.pool.NullPool)
 
     @event.listens_for(engine, "connect")
@@ -79,7 +83,7 @@ def _sqlite_engine(url: StoreURL) -> sa.Engine:
         # transactions would run DDL and the first SELECT outside of one.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_WAIT_S * 1000}")
+        cursor.execute(f"PRAGMA busy_timeout = {round(SQLITE_ASK_S * 1000)}")
         cursor.execute("PRAGMA foreign_keys = ON")
         with contextlib.suppress(Exception):  # a read-only directory keeps its journal
             cursor.execute("PRAGMA journal_mode = WAL")
@@ -90,7 +94,14 @@ def _sqlite_engine(url: StoreURL) -> sa.Engine:
         # A writer takes the write lock at BEGIN: two writers then queue instead of one
         # failing with "database is locked" when it upgrades a read lock.
         write = conn.get_execution_options().get("history_write")
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        deadline = time.monotonic() + SQLITE_WAIT_S
+        while True:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+                return
+            except sa.exc.OperationalError as e:  # another writer's: ask again, for a while
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
 
     return engine
 
