@@ -79,6 +79,7 @@ def test_register_adds_the_subcommands():
     assert (args.run_a, args.run_b, args.out) == ("A", "B", "cmp")
 
 
+@pytest.mark.slow
 def test_calibrate_then_score_with_the_written_snippet(tmp_path, backbones):
     cal = write_generate_dir(tmp_path / "cal", [0, 1, 2, 3], synthetic_images(0, 4))
     ref = write_generate_dir(tmp_path / "ref", list(range(10, 18)), synthetic_images(1, 8))
@@ -178,6 +179,7 @@ def test_old_spellings_name_the_new_ones(capsys):
         assert new in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys, monkeypatch):
     """3 samples where the tiny ranges were set for 32: scored, labelled, exit 0; with
     --require-full the same scores fail (exit 1), the same FID answered from the cache."""
@@ -199,6 +201,7 @@ def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys,
         assert again["fid"][key] == record["fid"][key]
 
 
+@pytest.mark.slow
 def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):
     """A `runner run` dir (run.json + PNG store) that asked for 0-3 but holds 0-2."""
     from runner.rundir.store import SampleStore
@@ -252,6 +255,7 @@ CHECKER_PATTERNS = {"FID": r".*'FID_SCORE':\s+'?([\d.]+).*",
                     "CLIP": r".*'CLIP_SCORE':\s+'?([\d.]+).*"}
 
 
+@pytest.mark.slow
 def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
     """`--metrics fid|clip`: that metric alone is scored, judged and reported; the exit code
     follows it only. Here FID's range admits anything and CLIP's nothing (100 x a cosine

@@ -208,6 +208,7 @@ def test_weights_with_the_wrong_checksum_are_refused(tmp_path, monkeypatch):
         bb.load_backbones("random")
 
 
+@pytest.mark.slow
 def test_pretrained_path_loads_weights_files(tmp_path, inception, clip, images, captions):
     """The real loading code (checksum, strict state dict, OpenAI's TorchScript archive with
     fp16 tensors) on files we made, with their own checksums standing in for the published

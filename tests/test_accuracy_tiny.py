@@ -32,6 +32,8 @@ from runner.base.paths import CONFIGS_DIR
 from runner.cli import main
 from runner.config.profile import load_profile
 
+pytestmark = pytest.mark.slow
+
 CAL = json.loads((TINY_DIR / RECORD_NAME).read_text())
 IDS = list(parse_ids(TINY_SAMPLES))
 BATCH = 1  # the batch the shipped calibration was scored with (score's default)

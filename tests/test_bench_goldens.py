@@ -26,6 +26,7 @@ FIXTURES = (REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models
             / "benchmarks" / "sdxl")
 
 
+@pytest.mark.slow
 def test_shipped_tiny_goldens_pass_and_report_everything(tmp_path, capsys):
     assert main(["bench", "goldens", "--sku", "cpu", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())

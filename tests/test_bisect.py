@@ -118,6 +118,7 @@ def test_script_tests_keep_their_words():
     assert spec.script_argv == ["sh", "-c", 'echo "$(touch pwned)"', "_"]
 
 
+@pytest.mark.slow
 def test_commit_dry_run_lists_first_parent_commits_and_the_first_step(tmp_path,
                                                                      release_wheels):
     repo, links, shas = make_repo(tmp_path, release_wheels, ["3.11.0", None, "3.12.0"])
@@ -359,6 +360,7 @@ def test_trend_over_commits_marks_image_changes_and_which_dispatches_moved(tmp_p
         bisect_markdown(state)
 
 
+@pytest.mark.slow
 def test_docker_and_source_build_dry_runs(tmp_path, release_wheels):
     repo, _, shas = make_repo(tmp_path, release_wheels, [None, None])
     ends = ["--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[1]}", "--repo", str(repo)]

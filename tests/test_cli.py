@@ -224,6 +224,7 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
     assert results["verdict"] == "FAIL" and "only 4 samples" in results["failures"][0]
 
 
+@pytest.mark.slow
 def test_a_run_scoring_one_metric_records_it_and_rescores_the_same(tmp_path):
     """`runner run --metrics clip` is `--set accuracy.metrics=[clip]`: recorded with the run,
     CLIP alone scored (only the seeded CLIP built, no FID statistics read, no 2048-d square

@@ -27,11 +27,11 @@ def _sigint_default() -> None:
 def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
     proc = start_runner(
-                        "run", "--profile", "cpu", "--count", "12", "--no-score", "--out", out,
-                        cwd=tmp_path, env=ENV, start_new_session=False,
-                        # As a terminal's Ctrl-C finds it: a shell without job control starts a background
-                        # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
-                        preexec_fn=_sigint_default)
+        "run", "--profile", "cpu", "--count", "12", "--no-score", "--out", out,
+        cwd=tmp_path, env=ENV, start_new_session=False,
+        # As a terminal's Ctrl-C finds it: a shell without job control starts a background
+        # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
+        preexec_fn=_sigint_default)
     deadline = time.monotonic() + 300
     store = SampleStore(out)
     while time.monotonic() < deadline and proc.poll() is None:

@@ -23,6 +23,8 @@ from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
 from runner.base.paths import cache_dir
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 # What a worker needs (pyproject's `dependencies`), and nothing of the compiler or torch.
 RUNTIME_ONLY = (f"iree-base-runtime=={version('iree-base-runtime')}", "numpy>=1.26",

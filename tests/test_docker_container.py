@@ -168,6 +168,7 @@ def _host_cpu_worker():
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_a_cpu_worker_container_runs_with_mounts_env_and_cpuset(docker_client, wheels_image,
                                                                 dirs):
     run, models = dirs
@@ -206,6 +207,7 @@ def test_a_cpu_worker_container_runs_with_mounts_env_and_cpuset(docker_client, w
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_wait_times_out_and_kill_removes(docker_client, wheels_image):
     spec = worker_container_spec(wheels_image.tag, _host_cpu_worker(), ["sleep", "60"])
     box = C.start(spec, client=docker_client)
@@ -218,6 +220,7 @@ def test_wait_times_out_and_kill_removes(docker_client, wheels_image):
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_starting_an_unbuilt_image_is_a_runner_error(docker_client):
     spec = worker_container_spec("iree-sdxl-runner:never-built", _host_cpu_worker(), ["true"])
     with pytest.raises(RunnerError, match="runner image build"):

@@ -26,7 +26,7 @@ from docker_support import (  # noqa: F401  (pytest fixtures)
 from runner.base.errors import RunnerError
 from runner.docker.image import LABEL, PROVENANCE_PATH, build_image, image_info, parse_source
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 WHERE_FROM = (
     "import json, shutil, iree.compiler, iree.runtime, runner; "

@@ -9,7 +9,7 @@ import sys
 import pytest
 from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
 COUNT = 6
 
 

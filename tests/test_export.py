@@ -20,6 +20,7 @@ from runner.model.export.export_tiny import (
 )
 
 
+@pytest.mark.slow
 def test_reexport_matches_shipped_assets_byte_for_byte(tmp_path):
     if os.environ.get("RUNNER_FREEZE_GOLDENS") == "1":
         export_tiny(TINY_DIR)

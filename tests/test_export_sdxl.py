@@ -23,6 +23,8 @@ from runner.config.exports import ExportSource, export_dir, export_key
 from runner.model.export.export_tiny import TINY_DIR, first_difference
 from runner.model.export.store import ensure_export
 
+pytestmark = pytest.mark.slow
+
 SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
               "sharktank_models" / "quality_tests" / "sdxl")
 

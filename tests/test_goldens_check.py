@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from runner.base.iree_tools import tool_path
 from runner.cli import main
@@ -261,6 +262,7 @@ module @cpu_spec attributes {transform.with_named_sequence} {
 """
 
 
+@pytest.mark.slow
 def test_tuning_spec_really_tunes_cpu_codegen(tmp_path):
     """A transform-dialect spec works on llvm-cpu: it changes the code, not the numbers;
     an edited spec recompiles; IREE CI's per-SKU `tuner_file` takes the same spec."""

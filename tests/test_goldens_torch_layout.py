@@ -320,6 +320,7 @@ def test_generate_then_bump_changes_only_versioned_names(tmp_path, capsys):
     assert goldens("check", str(suite), "-k", "quality") == 0  # the bumped suite passes
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_compile_and_says_where(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
     suite = tiny_torch_copy(tmp_path)
@@ -343,6 +344,7 @@ def _cmdline(proc: Path) -> str:
         " ".join(a.decode(errors="replace") for a in argv[1:])
 
 
+@pytest.mark.slow
 def test_within_its_timeout_a_test_runs_isolated_and_passes(capsys):
     assert goldens("check", str(TINY_TORCH), "-k", "clip", "--timeout", "120") == 0
     out = capsys.readouterr().out

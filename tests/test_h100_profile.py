@@ -67,6 +67,7 @@ def test_plan_gives_each_worker_one_gpu():
         load_profile("h100-seeded").model.check_scorable()
 
 
+@pytest.mark.slow
 def test_cuda_backend_compiles_the_tiny_model_with_the_profiles_flags(tmp_path, monkeypatch):
     """Real iree-compile, CUDA target, no GPU: the h100 profile's clip flags (IREE CI's,
     with pad-to-intrinsics preprocessing) on the tiny prompt encoder give a CUDA vmfb. And

@@ -10,7 +10,7 @@ from test_loadgen import user_conf
 
 from runner.cli import main
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 
 def test_loadgen_drives_docker_workers(wheels_image, tmp_path):

@@ -13,7 +13,7 @@ from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.cli import main
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 def test_loadgen_drives_slurm_node_tasks(slurm_cluster, tmp_path):

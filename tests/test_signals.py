@@ -89,6 +89,7 @@ FAST = [
 
 
 @pytest.mark.parametrize("cmd", FAST, ids=[c.name for c in FAST])
+@pytest.mark.slow
 def test_a_stopped_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_compiled):
     history = run_battery(cmd, tmp_path)
     assert [a.sig for a in history if a.interrupted]  # at least one signal hit it running
@@ -105,6 +106,7 @@ def test_more_seeds_stop_the_commands_stopped_most(cmd, seed, tmp_path, tiny_com
 
 
 @pytest.mark.parametrize("cmd", FAST, ids=[c.name for c in FAST])
+@pytest.mark.slow
 def test_a_signal_as_a_command_ends_loses_nothing_and_says_nothing_wrong(cmd, tmp_path,
                                                                          tiny_compiled):
     """SIGTERM (a scheduler's, `kill`'s) the moment the command prints its last line, while
@@ -117,6 +119,7 @@ def test_a_signal_as_a_command_ends_loses_nothing_and_says_nothing_wrong(cmd, tm
     went_on(cmd, a, out)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_a_loadgen_test_process_starts_is_quiet(tmp_path, tiny_compiled):
     """Ctrl-C reaches the whole process group: the LoadGen test process `runner mlperf` has
     just started too, still starting Python. It ends without a traceback (runner.base.signals
@@ -143,6 +146,7 @@ def _bisect(tmp: Path) -> Command:
                    if (o / "bisect.json").is_file() else set())
 
 
+@pytest.mark.slow
 def test_bisect_goes_on_from_its_finished_steps(tmp_path):
     run_battery(_bisect(tmp_path), tmp_path)
 
@@ -275,6 +279,7 @@ def test_each_signal_reaches_commands_given_one_and_the_named_ones_get_all():
     assert all(signals_for(n) == SIGNALS for n in EVERY_SIGNAL)
 
 
+@pytest.mark.slow
 def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_compiled):
     """What a measurement command says to the same command run again into an interrupted
     attempt's --out: nothing is measured, nothing written."""

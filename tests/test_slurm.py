@@ -43,7 +43,7 @@ from runner.config.profile import load_profile
 from runner.lifecycle import Lifecycle, executor_for
 from runner.rundir.store import SampleStore
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "slurm_setup.sh"

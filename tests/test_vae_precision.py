@@ -48,6 +48,7 @@ def images(run_dir: Path, count: int = COUNT) -> np.ndarray:
     return np.stack([store.load(i) for i in range(count)])
 
 
+@pytest.mark.slow
 def test_tiny_renders_within_one_lsb_of_diffusers_with_each_decoder_precision(
         checkpoint, tmp_path, tiny_compiled):
     """Each decoder against diffusers' pipeline at its own precision (the reference made
@@ -70,6 +71,7 @@ def test_tiny_renders_within_one_lsb_of_diffusers_with_each_decoder_precision(
     assert not np.array_equal(made["fp32"], made["fp16"])
 
 
+@pytest.mark.slow
 def test_a_checkpoints_fp16_decoder_is_the_shipped_one_and_keyed_apart(checkpoint, tmp_path,
                                                                       monkeypatch, capsys):
     """`--set model.vae_dtype=fp16` names its own export (`--vae-dtype fp16`, its own cache
@@ -218,6 +220,7 @@ def test_a_hostile_vae_directory_name_stays_one_argument(tmp_path, capsys):
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
+@pytest.mark.slow
 def test_vae_mistakes_are_clear_errors(checkpoint, tmp_path, capsys):
     assert main(["compile", "--set", "model.vae_dtype=fp8", "--dry-run"]) == 2
     assert "`model.vae_dtype` is 'fp8'" in capsys.readouterr().err

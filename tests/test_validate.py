@@ -12,7 +12,7 @@ import sys
 import pytest
 from docker_support import docker_client  # noqa: F401
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
 REPO_GOLDENS = "goldens/tiny"
 
 
