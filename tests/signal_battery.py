@@ -25,12 +25,13 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from cli_support import start_runner
 
 from runner.base.outdir import RECORD, REFUSES
 from runner.base.procs import Proc, descendants
@@ -104,9 +105,7 @@ def _start(cmd: Command, argv: list[str], both: bool = False) -> subprocess.Pope
     stdout into the same pipe: `both`)."""
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if both else dict(
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=cmd.cwd, env=ENV,
-                            text=True, start_new_session=True, preexec_fn=_default_signals,
-                            **out)
+    return start_runner(*argv, cwd=cmd.cwd, env=ENV, preexec_fn=_default_signals, **out)
 
 
 def _lines(proc: subprocess.Popen) -> IO[str]:

@@ -13,11 +13,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_support import Ran, cli
 from host_support import host_build_tree
 
 from runner.base.errors import RunnerError
@@ -29,13 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 SHA = re.compile(r"\b[0-9a-f]{40}\b")
 
 
-def runner(*args: str, cwd: Path = REPO, timeout: float = 1800,
-           cache: Path | None = None) -> subprocess.CompletedProcess:
+def runner(*args: str, cwd: Path = REPO, cache: Path | None = None) -> Ran:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
     if cache is not None:
         env["RUNNER_CACHE_DIR"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=timeout, check=False)
+    return cli(*args, cwd=cwd, env=env)
 
 
 def make_repo(root: Path, wheels: dict[str, list[Path]], versions: list[str | None]

@@ -18,6 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from cli_support import Ran, cli
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
@@ -61,12 +62,11 @@ def no_compiler(venv: Path, cache: Path, *args: str, timeout: float = 900
                           check=False)
 
 
-def here(cache: Path, *args: str) -> subprocess.CompletedProcess:
+def here(cache: Path, *args: str) -> Ran:
     """`runner ARGS` on this machine, with its compiler."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_CACHE_DIR": str(cache),
            "RUNNER_PROGRESS": "plain"}
-    return subprocess.run([sys.executable, "-m", "runner", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=1800, check=False)
+    return cli(*args, env=env, cwd=REPO)
 
 
 def images(run: Path) -> dict[int, str]:

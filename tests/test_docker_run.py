@@ -4,19 +4,18 @@ reproduce.sh that re-runs the run by hand."""
 
 import json
 import subprocess
-import sys
 
 import pytest
+from cli_support import Ran, cli
 from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 COUNT = 6
 
 
-def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd=None) -> Ran:
     args = (*args, "--no-score") if args[0] == "run" else args  # scoring is tested apart
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=900, cwd=cwd)
+    return cli(*args, cwd=cwd)
 
 
 def hashes(run_dir):

@@ -6,12 +6,11 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import cli
 
 pytest.importorskip("iree.turbine")
 
@@ -153,9 +152,7 @@ def test_an_interrupted_export_keeps_the_files_it_finished(exported, checkpoint,
 
 
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", str(profile),
-                           "--count", "2", "--no-score", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600)
+    proc = cli("run", "--profile", profile, "--count", "2", "--no-score", "--out", out, *args)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "dataset.json").read_text())
     return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}

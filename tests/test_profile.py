@@ -2,11 +2,10 @@
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
+from cli_support import cli
 
 from runner.base.errors import RunnerError
 from runner.config.model_config import ModelConfig
@@ -98,8 +97,7 @@ def test_profile_path_dirs_come_first_and_may_extend_the_shipped_profile(tmp_pat
 
 
 def test_cli_exits_2_with_a_message_not_a_traceback():
-    proc = subprocess.run([sys.executable, "-m", "runner", "compile", "--profile", "nope"],
-                          capture_output=True, text=True)
+    proc = cli("compile", "--profile", "nope")
     assert proc.returncode == 2
     assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -160,8 +158,7 @@ def test_unknown_set_keys_are_errors(dotted, says, fix):
 
 @pytest.mark.parametrize("setting", ["foo.bar=1", "=3", "layoutt.cpd=2"])
 def test_cli_rejects_unknown_set_keys_with_exit_2(setting):
-    proc = subprocess.run([sys.executable, "-m", "runner", "plan", "--profile", "tiny",
-                           "--set", setting], capture_output=True, text=True)
+    proc = cli("plan", "--profile", "tiny", "--set", setting)
     assert proc.returncode == 2, proc.stdout
     assert "--set" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -2,13 +2,12 @@
 server (a real one on 127.0.0.1) is fetched into the cache, then runs like the shipped one."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import yaml
 from blob_server import BlobServer
+from cli_support import cli
 
 from runner.base.paths import ASSETS_DIR
 from runner.model.images import decode_png
@@ -21,11 +20,6 @@ def server():
     s = BlobServer()
     yield s
     s.close()
-
-
-def runner_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600)
 
 
 def test_fetch_then_generate_from_urls(server, tmp_path):
@@ -46,18 +40,18 @@ def test_fetch_then_generate_from_urls(server, tmp_path):
     profile = tmp_path / "remote.yaml"
     profile.write_text("name: remote\nextends: tiny\nmodel: model.yaml\n")
 
-    before = runner_cli("compile", "--profile", str(profile))
+    before = cli("compile", "--profile", str(profile))
     assert before.returncode == 2 and "not in the download cache" in before.stderr
-    fetched = runner_cli("fetch", "--profile", str(profile))
+    fetched = cli("fetch", "--profile", str(profile))
     assert fetched.returncode == 0, fetched.stderr
     # (clip, unet, unet pipeline, vae) x 2 batch sizes + 3 weight archives
     assert len(fetched.stdout.split()) == 11
     out = tmp_path / "gen"
-    gen = runner_cli("generate", "--profile", str(profile), "--count", "2", "--out", str(out))
+    gen = cli("generate", "--profile", str(profile), "--count", "2", "--out", str(out))
     assert gen.returncode == 0, gen.stderr
     shipped = tmp_path / "shipped"
-    assert runner_cli("generate", "--profile", "tiny", "--count", "2", "--out",
-                      str(shipped)).returncode == 0
+    assert cli("generate", "--profile", "tiny", "--count", "2", "--out",
+               str(shipped)).returncode == 0
     for name in ("00000.png", "00001.png"):
         assert np.array_equal(decode_png((out / "images" / name).read_bytes()),
                               decode_png((shipped / "images" / name).read_bytes()))

@@ -11,7 +11,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import Ran, cli, start_runner
 
 from runner.accuracy.backbones import BackboneInfo
 from runner.accuracy.frechet import FrechetResult
@@ -42,10 +42,9 @@ IDS = (0, 1, EVIL_ID, 3627)
 PASS_BG, FAIL_BG, NONE_BG = (0x1A, 0x7F, 0x37), (0xCF, 0x22, 0x2E), (0x6E, 0x77, 0x81)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str) -> Ran:
     args = (*args, "--no-score") if args[0] == "run" else args  # scoring is tested apart
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=600)
+    return cli(*args)
 
 
 def evil_captions(path: Path) -> Path:
@@ -78,10 +77,7 @@ def review_run(tmp_path_factory) -> Path:
 def killed_run(tmp_path_factory) -> Path:
     """A real worker death: w001 SIGKILLed after the first sample; w000 finishes its work."""
     run_dir = tmp_path_factory.mktemp("report") / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                             "--count", "8", "--no-score", "--out", str(run_dir)],
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_runner("run", "--profile", "cpu", "--count", "8", "--no-score", "--out", run_dir)
     pid_file = run_dir / "workers" / "w001.pid"
     deadline = time.monotonic() + 300
     while not (pid_file.is_file() and SampleStore(run_dir).done_ids()):

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import cli
 from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.base.shellscript import Script, quote, sanitize
@@ -110,9 +111,8 @@ def test_reproduce_sh_of_a_hostile_run_dir_reruns_it_and_nothing_else(case, tmp_
     runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
     elsewhere.mkdir()
     run_dir = runs / RUN_NAMES[case]
-    made = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                           "--count", "2", "--no-score", "--out", str(run_dir)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    made = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", run_dir,
+               cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     script = run_dir / "reproduce.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -135,9 +135,8 @@ def test_reproduce_sh_resolves_relative_arguments_where_the_run_was_made(tmp_pat
     work.mkdir()
     elsewhere.mkdir()
     (work / "ids.txt").write_text("3 5\n")
-    made = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                           "--ids", "ids.txt", "--no-score", "--out", "runs/a"],
-                          capture_output=True, text=True, cwd=work, timeout=600)
+    made = cli("run", "--profile", "cpu", "--ids", "ids.txt", "--no-score", "--out", "runs/a",
+               cwd=work)
     assert made.returncode == 0, made.stderr
     rerun = subprocess.run(["bash", str(work / "runs" / "a" / "reproduce.sh"), "copy"],
                            capture_output=True, text=True, cwd=elsewhere, env=real_runner,
@@ -241,11 +240,9 @@ def test_slurm_run_in_a_hostile_dir_keeps_its_node_logs_there(slurm_cluster, tmp
     """sbatch expands %-patterns in --output: a run dir's own `%j`/`%a` stay literal, so the
     node task's log is in the run dir (where the submitter reads its tail)."""
     run_dir = tmp_path / "run %j %a %% $(touch PWNED7)"
-    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                           "--devices", "0", "--executor", "slurm", "--nodes", "1",
-                           "--cpus-per-node", "1", "--no-score", "--count", "2",
-                           "--out", str(run_dir)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = cli("run", "--profile", "cpu", "--devices", "0", "--executor", "slurm", "--nodes",
+               "1", "--cpus-per-node", "1", "--no-score", "--count", "2", "--out", run_dir,
+               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "logs" / "node-j0n0.log").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name]

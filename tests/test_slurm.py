@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_support import cli
 from docker_support import build_tree, docker_client  # noqa: F401
 from host_support import wait_for
 
@@ -110,9 +111,7 @@ def slurm_cluster() -> None:
 def local_run(tmp_path_factory, tiny_compiled) -> dict[int, str]:
     """The reference: the same samples with the local executor (2 workers)."""
     run_dir = tmp_path_factory.mktemp("slurm-ref") / "local"
-    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--profile", "cpu",
-                           "--count", str(COUNT), "--no-score", "--out", str(run_dir)],
-                          capture_output=True, text=True, timeout=600)
+    proc = cli("run", "--profile", "cpu", "--count", str(COUNT), "--no-score", "--out", run_dir)
     assert proc.returncode == 0, proc.stderr
     return hashes(run_dir)
 
@@ -277,9 +276,7 @@ def test_killed_submitter_resume_reattaches_to_running_nodes(slurm_cluster, loca
 
 def test_relative_out_dir_runs_on_the_nodes(slurm_cluster, local_run, tmp_path):
     """`--out` relative to the submitter's cwd: the nodes get the absolute run dir."""
-    proc = subprocess.run([sys.executable, "-m", "runner", *ARGV, "--count", "4",
-                           "--out", "runs/rel"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    proc = cli(*ARGV, "--count", "4", "--out", "runs/rel", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_dir = tmp_path / "runs" / "rel"
     assert hashes(run_dir) == {i: local_run[i] for i in range(4)}

@@ -10,11 +10,11 @@ import json
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import cli
 
 pytest.importorskip("iree.turbine")
 
@@ -38,11 +38,6 @@ def checkpoint(tmp_path_factory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "sdxl-tiny")
 
 
-def runner(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True,
-                          text=True, timeout=900)
-
-
 def images(run_dir: Path, count: int = COUNT) -> np.ndarray:
     store = SampleStore(run_dir)
     return np.stack([store.load(i) for i in range(count)])
@@ -57,8 +52,8 @@ def test_tiny_renders_within_one_lsb_of_diffusers_with_each_decoder_precision(
     made = {}
     for vae, dtype in DTYPES.items():
         out = tmp_path / vae
-        proc = runner("run", "--profile", "tiny", "--set", f"model.vae_dtype={vae}",
-                      "--count", str(COUNT), "--no-score", "--out", str(out))
+        proc = cli("run", "--profile", "tiny", "--set", f"model.vae_dtype={vae}",
+                   "--count", str(COUNT), "--no-score", "--out", str(out))
         assert proc.returncode == 0, proc.stderr
         made[vae] = images(out)
         assert_within_one_lsb(made[vae], diffusers_images(checkpoint, TINY_DIR / "model.json",
@@ -143,7 +138,7 @@ def test_a_decode_that_overflows_fails_its_samples_and_nothing_scores_them(check
     profile = tmp_path / "overflow.yaml"  # two workers (the cpu profile's layout)
     profile.write_text(f"extends: cpu\nname: overflow\nmodel: {export / 'model.json'}\n")
     run_dir = tmp_path / "run"
-    proc = runner("run", "--profile", str(profile), "--count", "3", "--out", str(run_dir))
+    proc = cli("run", "--profile", str(profile), "--count", "3", "--out", str(run_dir))
     assert proc.returncode == 2, proc.stderr
     assert "3 of 3 samples failed" in proc.stderr and "not finite" in proc.stderr
     assert "decode in fp32" in proc.stderr and "--vae-from DIR" in proc.stderr
@@ -156,16 +151,16 @@ def test_a_decode_that_overflows_fails_its_samples_and_nothing_scores_them(check
     assert "3 of 3 samples failed" in (run_dir / "summary.md").read_text()
     for command, refused in ((["aggregate", str(run_dir)], "no dataset is written"),
                              (["score", str(run_dir)], "scoring refused")):
-        proc = runner(*command)
+        proc = cli(*command)
         assert proc.returncode == 2 and refused in proc.stderr, (command, proc.stderr)
         assert "decode in fp32" in proc.stderr
 
     user_conf = tmp_path / "user.conf"
     user_conf.write_text("stable-diffusion-xl.*.min_duration = 1000\n"
                          "stable-diffusion-xl.*.min_query_count = 2\n")
-    proc = runner("mlperf", "--profile", str(profile), "--scenario", "offline", "--mode",
-                  "accuracy", "--count", "2", "--no-score", "--user-conf", str(user_conf),
-                  "--out", str(tmp_path / "mlperf"))
+    proc = cli("mlperf", "--profile", str(profile), "--scenario", "offline", "--mode",
+               "accuracy", "--count", "2", "--no-score", "--user-conf", str(user_conf),
+               "--out", str(tmp_path / "mlperf"))
     assert proc.returncode == 2 and "could not be made" in proc.stderr, proc.stderr
 
 

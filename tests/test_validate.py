@@ -6,20 +6,17 @@ reuses every step."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from cli_support import Ran, cli
 from docker_support import docker_client  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 REPO_GOLDENS = "goldens/tiny"
 
 
-def validate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", "validate", "--iree", "wheels:3.13.0",
-                           "--profile", "cpu", "--count", "32", *args], capture_output=True,
-                          text=True, timeout=1800)
+def validate(*args: str) -> Ran:
+    return cli("validate", "--iree", "wheels:3.13.0", "--profile", "cpu", "--count", "32", *args)
 
 
 @pytest.fixture(scope="module")

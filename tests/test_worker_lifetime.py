@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cli_support import cli, start_runner
+
 from runner.base.dirlock import pid_start
 from runner.batch.lifeline import EXIT_DRIVER_GONE, ProcessId, boot_id, reap_orphans
 from runner.rundir.directory import RunDir
@@ -76,10 +78,9 @@ def _kill_9_and_wait_for(proc: subprocess.Popen, processes: list[ProcessId]) -> 
 
 def test_kill_9_of_runner_run_ends_its_workers_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "40",
-         "--no-score", "--out", str(out)],
-        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_runner("run", "--profile", "cpu", "--count", "40", "--no-score", "--out", out,
+                        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                        start_new_session=False)
     try:
         workers = _until(lambda: _recorded_workers(out, 2), 300, proc)
         _until(lambda: SampleStore(out).done_ids(), 300, proc)  # mid-run
@@ -92,8 +93,7 @@ def test_kill_9_of_runner_run_ends_its_workers_and_the_run_resumes(tmp_path, tin
     assert SampleStore(out).done_ids() == done_at_kill  # nothing writes on after the kill
     assert len(done_at_kill) < 40
 
-    resumed = subprocess.run([sys.executable, "-m", "runner", "run", "--resume", str(out)],
-                             cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
+    resumed = cli("run", "--resume", out, cwd=tmp_path, env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     manifest = RunDir(out).load()
     assert manifest.complete and manifest.attempts[0].status == KILLED
@@ -107,10 +107,10 @@ def test_kill_9_of_runner_mlperf_ends_its_workers_and_loadgen_test(tmp_path, tin
     conf = tmp_path / "user.conf"
     conf.write_text("stable-diffusion-xl.*.min_duration = 600000\n")  # a 10-minute test
     out = tmp_path / "mlperf"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "mlperf", "--profile", "cpu", "--scenario", "server",
-         "--mode", "performance", "--count", "4", "--user-conf", str(conf), "--out", str(out)],
-        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_runner("mlperf", "--profile", "cpu", "--scenario", "server", "--mode",
+                        "performance", "--count", "4", "--user-conf", conf, "--out", out,
+                        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                        start_new_session=False)
     try:
         work = out / "work"
         workers = _until(lambda: _recorded_workers(work, 2), 300, proc)
@@ -184,11 +184,9 @@ def test_sigterm_to_a_driver_ends_every_child_before_its_exit_status(tmp_path, t
     from runner.base.procs import descendants
 
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--profile", "cpu", "--count", "40",
-         "--no-score", "--out", str(out)], cwd=tmp_path,
-        env={**ENV, "PYTHONFAULTHANDLER": "1"},  # a crash at exit would say so in the logs
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_runner("run", "--profile", "cpu", "--count", "40", "--no-score", "--out", out,
+                        cwd=tmp_path, stdout=subprocess.DEVNULL, start_new_session=False,
+                        env={**ENV, "PYTHONFAULTHANDLER": "1"})  # a crash at exit: in the logs
     try:
         workers = _until(lambda: _recorded_workers(out, 2), 300, proc)
         _until(lambda: SampleStore(out).done_ids(), 300, proc)  # mid-run
