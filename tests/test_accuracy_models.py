@@ -264,3 +264,15 @@ def test_fid_alone_needs_only_the_fid_weights_file(tmp_path, monkeypatch, incept
     # CLIP alone never looks for the (absent) FID file: it goes straight to the CLIP one.
     with pytest.raises(RunnerError, match="CLIP ViT-B-32 openai weights: sha256"):
         bb.load_backbones("pretrained", metrics=("clip",), clip_weights=fid_path)
+
+
+def test_seeded_backbones_are_built_once_per_seed_and_metrics():
+    """Scoring runs, builds or steps in one process shares the seeded networks (they are the
+    same for a seed); another seed or another metric set is another pair."""
+    both = bb.load_backbones("seeded", SEED)
+    assert bb.load_backbones("seeded", SEED) is both
+    clip_only = bb.load_backbones("seeded", SEED, metrics=("clip",))
+    assert clip_only is not both and clip_only.inception is None
+    assert clip_only.info.clip_fingerprint == both.info.clip_fingerprint
+    assert bb.load_backbones("seeded", SEED + 1, metrics=("clip",)).info.clip_fingerprint != \
+        both.info.clip_fingerprint

@@ -124,7 +124,7 @@ class BackboneInfo:
                 "fid_path": self.fid_path, "clip_path": self.clip_path}
 
 
-@dataclass
+@dataclass(frozen=True)  # shared: load_backbones hands out one per seed
 class Backbones:
     inception: Any  # FidInceptionV3, in eval mode on `device`; None when FID is not scored
     clip: Any  # ClipScorer; None when CLIP is not scored
@@ -222,12 +222,29 @@ def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = No
     CLIP alone no Inception. `fid_sha256` / `clip_sha256` replace the published checksums
     (tests load files of their own through the real path with them); nothing on the command
     line sets them."""
-    from runner.accuracy.clip_score import ClipScorer
-
     device = _device(device)
     if mode not in MODES:
         raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
                           fix=f"use one of {', '.join(MODES)}")
+    if mode == "seeded":  # the same networks for a seed: built once in a process
+        key = (seed, device, tuple(m for m in METRICS if m in metrics))
+        if key not in _SEEDED:
+            _SEEDED[key] = _load(mode, seed, None, None, device, None, None, metrics)
+        return _SEEDED[key]
+    return _load(mode, seed, fid_weights, clip_weights, device, fid_sha256, clip_sha256,
+                 metrics)
+
+
+# Seeded networks by (seed, device, metrics): scoring several runs, builds or steps in one
+# process builds them (seconds, and a hash of their 700 MB of weights) once.
+_SEEDED: dict[tuple[int, str, tuple[str, ...]], Backbones] = {}
+
+
+def _load(mode: str, seed: int, fid_weights: str | Path | None,
+          clip_weights: str | Path | None, device: str, fid_sha256: str | None,
+          clip_sha256: str | None, metrics: tuple[str, ...]) -> Backbones:
+    from runner.accuracy.clip_score import ClipScorer
+
     inception = clip = None
     fid_id = clip_id = fid_path = clip_path = None
     if mode == "pretrained":
