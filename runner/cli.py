@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.accuracy.cli import register as register_accuracy
 from runner.base.errors import (
@@ -66,6 +66,9 @@ from runner.inputs.paths import resolved
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
 from runner.report.cli import register as register_report
+
+if TYPE_CHECKING:
+    from runner.base.procs import ProcessGuard
 
 TOOLS_FLAG = "--iree-tools"
 # A carry holds what any number of compiles gathered (two VAE precisions, more batch
@@ -517,11 +520,13 @@ def main(argv: list[str] | None = None) -> int:
     from runner.cliout import how_to_go_on
 
     real = argv is None  # this process is the command (not a test calling it in-process)
+    guard: ProcessGuard | None = None
+    seen = SimpleNamespace(args=None)
     with raised_as_interrupted(restore=not real):
-        guard, seen = ProcessGuard(), SimpleNamespace(args=None)
-        if real:
-            become_subreaper()
         try:
+            guard = ProcessGuard()  # (it reads /proc a while: a signal may come meanwhile)
+            if real:
+                become_subreaper()
             code = _main(argv, guard, seen, real)
             if real:  # (a signal before this line still ends it as interrupted, said so)
                 work_done()
@@ -625,10 +630,12 @@ def _record(args: argparse.Namespace) -> None:
     record(command, attempt.path if attempt is not None else None, args.results)
 
 
-def _stop_started(guard) -> None:
+def _stop_started(guard: ProcessGuard | None) -> None:
     """Every process this command started is gone before it exits (a worker still tearing
-    its GPU context down after its driver's exit status is seen would be a leak)."""
-    guard.stop(say=lambda line: print(f"runner: {line}", file=sys.stderr, flush=True))
+    its GPU context down after its driver's exit status is seen would be a leak). No guard
+    yet: the command was stopped before it could start any."""
+    if guard is not None:
+        guard.stop(say=lambda line: print(f"runner: {line}", file=sys.stderr, flush=True))
 
 
 def _error(message: str, command: str) -> None:

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from cli_support import cli
 from host_support import host_build_tree
 from signal_battery import (
     MORE_SEEDS,
@@ -185,7 +186,24 @@ def tiny_run(tmp_path_factory, tiny_compiled) -> Path:
     return run
 
 
-def _reading(name: str, run: Path) -> Command:
+@pytest.fixture(scope="module")
+def tiny_store(tiny_run, tmp_path_factory) -> Path:
+    """A results store holding the finished run, for the commands that read a history."""
+    store = tmp_path_factory.mktemp("store") / "results.sqlite"
+    imported = cli("history", "import", tiny_run, "--results", store)
+    assert imported.returncode == 0, imported.stderr
+    return store
+
+
+def _reading(name: str, run: Path, store: Path) -> Command:
+    if name == "history":
+        return Command("history", lambda o: ["history", "--results", str(store), "--out",
+                                             str(o)], RESUMES,
+                       _has("history.json", "history.md", "history.html"))
+    if name == "goldens propose":
+        return Command("goldens propose", lambda o: [
+            "goldens", "propose", str(REPO / "goldens" / "tiny-bench"), "--sku", "cpu",
+            "--results", str(store), "--out", str(o)], RESUMES, _has("proposal.json"))
     if name == "compare":  # the run with itself: every image the same
         return Command("compare", lambda o: ["compare", str(run), str(run), "--out", str(o)],
                        RESUMES, _has("compare.json"))
@@ -197,9 +215,10 @@ def _reading(name: str, run: Path) -> Command:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["report", "calibrate", "compare"])
-def test_commands_reading_a_run_go_on_as_their_help_says(name, tiny_run, tmp_path):
-    run_battery(_reading(name, tiny_run), tmp_path, signals_for(name))
+@pytest.mark.parametrize("name", ["report", "calibrate", "compare", "history",
+                                  "goldens propose"])
+def test_commands_reading_a_run_go_on_as_their_help_says(name, tiny_run, tiny_store, tmp_path):
+    run_battery(_reading(name, tiny_run, tiny_store), tmp_path, signals_for(name))
 
 
 def _trend(tmp: Path) -> Command:
@@ -247,7 +266,7 @@ def test_ctrl_c_while_a_builds_probe_runs_the_pipeline_is_quiet(tmp_path, tiny_c
 def battery_commands() -> set[str]:
     """Every command the battery stops: the lists above and the ones with tests of their own."""
     return {c.name for c in [*FAST, *SLOW]} | {"bisect", "trend", "report", "calibrate",
-                                               "compare"}
+                                               "compare", "history", "goldens propose"}
 
 
 def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
