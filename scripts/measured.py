@@ -119,11 +119,14 @@ def add_record_option(parser: argparse.ArgumentParser) -> None:
                              "date, machine, load and commit (the docs show it from there)")
 
 
-def emit(name: str, result: dict[str, Any], record: bool) -> None:
-    """Print the script's one JSON line; with --record, store it as the record `name`."""
+def emit(name: str, result: dict[str, Any], record: bool,
+         load: list[float] | None = None) -> None:
+    """Print the script's one JSON line; with --record, store it as the record `name` (with
+    `load`, the load averages at the measurement's start and end, where they were not this
+    script's own: a run it reads)."""
     print(json.dumps(result))
     if record:
         script = Path(sys.argv[0]).resolve()
         shown = script.relative_to(REPO) if script.is_relative_to(REPO) else script
         store(name, result, ["python3", str(shown), *(a for a in sys.argv[1:] if a != "--record")],
-              [LOAD_AT_START, os.getloadavg()[0]])
+              load or [LOAD_AT_START, os.getloadavg()[0]])

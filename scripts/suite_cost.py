@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             "tests": len(cost["tests"]), "wall_s": round(cost["wall_s"]),
             "wall_min": round(cost["wall_s"] / 60, 1),
             "cpu_s": round(sum(f["cpu_s"] for f in files.values())),
-            "workers": cost.get("workers") or 1}, True)
+            "passed": sum(t["outcome"] == "passed" for t in cost["tests"]),
+            "workers": cost.get("workers") or 1}, True, cost.get("load"))
     return 0 if ok else 1
 
 

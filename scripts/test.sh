@@ -31,4 +31,19 @@ fi
 
 # Tiny modules compile in seconds; a rare iree-compile hang is retried after this long.
 export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
-exec python3 -m pytest -q -p no:cacheprovider "$@"
+
+# Two pytest-xdist workers (RUNNER_TEST_WORKERS=0: one process): a module's tests that share a
+# module fixture stay together, the rest go where a worker is free (tests/conftest.py). What
+# each test cost goes to $RUNNER_SUITE_COST, compared with tests/suite_budget.json at the end.
+WORKERS="${RUNNER_TEST_WORKERS:-2}"
+COST="${RUNNER_SUITE_COST:-${RUNNER_CACHE_DIR:-$HOME/.cache/iree-sdxl-runner}/suite-cost.json}"
+parallel=()
+if [ "$WORKERS" != 0 ]; then
+  parallel=(-n "$WORKERS" --dist loadgroup)
+fi
+status=0
+python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" --suite-cost "$COST" "$@" || status=$?
+if [ -f "$COST" ]; then
+  python3 scripts/suite_cost.py "$COST" || true
+fi
+exit "$status"

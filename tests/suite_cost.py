@@ -58,6 +58,7 @@ class _Collector:
         self.tests: dict[str, dict[str, Any]] = {}
         self.started = time.time()
         self.start = time.monotonic()
+        self.load_at_start = os.getloadavg()[0]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.tests.setdefault(report.nodeid, {
@@ -72,6 +73,7 @@ class _Collector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         config = session.config
         data = {"started": self.started, "wall_s": round(time.monotonic() - self.start, 1),
+                "load": [round(self.load_at_start, 2), round(os.getloadavg()[0], 2)],
                 "workers": getattr(config.option, "numprocesses", None) or 0,
                 "markexpr": config.option.markexpr or "", "args": list(config.args),
                 "tests": sorted(self.tests.values(), key=lambda t: t["nodeid"])}

@@ -226,6 +226,7 @@ def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbone
     assert (run / "accuracy.txt").read_text().startswith("Accuracy Results: {'FID_SCORE': '")
 
 
+@pytest.mark.slow
 def test_bad_images_and_statistics_stop_scoring(tmp_path, backbones):
     small = write_generate_dir(tmp_path / "small", list(range(32)),
                                synthetic_images(4, 32, size=64))

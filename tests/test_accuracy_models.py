@@ -50,6 +50,7 @@ def clip():
 
 # -- FID InceptionV3 ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_inception_features_equal_pytorch_fids_with_identical_weights(tmp_path, inception,
                                                                       images):
     """pytorch-fid's InceptionV3 (MLPerf's copy is the same code) loads the FID weights via
@@ -82,6 +83,7 @@ def test_inception_features_equal_pytorch_fids_with_identical_weights(tmp_path, 
     assert (got[0] - got[-1]).abs().max() > 1e-3 * got.abs().max()
 
 
+@pytest.mark.slow
 def test_seeded_inception_is_reproducible_and_has_o1_activations(inception, images):
     again = bb.seeded_inception(SEED)
     assert bb.state_fingerprint(again) == bb.state_fingerprint(inception)
@@ -107,6 +109,7 @@ def mlperf_clip_score(model, preprocess, caption: str, image: np.ndarray) -> flo
         return 100 * (image_features @ text_features.T).item()
 
 
+@pytest.mark.slow
 def test_clip_scores_equal_mlperfs_open_clip_computation(clip, images, captions):
     model, preprocess, tokenizer = clip
     scorer = ClipScorer(model, preprocess, tokenizer)
@@ -133,6 +136,7 @@ def test_clip_of_identical_embeddings_is_100():
     np.testing.assert_allclose(cosine_scores(e, -e), -100.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_clip_matches_torchmetrics_clip_score_with_the_same_model(clip, images, captions):
     """torchmetrics' CLIPScore accepts any (model, processor) with the HF interface; wrap the
     same open_clip model and compare its per-sample formula with ours."""
@@ -167,6 +171,7 @@ def test_clip_matches_torchmetrics_clip_score_with_the_same_model(clip, images, 
     np.testing.assert_allclose(ours, theirs.double().numpy(), rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_seeded_clip_scores_move_when_images_change(clip, images, captions):
     """A random ViT-B-32 could embed every image alike; check ours does not."""
     scorer = ClipScorer(*clip)
@@ -266,6 +271,7 @@ def test_fid_alone_needs_only_the_fid_weights_file(tmp_path, monkeypatch, incept
         bb.load_backbones("pretrained", metrics=("clip",), clip_weights=fid_path)
 
 
+@pytest.mark.slow
 def test_seeded_backbones_are_built_once_per_seed_and_metrics():
     """Scoring runs, builds or steps in one process shares the seeded networks (they are the
     same for a seed); another seed or another metric set is another pair."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runner.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -14,6 +16,7 @@ COMMON = ["--profile", "tiny", "--no-throughput", "--stage", "clip", "--repetiti
           "--min-time", "0.02s"]
 
 
+@pytest.mark.slow
 def test_ab_measures_both_arms_and_dumps_the_final_specs(tmp_path, capsys):
     out = tmp_path / "ab"
     assert main(["bench", *COMMON, "--ab-tuning-spec", str(SPEC), "--dump-tuning-specs",

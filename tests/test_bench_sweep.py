@@ -36,6 +36,7 @@ def sweep(tmp_path_factory) -> tuple[Path, dict, str, list[str]]:
         dry.getvalue().splitlines()
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_layout_and_reports_the_best(sweep):
     out, report, md, _ = sweep
     layouts = report["layouts"]
@@ -117,6 +118,7 @@ def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):
     assert report["versions"]["iree.runtime"]["version"].startswith("3.13")
 
 
+@pytest.mark.slow
 def test_dry_run_prints_exactly_what_runs(sweep):
     _, report, _, dry = sweep
     benchmark_lines = [x for x in dry if x.startswith("taskset -c 0 iree-benchmark-module")]

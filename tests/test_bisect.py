@@ -134,6 +134,7 @@ def test_commit_dry_run_lists_first_parent_commits_and_the_first_step(tmp_path,
     assert not (tmp_path / "b").exists()  # a dry run writes nothing
 
 
+@pytest.mark.slow
 def test_commit_without_packages_dry_run_prints_the_pkgci_fetch(tmp_path, release_wheels):
     repo, _, shas = make_repo(tmp_path, release_wheels, [None, None])
     proc = runner("bisect", "--good", f"commit:{shas[0]}", "--bad", f"commit:{shas[1]}",

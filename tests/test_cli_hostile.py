@@ -24,6 +24,7 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
     proc = start_runner(

@@ -51,6 +51,7 @@ def test_rocm_chip_flag_is_spelled_per_compiler_version():
         "--iree-rocm-target=gfx942")
 
 
+@pytest.mark.slow
 def test_lab_compile_path_for_gfx942_runs_for_real():
     """Compiling for a GPU needs no GPU: the hip flags the mi325x profile uses really compile."""
     profile = load_profile("sdxl", {"model": "builtin:tiny", "target.compile_flags": [],

@@ -138,7 +138,7 @@ QUICK = {
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
     "runner compile --profile tiny": "cached ->",
-    "runner compile --profile tiny --out carry": "12 files, 0.6 MB",
+    "runner compile --profile tiny --out carry": "12 files, 0.",
     "runner generate --profile tiny --count 4 --out runs/gen": "4 images",
 }
 # The main job (slow: a scored run of 32 samples), then the commands that read its run dir.

@@ -267,6 +267,7 @@ def test_dry_run_shows_iree_runners_exact_arguments(tmp_path, monkeypatch):
      "passed", "no --function"),
     (lambda t: t["weights"][0].update(scope="params"), "failed", "weights other than"),
 ])
+@pytest.mark.slow
 def test_runs_iree_cannot_do_in_process_go_through_the_tool(tmp_path, change, status, why):
     raw = tiny("vae_quality_cpu")
     change(raw)
@@ -351,6 +352,7 @@ def test_older_runners_verdicts(tmp_path):
     assert "--device_allocator=caching" in r.commands[-1]
 
 
+@pytest.mark.slow
 def test_regression_runner_has_no_splat_weights_and_xfails_only_rocm(tmp_path):
     """test_model_threshold.py passes --parameters only with real_weights, and applies
     rocm_compile_chip_expecting_to_fail to the rocm test alone."""

@@ -75,6 +75,7 @@ def test_resume_with_another_count_is_an_error(relative_run):
     assert same.returncode == 0 and "nothing to do" in same.stderr
 
 
+@pytest.mark.slow
 def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run, tmp_path):
     """Kill a run, then resume it twice at once: the second resume is refused naming the
     first; the killed attempt is in the manifest; the samples are the same bytes."""

@@ -300,6 +300,7 @@ def _kill_when_busy(out: Path, names: list[str]) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_killed_worker_batch_is_requeued_and_completed_once(tmp_path):
     out = tmp_path / "out"
     killer = _kill_when_busy(out, ["w000"])

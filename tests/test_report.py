@@ -350,6 +350,7 @@ def test_junit_testcases_carry_their_time(review_run, tmp_path):
         assert times[f"worker_survived[{w['worker']}]"] > 0
 
 
+@pytest.mark.slow
 def test_github_step_summary_is_appended_and_failures_annotated(killed_run, tmp_path,
                                                                  monkeypatch, capsys):
     run_dir = copy_run(killed_run, tmp_path / "gha")
@@ -458,6 +459,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("scored", [False, True], ids=["not-scored", "failing"])
+@pytest.mark.slow
 def test_headless_chromium_renders_the_page(review_run, tmp_path, scored):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

@@ -60,6 +60,7 @@ def test_plan_mi325x_cpx_spx_and_cpd(capsys):
     assert len(cpd2["workers"]) == 128 and cpd2["workers"][64]["device_id"] == 0
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_bytes_as_one(one_worker_run, tmp_path):
     run_dir = tmp_path / "two"
     proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
@@ -95,6 +96,7 @@ def test_mlperf_log_round_trips_to_the_stored_pixels(one_worker_run):
     assert seen == list(range(COUNT))
 
 
+@pytest.mark.slow
 def test_killed_worker_is_replaced_by_the_survivor(one_worker_run, tmp_path):
     run_dir = tmp_path / "kill-one"
     proc = start_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
@@ -109,6 +111,7 @@ def test_killed_worker_is_replaced_by_the_survivor(one_worker_run, tmp_path):
     assert hashes(run_dir) == hashes(one_worker_run)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_loss_or_duplicates(one_worker_run, tmp_path):
     run_dir = tmp_path / "kill-all"
     proc = start_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
@@ -143,6 +146,7 @@ def test_existing_run_dir_needs_resume(one_worker_run):
     assert proc.returncode == 2 and "--resume" in proc.stderr
 
 
+@pytest.mark.slow
 def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
     with tmpfs(tmp_path / "small", "size=400k") as mount:
         run_dir = mount / "run"

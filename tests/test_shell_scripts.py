@@ -236,6 +236,7 @@ def test_docker_run_line_of_a_hostile_mount_reads_back_as_its_argv(tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_slurm_run_in_a_hostile_dir_keeps_its_node_logs_there(slurm_cluster, tmp_path):
     """sbatch expands %-patterns in --output: a run dir's own `%j`/`%a` stay literal, so the
     node task's log is in the run dir (where the submitter reads its tail)."""

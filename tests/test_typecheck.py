@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_runner_type_checks():
     proc = subprocess.run([sys.executable, "-m", "mypy", "runner"], cwd=REPO,
                           capture_output=True, text=True, timeout=900)

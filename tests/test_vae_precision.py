@@ -182,6 +182,7 @@ def test_only_the_images_of_a_batch_that_are_not_finite_fail(tiny_compiled):
     assert "UNet" in str(err.value.fix)
 
 
+@pytest.mark.slow
 def test_bench_reports_carry_the_decoders_precision(tmp_path, tiny_compiled):
     out = tmp_path / "bench"
     assert main(["bench", "--profile", "tiny", "--set", "model.vae_dtype=fp16",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cli_support import cli, start_runner
 
 from runner.base.dirlock import pid_start
@@ -76,6 +77,7 @@ def _kill_9_and_wait_for(proc: subprocess.Popen, processes: list[ProcessId]) -> 
     _until(lambda: not [p for p in processes if p.alive()], EXIT_BOUND_S)
 
 
+@pytest.mark.slow
 def test_kill_9_of_runner_run_ends_its_workers_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
     proc = start_runner("run", "--profile", "cpu", "--count", "40", "--no-score", "--out", out,
@@ -123,6 +125,7 @@ def test_kill_9_of_runner_mlperf_ends_its_workers_and_loadgen_test(tmp_path, tin
         proc.kill()
 
 
+@pytest.mark.slow
 def test_a_worker_exits_once_its_drivers_heartbeat_stops(tmp_path):
     """What ends a worker that is not the driver's child (in a container): the watchdog."""
     beat = tmp_path / "driver.heartbeat"

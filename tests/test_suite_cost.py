@@ -1,0 +1,125 @@
+"""The suite tells its cost: the pytest plugin (tests/suite_cost.py) writes each test's wall and
+CPU seconds, under pytest-xdist too, and scripts/suite_cost.py compares a run with the budget,
+names the files that grew and the tests that cost most, and judges the tier's wall limit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # suite_cost imports measured by name
+    spec.loader.exec_module(module)
+    return module
+
+
+measured = _load("measured")
+suite_cost = _load("suite_cost")
+
+# A test whose CPU is spent in a child process: the plugin counts finished children's CPU.
+CHILD_BURN = """
+import subprocess, sys
+
+def test_burns_in_a_child():
+    code = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+def test_waits():
+    import time
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_the_plugin_writes_each_tests_wall_and_cpu(tmp_path, workers):
+    (tmp_path / "test_cost_probe.py").write_text(CHILD_BURN)
+    out = tmp_path / "cost.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_cost",
+         *workers, "--suite-cost", str(out), "-m", "not slow", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "suite cost: 2 tests" in proc.stdout
+    cost = json.loads(out.read_text())
+    tests = {t["nodeid"].split("::")[1]: t for t in cost["tests"]}
+    assert set(tests) == {"test_burns_in_a_child", "test_waits"}
+    burn, wait = tests["test_burns_in_a_child"], tests["test_waits"]
+    assert burn["cpu_s"] >= 0.3 and burn["wall_s"] >= 0.3
+    assert wait["wall_s"] >= 0.2 and wait["cpu_s"] < 0.15
+    assert all(t["outcome"] == "passed" for t in tests.values())
+    assert cost["markexpr"] == "not slow" and suite_cost.tier(cost) == "fast"
+    assert cost["workers"] == (2 if workers else 0)
+    assert len(cost["load"]) == 2 and cost["wall_s"] > 0
+
+
+def _cost(wall_s: float, tests: list[tuple[str, float, float]], markexpr: str = "") -> dict:
+    return {"wall_s": wall_s, "markexpr": markexpr, "workers": 2, "load": [0.1, 0.2],
+            "tests": [{"nodeid": f"{f}::{name}", "file": f, "wall_s": w, "cpu_s": c,
+                       "outcome": "passed"} for f, name, w, c in
+                      [(t[0].split("::")[0], t[0].split("::")[1], t[1], t[2]) for t in tests]]}
+
+
+def test_a_file_that_grew_is_named_with_its_costliest_tests():
+    budget = {"files": {"tests/test_a.py": {"wall_s": 10.0, "cpu_s": 9.0, "tests": 2},
+                        "tests/test_b.py": {"wall_s": 30.0, "cpu_s": 28.0, "tests": 1}}}
+    run = _cost(600, [("tests/test_a.py::one", 20.0, 19.0), ("tests/test_a.py::two", 2.0, 2.0),
+                      ("tests/test_b.py::three", 33.0, 30.0), ("tests/test_c.py::new", 9.0, 8.0),
+                      ("tests/test_d.py::small", 1.0, 1.0)])
+    lines, ok = suite_cost.compare(run, budget)
+    assert not ok
+    assert lines[0].startswith("full suite: 5 tests, 600 s wall (within its 20 min)")
+    grew = [line for line in lines if line.startswith("grew:")]
+    # test_a: +12 s wall and +12 s CPU, over both 25% and 5 s; test_b +3 s is noise;
+    # test_c is new and costs more than 5 s; test_d is new and small.
+    assert grew == ["grew: tests/test_a.py: 10 -> 22 s wall; 9 -> 21 s CPU "
+                    "(most: one 20 s, two 2 s)",
+                    "grew: tests/test_c.py: new, 9 s (most: new 9 s)"]
+
+
+def test_the_tiers_limits_are_judged_on_the_whole_runs_wall():
+    budget = {"files": {"tests/test_a.py": {"wall_s": 10.0, "cpu_s": 9.0, "tests": 1}}}
+    same = [("tests/test_a.py::one", 10.0, 9.0)]
+    assert suite_cost.compare(_cost(20 * 60, same), budget) == (
+        ["full suite: 1 tests, 1200 s wall (within its 20 min), 9 s CPU, 2 process(es)",
+         "every file within its budget"], True)
+    lines, ok = suite_cost.compare(_cost(301, same, "not slow"), budget)
+    assert not ok and "OVER its 5 min" in lines[0] and lines[0].startswith("fast suite")
+
+
+def test_update_takes_the_whole_suite_and_record_keeps_the_totals(tmp_path, monkeypatch):
+    run = _cost(700, [("tests/test_a.py::one", 12.0, 11.0), ("tests/test_b.py::two", 3.0, 2.5)])
+    cost, budget = tmp_path / "cost.json", tmp_path / "budget.json"
+    cost.write_text(json.dumps(run))
+    monkeypatch.setattr(sys, "argv", ["scripts/suite_cost.py"])
+    stored = []
+    monkeypatch.setattr(suite_cost, "emit", lambda *a: stored.append(a))
+    # test_a is new and costs over 5 s: named, and the budget then takes it
+    assert suite_cost.main([str(cost), "--budget", str(budget), "--update", "--record"]) == 1
+    assert suite_cost.main([str(cost), "--budget", str(budget)]) == 0
+    assert json.loads(budget.read_text())["files"] == {
+        "tests/test_a.py": {"wall_s": 12.0, "cpu_s": 11.0, "tests": 1},
+        "tests/test_b.py": {"wall_s": 3.0, "cpu_s": 2.5, "tests": 1}}
+    assert stored == [("suite_full", {"tests": 2, "wall_s": 700, "wall_min": 11.7, "cpu_s": 14,
+                                      "passed": 2, "workers": 2}, True, [0.1, 0.2])]
+    cost.write_text(json.dumps({**run, "markexpr": "not slow"}))
+    assert suite_cost.main([str(cost), "--budget", str(budget), "--update"]) == 2
+    assert suite_cost.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_the_budget_names_every_test_file_of_the_suite():
+    """tests/suite_budget.json is the whole suite's last measured run: a file missing from it
+    (a new file whose budget was not set) or one that no longer exists is a stale budget."""
+    budget = json.loads((REPO / "tests" / "suite_budget.json").read_text())
+    files = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")}
+    assert set(budget["files"]) == files
