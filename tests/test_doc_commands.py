@@ -207,6 +207,11 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "https://download.pytorch.org/whl/rocm<X.Y>": (INSTALL + "; " + PLACEHOLDER,
                                                   "scripts/test.sh"),
     "bash scripts/test.sh": ("it is the test suite itself", "scripts/test.sh"),
+    'bash scripts/test.sh -m "not slow"': ("it is the test suite itself", "scripts/test.sh"),
+    "python3 scripts/suite_cost.py ~/.cache/iree-sdxl-runner/suite-cost.json --update "
+    "--record": ("it reads a whole run of the suite and rewrites the budget and "
+                 "docs/measurements.json", "tests/test_suite_cost.py::"
+                 "test_update_takes_the_whole_suite_and_record_keeps_the_totals"),
     "python3 -m pip wheel --no-deps -w dist .": (
         "writes the wheel into the checkout; the covering test builds it from a copy",
         "tests/test_install.py::test_the_installed_wheel_runs_the_readme_from_anywhere"),
