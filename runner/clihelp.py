@@ -236,6 +236,19 @@ def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
             yield from walk(sub, (*path, name))
 
 
+def describe(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's `--help` opens with what it does: its own description, else the
+    line the command list shows for it, as a sentence."""
+    for action in subparsers_of(parser):
+        for choice in action._choices_actions:
+            sub = action.choices[choice.dest]
+            if not sub.description and choice.help:
+                text = choice.help.strip()
+                sub.description = text[:1].upper() + text[1:] + ("" if text.endswith(".")
+                                                                 else ".")
+            describe(sub)
+
+
 def help_problems(parser: argparse.ArgumentParser) -> list[str]:
     """Every way a subcommand's help falls short of the rule; [] when all comply."""
     problems = []
@@ -246,6 +259,8 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
             problems.append(f"{name}: no example in its help (runner.clihelp.document)")
         if EXITS not in epilog:
             problems.append(f"{name}: no exit codes in its help (runner.clihelp.document)")
+        if not sub.description:
+            problems.append(f"{name}: no description: its help does not say what it does")
         for action in sub._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -366,9 +381,13 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         key, eq, value = item.partition("=")
-        if not eq:
+        if not eq or not key.strip():
             raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set",
                               fix="e.g. --set target.chip=gfx950")
+        if not value.strip():  # YAML reads nothing as null: a field quietly emptied
+            raise RunnerError("an empty value", where=f"--set {key}",
+                              fix=f"give one after the `=`: --set {key}=VALUE (or --set "
+                              f"{key}=null where you mean none)")
         out[key] = parse_yaml(value, f"--set {key}", what="value")
     return out
 
