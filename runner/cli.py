@@ -66,6 +66,7 @@ from runner.docker.cli import register as register_image
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
 from runner.history.cli import register as register_history
+from runner.inputs.iree_build import IMAGE_KINDS
 from runner.inputs.paths import resolved
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
@@ -499,7 +500,8 @@ def build_parser() -> RunnerParser:
 
     p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
                        "run, score, then goldens v{n+1}; resumable")
-    add_iree(p, required=True)
+    add_iree(p, required=True, kinds=IMAGE_KINDS,
+             note=" (commit: is bisect's and trend's; build a commit with source:)")
     add_profile(p)
     add_layout(p)
     add_samples(p, 32)

@@ -117,7 +117,8 @@ options shared by the commands that take them (one spelling, one meaning everywh
                        the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
                        which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
-  --iree BUILD         an IREE build: wheels:VERSION, commit:SHA, source:SHA, build-dir:DIR
+  --iree BUILD         an IREE build: wheels:VERSION, source:SHA, build-dir:DIR (bisect
+                       and trend also take commit:SHA, PkgCI's packages of a commit)
   --executor local|docker|slurm
                        where workers run; Slurm's options are --nodes, --slurm-partition,
                        --slurm-time, --account, --node-executor, --cpus-per-node, ...
@@ -420,7 +421,8 @@ GRAMMAR: dict[str, str] = {
     "--captions": "MLPerf's captions_source.tsv",
     "--no-score": "leave the images unscored",
     # which IREE
-    "--iree": "an IREE build: wheels:VERSION, commit:SHA, source:SHA or build-dir:DIR",
+    "--iree": "an IREE build: wheels:VERSION, source:SHA or build-dir:DIR (commit:SHA in "
+              "bisect and trend)",
     "--image": "a prebuilt harness image tag (from `runner image build`)",
     "--base-image": "the docker base image harness images are built on",
     "--find-links": "where wheels: builds find IREE's wheels: a find-links page or directory",
@@ -641,14 +643,16 @@ def add_image(p: Any, note: str = "") -> None:
            f"--executor docker or --node-executor docker{note} (default: none)")
 
 
-def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "") -> None:
+def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "",
+             kinds: tuple[str, ...] | None = None) -> None:
     """`--iree BUILD`: the build grammar of runner.inputs.iree_build (`many`: repeatable and
-    comma lists, builds to compare)."""
-    from runner.inputs.iree_build import GRAMMAR as BUILDS
+    comma lists, builds to compare); the help lists the `kinds` of build the command takes
+    (default: every kind)."""
+    from runner.inputs.iree_build import KINDS, grammar
 
     kwargs: dict[str, Any] = {"action": "append"} if many else {"required": required}
     shared(p, "--iree", variant=MANY if many else None, metavar="BUILD", **kwargs,
-           help=f"an IREE build: {BUILDS}, e.g. wheels:3.13.0"
+           help=f"an IREE build: {grammar(kinds or KINDS)}, e.g. wheels:3.13.0"
            + (" (comma lists and repeats compare several)" if many else "") + note)
 
 

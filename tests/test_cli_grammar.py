@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from cli_support import cli
-from shared_work import shared_dir
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
@@ -517,7 +517,7 @@ def test_a_file_where_a_run_dir_is_expected_is_called_a_file(tmp_path):
         proc = cli(command, str(tmp_path / "run.json"), "--dry-run")
         assert proc.returncode == 2
         assert f"{tmp_path / 'run.json'}: a file, where a run dir" in proc.stderr
-        assert f"fix: pass the " in proc.stderr and f"({tmp_path}, if it is that one)" \
+        assert "fix: pass the " in proc.stderr and f"({tmp_path}, if it is that one)" \
             in proc.stderr and "not found" not in proc.stderr
 
 
@@ -535,3 +535,49 @@ def test_a_fix_is_written_as_the_user_typed_the_value(argv, fix, monkeypatch):
     proc = cli("plan", "--profile", "cpu", *argv)
     assert proc.returncode == 2 and fix in proc.stderr, proc.stderr
     assert ": true" not in proc.stderr and "remove layout." not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "bench", "image build"])
+def test_an_iree_flag_offers_only_the_builds_its_command_takes(command):
+    """validate's help offered `commit:SHA`, which it refuses: each --iree lists the kinds
+    its command builds (a harness image: wheels, source, build-dir)."""
+    text = _help(command, "--iree")
+    assert "an IREE build: wheels:VERSION | source:SHA | build-dir:DIR" in text
+    assert "commit:SHA" not in text
+
+
+def test_validate_refuses_a_commit_build_naming_source(tmp_path):
+    proc = cli("validate", "--iree", "commit:1a2b3c4d", "--out", str(tmp_path / "v"),
+               "--dry-run")
+    assert proc.returncode == 2
+    assert "fix: build it from source: --iree source:1a2b3c4d" in proc.stderr
+    assert not (tmp_path / "v").exists()
+
+
+# --- LoadGen's flags: units and scenarios said ------------------------------------------------
+def test_min_duration_says_seconds_and_the_user_confs_milliseconds():
+    text = _help("mlperf", "--min-duration")
+    assert "in seconds" in text and "min_duration in milliseconds" in text
+    assert "(user.conf min_duration;" not in text
+
+
+def test_each_qps_flag_sets_its_own_scenario(capsys, tmp_path):
+    """`--qps` set Offline's expected QPS and Server's target QPS at once; each scenario
+    now has its own flag, named as the profile's key, and `--qps` names them."""
+    out = str(tmp_path / "lg")
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "offline,server", "--mode",
+                 "performance", "--count", "4", "--offline-expected-qps", "2",
+                 "--server-target-qps", "0.5", "--out", out, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "stable-diffusion-xl.Offline.target_qps = 2\n" in text
+    assert "stable-diffusion-xl.Server.target_qps = 0.5\n" in text
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "offline", "--mode",
+                 "performance", "--server-target-qps", "3", "--out", out, "--dry-run"]) == 2
+    assert ("error: --server-target-qps: --server-target-qps is the Server scenario's, which "
+            "--scenario does not run (Offline)\n  fix: drop --server-target-qps, or add "
+            "server to --scenario") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["mlperf", "--qps", "3"])
+    assert "use --offline-expected-qps QPS or --server-target-qps QPS" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "lg").exists()
