@@ -394,6 +394,18 @@ def test_no_parser_takes_an_abbreviation():
             if p.allow_abbrev] == []
 
 
+def test_the_runners_other_parsers_take_no_abbreviation_either():
+    """The module entry points (`python3 -m runner.base.gpu_holders`, the worker, the node
+    task, the probe) build plain argparse parsers: each says allow_abbrev=False."""
+    loose = [f"{path.relative_to(REPO)}:{node.lineno}"
+             for path in sorted((REPO / "runner").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser"
+             and not any(k.arg == "allow_abbrev" and getattr(k.value, "value", None) is False
+                         for k in node.keywords)]
+    assert loose == []
+
+
 @pytest.mark.parametrize("argv, meant", [
     (["run", "--device", "1", "--out", "OUT", "--dry-run"], "--devices"),
     (["run", "--dev", "0", "--out", "OUT", "--dry-run"], "--devices"),
