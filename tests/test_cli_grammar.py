@@ -513,9 +513,10 @@ def test_a_profile_that_is_not_one_says_what_it_is_and_what_is_expected(tmp_path
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "lab.yaml").write_text("extends: cpu\n")
     cases = [("mi325", "unknown profile 'mi325'\n  fix: did you mean mi325x? use one of "),
-             ("profiles", "--profile: profiles is a directory, not a profile\n  fix: give a "
+             ("profiles", "--profile: 'profiles' is a directory, not a profile\n  fix: give a "
                           "profile name or a profile's .yaml/.yml file, e.g. profiles/lab.yaml"),
-             ("notes.txt", "--profile: notes.txt is a file, but not a profile YAML"),
+             ("notes.txt", "--profile: 'notes.txt' is a file, but not a profile YAML"),
+             ("$(id)\nx", "unknown profile '$(id)\\nx'"),
              ("profiles/lab.yml", "unknown profile 'profiles/lab.yml': no such file\n  fix: "
                                   "did you mean profiles/lab.yaml?")]
     for value, says in cases:

@@ -120,11 +120,11 @@ def _not_a_profile(name_or_path: str, path: Path, known: list[str], where: str
     expected = "a profile name or a profile's .yaml/.yml file"
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.y*ml"))
-        return RunnerError(f"{name_or_path} is a directory, not a profile", where=where,
+        return RunnerError(f"{name_or_path!r} is a directory, not a profile", where=where,
                            fix=f"give {expected}"
                            + (f", e.g. {path / inside[0]}" if inside else ""))
     if path.is_file():
-        return RunnerError(f"{name_or_path} is a file, but not a profile YAML (a profile is a "
+        return RunnerError(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
                            ".yaml or .yml file)", where=where, fix=f"give {expected}")
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
         return RunnerError(f"unknown profile {name_or_path!r}: no such file", where=where,
