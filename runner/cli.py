@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import functools
 import json
 import os
 import shlex
@@ -51,17 +53,20 @@ from runner.clihelp import (
     add_results,
     add_samples,
     add_slurm,
+    describe,
     document,
     layout_overrides,
     main_description,
     main_epilog,
     profile_from_args,
+    subparsers_of,
     walk,
 )
 from runner.docker.cli import register as register_image
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
 from runner.history.cli import register as register_history
+from runner.inputs.iree_build import IMAGE_KINDS
 from runner.inputs.paths import resolved
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.export.cli import register as register_export
@@ -205,6 +210,12 @@ def _print_completed(lc, done) -> int:
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from runner.lifecycle import Lifecycle
 
+    if args.dry_run:
+        from runner.batch.aggregate import aggregate_plan
+
+        print("\n".join(aggregate_plan(Path(args.run_dir), args.allow_incomplete)))
+        return EXIT_OK
+
     with Lifecycle.open(args.run_dir) as lc:
         result = lc.aggregate(allow_incomplete=args.allow_incomplete)
     print(f"{result.samples} samples -> {result.log} ({result.log_bytes / 1e6:.1f} MB, "
@@ -344,18 +355,81 @@ class _Version(argparse.Action):
 
 class RunnerParser(argparse.ArgumentParser):
     """argparse whose usage errors read as the runner's other errors: the one line that
-    matters, where, and the fix (`see runner X --help`) instead of the whole usage; redacted
-    as every other message is (an option value can be a URL carrying a token). Subcommand
-    parsers are made of the same class."""
+    matters, where, and the fix (`see runner X --help`, or a closer one: the command or
+    choice meant) instead of the whole usage; redacted as every other message is (an option
+    value can be a URL carrying a token). Subcommand parsers are made of the same class
+    (argparse's add_parser makes its parent's class), so each rule reaches every command:
+
+    - no abbreviations: `--dev 0` is not `--devices 0` (`run --device 1` would silently
+      mean `--devices 1`), so a flag a later release adds cannot change what an old command
+      line means;
+    - no empty values: `--out ''` would write into the current directory, `--samples ''`
+      choose nothing; an empty value is refused naming its flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         from runner.config.sources import redact_secrets
 
-        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {redact_secrets(message)}\n"
-                  f"  fix: see `{self.prog} --help`\n")
+        if FIX not in message:
+            message += f"{FIX}see `{self.prog} --help`"
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {redact_secrets(message)}\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        if arg_string == "" and not isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(action, f"an empty value{FIX}give a value: "
+                                         f"{_spelled(action)} (see `{self.prog} --help`)")
+        return super()._get_value(action, arg_string)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        names = [str(c) for c in action.choices]
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+        if isinstance(action, argparse._SubParsersAction):
+            guess = f"did you mean `{self.prog} {close[0]}`? " if close else ""
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{FIX}{guess}"
+                                         f"`{self.prog} --help` lists the commands")
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r}{FIX}{guess}(one of "
+                                     f"{', '.join(names)})")
+
+    def unrecognized(self, extra: list[str]) -> None:
+        """Refuses what no option of this command takes, naming the option meant when one
+        is close (`--batch-size` where `--batch-sizes` is meant)."""
+        known = [f for a in self._actions if a.help != argparse.SUPPRESS
+                 for f in a.option_strings]
+        flag = next((e.partition("=")[0] for e in extra if e.startswith("-")), "")
+        close = ([f for f in known if f.startswith(flag)] if flag.startswith("--") else [])
+        if len(close) != 1:  # an abbreviation of one flag, else a misspelling of one
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag else []
+        fix = f"{FIX}did you mean {close[0]}? (see `{self.prog} --help`)" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{fix}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+FIX = "\n  fix: "  # how a usage error's fix line starts (RunnerError's layout)
+
+
+def _spelled(action: argparse.Action) -> str:
+    """How an option is given, for an error: `--out DIR`, `--executor local|docker|slurm`,
+    a positional's `RUN_DIR`."""
+    if action.metavar is None and action.choices is not None:
+        value = "|".join(str(c) for c in action.choices)
+    else:
+        value = " ".join(action.metavar) if isinstance(action.metavar, tuple) else str(
+            action.metavar or action.dest.upper())
+    return f"{max(action.option_strings, key=len)} {value}" if action.option_strings else value
+
+
+def _show_help(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`runner` or `runner goldens` alone: the command list, as `--help` prints it."""
+    parser.print_help()
+    return EXIT_OK
+
+
+def build_parser() -> RunnerParser:
     parser = RunnerParser(prog="runner", description=main_description(),
                           epilog=main_epilog(), formatter_class=CommandGroupsFormatter)
     parser.add_argument("--version", action=_Version)
@@ -364,8 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "these directories first (default: $IREE_TOOL_PATH, then PATH, then "
                         "the installed iree-base-compiler/-runtime packages); `runner "
                         "--version` shows which were found where")
-    sub = parser.add_subparsers(title="commands", dest="command", required=True,
-                                metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
 
     register_export(sub)
 
@@ -430,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
                        "run, score, then goldens v{n+1}; resumable")
-    add_iree(p, required=True)
+    add_iree(p, required=True, kinds=IMAGE_KINDS,
+             note=" (commit: is bisect's and trend's; build a commit with source:)")
     add_profile(p)
     add_layout(p)
     add_samples(p, 32)
@@ -459,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="write the log from the samples there are")
+    add_dry_run(p, "the samples it would aggregate and the files it would write")
     p.set_defaults(func=cmd_aggregate)
     document(p, "runner aggregate runs/main")
 
@@ -488,13 +563,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_completion)
     document(p, "source <(runner completion bash)",
              "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc")
+    describe(parser)
+    for group in [parser, *(c for _, c in walk(parser))]:
+        for action in subparsers_of(group):
+            # A command of commands given alone (`runner`, `runner goldens`) shows its
+            # help, as `--help` does, rather than an error naming an internal dest.
+            action.required = False
+            if group.get_default("func") is None:
+                group.set_defaults(func=functools.partial(_show_help, group))
     for _, command in walk(parser):  # which command a parse ended in (the deepest one)
         command.set_defaults(prog=command.prog)
+        assert isinstance(command, RunnerParser)  # add_parser makes its parent's class
         _PARSERS[command.prog] = command
     return parser
 
 
-_PARSERS: dict[str, argparse.ArgumentParser] = {}  # prog -> its parser, for usage errors
+_PARSERS: dict[str, RunnerParser] = {}  # prog -> its parser, for usage errors
 
 
 def _use_tool_dirs(argv: list[str] | None) -> None:
@@ -505,7 +589,7 @@ def _use_tool_dirs(argv: list[str] | None) -> None:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument(TOOLS_FLAG)
     known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
-    if known.iree_tools is not None:
+    if known.iree_tools:  # (an empty one is refused with the rest of the command line)
         use_tool_dirs(known.iree_tools)
 
 
@@ -572,7 +656,7 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
     args, extra = parser.parse_known_args(typed)
     if extra:  # said by the command they were given to, as its own errors are
         command = _PARSERS.get(getattr(args, "prog", ""), parser)
-        command.error(f"unrecognized arguments: {' '.join(extra)}")
+        command.unrecognized(extra)
     seen.args = args
     args.argv = cliout.without_results(typed)  # recorded for reproduce.sh
     try:

@@ -117,7 +117,8 @@ options shared by the commands that take them (one spelling, one meaning everywh
                        the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
                        which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
-  --iree BUILD         an IREE build: wheels:VERSION, commit:SHA, source:SHA, build-dir:DIR
+  --iree BUILD         an IREE build: wheels:VERSION, source:SHA, build-dir:DIR (bisect
+                       and trend also take commit:SHA, PkgCI's packages of a commit)
   --executor local|docker|slurm
                        where workers run; Slurm's options are --nodes, --slurm-partition,
                        --slurm-time, --account, --node-executor, --cpus-per-node, ...
@@ -236,6 +237,19 @@ def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
             yield from walk(sub, (*path, name))
 
 
+def describe(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's `--help` opens with what it does: its own description, else the
+    line the command list shows for it, as a sentence."""
+    for action in subparsers_of(parser):
+        for choice in action._choices_actions:
+            sub = action.choices[choice.dest]
+            if not sub.description and choice.help:
+                text = choice.help.strip()
+                sub.description = text[:1].upper() + text[1:] + ("" if text.endswith(".")
+                                                                 else ".")
+            describe(sub)
+
+
 def help_problems(parser: argparse.ArgumentParser) -> list[str]:
     """Every way a subcommand's help falls short of the rule; [] when all comply."""
     problems = []
@@ -246,6 +260,8 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
             problems.append(f"{name}: no example in its help (runner.clihelp.document)")
         if EXITS not in epilog:
             problems.append(f"{name}: no exit codes in its help (runner.clihelp.document)")
+        if not sub.description:
+            problems.append(f"{name}: no description: its help does not say what it does")
         for action in sub._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -366,9 +382,13 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         key, eq, value = item.partition("=")
-        if not eq:
+        if not eq or not key.strip():
             raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set",
                               fix="e.g. --set target.chip=gfx950")
+        if not value.strip():  # YAML reads nothing as null: a field quietly emptied
+            raise RunnerError("an empty value", where=f"--set {key}",
+                              fix=f"give one after the `=`: --set {key}=VALUE (or --set "
+                              f"{key}=null where you mean none)")
         out[key] = parse_yaml(value, f"--set {key}", what="value")
     return out
 
@@ -401,7 +421,8 @@ GRAMMAR: dict[str, str] = {
     "--captions": "MLPerf's captions_source.tsv",
     "--no-score": "leave the images unscored",
     # which IREE
-    "--iree": "an IREE build: wheels:VERSION, commit:SHA, source:SHA or build-dir:DIR",
+    "--iree": "an IREE build: wheels:VERSION, source:SHA or build-dir:DIR (commit:SHA in "
+              "bisect and trend)",
     "--image": "a prebuilt harness image tag (from `runner image build`)",
     "--base-image": "the docker base image harness images are built on",
     "--find-links": "where wheels: builds find IREE's wheels: a find-links page or directory",
@@ -622,14 +643,16 @@ def add_image(p: Any, note: str = "") -> None:
            f"--executor docker or --node-executor docker{note} (default: none)")
 
 
-def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "") -> None:
+def add_iree(p: Any, many: bool = False, required: bool = False, note: str = "",
+             kinds: tuple[str, ...] | None = None) -> None:
     """`--iree BUILD`: the build grammar of runner.inputs.iree_build (`many`: repeatable and
-    comma lists, builds to compare)."""
-    from runner.inputs.iree_build import GRAMMAR as BUILDS
+    comma lists, builds to compare); the help lists the `kinds` of build the command takes
+    (default: every kind)."""
+    from runner.inputs.iree_build import KINDS, grammar
 
     kwargs: dict[str, Any] = {"action": "append"} if many else {"required": required}
     shared(p, "--iree", variant=MANY if many else None, metavar="BUILD", **kwargs,
-           help=f"an IREE build: {BUILDS}, e.g. wheels:3.13.0"
+           help=f"an IREE build: {grammar(kinds or KINDS)}, e.g. wheels:3.13.0"
            + (" (comma lists and repeats compare several)" if many else "") + note)
 
 

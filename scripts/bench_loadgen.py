@@ -90,7 +90,7 @@ def run(work: Path, count: int, memory_count: int, repeats: int) -> dict:
         results.append(offline["tests"][0]["summary"]["result"])
 
     server = mlperf(work / "server", "--scenario", "server", "--mode", "performance",
-                    "--count", str(count), "--qps", "2.5",
+                    "--count", str(count), "--server-target-qps", "2.5",
                     "--user-conf", str(user_conf(work / "server.conf", count, 2000)))
     latency = server["tests"][0]["sut"]["store_to_complete_ms"]
 

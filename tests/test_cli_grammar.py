@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from pathlib import Path
 
 import pytest
 from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
@@ -20,10 +22,12 @@ from runner.clihelp import (
     GRAMMAR,
     add_layout,
     add_out,
+    document,
     grammar_problems,
     help_problems,
     options_of,
     shared,
+    walk,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -323,8 +327,26 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
     "history import": (["RESULT", "--results", "STORE"],
                        "would record: bench goldens "),
+    "oracle": (["--count", "2", "--out", "OUT"], "# would write OUT/images/NNNNN.png and "),
+    # Those that read a run: RUN is a finished two-sample run (the small_run fixture).
+    "score": (["RUN"], "# would write RUN/accuracy.json and RUN/accuracy.txt"),
+    "aggregate": (["RUN"], "# would write RUN/mlperf_log_accuracy.json, RUN/dataset.json"),
+    "report": (["RUN", "--out", "OUT"], "# would write OUT/summary.md, OUT/results.json"),
+    "calibrate": (["RUN", "--out", "OUT"], "# would write OUT/accuracy.yaml, "),
+    "compare": (["RUN", "RUN", "--out", "OUT"], "# would write OUT/compare.json"),
 }
 NEEDS_DOCKER = {"validate", "image build"}
+READS_A_RUN = {"score", "aggregate", "report", "calibrate", "compare"}
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory) -> Path:
+    """A finished run of two samples on the cpu profile, unscored, shared by the session."""
+    def build(out: Path) -> None:
+        proc = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out",
+                   out / "run")
+        assert proc.returncode == 0, proc.stderr
+    return shared_dir(tmp_path_factory, "grammar-small-run", build) / "run"
 
 
 def test_every_command_that_acts_has_a_dry_run_case():
@@ -338,7 +360,8 @@ def _tree(path: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-@pytest.mark.parametrize("command", sorted(DRY_RUNS))
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=pytest.mark.slow) if c in READS_A_RUN else c for c in sorted(DRY_RUNS)])
 def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path, request):
     if command in NEEDS_DOCKER:
         request.getfixturevalue("docker_client")
@@ -347,15 +370,227 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     work = tmp_path / "work"
     work.mkdir()
     args, expected = DRY_RUNS[command]
+    run = request.getfixturevalue("small_run") if command in READS_A_RUN else None
     names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload),
              "RESULT": str(REPO / "tests" / "fixtures" / "history" / "bench-goldens"),
-             "STORE": str(work / "store" / "results.sqlite")}
+             "STORE": str(work / "store" / "results.sqlite"), "RUN": str(run)}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
-    before = {p: _tree(p) for p in (Path(TINY), upload)}
+    before = {p: _tree(p) for p in (Path(TINY), upload, *([run] if run else []))}
     proc = cli(*argv, cwd=work)
     assert proc.returncode == 0, proc.stderr
-    expected = expected.replace("OUT", str(work / "out"))
+    expected = expected.replace("OUT", str(work / "out")).replace("RUN", str(run))
     assert any(line.lstrip().startswith(expected) or expected in line
                for line in proc.stdout.splitlines()), proc.stdout
     assert list(work.iterdir()) == []  # no --out, no run dir, nothing in the cwd
     assert {p: _tree(p) for p in before} == before  # the suite and the upload dir as they were
+
+
+# --- no abbreviations, no empty values ----------------------------------------------------------
+def test_no_parser_takes_an_abbreviation():
+    """argparse's default lets `--dev 0` mean `--devices 0` (and `run --device 1` silently
+    mean `--devices 1`); every parser, the subcommands' included, refuses that."""
+    parser = build_parser()
+    assert [" ".join(path) or "runner" for path, p in [((), parser), *walk(parser)]
+            if p.allow_abbrev] == []
+
+
+def test_the_runners_other_parsers_take_no_abbreviation_either():
+    """The module entry points (`python3 -m runner.base.gpu_holders`, the worker, the node
+    task, the probe) build plain argparse parsers: each says allow_abbrev=False."""
+    loose = [f"{path.relative_to(REPO)}:{node.lineno}"
+             for path in sorted((REPO / "runner").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser"
+             and not any(k.arg == "allow_abbrev" and getattr(k.value, "value", None) is False
+                         for k in node.keywords)]
+    assert loose == []
+
+
+@pytest.mark.parametrize("argv, meant", [
+    (["run", "--device", "1", "--out", "OUT", "--dry-run"], "--devices"),
+    (["run", "--dev", "0", "--out", "OUT", "--dry-run"], "--devices"),
+    (["run", "--profile", "cpu", "--dry", "--out", "OUT"], "--dry-run"),
+    (["compile", "--batch-size", "2", "--dry-run"], "--batch-sizes"),
+    (["plan", "--profile", "mi325x", "--part", "spx"], "--partition"),
+])
+def test_an_abbreviated_or_misspelled_flag_is_refused_naming_the_one_meant(argv, meant,
+                                                                         tmp_path):
+    proc = cli(*[str(tmp_path / "o") if a == "OUT" else a for a in argv], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "unrecognized arguments: " in proc.stderr
+    assert f"fix: did you mean {meant}? (see `runner {argv[0]} --help`)" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _usage_error(parser: argparse.ArgumentParser, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        parser.parse_known_args(argv)
+    assert e.value.code == 2, argv
+    return capsys.readouterr().err
+
+
+def test_every_option_of_every_command_refuses_an_empty_value(capsys):
+    """`--out ''` wrote into the current directory, `--samples ''` chose nothing: an empty
+    value is refused, naming the flag and what it takes, whatever the option's type."""
+    parser = build_parser()
+    checked = 0
+    for path, sub in [((), parser), *walk(parser)]:
+        for action in sub._actions:
+            if not action.option_strings or action.nargs == 0 or action.help == \
+                    argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue
+            flag = max(action.option_strings, key=len)
+            err = _usage_error(parser, [*path, flag, ""], capsys)
+            assert "an empty value\n  fix: give a value: " in err and flag in err, (path, err)
+            checked += 1
+    assert checked > 150
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--out", ""], "argument --out: an empty value\n  fix: give a value: --out DIR"),
+    (["run", "--samples", "", "--out", "OUT"], "argument --samples: an empty value"),
+    (["--iree-tools", "", "plan"], "argument --iree-tools: an empty value"),
+    (["score", ""], "argument RUN_DIR: an empty value\n  fix: give a value: RUN_DIR"),
+    (["plan", "--set", "model.vae_dtype="], "error: --set model.vae_dtype: an empty value\n"
+     "  fix: give one after the `=`: --set model.vae_dtype=VALUE"),
+    (["plan", "--set", "=fp16"], "`--set =fp16` is not KEY=VALUE"),
+])
+def test_empty_strings_are_refused_before_any_work(argv, says, tmp_path):
+    proc = cli(*[str(tmp_path / "o") if a == "OUT" else a for a in argv], cwd=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ids_file_is_read_as_sample_ids_and_a_bad_one_is_named(tmp_path):
+    """`--ids x` printed Python's `invalid literal for int()` or `[Errno 2]`."""
+    (tmp_path / "ids.txt").write_text("0 1\n2 x7\n")
+    out = str(tmp_path / "o")
+    cases = [("ids.txt", "error: --ids ids.txt: line 2: 'x7' is not a sample id"),
+             ("ids.tx", "error: --ids: ids.tx: no such ids file\n  fix: did you mean "
+                        "ids.txt?"),
+             (".", "error: --ids: . is a directory, not an ids file")]
+    for ids, says in cases:
+        proc = cli("run", "--profile", "cpu", "--ids", ids, "--out", out, "--dry-run",
+                   cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(says), proc.stderr
+        assert "int()" not in proc.stderr and "Errno" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.txt"]
+
+
+# --- what was meant, and what a thing is ---------------------------------------------------------
+def test_runner_alone_and_a_command_group_alone_show_their_help():
+    for argv, shows in ((), "workflows:"), (("goldens",), "IREE CI golden tests"), \
+            (("image",), "docker images"):
+        proc = cli(*argv)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert proc.stdout.startswith(f"usage: runner {' '.join(argv)}".rstrip()) \
+            and shows in proc.stdout
+        assert "_command" not in proc.stdout
+
+
+def test_a_misspelled_command_or_choice_says_what_was_meant():
+    proc = cli("rnu")
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: runner: unknown command 'rnu'\n  fix: did you mean "
+                           "`runner run`? `runner --help` lists the commands\n")
+    proc = cli("goldens", "chek")
+    assert "unknown command 'chek'\n  fix: did you mean `runner goldens check`?" in proc.stderr
+    assert "goldens_command" not in proc.stderr
+    proc = cli("run", "--executor", "dokcer", "--out", "x")
+    assert "invalid choice: 'dokcer'\n  fix: did you mean docker? (one of local, docker, " \
+        "slurm)" in proc.stderr
+
+
+def test_every_command_says_what_it_does_in_its_help():
+    assert "Download a profile's model artifacts into the cache." in cli("fetch",
+                                                                         "--help").stdout
+    problems = help_problems(_toy(("bare", lambda p: document(p, "runner bare"))))
+    assert "runner bare: no description: its help does not say what it does" in problems
+
+
+def test_a_profile_that_is_not_one_says_what_it_is_and_what_is_expected(tmp_path):
+    (tmp_path / "notes.txt").write_text("layout: {}\n")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "lab.yaml").write_text("extends: cpu\n")
+    cases = [("mi325", "unknown profile 'mi325'\n  fix: did you mean mi325x? use one of "),
+             ("profiles", "--profile: 'profiles' is a directory, not a profile\n  fix: give a "
+                          "profile name or a profile's .yaml/.yml file, e.g. profiles/lab.yaml"),
+             ("notes.txt", "--profile: 'notes.txt' is a file, but not a profile YAML"),
+             ("$(id)\nx", "unknown profile '$(id)\\nx'"),
+             ("profiles/lab.yml", "unknown profile 'profiles/lab.yml': no such file\n  fix: "
+                                  "did you mean profiles/lab.yaml?")]
+    for value, says in cases:
+        proc = cli("plan", "--profile", value, cwd=tmp_path)
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+
+
+def test_a_file_where_a_run_dir_is_expected_is_called_a_file(tmp_path):
+    (tmp_path / "run.json").write_text("{}")
+    for command in ("score", "report", "aggregate"):
+        proc = cli(command, str(tmp_path / "run.json"), "--dry-run")
+        assert proc.returncode == 2
+        assert f"{tmp_path / 'run.json'}: a file, where a run dir" in proc.stderr
+        assert "fix: pass the " in proc.stderr and f"({tmp_path}, if it is that one)" \
+            in proc.stderr and "not found" not in proc.stderr
+
+
+# --- a fix in the syntax the user typed ---------------------------------------------------------
+@pytest.mark.parametrize("argv, fix", [
+    (["--set", "layout.devices=0-4000"], "fix: use at most 2 device(s) (e.g. --set "
+     "layout.devices=0-1), or let devices share cores (--set layout.allow_oversubscribe=true)"),
+    (["--devices", "0-4000"], "(e.g. --devices 0-1), or let devices share cores (--set "
+     "layout.allow_oversubscribe=true)"),
+    (["--set", "layout.numa=true"], "fix: drop --set layout.numa"),
+    (["--partition", "cpx"], "fix: drop --partition"),
+])
+def test_a_fix_is_written_as_the_user_typed_the_value(argv, fix, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    proc = cli("plan", "--profile", "cpu", *argv)
+    assert proc.returncode == 2 and fix in proc.stderr, proc.stderr
+    assert ": true" not in proc.stderr and "remove layout." not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "bench", "image build"])
+def test_an_iree_flag_offers_only_the_builds_its_command_takes(command):
+    """validate's help offered `commit:SHA`, which it refuses: each --iree lists the kinds
+    its command builds (a harness image: wheels, source, build-dir)."""
+    text = _help(command, "--iree")
+    assert "an IREE build: wheels:VERSION | source:SHA | build-dir:DIR" in text
+    assert "commit:SHA" not in text
+
+
+def test_validate_refuses_a_commit_build_naming_source(tmp_path):
+    proc = cli("validate", "--iree", "commit:1a2b3c4d", "--out", str(tmp_path / "v"),
+               "--dry-run")
+    assert proc.returncode == 2
+    assert "fix: build it from source: --iree source:1a2b3c4d" in proc.stderr
+    assert not (tmp_path / "v").exists()
+
+
+# --- LoadGen's flags: units and scenarios said ------------------------------------------------
+def test_min_duration_says_seconds_and_the_user_confs_milliseconds():
+    text = _help("mlperf", "--min-duration")
+    assert "in seconds" in text and "min_duration in milliseconds" in text
+    assert "(user.conf min_duration;" not in text
+
+
+def test_each_qps_flag_sets_its_own_scenario(capsys, tmp_path):
+    """`--qps` set Offline's expected QPS and Server's target QPS at once; each scenario
+    now has its own flag, named as the profile's key, and `--qps` names them."""
+    out = str(tmp_path / "lg")
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "offline,server", "--mode",
+                 "performance", "--count", "4", "--offline-expected-qps", "2",
+                 "--server-target-qps", "0.5", "--out", out, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "stable-diffusion-xl.Offline.target_qps = 2\n" in text
+    assert "stable-diffusion-xl.Server.target_qps = 0.5\n" in text
+    assert main(["mlperf", "--profile", "cpu", "--scenario", "offline", "--mode",
+                 "performance", "--server-target-qps", "3", "--out", out, "--dry-run"]) == 2
+    assert ("error: --server-target-qps: --server-target-qps is the Server scenario's, which "
+            "--scenario does not run (Offline)\n  fix: drop --server-target-qps, or add "
+            "server to --scenario") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["mlperf", "--qps", "3"])
+    assert "use --offline-expected-qps QPS or --server-target-qps QPS" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "lg").exists()

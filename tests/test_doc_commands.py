@@ -328,6 +328,10 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         PLACEHOLDER, "tests/test_goldens_upload.py::"
                      "test_dry_run_prints_exact_commands_without_secrets"),
     "runner goldens upload runs/validate/goldens --container-url "
+    "https://<account>.blob.core.windows.net/sharkpublic/... --dry-run": (
+        PLACEHOLDER, "tests/test_goldens_upload.py::"
+                     "test_dry_run_prints_exact_commands_without_secrets"),
+    "runner goldens upload runs/validate/goldens --container-url "
     "https://<account>.blob.core.windows.net/sharkpublic/...": (
         PLACEHOLDER, "tests/test_goldens_upload.py::"
                      "test_dry_run_prints_exact_commands_without_secrets"),
@@ -386,7 +390,8 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner mlperf --profile cpu --scenario offline --mode performance --count 32 --user-conf "
     "short.conf --out runs/lg-offline": (
         LONG, "tests/test_loadgen.py::test_offline_performance_summary_and_reports"),
-    "runner mlperf --profile cpu --scenario server --mode performance --count 32 --qps 3 "
+    "runner mlperf --profile cpu --scenario server --mode performance --count 32 "
+    "--server-target-qps 3 "
     "--user-conf short.conf --out runs/lg-server": (
         LONG, "tests/test_loadgen.py::test_server_batches_fill_up_to_the_batch_size"),
     "runner mlperf --profile cpu --scenario singlestream,offline,server --mode submission "
@@ -719,3 +724,64 @@ def test_commands_that_use_the_compile_cache(fresh_clone, tiny_compiled):
 def test_the_main_job_and_what_reads_its_run_dir(fresh_clone):
     pytest.importorskip("torch")
     run_commands(fresh_clone, MAIN_JOB)
+
+
+# --- what the pages show is the grammar the parser takes -------------------------------------
+PLACEHOLDER_TEXT = re.compile(r"<[^<>]*>")  # `<sha>`, `<previous sha>`: one word each
+INLINE_COMMAND = re.compile(r"`(runner [^`\n]+)`")
+SHELL_STOPS = {"|", "&&", ";", ">", "||"}
+
+
+def runner_words(command: str) -> list[str] | None:
+    """The arguments after `runner` in a shown command, placeholders as one word; None
+    when it runs no `runner`."""
+    words = shlex.split(PLACEHOLDER_TEXT.sub("X", command))
+    if "runner" not in words:
+        return None
+    words = words[words.index("runner") + 1:]
+    stop = next((i for i, w in enumerate(words) if w in SHELL_STOPS), len(words))
+    return words[:stop]
+
+
+def test_every_shown_command_parses_as_written(capsys):
+    """Each `runner` command a page or a help example shows is one the parser takes: no
+    old spelling (refused), no flag it lacks, no abbreviation, no missing argument."""
+    parser = build_parser()
+    refused = {}
+    for command in shown_commands():
+        argv = runner_words(command)
+        if argv is None:
+            continue
+        try:
+            _, extra = parser.parse_known_args(argv)
+            if extra:
+                refused[command] = f"unrecognized: {extra}"
+        except SystemExit as e:
+            if e.code:
+                refused[command] = capsys.readouterr().err
+    assert refused == {}
+
+
+def _live_flags(parser) -> set[str]:
+    return {f for a in parser._actions if a.help != "==SUPPRESS==" for f in a.option_strings}
+
+
+def test_every_flag_a_page_names_in_passing_is_one_its_command_takes():
+    """An inline `runner image build --from` names a flag that is gone: each `--flag` in an
+    inline `runner ...` span is a live option of the command it follows."""
+    from runner.clihelp import subparsers_of
+
+    root = build_parser()
+    wrong = []
+    for page in doc_pages():
+        for span in INLINE_COMMAND.findall(page.read_text(encoding="utf-8")):
+            words, parser = runner_words(span) or [], root
+            if words and words[0].isupper():  # `runner CMD --resume DIR`: any command
+                continue
+            while words and (choices := {n: p for a in subparsers_of(parser)
+                                         for n, p in a.choices.items()}).get(words[0]):
+                parser = choices[words.pop(0)]
+            taken = _live_flags(parser) | _live_flags(root)
+            wrong += [f"{page.name}: `{span}`: {w}" for w in words
+                      if w.startswith("--") and w.partition("=")[0] not in taken]
+    assert wrong == []

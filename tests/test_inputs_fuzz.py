@@ -263,7 +263,8 @@ def test_numeric_flags_are_finite_in_range_or_a_usage_error(kind, text):
 
 OPTIONS = {"run": ["--count", "--cpd", "--batch-size", "--vae-batch-size", "--nodes",
                    "--cpus-per-node", "--max-resubmits"],
-           "mlperf": ["--count", "--min-duration", "--qps"],
+           "mlperf": ["--count", "--min-duration", "--offline-expected-qps",
+                      "--server-target-qps"],
            "bench": ["--repetitions", "--warmup"],
            "compile": ["--batch-sizes"]}
 
@@ -289,7 +290,8 @@ def test_plan_with_any_set_exits_0_or_2(capsys, overrides):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("flag", ["--min-duration", "--qps"])
+@pytest.mark.parametrize("flag", ["--min-duration", "--offline-expected-qps",
+                                  "--server-target-qps"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_mlperf_duration_and_qps_refuse_nan_and_inf(capsys, flag, value):
     with pytest.raises(SystemExit) as e:

@@ -66,8 +66,8 @@ def test_user_conf_cannot_switch_mode_and_flags_cannot_contradict_it():
     with pytest.raises(RunnerError, match=r"audit\.config"):
         merged_user_conf("Offline", profile.mlperf, mode, Flags(), "u.conf")
     qps = parse_conf_text("*.Offline.target_qps = 3\n", "u.conf")
-    with pytest.raises(RunnerError, match="--qps sets target_qps = 5"):
-        merged_user_conf("Offline", profile.mlperf, qps, Flags(qps=5), "u.conf")
+    with pytest.raises(RunnerError, match="--offline-expected-qps sets target_qps = 5"):
+        merged_user_conf("Offline", profile.mlperf, qps, Flags(offline_qps=5), "u.conf")
 
 
 def test_merged_user_conf_keeps_precedence_over_loadgen_wildcards():
@@ -128,7 +128,8 @@ def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
     count, its audit.config on top, and the batcher's wait limit."""
     out = tmp_path / "dry"
     assert mlperf("--profile", "tiny", "--scenario", "singlestream,offline,server",
-                  "--mode", "submission", "--count", "8", "--qps", "3", "--min-duration", "2",
+                  "--mode", "submission", "--count", "8", "--server-target-qps", "3",
+                  "--min-duration", "2",
                   "--out", str(out), "--dry-run") == 0
     text = capsys.readouterr().out
     assert "iree-compile" in text and "runner.batch.worker --task" in text
@@ -253,7 +254,7 @@ def test_repeated_samples_are_each_computed_and_completed_once(offline_perf):
 def test_server_batches_fill_up_to_the_batch_size(tmp_path):
     out = tmp_path / "out"
     rc = mlperf("--profile", "tiny", "--set", "layout.batch_size=2", "--scenario", "server",
-                "--mode", "performance", "--count", "8", "--qps", "8",
+                "--mode", "performance", "--count", "8", "--server-target-qps", "8",
                 "--user-conf", str(user_conf(tmp_path, 10)), "--out", str(out))
     assert rc in (0, 1)
     sut = record(out)["tests"][0]["sut"]
@@ -272,7 +273,7 @@ def test_accuracy_mode_answers_every_sample_once_in_qsl_order(tmp_path):
     each once, in ascending qsl_idx (the order the runner's aggregation scores)."""
     out = tmp_path / "out"
     assert mlperf("--profile", "cpu", "--scenario", "server", "--mode", "accuracy",
-                  "--count", "8", "--qps", "4", "--no-score",
+                  "--count", "8", "--server-target-qps", "4", "--no-score",
                   "--user-conf", str(user_conf(tmp_path, 8)), "--out", str(out)) == 0
     log = json.loads((out / "Server" / "accuracy" / "mlperf_log_accuracy.json").read_text())
     assert [rec["qsl_idx"] for rec in log] == list(range(8))

@@ -74,6 +74,17 @@ def find_weights(spec: WeightsSpec, explicit: str | Path | None = None) -> Path:
             f"set ${spec.env}, or save it as {spec.cache_path()}")
 
 
+def backbone_weights(mode: str, metrics: tuple[str, ...], fid_weights: str | Path | None = None,
+                     clip_weights: str | Path | None = None) -> list[Path]:
+    """The weights files scoring `metrics` loads (found where `load_backbones` finds them,
+    not read); none for seeded backbones."""
+    if mode != "pretrained":
+        return []
+    return [find_weights(spec, explicit) for metric, spec, explicit in (
+        ("fid", FID_WEIGHTS, fid_weights), ("clip", CLIP_WEIGHTS, clip_weights))
+        if metric in metrics]
+
+
 def verify_weights(path: Path, spec: WeightsSpec, expected_sha256: str | None = None) -> str:
     expected = expected_sha256 or spec.sha256
     actual = sha256_file(path)

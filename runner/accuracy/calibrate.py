@@ -28,6 +28,7 @@ from runner.accuracy.backbones import Backbones
 from runner.accuracy.evaluate import (
     open_backbones,
     plan,
+    plan_lines,
     reference_statistics,
     resolve_profile,
     run_scores,
@@ -44,6 +45,7 @@ from runner.base.paths import (
     refuse_package_write,
 )
 from runner.config.mlperf_data import load_captions
+from runner.config.profile import METRICS
 
 STATS_NAME = "fid_statistics.npz"
 SNIPPET_NAME = "accuracy.yaml"
@@ -85,10 +87,45 @@ def percent_range(value: float, percent: float) -> tuple[float, float]:
     return (value - delta, value + delta)
 
 
-def _plan(run_dir: Path, profile, captions):
+def _plan(run_dir: Path, profile, captions, verify: bool = True):
     # The calibrated set is whatever the run holds; only completeness is checked.
-    return plan(open_source(Path(run_dir)), profile, captions, allow_subset=False,
-                check_ranges_set=False)
+    return plan(open_source(Path(run_dir), verify=verify), profile, captions,
+                allow_subset=False, check_ranges_set=False)
+
+
+def _prepare(run_dir: Path, profile: str | None, reference_run: Path | None,
+             verify: bool = True):
+    """The profile, captions and the plans of the calibrated run and the reference run,
+    checked before anything is scored."""
+    source = open_source(Path(run_dir), verify=verify)
+    prof = resolve_profile(source, profile)
+    captions = load_captions(*([source.captions] if source.captions else []))
+    probe = _plan(run_dir, prof, captions, verify)
+    ref_plan = None if reference_run is None else _plan(reference_run, prof, captions, verify)
+    if ref_plan is not None and set(ref_plan.ids) & set(probe.ids):
+        raise RunnerError(f"the reference run shares {len(set(ref_plan.ids) & set(probe.ids))} "
+                          "samples with the calibrated run", where=str(reference_run),
+                          fix="use disjoint prompts: identical images make FID ~0")
+    return prof, captions, probe, ref_plan
+
+
+def calibrate_plan(run_dir: Path, out: Path, *, profile: str | None = None,
+                   reference_run: Path | None = None, fid_percent: float = MLPERF_FID_PERCENT,
+                   clip_percent: float = MLPERF_CLIP_PERCENT, fid_weights=None,
+                   clip_weights=None) -> list[str]:
+    """What `runner calibrate --dry-run` prints: its inputs checked as `calibrate` checks
+    them, then what it would score and write."""
+    _, _, probe, ref_plan = _prepare(run_dir, profile, reference_run, verify=False)
+    lines = plan_lines(probe, METRICS, fid_weights, clip_weights)
+    written = [out / SNIPPET_NAME, out / RECORD_NAME]
+    if ref_plan is not None:
+        lines.append(f"# FID reference statistics from {len(ref_plan.ids)} samples of "
+                     f"{ref_plan.source.location}")
+        written.insert(0, out / STATS_NAME)
+    else:
+        lines.append(f"# FID reference statistics: {reference_statistics(probe).path}")
+    lines.append(f"# ranges: FID +/- {fid_percent:g}%, CLIP +/- {clip_percent:g}% of its scores")
+    return [*lines, f"# would write {', '.join(map(str, written))}"]
 
 
 def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
@@ -101,15 +138,7 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
     """`source_label` / `reference_label` name the runs in the written files instead of their
     (temporary) paths; `notes` become extra comment lines of the snippet."""
     out = Path(out)
-    source = open_source(Path(run_dir))
-    prof = resolve_profile(source, profile)
-    captions = load_captions(*([source.captions] if source.captions else []))
-    probe = _plan(run_dir, prof, captions)
-    ref_plan = None if reference_run is None else _plan(reference_run, prof, captions)
-    if ref_plan is not None and set(ref_plan.ids) & set(probe.ids):
-        raise RunnerError(f"the reference run shares {len(set(ref_plan.ids) & set(probe.ids))} "
-                          "samples with the calibrated run", where=str(reference_run),
-                          fix="use disjoint prompts: identical images make FID ~0")
+    prof, captions, probe, ref_plan = _prepare(run_dir, profile, reference_run)
     backbones = backbones or open_backbones(probe, fid_weights, clip_weights, device)
     stats_meta = {}
     if ref_plan is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runner.base.outdir import RESUMES, Rerun
 from runner.clihelp import (
+    add_dry_run,
     add_metrics,
     add_out,
     add_profile,
@@ -60,6 +61,14 @@ def cmd_score(args: argparse.Namespace) -> int:
     from runner.config.profile import parse_metrics
 
     metrics = parse_metrics(args.metrics, "--metrics") if args.metrics else None
+    if args.dry_run:
+        from runner.accuracy.evaluate import score_plan
+
+        print("\n".join(score_plan(Path(args.run_dir), profile=args.profile,
+                                   log=Path(args.log) if args.log else None, metrics=metrics,
+                                   fid_weights=args.fid_weights,
+                                   clip_weights=args.clip_weights)))
+        return 0
     score = evaluate_run(Path(args.run_dir), profile=args.profile,
                          log=Path(args.log) if args.log else None,
                          require_full=args.require_full, fid_weights=args.fid_weights,
@@ -81,6 +90,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from runner.accuracy.evaluate import resolve_profile
     from runner.accuracy.samples import open_source
 
+    if args.dry_run:
+        from runner.accuracy.compare import compare_plan
+
+        print("\n".join(compare_plan(Path(args.run_a), Path(args.run_b),
+                                     Path(args.out) / COMPARE_JSON if args.out else None)))
+        return 0
     shape = None
     sources = [open_source(Path(args.run_a)), open_source(Path(args.run_b))]
     if any(s.kind == "log" for s in sources):
@@ -97,8 +112,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from runner.accuracy.calibrate import calibrate
+    from runner.accuracy.calibrate import calibrate, calibrate_plan
 
+    if args.dry_run:
+        print("\n".join(calibrate_plan(
+            Path(args.run_dir), Path(args.out), profile=args.profile,
+            reference_run=Path(args.reference_run) if args.reference_run else None,
+            fid_percent=args.fid_percent, clip_percent=args.clip_percent,
+            fid_weights=args.fid_weights, clip_weights=args.clip_weights)))
+        return 0
     cal = calibrate(Path(args.run_dir), Path(args.out), profile=args.profile,
                     reference_run=Path(args.reference_run) if args.reference_run else None,
                     fid_percent=args.fid_percent, clip_percent=args.clip_percent,
@@ -113,11 +135,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
-    from runner.accuracy.oracle_runs import Perturbation, oracle_run
+    from runner.accuracy.oracle_runs import Perturbation, oracle_plan, oracle_run
     from runner.accuracy.samples import chosen_ids
 
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
     ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
+    if args.dry_run:
+        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args), ids,
+                                    perturbation)))
+        return 0
     out = oracle_run(Path(args.out), profile_from_args(args), ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
@@ -137,6 +163,8 @@ def register(subparsers) -> None:
     add_metrics(p)
     p.add_argument("--log", metavar="PATH", help="score this mlperf_log_accuracy.json "
                    "(default: the run's images)")
+    add_dry_run(p, "what it would score (samples, metrics, the weights and statistics it "
+                "found) and the files it would write")
     p.set_defaults(func=cmd_score)
     document(p, "runner score runs/main",
              "runner score runs/main --metrics fid      # FID alone: no CLIP weights needed",
@@ -152,6 +180,7 @@ def register(subparsers) -> None:
     add_worst(p, 10)
     add_profile(p, default=None, none_means="the one the run recorded; for an accuracy log, "
                 "it gives the image size", with_set=False)
+    add_dry_run(p, "the samples both runs hold and the file it would write")
     p.set_defaults(func=cmd_compare)
     document(p, "runner compare runs/a runs/b", "runner compare runs/a runs/b --out cmp",
              out=f"a directory for {COMPARE_JSON}, every per-image difference")
@@ -173,6 +202,8 @@ def register(subparsers) -> None:
     p.add_argument("--clip-percent", type=PERCENT, default=0.2,
                    help="CLIP range half-width in percent (default: 0.2, as MLPerf)")
     _add_backbone_flags(p)
+    add_dry_run(p, "what it would score (samples, weights, statistics) and the files it "
+                "would write")
     p.set_defaults(func=cmd_calibrate)
     document(p, "runner calibrate runs/known-good --out calib --fid-percent 2 --clip-percent 0.2",
              out="a directory: accuracy.yaml, calibration.json (and fid_statistics.npz)")
@@ -190,6 +221,7 @@ def register(subparsers) -> None:
                    help="add N(0, s^2) noise to the fixed initial latent (default: 0)")
     p.add_argument("--noise-seed", type=SEED, default=0,
                    help="seed of that noise (default: 0)")
+    add_dry_run(p, "the images it would generate and where")
     p.set_defaults(func=cmd_oracle)
     document(p, "runner oracle --count 32 --out runs/oracle",
              "runner oracle --guidance 2.0 --out runs/g2     # a deliberately broken run")

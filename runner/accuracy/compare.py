@@ -112,15 +112,36 @@ def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return psnr.numpy(), ssim.numpy()
 
 
-def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | None = None,
-                 log_a: Path | None = None, log_b: Path | None = None) -> Comparison:
-    src_a, src_b = open_source(Path(run_a), log_a), open_source(Path(run_b), log_b)
+def _common(run_a: Path, run_b: Path, log_a: Path | None = None, log_b: Path | None = None,
+            verify: bool = True):
+    """Both runs' images and the sample ids both hold (refused when none)."""
+    src_a = open_source(Path(run_a), log_a, verify)
+    src_b = open_source(Path(run_b), log_b, verify)
     ids_a, ids_b = _ids(src_a), _ids(src_b)
     common = sorted(ids_a & ids_b)
     if not common:
         raise RunnerError("the two runs have no sample ids in common",
                           where=f"{src_a.location} vs {src_b.location}",
                           fix="compare runs made for overlapping samples (--count/--samples)")
+    return src_a, src_b, ids_a, ids_b, common
+
+
+def compare_plan(run_a: Path, run_b: Path, written: Path | None) -> list[str]:
+    """What `runner compare --dry-run` prints: both runs checked as `compare_runs` checks
+    them, then what it would compare and write (`written`: the comparison's file)."""
+    src_a, src_b, ids_a, ids_b, common = _common(run_a, run_b, verify=False)
+    lines = [f"# compare {len(common)} samples ({format_ids(common)}) of {src_a.location} and "
+             f"{src_b.location}: PSNR/SSIM per image"]
+    for only, location in ((ids_a - ids_b, src_a.location), (ids_b - ids_a, src_b.location)):
+        if only:
+            lines.append(f"# {len(only)} sample(s) only in {location}: left out")
+    return [*lines, f"# would write {written}" if written else "# writes nothing (no --out): "
+            "the table is printed"]
+
+
+def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | None = None,
+                 log_a: Path | None = None, log_b: Path | None = None) -> Comparison:
+    src_a, src_b, ids_a, ids_b, common = _common(run_a, run_b, log_a, log_b)
     get_a, get_b = _lookup(src_a, set(common), image_shape), _lookup(src_b, set(common),
                                                                      image_shape)
     diffs: list[ImageDiff] = []

@@ -11,12 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.accuracy.backbones import Backbones, load_backbones
+from runner.accuracy.backbones import Backbones, backbone_weights, load_backbones
 from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
 from runner.accuracy.score import AccuracyResult, ScoreSettings, reader_jobs, score_samples
 from runner.accuracy.settings import AccuracySettings, accuracy_settings
-from runner.accuracy.verdict import Verdict, judge, require_ranges, write_results
+from runner.accuracy.verdict import (
+    JSON_NAME,
+    TXT_NAME,
+    Verdict,
+    judge,
+    require_ranges,
+    write_results,
+)
 from runner.base.errors import IncompleteRun, RunnerError
 from runner.config.mlperf_data import Captions, load_captions
 from runner.config.profile import METRICS, Profile, load_profile
@@ -137,15 +144,12 @@ def refuse_failed(source: SampleSource) -> None:
         raise failures_error(failed, total, str(source.run_dir), "scoring refused")
 
 
-def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
-                 allow_subset: bool = False, require_full: bool = False,
-                 fid_weights=None, clip_weights=None,
-                 batch_size: int = 1, device: str = "cpu", progress: bool = True,
-                 backbones: Backbones | None = None,
-                 metrics: tuple[str, ...] | None = None) -> RunScore:
-    """`metrics`: fid, clip or both; default the profile's `accuracy.metrics` (both unless
-    it says otherwise). Only the weights and statistics of those metrics are needed."""
-    source = open_source(Path(run_dir), Path(log) if log else None)
+def prepare(run_dir: Path, profile: str | None, log: Path | None, allow_subset: bool,
+            metrics: tuple[str, ...] | None, verify: bool = True
+            ) -> tuple[Plan, Captions, tuple[str, ...], FidStatistics | None]:
+    """Every check that can fail before an image is scored, in the order scoring meets
+    them: the plan, the captions, the metrics scored and the FID reference statistics."""
+    source = open_source(Path(run_dir), Path(log) if log else None, verify)
     refuse_failed(source)
     prof = resolve_profile(source, profile)
     prof.model.check_scorable()  # seeded random weights: images that mean nothing
@@ -154,6 +158,48 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
     captions = load_captions(*([source.captions] if source.captions else []))
     p = plan(source, prof, captions, allow_subset)
     reference = reference_statistics(p) if "fid" in metrics else None
+    return p, captions, metrics, reference
+
+
+def plan_lines(p: Plan, metrics: tuple[str, ...], fid_weights=None, clip_weights=None
+               ) -> list[str]:
+    """A dry run's account of a scoring: what is scored, with which weights (found, not
+    yet read: their sha256 is checked when loaded), against which statistics."""
+    label = f"{len(p.ids)} samples ({format_ids(p.ids)}) of {p.source.location}"
+    lines = [f"# score {' and '.join(m.upper() for m in metrics)} of {label}, profile "
+             f"{p.profile.name}" + (" (a subset: scored, not judged)" if p.subset else "")]
+    if p.missing:
+        lines.append(f"# {len(p.missing)} requested sample(s) missing ({_missing_text(p.missing)})")
+    for path in backbone_weights(p.settings.backbones, metrics, fid_weights, clip_weights):
+        lines.append(f"# weights: {path}")
+    if p.settings.backbones == "seeded":
+        lines.append(f"# backbones: seeded random networks (seed {p.settings.seed})")
+    return lines
+
+
+def score_plan(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
+               metrics: tuple[str, ...] | None = None, fid_weights=None,
+               clip_weights=None) -> list[str]:
+    """What `runner score --dry-run` prints: every input checked as `evaluate_run` checks
+    it, nothing read past that, nothing written."""
+    p, _, metrics, reference = prepare(run_dir, profile, log, False, metrics, verify=False)
+    lines = plan_lines(p, metrics, fid_weights, clip_weights)
+    if reference is not None:
+        lines.append(f"# FID reference statistics: {reference.path}")
+    json_path, txt_path = Path(run_dir) / JSON_NAME, Path(run_dir) / TXT_NAME
+    return [*lines, f"# would write {json_path} and {txt_path}"]
+
+
+def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
+                 allow_subset: bool = False, require_full: bool = False,
+                 fid_weights=None, clip_weights=None,
+                 batch_size: int = 1, device: str = "cpu", progress: bool = True,
+                 backbones: Backbones | None = None,
+                 metrics: tuple[str, ...] | None = None) -> RunScore:
+    """`metrics`: fid, clip or both; default the profile's `accuracy.metrics` (both unless
+    it says otherwise). Only the weights and statistics of those metrics are needed."""
+    p, captions, metrics, reference = prepare(run_dir, profile, log, allow_subset, metrics)
+    prof, source = p.profile, p.source
     backbones = backbones or open_backbones(p, fid_weights, clip_weights, device, metrics)
     result = run_scores(p, backbones, captions, reference, batch_size, progress, metrics)
     labels = []

@@ -36,7 +36,36 @@ class Perturbation:
         return dataclasses.asdict(self)
 
 
+def _check_oracle(profile: Profile) -> None:
+    """The oracle runs the tiny model, in PyTorch: both checked before any work."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise RunnerError("the PyTorch oracle needs the [export] extra: no torch",
+                          fix="pip install -e '.[export]'")
+    if profile.model.name != "tiny-sdxl":
+        raise RunnerError(f"the oracle runs the tiny model only, not {profile.model.name}",
+                          where="--profile", fix="use the tiny or cpu profile")
+
+
+def oracle_plan(out: Path, profile: Profile, sample_ids: list[int],
+                perturbation: Perturbation = Perturbation()) -> list[str]:
+    """What `runner oracle --dry-run` prints: its inputs checked as `oracle_run` checks
+    them, then what it would generate and write."""
+    _check_oracle(profile)
+    how = []
+    if perturbation.guidance_scale is not None:
+        how.append(f"guidance {perturbation.guidance_scale:g}")
+    if perturbation.latent_noise:
+        how.append(f"latent noise {perturbation.latent_noise:g}, seed {perturbation.noise_seed}")
+    return [f"# oracle: {len(sample_ids)} images ({format_ids(sample_ids)}) of "
+            f"{profile.model.name} from its PyTorch pipeline, one prompt at a time"
+            + (f", perturbed: {'; '.join(how)}" if how else ""),
+            f"# would write {Path(out) / 'images'}/NNNNN.png and {Path(out) / 'manifest.json'}"]
+
+
 def make_oracle(profile: Profile, perturbation: Perturbation = Perturbation()):
+    _check_oracle(profile)
     try:
         import torch
 
@@ -44,9 +73,6 @@ def make_oracle(profile: Profile, perturbation: Perturbation = Perturbation()):
     except ImportError as e:
         raise RunnerError(f"the PyTorch oracle needs the [export] extra: {e}",
                           fix="pip install -e '.[export]'") from e
-    if profile.model.name != "tiny-sdxl":
-        raise RunnerError(f"the oracle runs the tiny model only, not {profile.model.name}",
-                          where="--profile", fix="use the tiny or cpu profile")
     oracle = TorchOracle(profile.model)
     if perturbation.guidance_scale is not None:
         oracle.config = dataclasses.replace(oracle.config,

@@ -167,12 +167,20 @@ def _recorded_profile(meta: dict) -> str | None:
     return meta.get("profile")
 
 
-def open_source(run_dir: Path, log: Path | None = None) -> SampleSource:
+def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> SampleSource:
+    """The images of `run_dir` (or of `log`). A run dir's samples are verified up front
+    (a corrupt one is moved aside, and then counts as missing); `verify=False` (a dry run)
+    takes the ones there as they are and moves nothing."""
     run_dir = Path(run_dir)
+    expected = (f"a run dir ({RUN_META} + samples/), a generate dir ({GENERATE_META} + "
+                f"images/) or a dir holding {LOG_NAME}")
+    if run_dir.is_file():
+        raise RunnerError(f"a file, where {expected} is expected", where=str(run_dir),
+                          fix=f"pass the directory that holds the run ({run_dir.parent}, if "
+                          "it is that one)")
     if not run_dir.is_dir():
         raise RunnerError(f"run dir not found: {run_dir}", where=str(run_dir),
-                          fix="pass a run dir (run.json), a generate dir (manifest.json) or "
-                              "a dir holding mlperf_log_accuracy.json")
+                          fix=f"pass {expected}")
     profile, requested, captions = None, None, None
     if (run_dir / RUN_META).is_file():
         meta = _read_json(run_dir / RUN_META)
@@ -183,7 +191,8 @@ def open_source(run_dir: Path, log: Path | None = None) -> SampleSource:
         if log is None:
             # Verified up front: a corrupt file is moved aside, named on stderr, and then
             # counts as missing, before any scoring time is spent.
-            available = tuple(sorted(SampleStore(run_dir).verified_ids()))
+            store = SampleStore(run_dir)
+            available = tuple(sorted(store.verified_ids() if verify else store.done_ids()))
             if available or not (run_dir / LOG_NAME).is_file():
                 return SampleSource(run_dir, "store", profile, requested, available,
                                     captions=captions)

@@ -158,13 +158,14 @@ def check(before: Snapshot, after: Snapshot | None = None) -> Check:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m runner.base.gpu_holders",
+        prog="python3 -m runner.base.gpu_holders", allow_abbrev=False,
         description="Snapshot the GPU's compute processes, or check that none was added "
         "since a snapshot (exit 1 naming each; 0 with a note where no tool exists).")
     sub = parser.add_subparsers(dest="action", required=True)
-    sub.add_parser("snapshot", help="print the compute processes now as JSON")
+    sub.add_parser("snapshot", help="print the compute processes now as JSON",
+                   allow_abbrev=False)
     p = sub.add_parser("check", help="exit 1 if a process holds GPU memory that did not in "
-                       "the snapshot")
+                       "the snapshot", allow_abbrev=False)
     p.add_argument("before", type=Path, help="the JSON `snapshot` printed before the command")
     args = parser.parse_args(argv)
     try:

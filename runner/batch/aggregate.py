@@ -48,16 +48,12 @@ class AggregateResult:
         return self.raw_bytes / 1e6 / max(self.seconds, 1e-9)
 
 
-def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
-              sample_ids: Iterable[int] | None = None, progress: bool = True
-              ) -> AggregateResult:
-    """Each of `jobs` threads (default: every core) reads, decodes, verifies (sha256) and
-    hex-encodes a sample and hands its record to the log's writer thread, which puts it in
-    its place (`PositionalLog`) while the reading threads go on; a bounded window ahead of
-    the thread collecting dataset.json's records. So the log's bytes are the same whatever
-    `jobs` is. A corrupt sample stops it with the file moved aside (see
-    `SampleStore.read`) and no log written. `sample_ids` defaults to the run manifest's."""
-    keep_freed_memory()
+def samples_to_aggregate(run_dir: Path, allow_incomplete: bool = False,
+                         sample_ids: Iterable[int] | None = None
+                         ) -> tuple[list[int], list[int], dict]:
+    """The samples a log will hold, the missing ones and the failed ones, checked before
+    any is read: every requested one is there (unless `allow_incomplete`) and none failed.
+    `sample_ids` defaults to the run manifest's."""
     store = SampleStore(run_dir)
     requested = sorted(RunDir(run_dir).load().sample_ids if sample_ids is None
                        else sample_ids)
@@ -69,7 +65,32 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
         raise RunnerError(f"{len(missing)} of {len(requested)} samples are missing "
                           f"(first: {missing[:5]})", where=str(run_dir),
                           fix=f"`runner run --resume {run_dir}` completes them")
-    present = sorted(set(requested) - set(missing))
+    return sorted(set(requested) - set(missing)), missing, failed
+
+
+def aggregate_plan(run_dir: Path, allow_incomplete: bool = False) -> list[str]:
+    """What `runner aggregate --dry-run` prints: the inputs checked as the real aggregation
+    checks them, then the files it would write."""
+    present, _, _ = samples_to_aggregate(run_dir, allow_incomplete)
+    review = [i for i in load_review_ids() if i in set(present)]
+    return [f"# runner aggregate: {len(present)} samples of {run_dir} (each read and its "
+            "sha256 verified when aggregated)",
+            f"# would write {run_dir / LOG_NAME}, {run_dir / DATASET} and {len(review)} "
+            f"review image(s) into {run_dir / REVIEW_DIR}/"]
+
+
+def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
+              sample_ids: Iterable[int] | None = None, progress: bool = True
+              ) -> AggregateResult:
+    """Each of `jobs` threads (default: every core) reads, decodes, verifies (sha256) and
+    hex-encodes a sample and hands its record to the log's writer thread, which puts it in
+    its place (`PositionalLog`) while the reading threads go on; a bounded window ahead of
+    the thread collecting dataset.json's records. So the log's bytes are the same whatever
+    `jobs` is. A corrupt sample stops it with the file moved aside (see
+    `SampleStore.read`) and no log written. `sample_ids` defaults to the run manifest's."""
+    keep_freed_memory()
+    store = SampleStore(run_dir)
+    present, missing, failed = samples_to_aggregate(run_dir, allow_incomplete, sample_ids)
     records: list[dict] = []
     start = time.perf_counter()
     try:

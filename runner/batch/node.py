@@ -183,7 +183,8 @@ def run_node(run_dir: Path, job_index: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner.batch.node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="runner.batch.node", description=__doc__,
+                                     allow_abbrev=False)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--job", required=True, type=int,
                         help="this run's submission index (the J of node key jJnT)")

@@ -58,15 +58,31 @@ def validate_ids(ids: list[int], where: str, captions_path: Path | None = None) 
     return sorted(ids)
 
 
-def read_ids_file(path: Path) -> list[int]:
+def read_ids_file(path: Path, where: str = "--ids") -> list[int]:
+    """The sample ids of an `--ids FILE`: whole numbers, whitespace-separated; a bad one
+    is named with its line."""
+    from runner.inputs.paths import no_such_path
+
+    if not path.exists():
+        raise no_such_path(path, where, what="ids file")
+    if path.is_dir():
+        raise RunnerError(f"{path} is a directory, not an ids file", where=where,
+                          fix="give a file of sample ids, whitespace-separated, e.g. `0 1 2`")
     try:
-        return [int(tok) for tok in path.read_text().split()]
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        raise RunnerError(f"cannot read ids file: {e}", where=str(path),
-                          fix="check the path given to --ids") from e
-    except ValueError as e:
-        raise RunnerError(f"ids file must hold whitespace-separated integers: {e}",
-                          where=str(path), fix="write one sample id per line, e.g. 0") from e
+        raise RunnerError(f"cannot read the ids file: {e.strerror or e}", where=f"{where} {path}",
+                          fix="check that the file is readable") from e
+    ids = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for token in line.split():
+            if not token.isascii() or not token.isdigit() or len(token) > 18:
+                raise RunnerError(f"{token[:40]!r} is not a sample id (a whole number, MLPerf's "
+                                  "qsl_idx)", where=f"{where} {path}: line {number}",
+                                  fix="write sample ids as whole numbers, whitespace-separated, "
+                                  "e.g. `0 1 2` or one per line")
+            ids.append(int(token))
+    return ids
 
 
 def log_tail(path: Path) -> str:

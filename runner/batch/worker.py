@@ -141,7 +141,7 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner.batch.worker")
+    parser = argparse.ArgumentParser(prog="runner.batch.worker", allow_abbrev=False)
     parser.add_argument("--task", required=True, type=Path)
     args = parser.parse_args(argv)
     driver_gone = threading.Event()

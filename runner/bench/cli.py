@@ -34,6 +34,7 @@ from runner.clihelp import (
 from runner.goldens.cli import golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import COUNT, DURATION, integer
+from runner.inputs.iree_build import IMAGE_KINDS
 
 STAGE_REPETITIONS = 5
 DEFAULT_COUNT = 32
@@ -162,7 +163,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
     add_executor(r, "local", "; local and docker: one run after another on this host, "
                  "slurm: one Slurm job per combination, all at once")
-    add_iree(r, many=True, note="; each is built as a harness image and compiles and runs "
+    add_iree(r, many=True, kinds=IMAGE_KINDS,
+             note="; each is built as a harness image and compiles and runs "
              "its own modules (default: this host's IREE)")
     add_image(r, "; one prebuilt image instead of --iree")
     add_slurm(bench, resumable=False)

@@ -144,7 +144,8 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runner.bisect.probe", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m runner.bisect.probe", description=__doc__,
+                                allow_abbrev=False)
     p.add_argument("--profile", required=True, help="a standalone profile YAML")
     p.add_argument("--samples", required=True, help="sample ids, e.g. 0-3")
     p.add_argument("--out", required=True, help="where probe.json and images go")

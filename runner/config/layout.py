@@ -195,6 +195,9 @@ class _Source:
         self.prefix = prefix
         self.origins = dict(origins or {})
         self.cli = any(o.startswith(CLI_WHERE) for o in self.origins.values())
+        # A value typed on the command line (a flag or a `--set`): a fix is then written
+        # as the user would type it there, never in the profile file's syntax.
+        self.typed = self.cli or any(o.startswith("--set ") for o in self.origins.values())
 
     def where(self, field: str) -> str:
         if field in self.origins:
@@ -202,13 +205,24 @@ class _Source:
         return f"{self.prefix}: layout.{field}" if self.prefix else f"layout.{field}"
 
     def setting(self, field: str, value: Any) -> str:
+        """How to give `field` the value `value`, in the syntax the user used."""
         origin = self.origins.get(field, "")
         if origin.startswith("--set "):
             return f"--set layout.{field}={value}"
         if self.cli and field in _FLAGS:
             return f"{_FLAGS[field]} {value}"
-        suffix = " in the profile" if self.cli else ""
-        return f"layout.{field}: {value}{suffix}"
+        if self.typed:
+            return f"--set layout.{field}={value}"
+        return f"layout.{field}: {value}"
+
+    def removal(self, field: str) -> str:
+        """How to take `field`'s value away, where it was given."""
+        origin = self.origins.get(field, "")
+        if origin.startswith("--set "):
+            return f"drop --set layout.{field}"
+        if origin.startswith(CLI_WHERE) and field in _FLAGS:
+            return f"drop {_FLAGS[field]}"
+        return f"remove layout.{field} from the profile"
 
     def error(self, field: str, message: str, fix: str) -> RunnerError:
         return RunnerError(message, where=self.where(field), fix=fix)
@@ -346,13 +360,13 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
         gpus = _positive_int(src, "gpus", gpus, 8)
         if backend == "cpu":
             raise src.error("gpus", "gpus does not apply to the cpu backend",
-                            fix="remove layout.gpus (cpu devices come from layout.devices)")
+                            fix=f"{src.removal('gpus')} (cpu devices come from layout.devices)")
 
     partition = get("partition")
     if partition is not None:
         if backend != "hip":
             raise src.error("partition", f"partition modes exist only on the hip backend, "
-                            f"not {backend}", fix="remove the partition setting")
+                            f"not {backend}", fix=src.removal("partition"))
         if not isinstance(partition, str) or partition.lower() not in PARTITIONS:
             raise src.error("partition", f"unknown partition mode {_show(partition)}",
                             fix=f"use one of {', '.join(PARTITIONS)} "
@@ -375,7 +389,7 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
     cpd = _positive_int(src, "cpd", get("cpd", 1), 1)
     if get("batch_size") is None:
         raise src.error("batch_size", "batch_size is required",
-                        fix="add layout.batch_size (e.g. 32 for the MLPerf recipe)")
+                        fix=f"add {src.setting('batch_size', 32)} (the MLPerf recipe's)")
     batch_size = _positive_int(src, "batch_size", get("batch_size"), 32)
     vae = get("vae_batch_size")
     vae_batch_size = batch_size if vae is None else _positive_int(src, "vae_batch_size", vae, 1)
@@ -387,22 +401,22 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
     numa = False if get("numa") is None else _flag(src, "numa", get("numa"))
     if numa and backend != "hip":
         raise src.error("numa", f"NUMA pinning is mapped for hip GPUs only, not {backend}",
-                        fix="remove layout.numa")
+                        fix=src.removal("numa"))
     if numa and gpus is None:
         raise src.error("numa", "NUMA pinning needs layout.gpus to map device IDs to GPUs",
-                        fix=f"add {src.setting('gpus', 8)}, or remove layout.numa")
+                        fix=f"add {src.setting('gpus', 8)}, or {src.removal('numa')}")
 
     cores = get("cores_per_device")
     if cores is not None:
         cores = _positive_int(src, "cores_per_device", cores, 1)
         if backend != "cpu":
             raise src.error("cores_per_device", "cores_per_device applies to the cpu backend "
-                            "only", fix="remove layout.cores_per_device")
+                            "only", fix=src.removal("cores_per_device"))
     over = get("allow_oversubscribe")
     allow_oversubscribe = False if over is None else _flag(src, "allow_oversubscribe", over)
     if allow_oversubscribe and backend != "cpu":
         raise src.error("allow_oversubscribe", "allow_oversubscribe applies to the cpu "
-                        "backend only", fix="remove layout.allow_oversubscribe")
+                        "backend only", fix=src.removal("allow_oversubscribe"))
 
     return LayoutSpec(
         backend=backend, gpus=gpus, partition=partition, devices=devices, cpd=cpd,
@@ -583,8 +597,10 @@ def cpu_cores_for(layout: LayoutSpec, available_cores: tuple[int, ...],
     k = layout.cores_per_device or max(1, n // count)
     available = f"{n} available to this process ({_core_ranges(cores)})"
     fit = max(1, n // k)
-    fix = (f"use at most {fit} device(s) (e.g. {src.setting('devices', _first(fit))}), lower "
-           "layout.cores_per_device, or set layout.allow_oversubscribe: true")
+    fewer = (f", fewer cores per device ({src.setting('cores_per_device', k // 2)})"
+             if k > 1 else "")
+    fix = (f"use at most {fit} device(s) (e.g. {src.setting('devices', _first(fit))}){fewer}, "
+           f"or let devices share cores ({src.setting('allow_oversubscribe', 'true')})")
     if not layout.allow_oversubscribe and count * k > n:
         raise src.error("devices", f"{count} cpu device(s) x {k} core(s) each need {count * k} "
                         f"cores; {available}", fix=fix)

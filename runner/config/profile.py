@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import os
 import typing
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
 from runner.config.schema import check_keys, dataclass_keys, unknown_key
-from runner.inputs.paths import inside
+from runner.inputs.paths import inside, no_such_path
 from runner.inputs.yamlfile import read_yaml
 
 BUILTIN_MODELS = {"tiny": ASSETS_DIR / "tiny" / "model.json"}
@@ -91,7 +92,8 @@ def profile_dirs() -> list[Path]:
     return [*dirs, CONFIGS_DIR]
 
 
-def profile_path(name_or_path: str, extending: Path | None = None) -> Path:
+def profile_path(name_or_path: str, extending: Path | None = None, where: str = "--profile"
+                 ) -> Path:
     """The profile file a `--profile` value names. `extending` is the file whose `extends:`
     names it: when that file is itself one the search finds, the next one found is meant,
     so a lab's `mi325x.yaml` in `$RUNNER_PROFILE_PATH` may extend the shipped `mi325x`."""
@@ -108,12 +110,33 @@ def profile_path(name_or_path: str, extending: Path | None = None) -> Path:
         return found[0]
     known = sorted({p.stem for d in dirs for p in d.glob("*.yaml")
                     if not p.stem.startswith("_")})
+    raise _not_a_profile(name_or_path, path, known, where)
+
+
+def _not_a_profile(name_or_path: str, path: Path, known: list[str], where: str
+                   ) -> RunnerError:
+    """What a `--profile` value that names no profile is instead (a directory, a file that
+    is not YAML, a path that is not there, a misspelled name), and what is expected."""
+    expected = "a profile name or a profile's .yaml/.yml file"
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.y*ml"))
+        return RunnerError(f"{name_or_path!r} is a directory, not a profile", where=where,
+                           fix=f"give {expected}"
+                           + (f", e.g. {path / inside[0]}" if inside else ""))
+    if path.is_file():
+        return RunnerError(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
+                           ".yaml or .yml file)", where=where, fix=f"give {expected}")
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        return RunnerError(f"unknown profile {name_or_path!r}: no such file", where=where,
+                           fix=no_such_path(path).fix)
     names = ", ".join(known) or "(none: the shipped profiles are missing; reinstall the runner)"
+    close = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.6)
     searched = os.environ.get(PROFILE_PATH_ENV) or "not set"
-    raise RunnerError(f"unknown profile {name_or_path!r}", where="--profile",
-                      fix=f"use one of {names}, or a path to a profile YAML; a name is looked "
-                      f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
-                      f"({CONFIGS_DIR})")
+    return RunnerError(f"unknown profile {name_or_path!r}", where=where,
+                       fix=(f"did you mean {close[0]}? " if close else "")
+                       + f"use one of {names}, or a path to a profile YAML; a name is looked "
+                       f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
+                       f"({CONFIGS_DIR})")
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
@@ -143,7 +166,7 @@ def _parent_path(parent: Any, path: Path) -> Path:
         found = inside(parent, path.parent, where, absolute_ok=True)
         if found.is_file():
             return found.resolve()
-    return profile_path(parent, extending=path)
+    return profile_path(parent, extending=path, where=where)
 
 
 def set_field(raw: dict, dotted: str, value: Any) -> None:

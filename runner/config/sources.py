@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m runner.config.sources URL...`: fetch into the cache and print the local paths."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m runner.config.sources",
+    parser = argparse.ArgumentParser(prog="python -m runner.config.sources", allow_abbrev=False,
                                      description=main.__doc__)
     parser.add_argument("urls", nargs="+")
     parser.add_argument("--offline", action="store_true", default=None)

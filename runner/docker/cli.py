@@ -16,7 +16,7 @@ from runner.clihelp import (
     document,
     renamed,
 )
-from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, image_info, parse_source
+from runner.docker.image import DEFAULT_BASE_IMAGE, FLAVORS, build_image, image_info, parse_source
 
 
 def _comma_list(text: str | None) -> tuple[str, ...] | None:
@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("build", help="build an image with IREE from wheels, source or a build "
                        "tree (content-addressed: unchanged inputs are a cache hit)")
-    add_iree(p, required=True, note=" (commit: is bisect's; build that commit with source:)")
+    add_iree(p, required=True, kinds=FLAVORS,
+             note=" (commit: is bisect's and trend's; build a commit with source:)")
     renamed(p, "--from", "--iree BUILD", "one build flag in every command")
     add_base_image(p, DEFAULT_BASE_IMAGE)
     p.add_argument("--tag", action="append", metavar="TAG",

@@ -41,9 +41,9 @@ from runner.base.fileio import sha256_file
 from runner.base.paths import DOCKERFILES_DIR, PACKAGE_DIR, PROJECT_FILES_DIR, cache_dir
 from runner.docker.buildenv import BuildNetwork, host_build_network, mask
 from runner.docker.engine import BUILD_READ_TIMEOUT_S, connect
-from runner.inputs.iree_build import parse_build_spec
+from runner.inputs.iree_build import IMAGE_KINDS, parse_build_spec
 
-FLAVORS = ("wheels", "source", "build-dir")
+FLAVORS = IMAGE_KINDS
 IMAGE_REPO = "iree-sdxl-runner"
 DEFAULT_BASE_IMAGE = "runner-base:bookworm"
 DEFAULT_GIT_URL = "https://github.com/iree-org/iree.git"

@@ -23,6 +23,9 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 
 KINDS = ("wheels", "commit", "source", "build-dir")
+# What a harness image is built from (`image build`, and validate's and bench's builds):
+# `commit:` names PkgCI's packages, which bisect and trend install into venvs.
+IMAGE_KINDS = ("wheels", "source", "build-dir")
 GRAMMAR = "wheels:VERSION | commit:SHA | source:SHA | build-dir:DIR"
 EXAMPLES = ("wheels:3.13.0", "commit:1a2b3c4d5e", "source:1a2b3c4d5e",
             "build-dir:../iree-build")
@@ -45,7 +48,7 @@ def _instead(kind: str, value: str, where: str, kinds: tuple[str, ...]) -> str:
     if kind == "commit" and "source" in kinds:
         return (f"build it from source: {where} source:{value} (commit: names PkgCI's "
                 "packages of a commit, which `runner bisect` and `runner trend` install)")
-    return f"use {_grammar(kinds)} with {where}"
+    return f"use {grammar(kinds)} with {where}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def parse_build_spec(text: str, where: str, kinds: tuple[str, ...] = KINDS) -> B
                              if "commit" in kinds else ""))
     if not colon or kind not in KINDS or not value:
         raise RunnerError(f"{text!r} is not an IREE build", where=where,
-                          fix=f"use {_grammar(kinds)}, e.g. "
+                          fix=f"use {grammar(kinds)}, e.g. "
                           + ", ".join(e for e in EXAMPLES if e.split(":")[0] in kinds))
     if kind not in kinds:
         raise RunnerError(f"{kind}: builds cannot be used with {where}", where=where,
@@ -100,7 +103,8 @@ def parse_build_spec(text: str, where: str, kinds: tuple[str, ...] = KINDS) -> B
     return BuildSpec(kind, str(build_tree(value, where)))
 
 
-def _grammar(kinds: tuple[str, ...]) -> str:
+def grammar(kinds: tuple[str, ...] = KINDS) -> str:
+    """The spellings of `kinds`, as GRAMMAR writes them."""
     return " | ".join(g for g in GRAMMAR.split(" | ") if g.split(":")[0] in kinds)
 
 

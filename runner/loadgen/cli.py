@@ -1,6 +1,7 @@
 """`runner mlperf`: LoadGen-driven runs; flags named after AMD's harness where it has them
-(--scenario, --count, --qps, --user-conf, --audit-conf), LoadGen's minimum test duration
---min-duration (its user.conf key), the runner's layout, executor and Slurm flags as
+(--scenario, --count, --user-conf, --audit-conf), LoadGen's minimum test duration
+--min-duration (in seconds; its user.conf key is in ms), a QPS flag per scenario named as the
+profile's `mlperf:` key it overrides, the runner's layout, executor and Slurm flags as
 everywhere else."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from runner.clihelp import (
     add_slurm,
     document,
     profile_from_args,
+    renamed,
 )
 from runner.inputs.cliargs import RATE, TEST_SECONDS
 from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
@@ -63,7 +65,8 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         profile=profile, scenarios=_split(args.scenario), mode=args.mode, out=Path(args.out),
         compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
         audit_confs=_audit_confs(args.audit_conf),
-        flags=Flags(args.count, args.min_duration, args.qps), argv=args.argv, captions=captions,
+        flags=Flags(args.count, args.min_duration, args.offline_expected_qps,
+                    args.server_target_qps), argv=args.argv, captions=captions,
         score=args.score, division=args.division, submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
@@ -102,10 +105,19 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_samples(p, MLPERF_SAMPLES, "; the QSL, and the performance sample count",
                 choose=False)
     p.add_argument("--min-duration", type=TEST_SECONDS, metavar="S",
-                   help="LoadGen's minimum test duration in seconds (user.conf min_duration; "
-                   "default: the user.conf's, else MLPerf's 600)")
-    p.add_argument("--qps", type=RATE,
-                   help="Offline expected QPS / Server target QPS (default: the profile's)")
+                   help="LoadGen's minimum test duration in seconds, e.g. 2 (written to "
+                   "user.conf as min_duration in milliseconds, 2000; default: the user.conf's, "
+                   "else MLPerf's 600 s)")
+    p.add_argument("--offline-expected-qps", type=RATE, metavar="QPS",
+                   help="the Offline scenario's expected QPS, which sizes its one query "
+                   "(user.conf's Offline target_qps; default: the profile's "
+                   "mlperf.offline_expected_qps)")
+    p.add_argument("--server-target-qps", type=RATE, metavar="QPS",
+                   help="the Server scenario's target QPS, the rate LoadGen issues queries at "
+                   "(user.conf's Server target_qps; default: the profile's "
+                   "mlperf.server_target_qps)")
+    renamed(p, "--qps", "--offline-expected-qps QPS or --server-target-qps QPS",
+            "one flag per scenario")
     add_layout(p)
     add_captions(p)
     add_executor(p, "local", "; LoadGen itself runs on this host")

@@ -119,11 +119,17 @@ def applies(line: ConfLine, scenario: str) -> bool:
 
 @dataclass(frozen=True)
 class Flags:
-    """The command's LoadGen flags: --count, --min-duration, --qps."""
+    """The command's LoadGen flags: --count, --min-duration, --offline-expected-qps,
+    --server-target-qps (each QPS flag is its scenario's, as the profile's `mlperf:` keys)."""
 
     count: int | None = None  # QSL size and performance sample count
-    time_s: float | None = None  # minimum test duration
-    qps: float | None = None  # Offline expected QPS / Server target QPS
+    time_s: float | None = None  # minimum test duration, seconds (user.conf's is in ms)
+    offline_qps: float | None = None  # Offline expected QPS
+    server_qps: float | None = None  # Server target QPS
+
+
+# The QPS flag of each scenario that has one (SingleStream keeps one query in flight).
+QPS_FLAGS = {"Offline": "--offline-expected-qps", "Server": "--server-target-qps"}
 
 
 def flag_settings(flags: Flags, scenario: str) -> dict[str, str]:
@@ -132,8 +138,9 @@ def flag_settings(flags: Flags, scenario: str) -> dict[str, str]:
         out["performance_sample_count_override"] = str(flags.count)
     if flags.time_s is not None:
         out["min_duration"] = str(int(flags.time_s * 1000))
-    if flags.qps is not None and scenario != "SingleStream":  # one query in flight: no QPS
-        out["target_qps"] = f"{flags.qps:g}"
+    qps = {"Offline": flags.offline_qps, "Server": flags.server_qps}.get(scenario)
+    if qps is not None:
+        out["target_qps"] = f"{qps:g}"
     return out
 
 
@@ -166,7 +173,7 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
         if line.key in from_flags and float(from_flags[line.key]) != float(line.value):
             flag = {"performance_sample_count_override": "--count",
                     "min_duration": "--min-duration",
-                    "target_qps": "--qps"}[line.key]
+                    "target_qps": QPS_FLAGS.get(scenario, "")}[line.key]
             raise RunnerError(f"{flag} sets {line.key} = {from_flags[line.key]} but the "
                               f"user.conf says {line.value}", where=line.where,
                               fix=f"drop {flag} or the user.conf line")

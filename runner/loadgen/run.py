@@ -27,6 +27,7 @@ from runner.config.profile import Profile
 from runner.loadgen.conf import (
     MLPERF_SAMPLES,
     MODES,
+    QPS_FLAGS,
     SCENARIOS,
     Flags,
     audit_text,
@@ -188,8 +189,14 @@ def prepare(request: MlperfRequest) -> Prepared:
     if flags.time_s is not None and flags.time_s <= 0:
         raise RunnerError("--min-duration must be positive (seconds)", where="--min-duration",
                           fix="e.g. --min-duration 600 (MLPerf's 10 minutes)")
-    if flags.qps is not None and flags.qps <= 0:
-        raise RunnerError("--qps must be positive", where="--qps", fix="e.g. --qps 2.5")
+    for scenario, qps in (("Offline", flags.offline_qps), ("Server", flags.server_qps)):
+        flag = QPS_FLAGS[scenario]
+        if qps is not None and qps <= 0:
+            raise RunnerError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 2.5")
+        if qps is not None and scenario not in scenarios:  # it would set nothing
+            raise RunnerError(f"{flag} is the {scenario} scenario's, which --scenario does "
+                              f"not run ({', '.join(scenarios)})", where=flag,
+                              fix=f"drop {flag}, or add {scenario.lower()} to --scenario")
     user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
     text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
                                     str(request.user_conf) if request.user_conf else None)

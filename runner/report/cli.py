@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import add_out, add_worst, document
+from runner.clihelp import add_dry_run, add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 
@@ -21,6 +21,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
         raise RunnerError("--against names the run itself", where="--against",
                           fix="pass another run dir to compare with")
+    if args.dry_run:
+        from runner.report.write import report_plan
+
+        print("\n".join(report_plan(Path(args.run_dir),
+                                    Path(args.against) if args.against else None,
+                                    Path(args.out) if args.out else None)))
+        return 0
     paths = write_reports(Path(args.run_dir), Path(args.against) if args.against else None,
                           Path(args.out) if args.out else None, args.worst)
     first = paths[0].read_text(encoding="utf-8").splitlines()[0]
@@ -38,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_worst(p, WORST_DEFAULT)
     add_out(p, "write the four files here", Rerun(RESUMES, "nothing: the reports are written "
             "again"), required=False, default="RUN_DIR")
+    add_dry_run(p, "the files it would write")
     p.set_defaults(func=cmd_report)
 
 

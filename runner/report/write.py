@@ -32,6 +32,22 @@ def render(report: RunReport) -> dict[str, bytes]:
     }
 
 
+def report_plan(run_dir: Path, against: Path | None = None, out: Path | None = None
+                ) -> list[str]:
+    """What `runner report --dry-run` prints: the run (and `against`) checked as the report
+    reads them, then the files it would write."""
+    from runner.accuracy.samples import open_source
+    from runner.rundir.directory import RunDir
+
+    manifest = RunDir(run_dir).load()
+    lines = [f"# report on {run_dir}: profile {manifest.profile}, "
+             f"{len(manifest.sample_ids)} samples requested"]
+    if against is not None:
+        lines.append(f"# images compared with {open_source(against, verify=False).location}")
+    target = out or run_dir
+    return [*lines, f"# would write {', '.join(str(target / n) for n in REPORT_FILES)}"]
+
+
 def write_reports(run_dir: Path, against: Path | None = None, out: Path | None = None,
                   worst: int = WORST_DEFAULT) -> list[Path]:
     """summary.md, results.json, junit.xml, report.html into `out` (default: the run dir).

@@ -55,6 +55,21 @@ class DiskFull(IncompleteRun):
                          fix=f"free space, then `runner run --resume {run_dir}`")
 
 
+def not_a_run_dir(path: Path) -> RunnerError:
+    """The error for a RUN_DIR argument that is no run dir: a file, a path that is not
+    there (with the likeliest name meant), or a directory without a run.json."""
+    from runner.inputs.paths import no_such_path
+
+    fix = "pass the --out directory of an earlier `runner run`"
+    if path.is_file():
+        return RunnerError("a file, where a run dir (the --out of `runner run`) is expected",
+                           where=str(path), fix=f"{fix} ({path.parent}, if it is that one)")
+    if not path.exists():
+        return RunnerError("not a run dir: no such directory", where=str(path),
+                           fix=no_such_path(path).fix)
+    return RunnerError("not a run dir (no run.json)", where=str(path), fix=fix)
+
+
 class RunDir:
     """One run directory, always by its absolute path."""
 
@@ -95,8 +110,7 @@ class RunDir:
     # --- the manifest -----------------------------------------------------------------
     def load(self) -> RunManifest:
         if not self.manifest_path.exists():
-            raise RunnerError("not a run dir (no run.json)", where=str(self.path),
-                              fix="pass the --out directory of an earlier `runner run`")
+            raise not_a_run_dir(self.path)
         from runner.inputs.jsonfile import read_json
 
         raw = read_json(self.manifest_path, what="run manifest")
