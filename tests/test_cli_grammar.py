@@ -323,6 +323,9 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
     "history import": (["RESULT", "--results", "STORE"],
                        "would record: bench goldens "),
+    "gpu-check prepare": (["--profile", "cpu", "--batch-sizes", "1", "--no-wheels", "--out",
+                           "OUT"], "-m runner compile --profile cpu --set model.vae_dtype=fp32"),
+    "gpu-check run": (["--carry", "CARRY", "--out", "OUT"], "-m runner bench --profile cpu "),
 }
 NEEDS_DOCKER = {"validate", "image build"}
 
@@ -349,7 +352,8 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     args, expected = DRY_RUNS[command]
     names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload),
              "RESULT": str(REPO / "tests" / "fixtures" / "history" / "bench-goldens"),
-             "STORE": str(work / "store" / "results.sqlite")}
+             "STORE": str(work / "store" / "results.sqlite"),
+             "CARRY": str(REPO / "tests" / "fixtures" / "gpu_check" / "carry")}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload)}
     proc = cli(*argv, cwd=work)
