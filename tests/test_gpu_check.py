@@ -419,3 +419,32 @@ def test_compiles_into_one_carry_add_their_batch_sizes(tmp_path):
     for name in ("clip_bs1.mlir", "clip_bs2.mlir", "unet_bs2.mlir", "vae_bs1.mlir"):
         assert name in raw["files"] and (model.parent / name).is_file()
     assert "vae_bs2.mlir" not in raw["files"]
+
+
+def test_the_ladder_stops_at_the_first_batch_that_runs_and_a_resume_keeps_what_passed(tmp_path):
+    """Real commands as steps: the largest batch runs out of memory (IREE's message), the
+    next runs, the smallest is not needed; a step that passed in the check being resumed
+    (its files there) is kept, not run again."""
+    from runner.gpucheck import check
+
+    kept_file = tmp_path / "bench-fp16-bs1" / "bench.json"
+    kept_file.parent.mkdir()
+    kept_file.write_text("{}")
+    previous = {"bench fp16 bs1": {"name": "bench fp16 bs1", "kind": plan.BENCH,
+                                   "status": "passed", "outputs": [str(kept_file)]}}
+    oom = "echo 'RESOURCE_EXHAUSTED; CUDA_ERROR_OUT_OF_MEMORY' >&2; exit 1"
+    todo = [plan.Step("device", plan.DEVICE),
+            plan.Step("bench fp16 bs1", plan.BENCH, ["false"], [str(kept_file)]),
+            *(plan.Step(f"bench fp32 bs{b}", plan.LADDER, argv,
+                        params={"vae_dtype": "fp32", "batch_size": b})
+              for b, argv in ((8, ["sh", "-c", oom]), (4, ["true"]), (2, ["false"])))]
+    record = {"manifest": {"backend": "cpu", "chip": "host"}, "steps": [], "budget_s": 60}
+    runner = steps.StepRunner(60, tmp_path / "logs", {}, say=print, min_start=1)
+    check._steps(todo, previous, runner, record, tmp_path)
+    assert [s.status for s in todo] == ["passed", "passed", "did not fit", "passed",
+                                        "not needed"]
+    assert todo[1].note == "kept from the run resumed" and todo[1].exit_code is None
+    assert "RESOURCE_EXHAUSTED" in todo[2].note and todo[4].note == "a larger batch ran"
+    assert record["device"].startswith("cpu: ") and record["gpu"]["tool"] is None
+    done = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert done["largest_batch"] == 4
