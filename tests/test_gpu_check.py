@@ -363,6 +363,9 @@ def test_prepare_then_run_on_this_cpu(tmp_path):
     assert manifest["batch_sizes"] == [1, 2] and manifest["vae_dtypes"] == ["fp32", "fp16"]
     assert (carry / "cache" / "vmfb").is_dir() and (carry / "tiny-cpu" / "run.json").is_file()
     assert "min_query_count = 4" in (carry / "mlperf-short.conf").read_text()
+    notes = (carry / "README.txt").read_text()
+    assert "runner gpu-check run --carry THIS_DIRECTORY --out results" in notes
+    assert "No wheels" in notes and "profile cpu (cpu host)" in notes
     run = cli("gpu-check", "run", "--carry", carry, "--out", results, "--budget", "1200",
               env=env())
     assert run.returncode == 0, run.stderr[-3000:]

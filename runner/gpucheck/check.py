@@ -72,8 +72,9 @@ def prepare(request: PrepareRequest) -> int:
     if request.dry_run:
         for step in todo:
             print(f"# {step.name}\n{shown(step.argv, env)}", file=out)
-        print(f"# then write {shellscript.quote(str(carry / plan.USER_CONF))} and "
-              f"{shellscript.quote(str(carry / MANIFEST))} (the plan)", file=out)
+        print(f"# then write {shellscript.quote(str(carry / plan.USER_CONF))}, "
+              f"{shellscript.quote(str(carry / MANIFEST))} (the plan) and "
+              f"{shellscript.quote(str(carry / plan.NOTES))}", file=out)
         return 0
     carry.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -97,6 +98,7 @@ def prepare(request: PrepareRequest) -> int:
         wheels=sorted(p.name for p in (carry / "wheels").glob("*.whl")),
         bytes=sum(p.stat().st_size for p in carry.rglob("*") if p.is_file()))
     atomic_write_json(carry / MANIFEST, manifest)
+    atomic_write_text(carry / plan.NOTES, plan.notes_text(manifest))
     say(f"carry ready: {carry} ({manifest['bytes'] / 1e6:.1f} MB); on the GPU machine: "
         f"runner gpu-check run --carry {shellscript.quote(str(carry))} --out results")
     return 0

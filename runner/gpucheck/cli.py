@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wheels", action="store_true",
                    help="carry no wheels (the GPU machine has the IREE runtime and LoadGen)")
     add_out(p, "the carry: cache/ (compiled modules and exports, as $RUNNER_CACHE_DIR), "
-            "tiny-cpu/, wheels/, mlperf-short.conf and gpu_check.json (the plan)",
+            "tiny-cpu/, wheels/, mlperf-short.conf, gpu_check.json (the plan) and README.txt",
             Rerun(RESUMES, "every compiled module and the CPU's tiny run: only what is "
                   "missing is made", ("gpu_check.json",)))
     add_dry_run(p, "every command")

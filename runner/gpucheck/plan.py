@@ -29,6 +29,7 @@ MANIFEST = "gpu_check.json"  # in the carry: what prepare made, and the plan
 SUMMARY = "gpu_check.json"  # in the results: every step, and what they measured
 REPORT = "gpu_check.md"
 USER_CONF = "mlperf-short.conf"  # in the carry: the short MLPerf test's LoadGen settings
+NOTES = "README.txt"  # in the carry: how to run it on the GPU machine
 CARRY_KIND = "gpu_check_carry"
 RESULTS_KIND = "gpu_check_results"
 VAE_DTYPES = ("fp32", "fp16")
@@ -181,6 +182,27 @@ def user_conf_text(manifest: dict) -> str:
     m = manifest["mlperf"]
     return (f"stable-diffusion-xl.*.min_query_count = {m['min_query_count']}\n"
             f"stable-diffusion-xl.*.min_duration = {int(m['min_duration_s'] * 1000)}\n")
+
+
+def notes_text(manifest: dict) -> str:
+    """The carry's README: what the GPU machine needs and the command that runs the check."""
+    wheels = manifest.get("wheels") or []
+    python = manifest.get("wheels_python")
+    return "\n".join([
+        f"GPU check carry: profile {manifest['profile']} ({manifest['backend']} "
+        f"{manifest['chip']}), batch sizes {manifest['batch_sizes']}, IREE runtime "
+        f"{manifest.get('iree_runtime') or '?'}; made {manifest.get('created', '?')}.",
+        "",
+        "On the GPU machine (no compiler, no network needed):",
+        "  1. the runner installed: pip install iree-sdxl-runner (or its wheel, copied here)",
+        "  2. runner gpu-check run --carry THIS_DIRECTORY --out results",
+        "",
+        (f"wheels/ holds {len(wheels)} wheels for Python {python} (the IREE runtime, LoadGen, "
+         "numpy, pyyaml, regex): `run` installs those this Python lacks into site/."
+         if wheels else "No wheels: the GPU machine's Python needs the IREE runtime "
+         f"{manifest.get('iree_runtime') or ''} and mlcommons-loadgen installed."),
+        "The plan `run` follows is gpu_check.json (`steps`); docs/gpu-check.md describes it.",
+        ""])
 
 
 # -------------------------------------------------------------------------------------- run
