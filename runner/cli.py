@@ -65,6 +65,7 @@ from runner.clihelp import (
 from runner.docker.cli import register as register_image
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.goldens.cli import register as register_goldens
+from runner.gpucheck.cli import register as register_gpu_check
 from runner.history.cli import register as register_history
 from runner.inputs.iree_build import IMAGE_KINDS
 from runner.inputs.paths import resolved
@@ -545,6 +546,7 @@ def build_parser() -> RunnerParser:
     register_image(sub)
     register_status(sub)
     register_mlperf(sub)
+    register_gpu_check(sub)
     register_history(sub, goldens)
 
     p = sub.add_parser("generate", help="single-process generation of the first N prompts")

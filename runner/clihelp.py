@@ -83,6 +83,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "compare": LAB,
     "report": LAB,
     "bench": LAB,
+    "gpu-check": LAB,
     "history": LAB,
     "mlperf": MLPERF,
     "export": MODELS,

@@ -20,6 +20,14 @@ Rules (each problem is printed as `page:line: what`, exit 1 when there is any):
   is a problem when `bench` has no `sweep`).
 - the provenance table between `<!-- measurements -->` and `<!-- /measurements -->` (on
   docs/benchmarks.md) is the one `--update` writes from the file.
+- provenance: a mark names a measured record, one with a date, a machine and a commit (a
+  published record, with its `source`, is shown as published); a mark on a script's input
+  (`RECORD.inputs.X`: a value the script was given, not one it measured) is a problem.
+- tables: a Markdown table of measured numbers (a row with two or more unmarked values worth
+  guarding, as for copies) pasted into a page is a problem. It comes from a record instead:
+  `<!-- measured-table RECORD.PATH -->` ... `<!-- /measured-table -->`, which `--update`
+  writes from the record's `{"header": [...], "rows": [[...], ...]}` with a line naming the
+  record's date, machine, commit and command.
 
     python3 scripts/docs_check.py            # the README and docs/*.md; exit 1 on a problem
     python3 scripts/docs_check.py --update   # rewrite measured literals and the table first
@@ -78,6 +86,9 @@ RATE = re.compile(rf"(?<![\w.]){NUMBER}(?:-{NUMBER})?(?P<mark><!-- measured [^>]
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 TABLE_START, TABLE_END = "<!-- measurements -->", "<!-- /measurements -->"
+MEASURED_TABLE = re.compile(r"<!-- measured-table (?P<key>[\w.-]+) -->\n(?P<body>.*?)"
+                            r"<!-- /measured-table -->", re.S)
+PROVENANCE = ("date", "machine", "commit")
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,71 @@ def measured(name: str, text: str, data: dict[str, Any]) -> Iterator[Problem]:
             yield Problem(name, where, f"shows {m['literal'] or 'nothing'} where "
                                        f"docs/measurements.json has {want} for {m['key']} "
                                        "(scripts/docs_check.py --update rewrites it)")
+
+
+def provenance(name: str, text: str, data: dict[str, Any]) -> Iterator[Problem]:
+    """Each mark names a measured record (date, machine, commit) or a published one, and
+    a value the record measured, not an input it was given."""
+    keys = [(m["key"], m.start()) for m in MARK.finditer(text)]
+    keys += [(m["key"], m.start()) for m in MEASURED_TABLE.finditer(text)]
+    for key, start in keys:
+        record = data["records"].get(key.partition(".")[0])
+        if record is None:
+            continue  # `measured` says so
+        where = line_of(text, start)
+        lacking = [f for f in PROVENANCE if not record.get(f)]
+        if lacking and not record.get("source"):
+            yield Problem(name, where, f"{key}: its record has no {', '.join(lacking)}: a "
+                          "number on a page comes from a script's --record run")
+        if key.split(".")[1:2] == ["inputs"]:
+            yield Problem(name, where, f"{key} is an input the script was given, not a "
+                          "measurement: say it is the script's input, without the mark")
+
+
+def table_text(data: dict[str, Any], key: str) -> str:
+    """A record's table as Markdown, and a line saying where it comes from."""
+    value = lookup(data, key)
+    if not isinstance(value, dict) or not isinstance(value.get("rows"), list):
+        raise TypeError(f"{key} is not a table (header and rows)")
+    record = data["records"][key.partition(".")[0]]
+    rows = [value["header"], ["---"] * len(value["header"]), *value["rows"]]
+    lines = ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    when = describe(record) if "machine" in record else record.get("source", "")
+    lines += ["", f"Record `{key.partition('.')[0]}`: {when}, commit {record.get('commit', '?')}"
+              f", `{record['command']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def measured_tables(name: str, text: str, data: dict[str, Any]) -> Iterator[Problem]:
+    for m in MEASURED_TABLE.finditer(text):
+        try:
+            want = table_text(data, m["key"])
+        except (KeyError, TypeError) as e:
+            yield Problem(name, line_of(text, m.start()), f"measured table {m['key']}: {e}")
+            continue
+        if m["body"] != want:
+            yield Problem(name, line_of(text, m.start()), f"the table is not record "
+                          f"{m['key']}'s (scripts/docs_check.py --update writes it)")
+
+
+def pasted_tables(name: str, text: str) -> Iterator[Problem]:
+    """A table row with two or more unmarked measured-looking values, outside a measured
+    table (a command's output in a code block too): numbers pasted without their record."""
+    blank = MEASURED_TABLE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    reported = False  # one problem per table, at its first such row
+    for number, line in enumerate(blank.splitlines(), 1):
+        if not line.lstrip().startswith("|"):
+            reported = False
+            continue
+        bare = INLINE_CODE.sub(lambda m: " " * len(m.group(0)),  # a quoted message's
+                               MARK.sub(lambda m: " " * len(m.group(0)), line))
+        values = [m.group(0) for m in re.finditer(rf"(?<![\w.-]){NUMBER}(?![\w.]\d)", bare)
+                  if worth_guarding(m.group(0))]
+        if len(values) >= 2 and not reported:
+            reported = True
+            yield Problem(name, number, f"a pasted table of measured numbers "
+                          f"({', '.join(values[:3])}): record it with its script's --record "
+                          "and show it as <!-- measured-table RECORD.PATH -->")
 
 
 def rates(name: str, prose: str) -> Iterator[Problem]:
@@ -239,7 +315,15 @@ def update(text: str, data: dict[str, Any]) -> str:
             return m.group(0)
         return literal + m.group(0)[len(m["literal"] or ""):]
 
+    def fix_table(m: re.Match) -> str:
+        try:
+            body = table_text(data, m["key"])
+        except (KeyError, TypeError):
+            return m.group(0)
+        return f"<!-- measured-table {m['key']} -->\n{body}<!-- /measured-table -->"
+
     text = MARK.sub(fix, text)
+    text = MEASURED_TABLE.sub(fix_table, text)
     start, end = text.find(TABLE_START), text.find(TABLE_END)
     if 0 <= start < end:
         text = (text[:start + len(TABLE_START)] + "\n" + provenance_table(data) + "\n"
@@ -257,6 +341,9 @@ def check(texts: dict[str, str], data: dict[str, Any], cli_reference: str = ""
         prose = blank_fences(text)
         problems += wording(name, text)
         problems += measured(name, text, data)
+        problems += provenance(name, text, data)
+        problems += measured_tables(name, text, data)
+        problems += pasted_tables(name, text)  # a table in a code block is pasted too
         problems += rates(name, prose)
         problems += copies(name, prose, renders)
         problems += commands(name, prose, known)

@@ -8,7 +8,8 @@ exported by `runner export sdxl --vae-dtype fp32|fp16`, and diffusers' own
 StableDiffusionXLPipeline on that checkpoint decoding in each precision (the reference,
 computed here). Per pair: the largest and mean absolute pixel difference (uint8 levels,
 LSB) and how many pixels differ by 0, 1, 2 and more. Writes `vae_precision.json` and
-`vae_precision.md` into DIR.
+`vae_precision.md` into DIR; `--record` also stores the table as the `vae_precision` record
+of docs/measurements.json, which docs/sdxl.md shows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measured import add_record_option, emit
 
 from runner.accuracy.diffusers_reference import reference_images, write_tiny_checkpoint
 from runner.base.mdtable import md_table
@@ -70,6 +72,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--count", type=int, default=32)
+    add_record_option(parser)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,16 +102,20 @@ def main() -> int:
               "iree": iree_provenance(),
               "seconds": round(time.perf_counter() - start, 1), "pairs": rows}
     (out / "vae_precision.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = "\n".join(md_table(["images", "against", "max (LSB)", "mean (LSB)", "equal", "off by 1",
-                      "off by 2", "off by 3+"],
-                     [[r["a"], r["b"], str(r["max_lsb"]), f"{r['mean_lsb']:.4f}",
-                       f"{r['equal'] / r['pixels']:.2%}", f"{r['off_by_1'] / r['pixels']:.2%}",
-                       f"{r['off_by_2'] / r['pixels']:.2%}",
-                       f"{r['off_by_3_or_more'] / r['pixels']:.2%}"] for r in rows]))
+    header = ["images", "against", "max (LSB)", "mean (LSB)", "equal", "off by 1", "off by 2",
+              "off by 3+"]
+    cells = [[r["a"], r["b"], str(r["max_lsb"]), f"{r['mean_lsb']:.4f}",
+              f"{r['equal'] / r['pixels']:.2%}", f"{r['off_by_1'] / r['pixels']:.2%}",
+              f"{r['off_by_2'] / r['pixels']:.2%}", f"{r['off_by_3_or_more'] / r['pixels']:.2%}"]
+             for r in rows]
+    table = "\n".join(md_table(header, cells))
     (out / "vae_precision.md").write_text(
         f"# VAE precision: {args.count} prompts, {result['image'][0]}x{result['image'][1]} "
         f"images\n\n{table}\n")
     print(table)
+    emit("vae_precision", {"count": args.count, "image": result["image"],
+                           "seconds": result["seconds"],
+                           "table": {"header": header, "rows": cells}}, args.record)
     return 0
 
 

@@ -334,6 +334,9 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
     "report": (["RUN", "--out", "OUT"], "# would write OUT/summary.md, OUT/results.json"),
     "calibrate": (["RUN", "--out", "OUT"], "# would write OUT/accuracy.yaml, "),
     "compare": (["RUN", "RUN", "--out", "OUT"], "# would write OUT/compare.json"),
+    "gpu-check prepare": (["--profile", "cpu", "--batch-sizes", "1", "--no-wheels", "--out",
+                           "OUT"], "-m runner compile --profile cpu --set model.vae_dtype=fp32"),
+    "gpu-check run": (["--carry", "CARRY", "--out", "OUT"], "-m runner bench --profile cpu "),
 }
 NEEDS_DOCKER = {"validate", "image build"}
 READS_A_RUN = {"score", "aggregate", "report", "calibrate", "compare"}
@@ -373,7 +376,8 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     run = request.getfixturevalue("small_run") if command in READS_A_RUN else None
     names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload),
              "RESULT": str(REPO / "tests" / "fixtures" / "history" / "bench-goldens"),
-             "STORE": str(work / "store" / "results.sqlite"), "RUN": str(run)}
+             "STORE": str(work / "store" / "results.sqlite"), "RUN": str(run),
+             "CARRY": str(REPO / "tests" / "fixtures" / "gpu_check" / "carry")}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload, *([run] if run else []))}
     proc = cli(*argv, cwd=work)

@@ -109,7 +109,7 @@ QUICK = {
         "--dtype fp16 --vae-dtype fp16",
     "runner plan --profile h100-seeded": "CUDA_VISIBLE_DEVICES=7",
     "runner compile --profile h100-seeded --dry-run": "--iree-cuda-target=sm_80",
-    "scripts/gpu_check.sh prepare --profile h100-seeded --out carry --dry-run":
+    "runner gpu-check prepare --profile h100-seeded --out carry --dry-run":
         "iree-base-runtime==3.13",
     "source <(runner completion bash)": "_shtab_runner",
     "printf 'stable-diffusion-xl.*.min_query_count = 32\\nstable-diffusion-xl.*.min_duration = "
@@ -569,17 +569,17 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         PLACEHOLDER + " (an export's key)",
         "tests/test_seeded_weights.py::test_export_weights_writes_what_the_spec_describes"),
     # The GPU check (docs/gpu-check.md)
-    "scripts/gpu_check.sh prepare --profile h100-seeded --out carry": (
+    "runner gpu-check prepare --profile h100-seeded --out carry": (
         "exports SDXL's full graph (8 GB of memory, minutes) and compiles it for CUDA", GPU_CHECK),
-    "scripts/gpu_check.sh run --carry carry --out results": (
+    "runner gpu-check run --carry carry --out results": (
         "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
-    "scripts/gpu_check.sh run --carry carry --out results --budget 480": (
+    "runner gpu-check run --carry carry --out results --budget 480": (
         "needs the carry `prepare --profile h100-seeded` writes, and an NVIDIA GPU", GPU_CHECK),
-    "scripts/gpu_check.sh run --resume results": (
+    "runner gpu-check run --resume results": (
         "needs a GPU check's results to resume", GPU_CHECK),
-    "scripts/gpu_check.sh prepare --profile cpu --batch-sizes 1 --no-wheels --out carry-cpu": (
+    "runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels --out carry-cpu": (
         LONG, GPU_CHECK),
-    "scripts/gpu_check.sh run --carry carry-cpu --out results-cpu": (LONG, GPU_CHECK),
+    "runner gpu-check run --carry carry-cpu --out results-cpu": (LONG, GPU_CHECK),
     # The results store
     "export RUNNER_RESULTS_URL=postgresql://runner:PASSWORD@db.lab:5432/results": (
         LAB_DB, "tests/test_history_store.py::test_two_writers_at_once_both_land_whole"),

@@ -29,7 +29,12 @@ DATA = {"records": {
     "run": {"command": "python3 scripts/bench_x.py", "date": "2026-01-02", "commit": "abc1234",
             "machine": {"cpu": "Some CPU", "cores": 2, "memory_gib": 24}, "load": [0.5, 1.5],
             "result": {"samples_per_s": 4.54, "rounds": [5.02, 5.06], "fraction": 0.0042,
-                       "nested": {"ms": 365.7}, "name": "cpu"}},
+                       "nested": {"ms": 365.7}, "name": "cpu",
+                       "inputs": {"generation_s": 3.44},
+                       "table": {"header": ["stage", "ms", "share"],
+                                 "rows": [["clip", 1.07, "14.8%"], ["vae", 97.7, "88.7%"]]}}},
+    "pasted": {"command": "python3 scripts/bench_y.py", "result": {"ms": 12.5}},
+    "published": {"command": "(published)", "source": "MLPerf v5.1", "result": {"qps": 2.4}},
 }}
 
 
@@ -117,6 +122,38 @@ def test_the_provenance_table_is_the_files():
     assert problems({"docs/benchmarks.md": fresh}) == []
     assert ("| `run` | `python3 scripts/bench_x.py` | 2026-01-02, 2 cores (Some CPU), 24 GiB, "
             "load average 0.5-1.5 | abc1234 |") in fresh
+
+
+def test_a_number_comes_from_a_measured_record_not_an_input():
+    """A mark on a record without date, machine and commit, or on an input the script was
+    given, fails; a published record (its source) is shown as published."""
+    found = problems({"docs/p.md": "Put 12.5<!-- measured pasted.ms --> ms against "
+                                   "3.44<!-- measured run.inputs.generation_s --> s; MLPerf: "
+                                   "2.4<!-- measured published.qps --> per GPU.\n"})
+    assert len(found) == 2, found
+    assert "pasted.ms: its record has no date, machine, commit" in found[0]
+    assert "run.inputs.generation_s is an input the script was given" in found[1]
+
+
+def test_a_pasted_table_fails_and_a_measured_one_is_the_records():
+    pasted = ("| stage | ms | share |\n| --- | --- | --- |\n| clip | 1.07 | 14.8% |\n"
+              "| vae | 97.7 | 88.7% |\n\nText.\n")
+    found = problems({"docs/bench.md": pasted})
+    assert len(found) == 1 and found[0].startswith("docs/bench.md:3: a pasted table of "
+                                                   "measured numbers (1.07, 14.8")
+    # One value a row (a version, a threshold) and quoted messages are not a table of them.
+    assert problems({"docs/p.md": "| IREE | 3.13 |\n| `expected=23.010858, found=0.0141` | "
+                                  "x |\n"}) == []
+    stale = "<!-- measured-table run.table -->\n| old | 1.23 | 4.56 |\n<!-- /measured-table -->\n"
+    found = problems({"docs/bench.md": stale})
+    assert len(found) == 1 and "the table is not record run.table's" in found[0]
+    fresh = docs_check.update(stale, DATA)
+    assert problems({"docs/bench.md": fresh}) == []
+    assert "| clip | 1.07 | 14.8% |" in fresh
+    assert ("Record `run`: 2026-01-02, 2 cores (Some CPU), 24 GiB, load average 0.5-1.5, "
+            "commit abc1234, `python3 scripts/bench_x.py`.") in fresh
+    bad = "<!-- measured-table run.nested -->\n<!-- /measured-table -->\n"
+    assert "is not a table" in problems({"docs/p.md": bad})[0]
 
 
 def test_render_and_record_store(tmp_path, monkeypatch):

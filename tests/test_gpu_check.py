@@ -1,13 +1,14 @@
-"""scripts/gpu_check.sh: the GPU check's two commands, run as the lab engineer runs them.
+"""`runner gpu-check prepare|run`: the GPU check, shipped in the package.
 
 The slow test prepares a carry and runs the check for real on this CPU (`--profile cpu`: the
-same steps as on a GPU, the tiny model's images against themselves), in directories with
-hostile names. The fast ones check the dry runs, the refusals, the budget on a real `sleep`
-and a SIGTERM in the middle of a step."""
+same plan as on a GPU, on llvm-cpu and the real runtime; the tiny model's images against
+themselves), in directories with hostile names. The fast ones check the dry runs, the plan's
+order, the refusals, the budget on a real `sleep`, a SIGTERM in the middle of a step, the GPU
+descriptions in the vendors' own formats, the H200 on the h100 profile and what a missing
+profiler, a batch too large and a short MLPerf test make of a step."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,33 +18,19 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_support import cli, start_runner
 
-from runner.base import shellscript
+from runner.base import gpu_info
+from runner.gpucheck import plan, steps, summary
+from runner.gpucheck.device import runs_profile
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "gpu_check.sh"
+FIXTURES = REPO / "tests" / "fixtures" / "gpu_info"
 HOSTILE = 'a b$(touch x)"\'q\nz'
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = load_script()
 
 
 def env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO), RUNNER_PROGRESS="off")
-
-
-def check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env(),
-                          timeout=timeout, cwd=REPO)
 
 
 def words(line: str) -> list[str]:
@@ -63,24 +50,26 @@ def commands(stdout: str) -> list[list[str]]:
             argv = words(line)
             while "=" in argv[0]:
                 argv.pop(0)
-            out.append(["python", *argv[1:]] if argv[1] == "-m" else argv)
+            out.append(["python", *argv[1:]] if argv[1:2] == ["-m"] else argv)
     return out
 
 
-def fake_carry(carry: Path, profile: str = "cpu") -> None:
-    """A carry's manifest alone: enough for `run` to plan (its steps compile what is missing,
-    on this machine with a compiler)."""
+def fake_carry(carry: Path, sizes: tuple[int, ...] = (1,)) -> None:
+    """A carry's manifest alone, as `prepare --profile cpu` writes it: enough for `run` to
+    plan (its steps compile what is missing, on this machine with a compiler)."""
     carry.mkdir(parents=True)
     (carry / "gpu_check.json").write_text(json.dumps({
-        "kind": "gpu_check_carry", "profile": profile, "model": "tiny-sdxl", "backend": "cpu",
-        "chip": "host", "batch_sizes": [1], "vae_dtypes": ["fp32", "fp16"],
+        "kind": "gpu_check_carry", "profile": "cpu", "model": "tiny-sdxl", "backend": "cpu",
+        "chip": "host", "batch_sizes": list(sizes), "vae_dtypes": ["fp32", "fp16"],
         "stages": ["clip", "unet_step", "vae"], "tiny_sets": [], "tiny_count": 32,
-        "seeded_exports": []}))
+        "seeded_exports": [], "mlperf": {"min_query_count": 4, "min_duration_s": 1,
+                                         "user_conf": "mlperf-short.conf"},
+        "steps": plan.plan_steps(list(sizes), ["fp32", "fp16"], "fp32")}))
 
 
 def test_prepare_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     carry = tmp_path / HOSTILE
-    proc = check("prepare", "--profile", "h100-seeded", "--out", str(carry), "--dry-run")
+    proc = cli("gpu-check", "prepare", "--profile", "h100-seeded", "--out", carry, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     argvs = commands(proc.stdout)
     compiles = [a for a in argvs if a[1:4] == ["-m", "runner", "compile"]]
@@ -95,54 +84,73 @@ def test_prepare_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     assert ["python", "-m", "runner", "run", "--profile", "tiny", "--count", "32",
             "--no-score", "--out", str(carry / "tiny-cpu")] in argvs
     pip = next(a for a in argvs if a[1:4] == ["-m", "pip", "download"])
-    version = gpu_check.runtime_version()
-    assert f"iree-base-runtime=={version}" in pip and "--only-binary=:all:" in pip
+    assert f"iree-base-runtime=={plan.runtime_version()}" in pip and "--only-binary=:all:" in pip
+    assert any(p.startswith("mlcommons-loadgen==") for p in pip)  # the MLPerf step's
     assert pip[pip.index("--python-version") + 1] == "3.12"
     assert pip[pip.index("-d") + 1] == str(carry / "wheels")
     assert not carry.exists() and not (tmp_path / "x").exists() and not (REPO / "x").exists()
 
 
 def test_prepare_of_tiny_takes_the_models_batch_sizes(tmp_path):
-    proc = check("prepare", "--profile", "tiny", "--out", str(tmp_path / "c"), "--dry-run",
-                 "--no-wheels")
+    proc = cli("gpu-check", "prepare", "--profile", "tiny", "--out", tmp_path / "c",
+               "--dry-run", "--no-wheels")
     assert proc.returncode == 0, proc.stderr
     sizes = [a[a.index("--set") + 3] for a in commands(proc.stdout) if "model.vae_dtype=fp32" in a]
     assert sizes == ["layout.batch_size=1", "layout.batch_size=2"]
     assert "pip" not in proc.stdout
-    bad = check("prepare", "--profile", "tiny", "--out", str(tmp_path / "c"), "--dry-run",
-                "--batch-sizes", "8")
+    bad = cli("gpu-check", "prepare", "--profile", "tiny", "--out", tmp_path / "c",
+              "--dry-run", "--batch-sizes", "8")
     assert bad.returncode == 2 and "--batch-sizes" in bad.stderr and "fix:" in bad.stderr
+
+
+def test_the_plan_puts_the_most_valuable_numbers_first():
+    """bs1 throughput per VAE precision, the MLPerf number, then the largest batch first,
+    the tiny comparison, the dispatch profile last."""
+    names = [s["name"] for s in plan.plan_steps([1, 4, 8], ["fp32", "fp16"], "fp16")]
+    assert names == ["device", "bench fp32 bs1", "bench fp16 bs1", "mlperf offline",
+                     "bench fp16 bs8", "bench fp16 bs4", "tiny on the device", "tiny compare",
+                     "dispatches"]
 
 
 def test_run_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     carry, results = tmp_path / f"c {HOSTILE}", tmp_path / f"r {HOSTILE}"
-    fake_carry(carry)
-    proc = check("run", "--carry", str(carry), "--out", str(results), "--dry-run")
+    fake_carry(carry, (1, 2))
+    proc = cli("gpu-check", "run", "--carry", carry, "--out", results, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line and line[0] != "#"]
-    cache = f"RUNNER_CACHE_DIR={shellscript.quote(str(carry / 'cache'))} "
     runner_lines = [line for line in lines if " -m runner " in line]
-    assert runner_lines and all(line.startswith(cache) for line in runner_lines)
+    assert runner_lines and all(words(line)[0] == f"RUNNER_CACHE_DIR={carry / 'cache'}"
+                                for line in runner_lines)
+    assert lines[0].startswith("nvidia-smi --query-gpu=index,name,driver_version,memory.total")
     argvs = commands(proc.stdout)
+    benches = [a for a in argvs if a[3:4] == ["bench"]]
     for v in ("fp32", "fp16"):
         assert ["python", "-m", "runner", "bench", "--profile", "cpu", "--set",
                 f"model.vae_dtype={v}", "--devices", "0", "--cpd", "1", "--batch-size", "1",
                 "--vae-batch-size", "1", "--count", "2", "--stage", "clip", "--stage",
-                "unet_step", "--stage", "vae", "--repetitions", "2", "--dispatches", "1",
-                "--out", str(results / f"bench-{v}-bs1")] in argvs
+                "unet_step", "--stage", "vae", "--repetitions", "2",
+                "--out", str(results / f"bench-{v}-bs1")] in benches
+    # Only the dispatch step profiles; the throughput steps do not depend on a profiler.
+    assert [a[-1] for a in benches if "--dispatches" in a] == [str(results / "dispatches")]
+    mlperf = next(a for a in argvs if a[3:4] == ["mlperf"])
+    assert mlperf[mlperf.index("--scenario") + 1] == "offline"
+    assert mlperf[mlperf.index("--mode") + 1] == "performance"
+    assert mlperf[mlperf.index("--user-conf") + 1] == str(carry / "mlperf-short.conf")
     assert ["python", "-m", "runner", "compare", str(carry / "tiny-cpu"),
             str(results / "tiny-device"), "--out", str(results / "tiny-compare")] in argvs
     assert not results.exists() and not (carry / "cache").exists()
 
 
-@pytest.mark.parametrize("case", ["missing", "no manifest", "foreign"])
+@pytest.mark.parametrize("case", ["missing", "no manifest", "foreign", "the script's"])
 def test_run_refuses_what_is_not_a_carry(tmp_path, case):
     carry = tmp_path / "carry"
     if case != "missing":
         carry.mkdir()
     if case == "foreign":
         (carry / "gpu_check.json").write_text('{"kind": "bench"}')
-    proc = check("run", "--carry", str(carry), "--out", str(tmp_path / "r"))
+    if case == "the script's":  # scripts/gpu_check.sh's carry held no plan
+        (carry / "gpu_check.json").write_text('{"kind": "gpu_check_carry", "batch_sizes": [1]}')
+    proc = cli("gpu-check", "run", "--carry", carry, "--out", tmp_path / "r")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --carry ") and "fix: " in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
@@ -151,24 +159,24 @@ def test_run_refuses_what_is_not_a_carry(tmp_path, case):
 @pytest.mark.parametrize("budget", ["0", "-5", "nan", "ten"])
 def test_a_bad_budget_names_the_flag(tmp_path, budget):
     fake_carry(tmp_path / "carry")
-    proc = check("run", "--carry", str(tmp_path / "carry"), "--out", str(tmp_path / "r"),
-                 f"--budget={budget}")
-    assert proc.returncode == 2 and proc.stderr.startswith("error: --budget: ")
+    proc = cli("gpu-check", "run", "--carry", tmp_path / "carry", "--out", tmp_path / "r",
+               f"--budget={budget}")
+    assert proc.returncode == 2 and "--budget" in proc.stderr.splitlines()[0]
     assert "fix: " in proc.stderr and not (tmp_path / "r").exists()
 
 
 def test_the_budget_stops_a_running_step_and_skips_the_rest(tmp_path):
     """A real `sleep` past the budget is stopped (SIGTERM) and waited for; the next step is
     not started."""
-    runner = gpu_check.StepRunner(budget=1.5, logs=tmp_path / "logs", env={}, min_start=0.5,
-                                  grace=2)
+    runner = steps.StepRunner(budget=1.5, logs=tmp_path / "logs", env={}, say=print,
+                              min_start=0.5, grace=2)
     t0 = time.monotonic()
-    first = runner.run(gpu_check.Step("sleep", ["sleep", "30"]))
+    first = runner.run(plan.Step("sleep", "bench", ["sleep", "30"]))
     assert first.status == "failed" and "budget" in first.note
     assert first.exit_code == -signal.SIGTERM and time.monotonic() - t0 < 10
     from runner.base.procs import descendants
     assert not [p for p in descendants() if p.alive()]
-    second = runner.run(gpu_check.Step("after", ["true"]))
+    second = runner.run(plan.Step("after", "bench", ["true"]))
     assert second.status == "skipped: budget" and second.exit_code is None
     assert first.gpu_holders["tool"] is None and "skipped" in first.gpu_holders["note"]
 
@@ -189,71 +197,210 @@ def _running(pattern: str) -> list[int]:
 def test_sigterm_stops_the_step_and_writes_the_summary(tmp_path):
     carry, results = tmp_path / "carry", tmp_path / f"r {HOSTILE}"
     fake_carry(carry)
-    proc = subprocess.Popen([str(SCRIPT), "run", "--carry", str(carry), "--out", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-    summary = results / "gpu_check.json"
+    proc = start_runner("gpu-check", "run", "--carry", carry, "--out", results, env=env())
+    summary_file = results / "gpu_check.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if summary.is_file():
-            steps = json.loads(summary.read_text())["steps"]
-            if any(s["name"] == "tiny on the device" and s["status"] == "running"
-                   for s in steps):
+        if summary_file.is_file():
+            done = json.loads(summary_file.read_text())["steps"]
+            if any(s["name"] == "bench fp32 bs1" and s["status"] == "running" for s in done):
                 break
         time.sleep(0.2)
     else:
         proc.kill()
-        pytest.fail("the tiny step did not start")
+        pytest.fail("the first bench did not start")
     time.sleep(1.5)  # the child runner is importing or compiling
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert "Traceback" not in err and "stopped by SIGTERM" in err
-    done = json.loads(summary.read_text())
+    done = json.loads(summary_file.read_text())
     assert done["status"] == "interrupted: SIGTERM" and done["exit_code"] == 143
     by_name = {s["name"]: s for s in done["steps"]}
     assert by_name["device"]["status"] == "passed"
-    assert by_name["tiny on the device"]["status"] == "interrupted"
-    assert "bench fp32 bs1" not in by_name
+    assert by_name["bench fp32 bs1"]["status"] == "interrupted"
+    assert "bench fp16 bs1" not in by_name
     assert (results / "gpu_check.md").is_file()
     assert not _running(str(results)), "a child of the check outlived it"
+
+
+# ------------------------------------------------------------------- the GPU's description
+
+
+def test_nvidia_smi_of_an_h200_node_is_read_field_by_field():
+    gpus = gpu_info.parse_nvidia_smi((FIXTURES / "nvidia-smi-h200.csv").read_text())
+    assert len(gpus) == 8 and [g.index for g in gpus] == list(range(8))
+    g = gpus[0]
+    assert (g.name, g.driver, g.memory_mib, g.arch, g.bus_id) == (
+        "NVIDIA H200", "550.127.05", 143771, "9.0", "00000000:19:00.0")
+    assert g.clocks_mhz == {"sm_max": 1980, "memory_max": 3201, "sm": 345, "memory": 3201}
+
+
+def test_an_old_driver_without_compute_cap_is_asked_again_without_it():
+    """A driver before R510 refuses the whole query naming compute_cap (exit 2, its real
+    message); the check asks again without the field and reads `[N/A]` as unknown."""
+    asked: list[list[str]] = []
+
+    def run(argv, **_):
+        asked.append(argv)
+        if "compute_cap" in argv[1]:
+            return subprocess.CompletedProcess(argv, 2, (FIXTURES / "nvidia-smi-no-compute-cap"
+                                                         ".txt").read_text(), "")
+        return subprocess.CompletedProcess(argv, 0, (FIXTURES / "nvidia-smi-a100-na.csv")
+                                           .read_text(), "")
+
+    info = gpu_info.query(which=lambda t: "/usr/bin/nvidia-smi" if t == "nvidia-smi" else None,
+                          run=run)
+    assert len(asked) == 2 and "compute_cap" not in asked[1][1]
+    (g,) = info.gpus
+    assert g.name == "NVIDIA A100-SXM4-80GB" and g.arch is None and g.memory_mib == 81251
+    assert g.clocks_mhz["sm"] is None and g.clocks_mhz["sm_max"] == 1410
+    assert info.to_dict()["command"] == asked[1]
+
+
+@pytest.mark.parametrize("fixture, name, arch, memory, driver, sclk", [
+    ("rocm-smi-mi325x.json", "AMD Instinct MI325X", "gfx942", 262144, "6.8.5", 132),
+    ("rocm-smi-mi250-older.json", "AMD INSTINCT MI250 (MCM) OAM AC MBA", None, 65520,
+     "5.16.9.22.20", 800),
+])
+def test_rocm_smi_json_is_read_across_releases(fixture, name, arch, memory, driver, sclk):
+    gpus = gpu_info.parse_rocm_smi((FIXTURES / fixture).read_text())
+    g = gpus[0]
+    assert (g.name, g.arch, g.memory_mib, g.driver, g.clocks_mhz["sclk"]) == (
+        name, arch, memory, driver, sclk)
+
+
+def test_no_tool_is_recorded_not_an_error_and_garbage_is_named():
+    info = gpu_info.query(which=lambda _: None)
+    assert info.tool is None and info.gpus == () and "PATH" in info.note
+    with pytest.raises(gpu_info.ToolFailed, match="fields where 10 were asked"):
+        gpu_info.parse_nvidia_smi("NVIDIA H200, 550\n")
+    with pytest.raises(gpu_info.ToolFailed, match="no card"):
+        gpu_info.parse_rocm_smi('{"system": {"Driver version": "6.8.5"}}')
+
+
+def test_an_h200_runs_the_h100_profile_and_an_older_gpu_does_not():
+    h200 = gpu_info.GpuInfo("nvidia-smi", tuple(gpu_info.parse_nvidia_smi(
+        (FIXTURES / "nvidia-smi-h200.csv").read_text())))
+    verdict = runs_profile("cuda", "sm_80", h200)
+    assert verdict.ok is True and "NVIDIA H200 (compute capability 9.0) runs sm_80" in \
+        verdict.note and "PTX" in verdict.note
+    # No compute_cap (an old driver): the name tells (h200 -> 9.0).
+    by_name = gpu_info.GpuInfo("nvidia-smi", (gpu_info.Gpu(0, "NVIDIA H200 NVL"),))
+    assert runs_profile("cuda", "sm_80", by_name).ok is True
+    v100 = gpu_info.GpuInfo("nvidia-smi", (gpu_info.Gpu(0, "Tesla V100-SXM2-32GB", arch="7.0"),))
+    assert runs_profile("cuda", "sm_80", v100).ok is False
+    amd = gpu_info.GpuInfo("rocm-smi", tuple(gpu_info.parse_rocm_smi(
+        (FIXTURES / "rocm-smi-mi325x.json").read_text())))
+    assert runs_profile("cuda", "sm_80", amd).ok is False
+    assert runs_profile("hip", "gfx942", amd).ok is True
+    assert runs_profile("hip", "gfx950", amd).ok is False
+    assert runs_profile("cpu", "host", gpu_info.query(which=lambda _: None)).ok is None
+
+
+# ---------------------------------------------------------------- what a step's outcome is
+
+
+def _bench_json(path: Path, profiles: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stages = zip(("clip", "unet_step", "vae"), profiles, strict=True)
+    path.write_text(json.dumps({"stages": [{"stage": s, "dispatch_profile": p}
+                                           for s, p in stages]}))
+    return path
+
+
+def test_a_missing_profiler_makes_the_dispatch_step_unavailable_with_the_tools_reason(tmp_path):
+    """IREE 3.13's CUDA driver: every stage's profile an error with the tool's own words
+    (bench exits 1); the step is unavailable, naming it, and the check accepts it. A
+    profile that failed for any other reason stays a failure."""
+    reason = "CUDA HAL-native profiling is not implemented"
+    out = _bench_json(tmp_path / "d" / "bench.json", [{"status": "error", "note": reason}] * 3)
+    step = plan.Step("dispatches", plan.DISPATCHES, status="failed", exit_code=1,
+                     outputs=[str(out)])
+    steps.judge(step)
+    assert step.status == "unavailable" and step.note == f"unavailable: {reason}"
+    assert step.status in steps.ACCEPTED
+    _bench_json(out, [{"status": "unavailable", "note": "no HAL profiler on hip"}] * 3)
+    step = plan.Step("dispatches", plan.DISPATCHES, status="passed", outputs=[str(out)])
+    steps.judge(step)
+    assert step.status == "unavailable" and "no HAL profiler on hip" in step.note
+    crashed = {"status": "error", "note": "iree-benchmark-module crashed"}
+    _bench_json(out, [{"status": "error", "note": reason}, crashed, {"status": "ok"}])
+    step = plan.Step("dispatches", plan.DISPATCHES, status="failed", outputs=[str(out)])
+    steps.judge(step)
+    assert step.status == "failed"
+
+
+def test_a_batch_out_of_gpu_memory_did_not_fit_and_others_fail(tmp_path):
+    log = tmp_path / "bench fp32 bs8.log"
+    log.write_text("iree/runtime/src/iree/hal/drivers/cuda/cuda_allocator.c:512: "
+                   "RESOURCE_EXHAUSTED; CUDA driver error 'CUDA_ERROR_OUT_OF_MEMORY' (2): "
+                   "out of memory; while invoking native function hal.allocator.allocate\n")
+    step = plan.Step("bench fp32 bs8", plan.LADDER, status="failed", exit_code=1, log=str(log))
+    steps.judge(step)
+    assert step.status == "did not fit" and "RESOURCE_EXHAUSTED" in step.note
+    log.write_text("error: the worker died: SIGSEGV\n")
+    step = plan.Step("bench fp32 bs8", plan.LADDER, status="failed", exit_code=1, log=str(log))
+    steps.judge(step)
+    assert step.status == "failed"
+
+
+def test_the_published_anchors_are_the_docs_ones():
+    """The report's MLPerf anchors (package data) are docs/measurements.json's record."""
+    record = json.loads((REPO / "docs" / "measurements.json").read_text())["records"]
+    assert record["published"]["result"] == summary.PUBLISHED["values"]
+    assert summary.PUBLISHED["values"]["h200_offline_samples_per_s_per_gpu"] == 2.40
+    assert summary.PUBLISHED["values"]["h200_qct_8gpu_offline_samples_per_s"] == 19.19
 
 
 @pytest.mark.slow
 def test_prepare_then_run_on_this_cpu(tmp_path):
     carry, results = tmp_path / f"carry {HOSTILE}", tmp_path / f"results {HOSTILE}"
-    prep = check("prepare", "--profile", "cpu", "--batch-sizes", "1", "--no-wheels",
-                 "--out", str(carry))
+    prep = cli("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
+               "--no-wheels", "--out", carry, env=env())
     assert prep.returncode == 0, prep.stderr[-3000:]
     manifest = json.loads((carry / "gpu_check.json").read_text())
-    assert manifest["batch_sizes"] == [1] and manifest["vae_dtypes"] == ["fp32", "fp16"]
+    assert manifest["batch_sizes"] == [1, 2] and manifest["vae_dtypes"] == ["fp32", "fp16"]
     assert (carry / "cache" / "vmfb").is_dir() and (carry / "tiny-cpu" / "run.json").is_file()
-    run = check("run", "--carry", str(carry), "--out", str(results), "--budget", "900")
+    assert "min_query_count = 4" in (carry / "mlperf-short.conf").read_text()
+    notes = (carry / "README.txt").read_text()
+    assert "runner gpu-check run --carry THIS_DIRECTORY --out results" in notes
+    assert "No wheels" in notes and "profile cpu (cpu host)" in notes
+    run = cli("gpu-check", "run", "--carry", carry, "--out", results, "--budget", "1200",
+              env=env())
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = json.loads((results / "gpu_check.json").read_text())
-    assert summary["status"] == "passed"
-    assert all(s["status"] == "passed" for s in summary["steps"])
-    assert summary["tiny"]["verdict"] == "within 1 LSB" and summary["tiny"]["common"] == 32
+    done = json.loads((results / "gpu_check.json").read_text())
+    assert done["status"] == "passed"
+    by_name = {s["name"]: s for s in done["steps"]}
+    assert [s["name"] for s in done["steps"]] == [s["name"] for s in manifest["steps"]]
+    assert all(s["status"] == "passed" for s in done["steps"]), by_name
+    assert done["gpu"]["tool"] is None and "PATH" in done["gpu"]["note"]
+    assert done["tiny"]["verdict"] == "within 1 LSB" and done["tiny"]["common"] == 32
     benches = {}
     for v in ("fp32", "fp16"):
         bench = json.loads((results / f"bench-{v}-bs1" / "bench.json").read_text())
         assert bench["model_precision"]["vae_dtype"] == {"fp32": "float32", "fp16": "float16"}[v]
         benches[v] = {s["stage"]: s["latency_ms"]["median_ms"] for s in bench["stages"]}
-        row = next(r for r in summary["bench"] if r["vae_dtype"] == v)
+        row = next(r for r in done["bench"] if r["vae_dtype"] == v and r["batch_size"] == 1)
         assert row["images_per_s"] == bench["best"]["samples_per_s"] > 0
         assert row["stage_ms"] == benches[v]
-        assert 0 < row["dispatch_share"]["vae"] <= 1
-    ratio = summary["vae_fp16_over_fp32"]["bs1"]
+    assert done["largest_batch"] == 2
+    ratio = done["vae_fp16_over_fp32"]["bs1"]
     assert ratio > 0 and ratio == round(benches["fp16"]["vae"] / benches["fp32"]["vae"], 4)
+    lg = json.loads((results / "mlperf-offline" / "results.json").read_text())
+    rate = next(t["summary"]["samples_per_second"] for t in lg["tests"])
+    assert done["mlperf"]["samples_per_s"] == rate > 0
+    assert done["dispatches"]["status"] == "passed"
+    assert 0 < done["dispatches"]["row"]["dispatch_share"]["vae"] <= 1
     md = (results / "gpu_check.md").read_text()
-    assert "within 1 LSB" in md and f"bs1: {ratio:.3f}" in md
-    assert "published, not measured" in md and "2.26" in md
-    # the same --out again is refused, naming --resume; --resume keeps what passed (its
-    # carry as recorded) and runs nothing again
-    refused = check("run", "--carry", str(carry), "--out", str(results))
+    assert "within 1 LSB" in md and f"bs1: {ratio:.3f}" in md and f"{rate:.3f} samples/s" in md
+    assert "published, not measured" in md and "19.19" in md and "2.4" in md
+    # the same --out again is refused, naming --resume; --resume of a finished check has
+    # nothing left to do
+    refused = cli("gpu-check", "run", "--carry", carry, "--out", results, env=env())
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    again = check("run", "--resume", str(results))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count("kept (passed before)") == len(summary["steps"])
+    again = cli("gpu-check", "run", "--resume", results, env=env())
+    assert again.returncode == 0 and "nothing to resume" in again.stderr
 
 
 @pytest.mark.slow
@@ -275,3 +422,32 @@ def test_compiles_into_one_carry_add_their_batch_sizes(tmp_path):
     for name in ("clip_bs1.mlir", "clip_bs2.mlir", "unet_bs2.mlir", "vae_bs1.mlir"):
         assert name in raw["files"] and (model.parent / name).is_file()
     assert "vae_bs2.mlir" not in raw["files"]
+
+
+def test_the_ladder_stops_at_the_first_batch_that_runs_and_a_resume_keeps_what_passed(tmp_path):
+    """Real commands as steps: the largest batch runs out of memory (IREE's message), the
+    next runs, the smallest is not needed; a step that passed in the check being resumed
+    (its files there) is kept, not run again."""
+    from runner.gpucheck import check
+
+    kept_file = tmp_path / "bench-fp16-bs1" / "bench.json"
+    kept_file.parent.mkdir()
+    kept_file.write_text("{}")
+    previous = {"bench fp16 bs1": {"name": "bench fp16 bs1", "kind": plan.BENCH,
+                                   "status": "passed", "outputs": [str(kept_file)]}}
+    oom = "echo 'RESOURCE_EXHAUSTED; CUDA_ERROR_OUT_OF_MEMORY' >&2; exit 1"
+    todo = [plan.Step("device", plan.DEVICE),
+            plan.Step("bench fp16 bs1", plan.BENCH, ["false"], [str(kept_file)]),
+            *(plan.Step(f"bench fp32 bs{b}", plan.LADDER, argv,
+                        params={"vae_dtype": "fp32", "batch_size": b})
+              for b, argv in ((8, ["sh", "-c", oom]), (4, ["true"]), (2, ["false"])))]
+    record = {"manifest": {"backend": "cpu", "chip": "host"}, "steps": [], "budget_s": 60}
+    runner = steps.StepRunner(60, tmp_path / "logs", {}, say=print, min_start=1)
+    check._steps(todo, previous, runner, record, tmp_path)
+    assert [s.status for s in todo] == ["passed", "passed", "did not fit", "passed",
+                                        "not needed"]
+    assert todo[1].note == "kept from the run resumed" and todo[1].exit_code is None
+    assert "RESOURCE_EXHAUSTED" in todo[2].note and todo[4].note == "a larger batch ran"
+    assert record["device"].startswith("cpu: ") and record["gpu"]["tool"] is None
+    done = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert done["largest_batch"] == 4

@@ -30,7 +30,7 @@ PACKAGE = ROOT / "runner"
 # Lowest first. A package's modules share its layer; `*.cli` modules are the CLI layer.
 LAYERS = ("base", "inputs", "config", "clihelp", "model", "rundir", "docker", "batch",
           "accuracy", "report", "lifecycle", "goldens", "loadgen", "bench", "bisect",
-          "validate", "history", "cli")
+          "validate", "gpucheck", "history", "cli")
 CLI_LAYER = {"runner.cli", "runner.clidoc", "runner.cliout", "runner.__main__"}
 
 

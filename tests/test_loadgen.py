@@ -81,6 +81,17 @@ def test_merged_user_conf_keeps_precedence_over_loadgen_wildcards():
                      "performance_sample_count_override": "8"}
 
 
+def test_a_user_conf_path_with_a_newline_keeps_the_merged_file_readable():
+    """The merged file names the user.conf in a comment: a path holding a newline (or a
+    quote) stays on that one line, so the file still parses."""
+    profile = load_profile("tiny")
+    user = parse_conf_text("*.Offline.target_qps = 3\n", "u.conf")
+    where = 'carry a"b\nz/mlperf-short.conf'
+    text = merged_user_conf("Offline", profile.mlperf, user, Flags(), where)
+    assert text.splitlines()[0].startswith("# Merged by") and "z/mlperf" in text.splitlines()[0]
+    assert {line.key for line in parse_conf_text(text, "merged")} == {"target_qps"}
+
+
 def test_bad_requests_fail_before_anything_is_created(tmp_path, capsys):
     out = tmp_path / "out"
     bad = tmp_path / "bad.conf"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,55 @@ def test_export_weights_writes_what_the_spec_describes(tmp_path, capsys):
     assert "this model has no weights spec" in capsys.readouterr().err
     assert main(["export", "weights"]) == 2
     assert "--from DIR" in capsys.readouterr().err
+
+
+def test_exports_with_the_same_weights_share_one_file(tmp_path, capsys):
+    """Two exports naming archives of the same sha256 (seeded SDXL's fp32- and fp16-VAE
+    exports share CLIP and UNet): the second's are hard links to the first's, no second
+    write; a file the other export lacks is written."""
+    first = ModelConfig.load(seeded_model_dir(tmp_path / "cache" / "exports" / "a"))
+    second = ModelConfig.load(seeded_model_dir(tmp_path / "cache" / "exports" / "b"))
+    exported = {n: (first.base_dir / n).read_bytes() for n in SPEC.archives}
+    for model in (first, second):
+        for name in SPEC.archives:
+            (model.base_dir / name).unlink()
+    (second.base_dir / "vae.irpa").write_bytes(exported["vae.irpa"])  # b's own, kept
+    assert [m.archive for m in ensure_weights(first)] == ["clip.irpa", "unet.irpa", "vae.irpa"]
+    assert "weights: wrote clip.irpa, unet.irpa, vae.irpa" in capsys.readouterr().err
+    assert [m.archive for m in ensure_weights(second)] == ["clip.irpa", "unet.irpa"]
+    assert "weights: linked clip.irpa, unet.irpa" in capsys.readouterr().err
+    for name in ("clip.irpa", "unet.irpa"):
+        a, b = first.base_dir / name, second.base_dir / name
+        assert a.stat().st_ino == b.stat().st_ino and b.read_bytes() == exported[name]
+    assert (first.base_dir / "vae.irpa").stat().st_ino != \
+        (second.base_dir / "vae.irpa").stat().st_ino
+
+
+@pytest.mark.slow
+def test_seeded_tiny_fp32_and_fp16_vae_exports_write_clip_and_unet_once(tmp_path):
+    """The small seeded model exported with the VAE in fp32 and in fp16 (two exports, as
+    the GPU check's carry holds for SDXL): on the machine that writes the weights from
+    their specs, the second export's CLIP and UNet are the first's files (one inode each),
+    byte-identical to what the exporter wrote; each VAE is its own."""
+    pytest.importorskip("torch")
+    from cli_support import cli
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "off"}
+    carry = tmp_path / "carry"
+    for vae in ("fp32", "fp16"):
+        made = cli("compile", "--profile", "tiny", "--set", "model=seeded:tiny", "--set",
+                   "model.dtype=fp32", "--set", f"model.vae_dtype={vae}", "--batch-sizes", "1",
+                   "--out", carry, env=env)
+        assert made.returncode == 0, made.stderr[-3000:]
+    exports = sorted((carry / "exports").iterdir())
+    assert len(exports) == 2 and not list(carry.glob("exports/*/*.irpa"))
+    there = {**env, "RUNNER_CACHE_DIR": str(carry)}
+    for export in exports:
+        done = cli("export", "weights", "--from", export, env=there)
+        assert done.returncode == 0, done.stderr[-3000:]
+    a, b = exports
+    for name in ("clip.irpa", "unet.irpa"):
+        assert (a / name).stat().st_ino == (b / name).stat().st_ino, name
+        recorded = json.loads((b / "model.json").read_text())["files"][name]
+        assert sha256_file(b / name) == recorded
+    assert (a / "vae.irpa").stat().st_ino != (b / "vae.irpa").stat().st_ino

@@ -11,6 +11,7 @@ written into the out dir (it is the `user.conf` MLPerf's measurements directory 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,10 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
     values.update(from_flags)
     # Every line exact (model.scenario.key): LoadGen prefers an exact key over a wildcard
     # whatever the order, so resolving the wildcards here keeps the precedence above.
+    # The user.conf's path on one comment line whatever it holds (a newline would end it).
+    where = json.dumps(user_where) if user_where else "no user.conf"
     lines = [f"# Merged by `runner mlperf` for {MODEL} {scenario}: profile, then "
-             f"{user_where or 'no user.conf'}, then command-line flags."]
+             f"{where}, then command-line flags."]
     lines += [f"{MODEL}.{scenario}.{k} = {v}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 

@@ -111,7 +111,7 @@ def _carry_model(model: ModelConfig, batch_sizes: set[int], vae_batch_sizes: set
     raw = read_json(model.path, what="export's model.json")
     decoder = model.functions["decode"][0]
     target = out / "exports" / model.base_dir.name
-    # A second `--out` into the same carry (another batch size, `scripts/gpu_check.py`'s one
+    # A second `--out` into the same carry (another batch size, `runner gpu-check prepare`'s one
     # compile per layout) adds its sizes to the ones carried before, rather than dropping them.
     if (target / "model.json").is_file():
         before = read_json(target / "model.json", what="carried model.json")

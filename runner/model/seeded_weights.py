@@ -14,7 +14,9 @@ independent, so threads fill them in parallel, and the values are integer arithm
 IEEE float32 multiply/add and round-to-nearest casts (no transcendental function), so the
 bytes are the same on any machine, with or without torch. `ensure_weights` writes the
 archives a model.json names but lacks, checked against the sha256 it records: a written file
-is byte-identical to the exported one or is not installed.
+is byte-identical to the exported one or is not installed. Two exports that name an archive
+with the same sha256 share one file: the second is a hard link to the first's
+(`.weights-by-sha256/` beside the export directories).
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ GENERATOR = "pcg64-uniform-float32-blocks"
 BLOCK = 1 << 22  # elements per independently seeded stream
 DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 SPEC_MAX_BYTES = 64 << 20  # SDXL's spec is ~0.6 MB
+# Beside the export directories (in $RUNNER_CACHE_DIR/exports/, or a carry's): a hard link to
+# each archive written from a spec, named by its sha256. Exports that differ only in the
+# VAE's precision (seeded SDXL's fp32- and fp16-VAE exports) hold the same CLIP and UNet
+# archives: the second links them (no second 7 GB).
+SHARED_DIR = ".weights-by-sha256"
 # iree-turbine's tensor metadata (iree.turbine.aot.params), so turbine and iree.runtime's
 # `parameter_index_entry_as_numpy_ndarray` read these archives as they read its own.
 _METADATA_PREFIX = "PYTORCH:"
@@ -347,17 +354,60 @@ def ensure_weights(model: ModelConfig, *, dry_run: bool = False,
                 done += n
                 bar.update(round(done / 1e6))
 
+            linked = []
             for m in todo:
                 if m.path.exists():  # another process wrote it while we waited
+                    continue
+                if _link_shared(m):
+                    linked.append(m)
                     continue
                 bar.start_item(m.archive)
                 tensors = spec.archives[m.archive]
                 arrays = generate(tensors, spec.seed, on_bytes=on_bytes)
                 write_archive(tensors, arrays, m.path, m.sha256)
                 del arrays
+                _share(m)
                 written.append(m)
         if written:
             say(f"weights: wrote {', '.join(m.archive for m in written)} "
                 f"({sum(m.nbytes for m in written) / 1e9:.2f} GB) from {model.weights_spec} "
                 f"in {time.perf_counter() - start:.1f}s, sha256 as model.json records")
-    return written
+        if linked:
+            say(f"weights: linked {', '.join(m.archive for m in linked)} "
+                f"({sum(m.nbytes for m in linked) / 1e9:.2f} GB, no more disk) from another "
+                f"export's identical files ({_shared_dir(model)})")
+    return [*written, *linked]
+
+
+def _shared_dir(model: ModelConfig) -> Path:
+    return model.base_dir.parent / SHARED_DIR
+
+
+def _shared_path(m: MissingWeights) -> Path | None:
+    return m.path.parent.parent / SHARED_DIR / f"{m.sha256}.irpa" if m.sha256 else None
+
+
+def _link_shared(m: MissingWeights) -> bool:
+    """Hard-links the file another export wrote with the same sha256 into place; False
+    where there is none (or it is on another filesystem)."""
+    shared = _shared_path(m)
+    if shared is None or not shared.is_file():
+        return False
+    try:
+        os.link(shared, m.path)
+    except OSError:
+        return False
+    return True
+
+
+def _share(m: MissingWeights) -> None:
+    """Makes a written file (sha256 checked) available to the next export that names the
+    same bytes; best effort: without the link the next one writes its own."""
+    shared = _shared_path(m)
+    if shared is None:
+        return
+    try:
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        os.link(m.path, shared)
+    except OSError:
+        pass

@@ -1,0 +1,193 @@
+"""What GPU a machine has: name, driver, memory and clocks, as the vendor's tool reports them.
+
+A number measured on a lent GPU means little without the GPU it ran on, and the clocks and
+driver it ran with; the GPU check records these beside its results. They come from the
+vendors' tools, in their own formats (tests/fixtures/gpu_info/ holds captured output):
+
+- `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits`: one line per GPU, the
+  fields in the order asked, comma separated, `[N/A]` (or `[Not Supported]`) where the
+  driver cannot tell. `compute_cap` is asked for where the driver knows the field (since
+  R510); an older one refuses the whole query, which is then asked again without it.
+- `rocm-smi --showproductname --showdriverversion --showmeminfo vram --showclocks --json`:
+  one object per card (`card0`, ...) and a `system` object with the driver's version; key
+  names changed case between ROCm releases (`Card series`, `Card Series`), so they are
+  matched without case.
+
+Where neither tool is on PATH (a CPU machine) the answer says so (`tool: None` and a note):
+absence is recorded, not an error. A tool that runs and prints what cannot be read raises
+ToolFailed, naming the tool and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TIMEOUT_S = 60
+NVIDIA_FIELDS = ("index", "name", "driver_version", "memory.total", "clocks.max.sm",
+                 "clocks.max.memory", "clocks.sm", "clocks.mem", "pci.bus_id", "compute_cap")
+ROCM = ("rocm-smi", "--showproductname", "--showdriverversion", "--showmeminfo", "vram",
+        "--showclocks", "--json")
+_NA = ("[N/A]", "[Not Supported]", "N/A", "")
+
+
+class ToolFailed(RuntimeError):
+    """The tool ran but its answer cannot be read (or it exited with an error)."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as its tool describes it; None where the tool could not tell."""
+
+    index: int
+    name: str
+    driver: str | None = None
+    memory_mib: int | None = None
+    clocks_mhz: dict[str, int | None] = field(default_factory=dict)
+    arch: str | None = None  # NVIDIA's compute capability (9.0), AMD's gfx target (gfx942)
+    bus_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    tool: str | None  # None: neither tool on PATH (the note says so)
+    gpus: tuple[Gpu, ...] = ()
+    command: tuple[str, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "command": list(self.command), "note": self.note,
+                "gpus": [asdict(g) for g in self.gpus]}
+
+    def line(self) -> str:
+        """One line for a report: the first GPU, and how many there are."""
+        if not self.gpus:
+            return self.note or "no GPU found"
+        g = self.gpus[0]
+        more = f" (x{len(self.gpus)})" if len(self.gpus) > 1 else ""
+        memory = f", {g.memory_mib} MiB" if g.memory_mib else ""
+        driver = f", driver {g.driver}" if g.driver else ""
+        clocks = ", ".join(f"{k} {v} MHz" for k, v in g.clocks_mhz.items() if v)
+        return f"{g.name}{more}{memory}{driver}" + (f", clocks {clocks}" if clocks else "")
+
+
+def _value(text: str) -> str | None:
+    text = text.strip()
+    return None if text in _NA else text
+
+
+def _int(text: str | None) -> int | None:
+    """`143771` or `(2100Mhz)` or `1980 MHz` -> the integer; None where there is none."""
+    if text is None:
+        return None
+    found = re.search(r"\d+", text)
+    return int(found.group()) if found else None
+
+
+def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(fields):
+            raise ToolFailed(f"nvidia-smi printed {len(cells)} fields where {len(fields)} "
+                             f"were asked ({', '.join(fields)}): {line!r}")
+        row = dict(zip(fields, map(_value, cells), strict=True))
+        if row["index"] is None or not row["index"].isdigit() or row["name"] is None:
+            raise ToolFailed(f"nvidia-smi printed a line without a GPU index and name: {line!r}")
+        gpus.append(Gpu(
+            index=int(row["index"]), name=row["name"], driver=row["driver_version"],
+            memory_mib=_int(row["memory.total"]),
+            clocks_mhz={"sm_max": _int(row["clocks.max.sm"]),
+                        "memory_max": _int(row["clocks.max.memory"]),
+                        "sm": _int(row["clocks.sm"]), "memory": _int(row["clocks.mem"])},
+            arch=row.get("compute_cap"), bus_id=row["pci.bus_id"]))
+    if not gpus:
+        raise ToolFailed(f"nvidia-smi listed no GPU: {text.strip()[:200]!r}")
+    return gpus
+
+
+def _get(card: dict[str, Any], *names: str) -> str | None:
+    """A card's value under any of `names`, matched without case (ROCm renamed them)."""
+    lowered = {str(k).strip().lower(): v for k, v in card.items()}
+    for name in names:
+        value = lowered.get(name.lower())
+        if value is not None:
+            return _value(str(value))
+    return None
+
+
+def parse_rocm_smi(text: str) -> list[Gpu]:
+    """`rocm-smi ... --json` output (ROCM's flags above); warnings before the JSON, which
+    some releases print on stdout, are skipped."""
+    start = text.find("{")
+    try:
+        data = json.loads(text[start:]) if start >= 0 else None
+    except ValueError as e:
+        raise ToolFailed(f"rocm-smi printed JSON that cannot be read ({e}): "
+                         f"{text.strip()[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise ToolFailed(f"rocm-smi printed no JSON object: {text.strip()[:200]!r}")
+    system = data.get("system")
+    driver = _get(system, "Driver version") if isinstance(system, dict) else None
+    gpus = []
+    for key, card in data.items():
+        found = re.fullmatch(r"card:?(\d+)", str(key))
+        if not found or not isinstance(card, dict):
+            continue
+        memory = _int(_get(card, "VRAM Total Memory (B)"))
+        gpus.append(Gpu(
+            index=int(found.group(1)),
+            name=_get(card, "Card Series", "Card SKU", "Device Name") or "AMD GPU",
+            driver=driver, memory_mib=None if memory is None else memory >> 20,
+            clocks_mhz={"sclk": _int(_get(card, "sclk clock speed:")),
+                        "mclk": _int(_get(card, "mclk clock speed:"))},
+            arch=_get(card, "GFX Version"), bus_id=_get(card, "PCI Bus")))
+    if not gpus:
+        raise ToolFailed(f"rocm-smi listed no card: {text.strip()[:200]!r}")
+    return sorted(gpus, key=lambda g: g.index)
+
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+def _run(argv: list[str], run: Run) -> subprocess.CompletedProcess:
+    try:
+        return run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolFailed(f"{argv[0]} did not answer: {e}") from None
+
+
+def nvidia_argv(fields: tuple[str, ...]) -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+def query(which: Callable[[str], str | None] = shutil.which, run: Run = subprocess.run
+          ) -> GpuInfo:
+    """The machine's GPUs from nvidia-smi, else rocm-smi; `tool: None` where neither is on
+    PATH."""
+    if which("nvidia-smi"):
+        fields: tuple[str, ...] = NVIDIA_FIELDS
+        proc = _run(nvidia_argv(fields), run)
+        if proc.returncode != 0 and "compute_cap" in (proc.stdout + proc.stderr):
+            fields = NVIDIA_FIELDS[:-1]  # a driver older than R510 knows no compute_cap
+            proc = _run(nvidia_argv(fields), run)
+        if proc.returncode != 0:
+            raise ToolFailed(f"nvidia-smi exited {proc.returncode}: "
+                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
+        return GpuInfo("nvidia-smi", tuple(parse_nvidia_smi(proc.stdout, fields)),
+                       tuple(nvidia_argv(fields)))
+    if which("rocm-smi"):
+        proc = _run(list(ROCM), run)
+        if proc.returncode != 0:
+            raise ToolFailed(f"rocm-smi exited {proc.returncode}: "
+                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
+        return GpuInfo("rocm-smi", tuple(parse_rocm_smi(proc.stdout)), ROCM)
+    return GpuInfo(None, note="neither nvidia-smi nor rocm-smi is on PATH: no GPU recorded")

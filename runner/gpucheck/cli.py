@@ -1,0 +1,74 @@
+"""`runner gpu-check prepare|run`: a thin layer over runner/gpucheck/check.py."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runner.base.outdir import REFUSES, RESUMES, Rerun
+from runner.clihelp import add_batch_sizes, add_dry_run, add_out, add_profile, document
+from runner.inputs.cliargs import SECONDS
+
+DEFAULT_BUDGET_S = 480.0  # a machine lent for 10 minutes, less its start and the copies
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from runner.gpucheck.check import PrepareRequest, prepare
+
+    return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
+                                  not args.no_wheels, args.dry_run))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runner.gpucheck.check import RunRequest, run
+
+    attempt = args.attempt
+    return run(RunRequest(args.carry, Path(args.out or args.resume), args.budget, args.dry_run,
+                          resumed=bool(attempt is not None and attempt.resumed)))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    check = subparsers.add_parser(
+        "gpu-check", help="compile here, run there: what the runner measures on a GPU machine "
+        "lent for minutes, without a compiler or a network",
+        description="`prepare` compiles everything the check runs into a carry directory (on a "
+        "machine with iree-compile); `run` runs the carry's plan on the GPU machine inside a "
+        "budget: the GPU's description, throughput per VAE precision at batch size 1, a short "
+        "MLPerf Offline test, the largest batch that fits, the tiny model's images against "
+        "the CPU's, and the dispatch profile where the driver has a profiler.")
+    sub = check.add_subparsers(dest="gpu_check_command", required=True, metavar="{prepare,run}")
+
+    p = sub.add_parser("prepare", help="compile the check into a carry (needs iree-compile)")
+    add_profile(p, with_set=False)
+    add_batch_sizes(p, "1,8 for an SDXL exported on demand; the model's own for tiny")
+    p.add_argument("--python", default="3.12", metavar="X.Y",
+                   help="the GPU machine's Python, for the wheels (default: 3.12)")
+    p.add_argument("--no-wheels", action="store_true",
+                   help="carry no wheels (the GPU machine has the IREE runtime and LoadGen)")
+    add_out(p, "the carry: cache/ (compiled modules and exports, as $RUNNER_CACHE_DIR), "
+            "tiny-cpu/, wheels/, mlperf-short.conf, gpu_check.json (the plan) and README.txt",
+            Rerun(RESUMES, "every compiled module and the CPU's tiny run: only what is "
+                  "missing is made", ("gpu_check.json",)))
+    add_dry_run(p, "every command")
+    p.set_defaults(func=cmd_prepare)
+    document(p, "runner gpu-check prepare --profile h100-seeded --out carry",
+             "runner gpu-check prepare --profile h100-seeded --out carry --dry-run",
+             "runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels --out carry-cpu",
+             out="the carry directory, copied whole to the GPU machine")
+
+    r = sub.add_parser("run", help="run a carry's check (no compiler, no network)")
+    r.add_argument("--carry", required=True, metavar="DIR",
+                   help="the directory `runner gpu-check prepare` wrote")
+    r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
+    add_out(r, "the results: gpu_check.json, gpu_check.md, each step's output and logs/",
+            Rerun(REFUSES, "every step that passed, or found a batch too large or a "
+                  "profiler missing, and whose files are there", ("gpu_check.json",)))
+    add_dry_run(r, "every step's command")
+    r.set_defaults(func=cmd_run)
+    document(r, "runner gpu-check run --carry carry --out results",
+             "runner gpu-check run --carry carry --out results --budget 480",
+             "runner gpu-check run --resume results",
+             out="the results directory")
+    document(check, "runner gpu-check prepare --profile h100-seeded --out carry",
+             "runner gpu-check run --carry carry --out results")
