@@ -275,6 +275,10 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
+        "gpu-check prepare": "its steps are `runner compile` and `runner run` (both in the "
+                             "battery), ~45 s a try; tests/test_gpu_check.py resumes a carry",
+        "gpu-check run": "a SIGTERM mid-step and a resume keeping what passed: "
+                         "tests/test_gpu_check.py",
     }
     rules = rerun_rules()
     assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))
