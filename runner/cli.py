@@ -371,11 +371,19 @@ class RunnerParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._typed = list(sys.argv[1:] if args is None else args)  # for error()'s fix
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):  # type: ignore[override]
         from runner.config.sources import redact_secrets
 
         if FIX not in message:
-            message += f"{FIX}see `{self.prog} --help`"
+            # `--scen offline` leaves --scenario missing: the fix names the flag meant.
+            meant = [f"{flag} for {typed}" for typed in getattr(self, "_typed", [])
+                     if typed.startswith("--") and (flag := self._meant(typed)) is not None]
+            message += FIX + (f"did you mean {', '.join(meant)}? " if meant else "") + \
+                f"see `{self.prog} --help`"
         self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {redact_secrets(message)}\n")
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
@@ -397,16 +405,25 @@ class RunnerParser(argparse.ArgumentParser):
         raise argparse.ArgumentError(action, f"invalid choice: {value!r}{FIX}{guess}(one of "
                                      f"{', '.join(names)})")
 
+    def _meant(self, typed: str) -> str | None:
+        """The option of this command a flag it does not take stands for: the one flag it
+        abbreviates, else the closest spelling; None for a flag it takes, or none close."""
+        flag = typed.partition("=")[0]
+        known = [f for a in self._actions if a.help != argparse.SUPPRESS
+                 for f in a.option_strings]
+        if flag in known or not flag.startswith("--"):
+            return None
+        close = [f for f in known if f.startswith(flag)]
+        if len(close) != 1:  # an abbreviation of one flag, else a misspelling of one
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        return close[0] if close else None
+
     def unrecognized(self, extra: list[str]) -> None:
         """Refuses what no option of this command takes, naming the option meant when one
         is close (`--batch-size` where `--batch-sizes` is meant)."""
-        known = [f for a in self._actions if a.help != argparse.SUPPRESS
-                 for f in a.option_strings]
-        flag = next((e.partition("=")[0] for e in extra if e.startswith("-")), "")
-        close = ([f for f in known if f.startswith(flag)] if flag.startswith("--") else [])
-        if len(close) != 1:  # an abbreviation of one flag, else a misspelling of one
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag else []
-        fix = f"{FIX}did you mean {close[0]}? (see `{self.prog} --help`)" if close else ""
+        flag = next((e for e in extra if e.startswith("-")), "")
+        meant = self._meant(flag)
+        fix = f"{FIX}did you mean {meant}? (see `{self.prog} --help`)" if meant else ""
         self.error(f"unrecognized arguments: {' '.join(extra)}{fix}")
 
 

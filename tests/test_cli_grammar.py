@@ -426,6 +426,16 @@ def test_an_abbreviated_or_misspelled_flag_is_refused_naming_the_one_meant(argv,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_misspelled_required_flag_is_named_with_the_one_meant(tmp_path):
+    proc = cli("mlperf", "--scen", "offline", "--mode", "performance", "--out",
+               tmp_path / "lg", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: runner mlperf: the following arguments are required: "
+                           "--scenario\n  fix: did you mean --scenario for --scen? see "
+                           "`runner mlperf --help`\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _usage_error(parser: argparse.ArgumentParser, argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as e:
         parser.parse_known_args(argv)
