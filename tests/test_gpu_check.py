@@ -104,11 +104,11 @@ def test_prepare_of_tiny_takes_the_models_batch_sizes(tmp_path):
 
 
 def test_the_plan_puts_the_most_valuable_numbers_first():
-    """bs1 throughput per VAE precision, the MLPerf number, then the largest batch first,
+    """bs1 throughput per VAE precision, then the largest batch first, the MLPerf number,
     the tiny comparison, the dispatch profile last."""
     names = [s["name"] for s in plan.plan_steps([1, 4, 8], ["fp32", "fp16"], "fp16")]
-    assert names == ["device", "bench fp32 bs1", "bench fp16 bs1", "mlperf offline",
-                     "bench fp16 bs8", "bench fp16 bs4", "tiny on the device", "tiny compare",
+    assert names == ["device", "bench fp32 bs1", "bench fp16 bs1", "bench fp16 bs8",
+                     "bench fp16 bs4", "mlperf offline", "tiny on the device", "tiny compare",
                      "dispatches"]
 
 
@@ -395,6 +395,7 @@ def test_prepare_then_run_on_this_cpu(tmp_path):
     md = (results / "gpu_check.md").read_text()
     assert "within 1 LSB" in md and f"bs1: {ratio:.3f}" in md and f"{rate:.3f} samples/s" in md
     assert "published, not measured" in md and "19.19" in md and "2.4" in md
+    assert f"| h200_offline_samples_per_s_per_gpu | 2.4 | {rate / 2.4:.2f} |" in md
     # the same --out again is refused, naming --resume; --resume of a finished check has
     # nothing left to do
     refused = cli("gpu-check", "run", "--carry", carry, "--out", results, env=env())

@@ -3,10 +3,11 @@
 The machine is lent for minutes, so the steps are ordered by the value of what they
 measure: the GPU's description first (a number is nothing without it), the seeded weights
 (every bench needs them), throughput and stage latencies at batch size 1 for each VAE
-precision, a short MLPerf Offline performance test (a number in MLPerf's own format, read
-beside published ones), then the largest batch that fits (largest first: the first that
-runs ends the ladder), the tiny model's images against the CPU's, and last the per-dispatch
-profile (a profiler IREE's GPU drivers may lack; its absence is recorded, not a failure).
+precision, then the largest batch that fits (largest first: the first that runs ends the
+ladder), a short MLPerf Offline performance test (a number in MLPerf's own format, read
+beside published ones), the tiny model's images against the CPU's, and last the
+per-dispatch profile (a profiler IREE's GPU drivers may lack; its absence is recorded, not a
+failure).
 
 `prepare` writes the plan into the carry (`gpu_check.json`, `steps`): `run` takes it from
 there, so what runs on the GPU machine is what was compiled for it.
@@ -111,10 +112,10 @@ def plan_steps(sizes: list[int], vae_dtypes: list[str], main_dtype: str) -> list
     steps: list[dict[str, Any]] = [{"name": "device", "kind": DEVICE}]
     steps += [{"name": f"bench {v} bs{first}", "kind": BENCH, "vae_dtype": v,
                "batch_size": first} for v in vae_dtypes]
-    steps.append({"name": "mlperf offline", "kind": MLPERF, "vae_dtype": main_dtype,
-                  "batch_size": first})
     steps += [{"name": f"bench {main_dtype} bs{b}", "kind": LADDER, "vae_dtype": main_dtype,
                "batch_size": b} for b in sorted((b for b in sizes if b > first), reverse=True)]
+    steps.append({"name": "mlperf offline", "kind": MLPERF, "vae_dtype": main_dtype,
+                  "batch_size": first})
     steps += [{"name": "tiny on the device", "kind": TINY},
               {"name": "tiny compare", "kind": TINY_COMPARE},
               {"name": "dispatches", "kind": DISPATCHES, "vae_dtype": main_dtype,

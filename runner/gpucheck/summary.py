@@ -187,8 +187,10 @@ def report(summary: dict) -> str:
               if mlperf else ["- not measured"])
     lines += ["", "## MLPerf anchors (published, not measured)", "",
               f"Source: {PUBLISHED['source']}", ""]
-    lines += md_table(["published value", "number"],
-                      [[k, v] for k, v in PUBLISHED["values"].items()])
+    rate = mlperf["samples_per_s"] if mlperf else None
+    lines += md_table(["published value", "number", "measured / published"],
+                      [[k, v, f"{rate / v:.2f}" if rate and "per_gpu" in k else "-"]
+                       for k, v in PUBLISHED["values"].items()])
     lines += ["", "## Dispatch profile", ""]
     d = summary.get("dispatches") or {}
     row = d.get("row")
