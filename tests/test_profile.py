@@ -140,7 +140,7 @@ def test_user_named_keys_below_a_section_are_not_checked():
 
 
 @pytest.mark.parametrize(("dotted", "says", "fix"), [
-    ("foo.bar", "unknown field `foo`", "valid keys: accuracy, layout"),
+    ("foo.bar", "unknown field `foo`", "valid keys: accuracy, count, layout"),
     ("layoutt.cpd", "unknown field `layoutt`", "did you mean `layout`?"),
     ("layout.cpdd", "unknown field `layout.cpdd`", "did you mean `layout.cpd`?"),
     ("target.chipp", "unknown field `target.chipp`", "did you mean `target.chip`?"),
