@@ -261,7 +261,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                   "the end"), required=False)
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
-             "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",
+             "runner bench goldens --profile tiny --dry-run",
              "runner bench goldens goldens/tiny-torch --marker cpu -k clip",
              out="a directory for bench.json and bench.md")
     return bench
