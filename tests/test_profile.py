@@ -8,8 +8,8 @@ import yaml
 from cli_support import cli
 
 from runner.base.errors import RunnerError
-from runner.config.model_config import ModelConfig
 from runner.base.paths import CONFIGS_DIR
+from runner.config.model_config import ModelConfig
 from runner.config.profile import BUILTIN_MODELS, load_profile
 
 

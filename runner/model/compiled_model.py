@@ -81,6 +81,7 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
     `runner compile`, `run`, `bench` and `mlperf` all get their models here."""
     if not missing_batch_sizes(model, batch_size, vae_batch_size):
         return model
+    assert model.source is not None  # missing sizes of a model with no source: raised above
     from runner.config.exports import ExportSource, export_command
     from runner.model.export.store import ensure_export
 
