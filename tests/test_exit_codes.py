@@ -129,3 +129,21 @@ def test_the_exit_code_table_says_which_outcome_gets_which_code():
     text = table.read_text()
     assert "| 0 | passed: what was asked was measured and judged" in text
     assert "every layout of a `bench` skipped, no benchmark golden for the SKU" in text
+
+
+def test_a_lab_profile_picks_its_sku_and_chip_for_iree_cis_goldens():
+    """IREE CI's SDXL benchmark files, as a lab host reads them: the mi300x profile's SKU
+    (mi300) and chip (gfx942) with no flag; mi355x's SKU has no goldens there (exit 2)."""
+    suite = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" /
+             "sharktank_models" / "benchmarks" / "sdxl")
+    ran = cli("bench", "goldens", suite, "--profile", "mi300x", "--dry-run")
+    assert ran.returncode == 0, ran.stderr
+    assert "PLANNED   sdxl/clip_rocm [mi300]" in ran.stdout
+    assert "--iree-rocm-target=gfx942" in ran.stdout
+    gfx950 = cli("bench", "goldens", suite, "--profile", "mi355x", "--sku", "mi300",
+                 "--dry-run")
+    assert gfx950.returncode == 0 and "--iree-rocm-target=gfx950" in gfx950.stdout
+    lab = cli("bench", "goldens", suite, "--profile", "mi355x", "--dry-run")
+    assert lab.returncode == 2
+    assert "goldens for sku mi355 (profile mi355x's target)" in lab.stderr
+    assert "they have goldens for cpu, mi250, mi300, mi308" in lab.stderr

@@ -245,7 +245,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="benchmark JSONs or directories (default: goldens/tiny-bench)")
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}, this host's CPU")
     golden_target_flags(p, sku_default="$SKU, else the profile's target.sku (a cpu target: "
-                        "cpu); no golden for it: exit 2")
+                        "cpu); no golden for it: exit 2",
+                        chip_default=f"$ROCM_CHIP, else a hip profile's target.chip, else "
+                        f"{DEFAULT_CHIP}")
     selection_flags(p)
     _benchmark_flags(p)
     _renamed_benchmark_flags(p)
