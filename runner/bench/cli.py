@@ -56,15 +56,17 @@ def _golden_target(args: argparse.Namespace) -> tuple[str, str, str]:
     runners read them, else the profile's machine (`target.sku`; a cpu target is `cpu`, so
     the default profile judges this host's CPU goldens)."""
     from runner.goldens.cli import selection
+    from runner.goldens.select import ENV_SKU, from_env
 
     chosen = selection(args)
+    given = "--sku" if from_env(args.sku, ENV_SKU)[1] == "flag" else f"${ENV_SKU}"
     name = args.profile or DEFAULT_PROFILE
     if chosen.sku and chosen.rocm_chip:
-        return chosen.sku, chosen.rocm_chip, "--sku or $SKU"
+        return chosen.sku, chosen.rocm_chip, given
     target = profile_from_args(args, name, layout=()).target
     chip = chosen.rocm_chip or (target.chip if target.backend == "hip" else DEFAULT_CHIP)
     if chosen.sku:
-        return chosen.sku, chip, "--sku or $SKU"
+        return chosen.sku, chip, given
     if target.golden_sku is None:
         raise RunnerError(f"profile {name} names no SKU for its {target.backend} target, so "
                           "no benchmark golden can be chosen", where="--sku",
