@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         args.profile = args.profile or DEFAULT_PROFILE
         profile = profile_from_args(args)
-        ids = _sample_ids(args, captions)
+        ids = _sample_ids(args, captions, profile.count)
         executor = executor_for(args.executor or "local", profile, image=args.image,
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
@@ -267,8 +267,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from runner.validate import ValidateRequest, validate
 
     args.profile = args.profile or DEFAULT_PROFILE
+    profile = profile_from_args(args)
     request = ValidateRequest(
-        iree=args.iree, profile=profile_from_args(args), sample_ids=_sample_ids(args, None),
+        iree=args.iree, profile=profile, sample_ids=_sample_ids(args, None, profile.count),
         out=Path(args.out), argv=args.argv, goldens=Path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
         base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
@@ -495,7 +496,8 @@ def build_parser() -> RunnerParser:
     p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
     add_layout(p)
-    add_samples(p, 32, "; on --resume, as recorded: other samples are an error")
+    add_samples(p, note="; on --resume, as recorded: other samples are an error",
+                from_profile=True)
     add_require_full(p)
     add_metrics(p)
     add_captions(p)
@@ -525,7 +527,7 @@ def build_parser() -> RunnerParser:
              note=" (commit: is bisect's and trend's; build a commit with source:)")
     add_profile(p)
     add_layout(p)
-    add_samples(p, 32)
+    add_samples(p, from_profile=True)
     add_require_full(p)
     add_metrics(p)
     p.add_argument("--goldens", metavar="SUITE",

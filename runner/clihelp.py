@@ -574,14 +574,22 @@ def profile_from_args(args: argparse.Namespace, profile: str | None = None,
     return loaded
 
 
+# The help of a command whose samples default to the profile's `count` (runner.config.profile;
+# tests/test_profile.py checks the list against the shipped profiles).
+PROFILE_COUNT = ("the profile's `count`: MLPerf's 5000 on mi300x, mi325x, mi355x, h100 and "
+                 "h100-seeded, 32 on the others")
+
+
 def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str = "",
-                choose: bool = True) -> None:
+                choose: bool = True, from_profile: bool = False) -> None:
     """The one way samples are chosen: --count N, --samples SPEC or --ids FILE (`choose=False`:
     --count alone, where LoadGen picks from the first N). --count's default is left None so
-    a resume can tell "not given" apart; `args.default_count` holds the number to use then."""
+    a resume can tell "not given" apart; `args.default_count` holds the number to use then
+    (`from_profile`: the command passes the profile's `count` instead)."""
     what = p.add_mutually_exclusive_group()
+    default = PROFILE_COUNT if from_profile else default_count
     shared(what, "--count", type=COUNT, default=None, metavar="N",
-           help=f"samples 0..N-1 (MLPerf qsl_idx; default: {default_count}{note})")
+           help=f"samples 0..N-1 (MLPerf qsl_idx; default: {default}{note})")
     if choose:
         shared(what, "--samples", metavar="SPEC",
                help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19 (default: "

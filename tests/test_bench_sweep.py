@@ -46,7 +46,8 @@ def test_sweep_runs_each_layout_and_reports_the_best(sweep):
     assert len(ok) == 2
     skipped = layouts[2]
     assert skipped["status"] == "skipped"
-    assert "no artifact for batch size 3 (it has [1, 2])" in skipped["reason"]
+    assert "model tiny-sdxl: no clip artifact for batch size 3 (the model has [1, 2])" \
+        in skipped["reason"]
     best = max(ok, key=lambda lay: lay["samples_per_s"])
     assert [lay["best"] for lay in layouts] == [lay is best for lay in layouts]
     assert report["best"] == {"label": best["label"], "samples_per_s": best["samples_per_s"]}
@@ -83,7 +84,7 @@ def test_sweep_runs_each_layout_and_reports_the_best(sweep):
     assert len(table) == 3
     assert sum("(best)" in row for row in table) == 1
     assert f"| **{best['label']}** (best) |" in md
-    assert "skipped: model tiny-sdxl has no artifact for batch size 3" in md
+    assert "skipped: model tiny-sdxl: no clip artifact for batch size 3" in md
     assert (out / "bench.md").read_text().strip() == md.strip()
 
 
@@ -127,7 +128,7 @@ def test_dry_run_prints_exactly_what_runs(sweep):
     for lay in report["layouts"]:
         if lay["status"] == "ok":
             assert lay["run_command"] in dry
-    assert any("skipped: model tiny-sdxl has no artifact" in x for x in dry)
+    assert any("skipped: model tiny-sdxl: no clip artifact" in x for x in dry)
 
 
 def test_bad_sweep_values_exit_2(tmp_path, capsys):

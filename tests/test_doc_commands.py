@@ -92,7 +92,7 @@ QUICK = {
     "--dry-run": "--iree-rocm-target=gfx942",
     "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 "
     "--dry-run": "--iree-rocm-target=gfx942",
-    "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run": "3 benchmark goldens",
+    "runner bench goldens --profile tiny --dry-run": "PLANNED   tiny-bench/clip_cpu [cpu]",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-mi325x --dry-run": "audit.config",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "

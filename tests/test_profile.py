@@ -8,6 +8,7 @@ import yaml
 from cli_support import cli
 
 from runner.base.errors import RunnerError
+from runner.base.paths import CONFIGS_DIR
 from runner.config.model_config import ModelConfig
 from runner.config.profile import BUILTIN_MODELS, load_profile
 
@@ -140,7 +141,7 @@ def test_user_named_keys_below_a_section_are_not_checked():
 
 
 @pytest.mark.parametrize(("dotted", "says", "fix"), [
-    ("foo.bar", "unknown field `foo`", "valid keys: accuracy, layout"),
+    ("foo.bar", "unknown field `foo`", "valid keys: accuracy, count, layout"),
     ("layoutt.cpd", "unknown field `layoutt`", "did you mean `layout`?"),
     ("layout.cpdd", "unknown field `layout.cpdd`", "did you mean `layout.cpd`?"),
     ("target.chipp", "unknown field `target.chipp`", "did you mean `target.chip`?"),
@@ -224,3 +225,37 @@ def test_accuracy_metrics_is_a_profile_field():
     assert "fid, clip or fid,clip" in str(e.value)
     sdxl_seeded = load_profile("sdxl-seeded").accuracy
     assert not sdxl_seeded.has_ranges() and load_profile("tiny").accuracy.has_ranges(("clip",))
+
+
+LAB_PROFILES = ("h100", "h100-seeded", "mi300x", "mi325x", "mi355x")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
+def test_a_plain_run_makes_the_profiles_count(name):
+    """`runner run --profile P` with no --count/--samples/--ids makes the profile's `count`:
+    MLPerf's 5000 on the lab profiles (it was 32 on every profile, so a lab run ended SUBSET,
+    not judged, against ranges set for 5000), 32 on the others, as --count's help says."""
+    from runner.clihelp import PROFILE_COUNT
+    from runner.config.profile import DEFAULT_COUNT, MLPERF_SAMPLES
+
+    count = MLPERF_SAMPLES if name in LAB_PROFILES else DEFAULT_COUNT
+    assert load_profile(name).count == count
+    assert (name in PROFILE_COUNT) == (name in LAB_PROFILES)
+    # seeded weights: a dry run needs no checkpoint or download
+    ran = cli("run", "--profile", name, "--set", "model=seeded:tiny", "--dry-run",
+              "--out", "runs/x")
+    assert ran.returncode == 0, ran.stderr
+    assert f"# runner run: {count} samples of profile {name} " in ran.stdout
+    flag = cli("run", "--profile", name, "--count", "3", "--set", "model=seeded:tiny",
+               "--dry-run", "--out", "runs/x")
+    assert f"# runner run: 3 samples of profile {name} " in flag.stdout  # --count wins
+
+
+@pytest.mark.parametrize(("value", "says"), [(0, "`count` is 0"), (5001, "`count` is 5001"),
+                                             ("all", "`count` is 'all'"),
+                                             (True, "`count` is True")])
+def test_a_bad_count_names_the_field_and_the_fix(value, says):
+    with pytest.raises(RunnerError) as err:
+        load_profile("tiny", {"count": value})
+    assert says in str(err.value) and err.value.where == "--set count"
+    assert "from 1 to 5000" in err.value.fix

@@ -57,8 +57,10 @@ class RangeCheck:
         return {"score": self.value, "range": [self.low, self.high], "pass": self.passed,
                 "margin_low": self.margin_low, "margin_high": self.margin_high}
 
-    def line(self) -> str:
-        state = "PASS" if self.passed else "FAIL"
+    def line(self, judged: bool = True) -> str:
+        """The score against its range; `judged=False` (a subset: the range holds for
+        another sample set) shows the margins but no PASS or FAIL."""
+        state = ("PASS" if self.passed else "FAIL") if judged else "not judged"
         return (f"{self.metric:<4} {self.value:.8f}  range [{self.low:.8f}, {self.high:.8f}]  "
                 f"{state}  (above low by {self.margin_low:+.8f}, below high by "
                 f"{self.margin_high:+.8f})")
@@ -96,7 +98,7 @@ class Verdict:
         return next((c for c in self.checks if c.metric == metric), None)
 
     def lines(self) -> list[str]:
-        out = [c.line() for c in self.checks]
+        out = [c.line(judged=self.subset_of is None) for c in self.checks]
         if self.state == SUBSET:
             out.append("verdict: SUBSET (not judged; --require-full makes this a failure)")
         else:

@@ -40,15 +40,20 @@ def elide(text: str, limit: int = MAX_PART_CHARS) -> str:
 # Exit codes, one table for every `runner` command (shown in each command's help epilog, the
 # CLI reference and docs/failure-modes.md), so a CI step can tell "the build is bad" from "the
 # command was wrong" from "the run was cut short and can be resumed".
-EXIT_OK = 0  # passed, or done (a command with no verdict; a dry run; a subset not judged)
+EXIT_OK = 0  # measured and judged (passed), or done where nothing is to judge: a command
+# with no verdict, a dry run, a subset or an unscored run (labelled not judged, never PASS)
 EXIT_FAILED = 1  # a verdict failed: accuracy out of range, a golden over tolerance, ...
-EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; nothing judged
+EXIT_BAD_INPUT = 2  # bad input or a failed step, said with where/fix; or nothing to measure or
+# judge (every layout skipped, no golden for the SKU): nothing judged
 EXIT_INCOMPLETE = 3  # a run stopped with samples missing; `runner run --resume DIR` goes on
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM gives 143 and SIGHUP 129: 128 + the signal
 
-EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset that is not judged)"),
+EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset or --no-score run: "
+                        "not judged, never PASS)"),
               (EXIT_FAILED, "a verdict failed (accuracy, goldens, benchmarks, --require-full)"),
-              (EXIT_BAD_INPUT, "bad input or a failed step: the error names file, field and fix"),
+              (EXIT_BAD_INPUT, "bad input or a failed step, or nothing to measure or judge "
+               "(every layout skipped, no golden for the SKU): the error names file, field "
+               "and fix"),
               (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"),
               (EXIT_INTERRUPTED, "interrupted: Ctrl-C; 143 SIGTERM, 129 SIGHUP (128 + the "
                "signal); its processes stopped, finished work kept"))

@@ -126,6 +126,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                                     "vae_dtype": profile.model.vae_dtype})
     cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
                             list(opts.batch_sizes), list(opts.vae_batch_sizes))
+    _refuse_all_skipped(profile, cases)
     # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.
     runnable = [c for c in cases if c.plan is not None] if opts.host_only else []
     shared = _Stages(out, opts.dry_run, attempt)
@@ -199,6 +200,19 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     return report
 
 
+def _refuse_all_skipped(profile: Profile, cases: list[tp.LayoutCase]) -> None:
+    """A bench whose every layout is skipped would measure nothing: refused before any
+    work (dry run included), each layout's reason named, rather than a report of skips."""
+    if any(c.plan is not None for c in cases):
+        return
+    reasons = "; ".join(f"{c.label}: {c.skip_reason}" for c in cases)
+    raise RunnerError(f"every layout is skipped, so nothing would be measured ({reasons})",
+                      where="--devices/--cpd/--batch-size/--vae-batch-size",
+                      fix="choose layouts that the model and this machine can run (each "
+                      f"reason says what is wrong; `runner plan --profile {profile.name}` "
+                      "shows the profile's own layout)")
+
+
 def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path,
            opts: BenchOptions, emit: Callable[[str], None], label: str,
            inputs_from: CompiledModel | None = None) -> list[st.StagePlan]:
@@ -206,7 +220,8 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
     worker sees the device; a dry run prints them (and the compiles they need)."""
     lay = case.profile.layout  # type: ignore[union-attr]
     worker = case.plan.workers[0]  # type: ignore[union-attr]
-    compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run)
+    compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run,
+                             say=emit)
     plans = st.plan_stages(compiled, out_dir, opts.settings, worker=worker,
                            inputs=shared.inputs(inputs_from or compiled),
                            only=opts.stage_filter)

@@ -15,6 +15,7 @@ from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
 from runner.clihelp import (
+    DEFAULT_PROFILE,
     SLURM_FLAGS,
     add_dry_run,
     add_executor,
@@ -32,12 +33,13 @@ from runner.clihelp import (
     shared,
 )
 from runner.goldens.cli import golden_target_flags, selection_flags
-from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
+from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
 
 STAGE_REPETITIONS = 5
 DEFAULT_COUNT = 32
+JUDGED = ("passed", "failed", "error")  # a golden that was measured and judged (or broke)
 
 
 def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
@@ -50,14 +52,36 @@ def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _golden_options(args: argparse.Namespace):
-    """As `runner goldens check` reads them: flags, else $SKU/$ROCM_CHIP, else IREE CI's."""
-    from runner.bench.goldens import GoldenOptions
+def _golden_target(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(SKU, ROCm chip, what chose the SKU): the flags, else $SKU/$ROCM_CHIP as IREE CI's
+    runners read them, else the profile's machine (`target.sku`; a cpu target is `cpu`, so
+    the default profile judges this host's CPU goldens)."""
     from runner.goldens.cli import selection
+    from runner.goldens.select import ENV_SKU, from_env
 
     chosen = selection(args)
+    given = "--sku" if from_env(args.sku, ENV_SKU)[1] == "flag" else f"${ENV_SKU}"
+    name = args.profile or DEFAULT_PROFILE
+    if chosen.sku and chosen.rocm_chip:
+        return chosen.sku, chosen.rocm_chip, given
+    target = profile_from_args(args, name, layout=()).target
+    chip = chosen.rocm_chip or (target.chip if target.backend == "hip" else DEFAULT_CHIP)
+    if chosen.sku:
+        return chosen.sku, chip, given
+    if target.golden_sku is None:
+        raise RunnerError(f"profile {name} names no SKU for its {target.backend} target, so "
+                          "no benchmark golden can be chosen", where="--sku",
+                          fix="pass --sku (IREE CI's name of this machine: mi300, mi325, "
+                          "mi355, cpu) or set target.sku in the profile")
+    return target.golden_sku, chip, f"profile {name}'s target"
+
+
+def _golden_options(args: argparse.Namespace, sku: str, rocm_chip: str):
+    """As `runner goldens check` reads them, the SKU and chip chosen by `_golden_target`."""
+    from runner.bench.goldens import GoldenOptions
+
     return GoldenOptions(
-        sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
+        sku=sku, rocm_chip=rocm_chip,
         quality_dir=Path(args.quality_dir) if args.quality_dir else None,
         files_dir=Path(args.files_dir) if args.files_dir else None,
         device=args.device, dry_run=args.dry_run, offline=args.offline,
@@ -113,12 +137,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_goldens(args: argparse.Namespace) -> int:
     from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
-    from runner.bench.goldens import check_benchmarks, load_benchmarks
+    from runner.bench.goldens import check_benchmarks, load_benchmarks, require_goldens
     from runner.bench.report import goldens_markdown
     from runner.goldens.cli import module_dirs, selection
 
     benches = load_benchmarks([Path(p) for p in args.paths], selection(args), module_dirs(args))
-    results = check_benchmarks(benches, _golden_options(args))
+    sku, chip, chosen_by = _golden_target(args)
+    require_goldens(benches, sku, chosen_by)
+    results = check_benchmarks(benches, _golden_options(args, sku, chip))
     code = 0 if all(r.ok for r in results) else 1
     if args.out and not args.dry_run:
         out = Path(args.out)
@@ -130,6 +156,12 @@ def cmd_goldens(args: argparse.Namespace) -> int:
     counts = {s: sum(r.status == s for r in results) for s in {r.status for r in results}}
     print(f"{len(results)} benchmark goldens: {json.dumps(counts, sort_keys=True)}",
           file=sys.stderr)
+    if not args.dry_run and not any(r.status in JUDGED for r in results):
+        raise RunnerError(f"no benchmark golden was judged (sku {sku}): "
+                          + "; ".join(f"{r.name}: {r.status} {r.message}".strip()
+                                      for r in results), where="--sku/--rocm-chip",
+                          fix="check goldens this machine's SKU and chip have (each line says "
+                          "why its test was not judged)")
     return code
 
 
@@ -215,7 +247,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                        "dispatch count, module size")
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
                    help="benchmark JSONs or directories (default: goldens/tiny-bench)")
-    golden_target_flags(p)
+    add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}, this host's CPU")
+    golden_target_flags(p, sku_default="$SKU, else the profile's target.sku (a cpu target: "
+                        "cpu); no golden for it: exit 2",
+                        chip_default=f"$ROCM_CHIP, else a hip profile's target.chip, else "
+                        f"{DEFAULT_CHIP}")
     selection_flags(p)
     _benchmark_flags(p)
     _renamed_benchmark_flags(p)
@@ -231,7 +267,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                   "the end"), required=False)
     p.set_defaults(func=cmd_goldens)
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
-             "runner bench goldens --sku mi300 --rocm-chip gfx942 --dry-run",
+             "runner bench goldens --profile tiny --dry-run",
              "runner bench goldens goldens/tiny-torch --marker cpu -k clip",
              out="a directory for bench.json and bench.md")
     return bench

@@ -332,15 +332,49 @@ def _torch_command(built: _Compiled, opts: GoldenOptions) -> bm.BenchCommand:
                             *[f"--module={v}" for v in loaded], *args))
 
 
+def file_sku(bench: BenchmarkTest, sku: str) -> str:
+    """The SKU a file is judged for: a torch-layout golden is for the SKU its markers
+    name, whatever --sku says; any other file's is `sku`."""
+    return next(iter(marked_skus(bench.markers)), sku) \
+        if ANY_SKU in bench.golden_time_ms else sku
+
+
+def _goldens(bench: BenchmarkTest) -> tuple[dict, dict, dict]:
+    return bench.golden_time_ms, bench.golden_dispatch, bench.golden_size
+
+
+def has_goldens(bench: BenchmarkTest, sku: str) -> bool:
+    """Whether any golden of the file applies to `sku` (set and non-zero, as IREE CI reads
+    them): a file without one is measured but judges nothing."""
+    sku = file_sku(bench, sku)
+    time = golden_for(bench.golden_time_ms, sku)
+    return (time is not None and (bench.time_statistic == "min" or bool(time))) \
+        or bool(golden_for(bench.golden_dispatch, sku)) or bool(golden_for(bench.golden_size, sku))
+
+
+def require_goldens(benches: list[BenchmarkTest], sku: str, chosen_by: str) -> None:
+    """Refuses, before anything compiles, a check where no file has a golden for `sku`:
+    every test would end UNCHECKED, which says nothing about the build."""
+    if not benches or any(has_goldens(b, sku) for b in benches):
+        return
+    have = sorted({k for b in benches for g in _goldens(b) for k, v in g.items()
+                   if v and k != ANY_SKU})
+    raise RunnerError(
+        f"none of the {len(benches)} benchmark file(s) has goldens for sku {sku} "
+        f"({chosen_by}), so nothing would be judged; they have goldens for "
+        f"{', '.join(have) or 'no SKU'}", where="--sku",
+        fix=(f"on a machine of one of those SKUs pass --sku {have[0]} (or its profile: "
+             "--profile NAME), or check goldens written for this machine's SKU")
+        if have else "check goldens that set golden_time_ms, golden_dispatch or golden_size")
+
+
 def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
                     compiler: CompilerInfo | None = None) -> GoldenResult:
     """Compiles (through the cache), benchmarks and judges one file; never raises for the
     file's own failure."""
     compiler = compiler or compiler_info()
-    # A torch-layout golden is for the SKU its markers name, whatever --sku says.
-    sku = next(iter(marked_skus(bench.markers)), opts.sku) \
-        if ANY_SKU in bench.golden_time_ms else opts.sku
-    result = GoldenResult(bench.name, str(bench.path), sku, bench.function)
+    result = GoldenResult(bench.name, str(bench.path), file_sku(bench, opts.sku),
+                          bench.function)
     result.warnings.extend(bench.unknown)
     _run_benchmark(bench, opts, compiler, result)
     if opts.strict and bench.unknown and result.ok and result.status != "planned":
@@ -352,14 +386,12 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
 
 def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo,
                    result: GoldenResult) -> None:
-    sku = result.sku
     ignore = bench.extra.get("specific_chip_to_ignore") or []
     if opts.rocm_chip in ignore:  # IREE CI skips it whatever the backend
         result.status = "skipped"
         result.message = f"the file ignores chip {opts.rocm_chip} (specific_chip_to_ignore)"
         return
-    if not any(golden_for(g, sku) is not None
-               for g in (bench.golden_time_ms, bench.golden_dispatch, bench.golden_size)):
+    if not has_goldens(bench, opts.sku):
         result.notes.append(f"no goldens for sku {opts.sku} (the file has "
                             f"{sorted(bench.golden_time_ms)}): measured only")
     main_vmfb: Path | None = None

@@ -284,9 +284,10 @@ def dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions
     if isinstance(combo.arm.compile_fn, ImageCompiler):  # its own iree-compile, in there
         command = combo.arm.compile_fn.command(case.profile, lay.batch_size, lay.vae_batch_size)
         lines.append(f"#   compile in {combo.arm.image}: {shellscript.join(command)}")
-    else:
-        lines += [shellscript.join(c.command) for c in compile_model(
-            case.profile, lay.batch_size, lay.vae_batch_size, dry_run=True).compiled]
+    else:  # a missing batch size of an exported model: its export command first
+        compiled = compile_model(case.profile, lay.batch_size, lay.vae_batch_size,
+                                 dry_run=True, say=lines.append)
+        lines += [shellscript.join(c.command) for c in compiled.compiled]
     lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv

@@ -25,6 +25,7 @@ from runner.batch.run import RunOutcome, plan_for
 from runner.batch.worker import stats_path
 from runner.config.layout import Plan, format_device_ids
 from runner.config.profile import Profile
+from runner.model.compiled_model import missing_batch_sizes
 
 HOST_IREE = "host"  # the IREE installed where the bench runs (no image)
 
@@ -83,13 +84,11 @@ def layout_cases(profile: Profile, devices: list[str | None], cpds: list[int | N
         if label in seen:
             continue
         seen.add(label)
-        model = profile.model
-        missing = sorted({b for b in (layout.batch_size, layout.vae_batch_size)
-                          if b not in model.batch_sizes})
-        if missing:
-            cases.append(LayoutCase(label, requested, case_profile, skip_reason=(
-                f"model {model.name} has no artifact for batch size "
-                f"{', '.join(map(str, missing))} (it has {list(model.batch_sizes)})")))
+        try:  # a model from the export cache exports a missing batch size when it runs
+            missing_batch_sizes(profile.model, layout.batch_size, layout.vae_batch_size)
+        except RunnerError as e:
+            cases.append(LayoutCase(label, requested, case_profile,
+                                    skip_reason=f"model {profile.model.name}: {e.message}"))
             continue
         try:
             plan = plan_for(case_profile)

@@ -199,6 +199,14 @@ class Target:
     tuning_spec: str | None
     default_tuning_specs: bool | None
     runtime_flags: tuple[str, ...]
+    # IREE CI's name for the machine (`mi300`, `mi325`, `cpu`...): which `golden_*` entry of
+    # a benchmark golden `runner bench goldens` judges by. A cpu target is `cpu` unless named.
+    sku: str | None = None
+
+    @property
+    def golden_sku(self) -> str | None:
+        """The SKU whose benchmark goldens apply; None where the profile names none."""
+        return self.sku or ("cpu" if self.backend == "cpu" else None)
 
     def device_flags(self, compiler: CompilerInfo) -> tuple[str, ...]:
         if self.backend == "cpu":
@@ -224,6 +232,9 @@ class Target:
         return (*self.device_flags(compiler), *self.compile_flags,
                 *self.submodel_flags.get(submodel, ()), *self.tuning_flags())
 
+
+DEFAULT_COUNT = 32  # samples a run makes where the profile does not say (`count`)
+MLPERF_SAMPLES = 5000  # MLPerf's SDXL accuracy set: every caption
 
 METRICS = ("fid", "clip")  # MLPerf's two, scored together unless a run asks for one
 
@@ -298,6 +309,9 @@ class Profile:
     layout: LayoutSpec
     accuracy: Accuracy
     mlperf: Mlperf = Mlperf()
+    # The samples a run makes when no --count/--samples/--ids says (0..count-1): the set
+    # the profile's accuracy ranges hold for, so a plain `runner run` is judged.
+    count: int = DEFAULT_COUNT
 
     def to_dict(self) -> dict:
         return copy.deepcopy(self.raw)
@@ -337,6 +351,11 @@ def _target(raw: Any, where: str, base: Path) -> Target:
                               fix=f"no file at {spec_path}")
         spec = str(spec_path)
     submodel_flags = raw.get("submodel_flags") or {}
+    sku = raw.get("sku")
+    if sku is not None and (not isinstance(sku, str) or not sku.strip()):
+        raise RunnerError(f"`target.sku` is {sku!r}", where=f"{where}: target.sku",
+                          fix="name IREE CI's SKU of the machine, e.g. mi300, mi325, cpu "
+                          "(or leave it out)")
     return Target(
         backend=backend, driver=raw.get("driver", DEFAULT_DRIVERS[backend]), chip=str(chip),
         compile_flags=flag_list(raw.get("compile_flags", []), "target.compile_flags"),
@@ -344,6 +363,7 @@ def _target(raw: Any, where: str, base: Path) -> Target:
                         for k, v in submodel_flags.items()},
         tuning_spec=spec, default_tuning_specs=raw.get("default_tuning_specs"),
         runtime_flags=flag_list(raw.get("runtime_flags", []), "target.runtime_flags"),
+        sku=sku,
     )
 
 
@@ -488,7 +508,16 @@ def profile_from_raw(raw: dict, path: Path, overridden: tuple[str, ...] = ()) ->
             METRICS if accuracy_raw.get("metrics") is None  # null: the default, both
             else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
         mlperf=_mlperf(raw.get("mlperf"), where),
+        count=_count(raw.get("count", DEFAULT_COUNT), where),
     )
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MLPERF_SAMPLES:
+        raise RunnerError(f"`count` is {value!r}", where=f"{where}: count",
+                          fix=f"a number of samples from 1 to {MLPERF_SAMPLES} (MLPerf's "
+                          f"set), e.g. count: {MLPERF_SAMPLES}")
+    return value
 
 
 def _layout_fields(layout: Any, overridden: tuple[str, ...]) -> set[str]:

@@ -210,13 +210,15 @@ def selection_flags(p: argparse.ArgumentParser) -> None:
            "parents)")
 
 
-def golden_target_flags(p: argparse.ArgumentParser) -> None:
-    """Which machine the goldens are for (shared with `bench goldens`), and how they run."""
+def golden_target_flags(p: argparse.ArgumentParser, sku_default: str = f"$SKU, else {DEFAULT_SKU}",
+                        chip_default: str = f"$ROCM_CHIP, else {DEFAULT_CHIP}") -> None:
+    """Which machine the goldens are for (shared with `bench goldens`, whose SKU and chip
+    default to its profile's), and how they run."""
     shared(p, "--sku", help="picks the golden_* entries and tuner files; leaves out tests "
-           f"marked for another SKU (default: $SKU, else {DEFAULT_SKU})")
+           f"marked for another SKU (default: {sku_default})")
     shared(p, "--rocm-chip", metavar="CHIP",
            help="ROCm chip to compile for; leaves out tests marked for another chip "
-           f"(default: $ROCM_CHIP, else {DEFAULT_CHIP})")
+           f"(default: {chip_default})")
     shared(p, "--device", help="runtime device instead of the test file's, e.g. local-sync "
            "(default: the file's)")
     shared(p, "--offline", action="store_true", default=None,

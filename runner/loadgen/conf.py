@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.config.profile import MLPERF_SAMPLES as MLPERF_SAMPLES  # the QSL: 5000 captions
 from runner.inputs.limits import read_text
 from runner.inputs.userconf import conf_value
 
 MODEL = "stable-diffusion-xl"
-MLPERF_SAMPLES = 5000  # MLPerf SDXL's QSL: the 5000 COCO captions
 SCENARIOS = {"singlestream": "SingleStream", "offline": "Offline", "server": "Server"}
 MODES = ("accuracy", "performance", "submission")
 

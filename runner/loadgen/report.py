@@ -94,7 +94,7 @@ def _sections(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
 
 def html(record: dict[str, Any]) -> str:
-    cls = "pass" if record["status"] == "PASS" else "fail"
+    cls = {"PASS": "pass", "NOT JUDGED": "none"}.get(record["status"], "fail")
     rows = [[e(c) for c in row] for row in _test_rows(record)]
     parts = [f'<header class="verdict {cls}"><div class="badge">{e(record["status"])}</div>'
              f"<div><h1>MLPerf LoadGen {e(', '.join(record['scenarios']))} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -53,17 +54,16 @@ class CompiledModel:
         )
 
 
-def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
-                     dry_run: bool = False) -> ModelConfig:
-    """`model` with artifacts at these batch sizes: as it is, or (a model from the export
-    cache) with the missing sizes exported now; a dry run prints the export command."""
+def missing_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int
+                        ) -> list[tuple[str, int]]:
+    """(submodel, batch size) the model has no artifact for at these batch sizes. A model
+    from the export cache (`model.source`) exports them on demand; any other model cannot
+    have them, which is an error naming the model config and the fix."""
     decode_submodel = model.functions["decode"][0]
     missing = [(name, batch) for name in model.submodels
                for batch in [vae_batch_size if name == decode_submodel else batch_size]
                if batch not in model.sizes_for(name)]
-    if not missing:
-        return model
-    if model.source is None:
+    if missing and model.source is None:
         name, batch = missing[0]
         raise RunnerError(
             f"no {name} artifact for batch size {batch} (the model has "
@@ -71,24 +71,39 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
             fix="choose a layout batch size the model was exported for, or export it "
             "(`runner export sdxl --from DIR --batch-sizes ...`) and point the profile at "
             "`model: checkpoint:DIR`")
+    return missing
+
+
+def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
+                     dry_run: bool = False, say: Callable[[str], None] = print) -> ModelConfig:
+    """`model` with artifacts at these batch sizes: as it is, or (a model from the export
+    cache) with the missing sizes exported now; a dry run prints the export command.
+    `runner compile`, `run`, `bench` and `mlperf` all get their models here."""
+    if not missing_batch_sizes(model, batch_size, vae_batch_size):
+        return model
+    assert model.source is not None  # missing sizes of a model with no source: raised above
     from runner.config.exports import ExportSource, export_command
     from runner.model.export.store import ensure_export
 
     source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source",
                                 vae_dtype=model.vae_dtype, vae_from=model.vae_from)
     if dry_run:
-        print(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
+        say(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
         return model
     return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
 
 
 def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
-                  *, dry_run: bool = False) -> CompiledModel:
+                  *, dry_run: bool = False, say: Callable[[str], None] = print
+                  ) -> CompiledModel:
     """The profile's modules at these batch sizes, compiled through the cache (with no
     iree-compile here: the ones a carried cache holds, runner.model.compile), and the
-    weights they load (a seeded export's written from its spec where they are missing)."""
+    weights they load (a seeded export's written from its spec where they are missing);
+    a model from the export cache exports missing batch sizes first (a dry run `say`s the
+    export command)."""
     vae_batch_size = vae_batch_size or batch_size
-    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run)
+    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run,
+                             say=say)
     decode_submodel = model.functions["decode"][0]
     compiler = compiler_here()
     hint = (f"runner compile --profile {profile.name} --batch-sizes {batch_size} --out DIR"
