@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 from pathlib import Path
 
 _UNAVAILABLE: dict[tuple[str, str, str], str] = {}
@@ -29,9 +30,9 @@ def release(tool: str) -> str:
     console script pip put on PATH that runs it); otherwise the tool's directory (a build,
     an override), since these tools have no --version flag."""
     try:
-        version = importlib.import_module("iree.runtime.version").VERSION
+        version = importlib.metadata.version("iree-base-runtime")  # 3.13.0, as released
         package = Path(importlib.import_module("iree._runtime_libs").__file__ or "").parent
-    except (ImportError, AttributeError):
+    except (ImportError, importlib.metadata.PackageNotFoundError):
         return f"the IREE tools in {Path(tool).parent}"
     path = Path(tool).resolve()
     try:

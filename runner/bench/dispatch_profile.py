@@ -7,8 +7,11 @@ IREE profiles warmup calls too and the profile must hold a known number of calls
 `--device_profiling_mode=<mode> --device_profiling_output=dispatches.ireeprof`. The mode
 follows the driver: `host-execution` on the CPU's local-task/local-sync (the local HAL times
 each dispatch's span on the host and refuses `dispatch-events`), `dispatch-events` on GPU
-drivers (device timestamps). IREE 3.12 is the first release with this profiler; an older
-runtime gets a note, not a failure.
+drivers (device timestamps). IREE 3.12 is the first release with this profiler, and IREE
+3.13's CUDA and HIP drivers do not implement it: since the same command has just run
+unprofiled, a profiled run that fails is the profiler's failure, and the stage's profile is
+`unavailable` with the tool's own reason (runner.bench.capability), not an error.
+runner.bench.dispatch_replay times the dispatches on every driver without it.
 
 From the decoded profile (runner.bench.ireeperf) come, per call of the stage: the time in
 dispatches (their sum, and the wall time at least one ran: dispatches on local-task can

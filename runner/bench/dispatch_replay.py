@@ -52,9 +52,14 @@ MECHANISM = "replay-executable-benchmarks"
 DUMP_TOOL, EXECUTABLE_TOOL = "iree-dump-replay", "iree-benchmark-executable"
 REPLAY_FILE, WORKLOADS_FILE = "dispatches.ireereplay", "dispatch_workloads.json"
 SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
-BATCH = 16  # dispatches per submission in iree-benchmark-executable
+# Dispatches per submission: a submission costs a wake-up of the device's workers (tens of
+# µs on the CPU), which the in-model dispatches, recorded back to back, do not pay each. So
+# a first short run (PROBE_BATCH dispatches, once) sizes the batch of the timed run to hold
+# about SUBMISSION_US of work, between BATCH_RANGE's ends.
+PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 5000.0, (8, 1024)
 REPETITIONS = 3
-MIN_TIME = "0.02s"
+MIN_TIME = "0.05s"
+WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
 # The replay's executable metadata: a 32-byte header, a 32-byte record per function with
 # its name's length (u16 at byte 26), then the names back to back (IREE 3.13's layout,
 # checked on every read: the lengths must add up to the name storage the dump reports).
@@ -185,7 +190,7 @@ def read_replay(replay: Path) -> Recording:
 def _decode(rows: Iterable[dict[str, Any]], data: mmap.mmap, where: str) -> Recording:
     executables: dict[int, Executable] = {}
     recorded: dict[int, list[Workload]] = {}  # command buffer -> its dispatches
-    executed: Counter[int] = Counter()  # command buffer -> executions in the scope
+    counts: Counter[Workload] = Counter()
     depth = scopes = 0
     for row in rows:
         op, payload = row.get("operation"), row.get("payload") or {}
@@ -201,6 +206,8 @@ def _decode(rows: Iterable[dict[str, Any]], data: mmap.mmap, where: str) -> Reco
                 exe, data[fmt["offset"]:fmt["offset"] + fmt["length"]].decode(),
                 (payload["data_range"]["offset"], payload["data_range"]["length"]),
                 _names(data, payload, where), _u32s(data, payload["constants_range"]))
+        elif op == "device.create_command_buffer":  # ids are reused once one is freed
+            recorded[row["related_object_id"]] = []
         elif op == "command_buffer.dispatch":
             b = payload["bindings_range"]
             raw = data[b["offset"]:b["offset"] + b["length"]]
@@ -211,15 +218,11 @@ def _decode(rows: Iterable[dict[str, Any]], data: mmap.mmap, where: str) -> Reco
                 tuple(payload["workgroup_count"]), _u32s(data, payload["constants_range"]),
                 lengths))
         elif op == "device.queue_execute" and depth > 0:
-            executed[payload["command_buffer_id"]] += 1
+            counts.update(recorded.get(payload["command_buffer_id"], []))
     if not scopes:
         raise RunnerError(f"the replay has no `{SCOPE}` scope", where=where,
                           fix="record it with iree-benchmark-module (it marks its timed "
                           "calls)")
-    counts: Counter[Workload] = Counter()
-    for buffer, times in executed.items():
-        for w in recorded.get(buffer, []):
-            counts[w] += times
     return Recording(executables, counts, scopes)
 
 
@@ -235,9 +238,17 @@ def executable_file(recording: Recording, replay: Path, exe: int, directory: Pat
     return path
 
 
+def batch_for(us_per_dispatch: float) -> int:
+    """Dispatches per submission for a dispatch of about this many microseconds."""
+    low, high = BATCH_RANGE
+    return max(low, min(high, round(SUBMISSION_US / max(us_per_dispatch, 0.1))))
+
+
 def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str,
-                  runtime_flags: Iterable[str] = ()) -> list[str]:
-    """`iree-benchmark-executable` for one workload (bare tool name, as printed)."""
+                  runtime_flags: Iterable[str] = (), batch: int = PROBE_BATCH,
+                  timed: bool = True) -> list[str]:
+    """`iree-benchmark-executable` for one workload (bare tool name, as printed): the timed
+    run, or (`timed=False`) one quick submission that sizes its batch."""
     if any(n == _WHOLE for n in w.bindings):
         raise RunnerError("a dispatch binds a whole buffer of unrecorded size",
                           where=recording.name(w), fix="time it with the HAL profiler")
@@ -249,8 +260,10 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
             *[f"--executable_constant={c}" for c in e.constants],
             *[f"--constant={c}" for c in w.constants],
             *[f"--binding={max(n, 1)}xi8" for n in w.bindings],
-            f"--batch_size={BATCH}", "--benchmark_format=json",
-            f"--benchmark_repetitions={REPETITIONS}", f"--benchmark_min_time={MIN_TIME}"]
+            f"--batch_size={batch}", "--benchmark_format=json",
+            *([f"--benchmark_repetitions={REPETITIONS}", f"--benchmark_min_time={MIN_TIME}",
+               f"--benchmark_min_warmup_time={WARMUP_S}"] if timed
+              else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x"])]
 
 
 def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
@@ -312,24 +325,32 @@ def _time_workloads(recording: Recording, replay: Path, directory: Path, device:
     for w in sorted(recording.counts, key=lambda w: (w.executable, w.ordinal,
                                                      w.workgroup_count, w.constants)):
         exe = executable_file(recording, replay, w.executable, directory / "executables")
-        argv = workload_argv(recording, w, exe, device, flags)
-        try:
-            proc = subprocess.run([*command.prefix, tool, *argv[1:]], capture_output=True,
-                                  text=True, check=False, timeout=timeout,
-                                  env={**os.environ, **command.env})
-        except subprocess.TimeoutExpired:
-            raise RunnerError(f"{EXECUTABLE_TOOL} ran past {timeout}s",
-                              where=recording.name(w), fix="reproduce with: "
-                              + shlex.join(argv)) from None
-        if proc.returncode != 0:
-            raise _Unavailable(capability.failed(tool, device, MECHANISM, proc.returncode,
-                                                 proc.stderr or proc.stdout))
-        latency = bm.parse_benchmark_json(proc.stdout, shlex.join(argv))
+        quick = _run_one(workload_argv(recording, w, exe, device, flags, timed=False),
+                         recording.name(w), tool, device, command, timeout)
+        argv = workload_argv(recording, w, exe, device, flags,
+                             batch_for(quick.mean_ms * 1000))
+        latency = _run_one(argv, recording.name(w), tool, device, command, timeout)
         times[w] = latency.median_ms * 1000
         records.append({"name": recording.name(w), "count": recording.counts[w],
                         "command": shlex.join(argv), "median_us": round(times[w], 4),
                         "min_us": round(latency.min_ms * 1000, 4)})
     return times, records
+
+
+def _run_one(argv: list[str], name: str, tool: str, device: str, command: bm.BenchCommand,
+             timeout: float | None) -> bm.Latency:
+    """One iree-benchmark-executable run in the stage's device view (prefix, env)."""
+    try:
+        proc = subprocess.run([*command.prefix, tool, *argv[1:]], capture_output=True,
+                              text=True, check=False, timeout=timeout,
+                              env={**os.environ, **command.env})
+    except subprocess.TimeoutExpired:
+        raise RunnerError(f"{EXECUTABLE_TOOL} ran past {timeout}s", where=name,
+                          fix="reproduce with: " + shlex.join(argv)) from None
+    if proc.returncode != 0:
+        raise _Unavailable(capability.failed(tool, device, MECHANISM, proc.returncode,
+                                             proc.stderr or proc.stdout))
+    return bm.parse_benchmark_json(proc.stdout, shlex.join(argv))
 
 
 def summarize(recording: Recording, times: dict[Workload, float],
