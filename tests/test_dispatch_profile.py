@@ -19,9 +19,9 @@ import pytest
 from runner.base.iree_tools import tool_path
 from runner.base.paths import cache_dir
 from runner.bench import benchmark_module as bm
+from runner.bench import capability, ireeperf
 from runner.bench import dispatch_names as names
 from runner.bench import dispatch_profile as dp
-from runner.bench import ireeperf
 from runner.bench.dispatch_diff import compare, compare_stages
 from runner.cli import main
 
@@ -214,8 +214,12 @@ def test_gpu_mode_up_to_the_device_is_the_exact_dry_run(tmp_path, capsys):
                  "--dispatches", "2", "--out", str(out), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     runs = [shlex.split(x) for x in lines if "iree-benchmark-module" in x]
-    assert len(runs) == 2
-    timed, profiled = runs
+    assert len(runs) == 3
+    timed, profiled, recorded = runs
+    replay = out / "stages" / "bs1" / "unet_step" / "replay" / "dispatches.ireereplay"
+    assert recorded[-2:] == [f"--device_replay_output={replay}",
+                             "--device_replay_file_policy=reference"]
+    assert "--benchmark_min_time=1x" in recorded and "--device=cuda" in recorded
     assert "--device=cuda" in profiled and timed[:timed.index("--benchmark_format=json")] == \
         profiled[:profiled.index("--benchmark_format=json")]
     stage_dir = out / "stages" / "bs1" / "unet_step"
@@ -258,21 +262,27 @@ def runtime_3_11(tmp_path_factory) -> Path:
     return tools
 
 
-def test_a_runtime_without_the_profiler_gets_a_note(runtime_3_11, tmp_path, monkeypatch,
-                                                    capsys):
+def test_a_runtime_without_the_profiler_says_so_in_its_own_words(runtime_3_11, tmp_path,
+                                                                  monkeypatch, capsys):
+    """IREE 3.11's real iree-benchmark-module is asked to profile, fails, and its reason
+    is the note (status unavailable, not error); the answer is kept for the driver, so a
+    second stage starts nothing."""
     monkeypatch.setenv("IREE_TOOL_PATH", str(runtime_3_11))
-    note = dp.unavailable()
-    assert note is not None and "no HAL dispatch profiler" in note
-    assert str(runtime_3_11) in note and dp.FIRST_RELEASE in note
+    capability.forget()
+    assert dp.unavailable() is None  # iree-profile is found (the 3.13 package's)
     plan = dp.plan(bm.command(device="local-task", modules=["m.vmfb"], function="f",
-                                 inputs=[]), tmp_path / "stage", 2, "local-task")
-    assert dp.capture(plan, "f") == {"mode": dp.HOST_MODE, "calls": 2,
-                                     "command": plan.command.text(),
-                                     "status": "unavailable", "note": note}
-    assert not (tmp_path / "stage").exists()  # nothing ran
+                              inputs=[]), tmp_path / "stage", 2, "local-task")
+    got = dp.capture(plan, "f")
+    assert got["status"] == "unavailable" and got["mode"] == dp.HOST_MODE
+    note = got["note"]
+    assert note.startswith(f"unavailable on local-task with the IREE tools in {runtime_3_11}: ")
+    assert "device_profiling_mode" in note, note  # the 3.11 tool's own words
+    again = dp.plan(plan.command, tmp_path / "second", 2, "local-task")
+    assert dp.capture(again, "f")["note"] == note and not (tmp_path / "second").exists()
+    capability.forget()
     assert main(["bench", "--profile", "tiny", "--no-throughput", "--stage", "vae",
                  "--dispatches", "--dry-run"]) == 0
-    assert f"# no dispatch profile: {note}" in capsys.readouterr().out
+    assert "# no dispatch profile" not in capsys.readouterr().out
 
 
 def _profile(rows: list[tuple[str, float, int, float]], calls: int = 2) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 import pytest
 
@@ -14,7 +15,8 @@ from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
 from runner.base.paths import cache_dir
 from runner.cli import main
-from runner.model.gpu_targets import CANDIDATES, check_gpu_target
+from runner.config.profile import load_profile
+from runner.model.gpu_targets import CANDIDATES, ChipFlag, check_gpu_target, documented_chip, probe
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,14 @@ def test_an_unknown_cuda_name_is_refused_before_compiling_naming_what_is_known(p
     assert "does not know the CUDA target 'h100'" in err, err
     known = err.split("it knows ", 1)[1].split("\n", 1)[0].split(", ")
     assert "sm_80" in known and "sm_90" not in known and set(known) <= set(CANDIDATES["cuda"])
-    assert "--set target.chip=sm_" in err and "JIT" in err
     assert "Stack dump" not in err and "Please report issues" not in err
+    # It names the profile's key, not the first MLIR file compiled, and suggests the chip
+    # the project's CUDA profile compiles for (not the newest this compiler knows, sm_89).
+    assert f"{load_profile('h100-seeded').path}: target.chip: " in err
+    assert ".mlir" not in err.split("fix:", 1)[0]
+    fix = err.split("fix:", 1)[1]
+    assert "--set target.chip=sm_80" in fix and "JIT" in fix and "sm_89" not in fix
+    assert documented_chip("cuda") == ("sm_80", str(load_profile("h100").path))
 
 
 def test_answers_are_cached_per_compiler_version_and_commit(probed):
@@ -62,6 +70,23 @@ def test_answers_are_cached_per_compiler_version_and_commit(probed):
         check_gpu_target(("--iree-cuda-target=sm_80",), other, "x")
 
 
+def test_a_probe_stopped_by_a_signal_is_not_cached_as_an_unknown_chip(probed, tmp_path):
+    """The real iree-compile, stopped from outside (SIGTERM, as Ctrl-C or a kill would): no
+    answer, nothing cached, and the check lets the compile itself run; the same chip probed
+    to the end is known."""
+    real = compiler_info()
+    stopper = tmp_path / "stopped-iree-compile"
+    stopper.write_text(f"#!/bin/sh\n{shlex.quote(real.path)} \"$@\" &\nkill -TERM $!\n"
+                       "wait $!\n")
+    stopper.chmod(0o755)
+    stopped = dataclasses.replace(real, path=str(stopper), commit="stopped")
+    flag = ChipFlag("cuda", "--iree-cuda-target=", "sm_86")
+    assert probe(stopped, flag) is None
+    check_gpu_target((flag.flag,), stopped, "x")  # no verdict: the compile would tell
+    assert not any("stopped" in p.name for p in (cache_dir() / "gpu-targets").glob("*"))
+    assert probe(real, flag) is True
+
+
 def test_hip_targets_are_checked_the_same_way(probed):
     real = compiler_info()
     check_gpu_target(("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"), real, "x")
@@ -70,6 +95,7 @@ def test_hip_targets_are_checked_the_same_way(probed):
     text = str(err.value)
     assert text.startswith("model.mlir: ") and "does not know the HIP target 'cdna3'" in text
     assert "gfx942" in text.split("it knows ", 1)[1] and "gfx950" in text
+    assert "set target.chip=gfx942" in text.split("fix:", 1)[1]
 
 
 def test_a_cpu_compile_or_a_flag_the_compiler_lacks_is_left_to_the_compile(probed):

@@ -8,6 +8,9 @@
   `ireeperf` decodes the profile, `dispatch_names` gives kinds and cross-build keys,
   `dispatch_trace` the Perfetto trace, `dispatch_diff` what moved between two profiles,
   `dispatch_report` their tables (bench.md, trend and bisect reports)
+- `dispatch_replay` (`--dispatches` too): each stage's dispatches timed alone from a HAL
+  replay of one call (`iree-benchmark-executable`), on drivers without the profiler as well
+- `capability`: whether a mechanism works on a driver, learnt from what the tool does
 - `goldens`: IREE CI's benchmark JSON schema (time, dispatch count, size) checked here
 - `tuning`: tuning-spec A/B arms and dumps of the final specs
 - `bench`: runs all of it into `bench.json`; `report`: `bench.md`

@@ -21,8 +21,8 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.bench import dispatch_profile as dp
+from runner.bench import dispatch_replay, sweep, tuning
 from runner.bench import stages as st
-from runner.bench import sweep, tuning
 from runner.bench import throughput as tp
 from runner.bench.report import markdown
 from runner.bench.result import ABResult, BenchOptions, BenchReport
@@ -237,6 +237,10 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
                 for line in ([f"# no dispatch profile: {missing}"] if missing
                              else p.profile.lines()):
                     emit(line)
+                emit(dispatch_replay.record_command(
+                    p.command, p.profile.directory / st.REPLAY_DIR).text())
+                emit(f"# then {dispatch_replay.DUMP_TOOL} --format=jsonl on it, and "
+                     f"{dispatch_replay.EXECUTABLE_TOOL} on each dispatch it recorded")
     return plans
 
 

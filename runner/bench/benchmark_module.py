@@ -31,6 +31,15 @@ MIN_TIME_FLAG = "--benchmark_min_time"
 WARMUP_FLAG = "--benchmark_min_warmup_time"
 
 
+class ToolFailed(RunnerError):
+    """The tool ran and failed: its exit status (None: stopped at the time limit) and
+    output, for callers that judge what the failure says about the driver."""
+
+    def __init__(self, message: str, returncode: int | None, output: str, fix: str):
+        super().__init__(message, fix=fix)
+        self.returncode, self.output = returncode, output
+
+
 @dataclass(frozen=True)
 class BenchCommand:
     """One `iree-benchmark-module` invocation; `env` holds only what differs from ours and
@@ -46,6 +55,11 @@ class BenchCommand:
     def text(self) -> str:
         env = [f"{k}={v}" for k, v in sorted(self.env.items())]
         return shlex.join([*(["env", *env] if env else []), *self.prefix, *self.argv])
+
+    @property
+    def device(self) -> str:
+        """Its `--device=` value ("" when it names none)."""
+        return next((a.split("=", 1)[1] for a in self.argv if a.startswith("--device=")), "")
 
     def launch_argv(self) -> list[str]:
         """What is executed: the prefix, then the tool as found (not a bare name)."""
@@ -133,12 +147,12 @@ def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = 
         proc = subprocess.run(cmd.launch_argv(), capture_output=True, text=True, check=False,
                               env={**os.environ, **cmd.env}, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise RunnerError(f"{TOOL} ran past {timeout}s", fix=f"reproduce with: {cmd.text()}"
-                          ) from e
+        raise ToolFailed(f"{TOOL} ran past {timeout}s", None, "",
+                         fix=f"reproduce with: {cmd.text()}") from e
     if proc.returncode != 0:
-        raise RunnerError(f"{TOOL} failed (exit {proc.returncode}):\n"
-                          f"{(proc.stderr or proc.stdout).strip()[-2000:]}",
-                          fix=f"reproduce with: {cmd.text()}")
+        output = (proc.stderr or proc.stdout).strip()
+        raise ToolFailed(f"{TOOL} failed (exit {proc.returncode}):\n{output[-2000:]}",
+                         proc.returncode, output, fix=f"reproduce with: {cmd.text()}")
     if raw_out is not None:
         atomic_write_text(raw_out, proc.stdout)
     return parse_benchmark_json(proc.stdout, str(raw_out or TOOL))

@@ -7,8 +7,11 @@ IREE profiles warmup calls too and the profile must hold a known number of calls
 `--device_profiling_mode=<mode> --device_profiling_output=dispatches.ireeprof`. The mode
 follows the driver: `host-execution` on the CPU's local-task/local-sync (the local HAL times
 each dispatch's span on the host and refuses `dispatch-events`), `dispatch-events` on GPU
-drivers (device timestamps). IREE 3.12 is the first release with this profiler; an older
-runtime gets a note, not a failure.
+drivers (device timestamps). IREE 3.12 is the first release with this profiler, and IREE
+3.13's CUDA and HIP drivers do not implement it: since the same command has just run
+unprofiled, a profiled run that fails is the profiler's failure, and the stage's profile is
+`unavailable` with the tool's own reason (runner.bench.capability), not an error.
+runner.bench.dispatch_replay times the dispatches on every driver without it.
 
 From the decoded profile (runner.bench.ireeperf) come, per call of the stage: the time in
 dispatches (their sum, and the wall time at least one ran: dispatches on local-task can
@@ -23,17 +26,15 @@ from __future__ import annotations
 
 import math
 import shlex
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import found_path
+from runner.base.iree_tools import found_path, tool_path
 from runner.bench import benchmark_module as bm
-from runner.bench import dispatch_names, ireeperf
+from runner.bench import capability, dispatch_names, ireeperf
 from runner.bench.dispatch_trace import EXECUTE, write_trace
 
 DEFAULT_CALLS = 5
@@ -45,7 +46,9 @@ PROFILE_FILE, BENCHMARK_FILE, TRACE_FILE = ("dispatches.ireeprof", "dispatches.b
 FIRST_RELEASE = "3.12.0"
 # What every field of a stage's `dispatch_profile` (bench.json, dispatches.json) means.
 FIELDS = {
-    "status": "ok; unavailable (this IREE has no HAL profiler: see note); error (see note)",
+    "status": "ok; unavailable (this IREE or its driver cannot profile: the note says "
+              "`unavailable on <driver> with IREE <version>: <the tool's reason>`); error "
+              "(see note)",
     "note": "why there is no profile (status unavailable or error)",
     "command": "the profiled iree-benchmark-module run, exactly",
     "export_command": "how the profile was decoded (iree-profile export, ireeperf-jsonl)",
@@ -69,7 +72,10 @@ FIELDS = {
                    "dispatch_median_sum = the dispatch time were every dispatch at its "
                    "function's median (robust where the OS preempts workers: the gap to "
                    "dispatch_sum is what outliers added)",
-    "dispatch_share_of_wall": "dispatch_busy / wall",
+    "dispatch_share_of_wall": "dispatch_busy / wall (the profiled wall, which holds the "
+                              "profiler's own overhead)",
+    "explained": "dispatch_busy / unprofiled_ms: the share of the stage's own (unprofiled) "
+                 "wall time its dispatches account for",
     "unprofiled_ms": "the stage's mean latency from its timed (unprofiled) benchmark",
     "profiling_overhead": "per_call_ms.wall / unprofiled_ms: what profiling cost, "
                           "measured in the same run",
@@ -97,28 +103,18 @@ def mode_for(driver: str) -> str:
     return HOST_MODE if name.startswith("local") else DEVICE_MODE
 
 
-@cache
-def _missing(bench_tool: str | None, profile_tool: str | None) -> str | None:
-    if bench_tool is None:
-        return None  # the stage benchmark itself fails and says why
-    try:
-        text = subprocess.run([bench_tool, "--help"], capture_output=True, text=True,
-                              check=False, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot ask {bench_tool} for its flags: {e}"
-    if f"'{HOST_MODE}'" not in text:
-        return (f"{bench_tool} has no HAL dispatch profiler (its --device_profiling_mode "
-                f"lists no '{HOST_MODE}'): IREE {FIRST_RELEASE} is the first release with "
-                "it")
-    if profile_tool is None:
-        return (f"{ireeperf.TOOL} not found beside {bench_tool}: it comes with "
-                f"iree-base-runtime {FIRST_RELEASE} or newer")
-    return None
+MECHANISM = "hal-profiler"
 
 
 def unavailable() -> str | None:
-    """Why this IREE cannot profile dispatches; None when it can."""
-    return _missing(found_path(bm.TOOL), found_path(ireeperf.TOOL))
+    """Why this IREE cannot decode dispatch profiles (no `iree-profile` beside
+    iree-benchmark-module); None when it may. Whether a driver can capture one is known
+    only by trying (runner.bench.capability): `capture` does, once per driver."""
+    bench_tool = found_path(bm.TOOL)
+    if bench_tool is None or found_path(ireeperf.TOOL) is not None:
+        return None  # no bench tool: the stage benchmark itself fails and says why
+    return (f"{ireeperf.TOOL} not found beside {bench_tool}: it comes with "
+            f"iree-base-runtime {FIRST_RELEASE} or newer")
 
 
 @dataclass(frozen=True)
@@ -151,13 +147,20 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
     """Runs the profiled pass and reads it; never raises for what the profiler cannot do
     (the stage latency stands without it): a note says why instead."""
     base = {"mode": p.mode, "calls": p.calls, "command": p.command.text()}
-    missing = unavailable()
+    device = p.command.device
+    tool = tool_path(bm.TOOL)
+    missing = unavailable() or capability.known(tool, device, MECHANISM)
     if missing is not None:
         return {**base, "status": "unavailable", "note": missing}
     try:
         p.directory.mkdir(parents=True, exist_ok=True)
         p.profile.unlink(missing_ok=True)
-        latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
+        try:
+            latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
+        except bm.ToolFailed as e:  # the same call ran unprofiled: profiling is what failed
+            p.profile.unlink(missing_ok=True)
+            return {**base, "status": "unavailable", "note": capability.failed(
+                tool, device, MECHANISM, e.returncode, e.output or e.message)}
         if not p.profile.is_file():
             raise RunnerError(f"{bm.TOOL} wrote no profile", where=str(p.profile),
                               fix="rerun the command above by hand: its own output says why")
@@ -267,6 +270,7 @@ def summarize(data: ireeperf.Capture, calls: int, wall_ms: float,
         "dispatch_share_of_wall": round(busy / wall_ns, 6) if wall_ns > 0 else None,
         "unprofiled_ms": None if unprofiled_ms is None else round(unprofiled_ms, 6),
         "profiling_overhead": round(wall_ms / unprofiled_ms, 4) if unprofiled_ms else None,
+        "explained": round(busy / calls / 1e6 / unprofiled_ms, 4) if unprofiled_ms else None,
         "dispatches_per_call": round(len(dispatches) / calls, 6),
         "functions": len(rows), "unplaced_device_events": data.unplaced,
         "kinds": kinds(rows, calls), "dispatches": rows,

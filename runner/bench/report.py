@@ -131,6 +131,53 @@ def _dispatches(report: BenchReport) -> list[str]:
     return lines
 
 
+def _dispatch_times(report: BenchReport) -> list[str]:
+    """Per stage, both mechanisms side by side against the stage's unprofiled wall time,
+    then the top dispatches timed alone."""
+    timed = [r for r in report.stages if r.dispatch_times is not None]
+    rows = []
+    for r in timed:
+        for name, p in (("HAL profiler", r.dispatches), ("replay + executable benchmarks",
+                                                         r.dispatch_times)):
+            if p is None:
+                continue
+            if p["status"] != "ok":
+                rows.append([r.batch_size, r.stage, name, *[NA] * 6,
+                             f"{p['status']}: {p['note'].splitlines()[0]}"])
+                continue
+            c = p["per_call_ms"]
+            busy = c.get("dispatch_busy", c["dispatch_sum"])
+            unprofiled = p.get("unprofiled_ms", c.get("unprofiled"))
+            rows.append([r.batch_size, r.stage, name, str(p["calls"]),
+                         f"{p['dispatches_per_call']:g}", _f(busy), _f(unprofiled),
+                         NA if p.get("explained") is None else f"{100 * p['explained']:.1f}%",
+                         NA if unprofiled is None else _f(unprofiled - busy), "ok"])
+    lines = ["## Dispatch times per stage", "",
+             "Each stage's dispatch time per call by two mechanisms, held against the "
+             "stage's own unprofiled mean latency: IREE's HAL profiler (a profiled run; "
+             "busy time), and every dispatch of one recorded call (a HAL replay) run alone "
+             "by `iree-benchmark-executable`, weighted by how often the call runs it "
+             "(`dispatch_times_fields` in bench.json). *Explained* is dispatch time over "
+             "the unprofiled wall; the rest is host work and gaps between dispatches.", "",
+             *md_table(["batch", "stage", "mechanism", "calls", "dispatches/call",
+                        "dispatch ms/call", "unprofiled ms", "explained", "rest ms",
+                        "status"], rows)]
+    for r in timed:
+        p = r.dispatch_times
+        assert p is not None
+        if p["status"] != "ok":
+            continue
+        top = p["dispatches"][:dr.TOP]
+        table = dr.Table(f"{r.stage} (batch {r.batch_size}): top {len(top)} of "
+                         f"{p['functions']} dispatch functions timed alone",
+                         ["dispatch", "kind", "count/call", "ms/call", "share", "µs each"],
+                         [[d["name"], d["kind"], f"{d['count']:g}", _f(d["ms_per_call"]),
+                           f"{100 * d['share']:.1f}%", _f(d["us_per_dispatch"], 1)]
+                          for d in top], (0,))
+        lines += ["", *table.markdown()]
+    return lines
+
+
 def _ab(report: BenchReport) -> list[str]:
     assert report.ab is not None
     rows = [[r["batch_size"], r["stage"], f"`{r['function']}`", _f(r["without_ms"]),
@@ -195,6 +242,8 @@ def markdown(report: BenchReport) -> str:
         lines += [*_stages(report), ""]
     if any(r.dispatches is not None for r in report.stages):
         lines += [*_dispatches(report), ""]
+    if any(r.dispatch_times is not None for r in report.stages):
+        lines += [*_dispatch_times(report), ""]
     if report.ab is not None:
         lines += [*_ab(report), ""]
     if report.tuning_specs:

@@ -16,6 +16,7 @@ from runner.bench import sweep
 from runner.bench import throughput as tp
 from runner.bench.dispatch_diff import compare_stages
 from runner.bench.dispatch_profile import FIELDS
+from runner.bench.dispatch_replay import FIELDS as TIMES_FIELDS
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class BenchReport:
     def exit_code(self) -> int:
         bad = (any(r.status in ("error", "incomplete") for r in self.layouts)
                or any(r.error or (r.dispatches or {}).get("status") == "error"
+                      or (r.dispatch_times or {}).get("status") == "error"
                       for r in self.stages)
                or (self.ab is not None and any(r.error for r in
                                                (*self.ab.without, *self.ab.with_spec))))
@@ -133,5 +135,6 @@ class BenchReport:
             "ab_tuning_spec": self.ab.to_dict() if self.ab else None,
             "tuning_specs_dumped": self.tuning_specs,
             "exit_code": self.exit_code,
-            **({"dispatch_profile_fields": FIELDS} if o.settings.dispatch_calls else {}),
+            **({"dispatch_profile_fields": FIELDS, "dispatch_times_fields": TIMES_FIELDS}
+               if o.settings.dispatch_calls else {}),
         }

@@ -25,6 +25,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench import dispatch_profile as dp
+from runner.bench import dispatch_replay
 from runner.config.layout import Worker
 from runner.model.compiled_model import CompiledModel
 from runner.model.tensors import write_tensor
@@ -36,6 +37,7 @@ STAGES = (
     ("unet", "produce_image_latents"),
     ("vae", "decode"),
 )
+REPLAY_DIR = "replay"  # under a stage's directory: the replay and its executables
 # How many arguments SdxlPipeline passes each function. Only a dry run reads this (nothing
 # is recorded then), to name the input files a real run would write.
 ARITY = {"encode_prompts": 4, "run_forward": 6, "produce_image_latents": 4, "decode": 1}
@@ -64,6 +66,8 @@ class StageResult:
     view: str = ""
     in_run_ms: float | None = None  # the same worker's mean ms/call inside its layout's run
     dispatches: dict | None = None  # its dispatch profile (runner.bench.dispatch_profile)
+    # its dispatches timed alone from a HAL replay (runner.bench.dispatch_replay)
+    dispatch_times: dict | None = None
 
     @property
     def in_run_ratio(self) -> float | None:
@@ -80,7 +84,7 @@ class StageResult:
                 else round(self.in_run_ms, 6),
                 "in_run_over_stage": None if ratio is None else round(ratio, 4),
                 "device_view": self.view, "command": self.command, "error": self.error,
-                "dispatch_profile": self.dispatches}
+                "dispatch_profile": self.dispatches, "dispatch_times": self.dispatch_times}
 
 
 @dataclass(frozen=True)
@@ -198,12 +202,13 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
     for p in plans:
         kept = _kept(p, attempt)
         if kept is not None:
-            latency, dispatches = kept
+            latency, dispatches, times = kept
             print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}): kept from "
                   f"an earlier attempt, {latency.mean_ms:.3f} ms mean", file=sys.stderr,
                   flush=True)
             results.append(StageResult(p.stage, p.function, p.batch_size, latency,
-                                       p.command.text(), view=p.view, dispatches=dispatches))
+                                       p.command.text(), view=p.view, dispatches=dispatches,
+                                       dispatch_times=times))
             continue
         print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}) ...",
               file=sys.stderr, flush=True)
@@ -217,11 +222,13 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
         print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions",
               file=sys.stderr, flush=True)
         dispatches = _profile(p, latency.mean_ms, settings)
+        times = _replay_times(p, latency.mean_ms, settings)
         results.append(StageResult(p.stage, p.function, p.batch_size, latency,
-                                   p.command.text(), view=p.view, dispatches=dispatches))
+                                   p.command.text(), view=p.view, dispatches=dispatches,
+                                   dispatch_times=times))
         if attempt is not None:
             attempt.mark(_stage_key(p), {"sha256": sha256_file(p.raw_out),
-                                         "dispatches": dispatches})
+                                         "dispatches": dispatches, "dispatch_times": times})
     return results
 
 
@@ -229,7 +236,8 @@ def _stage_key(plan: StagePlan) -> str:
     return f"stage:{plan.command.text()}"
 
 
-def _kept(plan: StagePlan, attempt: Any) -> tuple[bm.Latency, dict | None] | None:
+def _kept(plan: StagePlan, attempt: Any
+          ) -> tuple[bm.Latency, dict | None, dict | None] | None:
     """The latency an interrupted attempt measured for this very command, from the raw
     JSON it wrote (unchanged since), and the dispatch profile it took after it; None:
     measure both."""
@@ -240,7 +248,7 @@ def _kept(plan: StagePlan, attempt: Any) -> tuple[bm.Latency, dict | None] | Non
     if not digest or not plan.raw_out.is_file() or sha256_file(plan.raw_out) != digest:
         return None
     return (bm.parse_benchmark_json(plan.raw_out.read_text(), str(plan.raw_out)),
-            recorded.get("dispatches"))
+            recorded.get("dispatches"), recorded.get("dispatch_times"))
 
 
 def _profile(p: StagePlan, unprofiled_ms: float, settings: BenchSettings) -> dict | None:
@@ -258,6 +266,27 @@ def _profile(p: StagePlan, unprofiled_ms: float, settings: BenchSettings) -> dic
               f"({100 * top['share']:.1f}%)", file=sys.stderr, flush=True)
     else:
         print(f"  no dispatch profile: {out['note'].splitlines()[0]}", file=sys.stderr,
+              flush=True)
+    return out
+
+
+def _replay_times(p: StagePlan, unprofiled_ms: float, settings: BenchSettings
+                  ) -> dict | None:
+    """The same stage's dispatches timed alone from a HAL replay of one call (the
+    mechanism that needs no HAL profiler: runner.bench.dispatch_replay)."""
+    if p.profile is None:
+        return None
+    print("  timing each dispatch alone (HAL replay + iree-benchmark-executable) ...",
+          file=sys.stderr, flush=True)
+    out = dispatch_replay.measure(p.command, p.profile.directory / REPLAY_DIR, unprofiled_ms,
+                                  settings.timeout)
+    if out["status"] == "ok":
+        print(f"  {out['dispatches_per_call']:g} dispatches/call, "
+              f"{out['per_call_ms']['dispatch_sum']:.3f} ms/call alone, "
+              f"{100 * out['explained']:.0f}% of the unprofiled {unprofiled_ms:.3f} ms",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"  no dispatch times: {out['note'].splitlines()[0]}", file=sys.stderr,
               flush=True)
     return out
 

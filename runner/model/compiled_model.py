@@ -15,6 +15,7 @@ from runner.config.model_config import ModelConfig
 from runner.config.profile import Profile
 from runner.config.sources import local_source
 from runner.model.compile import CompileResult, compile_or_find
+from runner.model.gpu_targets import check_gpu_target
 from runner.model.pipeline.iree_session import ModuleFiles
 from runner.model.seeded_weights import ensure_weights
 
@@ -106,6 +107,9 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
                              say=say)
     decode_submodel = model.functions["decode"][0]
     compiler = compiler_here()
+    if compiler is not None:  # a chip the compiler does not know: said of the profile's key
+        check_gpu_target(profile.target.device_flags(compiler), compiler,
+                         f"{profile.path}: target.chip")
     hint = (f"runner compile --profile {profile.name} --batch-sizes {batch_size} --out DIR"
             if vae_batch_size == batch_size else "")
     modules, results = [], []

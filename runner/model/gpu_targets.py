@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -41,15 +42,19 @@ CANDIDATES = {
     "cuda": ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"),
     "hip": ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"),
 }
-# NVIDIA product and architecture names -> compute capability, to suggest a target for one.
-NVIDIA_SM = {"a100": 80, "ampere": 80, "a10": 86, "rtx3090ti": 86, "l4": 89, "l40s": 89,
-             "ada": 89, "rtx4090": 89, "h100": 90, "h200": 90, "gh200": 90, "hopper": 90,
-             "b200": 100, "gb200": 100, "blackwell": 100}
 # What iree-compile says of a target it does not know (3.11-3.13): an unknown sm_XX, an
 # unknown CUDA name (then it crashes), an unknown ROCm target.
 UNKNOWN = ("missing GPU target", "Unknown CUDA target", "Unknown ROCM target",
            "does not provide any executable targets")
 PROBE_TIMEOUT_S = 120
+# The shipped profile whose `target.chip` is the one to suggest for each backend: the chip
+# the project compiles and documents for it (configs/h100.yaml: sm_80, whose PTX the CUDA
+# driver JIT-compiles for an H100 or H200; configs/sdxl.yaml: gfx942, MI300X and MI325X).
+DOCUMENTED_BY = {"cuda": "h100", "hip": "sdxl"}
+# Signals that stop a probe from outside (Ctrl-C, a kill, a time limit): they say nothing
+# about the chip. A crash (SIGSEGV, SIGABRT) is the compiler's own answer: IREE 3.13 crashes
+# on a CUDA name it does not know.
+_STOPPED = {signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGHUP}
 
 
 @dataclass(frozen=True)
@@ -106,9 +111,12 @@ def probe(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
                                   timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None
-    if proc.returncode == 0:
+    rc = proc.returncode
+    if rc == 0:
         return True
-    if proc.returncode < 0 or proc.returncode >= 128 or any(u in proc.stderr for u in UNKNOWN):
+    if -rc in _STOPPED or rc - 128 in _STOPPED:
+        return None  # stopped from outside: no answer, nothing cached
+    if rc < 0 or rc >= 128 or any(u in proc.stderr for u in UNKNOWN):
         return False  # a crash (signal) on a three-line module is the target too
     return None
 
@@ -152,17 +160,25 @@ def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str)
         f"{', '.join(others) or 'none'}", where=where, fix=_fix(target, others))
 
 
+def documented_chip(backend: str) -> tuple[str, str]:
+    """(the chip the shipped profile for `backend` compiles for, that profile's file)."""
+    from runner.config.profile import load_profile
+
+    profile = load_profile(DOCUMENTED_BY[backend])
+    return profile.target.chip, str(profile.path)
+
+
 def _fix(target: ChipFlag, known: list[str]) -> str:
-    """What to compile for instead: for CUDA the newest known sm not above the GPU's (its
-    PTX is JIT-compiled by the CUDA driver for the GPU it runs on)."""
+    """What to compile for instead: the chip the project's own profile for the backend
+    compiles for (for CUDA its PTX is JIT-compiled by the driver for the GPU it runs on),
+    when this compiler knows it; otherwise what it knows."""
+    chip, profile = documented_chip(target.backend)
+    if known and chip not in known:
+        chip = known[0]
     if target.backend == "hip":
-        return ("set target.chip to a target it knows (gfx942 for MI300X/MI325X, gfx950 for "
-                f"MI355X), or use an IREE build that knows {target.chip}")
-    match = re.fullmatch(r"sm_(\d+)\w?", target.chip)
-    sm = int(match.group(1)) if match else NVIDIA_SM.get(target.chip.lower())
-    older = [c for c in known if sm is not None and int(c[3:].rstrip("a")) <= sm]
-    choice = older[-1] if older else (known[-1] if known else "sm_80")
-    return (f"compile for a target it knows that the GPU can run, e.g. --set "
-            f"target.chip={choice}: IREE embeds PTX, which the CUDA driver JIT-compiles for "
-            "the newer GPU it runs on (sm_80 PTX runs on an H100), or use an IREE build "
-            f"that knows {target.chip}")
+        return (f"set target.chip={chip} (what {profile} compiles for: MI300X/MI325X; gfx950 "
+                f"for MI355X), or use an IREE build that knows {target.chip}")
+    return (f"set target.chip={chip} (--set target.chip={chip}; what {profile} compiles "
+            "for): IREE embeds PTX, which the CUDA driver JIT-compiles for the newer GPU it "
+            f"runs on (sm_80 PTX runs on an H100 or H200), or use an IREE build that knows "
+            f"{target.chip}")
