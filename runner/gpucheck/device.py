@@ -5,7 +5,7 @@ A CUDA profile compiles PTX for its chip (`sm_80` for the h100 profiles: IREE 3.
 capability or newer runs it, so an H200 (9.0) runs the h100 profile as an H100 does, and an
 A10 (8.6) would too, while a V100 (7.0) cannot. A HIP profile's code is for one gfx target,
 which the GPU must be. The compute capability comes from nvidia-smi (`compute_cap`), or,
-from a driver too old to report it, from the GPU's name (runner.model.gpu_targets.NVIDIA_SM);
+from a driver too old to report it, from the GPU's name (NVIDIA_SM);
 where neither tells, the check says so and goes on.
 """
 
@@ -15,9 +15,13 @@ import re
 from dataclasses import dataclass
 
 from runner.base.gpu_info import Gpu, GpuInfo
-from runner.model.gpu_targets import NVIDIA_SM
 
 TOOLS = {"cuda": "nvidia-smi", "hip": "rocm-smi"}
+# NVIDIA product and architecture names -> compute capability, for a driver whose nvidia-smi
+# does not report `compute_cap`.
+NVIDIA_SM = {"a100": 80, "ampere": 80, "a10": 86, "rtx3090ti": 86, "l4": 89, "l40s": 89,
+             "ada": 89, "rtx4090": 89, "h100": 90, "h200": 90, "gh200": 90, "hopper": 90,
+             "b200": 100, "gb200": 100, "blackwell": 100}
 
 
 @dataclass(frozen=True)
