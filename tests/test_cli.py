@@ -205,6 +205,8 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
     assert proc.returncode == 0, proc.stderr
     label = "subset of 4: not judged against the full-set ranges"
     assert "verdict: SUBSET (not judged" in proc.stdout and f"note: {label}" in proc.stdout
+    scores = [x for x in proc.stdout.splitlines() if x.startswith(("FID ", "CLIP"))]
+    assert len(scores) == 2 and all("  not judged  (above low by" in x for x in scores), scores
     accuracy = json.loads((run_dir / "accuracy.json").read_text())
     assert accuracy["verdict"] == "subset" and label in accuracy["labels"]
     results = json.loads((run_dir / "results.json").read_text())
