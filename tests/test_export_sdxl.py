@@ -427,6 +427,21 @@ def test_fp16_only_checkpoint_exports_in_fp16(checkpoint, tmp_path):
         open_checkpoint(root, "float32")
 
 
+def test_export_dry_run_refuses_the_sources_the_export_refuses(tmp_path):
+    """`--from` a directory that is not there and an empty `--vae-from` directory: the dry
+    run fails as the export does (the same checks), naming the path, and writes nothing."""
+    empty = tmp_path / "vae"
+    empty.mkdir()
+    out = tmp_path / "out"
+    for argv, where in ((["--from", tmp_path / "nonexistent"], "checkpoint directory not found"),
+                        (["--seeded", "--vae-from", empty], f"{empty}/config.json: file missing")):
+        for dry in (["--dry-run"], []):
+            ran = cli("export", "sdxl", *argv, "--out", out, *dry)
+            assert ran.returncode == 2 and where in ran.stderr, ran.stderr
+            assert "Traceback" not in ran.stderr and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["vae"] and not list(empty.iterdir())
+
+
 def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
     """MI325X: batch 32 for CLIP and UNet, the VAE one image at a time (AMD's published
     MI325X scripts pass --vae_batch_size 1; configs/mi325x.yaml)."""
