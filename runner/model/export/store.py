@@ -200,15 +200,15 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
             return out / "model.json"
         # We hold the lock: the staging dir is ours, or an interrupted export's.
         staging = _Staging(out, key, log)
-        arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
+        arch = ckpt.arch if ckpt is not None else architecture_of(source)
         if vae_files is not None:
             arch = vae_files.with_arch(arch)
         # The checkpoint opened above already holds its length: not opened again.
-        length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
+        length = ckpt.max_length if ckpt is not None else prompt_length(source)
         if not reuse:  # nothing verified is kept: write every batch size asked for
             need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
         _write(source, arch, staging, set(reuse), need, need_vae, length, log,
-               ckpt if source.checkpoint is not None else None, vae_files)
+               ckpt, vae_files)
         for path in sorted(staging.dir.rglob("*")):
             if path.is_file() and path.name != STAGED:
                 target = out / path.relative_to(staging.dir)
