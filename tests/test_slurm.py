@@ -450,3 +450,20 @@ def test_slurm_sweep_over_two_iree_builds(slurm_cluster, local_run, docker_clien
     rows = bench_table(md)
     assert len(rows) == 2 and "| IREE |" in md
     assert [f"`{s}`" in row for s, row in zip(specs.split(","), rows, strict=True)] == [True] * 2
+
+
+def test_a_dry_run_without_slurm_commands_says_so(tmp_path):
+    """On a host without sbatch the run is refused before any work; its dry run prints the
+    script and says first that the Slurm commands were not found here."""
+    no_slurm = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    out = tmp_path / "o"
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm", "--out", out,
+              "--dry-run", env=no_slurm)
+    assert ran.returncode == 0, ran.stderr
+    first = ran.stdout.splitlines()[0]
+    assert first.startswith("# Slurm: not checked, Slurm commands not found: sbatch"), first
+    assert "(the run itself stops here)" in first and not out.exists()
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm", "--out", out,
+              env=no_slurm)
+    assert ran.returncode == 2 and "Slurm commands not found: sbatch" in ran.stderr
+    assert not out.exists()
