@@ -78,6 +78,12 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
                                 vae_dtype=model.vae_dtype, vae_from=model.vae_from)
     if dry_run:
         print(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
+        for path, what, field in ((source.checkpoint, "checkpoint", "model=checkpoint:DIR"),
+                                  (source.vae_from, "VAE", "model.vae_from=DIR")):
+            if path is not None and not path.is_dir():  # one that is here was opened whole
+                print(f"# not here: the {what} directory {shlex.quote(str(path))}: the run "
+                      f"would stop at this export (put it there, or name yours with --set "
+                      f"{field})")
         return model
     return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
 
