@@ -391,12 +391,14 @@ def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
     run = RunDir(run_dir)
     _check_free(run)
     plan = plan_for(profile)
+    notes = executor.check(plan, str(profile.path), dry_run=True)
     layout = plan.layout
     compiled = executor.compiler(run.path, dry_run=True)(profile, layout.batch_size,
                                                          layout.vae_batch_size)
-    return plan_lines(plan, executor, run.path, compiled,
-                      f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
-                      f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")
+    return [f"# {shellscript.sanitize(note)}" for note in notes] + plan_lines(
+        plan, executor, run.path, compiled,
+        f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
+        f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")
 
 
 def plan_lines(plan: Plan, executor: Executor, run_dir: Path, compiled: Any,

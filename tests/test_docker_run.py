@@ -3,6 +3,7 @@
 reproduce.sh that re-runs the run by hand."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -55,3 +56,22 @@ def test_docker_executor_needs_an_image(tmp_path):
     proc = run_cli("run", "--profile", "cpu", "--count", "2", "--executor", "docker",
                    "--out", str(tmp_path / "r"))
     assert proc.returncode == 2 and "--image" in proc.stderr
+
+
+def test_an_image_the_engine_lacks_is_refused_by_the_dry_run_as_by_the_run(docker_client,
+                                                                           tmp_path):
+    """The same check for both, before anything is compiled or written; with no engine to
+    ask, the dry run says the image was not checked (the run itself stops there)."""
+    out = tmp_path / "r"
+    for dry in (["--dry-run"], []):
+        proc = run_cli("run", "--profile", "cpu", "--count", "2", "--executor", "docker",
+                       "--image", "iree-sdxl-runner:no-such-tag", "--out", str(out), *dry)
+        assert proc.returncode == 2, proc.stderr
+        assert "--image: image iree-sdxl-runner:no-such-tag is not in the docker engine" in \
+            proc.stderr and "docker pull" in proc.stderr and not out.exists()
+    gone = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    proc = cli("run", "--profile", "cpu", "--count", "2", "--executor", "docker", "--image",
+               "iree-sdxl-runner:no-such-tag", "--out", str(out), "--dry-run", env=gone)
+    assert proc.returncode == 0, proc.stderr
+    assert "# image iree-sdxl-runner:no-such-tag: not checked, no docker engine answers at " \
+        f"unix://{tmp_path}/no-engine.sock" in proc.stdout and not out.exists()

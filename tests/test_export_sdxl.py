@@ -427,6 +427,34 @@ def test_fp16_only_checkpoint_exports_in_fp16(checkpoint, tmp_path):
         open_checkpoint(root, "float32")
 
 
+def test_export_dry_run_refuses_the_sources_the_export_refuses(tmp_path):
+    """`--from` a directory that is not there and an empty `--vae-from` directory: the dry
+    run fails as the export does (the same checks), naming the path, and writes nothing."""
+    empty = tmp_path / "vae"
+    empty.mkdir()
+    out = tmp_path / "out"
+    for argv, where in ((["--from", tmp_path / "nonexistent"], "checkpoint directory not found"),
+                        (["--seeded", "--vae-from", empty], f"{empty}/config.json: file missing")):
+        for dry in (["--dry-run"], []):
+            ran = cli("export", "sdxl", *argv, "--out", out, *dry)
+            assert ran.returncode == 2 and where in ran.stderr, ran.stderr
+            assert "Traceback" not in ran.stderr and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["vae"] and not list(empty.iterdir())
+
+
+def test_a_dry_run_names_a_checkpoint_that_is_not_here(tmp_path):
+    """The export the run would start with cannot run without its checkpoint: the dry run
+    says so under the export command (a lab profile is still previewed on any host)."""
+    missing = tmp_path / "no-such"
+    ran = cli("run", "--profile", "mi325x", "--set", f"model=checkpoint:{missing}",
+              "--out", tmp_path / "r", "--dry-run")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[1] == (
+        f"# not here: the checkpoint directory {missing}: the run would stop at this export "
+        "(put it there, or name yours with --set model=checkpoint:DIR)")
+    assert not (tmp_path / "r").exists()
+
+
 def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
     """MI325X: batch 32 for CLIP and UNet, the VAE one image at a time (AMD's published
     MI325X scripts pass --vae_batch_size 1; configs/mi325x.yaml)."""
@@ -434,7 +462,7 @@ def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("runner export sdxl --from ")
     assert "--batch-sizes 32 --vae-batch-sizes 1 --dtype fp16" in lines[0]
-    assert [Path(shlex.split(line)[1]).name for line in lines[1:]] == [
+    assert [Path(shlex.split(line)[1]).name for line in lines[1:] if line[0] != "#"] == [
         "clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir", "vae_bs1.mlir"]
 
 

@@ -1,7 +1,8 @@
-"""A CUDA/HIP chip the installed iree-compile does not know is refused before compiling,
-naming the targets it knows (runner/model/gpu_targets.py), with the real compiler: compiling
-for a GPU target needs no GPU. IREE 3.13 crashes on `--iree-cuda-target=h100` and stops on
-`sm_90` with an IR dump; the runner says instead what it knows and what to do."""
+"""A CUDA/HIP chip or LLVM CPU the installed iree-compile does not know is refused before
+compiling, naming the targets it knows (runner/model/gpu_targets.py), with the real
+compiler: compiling for a GPU target needs no GPU. IREE 3.13 crashes on
+`--iree-cuda-target=h100` and stops on `sm_90` with an IR dump; the runner says instead
+what it knows and what to do."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import shlex
 
 import pytest
+from cli_support import cli
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
@@ -98,15 +100,31 @@ def test_hip_targets_are_checked_the_same_way(probed):
     assert "set target.chip=gfx942" in text.split("fix:", 1)[1]
 
 
-def test_a_cpu_compile_or_a_flag_the_compiler_lacks_is_left_to_the_compile(probed):
-    """Nothing to check for the CPU; `--iree-hip-target` (a spelling IREE 3.13 dropped) makes
-    the probe say nothing about the chip, so the compile itself reports the flag."""
+def test_a_flag_the_compiler_lacks_is_left_to_the_compile(probed):
+    """`--iree-hip-target` (a spelling IREE 3.13 dropped) makes the probe say nothing about
+    the chip, so the compile itself reports the flag."""
     real = compiler_info()
-    check_gpu_target(("--iree-hal-target-device=local", "--iree-llvmcpu-target-cpu=host"),
-                     real, "x")
     check_gpu_target(("--iree-hip-target=gfx942",), real, "x")
     (cached,) = (cache_dir() / "gpu-targets").glob("*.json")
     assert "--iree-hip-target=gfx942" not in json.loads(cached.read_text())
+
+
+def test_a_cpu_the_backend_does_not_know_is_refused_by_the_dry_run(probed, tmp_path):
+    """`target.chip=gfx9999` on the cpu profile becomes `--iree-llvmcpu-target-cpu=gfx9999`:
+    the dry run refuses it as the real run would, naming CPUs the compiler knows, and
+    writes nothing; `host` and a named x86 CPU pass."""
+    real = compiler_info()
+    check_gpu_target(("--iree-hal-target-device=local", "--iree-llvmcpu-target-cpu=host"),
+                     real, "x")
+    check_gpu_target(("--iree-llvmcpu-target-cpu=x86-64-v3",), real, "x")
+    out = tmp_path / "run"
+    for argv in (["run", "--profile", "cpu", "--count", "2", "--out", out, "--dry-run"],
+                 ["compile", "--profile", "cpu", "--dry-run"]):
+        ran = cli(*argv, "--set", "target.chip=gfx9999")
+        assert ran.returncode == 2, ran.stderr
+        assert "does not know the LLVM CPU target 'gfx9999'" in ran.stderr
+        assert "fix: set target.chip to a CPU it knows: host" in ran.stderr
+        assert "Traceback" not in ran.stderr and not out.exists()
 
 
 def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsys,

@@ -4,6 +4,7 @@ accuracy log is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -67,10 +68,20 @@ def test_resuming_a_complete_run_does_nothing(relative_run):
     assert (relative_run / "run.json").read_bytes() == before
 
 
+def tree(path: Path) -> dict[str, str]:
+    """Every file under `path` by its relative path, as the sha256 of its bytes."""
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
 def test_resume_with_another_count_is_an_error(relative_run):
+    """Refused before any work, and the run dir is left byte for byte as it was (its
+    attempt record is not rewritten as a failed attempt)."""
+    before = tree(relative_run)
     proc = cli("run", "--resume", str(relative_run), "--count", "4")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "run was made for 8 samples" in proc.stderr and "--count" in proc.stderr
+    assert tree(relative_run) == before
     same = cli("run", "--resume", str(relative_run), "--count", str(COUNT))
     assert same.returncode == 0 and "nothing to do" in same.stderr
 

@@ -68,6 +68,17 @@ def test_user_conf_cannot_switch_mode_and_flags_cannot_contradict_it():
     qps = parse_conf_text("*.Offline.target_qps = 3\n", "u.conf")
     with pytest.raises(RunnerError, match="--offline-expected-qps sets target_qps = 5"):
         merged_user_conf("Offline", profile.mlperf, qps, Flags(offline_qps=5), "u.conf")
+    short = parse_conf_text("*.*.min_query_count = 8\n", "u.conf")
+    with pytest.raises(RunnerError, match="--min-query-count sets min_query_count = 16"):
+        merged_user_conf("Offline", profile.mlperf, short, Flags(min_queries=16), "u.conf")
+
+
+def test_min_query_count_is_a_flag():
+    """A short performance run is one flag: Offline's one query holds min_query_count
+    samples (MLPerf's 5000 for SDXL otherwise)."""
+    text = merged_user_conf("Offline", load_profile("tiny").mlperf, [], Flags(min_queries=16),
+                            None)
+    assert "stable-diffusion-xl.Offline.min_query_count = 16" in text.splitlines()
 
 
 def test_merged_user_conf_keeps_precedence_over_loadgen_wildcards():
@@ -205,6 +216,50 @@ def test_server_batcher_waits_at_most_its_limit():
 
 
 # --- performance runs -----------------------------------------------------------------------
+def planned(text: str, key: str) -> int:
+    """A LoadGen setting the dry run prints (`#   key = value`)."""
+    values = [line.split("=")[1] for line in text.splitlines()
+              if line.strip("# ").startswith(f"{key} =")]
+    assert values, text
+    return int(values[0])
+
+
+@pytest.mark.slow
+def test_every_help_example_is_short_and_shows_progress(tmp_path, capfd):
+    """Every `runner mlperf --help` example runs here as written: the dry runs print
+    settings, and a performance example plans a handful of samples (its dry run says so
+    before it runs), then shows LoadGen's progress (samples of the test, queries, rate,
+    ETA) while it runs."""
+    import shlex
+
+    from cli_support import cli
+
+    from runner.cli import build_parser
+    from runner.clidoc import documented
+    from runner.clihelp import walk
+
+    (parser,) = [sub for path, sub in walk(build_parser()) if path == ("mlperf",)]
+    shown = [shlex.split(e)[1:] for e in documented(parser).examples]
+    assert len(shown) >= 3 and all(argv[0] == "mlperf" for argv in shown)
+    for argv in shown:
+        if "--dry-run" in argv:
+            ran = cli(*argv, cwd=tmp_path)
+            assert ran.returncode == 0 and "min_query_count = " in ran.stdout, ran.stderr
+            continue
+        plan = cli(*argv, "--dry-run", cwd=tmp_path)
+        assert plan.returncode == 0, plan.stderr
+        assert planned(plan.stdout, "min_query_count") <= 64, plan.stdout  # not MLPerf's 5000
+        capfd.readouterr()
+        ran = cli(*argv, cwd=tmp_path, env={**os.environ, "RUNNER_PROGRESS": "plain"})
+        err = ran.stderr + capfd.readouterr().err  # the LoadGen test is a process of its own
+        assert ran.returncode == 0, err
+        out = tmp_path / argv[argv.index("--out") + 1]
+        (test,) = record(out)["tests"]
+        n = planned(plan.stdout, "min_query_count")
+        assert test["sut"]["issued"] == test["sut"]["completed"] == n
+        assert f"LoadGen Offline/performance {n}/{n} samples" in err, err
+        assert "samples/s  ETA " in err and "issued in 1 query" in err
+
 @pytest.fixture(scope="module")
 def offline_perf(tmp_path_factory) -> Path:
     """4 samples, 12 queries: LoadGen issues each qsl_idx about 3 times."""

@@ -144,6 +144,21 @@ def test_an_attempt_that_wrote_nothing_leaves_nothing(tmp_path):
     assert kept.is_dir() and not list(kept.iterdir())  # made by the user: stays, empty
 
 
+def test_a_refused_resume_leaves_the_directory_as_it_was(tmp_path):
+    out = tmp_path / "o"
+    first = claim(out, "goldens generate", {}, [], GOES_ON)
+    (out / "x.bin").write_bytes(b"x")
+    first.end_with(0)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    claim(out, "goldens generate", {}, [], GOES_ON).end_with(2, "bad --set")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    worked = claim(out, "goldens generate", {}, [], GOES_ON)
+    (out / "y.bin").write_bytes(b"y")  # work was done: the failed attempt is recorded
+    worked.end_with(2, "boom")
+    record = json.loads((out / RECORD).read_text())
+    assert [a["status"] for a in record["attempts"]] == [FINISHED, FAILED]
+
+
 def test_the_cli_refuses_before_any_work(tmp_path, capsys):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -2,6 +2,7 @@
 server (a real one on 127.0.0.1) is fetched into the cache, then runs like the shipped one."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -55,3 +56,22 @@ def test_fetch_then_generate_from_urls(server, tmp_path):
     for name in ("00000.png", "00001.png"):
         assert np.array_equal(decode_png((out / "images" / name).read_bytes()),
                               decode_png((shipped / "images" / name).read_bytes()))
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_fetch_of_an_exported_model_says_what_makes_it(tmp_path, dry):
+    """A lab profile's model is exported from a checkpoint: fetch names the checkpoint
+    directory it needs (and the flag that names another) and the profile's own export
+    command, never a placeholder path or `runner export tiny`."""
+    missing = tmp_path / "no-such-checkpoint"
+    ran = cli("fetch", "--profile", "mi325x", "--set", f"model=checkpoint:{missing}", *dry)
+    assert ran.returncode == 2, ran.stderr
+    assert f"exported from the checkpoint directory {missing}, which is not here" in ran.stderr
+    assert "--set model=checkpoint:DIR" in ran.stderr
+    assert (f"runner export sdxl --from {missing} --batch-sizes 32 --vae-batch-sizes 1 "
+            "--dtype fp16 --vae-dtype fp16") in ran.stderr
+    assert "<key" not in ran.stderr and "export tiny" not in ran.stderr
+    cache = {**os.environ, "RUNNER_CACHE_DIR": str(tmp_path / "cache")}  # nothing exported
+    seeded = cli("fetch", "--profile", "sdxl-seeded", *dry, env=cache)
+    assert seeded.returncode == 2 and "is not exported yet" in seeded.stderr, seeded.stderr
+    assert "`runner export sdxl --seeded --batch-sizes 1 " in seeded.stderr

@@ -328,10 +328,26 @@ def test_arguments_and_options(tmp_path):
     assert resumed == opts
     for bad, where in ((["--nodes", "0"], "--nodes"),
                        (["--node-executor", "docker"], "--image"),
-                       (["--sbatch-arg", "gres=gpu:8"], "--sbatch-arg")):
+                       (["--sbatch-arg", "gres=gpu:8"], "--sbatch-arg"),
+                       (["--slurm-time", "banana"], "--slurm-time"),
+                       (["--slurm-time", "2h"], "--slurm-time"),
+                       (["--slurm-time", "1:2:3:4"], "--slurm-time")):
         with pytest.raises(RunnerError) as e:
             slurm_options(parser.parse_args(bad))
         assert e.value.where == where
+    for good in ("90", "30:00", "2:00:00", "1-12", "1-12:30", "2-00:00:00", "UNLIMITED"):
+        assert slurm_options(parser.parse_args(["--slurm-time", good])).time == good
+
+
+def test_a_bad_slurm_time_fails_the_dry_run_as_the_run(tmp_path):
+    """sbatch would refuse it after the compile; the dry run and the run refuse it first,
+    writing nothing."""
+    out = tmp_path / "o"
+    for dry in (["--dry-run"], []):
+        ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm",
+                  "--slurm-time", "banana", "--out", out, *dry)
+        assert ran.returncode == 2 and "'banana' is not a Slurm time limit" in ran.stderr
+        assert "HH:MM:SS" in ran.stderr and not out.exists()
 
 
 def test_a_layout_that_does_not_fit_a_node_task_fails_before_submitting(tmp_path):
@@ -434,3 +450,20 @@ def test_slurm_sweep_over_two_iree_builds(slurm_cluster, local_run, docker_clien
     rows = bench_table(md)
     assert len(rows) == 2 and "| IREE |" in md
     assert [f"`{s}`" in row for s, row in zip(specs.split(","), rows, strict=True)] == [True] * 2
+
+
+def test_a_dry_run_without_slurm_commands_says_so(tmp_path):
+    """On a host without sbatch the run is refused before any work; its dry run prints the
+    script and says first that the Slurm commands were not found here."""
+    no_slurm = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    out = tmp_path / "o"
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm", "--out", out,
+              "--dry-run", env=no_slurm)
+    assert ran.returncode == 0, ran.stderr
+    first = ran.stdout.splitlines()[0]
+    assert first.startswith("# Slurm: not checked, Slurm commands not found: sbatch"), first
+    assert "(the run itself stops here)" in first and not out.exists()
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm", "--out", out,
+              env=no_slurm)
+    assert ran.returncode == 2 and "Slurm commands not found: sbatch" in ran.stderr
+    assert not out.exists()

@@ -48,7 +48,7 @@ from typing import Any
 
 from runner.base.dirlock import DirLock
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, RunnerError
-from runner.base.fileio import atomic_write_json
+from runner.base.fileio import atomic_write_bytes, atomic_write_json
 
 RECORD = "attempt.json"
 LOCK = "attempt.lock"
@@ -201,6 +201,10 @@ class OutDir:
     nothing_to_do: bool = False  # --resume of a finished attempt (a refusing command)
     lock: DirLock | None = None
     created: bool = False  # this attempt made the directory
+    # An existing out dir as this attempt found it: its record's bytes (None: it had none)
+    # and every other file's size and mtime, so an attempt refused before any work can
+    # put the record back and leave the directory exactly as it was.
+    found: tuple[bytes | None, dict[str, tuple[int, int]]] | None = None
 
     @property
     def previous_status(self) -> str | None:
@@ -226,6 +230,9 @@ class OutDir:
         ended before writing anything (bad input, a signal while it started) leaves
         nothing behind, so the same command, corrected or not, starts afresh."""
         try:
+            if self.resumed and status != FINISHED and self._untouched():
+                self._put_back()
+                return
             if not self.resumed and status != FINISHED and self._wrote_nothing():
                 (self.path / RECORD).unlink(missing_ok=True)
                 self.release()
@@ -247,6 +254,22 @@ class OutDir:
             return False
         own = {self.path / RECORD, self.path / LOCK}
         return all(entry in own for entry in _entries(self.path))
+
+    def _untouched(self) -> bool:
+        if self.found is None or self.dry_run:
+            return False
+        before = json.loads(self.found[0] or b"{}").get("done") or {}
+        return before == self.record.get("done") and _fingerprint(self.path) == self.found[1]
+
+    def _put_back(self) -> None:
+        """The record as the attempt found it (the attempt did nothing to record)."""
+        assert self.found is not None
+        before = self.found[0]
+        if before is None:
+            (self.path / RECORD).unlink(missing_ok=True)
+        else:
+            with contextlib.suppress(OSError):
+                atomic_write_bytes(self.path / RECORD, before)
 
     def end_with(self, exit_code: int, error: str = "") -> None:
         status = (FINISHED if exit_code in (EXIT_OK, EXIT_FAILED) else
@@ -334,6 +357,20 @@ def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: st
     return out
 
 
+def _fingerprint(path: Path) -> dict[str, tuple[int, int]]:
+    """Size and mtime of every file under `path` but the record and the lock."""
+    out = {}
+    for entry in _entries(path):
+        if entry.parent == path and entry.name in (RECORD, LOCK):
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        out[str(entry.relative_to(path))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
 def _remove_empty_tree(path: Path) -> None:
     """Removes `path` if it holds nothing but empty directories (else leaves it)."""
     try:
@@ -384,6 +421,10 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
                           where=str(path), fix=f"finish it with `runner {command} --resume "
                           f"{path}`, or pass another --out")
     out = OutDir(path, command, record, resumed=True, dry_run=dry_run, lock=lock)
+    if not dry_run:
+        with contextlib.suppress(OSError):
+            out.found = ((path / RECORD).read_bytes() if (path / RECORD).is_file() else None,
+                         _fingerprint(path))
     if rerun.rule == REFUSES and status == FINISHED:
         out.nothing_to_do = True
         return out

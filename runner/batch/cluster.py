@@ -75,11 +75,21 @@ class SlurmOptions:
             raise RunnerError("the docker node executor needs a harness image", where="--image",
                               fix="build one with `runner image build` and pass its tag; "
                               "every node must have it (or pull it)")
+        if self.time is not None and not SLURM_TIME.fullmatch(self.time):
+            raise RunnerError(f"{self.time!r} is not a Slurm time limit",
+                              where="--slurm-time",
+                              fix="use sbatch --time's syntax: MM, MM:SS, HH:MM:SS, D-HH, "
+                              "D-HH:MM, D-HH:MM:SS or UNLIMITED, e.g. 2:00:00")
         bad = [a for a in self.sbatch_args if not a.startswith("-")]
         if bad:
             raise RunnerError(f"--sbatch-arg {bad[0]!r} is not an sbatch option",
                               where="--sbatch-arg", fix="pass options as --sbatch-arg=--gres=gpu:8")
         return self
+
+
+# sbatch --time's forms (Slurm's man page): minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds; UNLIMITED / INFINITE.
+SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.I)
 
 
 def given_slurm_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -111,8 +111,25 @@ class DockerExecutor:
 
         return image_info(self.image)
 
-    def check(self, plan: Plan, where: str) -> None:
-        return None
+    def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
+        """The image is in the docker engine (where the workers and the compile run)."""
+        from runner.base.errors import RunnerError
+        from runner.docker.engine import connect
+        from runner.docker.image import image_info
+
+        try:
+            client = connect(timeout=10)
+        except RunnerError as e:
+            if dry_run:
+                return [f"image {self.image}: not checked, {e.message}"]
+            raise
+        try:
+            image_info(self.image, client=client, provenance=False)
+        except RunnerError as e:
+            raise RunnerError(e.message, where="--image",
+                              fix="build it with `runner image build`, `docker pull` it, or "
+                              "pass an image the engine has (`docker images`)") from None
+        return []
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False

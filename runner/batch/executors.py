@@ -124,9 +124,11 @@ class Executor(Protocol):
     def image_info(self) -> dict[str, Any] | None:
         """The harness image the workers run in, as recorded in the manifest."""
 
-    def check(self, plan: Plan, where: str) -> None:
+    def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
         """Refuses a plan this executor cannot run, before anything is created or compiled
-        (a layout too big for a Slurm node task)."""
+        (a layout too big for a Slurm node task, an image the docker engine lacks). A dry
+        run gets what this host cannot check (no docker engine, no Slurm commands) back as
+        notes to print; the run itself is refused for it."""
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         """Whether work of an earlier attempt still runs (Slurm node tasks outlive their
@@ -268,8 +270,8 @@ class LocalExecutor:
     def image_info(self) -> dict[str, Any] | None:
         return None
 
-    def check(self, plan: Plan, where: str) -> None:
-        return None
+    def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
+        return []
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False

@@ -1,8 +1,8 @@
 """`runner mlperf`: LoadGen-driven runs; flags named after AMD's harness where it has them
 (--scenario, --count, --user-conf, --audit-conf), LoadGen's minimum test duration
---min-duration (in seconds; its user.conf key is in ms), a QPS flag per scenario named as the
-profile's `mlperf:` key it overrides, the runner's layout, executor and Slurm flags as
-everywhere else."""
+--min-duration (in seconds; its user.conf key is in ms) and --min-query-count, a QPS flag
+per scenario named as the profile's `mlperf:` key it overrides, the runner's layout,
+executor and Slurm flags as everywhere else."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from runner.clihelp import (
     profile_from_args,
     renamed,
 )
-from runner.inputs.cliargs import RATE, TEST_SECONDS
+from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
 from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
 
@@ -66,7 +66,8 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         compliance=compliance, user_conf=Path(args.user_conf) if args.user_conf else None,
         audit_confs=_audit_confs(args.audit_conf),
         flags=Flags(args.count, args.min_duration, args.offline_expected_qps,
-                    args.server_target_qps), argv=args.argv, captions=captions,
+                    args.server_target_qps, args.min_query_count),
+        argv=args.argv, captions=captions,
         score=args.score, division=args.division, submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
@@ -108,6 +109,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="LoadGen's minimum test duration in seconds, e.g. 2 (written to "
                    "user.conf as min_duration in milliseconds, 2000; default: the user.conf's, "
                    "else MLPerf's 600 s)")
+    p.add_argument("--min-query-count", type=COUNT, metavar="N",
+                   help="LoadGen's minimum query count (user.conf's min_query_count): a test "
+                   "ends once N queries and --min-duration are done. Offline issues one query "
+                   "of N samples, MLPerf's 5000 for SDXL by default, so a short performance "
+                   "run sets it, e.g. 16 (default: the user.conf's, else MLPerf's)")
     p.add_argument("--offline-expected-qps", type=RATE, metavar="QPS",
                    help="the Offline scenario's expected QPS, which sizes its one query "
                    "(user.conf's Offline target_qps; default: the profile's "
@@ -130,7 +136,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_dry_run(p, "the compile and worker commands and LoadGen's settings")
     add_results(p)
     document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
-             "--count 16 --min-duration 2 --out runs/lg-perf",
+             "--count 16 --min-duration 2 --min-query-count 16 --out runs/lg-perf",
              "runner mlperf --profile mi325x --scenario singlestream,offline,server "
              "--mode submission --out runs/lg-sub --dry-run",
              "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "

@@ -120,13 +120,18 @@ def applies(line: ConfLine, scenario: str) -> bool:
 
 @dataclass(frozen=True)
 class Flags:
-    """The command's LoadGen flags: --count, --min-duration, --offline-expected-qps,
-    --server-target-qps (each QPS flag is its scenario's, as the profile's `mlperf:` keys)."""
+    """The command's LoadGen flags: --count, --min-duration, --min-query-count,
+    --offline-expected-qps, --server-target-qps (each QPS flag is its scenario's, as the
+    profile's `mlperf:` keys)."""
 
     count: int | None = None  # QSL size and performance sample count
     time_s: float | None = None  # minimum test duration, seconds (user.conf's is in ms)
     offline_qps: float | None = None  # Offline expected QPS
     server_qps: float | None = None  # Server target QPS
+    # LoadGen's min_query_count: a test ends after this many queries and min_duration. In
+    # Offline its one query holds that many samples (MLPerf's SDXL rule: 5000), so a short
+    # performance run needs it set.
+    min_queries: int | None = None
 
 
 # The QPS flag of each scenario that has one (SingleStream keeps one query in flight).
@@ -139,6 +144,8 @@ def flag_settings(flags: Flags, scenario: str) -> dict[str, str]:
         out["performance_sample_count_override"] = str(flags.count)
     if flags.time_s is not None:
         out["min_duration"] = str(int(flags.time_s * 1000))
+    if flags.min_queries is not None:
+        out["min_query_count"] = str(flags.min_queries)
     qps = {"Offline": flags.offline_qps, "Server": flags.server_qps}.get(scenario)
     if qps is not None:
         out["target_qps"] = f"{qps:g}"
@@ -174,6 +181,7 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
         if line.key in from_flags and float(from_flags[line.key]) != float(line.value):
             flag = {"performance_sample_count_override": "--count",
                     "min_duration": "--min-duration",
+                    "min_query_count": "--min-query-count",
                     "target_qps": QPS_FLAGS.get(scenario, "")}[line.key]
             raise RunnerError(f"{flag} sets {line.key} = {from_flags[line.key]} but the "
                               f"user.conf says {line.value}", where=line.where,

@@ -27,6 +27,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.progress import Progress
 from runner.base.signals import exit_at_once, handlers_ready, start_child, work_done
 from runner.batch.lifeline import die_with_parent
 from runner.config.sources import redact_secrets
@@ -173,10 +174,16 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
     trace = bool(os.environ.get(TRACE_MEMORY))
     if trace:  # scripts/bench_loadgen.py: is every answered image released?
         tracemalloc.start()
+    # Accuracy mode issues the QSL once; Offline's one query says how many it holds; the
+    # others run for LoadGen's min_duration and min_query_count (no total to show).
+    sut.progress = Progress(f"LoadGen {spec.key}", task["total"] if spec.mode == "accuracy"
+                            else None, unit="samples")
+    sut.one_query = spec.scenario == "Offline"
     sut.begin_test(task["batcher_limit_s"] if spec.scenario == "Server" else None)
     start = time.monotonic()
     try:
-        lg.StartTestWithLogSettings(lg_sut, qsl, settings, log_settings, str(audit))
+        with sut.progress:
+            lg.StartTestWithLogSettings(lg_sut, qsl, settings, log_settings, str(audit))
     finally:
         sut.end_test()
         lg.DestroySUT(lg_sut)

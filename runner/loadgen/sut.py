@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from runner.base.errors import RunnerError
+from runner.base.progress import Progress
 from runner.batch.queue import WorkQueue
 from runner.loadgen.batcher import Batcher, Item
 from runner.rundir.store import SampleStore
@@ -96,6 +97,11 @@ class QueueSUT:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_handle_poll = 0.0
+        # The test's progress line (samples completed of those LoadGen will issue, the
+        # queries issued, rate, ETA); `one_query`: Offline, whose one query says the total.
+        self.progress: Progress | None = None
+        self.one_query = False
+        self.queries = 0
 
     # LoadGen callbacks (LoadGen's threads) -------------------------------------------
     def begin_test(self, limit_s: float | None) -> None:
@@ -125,6 +131,9 @@ class QueueSUT:
                 self.key_of_qsl[s.index] = key
                 items.append((key, s.index))
             self.stats.issued += len(items)
+            self.queries += 1
+            if self.progress is not None and self.one_query and self.progress.total is None:
+                self.progress.total = len(items)
             failed = self.failure is not None
         if failed:
             self._answer_empty()
@@ -147,6 +156,9 @@ class QueueSUT:
             stopping = self._stop.is_set()
             self._complete_landed()
             self._watch_workers()
+            if self.progress is not None:
+                self.progress.update(self.stats.completed, extra=f"{self.stats.issued} issued "
+                                     f"in {self.queries} quer{'y' if self.queries == 1 else 'ies'}")
             if stopping:
                 return
             time.sleep(self.poll_s)

@@ -90,6 +90,12 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
                                 vae_dtype=model.vae_dtype, vae_from=model.vae_from)
     if dry_run:
         say(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
+        for path, what, field in ((source.checkpoint, "checkpoint", "model=checkpoint:DIR"),
+                                  (source.vae_from, "VAE", "model.vae_from=DIR")):
+            if path is not None and not path.is_dir():  # one that is here was opened whole
+                say(f"# not here: the {what} directory {shlex.quote(str(path))}: the run "
+                    f"would stop at this export (put it there, or name yours with --set "
+                    f"{field})")
         return model
     return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
 
@@ -159,6 +165,33 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
                          batch_size, vae_batch_size, tuple(modules), tuple(results))
 
 
+def _check_exported(profile: Profile) -> None:
+    """A model made by an export (a checkpoint's or a seeded one) has nothing to download:
+    until it is exported its files have no path yet, so say what makes them."""
+    model = profile.model
+    if model.source is None or model.path.is_file():
+        return
+    from runner.config.exports import ExportSource, export_command
+
+    source = ExportSource.parse(model.source, model.dtype, where=f"{profile.path}: model",
+                                vae_dtype=model.vae_dtype, vae_from=model.vae_from)
+    layout = profile.layout
+    export = shlex.join(export_command(source, [layout.batch_size],
+                                       [layout.vae_batch_size or layout.batch_size]))
+    then = (f"export it with `{export}` (or let `runner compile --profile {profile.name}` or "
+            "`runner run` export it on demand)")
+    if source.checkpoint is not None and not source.checkpoint.is_dir():
+        raise RunnerError(
+            f"profile {profile.name}'s model is exported from the checkpoint directory "
+            f"{source.checkpoint}, which is not here; runner fetch downloads nothing for it",
+            where=f"{profile.path}: model ({model.source})",
+            fix="put a diffusers-format SDXL checkpoint there, or name yours with `--set "
+            f"model=checkpoint:DIR`; then {then}")
+    raise RunnerError(
+        f"profile {profile.name}'s model ({model.source}) is not exported yet; runner fetch "
+        "downloads nothing for it", where=f"{profile.path}: model", fix=then)
+
+
 def artifact_refs(profile: Profile) -> list[tuple[str, str]]:
     """(config field, reference) of every file the model needs, at every batch size."""
     model = profile.model
@@ -180,6 +213,7 @@ def fetch_artifacts(profile: Profile, *, dry_run: bool = False) -> list[tuple[st
     written from its spec; returns (reference, path)."""
     from runner.config.sources import fetch, is_url
 
+    _check_exported(profile)
     ensure_weights(profile.model, dry_run=dry_run)
     out = []
     for where, ref in artifact_refs(profile):

@@ -1,13 +1,16 @@
-"""Whether the installed iree-compile knows a CUDA or HIP chip, asked before compiling for it.
+"""Whether the installed iree-compile knows a chip (a CUDA or HIP GPU, or an LLVM CPU), asked
+before compiling for it, in a dry run as in the real one.
 
 IREE has no command that lists its GPU targets, and a chip it does not know fails late or
 badly: IREE 3.13 stops an unknown `sm_XX` (`sm_90`, the H100) with "missing GPU target in
 #hal.executable.target" and a long IR dump, and crashes on any other unknown CUDA name
-(`--iree-cuda-target=h100`: a segfault and a stack dump). So before compiling for a GPU the
-runner compiles a three-line module for the chip (`--compile-to=executable-targets`, under a
-second) and remembers the answer per compiler version and commit in
-`$RUNNER_CACHE_DIR/gpu-targets/`. For a chip the compiler does not know it probes the usual
-candidates once, and says which ones this compiler knows and what to do instead.
+(`--iree-cuda-target=h100`: a segfault and a stack dump); `target.chip=gfx9999` on the cpu
+profile becomes `--iree-llvmcpu-target-cpu=gfx9999`, which a dry run would print as if fine.
+So before compiling for a chip the runner compiles a three-line module for it
+(`--compile-to=executable-targets`, under a second) and remembers the answer per compiler
+version and commit in `$RUNNER_CACHE_DIR/gpu-targets/`. For a chip the compiler does not know
+it probes the usual candidates once, and says which ones this compiler knows and what to do
+instead.
 """
 
 from __future__ import annotations
@@ -34,18 +37,22 @@ PROBE_MLIR = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<
 """
 # The chip flags, the backend each names, and the HAL device a probe compiles for.
 CHIP_FLAGS = {"--iree-cuda-target=": "cuda", "--iree-rocm-target=": "hip",
-              "--iree-hip-target=": "hip"}
-DEVICES = {"cuda": "cuda", "hip": "hip"}
+              "--iree-hip-target=": "hip", "--iree-llvmcpu-target-cpu=": "llvm-cpu"}
+DEVICES = {"cuda": ("--iree-hal-target-device=cuda",), "hip": ("--iree-hal-target-device=hip",),
+           "llvm-cpu": ("--iree-hal-target-device=local",
+                        "--iree-hal-local-target-device-backends=llvm-cpu")}
 # What "known" is checked against when a chip is not: the architectures of the GPUs a lab
 # runs SDXL on and their neighbours (IREE also takes product names, e.g. mi300x, a100).
 CANDIDATES = {
     "cuda": ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"),
     "hip": ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"),
+    "llvm-cpu": ("host", "x86-64-v3", "x86-64-v4", "znver4", "sapphirerapids", "neoverse-v2"),
 }
 # What iree-compile says of a target it does not know (3.11-3.13): an unknown sm_XX, an
 # unknown CUDA name (then it crashes), an unknown ROCm target.
 UNKNOWN = ("missing GPU target", "Unknown CUDA target", "Unknown ROCM target",
-           "does not provide any executable targets")
+           "does not provide any executable targets", "Unknown CPU for target architecture",
+           "is not a recognized processor")
 PROBE_TIMEOUT_S = 120
 # The shipped profile whose `target.chip` is the one to suggest for each backend: the chip
 # the project compiles and documents for it (configs/h100.yaml: sm_80, whose PTX the CUDA
@@ -69,7 +76,8 @@ class ChipFlag:
 
 
 def chip_flag(flags: tuple[str, ...]) -> ChipFlag | None:
-    """The CUDA/HIP chip a compile command targets (the last flag wins, as in LLVM's)."""
+    """The CUDA/HIP chip or LLVM CPU a compile command targets (the last flag wins, as in
+    LLVM's)."""
     found = None
     for flag in flags:
         for prefix, backend in CHIP_FLAGS.items():
@@ -104,8 +112,8 @@ def probe(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
     with tempfile.TemporaryDirectory(prefix="runner-gpu-probe-") as tmp:
         mlir = Path(tmp) / "probe.mlir"
         mlir.write_text(PROBE_MLIR)
-        argv = [compiler.path, str(mlir), f"--iree-hal-target-device={DEVICES[target.backend]}",
-                target.flag, "--compile-to=executable-targets", "-o", os.devnull]
+        argv = [compiler.path, str(mlir), *DEVICES[target.backend], target.flag,
+                "--compile-to=executable-targets", "-o", os.devnull]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False,
                                   timeout=PROBE_TIMEOUT_S)
@@ -136,7 +144,7 @@ def known_targets(compiler: CompilerInfo, backend: str, prefix: str) -> list[str
 
 
 def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str) -> None:
-    """Raises RunnerError naming the targets `compiler` knows when the flags' CUDA/HIP chip
+    """Raises RunnerError naming the targets `compiler` knows when the flags' chip
     is not one of them; nothing for a CPU compile or a chip it knows (cached answers make
     this free after the first compile for a chip)."""
     target = chip_flag(flags)
@@ -152,7 +160,7 @@ def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str)
     if known:
         return
     others = known_targets(compiler, target.backend, target.prefix)
-    kind = "CUDA" if target.backend == "cuda" else "HIP"
+    kind = {"cuda": "CUDA", "hip": "HIP", "llvm-cpu": "LLVM CPU"}[target.backend]
     raise RunnerError(
         f"iree-compile {compiler.version} (@ {compiler.commit[:12]}) does not know the {kind} "
         f"target {target.chip!r} ({target.flag}: compiling for it would stop with an error, "
@@ -171,7 +179,10 @@ def documented_chip(backend: str) -> tuple[str, str]:
 def _fix(target: ChipFlag, known: list[str]) -> str:
     """What to compile for instead: the chip the project's own profile for the backend
     compiles for (for CUDA its PTX is JIT-compiled by the driver for the GPU it runs on),
-    when this compiler knows it; otherwise what it knows."""
+    when this compiler knows it; otherwise what it knows. A CPU: what LLVM knows."""
+    if target.backend == "llvm-cpu":
+        return (f"set target.chip to a CPU it knows: {', '.join(known) or 'host'} (`host` is "
+                "this machine's), or another CPU name LLVM lists for this architecture")
     chip, profile = documented_chip(target.backend)
     if known and chip not in known:
         chip = known[0]

@@ -32,7 +32,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(path)
         return 0
     from runner.config.exports import DTYPES, ExportSource, export_command
-    from runner.model.export.store import ensure_export
+    from runner.model.export.store import ensure_export, open_sources
 
     if bool(args.source) == args.seeded:
         raise RunnerError("give exactly one of --from DIR and --seeded", where="runner export sdxl",
@@ -48,6 +48,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     vae_batches = args.vae_batch_sizes or batches
     out = resolved(Path(args.out), "--out") if args.out else None
     if args.dry_run:
+        open_sources(source)  # refused as the export itself refuses them
         print(shellscript.join(export_command(source, batches, vae_batches, out)))
         return 0
     start = time.perf_counter()

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
+from runner.config.checkpoint import Checkpoint, VaeFiles, open_checkpoint, open_vae
 from runner.config.exports import (
     SEED,
     SEEDED_TOKENIZER,
@@ -165,6 +166,17 @@ def listed_files(config: dict) -> list[str]:
     return names
 
 
+def open_sources(source: ExportSource) -> tuple[Checkpoint | None, VaeFiles | None]:
+    """The checkpoint and the `vae_from` VAE an export reads (None where it reads none),
+    opened with every check: what `runner export sdxl` and its dry run both refuse."""
+    ckpt = (None if source.checkpoint is None else
+            open_checkpoint(source.checkpoint, source.dtype, source.max_length,
+                            source.vae_dtype))
+    vae = None if source.vae_from is None else open_vae(source.vae_from, source.dtype,
+                                                        source.vae_dtype)
+    return ckpt, vae
+
+
 def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes: list[int],
                   out: Path | None = None,
                   log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Path:
@@ -177,16 +189,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                           fix="pip install -e '.[export]', then run: "
                           + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
                                                       out))) from e
-    if source.checkpoint is not None:
-        from runner.config.checkpoint import open_checkpoint
-
-        ckpt = open_checkpoint(source.checkpoint, source.dtype,  # every check, before writing
-                               source.max_length, source.vae_dtype)
-    vae_files = None
-    if source.vae_from is not None:
-        from runner.config.checkpoint import open_vae
-
-        vae_files = open_vae(source.vae_from, source.dtype, source.vae_dtype)
+    ckpt, vae_files = open_sources(source)  # every check, before writing
     key = export_key(source)
     out = out or export_dir(source, key)
     with _locked(out):
@@ -197,15 +200,15 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
             return out / "model.json"
         # We hold the lock: the staging dir is ours, or an interrupted export's.
         staging = _Staging(out, key, log)
-        arch = ckpt.arch if source.checkpoint is not None else architecture_of(source)
+        arch = ckpt.arch if ckpt is not None else architecture_of(source)
         if vae_files is not None:
             arch = vae_files.with_arch(arch)
         # The checkpoint opened above already holds its length: not opened again.
-        length = ckpt.max_length if source.checkpoint is not None else prompt_length(source)
+        length = ckpt.max_length if ckpt is not None else prompt_length(source)
         if not reuse:  # nothing verified is kept: write every batch size asked for
             need, need_vae = sorted(set(batch_sizes)), sorted(set(vae_batch_sizes))
         _write(source, arch, staging, set(reuse), need, need_vae, length, log,
-               ckpt if source.checkpoint is not None else None, vae_files)
+               ckpt, vae_files)
         for path in sorted(staging.dir.rglob("*")):
             if path.is_file() and path.name != STAGED:
                 target = out / path.relative_to(staging.dir)
