@@ -218,10 +218,12 @@ def register(subparsers) -> argparse.ArgumentParser:
            help="only this stage (repeatable; default: every stage the model has)")
     m.add_argument("--dispatches", nargs="?", type=integer(1, MAX_CALLS), const=DEFAULT_CALLS,
                    metavar="CALLS",
-                   help="also profile each stage's dispatches with IREE's HAL profiler "
-                   f"(IREE >= 3.12): a second run of CALLS calls (default when given: "
-                   f"{DEFAULT_CALLS}; default: not profiled); top dispatches, time per kind, "
-                   "dispatch vs wall time, a Perfetto trace")
+                   help="also time each stage's dispatches, two ways: IREE's HAL profiler "
+                   f"(IREE >= 3.12; a second run of CALLS calls, default when given: "
+                   f"{DEFAULT_CALLS}; a Perfetto trace) where the driver has it, and every "
+                   "dispatch of one recorded call (a HAL replay) run alone by "
+                   "iree-benchmark-executable, on any driver; top dispatches, time per kind, "
+                   "dispatch vs unprofiled wall time (default: not timed)")
     bench.add_argument("--no-throughput", action="store_true", help="skip the layout runs")
     bench.add_argument("--no-stages", action="store_true", help="skip the stage latencies")
     t = bench.add_argument_group("tuning specs")

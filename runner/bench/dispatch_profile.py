@@ -161,9 +161,10 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
             p.profile.unlink(missing_ok=True)
             return {**base, "status": "unavailable", "note": capability.failed(
                 tool, device, MECHANISM, e.returncode, e.output or e.message)}
-        if not p.profile.is_file():
-            raise RunnerError(f"{bm.TOOL} wrote no profile", where=str(p.profile),
-                              fix="rerun the command above by hand: its own output says why")
+        if not p.profile.is_file():  # it ran, and this IREE's driver wrote no profile
+            return {**base, "status": "unavailable", "note": capability.failed(
+                tool, device, MECHANISM, 0, f"{bm.TOOL} ran and wrote no profile "
+                f"({MODE_FLAG}={p.mode})")}
         data = ireeperf.read(p.profile)
     except RunnerError as e:
         if p.profile.is_file() and p.profile.stat().st_size < 1024:

@@ -133,6 +133,16 @@ def record_command(command: bm.BenchCommand, directory: Path) -> bm.BenchCommand
     return bm.BenchCommand(tuple(argv), command.env, command.prefix)
 
 
+def record(command: bm.BenchCommand, directory: Path, timeout: float | None = None
+           ) -> Recording:
+    """Records one call of `command` into `directory` and reads it back (counts and
+    workloads only: nothing is timed). Raises bm.ToolFailed when the tool fails."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / REPLAY_FILE).unlink(missing_ok=True)
+    bm.run(record_command(command, directory), None, timeout)
+    return read_replay(directory / REPLAY_FILE)
+
+
 def _rows(replay: Path) -> Iterator[dict[str, Any]]:
     argv = [tool_path(DUMP_TOOL), "--format=jsonl", str(replay)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -284,17 +294,16 @@ def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | No
         known = capability.known(tool, device, MECHANISM)
         if known:
             return {**base, "status": "unavailable", "note": known}
-    directory.mkdir(parents=True, exist_ok=True)
     replay = directory / REPLAY_FILE
-    replay.unlink(missing_ok=True)
     try:
-        bm.run(rec, None, timeout)
+        recording = record(command, directory, timeout)
     except bm.ToolFailed as e:
         replay.unlink(missing_ok=True)
         return {**base, "status": "unavailable", "note": capability.failed(
             tools[0], device, MECHANISM, e.returncode, e.output or e.message)}
+    except RunnerError as e:
+        return {**base, "status": "error", "note": str(e)}
     try:
-        recording = read_replay(replay)
         if not recording.counts:
             raise RunnerError("the recorded call ran no dispatch", where=str(replay),
                               fix="check the stage's function with iree-run-module")
