@@ -439,6 +439,8 @@ def test_export_dry_run_refuses_the_sources_the_export_refuses(tmp_path):
             ran = cli("export", "sdxl", *argv, "--out", out, *dry)
             assert ran.returncode == 2 and where in ran.stderr, ran.stderr
             assert "Traceback" not in ran.stderr and not out.exists()
+            if "--vae-from" in argv:  # the fix is a VAE directory's, not a checkpoint's
+                assert "diffusers-format VAE directory" in ran.stderr, ran.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["vae"] and not list(empty.iterdir())
 
 

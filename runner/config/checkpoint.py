@@ -109,11 +109,13 @@ class VaeFiles:
 def open_vae(root: Path, dtype: str, vae_dtype: str) -> VaeFiles:
     """A `--vae-from` directory, checked whole before anything is built."""
     root = resolved(root, str(root))
+    fix = ("name a diffusers-format VAE directory (config.json and "
+           "diffusion_pytorch_model[.fp16].safetensors), e.g. a copy of "
+           "madebyollin/sdxl-vae-fp16-fix")
     if not root.is_dir():
-        raise RunnerError("VAE directory not found", where=str(root),
-                          fix="name a diffusers-format VAE directory (config.json and "
-                          "diffusion_pytorch_model[.fp16].safetensors), e.g. a copy of "
-                          "madebyollin/sdxl-vae-fp16-fix")
+        raise RunnerError("VAE directory not found", where=str(root), fix=fix)
+    if not (root / "config.json").is_file():  # (an empty or half-copied directory)
+        raise RunnerError("file missing", where=str(root / "config.json"), fix=fix)
     config = read_json(root / "config.json")
     weights, variant = _weights(root, "vae", vae_weights_dtype(dtype, vae_dtype))
     check_safetensors(weights)
