@@ -5,25 +5,16 @@ command that does not exist, a stale provenance table."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # docs_check imports measured by name
-    spec.loader.exec_module(module)
-    return module
-
-
-measured = _load("measured")
-docs_check = _load("docs_check")
+measured = load_script("measured")
+docs_check = load_script("docs_check")
 
 DATA = {"records": {
     "run": {"command": "python3 scripts/bench_x.py", "date": "2026-01-02", "commit": "abc1234",

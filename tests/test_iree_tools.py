@@ -6,6 +6,7 @@ IREE tool, as `/path/to/venv/bin/runner` does when the venv is not activated."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from cli_support import Ran, cli
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import REPORTED, find_tool
+from runner.base.iree_tools import REPORTED, find_tool, json_lines
 
 REPO = Path(__file__).resolve().parent.parent
 BARE_PATH = "/usr/bin:/bin"  # system dirs: no IREE tool, no venv bin dir
@@ -148,3 +149,19 @@ def test_a_tool_nowhere_names_every_place_searched(monkeypatch):
                                           "package ships it") as e:
         find_tool("iree-no-such-tool")
     assert "--iree-tools DIR" in str(e.value) and "IREE_TOOL_PATH" in str(e.value)
+
+
+def test_json_lines_reads_a_tools_stream_and_names_how_to_reproduce_its_failures(tmp_path):
+    """The one reader of IREE tools' JSON-lines output (iree-profile export, iree-dump-replay):
+    a line that is not JSON and a failing tool are errors giving the command to rerun."""
+    with pytest.raises(RunnerError) as not_json:
+        list(json_lines(["iree-compile", "--version"], "the compiler"))
+    assert "iree-compile wrote a line that is not JSON" in str(not_json.value)
+    assert "run `iree-compile --version` by hand" in not_json.value.fix
+    damaged = tmp_path / "it's damaged.ireeprof"
+    damaged.write_bytes(b"\x00not a profile\n" * 8)
+    argv = ["iree-profile", "export", "--format=ireeperf-jsonl", "--output=-", str(damaged)]
+    with pytest.raises(RunnerError) as failed:
+        list(json_lines(argv, str(damaged)))
+    assert "iree-profile failed (exit " in str(failed.value)
+    assert failed.value.fix == "reproduce with: " + shlex.join(argv)  # the name quoted

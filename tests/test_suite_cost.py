@@ -4,27 +4,18 @@ names the files that grew and the tests that cost most, and judges the tier's wa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # suite_cost imports measured by name
-    spec.loader.exec_module(module)
-    return module
-
-
-measured = _load("measured")
-suite_cost = _load("suite_cost")
+suite_cost = load_script("suite_cost")
 
 # A test whose CPU is spent in a child process: the plugin counts finished children's CPU.
 CHILD_BURN = """

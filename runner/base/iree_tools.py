@@ -23,13 +23,17 @@ IREE's own lookup does); `runner --version` says which place each tool came from
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from runner.base.errors import RunnerError
 
@@ -133,6 +137,36 @@ def find_tool(name: str) -> Tool:
 
 def tool_path(name: str) -> str:
     return find_tool(name).path
+
+
+def json_lines(argv: list[str], where: str) -> Iterator[Any]:
+    """Each line an IREE tool writes as JSON (`argv` names the tool bare, as a user would
+    type it; the found one runs), read as the tool writes it. A line that is not JSON stops
+    the tool; its exit status is checked once its output ends. Both are RunnerErrors that
+    give the command to reproduce them."""
+    shown = shlex.join(argv)
+    proc = subprocess.Popen([tool_path(argv[0]), *argv[1:]], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        for line in proc.stdout:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError as e:
+                    proc.kill()
+                    raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
+                                      where=where, fix=f"run `{shown}` by hand; make the "
+                                      "file again if it is damaged") from e
+                yield row
+    finally:
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.stderr.close()
+        rc = proc.wait()
+    if rc != 0:
+        raise RunnerError(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
+                          fix=f"reproduce with: {shown}")
 
 
 def found_path(name: str) -> str | None:

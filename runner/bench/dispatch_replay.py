@@ -29,7 +29,6 @@ is its reference (tests/test_dispatch_replay.py).
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import shlex
@@ -43,7 +42,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.base.iree_tools import tool_path
+from runner.base.iree_tools import json_lines, tool_path
 from runner.bench import benchmark_module as bm
 from runner.bench import capability, dispatch_names
 from runner.bench.dispatch_profile import kinds
@@ -144,22 +143,7 @@ def record(command: bm.BenchCommand, directory: Path, timeout: float | None = No
 
 
 def _rows(replay: Path) -> Iterator[dict[str, Any]]:
-    argv = [tool_path(DUMP_TOOL), "--format=jsonl", str(replay)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        for line in proc.stdout:
-            if line.strip():
-                yield json.loads(line)
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read()
-        proc.stderr.close()
-        rc = proc.wait()
-    if rc != 0:
-        raise RunnerError(f"{DUMP_TOOL} failed (exit {rc}): {err.strip()[-1000:]}",
-                          where=str(replay), fix="reproduce with: "
-                          + shlex.join([DUMP_TOOL, "--format=jsonl", str(replay)]))
+    return json_lines([DUMP_TOOL, "--format=jsonl", str(replay)], str(replay))
 
 
 def _u32s(data: mmap.mmap, where: dict[str, int]) -> tuple[int, ...]:

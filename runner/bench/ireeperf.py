@@ -18,16 +18,13 @@ The export is streamed from the tool's stdout: an SDXL profile holds ~10^5 rows.
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import tool_path
+from runner.base.iree_tools import json_lines
 
 TOOL = "iree-profile"
 HOST, DEVICE = "host_execution_event", "dispatch_event"
@@ -71,27 +68,7 @@ def export_argv(profile: Path | str) -> list[str]:
 
 def read(profile: Path) -> Capture:
     """Runs the export of `profile` and decodes its stream."""
-    argv = [tool_path(TOOL), *export_argv(profile)[1:]]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        capture = decode(json.loads(line) for line in proc.stdout if line.strip())
-    except ValueError as e:
-        proc.kill()
-        raise RunnerError(f"{TOOL} export wrote a line that is not JSON: {e}",
-                          where=str(profile),
-                          fix=f"check the profile with `{TOOL} export` by hand; capture it "
-                          "again if it is damaged") from e
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read()
-        proc.stderr.close()
-        rc = proc.wait()
-    if rc != 0:
-        raise RunnerError(f"{TOOL} export failed (exit {rc}): {err.strip()[-1000:]}",
-                          where=str(profile), fix="reproduce with: "
-                          + shlex.join(export_argv(profile)))
-    return capture
+    return decode(json_lines(export_argv(profile), str(profile)))
 
 
 def _host_time(row: dict[str, Any]) -> int | None:
