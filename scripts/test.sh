@@ -32,10 +32,11 @@ fi
 # Tiny modules compile in seconds; a rare iree-compile hang is retried after this long.
 export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
 
-# Two pytest-xdist workers (RUNNER_TEST_WORKERS=0: one process): a module's tests that share a
-# module fixture stay together, the rest go where a worker is free (tests/conftest.py). What
-# each test cost goes to $RUNNER_SUITE_COST, compared with tests/suite_budget.json at the end.
-WORKERS="${RUNNER_TEST_WORKERS:-2}"
+# One process by default: on 2 cores, two pytest-xdist workers were slower (docs/CONTRIBUTING.md:
+# their torch and IREE threads oversubscribe the cores). RUNNER_TEST_WORKERS=N runs N workers
+# (a module's tests that share a module fixture stay together: tests/conftest.py). What each
+# test cost goes to $RUNNER_SUITE_COST, compared with tests/suite_budget.json at the end.
+WORKERS="${RUNNER_TEST_WORKERS:-0}"
 COST="${RUNNER_SUITE_COST:-${RUNNER_CACHE_DIR:-$HOME/.cache/iree-sdxl-runner}/suite-cost.json}"
 parallel=()
 if [ "$WORKERS" != 0 ]; then

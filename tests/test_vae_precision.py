@@ -201,10 +201,13 @@ def _bash_words(line: str) -> list[str]:
     return out.split("\0")[:-1]
 
 
-def test_a_hostile_vae_directory_name_stays_one_argument(tmp_path, capsys):
+@pytest.mark.slow
+def test_a_hostile_vae_directory_name_stays_one_argument(checkpoint, tmp_path, capsys):
     """`--vae-from` reaches the printed export command (and a profile's `model.vae_from` the
-    one `runner compile --dry-run` prints): quoted, it is one argument."""
+    one `runner compile --dry-run` prints): quoted, it is one argument. (A VAE directory
+    that is there: the dry run opens it as the export does.)"""
     hostile = tmp_path / "a b'$(touch pwned)\"\nc"
+    shutil.copytree(checkpoint / "vae", hostile)
     assert main(["export", "sdxl", "--seeded", "--vae-dtype", "fp16", "--vae-from",
                  str(hostile), "--dry-run"]) == 0
     argv = _bash_words(capsys.readouterr().out)  # one line: bash's $'...' quoting
