@@ -55,6 +55,47 @@ def test_an_ignored_signal_stays_ignored():
         signal.signal(signal.SIGHUP, before)
 
 
+# A signal that lands while a finalizer runs (here a __del__ that sleeps, as a regex's or an
+# IREE object's can take a moment): Python swallows what the handler raises there.
+IN_A_FINALIZER = """import sys, time
+from runner.base.signals import Interrupted, interruptible, raised_as_interrupted, work_done
+
+class Slow:
+    def __del__(self):
+        print("finalizing", flush=True)
+        time.sleep(1)
+
+stretch = raised_as_interrupted() if sys.argv[1] == "raised" else interruptible()
+if sys.argv[1] != "raised":
+    work_done()
+try:
+    with stretch:
+        Slow()
+        time.sleep(3)
+        print("went on", flush=True)
+except Interrupted as e:
+    print("interrupted", e.name, flush=True)
+    sys.exit(e.exit_code)
+"""
+
+
+@pytest.mark.parametrize("stretch", ["raised", "interruptible"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_a_signal_inside_a_finalizer_still_stops_the_command(stretch, sig):
+    """Python swallows an exception raised in a `__del__` ("Exception ignored in ..."), so a
+    signal landing there once let `runner trend` go on to its end: the signal is sent again
+    to land after the finalizer, and the command stops as it would anywhere else."""
+    child = subprocess.Popen([sys.executable, "-c", IN_A_FINALIZER, stretch],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "finalizing\n"
+    time.sleep(0.3)
+    child.send_signal(sig)
+    out, err = child.communicate(timeout=30)
+    assert (child.returncode, out) == (128 + sig, f"interrupted {signal.Signals(sig).name}\n"), \
+        err
+    assert "Exception ignored" not in err and "Traceback" not in err
+
+
 # A child that takes a while to start (Python's imports), then sets its handlers. Its
 # signals start as Python starts them from an interactive shell (pytest in the background
 # may run with SIGINT ignored, which children inherit).

@@ -20,6 +20,12 @@ raised when it ends. IREE's Python objects do not keep what they use alive, so a
 raised half way through an IREE call leaves a device buffer in a traceback that outlives the
 session's device, and the interpreter crashes freeing it (runner/model/pipeline/
 iree_session.py defers around every call into the runtime).
+
+Python swallows an exception raised inside a finalizer (a `__del__`, a weakref callback, the
+garbage collector's): it prints "Exception ignored in ..." and the code goes on. A signal
+landing there would be lost and the command would run to its end. So an `Interrupted` that
+reaches `sys.unraisablehook` re-arms the handler that raised it and sends the signal again,
+to land after the finalizer.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -60,6 +66,36 @@ def exit_code(error: KeyboardInterrupt) -> int:
 
 def signal_name(error: KeyboardInterrupt) -> str:
     return error.name if isinstance(error, Interrupted) else "SIGINT"
+
+
+class _Armed:
+    """How to re-arm the handler that raised last (None: no handler of ours raises now),
+    and the unraisable hook that was there before ours."""
+
+    rearm: Callable[[], None] | None = None
+    previous_hook: Callable[[Any], Any] | None = None
+
+
+def _swallowed(unraisable: Any) -> None:
+    """`sys.unraisablehook`: an `Interrupted` that a finalizer swallowed is sent again (see
+    the module's docstring); anything else goes to the hook that was there before."""
+    error = unraisable.exc_value
+    if isinstance(error, Interrupted) and _Armed.rearm is not None:
+        _Armed.rearm()
+        again = threading.Timer(0.01, os.kill, (os.getpid(), error.signum))
+        again.daemon = True
+        again.start()
+        return
+    (_Armed.previous_hook or sys.__unraisablehook__)(unraisable)
+
+
+def _arm(rearm: Callable[[], None]) -> Callable[[], None] | None:
+    """Our handler is set: `rearm` puts it back after a swallowed raise. Returns what was
+    armed before, for the caller to put back when it leaves."""
+    if sys.unraisablehook is not _swallowed:
+        _Armed.previous_hook, sys.unraisablehook = sys.unraisablehook, _swallowed
+    before, _Armed.rearm = _Armed.rearm, rearm
+    return before
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -101,11 +137,16 @@ def interruptible() -> Iterator[None]:
             signal.signal(each, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    for signum in HANDLED:
-        signal.signal(signum, handler)
+    def arm() -> None:
+        for signum in HANDLED:
+            signal.signal(signum, handler)
+
+    arm()
+    before = _arm(arm)
     try:
         yield
     finally:
+        _Armed.rearm = before
         work_done()
 
 
@@ -179,9 +220,11 @@ def raised_as_interrupted(note: str = "", restore: bool = True) -> Iterator[None
     for signum in HANDLED:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             previous[signum] = signal.signal(signum, handler)
+    before = _arm(first.clear)
     try:
         yield
     finally:
+        _Armed.rearm = before
         if restore:
             for signum, old in previous.items():
                 signal.signal(signum, old)
