@@ -4,19 +4,38 @@ and real IREE release wheels. Each is made once whichever pytest-xdist worker as
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from shared_work import once
 
-from runner.base.paths import cache_dir
-from runner.config.profile import Profile, load_profile
-from runner.model.compiled_model import CompiledModel, compile_model
+def _share_the_cores_between_workers() -> None:
+    """Under N pytest-xdist workers, each worker (and every process it starts) gets its share
+    of the cores for OpenMP, MKL and OpenBLAS pools: torch's OpenMP threads spin while they
+    wait, so two workers each running cores-many of them burn the cores spinning (one
+    scoring test took 269 s of CPU beside another worker, 61 s alone). Set before torch is
+    imported, and inherited by the runner processes the tests start."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(name, share)
+
+
+_share_the_cores_between_workers()
+
+
+import pytest  # noqa: E402  (after the thread shares: numpy reads them when imported)
+from shared_work import once  # noqa: E402
+
+from runner.base.paths import cache_dir  # noqa: E402
+from runner.config.profile import Profile, load_profile  # noqa: E402
+from runner.model.compiled_model import CompiledModel, compile_model  # noqa: E402
 
 # What each test costs in wall and CPU seconds (--suite-cost PATH; scripts/suite_cost.py).
 pytest_plugins = ("suite_cost",)
+
 
 REPO = Path(__file__).resolve().parent.parent
 # 3.11.0's tiny-model images are 1 LSB off the other two's (which make the same bytes)

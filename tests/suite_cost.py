@@ -8,6 +8,9 @@ alone would cost. Under pytest-xdist each worker measures its own tests; the num
 the controller with the tests' reports.
 
 `--suite-cost PATH` (or $RUNNER_SUITE_COST) names the file; without either nothing is written.
+
+Under pytest-xdist the costliest files (tests/suite_budget.json's CPU seconds) are handed out
+first, so the last minutes are not one worker finishing a long test while the other idles.
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ import pytest
 
 CPU_KEY = "suite_cost_cpu_s"
 _START = pytest.StashKey[float]()
+BUDGET = Path(__file__).with_name("suite_budget.json")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--suite-cost", metavar="PATH", default=os.environ.get("RUNNER_SUITE_COST"),
                      help="write each test's wall and CPU seconds here as JSON "
                           "(scripts/suite_cost.py reads it; default: $RUNNER_SUITE_COST)")
+    parser.addoption("--suite-budget", metavar="PATH", type=Path, default=BUDGET,
+                     help="the per-file costs that order the files under pytest-xdist "
+                          "(default: tests/suite_budget.json)")
 
 
 def _cpu_seconds() -> float:
@@ -94,3 +101,25 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--suite-cost")
     if path and not hasattr(config, "workerinput"):  # the controller, or a plain run
         config.pluginmanager.register(_Collector(Path(path)), "suite-cost-collector")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist workers: the files in order of their budgeted CPU seconds, costliest
+    first, each file's tests together and in their own order (so a module fixture is still
+    built once). Every worker sorts the same way, as xdist requires; a plain run keeps
+    pytest's order."""
+    budget = config.getoption("--suite-budget")
+    if not hasattr(config, "workerinput") or not budget.is_file():
+        return
+    files = json.loads(budget.read_text()).get("files", {})
+    first_seen = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], index)
+
+    def order(indexed: tuple[int, pytest.Item]) -> tuple[float, int, int]:
+        index, item = indexed
+        file = item.nodeid.split("::", 1)[0]
+        return (-files.get(file, {}).get("cpu_s", 0.0), first_seen[file], index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=order)]

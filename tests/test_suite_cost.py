@@ -54,6 +54,33 @@ def test_the_plugin_writes_each_tests_wall_and_cpu(tmp_path, workers):
     assert len(cost["load"]) == 2 and cost["wall_s"] > 0
 
 
+def test_under_workers_the_costliest_files_go_first(tmp_path):
+    """Under pytest-xdist each worker orders the files by the budget's CPU seconds, costliest
+    first, a file's tests together in their own order; a plain run keeps pytest's order."""
+    ran = tmp_path / "ran.txt"
+    for name in ("test_a_cheap", "test_b_costly"):
+        (tmp_path / f"{name}.py").write_text("".join(
+            f"def test_{i}():\n    with open({str(ran)!r}, 'a') as f:\n"
+            f"        f.write('{name}::{i}\\n')\n\n" for i in (1, 2)))
+    budget = tmp_path / "budget.json"
+    budget.write_text(json.dumps({"files": {"test_a_cheap.py": {"cpu_s": 1.0},
+                                            "test_b_costly.py": {"cpu_s": 90.0}}}))
+    orders = []
+    for workers in ([], ["-n", "1"]):
+        ran.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+             "suite_cost", *workers, "--suite-budget", str(budget), "."], cwd=tmp_path,
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        orders.append(ran.read_text().split())
+    assert orders[0] == ["test_a_cheap::1", "test_a_cheap::2", "test_b_costly::1",
+                         "test_b_costly::2"]
+    assert orders[1] == ["test_b_costly::1", "test_b_costly::2", "test_a_cheap::1",
+                         "test_a_cheap::2"]
+
+
 def _cost(wall_s: float, tests: list[tuple[str, float, float]], markexpr: str = "") -> dict:
     return {"wall_s": wall_s, "markexpr": markexpr, "workers": 2, "load": [0.1, 0.2],
             "tests": [{"nodeid": f"{f}::{name}", "file": f, "wall_s": w, "cpu_s": c,
