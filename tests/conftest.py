@@ -77,10 +77,13 @@ def _download_wheels() -> dict[str, list[Path]]:
     return out
 
 
-# Tests that one engine or one cluster serves run on one pytest-xdist worker, in turn: the
-# images they build are the same (built once) and the cluster's slots are few. A group is
-# the tests with its marker or its fixture.
-SERIAL_GROUPS = {"docker": "docker_client", "slurm": "slurm_cluster"}
+# Tests that the docker engine or the Slurm cluster serves run on one pytest-xdist worker, in
+# turn: the images they build are the same (built once) and a run takes every slot of the
+# cluster (its node tasks wait, then are withdrawn, beside another run). One group for both:
+# a test that uses both (a Slurm sweep over a docker-built IREE) must run beside neither.
+# A test is in it by its marker or its fixture.
+SERIAL_GROUP = "docker-and-slurm"
+SERIAL_NEEDS = {"docker": "docker_client", "slurm": "slurm_cluster"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -88,8 +91,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     a module that share a module-scoped fixture stay on one worker, which builds it once;
     a test that shares none goes to whichever worker is free."""
     for item in items:
-        group = next((g for g, fixture in SERIAL_GROUPS.items()
-                      if item.get_closest_marker(g) or fixture in item.fixturenames), None)
+        group = SERIAL_GROUP if any(item.get_closest_marker(marker) or fixture in
+                                    item.fixturenames for marker, fixture in
+                                    SERIAL_NEEDS.items()) else None
         if group is None and _uses_module_fixture(item):
             group = item.nodeid.split("::", 1)[0]
         if group is not None and item.get_closest_marker("xdist_group") is None:
