@@ -21,10 +21,11 @@ from runner.bench import dispatch_profile as dp
 from runner.bench import dispatch_replay as dr
 
 # Each stage's dispatch time per call, replay over the HAL profiler. The goal is 0.8-1.2;
-# on the shared 2-core VM the tests run on (load average 5-9 from other jobs), runs of the
-# UNet step and the VAE gave 0.71-1.52 (docs/bench.md, the dispatch_times record: the
-# profiler's few calls catch the OS preempting a worker, a dispatch alone pays its own
-# issue cost), so this holds a factor of two either way.
+# on the shared 2-core VM the tests run on (load average 2-9 from other jobs), runs of the
+# UNet step and the VAE gave 0.71-1.58 (docs/bench.md, the dispatch_times record: the two
+# are timed minutes apart under a load that changes in between; under load the profiler's
+# own per-dispatch mean is up to 2.7x its min over 5 calls), so this holds a factor of two
+# either way.
 AGREE = (0.5, 2.0)
 
 
