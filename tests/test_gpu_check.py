@@ -432,7 +432,7 @@ def test_the_carry_alone_installs_the_runner_in_a_bare_venv_that_runs_it(cpu_car
     runner's own wheel (pure Python, from this checkout) and its dependencies come from the
     carry; that venv, with no compiler, no torch and no checkout on its path, plans the
     check and renders the tiny model on llvm-cpu from the carry's modules, the same images
-    as the CPU's reference run in the carry."""
+    as the CPU's reference run in the carry, and compares them as the check does."""
     carry = copy_of(cpu_carry, tmp_path / f"carry {HOSTILE}")
     manifest = json.loads((carry / "gpu_check.json").read_text())
     wheels = manifest["wheels"]
@@ -485,6 +485,12 @@ def test_the_carry_alone_installs_the_runner_in_a_bare_venv_that_runs_it(cpu_car
 
     reference = images(carry / "tiny-cpu")
     assert images(tmp_path / "there") == {i: reference[i] for i in (0, 1)}
+    # The check's image comparison, as its "tiny compare" step runs it (PSNR and SSIM
+    # without torch).
+    compared = there(str(venv / "bin" / "runner"), "compare", str(carry / "tiny-cpu"),
+                     str(tmp_path / "there"), "--out", str(tmp_path / "compared"))
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    assert "2 common samples, 2 identical" in compared.stdout
 
 
 @pytest.mark.slow
