@@ -88,6 +88,11 @@ def test_prepare_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     pip = next(a for a in argvs if a[1:4] == ["-m", "pip", "download"])
     assert f"iree-base-runtime=={plan.runtime_version()}" in pip and "--only-binary=:all:" in pip
     assert any(p.startswith("mlcommons-loadgen==") for p in pip)  # the MLPerf step's
+    # what `pip install --no-index iree-sdxl-runner[mlperf]` needs besides, and the runner's
+    # own wheel (the GPU machine installs from the carry alone)
+    assert {p.split("==")[0] for p in pip[pip.index(str(carry / "wheels")) + 1:]} == set(
+        plan.CARRIED_DISTS)
+    assert ["python", "-m", "runner.gpucheck.wheel", "--out", str(carry / "wheels")] in argvs
     assert pip[pip.index("--python-version") + 1] == "3.12"
     assert pip[pip.index("-d") + 1] == str(carry / "wheels")
     assert not carry.exists() and not (tmp_path / "x").exists() and not (REPO / "x").exists()
