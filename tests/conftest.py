@@ -27,7 +27,7 @@ _share_the_cores_between_workers()
 
 
 import pytest  # noqa: E402  (after the thread shares: numpy reads them when imported)
-from shared_work import once  # noqa: E402
+from shared_work import once, shared_dir  # noqa: E402
 
 from runner.base.paths import cache_dir  # noqa: E402
 from runner.config.profile import Profile, load_profile  # noqa: E402
@@ -52,6 +52,26 @@ def tiny_compiled(tiny_profile: Profile, tmp_path_factory) -> dict[int, Compiled
     """Batch size -> compiled tiny model (real iree-compile, cached across sessions)."""
     with once(tmp_path_factory, "tiny-compile"):
         return {b: compile_model(tiny_profile, b) for b in tiny_profile.model.batch_sizes}
+
+
+# The dispatch bench's --out: a user's --out reaches commands and files.
+DISPATCH_BENCH_OUT = "out $(touch pwned) 'q\" dir"
+
+
+@pytest.fixture(scope="session")
+def tiny_dispatch_bench(tmp_path_factory, tiny_compiled) -> Path:
+    """One real `runner bench --dispatches` of the tiny UNet step and VAE (the stages whose
+    dispatches take milliseconds), both ways (the HAL profiler, and every dispatch of a
+    recorded call timed alone), once per session: tests/test_dispatch_profile.py reads its
+    profiles, tests/test_dispatch_replay.py holds the two against each other. Read only."""
+    from runner.cli import main
+
+    def build(out: Path) -> None:
+        assert main(["bench", "--profile", "tiny", "--no-throughput", "--stage", "unet_step",
+                     "--stage", "vae", "--repetitions", "3", "--min-time", "5x",
+                     "--dispatches", "5", "--out", str(out)]) == 0
+
+    return shared_dir(tmp_path_factory, DISPATCH_BENCH_OUT, build)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import cli, start_runner
+from shared_work import copy_of, shared_dir
 
 from runner.base import gpu_info
 from runner.gpucheck import plan, steps, summary
@@ -86,6 +88,11 @@ def test_prepare_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     pip = next(a for a in argvs if a[1:4] == ["-m", "pip", "download"])
     assert f"iree-base-runtime=={plan.runtime_version()}" in pip and "--only-binary=:all:" in pip
     assert any(p.startswith("mlcommons-loadgen==") for p in pip)  # the MLPerf step's
+    # what `pip install --no-index iree-sdxl-runner[mlperf]` needs besides, and the runner's
+    # own wheel (the GPU machine installs from the carry alone)
+    assert {p.split("==")[0] for p in pip[pip.index(str(carry / "wheels")) + 1:]} == set(
+        plan.CARRIED_DISTS)
+    assert ["python", "-m", "runner.gpucheck.wheel", "--out", str(carry / "wheels")] in argvs
     assert pip[pip.index("--python-version") + 1] == "3.12"
     assert pip[pip.index("-d") + 1] == str(carry / "wheels")
     assert not carry.exists() and not (tmp_path / "x").exists() and not (REPO / "x").exists()
@@ -353,19 +360,39 @@ def test_the_published_anchors_are_the_docs_ones():
     assert summary.PUBLISHED["values"]["h200_qct_8gpu_offline_samples_per_s"] == 19.19
 
 
+THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.fixture(scope="module")
+def cpu_carry(tmp_path_factory) -> Path:
+    """One real `gpu-check prepare --profile cpu` with its wheels (for this Python), once per
+    session, in a directory with a hostile name; the tests run copies of it."""
+    def build(carry: Path) -> None:
+        prep = cli("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
+                   "--python", THIS_PYTHON, "--out", carry, env=env())
+        assert prep.returncode == 0, prep.stderr[-3000:]
+
+    return shared_dir(tmp_path_factory, f"carry {HOSTILE}", build)
+
+
+def test_a_carry_without_wheels_says_what_the_gpu_machine_needs():
+    notes = plan.notes_text({"profile": "cpu", "backend": "cpu", "chip": "host",
+                             "batch_sizes": [1], "iree_runtime": "3.13.0"})
+    assert "No wheels" in notes and "pip install iree-sdxl-runner" in notes
+    assert "--no-index" not in notes
+
+
 @pytest.mark.slow
-def test_prepare_then_run_on_this_cpu(tmp_path):
+def test_prepare_then_run_on_this_cpu(cpu_carry, tmp_path):
     carry, results = tmp_path / f"carry {HOSTILE}", tmp_path / f"results {HOSTILE}"
-    prep = cli("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
-               "--no-wheels", "--out", carry, env=env())
-    assert prep.returncode == 0, prep.stderr[-3000:]
+    copy_of(cpu_carry, carry)
     manifest = json.loads((carry / "gpu_check.json").read_text())
     assert manifest["batch_sizes"] == [1, 2] and manifest["vae_dtypes"] == ["fp32", "fp16"]
     assert (carry / "cache" / "vmfb").is_dir() and (carry / "tiny-cpu" / "run.json").is_file()
     assert "min_query_count = 4" in (carry / "mlperf-short.conf").read_text()
     notes = (carry / "README.txt").read_text()
     assert "runner gpu-check run --carry THIS_DIRECTORY --out results" in notes
-    assert "No wheels" in notes and "profile cpu (cpu host)" in notes
+    assert "profile cpu (cpu host)" in notes
     run = cli("gpu-check", "run", "--carry", carry, "--out", results, "--budget", "1200",
               env=env())
     assert run.returncode == 0, run.stderr[-3000:]
@@ -402,6 +429,73 @@ def test_prepare_then_run_on_this_cpu(tmp_path):
     assert refused.returncode == 2 and "--resume" in refused.stderr
     again = cli("gpu-check", "run", "--resume", results, env=env())
     assert again.returncode == 0 and "nothing to resume" in again.stderr
+
+
+@pytest.mark.slow
+def test_the_carry_alone_installs_the_runner_in_a_bare_venv_that_runs_it(cpu_carry, tmp_path):
+    """The README's install command, run as written in a fresh venv with no index: the
+    runner's own wheel (pure Python, from this checkout) and its dependencies come from the
+    carry; that venv, with no compiler, no torch and no checkout on its path, plans the
+    check and renders the tiny model on llvm-cpu from the carry's modules, the same images
+    as the CPU's reference run in the carry, and compares them as the check does."""
+    carry = copy_of(cpu_carry, tmp_path / f"carry {HOSTILE}")
+    manifest = json.loads((carry / "gpu_check.json").read_text())
+    wheels = manifest["wheels"]
+    assert [w for w in wheels if w.startswith("iree_sdxl_runner-")] == [
+        "iree_sdxl_runner-0.1.0-py3-none-any.whl"]
+    assert {w.split("-")[0].lower() for w in wheels} == {
+        "iree_sdxl_runner", *(d.replace("-", "_").lower() for d in plan.CARRIED_DISTS)}
+    assert manifest["bytes"] < 100e6  # the wheels are most of it (48 MB on 2026-11-28)
+    (line,) = [ln for ln in (carry / "README.txt").read_text().splitlines()
+               if "pip install --no-index" in ln]
+    install = [str(carry) + a.removeprefix("THIS_DIRECTORY") if a.startswith("THIS_DIRECTORY")
+               else a for a in words(line.split(") ", 1)[1])]
+    assert install[:3] == ["python3", "-m", "pip"] and "--no-index" in install
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", python, "--quiet",
+                          *install[3:]], capture_output=True, text=True, check=False,
+                         cwd=tmp_path, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    bare = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+            "RUNNER_PROGRESS": "off", "RUNNER_CACHE_DIR": str(carry / "cache")}
+    assert shutil.which("iree-compile", path=bare["PATH"]) is None
+
+    def there(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, env=bare,
+                              cwd=tmp_path, timeout=600)
+
+    found = there(python, "-c", "import importlib.util as u, runner; print(runner.__file__, "
+                  "[u.find_spec(m) is None for m in ('iree.compiler', 'torch')])")
+    assert found.stdout.split() == [
+        str(venv / "lib" / f"python{THIS_PYTHON}" / "site-packages" / "runner" /
+            "__init__.py"), "[True,", "True]"], found.stderr
+    results = tmp_path / "results"
+    planned = there(str(venv / "bin" / "runner"), "gpu-check", "run", "--carry", str(carry),
+                    "--out", str(results), "--dry-run")
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    benches = [a for a in commands(planned.stdout) if a[3:4] == ["bench"]]
+    assert len(benches) == len([s for s in manifest["steps"] if "batch_size" in s
+                                and s["kind"] != plan.MLPERF])
+    assert not results.exists()
+    rendered = there(str(venv / "bin" / "runner"), "run", "--profile", "tiny", "--count", "2",
+                     "--no-score", "--out", str(tmp_path / "there"))
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    assert "compiled elsewhere" in rendered.stderr
+
+    def images(run: Path) -> dict[int, str]:
+        data = json.loads((run / "dataset.json").read_text())
+        return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}
+
+    reference = images(carry / "tiny-cpu")
+    assert images(tmp_path / "there") == {i: reference[i] for i in (0, 1)}
+    # The check's image comparison, as its "tiny compare" step runs it (PSNR and SSIM
+    # without torch).
+    compared = there(str(venv / "bin" / "runner"), "compare", str(carry / "tiny-cpu"),
+                     str(tmp_path / "there"), "--out", str(tmp_path / "compared"))
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    assert "2 common samples, 2 identical" in compared.stdout
 
 
 @pytest.mark.slow

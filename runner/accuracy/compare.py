@@ -1,8 +1,11 @@
 """`runner compare RUN_A RUN_B`: per-image PSNR and SSIM over the samples both runs hold.
 
 FID and CLIP say whether a run is acceptable; when two runs' scores differ, this says which
-images moved and by how much (torchmetrics' functional PSNR and SSIM, data range 255).
-"""
+images moved and by how much: PSNR and SSIM per image, data range 255, as torchmetrics'
+functional ones compute them (SSIM: an 11-tap Gaussian of sigma 1.5 over the reflect-padded
+image, k1 0.01, k2 0.03, the mean of the map over pixels and channels), in numpy: the GPU
+check compares images on a machine with the runtime and no torch (tests/test_accuracy_cli.py
+holds them to torchmetrics')."""
 
 from __future__ import annotations
 
@@ -97,19 +100,41 @@ def _ids(source: SampleSource) -> set[int]:
     return set(source.available or ())
 
 
-def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    import torch
-    from torchmetrics.functional.image import (
-        peak_signal_noise_ratio,
-        structural_similarity_index_measure,
-    )
+SSIM_SIGMA, SSIM_K1, SSIM_K2, DATA_RANGE = 1.5, 0.01, 0.03, 255.0
 
-    ta = torch.from_numpy(a).permute(0, 3, 1, 2).double()
-    tb = torch.from_numpy(b).permute(0, 3, 1, 2).double()
-    psnr = peak_signal_noise_ratio(tb, ta, data_range=255.0, reduction="none", dim=(1, 2, 3))
-    ssim = structural_similarity_index_measure(tb, ta, data_range=255.0, reduction="none")
-    assert isinstance(ssim, torch.Tensor)  # a tuple only with return_full_image
-    return psnr.numpy(), ssim.numpy()
+
+def _gaussian(sigma: float) -> np.ndarray:
+    """torchmetrics' 1-D SSIM kernel: int(3.5 sigma + 0.5) * 2 + 1 taps (11 for 1.5)."""
+    size = int(3.5 * sigma + 0.5) * 2 + 1
+    g = np.exp(-((np.arange((1 - size) / 2, (1 + size) / 2) / sigma) ** 2) / 2)
+    return g / g.sum()
+
+
+def _blur(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The Gaussian over (N, H, W, C) padded by len(g) // 2 on H and W, as one 2-D kernel
+    (the outer product) over its valid region: one axis, then the other."""
+    k = len(g)
+    h = sum(g[i] * x[:, i:i + x.shape[1] - k + 1] for i in range(k))
+    return sum(g[i] * h[:, :, i:i + h.shape[2] - k + 1] for i in range(k))
+
+
+def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PSNR (inf where identical) and SSIM per image of two (N, H, W, C) uint8 stacks."""
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    mse = ((x - y) ** 2).reshape(len(x), -1).mean(axis=1)
+    with np.errstate(divide="ignore"):
+        psnr = 10 * np.log10(DATA_RANGE ** 2 / mse)
+    g = _gaussian(SSIM_SIGMA)
+    pad = ((0, 0), (len(g) // 2,) * 2, (len(g) // 2,) * 2, (0, 0))
+    xp, yp = np.pad(x, pad, mode="reflect"), np.pad(y, pad, mode="reflect")
+    mu_x, mu_y = _blur(xp, g), _blur(yp, g)
+    var_x = np.maximum(_blur(xp * xp, g) - mu_x ** 2, 0.0)
+    var_y = np.maximum(_blur(yp * yp, g) - mu_y ** 2, 0.0)
+    cov = _blur(xp * yp, g) - mu_x * mu_y
+    c1, c2 = (SSIM_K1 * DATA_RANGE) ** 2, (SSIM_K2 * DATA_RANGE) ** 2
+    ssim = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / (
+        (mu_x ** 2 + mu_y ** 2 + c1) * (var_x + var_y + c2))
+    return psnr, ssim.reshape(len(x), -1).mean(axis=1)
 
 
 def _common(run_a: Path, run_b: Path, log_a: Path | None = None, log_b: Path | None = None,

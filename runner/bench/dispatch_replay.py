@@ -56,8 +56,11 @@ SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
 # a first short run (PROBE_BATCH dispatches, once) sizes the batch of the timed run to hold
 # about SUBMISSION_US of work, between BATCH_RANGE's ends.
 PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 5000.0, (8, 1024)
-REPETITIONS = 3
-MIN_TIME = "0.05s"
+# The timed run: REPETITIONS of SUBMISSIONS submissions each (a count, not a minimum time:
+# the benchmark library's search for an iteration count that fills a minimum time runs
+# the workload several times over, and a stage has hundreds of workloads, each its own
+# process).
+REPETITIONS, SUBMISSIONS = 3, 2
 WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
 # The replay's executable metadata: a 32-byte header, a 32-byte record per function with
 # its name's length (u16 at byte 26), then the names back to back (IREE 3.13's layout,
@@ -255,7 +258,8 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
             *[f"--constant={c}" for c in w.constants],
             *[f"--binding={max(n, 1)}xi8" for n in w.bindings],
             f"--batch_size={batch}", "--benchmark_format=json",
-            *([f"--benchmark_repetitions={REPETITIONS}", f"--benchmark_min_time={MIN_TIME}",
+            *([f"--benchmark_repetitions={REPETITIONS}",
+               f"--benchmark_min_time={batch * SUBMISSIONS}x",
                f"--benchmark_min_warmup_time={WARMUP_S}"] if timed
               else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x"])]
 

@@ -2,11 +2,11 @@
 
 `prepare` runs `runner` commands that compile into the carry (each printed as it runs), then
 writes the carry's manifest, which holds the plan `run` follows. `run` reads the carry,
-installs the carried wheels where this Python lacks the IREE runtime (or LoadGen, numpy,
-yaml, regex), and runs the plan's steps inside the budget, rewriting gpu_check.json after
-every step (a machine taken back mid-run leaves the steps that finished). A signal stops the
-running step's command and everything it started; the summary of what finished is written
-and the signal goes on to the CLI, which exits 128 + its number.
+installs the carried wheels where this Python lacks the IREE runtime (or LoadGen,
+ml_dtypes, numpy, yaml, regex), and runs the plan's steps inside the budget, rewriting
+gpu_check.json after every step (a machine taken back mid-run leaves the steps that
+finished). A signal stops the running step's command and everything it started; the summary
+of what finished is written and the signal goes on to the CLI, which exits 128 + its number.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ there, so what runs on the GPU machine is what was compiled for it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import importlib.util
 import sys
@@ -42,8 +41,12 @@ BENCH_STAGES = ("clip", "unet_step", "vae")  # one UNet step: 20 of them make th
 # (MLPerf's own: 5000 queries, 600 s). On a CPU the same test, smaller.
 MLPERF_SHORT = {"gpu": (64, 30), "cpu": (4, 1)}  # (min_query_count, min_duration s)
 # Where the check's dependencies may be missing on a bare GPU machine: module -> distribution.
-CHECK_DEPS = {"iree.runtime": "iree-base-runtime", "numpy": "numpy", "yaml": "pyyaml",
-              "regex": "regex", "mlperf_loadgen": "mlcommons-loadgen"}
+# (iree.runtime imports ml_dtypes: without it the runtime cannot be imported.)
+CHECK_DEPS = {"iree.runtime": "iree-base-runtime", "ml_dtypes": "ml-dtypes", "numpy": "numpy",
+              "yaml": "pyyaml", "regex": "regex", "mlperf_loadgen": "mlcommons-loadgen"}
+# The carry's wheels: those, and the rest of what `pip install iree-sdxl-runner[mlperf]`
+# needs, so the runner's own wheel installs from the carry alone.
+CARRIED_DISTS = (*CHECK_DEPS.values(), "shtab")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # Step kinds, in the order `run` takes them (see the module docstring).
 DEVICE, WEIGHTS, BENCH, MLPERF, LADDER, TINY, TINY_COMPARE, DISPATCHES = (
@@ -154,14 +157,17 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     version = runtime_version()
     if wheels:
         pins = [f"iree-base-runtime=={version}" if version else "iree-base-runtime"]
-        for module, dist in CHECK_DEPS.items():
-            if module != "iree.runtime":
-                with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                    pins.append(f"{dist}=={importlib.metadata.version(dist)}")
+        for dist in CARRIED_DISTS[1:]:
+            try:
+                pins.append(f"{dist}=={importlib.metadata.version(dist)}")
+            except importlib.metadata.PackageNotFoundError:
+                pins.append(dist)
         platforms = [a for p in WHEEL_PLATFORMS for a in ("--platform", p)]
         steps.append(PrepareStep("wheels", [
             sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
             "--python-version", python, *platforms, "-d", str(carry / "wheels"), *pins]))
+        steps.append(PrepareStep("runner wheel", [
+            sys.executable, "-m", "runner.gpucheck.wheel", "--out", str(carry / "wheels")]))
     main_dtype = SHORT_DTYPES.get(model.vae_dtype, "fp32")
     queries, seconds = MLPERF_SHORT["cpu" if profile.target.backend == "cpu" else "gpu"]
     manifest = {
@@ -195,13 +201,18 @@ def notes_text(manifest: dict) -> str:
         f"{manifest.get('iree_runtime') or '?'}; made {manifest.get('created', '?')}.",
         "",
         "On the GPU machine (no compiler, no network needed):",
-        "  1. the runner installed: pip install iree-sdxl-runner (or its wheel, copied here)",
-        "  2. runner gpu-check run --carry THIS_DIRECTORY --out results",
-        "",
-        (f"wheels/ holds {len(wheels)} wheels for Python {python} (the IREE runtime, LoadGen, "
-         "numpy, pyyaml, regex): `run` installs those this Python lacks into site/."
-         if wheels else "No wheels: the GPU machine's Python needs the IREE runtime "
-         f"{manifest.get('iree_runtime') or ''} and mlcommons-loadgen installed."),
+        *([f"  1. (a Python {python}, a venv is best) python3 -m pip install --no-index "
+           "--find-links THIS_DIRECTORY/wheels 'iree-sdxl-runner[mlperf]'",
+           "  2. runner gpu-check run --carry THIS_DIRECTORY --out results",
+           "",
+           f"wheels/ holds {len(wheels)} wheels for Python {python}: the runner's own (pure "
+           "Python), the IREE runtime, LoadGen and their dependencies."]
+          if wheels else [
+           "  1. the runner installed: pip install iree-sdxl-runner",
+           "  2. runner gpu-check run --carry THIS_DIRECTORY --out results",
+           "",
+           "No wheels: the GPU machine's Python needs the runner, the IREE runtime "
+           f"{manifest.get('iree_runtime') or ''} and mlcommons-loadgen installed."]),
         "The plan `run` follows is gpu_check.json (`steps`); docs/gpu-check.md describes it.",
         ""])
 
