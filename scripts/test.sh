@@ -32,11 +32,13 @@ fi
 # Tiny modules compile in seconds; a rare iree-compile hang is retried after this long.
 export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
 
-# One process by default: on 2 cores, two pytest-xdist workers were slower (docs/CONTRIBUTING.md:
-# their torch and IREE threads oversubscribe the cores). RUNNER_TEST_WORKERS=N runs N workers
-# (a module's tests that share a module fixture stay together: tests/conftest.py). What each
-# test cost goes to $RUNNER_SUITE_COST, compared with tests/suite_budget.json at the end.
-WORKERS="${RUNNER_TEST_WORKERS:-0}"
+# pytest-xdist workers, one per core by default (`auto`): on 2 cores two workers took the
+# whole suite from 50 min to 35 (docs/CONTRIBUTING.md). Each worker's OpenMP/BLAS pools get
+# its share of the cores, a module's tests that share a module fixture stay together, and the
+# docker and Slurm tests run on one worker in turn (tests/conftest.py). RUNNER_TEST_WORKERS=N
+# runs N workers, 0 one process. What each test cost goes to $RUNNER_SUITE_COST, compared with
+# tests/suite_budget.json at the end.
+WORKERS="${RUNNER_TEST_WORKERS:-auto}"
 COST="${RUNNER_SUITE_COST:-${RUNNER_CACHE_DIR:-$HOME/.cache/iree-sdxl-runner}/suite-cost.json}"
 parallel=()
 if [ "$WORKERS" != 0 ]; then

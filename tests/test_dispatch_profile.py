@@ -109,6 +109,7 @@ def test_names_give_kinds_and_keys_that_outlive_renumbering():
     assert set(names.KINDS) == {k for k, _ in names.KIND_RULES} | {"other"}
 
 
+@pytest.mark.slow  # the shared dispatch bench, or a bench of its own: a minute or more
 def test_profile_matches_iree_profiles_own_aggregation(profiled):
     report = json.loads((profiled / "bench.json").read_text())
     assert report["exit_code"] == 0 and report["settings"]["dispatch_calls"] == CALLS
@@ -165,6 +166,7 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
     assert f"`{top}`" in md
 
 
+@pytest.mark.slow  # the shared dispatch bench, or a bench of its own: a minute or more
 def test_gpu_capture_reads_like_the_cpu_one(profiled):
     """Device-tick dispatch events (the GPU producer's rows) placed by clock correlation:
     the CPU capture re-stamped in ticks of a 2 GHz clock decodes to the same dispatches."""
@@ -328,6 +330,7 @@ def test_builds_are_matched_by_key_and_added_or_removed_dispatches_named():
     assert notes["unet"] == change
 
 
+@pytest.mark.slow  # the shared dispatch bench, or a bench of its own: a minute or more
 def test_ab_arms_show_which_dispatches_the_spec_moved(tmp_path):
     out = tmp_path / "ab"
     assert main(["bench", "--profile", "tiny", "--no-throughput", "--stage", "clip",

@@ -207,7 +207,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "https://download.pytorch.org/whl/rocm<X.Y>": (INSTALL + "; " + PLACEHOLDER,
                                                   "scripts/test.sh"),
     "bash scripts/test.sh": ("it is the test suite itself", "scripts/test.sh"),
-    'RUNNER_TEST_WORKERS=2 bash scripts/test.sh -m "not slow"': ("it is the test suite itself",
+    'bash scripts/test.sh -m "not slow"': ("it is the test suite itself",
                                                                  "scripts/test.sh"),
     "python3 scripts/suite_cost.py ~/.cache/iree-sdxl-runner/suite-cost.json --update "
     "--record": ("it reads a whole run of the suite and rewrites the budget and "
