@@ -27,6 +27,7 @@ _share_the_cores_between_workers()
 
 
 import pytest  # noqa: E402  (after the thread shares: numpy reads them when imported)
+from lab_support import lab_home  # noqa: E402
 from shared_work import once, shared_dir  # noqa: E402
 
 from runner.base.paths import cache_dir  # noqa: E402
@@ -52,6 +53,25 @@ def tiny_compiled(tiny_profile: Profile, tmp_path_factory) -> dict[int, Compiled
     """Batch size -> compiled tiny model (real iree-compile, cached across sessions)."""
     with once(tmp_path_factory, "tiny-compile"):
         return {b: compile_model(tiny_profile, b) for b in tiny_profile.model.batch_sizes}
+
+
+@pytest.fixture(scope="session")
+def small_checkpoint(tmp_path_factory) -> Path:
+    """A small diffusers-format SDXL checkpoint (the tiny model's shapes, SDXL's layout and
+    exporter path), written once per session. Read only."""
+    from diffusers_support import write_checkpoint
+
+    return shared_dir(tmp_path_factory, "small-checkpoint", write_checkpoint)
+
+
+@pytest.fixture
+def lab_profiles(small_checkpoint, tmp_path, monkeypatch) -> Path:
+    """This test's HOME holds the lab profiles' checkpoint (the caches stay where they are).
+    Returns the HOME."""
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(cache_dir()))
+    home = lab_home(tmp_path, small_checkpoint)
+    monkeypatch.setenv("HOME", str(home))
+    return home
 
 
 # The dispatch bench's --out: a user's --out reaches commands and files.
@@ -106,6 +126,7 @@ SERIAL_GROUP = "docker-and-slurm"
 SERIAL_NEEDS = {"docker": "docker_client", "slurm": "slurm_cluster"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the nodeids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """How pytest-xdist's `--dist loadgroup` (scripts/test.sh) shares the tests out: those of
     a module that share a module-scoped fixture stay on one worker, which builds it once;

@@ -143,34 +143,40 @@ def test_the_budget_names_every_test_file_of_the_suite():
     assert set(budget["files"]) == files
 
 
-# Writes each collected test's pytest-xdist group (None: shared out freely) as JSON.
+# Writes each collected test's pytest-xdist group (None: shared out freely) as JSON, as the
+# worker hands the tests to the scheduler: `--dist loadgroup` has put the group in the nodeid.
 GROUPS_PLUGIN = """
 import json, os
+import pytest
 
-def pytest_collection_finish(session):
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
     groups = {}
-    for item in session.items:
-        marker = item.get_closest_marker("xdist_group")
-        groups[item.nodeid] = marker.args[0] if marker else None
+    for item in items:
+        name, _, group = item.nodeid.partition("@")
+        groups[name] = group or None
     with open(os.environ["GROUPS_OUT"], "w") as f:
         json.dump(groups, f)
+    items[:] = []  # what the worker would run is known: run none of it
 """
 
 
 def test_docker_and_slurm_tests_share_one_worker(tmp_path):
     """Every test that needs the docker engine or the Slurm cluster is in one xdist group,
-    so none runs beside another that takes the cluster's slots or retags an image: the Slurm
-    sweep over a docker-built IREE needs both, and beside the other Slurm tests their node
-    tasks waited and were withdrawn."""
+    as a pytest-xdist worker hands it to the scheduler, so none runs beside another that
+    takes the cluster's slots or retags an image (the Slurm sweep over a docker-built IREE
+    needs both); a module's tests that share a module fixture are one group too."""
     (tmp_path / "groups_probe.py").write_text(GROUPS_PLUGIN)
     out = tmp_path / "groups.json"
-    files = ["tests/test_slurm.py", "tests/test_docker_image.py", "tests/test_shell_scripts.py"]
+    files = ["tests/test_slurm.py", "tests/test_docker_image.py", "tests/test_shell_scripts.py",
+             "tests/test_loadgen_submission.py"]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "groups_probe",
-         "--collect-only", *files], cwd=REPO, capture_output=True, text=True, timeout=300,
-        check=False, env={**__import__("os").environ, "GROUPS_OUT": str(out),
-                          "PYTHONPATH": f"{tmp_path}:{REPO / 'tests'}"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+         "-n", "1", "--dist", "loadgroup", *files], cwd=REPO,
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**__import__("os").environ, "GROUPS_OUT": str(out),
+             "PYTHONPATH": f"{tmp_path}:{REPO / 'tests'}"})
+    assert proc.returncode == 5, proc.stdout + proc.stderr  # pytest's "no tests ran"
     groups = json.loads(out.read_text())
     sweep = "tests/test_slurm.py::test_slurm_sweep_over_two_iree_builds"
     engine = {groups[n] for n in groups if n.startswith(("tests/test_slurm.py",
@@ -179,3 +185,6 @@ def test_docker_and_slurm_tests_share_one_worker(tmp_path):
     assert groups["tests/test_shell_scripts.py::"
                   "test_slurm_run_in_a_hostile_dir_keeps_its_node_logs_there"] == groups[sweep]
     assert any(g is None for n, g in groups.items() if n.startswith("tests/test_shell_scripts"))
+    tree = ("tests/test_loadgen_submission.py::"
+            "test_tree_is_the_rounds_layout_under_division_and_submitter")
+    assert groups[tree] == "tests/test_loadgen_submission.py"  # its module fixture: built once

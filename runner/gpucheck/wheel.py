@@ -71,7 +71,7 @@ def build(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runner.gpucheck.wheel",
+    parser = argparse.ArgumentParser(prog="python -m runner.gpucheck.wheel", allow_abbrev=False,
                                      description="build the runner's pure wheel into --out")
     parser.add_argument("--out", required=True, metavar="DIR")
     args = parser.parse_args(argv)
