@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -281,6 +282,25 @@ def test_propose_takes_the_runs_since_the_last_change(tmp_path, capsys):
     assert not (out / "json" / "vae_cpu.json").exists()  # no history: nothing proposed
     unet = next(p for p in record["proposals"] if p["test"] == "tiny-bench/unet_cpu")
     assert unet["diff"] == "" and "nothing to propose" in unet["notes"][0]
+
+
+def test_propose_with_no_evidence_proposes_nothing_and_says_which_runs_it_needs(tmp_path,
+                                                                               capsys):
+    """No `bench goldens` result of the files on that SKU: exit 2 (nothing measured, nothing
+    judged), naming the bench command to run, quoted as typed; the report is still written."""
+    bench = tmp_path / "b $(touch PWNED) 'q'"
+    shutil.copytree(REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models" /
+                    "benchmarks" / "sdxl", bench)
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    out = tmp_path / "proposal"
+    assert main(["goldens", "propose", str(bench), "--sku", "mi325x", "--since", "30d",
+                 "--results", url, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no `runner bench goldens --sku mi325x` result of these" in err
+    assert f"run `runner bench goldens {shlex.quote(str(bench))} --sku mi325x --out DIR`" in err
+    record = json.loads((out / "proposal.json").read_text())
+    assert record["proposals"] and all(not p["runs"] for p in record["proposals"])
+    assert not (out / "json").exists() and not list(tmp_path.rglob("PWNED"))
 
 
 # --- recording at the end of a command -----------------------------------------------------

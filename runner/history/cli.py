@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -242,6 +243,13 @@ def cmd_propose(args: argparse.Namespace) -> int:
               f"{out / PROPOSAL_MD}", file=sys.stderr)
     print(json.dumps(record, indent=2, sort_keys=True) if args.json else text, end="" if
           not args.json else "\n")
+    if not any(p.runs for p in proposals):  # nothing measured: nothing was judged either
+        raise RunnerError(
+            f"the store holds no `runner bench goldens --sku {args.sku}` result of these "
+            f"{len(proposals)} benchmark test(s): nothing proposed", where=url.shown(),
+            fix=f"run `{shlex.join(['runner', 'bench', 'goldens', *args.paths])} --sku "
+            f"{args.sku} --out DIR` on that SKU's machine first (it records into this "
+            "store), or point --results, --sku, --machine and --since at the runs you mean")
     return EXIT_OK
 
 
@@ -309,7 +317,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
             default="none: the diff on the console")
     q.set_defaults(func=cmd_propose, rocm_chip=None)
     document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
-             "runner goldens propose tests/fixtures/iree-test-suites/sharktank_models/"
-             "benchmarks/sdxl --sku mi325x --since 30d --out runs/propose",
+             "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d "
+             "--out runs/propose",
              out="json/ (each changed test file), proposal.json, proposal.md")
     return p
