@@ -350,6 +350,20 @@ def test_a_bad_slurm_time_fails_the_dry_run_as_the_run(tmp_path):
         assert "HH:MM:SS" in ran.stderr and not out.exists()
 
 
+def test_without_slurm_commands_the_dry_run_fails_as_the_run(tmp_path, monkeypatch):
+    """On a host without sbatch (not the cluster's login node) the run stops before any work;
+    its dry run says so too, instead of printing a job script it could not submit."""
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    out = tmp_path / "o"
+    for dry in (["--dry-run"], []):
+        ran = cli("run", "--profile", "cpu", "--count", "2", "--executor", "slurm",
+                  "--nodes", "1", "--out", out, *dry)
+        assert ran.returncode == 2, ran.stderr
+        assert "Slurm commands not found: sbatch" in ran.stderr
+        assert "--executor slurm" in ran.stderr and "login node" in ran.stderr
+        assert not out.exists()
+
+
 def test_a_layout_that_does_not_fit_a_node_task_fails_before_submitting(tmp_path):
     profile = load_profile("cpu")  # two cpu devices; a node task gets one CPU
     with pytest.raises(RunnerError, match="need 2 cores"):

@@ -459,20 +459,14 @@ class SlurmExecutor:
             return None
 
     def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
-        """The Slurm commands are here, and a cpu layout fits the CPUs each node task gets
-        (else every node would fail)."""
-        notes: list[str] = []
-        try:
-            check_slurm_commands()
-        except RunnerError as e:
-            if not dry_run:
-                raise
-            notes.append(f"Slurm: not checked, {e.message} (the run itself stops here)")
+        """The Slurm commands are here (a dry run too: it fails where the run would), and
+        a cpu layout fits the CPUs each node task gets (else every node would fail)."""
+        check_slurm_commands()
         cpus = self.options.cpus_per_node
         if cpus and plan.layout.backend == "cpu":
             plan_workers(plan.layout, tuple(range(cpus)),
                          where=f"{where} (a node task with --cpus-per-node {cpus})")
-        return notes
+        return []
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         """True while node tasks of an earlier submitter are queued or running."""
