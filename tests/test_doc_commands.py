@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from lab_support import lab_home
+from test_slurm import slurm_cluster  # noqa: F401
 
+from runner.base.paths import cache_dir
 from runner.cli import build_parser
 from runner.clidoc import examples
 
@@ -119,8 +122,6 @@ QUICK = {
     # The task pages' dry runs: the real command's path, up to the GPU, the cluster or the
     # hours-long build.
     "runner run --profile mi325x --out runs/acc --dry-run": "ROCR_VISIBLE_DEVICES=63",
-    "runner run --profile mi325x --executor slurm --nodes 2 --slurm-partition mi325x "
-    "--slurm-time 1:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc2 --dry-run": "sbatch",
     "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
     "--out runs/lg-mi325x --dry-run": "audit.config",
     "runner validate --iree source:89ece87b --profile cpu --count 32 --goldens goldens/tiny "
@@ -141,6 +142,12 @@ CACHED = {
     "runner compile --profile tiny --out carry": "12 files, 0.",
     "runner generate --profile tiny --count 4 --out runs/gen": "4 images",
 }
+# Dry runs on Slurm: they check the Slurm commands as the real run does, so they need the
+# suite's one-node cluster (scripts/slurm_setup.sh, the slurm_cluster fixture).
+SLURM_DRY = {
+    "runner run --profile mi325x --executor slurm --nodes 2 --slurm-partition mi325x "
+    "--slurm-time 1:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc2 --dry-run": "sbatch",
+}
 # The main job (slow: a scored run of 32 samples), then the commands that read its run dir.
 MAIN_JOB = {
     "runner run --profile cpu --count 32 --out runs/main": "verdict: PASS",
@@ -155,9 +162,12 @@ MAIN_JOB = {
     "runner history --profile cpu --metric stage_ms --since 30d": "stage_ms unet ",
     "runner history --metric fid --metric clip --json": '"name": "clip"',
     "runner history --out runs/history": "runs/history/history.html",
-    "runner goldens propose goldens/tiny-bench --sku cpu": "nothing to propose",
-    "runner goldens propose tests/fixtures/iree-test-suites/sharktank_models/benchmarks/sdxl "
-    "--sku mi325x --since 30d --out runs/propose": "runs/propose/proposal.md",
+    # bench goldens records one run: propose has its dispatch counts, and a time at 1 run
+    "runner bench goldens goldens/tiny-bench --sku cpu --out runs/nightly-bench":
+        "3 benchmark goldens: ",
+    "runner goldens propose goldens/tiny-bench --sku cpu": "fewer than 5: no golden time",
+    "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d --out "
+    "runs/propose": "runs/propose/proposal.md",
 }
 # What a shell command is checked by, run in the same shell right after it.
 THEN = {
@@ -600,7 +610,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
 
 def test_every_shown_command_runs_here_or_is_listed():
     shown = shown_commands()
-    runs = {*QUICK, *CACHED, *MAIN_JOB}
+    runs = {*QUICK, *CACHED, *SLURM_DRY, *MAIN_JOB}
     assert not runs & set(NOT_HERE), "a command both runs and is listed as not run"
     missing = {c: where for c, where in shown.items() if c not in runs and c not in NOT_HERE}
     assert not missing, ("commands shown in the docs that no test runs; run them in "
@@ -628,9 +638,10 @@ def test_commands_are_read_as_a_shell_would():
 
 
 @pytest.fixture(scope="module")
-def fresh_clone(tmp_path_factory) -> Path:
-    """The repo's files as a clone has them (tracked and not ignored), and a `runner` on PATH
-    that is this copy's, as `pip install -e .` would make it."""
+def fresh_clone(tmp_path_factory, small_checkpoint) -> Path:
+    """The repo's files as a clone has them (tracked and not ignored), a `runner` on PATH
+    that is this copy's, as `pip install -e .` would make it, and a HOME where the lab
+    profiles find their checkpoint (environment())."""
     clone = tmp_path_factory.mktemp("clone") / "iree-sdxl-runner"
     if (REPO / ".git").exists():
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
@@ -652,12 +663,14 @@ def fresh_clone(tmp_path_factory) -> Path:
     shim = bin_dir / "runner"
     shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m runner \"$@\"\n")
     shim.chmod(0o755)
+    lab_home(clone.parent, small_checkpoint)
     return clone
 
 
 def environment(clone: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(clone), RUNNER_PROGRESS="off",
-               RUNNER_RESULTS_URL=str(clone / "runs" / "results.sqlite"))
+               RUNNER_RESULTS_URL=str(clone / "runs" / "results.sqlite"),
+               HOME=str(clone.parent / "home"), RUNNER_CACHE_DIR=str(cache_dir()))
     env["PATH"] = f"{clone.parent / 'bin'}{os.pathsep}{env['PATH']}"
     return env
 
@@ -719,6 +732,12 @@ def test_quick_commands(fresh_clone):
 
 def test_commands_that_use_the_compile_cache(fresh_clone, tiny_compiled):
     run_commands(fresh_clone, CACHED)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_dry_runs(fresh_clone, slurm_cluster):  # noqa: F811
+    run_commands(fresh_clone, SLURM_DRY)
 
 
 @pytest.mark.slow

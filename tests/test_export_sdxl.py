@@ -246,6 +246,31 @@ def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monke
     assert first["clip.irpa"] == config.parent.joinpath("clip.irpa").stat().st_mtime_ns
 
 
+def test_a_cached_export_is_exported_from_where_its_checkpoint_is_now(checkpoint, monkeypatch,
+                                                                     tmp_path):
+    """The export cache finds an export by its checkpoint's content: the same files in
+    another directory are named as they are now, so a later batch size (and its dry run)
+    reads them there, not where the first export read them (since moved)."""
+    from runner.config.profile import load_profile
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    first = shutil.copytree(checkpoint, tmp_path / "first")
+    ensure_export(ExportSource(first, None, "float32"), [1], [1])
+    moved = first.rename(tmp_path / "moved $(touch PWNED) 'q'")
+    model = load_profile("sdxl-checkpoint", {"model": f"checkpoint:{moved}",
+                                             "model.dtype": "fp32",
+                                             "model.vae_dtype": "fp32"}).model
+    assert model.batch_sizes == (1,)  # the cached export, found by content
+    assert model.source == f"checkpoint:{moved}"
+    ran = cli("compile", "--profile", "sdxl-checkpoint", "--set", f"model=checkpoint:{moved}",
+              "--set", "model.dtype=fp32", "--set", "model.vae_dtype=fp32", "--batch-sizes", "2",
+              "--dry-run")
+    assert ran.returncode == 0, ran.stderr
+    assert shlex.split(ran.stdout.splitlines()[0])[:5] == ["runner", "export", "sdxl",
+                                                          "--from", str(moved)]
+    assert not list(tmp_path.rglob("PWNED"))
+
+
 def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
         checkpoint, monkeypatch, tmp_path):
     """What `runner compile` does for `model: checkpoint:DIR` (fp16, the lab's dtype): the
@@ -443,20 +468,23 @@ def test_export_dry_run_refuses_the_sources_the_export_refuses(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["vae"] and not list(empty.iterdir())
 
 
-def test_a_dry_run_names_a_checkpoint_that_is_not_here(tmp_path):
+@pytest.mark.parametrize("command", ["run", "compile"])
+def test_a_dry_run_without_the_checkpoint_fails_as_the_run(command, tmp_path):
     """The export the run would start with cannot run without its checkpoint: the dry run
-    says so under the export command (a lab profile is still previewed on any host)."""
-    missing = tmp_path / "no-such"
-    ran = cli("run", "--profile", "mi325x", "--set", f"model=checkpoint:{missing}",
-              "--out", tmp_path / "r", "--dry-run")
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.splitlines()[1] == (
-        f"# not here: the checkpoint directory {missing}: the run would stop at this export "
-        "(put it there, or name yours with --set model=checkpoint:DIR)")
-    assert not (tmp_path / "r").exists()
+    fails there as the run does (exit 2, nothing written), naming the profile's field and
+    the path as typed, however hostile."""
+    missing = tmp_path / "no such $(touch PWNED) 'q'"
+    for dry in (["--dry-run"], []):
+        ran = cli(command, "--profile", "mi325x", "--set", f"model=checkpoint:{missing}",
+                  "--out", tmp_path / "r", *dry)
+        assert ran.returncode == 2, ran.stderr
+        assert f"the checkpoint directory {missing} is not here" in ran.stderr
+        assert "mi325x.yaml: model" in ran.stderr
+        assert "--set model=checkpoint:DIR" in ran.stderr and "Traceback" not in ran.stderr
+        assert not (tmp_path / "r").exists() and not list(tmp_path.rglob("PWNED"))
 
 
-def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
+def test_compile_dry_run_of_lab_profiles_prints_batch_32(lab_profiles, capsys):
     """MI325X: batch 32 for CLIP and UNet, the VAE one image at a time (AMD's published
     MI325X scripts pass --vae_batch_size 1; configs/mi325x.yaml)."""
     assert main(["compile", "--profile", "mi325x", "--dry-run"]) == 0
@@ -467,7 +495,8 @@ def test_compile_dry_run_of_lab_profiles_prints_batch_32(capsys):
         "clip_bs32.mlir", "unet_bs32.mlir", "unet_pipeline_bs32.mlir", "vae_bs1.mlir"]
 
 
-def test_validate_dry_run_of_the_lab_profile_prints_batch_32(capsys, tmp_path, monkeypatch):
+def test_validate_dry_run_of_the_lab_profile_prints_batch_32(lab_profiles, capsys, tmp_path,
+                                                             monkeypatch):
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     suite = SDXL_SUITE
     assert main(["validate", "--iree", "source:" + "0123456789abcdef" * 2 + "01234567",

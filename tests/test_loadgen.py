@@ -175,7 +175,7 @@ def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_mi325x_dry_run_prints_the_settings_of_every_test(tmp_path, capsys):
+def test_mi325x_dry_run_prints_the_settings_of_every_test(lab_profiles, tmp_path, capsys):
     """The lab profile's submission plan: AMD's recipe (VAE batch 1), MLPerf's settings."""
     assert mlperf("--profile", "mi325x", "--scenario", "singlestream,offline,server",
                   "--mode", "submission", "--out", str(tmp_path / "lab"), "--dry-run") == 0
@@ -225,7 +225,7 @@ def planned(text: str, key: str) -> int:
 
 
 @pytest.mark.slow
-def test_every_help_example_is_short_and_shows_progress(tmp_path, capfd):
+def test_every_help_example_is_short_and_shows_progress(lab_profiles, tmp_path, capfd):
     """Every `runner mlperf --help` example runs here as written: the dry runs print
     settings, and a performance example plans a handful of samples (its dry run says so
     before it runs), then shows LoadGen's progress (samples of the test, queries, rate,

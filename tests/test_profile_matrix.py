@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import cli
-from shared_work import once, shared_dir
+from shared_work import once
 
 pytest.importorskip("iree.turbine")
 
@@ -41,10 +41,8 @@ RETARGET = ("target.backend=cpu", "target.chip=host", "target.submodel_flags={}"
 
 
 @pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory) -> Path:
-    from diffusers_support import write_checkpoint
-
-    return shared_dir(tmp_path_factory, "matrix-checkpoint", write_checkpoint)
+def checkpoint(small_checkpoint) -> Path:
+    return small_checkpoint
 
 
 def _sets(checkpoint: Path) -> list[str]:

@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -291,8 +291,10 @@ def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
                                 vae_from=vae_from)
     key = export_key(source)
     path = export_dir(source, key) / "model.json"
-    if path.is_file():
-        return ModelConfig.load(path)
+    if path.is_file():  # found by content: its files now are the ones named here, not where
+        # they were when it was exported (a later batch size is exported from these)
+        return replace(ModelConfig.load(path), source=source.ref,
+                       vae_from=None if source.vae_from is None else str(source.vae_from))
     made_elsewhere = exports_made_elsewhere(source) if exporter_missing() else []
     if len(made_elsewhere) == 1:
         return ModelConfig.load(made_elsewhere[0])

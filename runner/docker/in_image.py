@@ -134,7 +134,7 @@ class ImageCompiler:
 
         # A model from the export cache is exported here on the host (the image has no
         # torch), into the directory the standalone profile already names.
-        with_batch_sizes(profile.model, batch_size, vae)
+        with_batch_sizes(profile.model, batch_size, vae, where=str(profile.path))
         stdout = run_in_image(self.image, argv,
                               self._mounts(profile, {batch_size, vae}),
                               self.dry_run)

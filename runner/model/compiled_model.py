@@ -76,7 +76,8 @@ def missing_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int
 
 
 def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
-                     dry_run: bool = False, say: Callable[[str], None] = print) -> ModelConfig:
+                     dry_run: bool = False, say: Callable[[str], None] = print,
+                     where: str = "the profile") -> ModelConfig:
     """`model` with artifacts at these batch sizes: as it is, or (a model from the export
     cache) with the missing sizes exported now; a dry run prints the export command.
     `runner compile`, `run`, `bench` and `mlperf` all get their models here."""
@@ -84,18 +85,21 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
         return model
     assert model.source is not None  # missing sizes of a model with no source: raised above
     from runner.config.exports import ExportSource, export_command
-    from runner.model.export.store import ensure_export
+    from runner.model.export.store import ensure_export, open_sources
 
     source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source",
                                 vae_dtype=model.vae_dtype, vae_from=model.vae_from)
+    for path, what, field in ((source.checkpoint, "checkpoint", "model=checkpoint:DIR"),
+                              (source.vae_from, "VAE", "model.vae_from=DIR")):
+        if path is not None and not path.is_dir():
+            raise RunnerError(f"the {what} directory {path} is not here: the model is exported "
+                              f"from it for batch size {batch_size}",
+                              where=f"{where}: {field.split('=')[0]}",
+                              fix="put a diffusers-format SDXL base 1.0 copy there, or name "
+                              f"yours with --set {field}")
     if dry_run:
         say(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
-        for path, what, field in ((source.checkpoint, "checkpoint", "model=checkpoint:DIR"),
-                                  (source.vae_from, "VAE", "model.vae_from=DIR")):
-            if path is not None and not path.is_dir():  # one that is here was opened whole
-                say(f"# not here: the {what} directory {shlex.quote(str(path))}: the run "
-                    f"would stop at this export (put it there, or name yours with --set "
-                    f"{field})")
+        open_sources(source)  # every file checked as the export checks it, writing nothing
         return model
     return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
 
@@ -110,7 +114,7 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
     export command)."""
     vae_batch_size = vae_batch_size or batch_size
     model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run,
-                             say=say)
+                             say=say, where=str(profile.path))
     decode_submodel = model.functions["decode"][0]
     compiler = compiler_here()
     if compiler is not None:  # a chip the compiler does not know: said of the profile's key
