@@ -74,7 +74,9 @@ munge -n </dev/null | unmunge >/dev/null 2>&1 || die "munge does not round-trip 
 # 3. Config. RealMemory must not exceed what the machine has, or slurmd drains the node.
 mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))
 real_mem=$(( mem_mb < 20000 ? mem_mb : 20000 ))
-cpus="$(nproc)"
+# The cores this process may use: nproc also obeys OMP_NUM_THREADS, which a pytest-xdist
+# worker sets to its share of the cores (tests/conftest.py); the cluster gets them all.
+cpus="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 mkdir -p "$STATE/slurmctld" "$STATE/slurmd" "$LOGS" /etc/slurm
 conf="$(cat <<EOF
 # Written by iree-sdxl-runner scripts/slurm_setup.sh: a one-node cluster on loopback.

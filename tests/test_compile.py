@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from lab_support import LAB_CHECKPOINT
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
@@ -78,11 +79,11 @@ def test_dry_run_prints_commands_without_files():
     assert all("downloads" in c[1] for c in commands)
 
 
-def test_lab_dry_run_prints_the_export_then_batch_32_compiles(capsys, tmp_path):
+def test_lab_dry_run_prints_the_export_then_batch_32_compiles(lab_profiles, capsys):
     """mi325x runs batch 32: with no export yet, the exact export command comes first; its
     VAE decodes in fp16, as AMD's harness does (configs/mi325x.yaml)."""
-    ckpt = tmp_path / "no-such-checkpoint"
-    profile = load_profile("mi325x", {"model": f"checkpoint:{ckpt}"})
+    ckpt = lab_profiles / LAB_CHECKPOINT
+    profile = load_profile("mi325x")
     compiled = compile_model(profile, 32, dry_run=True)
     assert capsys.readouterr().out.split("\n")[0] == (
         f"runner export sdxl --from {ckpt} --batch-sizes 32 --vae-batch-sizes 32 --dtype fp16 "
