@@ -52,9 +52,8 @@ EXIT_CODES = ((EXIT_OK, "passed / done (also a dry run, and a subset or --no-sco
                         "not judged, never PASS)"),
               (EXIT_FAILED, "a verdict failed (accuracy, goldens, benchmarks, --require-full)"),
               (EXIT_BAD_INPUT, "bad input or a failed step, or nothing to measure or judge "
-               "(every layout skipped, no golden for the SKU, no history to propose from): the "
-               "error names file, field "
-               "and fix"),
+               "(every layout skipped, no golden for the SKU, no history to propose from): "
+               "the error names file, field and fix"),
               (EXIT_INCOMPLETE, "run incomplete: samples are missing; the run dir can be resumed"),
               (EXIT_INTERRUPTED, "interrupted: Ctrl-C; 143 SIGTERM, 129 SIGHUP (128 + the "
                "signal); its processes stopped, finished work kept"))

@@ -76,8 +76,8 @@ def missing_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int
 
 
 def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *,
-                     dry_run: bool = False, say: Callable[[str], None] = print,
-                     where: str = "the profile") -> ModelConfig:
+                     where: str, dry_run: bool = False,
+                     say: Callable[[str], None] = print) -> ModelConfig:
     """`model` with artifacts at these batch sizes: as it is, or (a model from the export
     cache) with the missing sizes exported now; a dry run prints the export command.
     `runner compile`, `run`, `bench` and `mlperf` all get their models here."""
@@ -89,14 +89,15 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
 
     source = ExportSource.parse(model.source, model.dtype, where=f"{model.path}: source",
                                 vae_dtype=model.vae_dtype, vae_from=model.vae_from)
-    for path, what, field in ((source.checkpoint, "checkpoint", "model=checkpoint:DIR"),
-                              (source.vae_from, "VAE", "model.vae_from=DIR")):
+    for path, what, field, copy in (
+            (source.checkpoint, "checkpoint", "model=checkpoint:DIR", "an SDXL base 1.0 copy"),
+            (source.vae_from, "VAE", "model.vae_from=DIR", "a VAE directory")):
         if path is not None and not path.is_dir():
             raise RunnerError(f"the {what} directory {path} is not here: the model is exported "
                               f"from it for batch size {batch_size}",
                               where=f"{where}: {field.split('=')[0]}",
-                              fix="put a diffusers-format SDXL base 1.0 copy there, or name "
-                              f"yours with --set {field}")
+                              fix=f"put {copy} (diffusers format) there, or name yours with "
+                              f"--set {field}")
     if dry_run:
         say(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
         open_sources(source)  # every file checked as the export checks it, writing nothing
