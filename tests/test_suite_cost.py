@@ -188,3 +188,38 @@ def test_docker_and_slurm_tests_share_one_worker(tmp_path):
     tree = ("tests/test_loadgen_submission.py::"
             "test_tree_is_the_rounds_layout_under_division_and_submitter")
     assert groups[tree] == "tests/test_loadgen_submission.py"  # its module fixture: built once
+
+
+def test_the_readme_test_command_runs_beside_an_earlier_runs_cost_file(tmp_path):
+    """scripts/test.sh, run a second time on one machine (CI keeps $RUNNER_CACHE_DIR), finds
+    the first run's cost file there. Passed as two words, pytest took that existing file for a
+    test path, rooted itself in the cache without pyproject.toml and stopped on "unrecognized
+    arguments: --suite-cost" (exit 4) before any test. A run that stops before writing its own
+    cost file reports nothing rather than the earlier run's numbers."""
+    project = tmp_path / "a checkout $(touch pwned)"
+    for name in ("pyproject.toml", "scripts/test.sh", "scripts/suite_cost.py",
+                 "tests/suite_cost.py", "tests/suite_budget.json"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_bytes((REPO / name).read_bytes())
+    (project / "tests" / "conftest.py").write_text('pytest_plugins = ("suite_cost",)\n')
+    (project / "tests" / "test_probe.py").write_text("def test_probe():\n    pass\n")
+    cache = tmp_path / "cache"
+    cost = cache / "suite-cost.json"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "RUNNER_SUITE_COST"}
+    env.update(RUNNER_CACHE_DIR=str(cache), RUNNER_TEST_SETUP="0", RUNNER_TEST_WORKERS="0",
+               RUNNER_RESULTS_URL=str(tmp_path / "results.sqlite"))
+
+    def test_sh(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(project / "scripts" / "test.sh"), *args],
+                              capture_output=True, text=True, timeout=300, check=False, env=env)
+
+    for run in ("first", "second"):
+        proc = test_sh()
+        assert proc.returncode == 0, f"{run} run: {proc.stdout}{proc.stderr}"
+        assert "1 passed" in proc.stdout and "suite cost: 1 tests" in proc.stdout
+        [probe] = json.loads(cost.read_text())["tests"]
+        assert probe["nodeid"] == "tests/test_probe.py::test_probe"
+    proc = test_sh("--no-such-option")
+    assert proc.returncode == 4 and "unrecognized arguments: --no-such-option" in proc.stderr
+    assert not cost.exists() and "full suite" not in proc.stdout
+    assert not (project / "pwned").exists() and not (tmp_path / "pwned").exists()
