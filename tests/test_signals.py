@@ -46,10 +46,11 @@ def rerun_rules() -> dict[str, Rerun]:
 
 
 # Every signal goes to these: the commands users stop most (a run, a benchmark, a walk over
-# IREE builds, an export, a compile), each of which resumes from the parts it finished, so
-# where a signal lands decides what its resume finds.
-EVERY_SIGNAL = frozenset({"run", "bench", "mlperf", "goldens generate", "bisect", "trend",
-                          "export", "compile"})
+# IREE builds, a compile), each of which resumes from the parts it finished, so where a
+# signal lands decides what its resume finds. `trend` walks builds as `bisect` does (one
+# resume of steps) and has its own stop in a build's probe below; `export` has its own stop
+# between files (tests/test_export_sdxl.py): each gets one signal, as the commands below.
+EVERY_SIGNAL = frozenset({"run", "bench", "mlperf", "goldens generate", "bisect", "compile"})
 
 
 def signals_for(name: str) -> tuple[int, ...]:
