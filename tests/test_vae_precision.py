@@ -237,3 +237,33 @@ def test_vae_mistakes_are_clear_errors(checkpoint, tmp_path, capsys):
                  "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "8-channel latents" in err and str(other / "config.json") in err
+
+
+@pytest.mark.parametrize("dtype,vae_dtype", [("float16", "float32"), ("float32", "float16")])
+def test_decoder_casts_say_nothing_and_round_as_diffusers_fp16_pipeline(dtype, vae_dtype):
+    """The export's deliberate casts of the VAE print no diffusers warning (its `.to` said
+    "modules ... should be kept in float32: []" twice per export), and give the weights
+    diffusers' fp16 pipeline decodes with: rounded to half precision."""
+    import logging
+
+    import torch
+    from diffusers import AutoencoderKL
+
+    from runner.config.architecture import tiny_architecture
+    from runner.model.export.sdxl_model import vae_decoder
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL.from_config(tiny_architecture(0, 1, 2, 8).vae)
+    weight = vae.decoder.conv_in.weight.detach().clone()
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("diffusers").addHandler(handler)
+    try:
+        decoder = vae_decoder(vae, dtype, vae_dtype)
+    finally:
+        logging.getLogger("diffusers").removeHandler(handler)
+    assert said == []
+    cast = decoder.vae.decoder.conv_in.weight
+    assert cast.dtype == getattr(torch, vae_dtype)
+    assert torch.equal(cast.float(), weight.half().float())

@@ -173,9 +173,18 @@ def _text_encoders(arch: Architecture):
             CLIPTextModelWithProjection(config(arch.text_encoder_2)))
 
 
+def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """`module.to(dtype)` as torch does it. diffusers' own `.to` adds checks for quantized
+    and offloaded models (neither is built here) and, on every cast of a VAE, a warning that
+    its modules "should be kept in float32: []", which users of `runner export` read twice
+    per export; these casts are deliberate (`vae_decoder`)."""
+    return nn.Module.to(module, dtype)
+
+
 def _as(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """`module` in `dtype`, untouched when it already is (diffusers warns on every `.to`)."""
-    return module if all(p.dtype == dtype for p in module.parameters()) else module.to(dtype)
+    """`module` in `dtype`, untouched when it already is."""
+    return module if all(p.dtype == dtype for p in module.parameters()) else _cast(module,
+                                                                                   dtype)
 
 
 def fp16_pipeline_vae(vae: nn.Module) -> nn.Module:
@@ -183,7 +192,7 @@ def fp16_pipeline_vae(vae: nn.Module) -> nn.Module:
     rounded to half precision) and then upcast to float32 for SDXL's `force_upcast`. A
     checkpoint's `*.fp16.safetensors` already hold those values; its full-precision files
     must be rounded here, or the export decodes with weights the reference never had."""
-    return _as(vae, torch.float32).to(torch.float16).to(torch.float32)
+    return _cast(_cast(_as(vae, torch.float32), torch.float16), torch.float32)
 
 
 def vae_decoder(vae: nn.Module, dtype: str, vae_dtype: str) -> VaeDecoder:
