@@ -14,7 +14,7 @@ from cli_support import cli
 
 pytest.importorskip("iree.turbine")
 
-from diffusers_support import assert_within_one_lsb, diffusers_images, write_checkpoint
+from diffusers_support import assert_within_one_lsb, diffusers_images
 
 from runner.base.errors import RunnerError
 from runner.cli import main
@@ -29,8 +29,10 @@ SDXL_SUITE = (Path(__file__).resolve().parent / "fixtures" / "iree-test-suites" 
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "sdxl-tiny")
+def checkpoint(small_checkpoint) -> Path:
+    """The session's small checkpoint (written once for every file that reads it). Read
+    only: tests that damage or move it work on a copy."""
+    return small_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -154,22 +156,46 @@ def test_an_interrupted_export_keeps_the_files_it_finished(exported, checkpoint,
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
     proc = cli("run", "--profile", profile, "--count", "2", "--no-score", "--out", out, *args)
     assert proc.returncode == 0, proc.stderr
+    return _hashes(out)
+
+
+def _hashes(out: Path) -> dict[int, str]:
     data = json.loads((out / "dataset.json").read_text())
     return {s["qsl_idx"]: s["sha256"] for s in data["samples"]}
 
 
-def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, tmp_path,
-                                                                    tiny_compiled):
+@pytest.fixture(scope="module")
+def builtin_run(tmp_path_factory, tiny_compiled) -> Path:
+    """The builtin tiny model's two images, run once for the tests comparing with them.
+    Read only."""
+    out = tmp_path_factory.mktemp("runs") / "builtin"
+    _run(Path("tiny"), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported_run(exported, tmp_path_factory, tiny_compiled) -> Path:
+    """The checkpoint's export run at batch 1, once for the tests comparing its images.
+    Read only."""
+    root = tmp_path_factory.mktemp("runs")
+    profile = root / "exported.yaml"
+    profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
+    _run(profile, root / "bs1")
+    return root / "bs1"
+
+
+def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, exported_run,
+                                                                    builtin_run, tmp_path):
     profile = tmp_path / "exported.yaml"
     profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
-    builtin = _run(Path("tiny"), tmp_path / "builtin")
-    bs1, bs2 = _run(profile, tmp_path / "bs1"), _run(profile, tmp_path / "bs2", "--batch-size", "2")
+    builtin, bs1 = _hashes(builtin_run), _hashes(exported_run)
+    bs2 = _run(profile, tmp_path / "bs2", "--batch-size", "2")
     modules = ("unet_bs1.mlir", "unet_bs2.mlir", "unet_pipeline_bs1.mlir", "clip_bs1.mlir")
     if _same_bytes(exported, TINY_DIR, modules):
         assert bs1 == builtin and bs2 == builtin
     else:  # this host's torch rounds a sigma LITERAL_ULP apart: the images are 1 LSB apart
-        assert_within_one_lsb(_images(tmp_path / "bs1"), _images(tmp_path / "builtin"))
-        assert_within_one_lsb(_images(tmp_path / "bs2"), _images(tmp_path / "builtin"))
+        assert_within_one_lsb(_images(exported_run), _images(builtin_run))
+        assert_within_one_lsb(_images(tmp_path / "bs2"), _images(builtin_run))
 
 
 def _images(out: Path, count: int = 2) -> np.ndarray:
@@ -178,20 +204,16 @@ def _images(out: Path, count: int = 2) -> np.ndarray:
     return np.stack([SampleStore(out).load(i) for i in range(count)])
 
 
-def test_images_equal_diffusers_pipeline_within_one_lsb(exported, checkpoint, tmp_path,
-                                                        tiny_compiled):
+def test_images_equal_diffusers_pipeline_within_one_lsb(exported, checkpoint, exported_run):
     """The reference for every image is diffusers' own pipeline: the checkpoint's export,
     run by the runner through IREE, gives its images to 1 LSB (the float order of the two
     differs; the mean absolute difference is ~1e-4)."""
-    profile = tmp_path / "exported.yaml"
-    profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
-    _run(profile, tmp_path / "run")
-    assert_within_one_lsb(_images(tmp_path / "run"),
+    assert_within_one_lsb(_images(exported_run),
                           diffusers_images(checkpoint, exported / "model.json"))
 
 
 def test_prompt_length_is_the_checkpoints_and_max_length_overrides_it(checkpoint, tmp_path,
-                                                                      tiny_compiled):
+                                                                      builtin_run):
     """A checkpoint whose tokenizers pad to 48 tokens (SDXL base's pad to 77) exports
     48-token prompts and still equals diffusers' pipeline, which pads to the same; its images
     differ from the 64-token export's. `--max-length 64` gives the 64-token export (IREE CI's
@@ -210,8 +232,7 @@ def test_prompt_length_is_the_checkpoints_and_max_length_overrides_it(checkpoint
     _run(profile, tmp_path / "run48")
     mine = _images(tmp_path / "run48")
     assert_within_one_lsb(mine, diffusers_images(root, out / "model.json"))
-    _run(Path("tiny"), tmp_path / "run64")
-    assert not np.array_equal(mine, _images(tmp_path / "run64"))
+    assert not np.array_equal(mine, _images(builtin_run))  # the 64-token export's images
 
     out64 = tmp_path / "export64"
     assert main(["export", "sdxl", "--from", str(root), "--dtype", "fp32", "--max-length", "64",
@@ -229,15 +250,29 @@ def test_max_length_beyond_the_text_encoders_is_refused(checkpoint, capsys):
             "have 64 positions" in err
 
 
-def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monkeypatch,
-                                                                tmp_path):
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.fixture(scope="module")
+def cached_fp32(checkpoint, tmp_path_factory) -> Path:
+    """An export cache into which the checkpoint's fp32 batch-1 export was written, once
+    for the tests of the cache (each works on a copy). Returns the cache directory."""
+    cache = tmp_path_factory.mktemp("cache") / "cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RUNNER_CACHE_DIR", str(cache))
+        source = ExportSource(checkpoint, None, "float32")
+        said: list[str] = []
+        config = ensure_export(source, [1], [1], log=said.append)
+        assert config.parent == export_dir(source, export_key(source))
+        assert "export: unet.irpa written" in said
+    return cache
+
+
+def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, cached_fp32,
+                                                                monkeypatch, tmp_path):
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache")))
     source = ExportSource(checkpoint, None, "float32")
-    config = ensure_export(source, [1], [1])
-    assert config.parent == export_dir(source, export_key(source))
+    config = export_dir(source, export_key(source)) / "model.json"  # where cached_fp32 wrote
     first = {p.name: p.stat().st_mtime_ns for p in config.parent.iterdir()}
     messages: list[str] = []
-    ensure_export(source, [1], [1], log=messages.append)
+    assert ensure_export(source, [1], [1], log=messages.append) == config
     assert messages == []  # nothing exported twice
     assert json.loads(config.read_text())["batch_sizes"] == [1]
     assert not (config.parent / ".staging").exists()  # staged inside the export, moved in
@@ -246,17 +281,16 @@ def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, monke
     assert first["clip.irpa"] == config.parent.joinpath("clip.irpa").stat().st_mtime_ns
 
 
-def test_a_cached_export_is_exported_from_where_its_checkpoint_is_now(checkpoint, monkeypatch,
-                                                                     tmp_path):
+def test_a_cached_export_is_exported_from_where_its_checkpoint_is_now(checkpoint, cached_fp32,
+                                                                     monkeypatch, tmp_path):
     """The export cache finds an export by its checkpoint's content: the same files in
     another directory are named as they are now, so a later batch size (and its dry run)
-    reads them there, not where the first export read them (since moved)."""
+    reads them there, not where the first export read them (`checkpoint`, for cached_fp32's
+    export)."""
     from runner.config.profile import load_profile
 
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
-    first = shutil.copytree(checkpoint, tmp_path / "first")
-    ensure_export(ExportSource(first, None, "float32"), [1], [1])
-    moved = first.rename(tmp_path / "moved $(touch PWNED) 'q'")
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache")))
+    moved = shutil.copytree(checkpoint, tmp_path / "moved $(touch PWNED) 'q'")
     model = load_profile("sdxl-checkpoint", {"model": f"checkpoint:{moved}",
                                              "model.dtype": "fp32",
                                              "model.vae_dtype": "fp32"}).model
@@ -281,11 +315,11 @@ def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     overrides = {"model": f"checkpoint:{checkpoint}"}
     assert load_profile("tiny", overrides).model.batch_sizes == ()
-    model = with_batch_sizes(load_profile("tiny", overrides).model, 1, 1)
+    model = with_batch_sizes(load_profile("tiny", overrides).model, 1, 1, where="tiny")
     assert model.batch_sizes == (1,) and model.dtype == "float16"
     assert_vae_is_diffusers_fp16_pipelines(model.base_dir / "vae.irpa", checkpoint)
     assert load_profile("tiny", overrides).model.path == model.path  # found in the cache
-    model = with_batch_sizes(model, 2, 1)
+    model = with_batch_sizes(model, 2, 1, where="tiny")
     assert model.batch_sizes == (1, 2) and model.sizes_for("vae") == (1,)
     assert sorted(p.name for p in model.base_dir.glob("*_bs2.mlir")) == [
         "clip_bs2.mlir", "unet_bs2.mlir", "unet_pipeline_bs2.mlir"]
