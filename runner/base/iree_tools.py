@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.base.signals import import_held
 
 TOOL_PATH_ENV = "IREE_TOOL_PATH"
 FLAG = "--iree-tools"
@@ -94,7 +95,7 @@ def package_tool(name: str) -> tuple[str, str] | None:
     """(path, package) of `name` in the installed IREE Python packages, located the way
     those packages locate it themselves; None where neither ships it."""
     try:
-        from iree.compiler.tools import binaries
+        binaries = import_held("iree.compiler.tools.binaries")
 
         path = binaries.find_tool(name)  # ValueError: not a compiler tool, or not installed
         if _executable(path):
@@ -102,12 +103,12 @@ def package_tool(name: str) -> tuple[str, str] | None:
     except (ImportError, ValueError):
         pass
     try:
-        from iree._runtime import libs  # iree.runtime's console scripts exec from here
-
+        # iree.runtime's console scripts exec from here
+        libs = import_held("iree._runtime").libs
         path = os.path.join(libs.library_path, name)
         if _executable(path):
             return path, "iree.runtime"
-    except ImportError:
+    except (ImportError, AttributeError):
         pass
     return None
 
@@ -226,7 +227,7 @@ def nominal_compiler() -> CompilerInfo:
     """The compiler a machine without one would need: the version of its IREE runtime (a
     vmfb loads in the runtime of its compiler's release), for printing commands."""
     try:
-        from iree.runtime import version
+        version = import_held("iree.runtime.version")
 
         return CompilerInfo("iree-compile", version.VERSION, "unknown")
     except ImportError:

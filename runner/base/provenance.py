@@ -3,7 +3,6 @@ PYTHONPATH is being shadowed by an installed wheel, so every manifest records bo
 
 from __future__ import annotations
 
-import importlib
 import platform
 import shutil
 import socket
@@ -12,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner.base.signals import import_held
+
 
 def _package(name: str) -> dict[str, Any]:
     try:
-        module = importlib.import_module(name)
-        version = importlib.import_module(f"{name}.version")
+        module = import_held(name)
+        version = import_held(f"{name}.version")
     except ImportError as e:
         return {"available": False, "error": str(e)}
     return {"available": True, "file": module.__file__, "version": version.VERSION,

@@ -31,13 +31,14 @@ to land after the finalizer.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -191,6 +192,17 @@ def deferred() -> Iterator[None]:
     if _Held.depth == 0 and _Held.signum is not None:
         signum, _Held.signum = _Held.signum, None
         raise Interrupted(signum)
+
+
+def import_held(name: str) -> ModuleType:
+    """`importlib.import_module(name)` with a signal held to its end (`deferred`). IREE's
+    compiler and runtime packages load nanobind extensions that call back into Python while
+    they initialise: an `Interrupted` raised in such a callback cannot cross the C++ frames,
+    and the process ends in std::terminate ("terminate called after throwing an instance of
+    'nanobind::python_error'", exit -6) with nothing recorded. Every import of `iree.*` in
+    the runner goes through here (tests/test_signals_imports.py checks)."""
+    with deferred():
+        return importlib.import_module(name)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.iree_tools import tool_path
+from runner.base.signals import import_held
 
 TOOL = "iree-benchmark-module"
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -160,7 +161,7 @@ def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = 
 
 def exported_functions(vmfb: Path) -> set[str]:
     """The function names a compiled module exports (read with the IREE runtime)."""
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
 
     try:
         with open(vmfb, "rb") as f:

@@ -16,6 +16,8 @@ import importlib
 import importlib.metadata
 from pathlib import Path
 
+from runner.base.signals import import_held
+
 _UNAVAILABLE: dict[tuple[str, str, str], str] = {}
 
 
@@ -31,7 +33,7 @@ def release(tool: str) -> str:
     an override), since these tools have no --version flag."""
     try:
         version = importlib.metadata.version("iree-base-runtime")  # 3.13.0, as released
-        package = Path(importlib.import_module("iree._runtime_libs").__file__ or "").parent
+        package = Path(import_held("iree._runtime_libs").__file__ or "").parent
     except (ImportError, importlib.metadata.PackageNotFoundError):
         return f"the IREE tools in {Path(tool).parent}"
     path = Path(tool).resolve()

@@ -93,7 +93,9 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
     state: dict[str, Any] = {"stage": "import", "ok": False, "pid": os.getpid()}
     out.mkdir(parents=True, exist_ok=True)
     _write(out, state)
-    import iree.runtime  # noqa: F401  (a build whose runtime does not import is skipped)
+    from runner.base.signals import import_held
+
+    import_held("iree.runtime")  # a build whose runtime does not import is skipped
 
     from runner.base.iree_tools import compiler_info
     from runner.base.provenance import iree_provenance

@@ -25,6 +25,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
 from runner.base.paths import cache_dir
 from runner.base.progress import Progress
+from runner.base.signals import import_held
 
 # The printed initial value of a parameter-backed global, as IREE's runner matches it.
 _NAMED = re.compile(r'#(?:stream|flow)\.parameter\.named<(?:"[^"]*"::)?"([^"]+)"> : ')
@@ -33,8 +34,8 @@ FLOAT_SCALE = 0.01
 
 def parameters(mlir: Path) -> list[tuple[str, list[int], object]]:
     """(name, shape, MLIR element type) of every parameter-backed global, in order."""
-    from iree.compiler.dialects import util as util_d
-    from iree.compiler.ir import Context, Location, Module, ShapedType
+    util_d = import_held("iree.compiler.dialects.util")
+    ir = import_held("iree.compiler.ir")
 
     try:
         text = mlir.read_text(encoding="utf-8")
@@ -42,9 +43,9 @@ def parameters(mlir: Path) -> list[tuple[str, list[int], object]]:
         raise RunnerError(f"cannot read the module's MLIR: {e}", where=str(mlir),
                           fix="check the test's MLIR path") from e
     found = []
-    with Context(), Location.unknown():
+    with ir.Context(), ir.Location.unknown():
         try:
-            module = Module.parse(text)
+            module = ir.Module.parse(text)
         except Exception as e:  # the bindings raise MLIRError (an Exception) on bad IR
             raise RunnerError(f"cannot parse the MLIR: {str(e)[:500]}", where=str(mlir),
                               fix="use MLIR this IREE can read (`iree-opt FILE` shows why "
@@ -54,13 +55,13 @@ def parameters(mlir: Path) -> list[tuple[str, list[int], object]]:
                 continue
             match = _NAMED.match(str(op.initial_value))
             if match:
-                shaped = ShapedType(op.type_.value)
+                shaped = ir.ShapedType(op.type_.value)
                 found.append((match.group(1), list(shaped.shape), shaped.element_type))
     return found
 
 
 def _numpy_dtype(element_type: object, name: str, where: str):
-    import iree.compiler.ir as ir
+    ir = import_held("iree.compiler.ir")
     import ml_dtypes
     import numpy as np
 
@@ -83,7 +84,7 @@ def _numpy_dtype(element_type: object, name: str, where: str):
 
 def generate(mlir: Path, seed: int, out: Path, where: str) -> int:
     """Writes the archive for (mlir, seed) to `out`; returns how many parameters it holds."""
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
     import numpy as np
 
     params = parameters(mlir)

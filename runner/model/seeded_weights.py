@@ -39,6 +39,7 @@ import numpy as np
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text, sha256_file
 from runner.base.progress import Progress, echo
+from runner.base.signals import import_held
 from runner.config.model_config import ModelConfig
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
@@ -190,7 +191,7 @@ def write_archive(tensors: tuple[TensorSpec, ...], arrays: list[np.ndarray], pat
     """The `.irpa` of `tensors` holding `arrays` (from `generate`), written by IREE's own
     archive writer next to `path` and moved in place only when complete (and, when given,
     holding `expected_sha256`); returns its sha256."""
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
 
     index = rt.ParameterIndex()
     for t, arr in zip(tensors, arrays, strict=True):

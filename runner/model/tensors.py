@@ -18,6 +18,7 @@ import numpy as np
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_bytes
+from runner.base.signals import import_held
 from runner.inputs.limits import INT64_MAX
 
 FORMATS = (".bin", ".npy", ".irpa")
@@ -162,7 +163,7 @@ def read_tensor(path: Path, spec: TensorSpec | None = None) -> np.ndarray:
 
 
 def _read_irpa(path: Path) -> np.ndarray:
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
 
     index = rt.ParameterIndex()
     try:
@@ -224,7 +225,7 @@ def encode_tensor(array: np.ndarray, fmt: str, key: str = "tensor") -> bytes:
 def _irpa_bytes(array: np.ndarray, key: str) -> bytes:
     import tempfile
 
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
 
     index = rt.ParameterIndex()
     if array.dtype == _bf16():  # the same metadata format, with the name torch uses

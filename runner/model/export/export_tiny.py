@@ -20,6 +20,7 @@ import numpy as np
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import ASSETS_DIR, refuse_package_write
+from runner.base.signals import import_held
 from runner.config.exports import file_names, model_config
 from runner.config.mlperf_data import load_captions
 from runner.config.model_config import ModelConfig
@@ -68,7 +69,7 @@ def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
     regenerate: an installed package is refused."""
     refuse_package_write(out_dir, "--out")
     try:
-        import iree.turbine  # noqa: F401
+        import_held("iree.turbine")
     except ImportError as e:
         raise RunnerError(f"export needs the [export] extra: {e}",
                           fix="pip install -e '.[export]'") from e

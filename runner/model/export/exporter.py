@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from runner.base.signals import import_held
+
 SUBMODELS = ("clip", "unet", "vae")
 MLIR_TYPES = {"float32": "f32", "float16": "f16"}
 
@@ -62,7 +64,7 @@ def unet_pipeline_mlir(batch: int, latent: int, length: int, dim: int, pooled: i
 
 def _export_programs(module, module_name: str, programs: dict[str, tuple]) -> str:
     """One MLIR module holding each named function of `module`, parameters external."""
-    from iree.turbine import aot
+    aot = import_held("iree.turbine.aot")
 
     fxb = aot.FxProgramsBuilder(module)
     with _concat_as_cat():  # torch.export traces here, at decoration time
@@ -79,7 +81,7 @@ def _export_programs(module, module_name: str, programs: dict[str, tuple]) -> st
 
 def externalize(modules: dict) -> None:
     """Marks every parameter external (must precede both weight saving and tracing)."""
-    from iree.turbine import aot
+    aot = import_held("iree.turbine.aot")
 
     for module in modules.values():
         aot.externalize_module_parameters(module)
@@ -88,7 +90,7 @@ def externalize(modules: dict) -> None:
 def save_weights(module, path: Path) -> None:
     """Atomically, as every other file: a killed export leaves no half-written archive
     under the real name (an interrupted export keeps the files it finished)."""
-    from iree.turbine import aot
+    aot = import_held("iree.turbine.aot")
 
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix names the format
     path.parent.mkdir(parents=True, exist_ok=True)

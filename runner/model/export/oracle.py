@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.base.signals import import_held
 from runner.config.mlperf_data import fixed_latent
 from runner.config.model_config import ModelConfig
 from runner.model.images import to_uint8_hwc
@@ -18,7 +19,7 @@ from runner.model.tokenizer import ClipTokenizer, TokenizerFiles
 
 
 def load_irpa(path: Path) -> dict[str, np.ndarray]:
-    import iree.runtime as rt
+    rt = import_held("iree.runtime")
 
     index = rt.ParameterIndex()
     index.load(str(path))

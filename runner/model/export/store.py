@@ -26,6 +26,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
+from runner.base.signals import import_held
 from runner.config.checkpoint import Checkpoint, VaeFiles, open_checkpoint, open_vae
 from runner.config.exports import (
     SEED,
@@ -182,8 +183,8 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
                   log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Path:
     """Exports what is missing (never what is there) and returns the model.json path."""
     try:
-        import iree.turbine  # noqa: F401
-        import torch  # noqa: F401
+        import_held("iree.turbine")
+        import_held("torch")
     except ImportError as e:
         raise RunnerError(f"export needs the [export] extra: {e}",
                           fix="pip install -e '.[export]', then run: "

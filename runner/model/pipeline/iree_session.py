@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from runner.base.errors import RunnerError
-from runner.base.signals import deferred
+from runner.base.signals import deferred, import_held
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class IreeSession:
             self._open(driver, runtime_flags)
 
     def _open(self, driver: str, runtime_flags: Sequence[str]) -> None:
-        import iree.runtime as rt
+        rt = import_held("iree.runtime")
 
         self._rt = rt
         if runtime_flags:
