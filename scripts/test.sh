@@ -33,7 +33,8 @@ fi
 # Commands under test record their results: into a store of this run, not the user's.
 export RUNNER_RESULTS_URL="${RUNNER_RESULTS_URL:-$(mktemp -d)/results.sqlite}"
 
-# Tiny modules compile in seconds; a rare iree-compile hang is retried after this long.
+# Tiny modules compile in seconds: one that runs this long is stopped and tried again (a
+# compile that uses no CPU for $RUNNER_COMPILE_STALL s, default 120, is taken as hung sooner).
 export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
 
 # pytest-xdist workers, one per core by default (`auto`): on 2 cores two workers took the

@@ -141,3 +141,28 @@ def test_a_hung_compiler_is_retried_then_reported(monkeypatch, tmp_path):
         _run_compiler(["sleep", "30"], tmp_path / "m.mlir")
     assert "did not finish within 0s, twice" in str(err.value)
     assert "RUNNER_COMPILE_TIMEOUT" in str(err.value.fix)
+
+
+@pytest.mark.slow
+def test_a_compiler_that_uses_no_cpu_is_taken_as_hung_before_its_limit(monkeypatch, tmp_path,
+                                                                       capsys):
+    """The hang iree-compile was seen in sits at 0% CPU: a compile that uses no CPU (here a
+    real `sleep` below a shell) for RUNNER_COMPILE_STALL seconds is stopped and tried again,
+    not waited on for the hour of its limit; one that works (a busy child, its CPU counted
+    through the shell) is left to finish however long it takes."""
+    import sys
+
+    from runner.model.compile import _run_compiler
+
+    monkeypatch.setenv("RUNNER_COMPILE_TIMEOUT", "600")
+    monkeypatch.setenv("RUNNER_COMPILE_STALL", "1.5")
+    with pytest.raises(RunnerError) as err:
+        _run_compiler(["sh", "-c", "sleep 600; :"], tmp_path / "m.mlir")
+    said = capsys.readouterr().err
+    assert said.count("used no CPU for 2s (hung)") == 2 and "(attempt 2 of 2)" in said
+    assert "hung: no CPU used for 2s" in str(err.value)
+    busy = ("import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 4: pass\nprint('done')")
+    done = _run_compiler(["sh", "-c", f'{sys.executable} -c "$0"; :', busy], tmp_path / "m.mlir")
+    assert done.returncode == 0 and done.stdout == "done\n"
+    assert "hung" not in capsys.readouterr().err

@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -66,18 +67,79 @@ class CompileResult:
 
 def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
     """iree-compile with a time limit (`$RUNNER_COMPILE_TIMEOUT` s, default 3600), tried a
-    second time after a timeout: iree-compile 3.13 was seen to hang, rarely and not
-    reproducibly, at 0% CPU on a tiny module that compiles in 4 s."""
+    second time after a timeout or a stall: iree-compile 3.13 was seen to hang, rarely and
+    not reproducibly, at 0% CPU on a tiny module that compiles in 4 s. A compile that used
+    no CPU for `$RUNNER_COMPILE_STALL` s (default 120; a working compiler always uses some)
+    is taken as hung then, not after the hour of the limit."""
     limit = float(os.environ.get("RUNNER_COMPILE_TIMEOUT", "3600"))
+    stall = float(os.environ.get("RUNNER_COMPILE_STALL", "120"))
     for attempt in (1, 2):
+        done = _compile_once(argv, limit, stall)
+        if isinstance(done, subprocess.CompletedProcess):
+            return done
+        echo(f"warning: iree-compile of {mlir.name} {done} (attempt {attempt} of 2)")
+    raise RunnerError(f"iree-compile did not finish within {limit:.0f}s, twice (or hung: no "
+                      f"CPU used for {stall:.0f}s)", where=str(mlir),
+                      fix="raise RUNNER_COMPILE_TIMEOUT (and RUNNER_COMPILE_STALL), or "
+                      f"reproduce: {shlex.join(argv)}")
+
+
+def _compile_once(argv: list[str], limit: float, stall: float
+                  ) -> subprocess.CompletedProcess | str:
+    """The finished compile, or why it was killed ("exceeded 300s", "used no CPU for
+    120s"). Its output goes to files, so a long log never blocks it on a full pipe."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         try:
-            return subprocess.run(argv, capture_output=True, text=True, check=False,
-                                  timeout=limit)
+            why = _watch(proc, limit, stall)
+        finally:
+            if proc.poll() is None:  # stopped, or a signal (Interrupted) on the way out
+                proc.kill()
+                proc.wait()
+        if why:
+            return why
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode,
+                                           out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+def _watch(proc: subprocess.Popen, limit: float, stall: float) -> str:
+    """Waits for `proc`: "" once it exits, or the reason to stop it."""
+    start = moved = time.monotonic()
+    used = tree_cpu_seconds(proc.pid)
+    while True:
+        try:
+            proc.wait(timeout=min(1.0, max(limit, 0.01)))
+            return ""
         except subprocess.TimeoutExpired:
-            echo(f"warning: iree-compile of {mlir.name} exceeded {limit:.0f}s "
-                 f"(attempt {attempt} of 2)")
-    raise RunnerError(f"iree-compile did not finish within {limit:.0f}s, twice", where=str(mlir),
-                      fix=f"raise RUNNER_COMPILE_TIMEOUT, or reproduce: {shlex.join(argv)}")
+            pass
+        now, cpu = time.monotonic(), tree_cpu_seconds(proc.pid)
+        if cpu is None or used is None or cpu > used:
+            used, moved = cpu, now
+        if now - start >= limit:
+            return f"exceeded {limit:.0f}s"
+        if now - moved >= stall:
+            return f"used no CPU for {stall:.0f}s (hung)"
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds used by `pid`, its threads and its descendants (Linux /proc); None where
+    that cannot be read (then only the time limit applies)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    try:
+        while todo:
+            each = todo.pop()
+            stat = Path(f"/proc/{each}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+            for task in Path(f"/proc/{each}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    return total
 
 
 def compiler_errors(stderr: str) -> str:
