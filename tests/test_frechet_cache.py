@@ -74,3 +74,21 @@ def test_a_cache_that_is_a_file_only_costs_the_time(cache):
     for _ in range(2):
         result, cached = FrechetPair(mu1, s1, mu2, s2).distance("sqrtm")
         assert not cached and result == frechet_sqrtm(mu1, s1, mu2, s2)
+
+
+def test_the_fast_methods_reference_root_is_computed_once_per_reference(cache, monkeypatch):
+    """Scores against one reference (a trend's builds) share its square root: computed once
+    in the process, and each distance has the bits of one computed from scratch."""
+    import runner.accuracy.frechet_cache as frechet_cache
+
+    roots = []
+    real = frechet_cache.psd_sqrt
+    monkeypatch.setattr(frechet_cache, "psd_sqrt", lambda s: roots.append(1) or real(s))
+    monkeypatch.setattr(frechet_cache, "_ROOTS", {})
+    (mu, ref), others = _stats(10), [_stats(11), _stats(12)]
+    for mu2, s2 in others:
+        found, cached = FrechetPair(mu, ref, mu2, s2).distance("eigh")
+        assert (found, cached) == (frechet_eigh(mu, ref, mu2, s2), False)
+    assert len(roots) == 1
+    FrechetPair(*others[0], mu, ref).distance("eigh")  # another reference: its own root
+    assert len(roots) == 2

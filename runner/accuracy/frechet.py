@@ -81,7 +81,8 @@ def frechet_sqrtm(mu1, sigma1, mu2, sigma2, eps: float = MLPERF_EPS) -> FrechetR
     return FrechetResult(float(value), "sqrtm", offset_used, max_imag)
 
 
-def _psd_sqrt(sigma: np.ndarray) -> np.ndarray:
+def psd_sqrt(sigma: np.ndarray) -> np.ndarray:
+    """The symmetric positive semi-definite square root (eigenvalues below 0 taken as 0)."""
     w, v = np.linalg.eigh((sigma + sigma.T) / 2)
     return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
 
@@ -92,7 +93,7 @@ def frechet_eigh(mu1, sigma1, mu2, sigma2, sqrt_sigma1: np.ndarray | None = None
     lets a caller reuse the reference's square root across runs."""
     mu1, s1, mu2, s2 = _check_pair(mu1, sigma1, mu2, sigma2)
     diff = mu1 - mu2
-    root = _psd_sqrt(s1) if sqrt_sigma1 is None else sqrt_sigma1
+    root = psd_sqrt(s1) if sqrt_sigma1 is None else sqrt_sigma1
     m = root @ s2 @ root
     ev = np.linalg.eigvalsh((m + m.T) / 2)
     tr_covmean = np.sqrt(np.clip(ev, 0, None)).sum()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.accuracy.frechet import FRECHET, FrechetResult
+from runner.accuracy.frechet import FRECHET, FrechetResult, psd_sqrt
 from runner.base.fileio import atomic_write_json
 from runner.base.paths import cache_dir
 
@@ -65,6 +65,23 @@ def _read(path: Path) -> FrechetResult | None:
         return None
 
 
+# The reference's square root for the fast method, by its statistics' digest: every score
+# against one reference (a trend's builds, a validate's steps, a rescore) shares it. Two
+# kept (2048-d: 32 MB each).
+_ROOTS: dict[str, np.ndarray] = {}
+_ROOTS_KEPT = 2
+
+
+def reference_root(sigma: np.ndarray) -> np.ndarray:
+    """`psd_sqrt(sigma)`, computed once per process for each reference."""
+    key = _digest((sigma,))
+    if key not in _ROOTS:
+        while len(_ROOTS) >= _ROOTS_KEPT:
+            _ROOTS.pop(next(iter(_ROOTS)))
+        _ROOTS[key] = psd_sqrt(np.atleast_2d(np.asarray(sigma, np.float64)))
+    return _ROOTS[key]
+
+
 class FrechetPair:
     """One pair of statistics (reference first, as MLPerf passes them), hashed once (64 MB
     at 2048-d) for each method asked of it."""
@@ -79,7 +96,8 @@ class FrechetPair:
         found = _read(path)
         if found is not None and found.method == method:
             return found, True
-        result = FRECHET[method](*self.statistics)
+        extra = {"sqrt_sigma1": reference_root(self.statistics[1])} if method == "eigh" else {}
+        result = FRECHET[method](*self.statistics, **extra)
         with contextlib.suppress(OSError):  # a read-only or full cache only costs the time
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(path, {**asdict(result), "machine": _machine()})
