@@ -175,8 +175,8 @@ def builtin_run(tmp_path_factory, tiny_compiled) -> Path:
 
 @pytest.fixture(scope="module")
 def exported_run(exported, tmp_path_factory, tiny_compiled) -> Path:
-    """The checkpoint's export run at batch 1, once for the tests comparing its images.
-    Read only."""
+    """The checkpoint's export run at batch 1, once for the tests comparing its images, its
+    profile `exported.yaml` beside it. Read only."""
     root = tmp_path_factory.mktemp("runs")
     profile = root / "exported.yaml"
     profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
@@ -186,10 +186,8 @@ def exported_run(exported, tmp_path_factory, tiny_compiled) -> Path:
 
 def test_runs_byte_identical_to_the_builtin_model_at_batch_1_and_2(exported, exported_run,
                                                                     builtin_run, tmp_path):
-    profile = tmp_path / "exported.yaml"
-    profile.write_text(f"extends: tiny\nname: exported\nmodel: {exported / 'model.json'}\n")
     builtin, bs1 = _hashes(builtin_run), _hashes(exported_run)
-    bs2 = _run(profile, tmp_path / "bs2", "--batch-size", "2")
+    bs2 = _run(exported_run.parent / "exported.yaml", tmp_path / "bs2", "--batch-size", "2")
     modules = ("unet_bs1.mlir", "unet_bs2.mlir", "unet_pipeline_bs1.mlir", "clip_bs1.mlir")
     if _same_bytes(exported, TINY_DIR, modules):
         assert bs1 == builtin and bs2 == builtin

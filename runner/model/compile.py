@@ -108,14 +108,14 @@ def _compile_once(argv: list[str], limit: float, stall: float
 def _watch(proc: subprocess.Popen, limit: float, stall: float) -> str:
     """Waits for `proc`: "" once it exits, or the reason to stop it."""
     start = moved = time.monotonic()
-    used = tree_cpu_seconds(proc.pid)
+    used = _tree_cpu_seconds(proc.pid)
     while True:
         try:
             proc.wait(timeout=min(1.0, max(limit, 0.01)))
             return ""
         except subprocess.TimeoutExpired:
             pass
-        now, cpu = time.monotonic(), tree_cpu_seconds(proc.pid)
+        now, cpu = time.monotonic(), _tree_cpu_seconds(proc.pid)
         if cpu is None or used is None or cpu > used:
             used, moved = cpu, now
         if now - start >= limit:
@@ -124,7 +124,7 @@ def _watch(proc: subprocess.Popen, limit: float, stall: float) -> str:
             return f"used no CPU for {stall:.0f}s (hung)"
 
 
-def tree_cpu_seconds(pid: int) -> float | None:
+def _tree_cpu_seconds(pid: int) -> float | None:
     """CPU seconds used by `pid`, its threads and its descendants (Linux /proc); None where
     that cannot be read (then only the time limit applies)."""
     tick = os.sysconf("SC_CLK_TCK")
