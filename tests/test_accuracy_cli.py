@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,9 @@ import yaml
 
 pytest.importorskip("torch")
 pytest.importorskip("open_clip")
+
+from cli_support import Ran, cli
+from shared_work import copy_of
 
 from runner.accuracy.backbones import load_backbones
 from runner.accuracy.calibrate import (
@@ -63,6 +69,36 @@ def write_generate_dir(path, ids, images, profile="tiny"):
 @pytest.fixture(scope="module")
 def backbones():
     return load_backbones("seeded", 0)
+
+
+# The tiny ranges were set for 32 samples: these 3 are a subset, scored and not judged.
+SUBSET_IDS = [0, 1, 2]
+
+
+def subset_images() -> np.ndarray:
+    return synthetic_images(3, len(SUBSET_IDS))
+
+
+@dataclass(frozen=True)
+class ScoredSubset:
+    run: Path  # a generate dir of subset_images(), scored (read only: tests copy it)
+    cache: Path  # the $RUNNER_CACHE_DIR it was scored in: its Frechet distances are there
+    ran: Ran  # what `runner score` gave
+    record: dict  # its accuracy.json
+
+
+@pytest.fixture(scope="module")
+def scored_subset(tmp_path_factory) -> ScoredSubset:
+    """`runner score` of subset_images() (0-2, tiny profile), once per module, in a cache of
+    its own, so its Frechet distance to the tiny statistics is computed (17 s of sqrtm on
+    2 cores), not found. The tests that score these images again score them in that cache:
+    the same images give the same statistics, and the distance is found there."""
+    tmp = tmp_path_factory.mktemp("subset")
+    run = write_generate_dir(tmp / "few", SUBSET_IDS, subset_images())
+    cache = tmp / "cache"
+    ran = cli("score", run, "--torch-device", "cpu",
+              env={**os.environ, "RUNNER_CACHE_DIR": str(cache)})
+    return ScoredSubset(run, cache, ran, json.loads((run / "accuracy.json").read_text()))
 
 
 def test_register_adds_the_subcommands():
@@ -214,18 +250,19 @@ def test_old_spellings_name_the_new_ones(capsys):
 
 
 @pytest.mark.slow
-def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys, monkeypatch):
+def test_a_subset_is_scored_labelled_and_not_judged(scored_subset, tmp_path, capsys,
+                                                     monkeypatch):
     """3 samples where the tiny ranges were set for 32: scored, labelled, exit 0; with
     --require-full the same scores fail (exit 1), the same FID answered from the cache."""
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
-    few = write_generate_dir(tmp_path / "few", [0, 1, 2], synthetic_images(3, 3))
-    assert main(["score", str(few), "--torch-device", "cpu"]) == 0
-    out = capsys.readouterr().out
+    assert scored_subset.ran.returncode == 0, scored_subset.ran.stderr
+    out = scored_subset.ran.stdout
     assert "verdict: SUBSET (not judged" in out and "(cached)" not in out
     assert "note: subset of 3: not judged against the full-set ranges" in out
-    record = json.loads((few / "accuracy.json").read_text())
+    record = scored_subset.record
     assert record["verdict"] == "subset" and record["subset"] is True and record["n"] == 3
     assert record["frechet_cached"] is False
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(scored_subset.cache))
+    few = copy_of(scored_subset.run, tmp_path / "few")
     assert main(["score", str(few), "--torch-device", "cpu", "--require-full"]) == 1
     out = capsys.readouterr().out
     assert "verdict: FAIL" in out and re.search(r"\+ Frechet [\d.]+s \(cached\);", out)
@@ -236,13 +273,16 @@ def test_a_subset_is_scored_labelled_and_not_judged(tmp_path, backbones, capsys,
 
 
 @pytest.mark.slow
-def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones):
-    """A `runner run` dir (run.json + PNG store) that asked for 0-3 but holds 0-2."""
+def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbones,
+                                                             scored_subset, monkeypatch):
+    """A `runner run` dir (run.json + PNG store) that asked for 0-3 but holds 0-2: the
+    images of the generate dir scored_subset scored, so the same FID, found in its cache."""
     from runner.rundir.store import SampleStore
 
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(scored_subset.cache))
     run = tmp_path / "run"
     store = SampleStore(run)
-    for i, img in enumerate(synthetic_images(3, 3)):
+    for i, img in zip(SUBSET_IDS, subset_images(), strict=True):
         store.put(i, img, "w0", "cpu:0")
     (run / "run.json").write_text(json.dumps({"profile": "cpu", "sample_ids": [0, 1, 2, 3]}))
     with pytest.raises(IncompleteRun, match="1 of 4 requested samples are missing"):
@@ -254,6 +294,9 @@ def test_allow_subset_scores_and_labels_an_incomplete_run_dir(tmp_path, backbone
     assert record["comparable_with_mlperf"] is False and record["n"] == 3
     assert record["sample_ids"] == "0-2" and record["missing"] == "3"
     assert record["ranges_samples"] == "0-31"
+    assert record["frechet_cached"] is True
+    for key in ("score", "cross_check"):
+        assert record["fid"][key] == scored_subset.record["fid"][key]
     # Synthetic images are far from the tiny model's, but a subset is not judged: exit 0.
     assert record["verdict"] == "subset" and score.verdict.exit_code == 0
     assert f"note: {subset_label(3)}" in score.verdict.lines()
@@ -291,16 +334,20 @@ CHECKER_PATTERNS = {"FID": r".*'FID_SCORE':\s+'?([\d.]+).*",
 
 
 @pytest.mark.slow
-def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
+def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys, scored_subset,
+                                               monkeypatch):
     """`--metrics fid|clip`: that metric alone is scored, judged and reported; the exit code
     follows it only. Here FID's range admits anything and CLIP's nothing (100 x a cosine
     never reaches 1000), so FID alone passes, CLIP alone fails, both fail; and each metric
-    scored alone gives the bits it gives scored beside the other, in the same run."""
-    images = synthetic_images(7, 4)
-    run = write_generate_dir(tmp_path / "run", [0, 1, 2, 3], images)
+    scored alone gives the bits it gives scored beside the other, in the same run. The
+    images are scored_subset's: FID alone is the FID both metrics gave there (found in its
+    cache, as the statistics are the same)."""
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(scored_subset.cache))
+    images = subset_images()
+    run = write_generate_dir(tmp_path / "run", SUBSET_IDS, images)
     profile = tmp_path / "p.yaml"
     profile.write_text(f"extends: {CONFIGS_DIR / 'tiny.yaml'}\nname: p\naccuracy:\n"
-                       "  samples: 0-3\n  fid: [0, 1.0e+12]\n  clip: [1000, 2000]\n")
+                       "  samples: 0-2\n  fid: [0, 1.0e+12]\n  clip: [1000, 2000]\n")
     both = score_samples(enumerate(images), load_captions(), ScoreSettings(progress=False),
                          backbones, None)  # both metrics, no Frechet step: moments and CLIP
 
@@ -312,6 +359,7 @@ def test_one_metric_is_scored_and_judged_alone(tmp_path, backbones, capsys):
                                                                       both.sigma)
     assert fid.result.clip is None
     assert fid.result.clip_per_sample == ()
+    assert fid.result.frechet_cached and fid.result.fid == scored_subset.record["fid"]["score"]
     record = json.loads(fid.json_path.read_text())
     assert (record["metrics"], record["not_scored"], record["clip"]) == (["fid"], ["clip"], None)
     assert record["verdict"] == "pass" and record["comparable_with_mlperf"] is False
