@@ -90,9 +90,10 @@ class ScoredSubset:
 @pytest.fixture(scope="module")
 def scored_subset(tmp_path_factory) -> ScoredSubset:
     """`runner score` of subset_images() (0-2, tiny profile), once per module, in a cache of
-    its own, so its Frechet distance to the tiny statistics is computed (17 s of sqrtm on
-    2 cores), not found. The tests that score these images again score them in that cache:
-    the same images give the same statistics, and the distance is found there."""
+    its own, so its Frechet distance to the tiny statistics is computed, not found (MLPerf's
+    sqrtm and the eigh cross-check: about 21 s of one core's CPU on the 2-core VM,
+    2026-11-29). The tests that score these images again score them in that cache: the same
+    images give the same statistics, and the distance is found there."""
     tmp = tmp_path_factory.mktemp("subset")
     run = write_generate_dir(tmp / "few", SUBSET_IDS, subset_images())
     cache = tmp / "cache"
