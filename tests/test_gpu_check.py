@@ -538,11 +538,9 @@ def test_compiles_into_one_carry_add_their_batch_sizes(tmp_path):
     pytest.importorskip("torch")
     carry = tmp_path / "carry"
     for batch in ("2", "1"):
-        proc = subprocess.run([sys.executable, "-m", "runner", "compile", "--profile", "tiny",
-                               "--set", "model=seeded:tiny", "--set", "model.dtype=fp32",
-                               "--set", f"layout.batch_size={batch}",
-                               "--set", "layout.vae_batch_size=1", "--out", str(carry)],
-                              capture_output=True, text=True, env=env(), timeout=900)
+        proc = cli("compile", "--profile", "tiny", "--set", "model=seeded:tiny", "--set",
+                   "model.dtype=fp32", "--set", f"layout.batch_size={batch}",
+                   "--set", "layout.vae_batch_size=1", "--out", carry, env=env())
         assert proc.returncode == 0, proc.stderr[-3000:]
     (model,) = (carry / "exports").glob("*/model.json")
     raw = json.loads(model.read_text())
