@@ -17,7 +17,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from runner.gpucheck.check import PrepareRequest, prepare
 
     return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
-                                  not args.no_wheels, args.dry_run, args.tiny_count))
+                                  not args.no_wheels, args.dry_run,
+                                  args.tiny_count or TINY_COUNT))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -44,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_batch_sizes(p, "1,8 for an SDXL exported on demand; the model's own for tiny")
     p.add_argument("--python", default="3.12", metavar="X.Y",
                    help="the GPU machine's Python, for the wheels (default: 3.12)")
-    p.add_argument("--tiny-count", type=COUNT, default=TINY_COUNT, metavar="N",
+    # None when not given: a carry prepared before the flag existed is prepared again as is
+    p.add_argument("--tiny-count", type=COUNT, default=None, metavar="N",
                    help="the tiny model's samples 0..N-1 whose images the check compares, this "
                    "machine's against the GPU's: fewer prepare and run sooner, more check more "
                    f"images (default: {TINY_COUNT})")
