@@ -110,6 +110,35 @@ def test_prepare_of_tiny_takes_the_models_batch_sizes(tmp_path):
     assert bad.returncode == 2 and "--batch-sizes" in bad.stderr and "fix:" in bad.stderr
 
 
+def test_tiny_count_is_the_samples_the_check_compares(tmp_path):
+    """`--tiny-count N`: the reference run on this CPU renders samples 0..N-1 and the
+    manifest tells `run` to render the same; a count the captions lack is refused, and so is
+    one that differs from the reference run of a carry being prepared again."""
+    carry = tmp_path / "c"
+    proc = cli("gpu-check", "prepare", "--profile", "cpu", "--out", carry, "--dry-run",
+               "--no-wheels", "--tiny-count", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert ["python", "-m", "runner", "run", "--profile", "tiny", "--count", "4",
+            "--no-score", "--out", str(carry / "tiny-cpu")] in commands(proc.stdout)
+    for bad in ("0", "5001", "four"):
+        refused = cli("gpu-check", "prepare", "--profile", "cpu", "--out", carry,
+                      "--dry-run", "--tiny-count", bad)
+        assert refused.returncode == 2, (bad, refused.stderr)
+        assert "--tiny-count" in refused.stderr.splitlines()[0] and "fix:" in refused.stderr
+    fake_carry(carry)  # prepared before, with the default count
+    (carry / "tiny-cpu").mkdir()
+    (carry / "tiny-cpu" / "run.json").write_text(json.dumps({"sample_ids": list(range(32))}))
+    again = cli("gpu-check", "prepare", "--profile", "cpu", "--out", carry, "--dry-run",
+                "--no-wheels", "--tiny-count", "4")
+    assert again.returncode == 2 and again.stderr.startswith("error: --tiny-count: ")
+    assert "fix: give --tiny-count 32, or prepare into a new --out" in again.stderr
+    same = cli("gpu-check", "prepare", "--profile", "cpu", "--out", carry, "--dry-run",
+               "--no-wheels")
+    assert same.returncode == 0, same.stderr
+    assert ["python", "-m", "runner", "run", "--resume", str(carry / "tiny-cpu")] in commands(
+        same.stdout)
+
+
 def test_the_plan_puts_the_most_valuable_numbers_first():
     """bs1 throughput per VAE precision, then the largest batch first, the MLPerf number,
     the tiny comparison, the dispatch profile last."""
@@ -361,15 +390,18 @@ def test_the_published_anchors_are_the_docs_ones():
 
 
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+TINY_COUNT = 4  # the carry's tiny comparison: samples 0-3 (the check's default is 32)
 
 
 @pytest.fixture(scope="module")
 def cpu_carry(tmp_path_factory) -> Path:
     """One real `gpu-check prepare --profile cpu` with its wheels (for this Python), once per
-    session, in a directory with a hostile name; the tests run copies of it."""
+    session, in a directory with a hostile name; the tests run copies of it. Its tiny
+    comparison is of TINY_COUNT samples: the check's steps are the same for any count."""
     def build(carry: Path) -> None:
         prep = cli("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
-                   "--python", THIS_PYTHON, "--out", carry, env=env())
+                   "--tiny-count", str(TINY_COUNT), "--python", THIS_PYTHON, "--out", carry,
+                   env=env())
         assert prep.returncode == 0, prep.stderr[-3000:]
 
     return shared_dir(tmp_path_factory, f"carry {HOSTILE}", build)
@@ -388,6 +420,7 @@ def test_prepare_then_run_on_this_cpu(cpu_carry, tmp_path):
     copy_of(cpu_carry, carry)
     manifest = json.loads((carry / "gpu_check.json").read_text())
     assert manifest["batch_sizes"] == [1, 2] and manifest["vae_dtypes"] == ["fp32", "fp16"]
+    assert manifest["tiny_count"] == TINY_COUNT
     assert (carry / "cache" / "vmfb").is_dir() and (carry / "tiny-cpu" / "run.json").is_file()
     assert "min_query_count = 4" in (carry / "mlperf-short.conf").read_text()
     notes = (carry / "README.txt").read_text()
@@ -402,7 +435,7 @@ def test_prepare_then_run_on_this_cpu(cpu_carry, tmp_path):
     assert [s["name"] for s in done["steps"]] == [s["name"] for s in manifest["steps"]]
     assert all(s["status"] == "passed" for s in done["steps"]), by_name
     assert done["gpu"]["tool"] is None and "PATH" in done["gpu"]["note"]
-    assert done["tiny"]["verdict"] == "within 1 LSB" and done["tiny"]["common"] == 32
+    assert done["tiny"]["verdict"] == "within 1 LSB" and done["tiny"]["common"] == TINY_COUNT
     benches = {}
     for v in ("fp32", "fp16"):
         bench = json.loads((results / f"bench-{v}-bs1" / "bench.json").read_text())
@@ -505,11 +538,9 @@ def test_compiles_into_one_carry_add_their_batch_sizes(tmp_path):
     pytest.importorskip("torch")
     carry = tmp_path / "carry"
     for batch in ("2", "1"):
-        proc = subprocess.run([sys.executable, "-m", "runner", "compile", "--profile", "tiny",
-                               "--set", "model=seeded:tiny", "--set", "model.dtype=fp32",
-                               "--set", f"layout.batch_size={batch}",
-                               "--set", "layout.vae_batch_size=1", "--out", str(carry)],
-                              capture_output=True, text=True, env=env(), timeout=900)
+        proc = cli("compile", "--profile", "tiny", "--set", "model=seeded:tiny", "--set",
+                   "model.dtype=fp32", "--set", f"layout.batch_size={batch}",
+                   "--set", "layout.vae_batch_size=1", "--out", carry, env=env())
         assert proc.returncode == 0, proc.stderr[-3000:]
     (model,) = (carry / "exports").glob("*/model.json")
     raw = json.loads(model.read_text())

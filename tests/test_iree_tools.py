@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,27 @@ def test_path_wins_over_the_packages(tmp_path):
     assert proc.returncode == 0, proc.stderr
     line = tool_lines(proc.stdout)["iree-compile"]
     assert f": {tools / 'iree-compile'} (from PATH: " in line
+
+
+def test_the_packages_own_console_scripts_on_path_start_their_binaries(tmp_path):
+    """An activated venv puts the IREE packages' console scripts first on PATH; each is a
+    Python program that starts its package's binary. The runner starts that binary itself
+    (and says why); a script of the same name that the packages did not install still wins
+    (test_path_wins_over_the_packages)."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    assert (scripts / "iree-compile").read_bytes()[:2] == b"#!"  # a Python console script
+    expected = package_paths()
+    proc = runner("--version", path=f"{scripts}:{BARE_PATH}")
+    assert proc.returncode == 0, proc.stderr
+    lines = tool_lines(proc.stdout)
+    for name, path in expected.items():
+        package = "iree.compiler" if name in ("iree-compile", "iree-opt") else "iree.runtime"
+        assert f": {path} (from {package}: " in lines[name], lines[name]
+        assert (f"first {name} on PATH, {scripts / name}, is the installed {package} "
+                "package's console script, which runs this)") in lines[name]
+    proc = runner("compile", "--profile", "tiny", "--dry-run", path=f"{scripts}:{BARE_PATH}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(expected["iree-compile"] + " ")
 
 
 def test_missing_override_dir_is_a_clear_error(tmp_path):

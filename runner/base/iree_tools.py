@@ -10,7 +10,11 @@ The order, first hit wins:
 2. `PATH`: the harness images and `build-dir:`/`source:` builds put a build's `tools/`
    first on PATH, and an activated venv puts its console scripts there; PATH winning over
    the installed packages is what keeps a source build from being shadowed by a wheel that
-   happens to be installed beside it.
+   happens to be installed beside it. Where the first on PATH is one of the installed IREE
+   packages' own console scripts (their RECORD lists it), the binary that script would
+   start is run directly: the same tool, without a Python process around each call (which
+   doubled the CPU of a short `iree-benchmark-executable` call on a 2-core VM, and a stage's
+   dispatch replay makes hundreds of them).
 3. The installed packages' own tool locations, found as IREE's Python packages find them:
    `iree.compiler.tools.binaries.find_tool` (the compiler wheel's `_mlir_libs/`) and
    `iree._runtime.libs.library_path` (the runtime wheel's `_runtime_libs/`, what the
@@ -23,6 +27,7 @@ IREE's own lookup does); `runner --version` says which place each tool came from
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -113,6 +118,36 @@ def package_tool(name: str) -> tuple[str, str] | None:
     return None
 
 
+@cache
+def _console_scripts() -> dict[str, str]:
+    """The installed IREE packages' console scripts (real path -> package), from their
+    RECORDs: each only starts the package's own binary of its name (`package_tool`), in a
+    Python process of its own."""
+    out = {}
+    for dist, package in (("iree-base-compiler", "iree.compiler"),
+                          ("iree-base-runtime", "iree.runtime")):
+        try:
+            installed = importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        names = {e.name for e in installed.entry_points if e.group == "console_scripts"}
+        for file in installed.files or ():
+            path = os.path.realpath(str(installed.locate_file(file)))
+            if file.name in names and _script(path):
+                out[path] = package
+    return out
+
+
+def _script(path: str) -> bool:
+    """A `#!` script, not a binary (the packages' RECORDs list their binaries of the same
+    names too: one on PATH, such as a Tracy build's, is run as it is)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
 def find_tool(name: str) -> Tool:
     """`name` by the order in the module doc; a RunnerError lists every place looked in."""
     dirs, origin = override_dirs()
@@ -122,6 +157,12 @@ def find_tool(name: str) -> Tool:
     skipped = f"not in {origin}" if dirs else f"{FLAG} / ${TOOL_PATH_ENV} not set"
     on_path = shutil.which(name)
     if on_path:
+        script_of = _console_scripts().get(os.path.realpath(on_path))
+        found = package_tool(name) if script_of else None
+        if found and found[1] == script_of:
+            return Tool(name, found[0], script_of, f"{skipped}; first {name} on PATH, "
+                        f"{on_path}, is the installed {script_of} package's console script, "
+                        "which runs this")
         return Tool(name, on_path, "PATH", f"{skipped}; first {name} on PATH")
     found = package_tool(name)
     if found:

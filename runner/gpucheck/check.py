@@ -61,13 +61,14 @@ class PrepareRequest:
     python: str
     wheels: bool
     dry_run: bool
+    tiny_count: int = plan.TINY_COUNT
 
 
 def prepare(request: PrepareRequest) -> int:
     out = sys.stdout  # a dry run's commands
     carry = request.carry.absolute()
     todo, manifest = plan.prepare_plan(request.profile, carry, request.batch_sizes,
-                                       request.python, request.wheels)
+                                       request.python, request.wheels, request.tiny_count)
     env = children_env({})
     if request.dry_run:
         for step in todo:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.clihelp import add_batch_sizes, add_dry_run, add_out, add_profile, document
-from runner.inputs.cliargs import SECONDS
+from runner.gpucheck.plan import TINY_COUNT
+from runner.inputs.cliargs import COUNT, SECONDS
 
 DEFAULT_BUDGET_S = 480.0  # a machine lent for 10 minutes, less its start and the copies
 
@@ -16,7 +17,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from runner.gpucheck.check import PrepareRequest, prepare
 
     return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
-                                  not args.no_wheels, args.dry_run))
+                                  not args.no_wheels, args.dry_run,
+                                  args.tiny_count or TINY_COUNT))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -43,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_batch_sizes(p, "1,8 for an SDXL exported on demand; the model's own for tiny")
     p.add_argument("--python", default="3.12", metavar="X.Y",
                    help="the GPU machine's Python, for the wheels (default: 3.12)")
+    # None when not given: a carry prepared before the flag existed is prepared again as is
+    p.add_argument("--tiny-count", type=COUNT, default=None, metavar="N",
+                   help="the tiny model's samples 0..N-1 whose images the check compares, this "
+                   "machine's against the GPU's: fewer prepare and run sooner, more check more "
+                   f"images (default: {TINY_COUNT})")
     p.add_argument("--no-wheels", action="store_true",
                    help="carry no wheels (the GPU machine has the IREE runtime and LoadGen)")
     add_out(p, "the carry: cache/ (compiled modules and exports, as $RUNNER_CACHE_DIR), "

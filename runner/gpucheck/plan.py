@@ -35,7 +35,7 @@ RESULTS_KIND = "gpu_check_results"
 VAE_DTYPES = ("fp32", "fp16")
 SHORT_DTYPES = {"float32": "fp32", "float16": "fp16"}
 SDXL_BATCH_SIZES = (1, 8)  # an export made on demand has every size; these two are the check's
-TINY_COUNT = 32  # the tiny images compared: the tiny profile's accuracy samples 0-31
+TINY_COUNT = 32  # the tiny images compared by default: the tiny profile's accuracy samples 0-31
 BENCH_STAGES = ("clip", "unet_step", "vae")  # one UNet step: 20 of them make the pipeline
 # The short MLPerf Offline test: enough samples for a rate, far short of a valid result
 # (MLPerf's own: 5000 queries, 600 s). On a CPU the same test, smaller.
@@ -127,9 +127,11 @@ def plan_steps(sizes: list[int], vae_dtypes: list[str], main_dtype: str) -> list
 
 
 def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
-                 python: str, wheels: bool) -> tuple[list[PrepareStep], dict]:
+                 python: str, wheels: bool, tiny_count: int = TINY_COUNT
+                 ) -> tuple[list[PrepareStep], dict]:
     """The commands `prepare` runs and the manifest it writes (less what only running tells)."""
     from runner.base.errors import RunnerError
+    from runner.batch.run import validate_ids
     from runner.bench.stages import stage_roles
     from runner.config.profile import load_profile
 
@@ -149,10 +151,14 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     sets = tiny_sets(profile.target.backend, profile.target.chip)
     steps.append(PrepareStep("compile tiny", runner_argv("compile", "--profile", "tiny", *sets,
                                                          "--out", str(cache))))
+    validate_ids(list(range(tiny_count)), "--tiny-count")
     tiny_cpu = carry / "tiny-cpu"
+    resumed = (tiny_cpu / "run.json").is_file()
+    if resumed:
+        _same_tiny_count(tiny_cpu, tiny_count)
     steps.append(PrepareStep("tiny on this CPU", runner_argv(
-        "run", "--resume", str(tiny_cpu)) if (tiny_cpu / "run.json").is_file() else runner_argv(
-        "run", "--profile", "tiny", "--count", str(TINY_COUNT), "--no-score",
+        "run", "--resume", str(tiny_cpu)) if resumed else runner_argv(
+        "run", "--profile", "tiny", "--count", str(tiny_count), "--no-score",
         "--out", str(tiny_cpu))))
     version = runtime_version()
     if wheels:
@@ -175,13 +181,28 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
         "backend": profile.target.backend, "chip": profile.target.chip,
         "batch_sizes": sorted(set(sizes)), "vae_dtypes": list(VAE_DTYPES),
         "stages": [s for s, _ in stage_roles(model.functions) if s in BENCH_STAGES],
-        "tiny_sets": sets, "tiny_count": TINY_COUNT, "iree_runtime": version,
+        "tiny_sets": sets, "tiny_count": tiny_count, "iree_runtime": version,
         "python": ".".join(map(str, sys.version_info[:3])),
         "wheels_python": python if wheels else None,
         "mlperf": {"min_query_count": queries, "min_duration_s": seconds,
                    "user_conf": USER_CONF},
         "steps": plan_steps(sorted(set(sizes)), list(VAE_DTYPES), main_dtype)}
     return steps, manifest
+
+
+def _same_tiny_count(tiny_cpu: Path, tiny_count: int) -> None:
+    """A carry's CPU reference (prepared before, into the same --out) is resumed, not made
+    again: it must hold the samples asked for, or the GPU's images would be compared with
+    another set."""
+    from runner.base.errors import RunnerError
+    from runner.inputs.jsonfile import read_json
+
+    ids = read_json(tiny_cpu / "run.json", where=str(tiny_cpu / "run.json"),
+                    what="the tiny run's record").get("sample_ids")
+    if isinstance(ids, list) and ids != list(range(tiny_count)):
+        raise RunnerError(f"the carry's tiny-cpu run holds {len(ids)} samples, not the "
+                          f"{tiny_count} asked", where="--tiny-count",
+                          fix=f"give --tiny-count {len(ids)}, or prepare into a new --out")
 
 
 def user_conf_text(manifest: dict) -> str:
