@@ -225,7 +225,7 @@ def _script(plan: MeasurePlan, env: BuildEnv, build: Build, out: Path) -> dict[s
 
 
 def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, Any],
-            scored: ScoredImages | None = None) -> dict[str, Any]:
+            scored: ScoredImages) -> dict[str, Any]:
     """The build's measurement; `unavailable` set when it cannot be had (skipped). Images
     byte-identical to a build's in `scored` take its score."""
     start = time.perf_counter()
@@ -243,15 +243,14 @@ def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, An
         result["probe"] = _probe(plan, env, out)
         ran = result["probe"].get("ok") and result["probe"].get("run")
         if ran and (plan.score or plan.test.kind == "accuracy"):
-            same = scored.find(out) if scored is not None else None
+            same = scored.find(out)
             if same is not None:
                 echo(f"score: {build.label} made the images of {same['same_images_as']} "
                      "byte for byte: its FID/CLIP, not scored again")
                 result["score"] = same
             else:
                 result["score"] = _score(plan, out, backbones)
-                if scored is not None:
-                    scored.add(result)
+                scored.add(result)
     if plan.test.kind == "goldens":
         result["goldens"] = _goldens(plan, env, out)
     if plan.test.kind == "script":
