@@ -90,6 +90,48 @@ def test_bisection_picks_the_middle_and_names_a_range_hidden_by_skips():
     assert hidden.next() is None and hidden.skipped() == [2]
 
 
+def test_byte_identical_images_take_the_score_of_the_build_that_made_them(tmp_path):
+    from runner.bisect.measure import ScoredImages
+
+    def step(name: str, digests: list[str], score: dict | None) -> dict:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"samples": [
+            {"qsl_idx": i, "sha256": d} for i, d in enumerate(digests)]}))
+        return {"dir": str(tmp_path / name), "build": {"spec": f"wheels:{name}"},
+                **({"score": score} if score else {})}
+
+    scored = ScoredImages()
+    scored.add(step("1", ["a", "b"], {"fid": 0.5, "clip": -2.0}))
+    scored.add(step("2", ["a", "c"], {"error": "no images to score"}))  # not a score
+    scored.add(step("3", ["a", "d"], None))  # not scored
+    assert scored.find(Path(step("4", ["a", "b"], None)["dir"])) == {
+        "fid": 0.5, "clip": -2.0, "same_images_as": "wheels:1"}
+    assert scored.find(Path(step("5", ["a", "c"], None)["dir"])) is None
+    assert scored.find(Path(step("6", ["b", "a"], None)["dir"])) is None  # other samples
+    assert scored.find(tmp_path / "no-such-run") is None
+    scored.add(step("7", ["a", "b"], {"fid": 0.5, "clip": -2.0, "same_images_as": "wheels:1"}))
+    assert scored.find(tmp_path / "4")["same_images_as"] == "wheels:1"  # the first scorer
+
+
+def test_one_image_is_refused_fid_before_any_network_is_loaded(tmp_path):
+    """A build's step scores its images only after every check that can refuse them: one
+    image (FID needs two) is refused by the checks a dry run makes, not after the networks
+    load and score it."""
+    import numpy as np
+
+    from runner.accuracy.evaluate import score_plan
+    from runner.base.fileio import sha256_bytes
+    from runner.model.images import write_png
+
+    image = np.full((128, 128, 3), 90, np.uint8)
+    write_png(tmp_path / "images" / "00000.png", image)
+    (tmp_path / "manifest.json").write_text(json.dumps({"profile": "tiny", "samples": [
+        {"qsl_idx": 0, "png": "00000.png", "sha256": sha256_bytes(image.tobytes())}]}))
+    with pytest.raises(RunnerError, match=r"1 image\(s\) to score; FID needs at least 2"):
+        score_plan(tmp_path)
+    assert score_plan(tmp_path, metrics=("clip",))  # CLIP alone scores one
+
+
 def test_versions_order_nightlies_by_date_and_before_their_release():
     versions = ["3.4.0", "3.4.0rc20250105", "3.3.1", "3.4.0rc20241231", "3.10.0", "2.9.0"]
     assert sorted(versions, key=version_key) == [
@@ -317,6 +359,12 @@ def test_trend_over_commits_marks_image_changes_and_which_dispatches_moved(tmp_p
     for p in (points[0], points[2], points[3]):
         assert p["dispatch_count"] > 0 and p["vmfb_bytes"] > 0 and p["compile_s"] > 0
         assert len(p["samples_per_s_passes"]) == 2 and p["fid"] is not None
+    # 3.13 made 3.12's images byte for byte: they are scored once, the score named as 3.12's
+    assert [p["score_from"] for p in points] == [None, None, None, points[2]["build"]]
+    assert (points[3]["fid"], points[3]["clip"]) == (points[2]["fid"], points[2]["clip"])
+    assert sorted(p.parent.name[:3] for p in (out / "builds").glob("*/accuracy.json")) == [
+        "000", "002"]  # only the builds that were scored wrote a score
+    assert f"made the images of {points[2]['build']} byte for byte" in proc.stderr
     html = (out / "report.html").read_text()
     root = ET.fromstring(html.split("\n", 1)[1])
     svgs = [el for el in root.iter() if el.tag == "svg"]
@@ -347,6 +395,7 @@ def test_trend_over_commits_marks_image_changes_and_which_dispatches_moved(tmp_p
         assert change["moved"][0] == top
     md = (out / "trend.md").read_text()
     assert "## Dispatches" in md and f"### `{first['build']}` -> `{second['build']}`" in md
+    assert f"- `{second['build']}`: FID/CLIP of `{first['build']}`" in md
     assert "unet_step: dispatches that moved most" in md
     assert "unet_step: dispatches that moved most" in html
     # A throughput bisect's evidence holds the same comparison (last good -> first bad).

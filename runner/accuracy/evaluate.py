@@ -157,6 +157,10 @@ def prepare(run_dir: Path, profile: str | None, log: Path | None, allow_subset: 
     require_ranges(prof.accuracy, str(prof.path), metrics)
     captions = load_captions(*([source.captions] if source.captions else []))
     p = plan(source, prof, captions, allow_subset)
+    if "fid" in metrics and len(p.ids) < 2:  # known now, not after the networks and a pass
+        raise RunnerError(f"{len(p.ids)} image(s) to score; FID needs at least 2",
+                          where=source.location,
+                          fix="score two samples or more, or CLIP alone (--metrics clip)")
     reference = reference_statistics(p) if "fid" in metrics else None
     return p, captions, metrics, reference
 

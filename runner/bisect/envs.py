@@ -216,11 +216,23 @@ def plan_setup(build: Build, sources: Sources, executor: str = "venv",
     return Setup(build, "venv", commands, root, notes=notes, wheels=wheels)
 
 
+# Installed without bytecode: iree-base-compiler's dependencies for its Python frontends,
+# which no probe imports; compiling their thousands of files took ~7 s of CPU, most of the
+# Python bytecode a build's venv was made with.
+NOT_IMPORTED = ("sympy", "mpmath")
+
+
 def _venv_commands(root: Path, install: list[str]) -> list[list[str]]:
+    """The venv, the build's wheels and the worker's requirements installed in it, then the
+    bytecode of everything a probe may import (pip's own step, less NOT_IMPORTED)."""
     venv_python = str(root / "venv" / "bin" / "python")
+    site = f"{root / 'venv' / 'lib'}/python{sys.version_info.major}.{sys.version_info.minor}" \
+        "/site-packages"
     return [[_python(), "-m", "venv", str(root / "venv")],
             [venv_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             *install, *WORKER_REQUIREMENTS]]
+             "--no-compile", *install, *WORKER_REQUIREMENTS],
+            [venv_python, "-m", "compileall", "-q", "-x", f"/({'|'.join(NOT_IMPORTED)})/",
+             site]]
 
 
 def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:

@@ -22,6 +22,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
+from runner.base.progress import echo
 from runner.base.signals import Interrupted
 from runner.bisect.builds import Build, Sources
 from runner.bisect.envs import (
@@ -34,7 +35,7 @@ from runner.bisect.envs import (
     runner_source_dir,
     setup_lines,
 )
-from runner.bisect.judge import TestSpec
+from runner.bisect.judge import TestSpec, sample_digests
 from runner.bisect.probe import PROBE_FILE
 from runner.config.profile import Profile
 
@@ -143,14 +144,48 @@ def _probe(plan: MeasurePlan, env: BuildEnv, out: Path) -> dict[str, Any]:
     return state
 
 
+class ScoredImages:
+    """The FID/CLIP scores an out dir already holds, by the images scored. A score is a
+    function of the images (and of the profile, one for every step of a bisect or trend),
+    so a build whose images are byte-identical to a scored build's gets that score, named
+    as such (`same_images_as`), instead of scoring the same pixels again."""
+
+    def __init__(self) -> None:
+        self._by_images: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def _key(run_dir: Path) -> str | None:
+        try:
+            return json.dumps(sorted(sample_digests(run_dir).items()))
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def add(self, measurement: dict[str, Any]) -> None:
+        """Remembers a measured build's score (one that scored its images)."""
+        score = measurement.get("score")
+        if not score or "error" in score:
+            return
+        key = self._key(Path(measurement["dir"]))
+        if key is not None:
+            self._by_images.setdefault(key, {
+                **score, "same_images_as": score.get("same_images_as")
+                or measurement["build"]["spec"]})
+
+    def find(self, run_dir: Path) -> dict[str, Any] | None:
+        key = self._key(run_dir)
+        return None if key is None else self._by_images.get(key)
+
+
 def _score(plan: MeasurePlan, out: Path, backbones: dict[str, Any]) -> dict[str, Any]:
     """FID/CLIP of the build's samples on this host (scores depend on the images, not on
     the IREE build); a subset of the ranges' samples is scored and labelled, not judged."""
     from runner.accuracy.backbones import load_backbones
-    from runner.accuracy.evaluate import evaluate_run
+    from runner.accuracy.evaluate import evaluate_run, prepare
     from runner.accuracy.settings import accuracy_settings
 
     try:
+        # every check that can refuse the images (too few for FID...) before the networks load
+        prepare(out, str(plan.profile_file), None, allow_subset=True, metrics=None)
         if "model" not in backbones:
             settings = accuracy_settings(plan.profile)
             backbones["model"] = load_backbones(settings.backbones, settings.seed)
@@ -189,9 +224,10 @@ def _script(plan: MeasurePlan, env: BuildEnv, build: Build, out: Path) -> dict[s
             "tail": log.read_text(errors="replace")[-1000:] if log.is_file() else ""}
 
 
-def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, Any]
-            ) -> dict[str, Any]:
-    """The build's measurement; `unavailable` set when it cannot be had (skipped)."""
+def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, Any],
+            scored: ScoredImages) -> dict[str, Any]:
+    """The build's measurement; `unavailable` set when it cannot be had (skipped). Images
+    byte-identical to a build's in `scored` take its score."""
     start = time.perf_counter()
     out = plan.step_dir(index, build)
     shutil.rmtree(out, ignore_errors=True)  # an interrupted attempt starts over
@@ -207,7 +243,14 @@ def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, An
         result["probe"] = _probe(plan, env, out)
         ran = result["probe"].get("ok") and result["probe"].get("run")
         if ran and (plan.score or plan.test.kind == "accuracy"):
-            result["score"] = _score(plan, out, backbones)
+            same = scored.find(out)
+            if same is not None:
+                echo(f"score: {build.label} made the images of {same['same_images_as']} "
+                     "byte for byte: its FID/CLIP, not scored again")
+                result["score"] = same
+            else:
+                result["score"] = _score(plan, out, backbones)
+                scored.add(result)
     if plan.test.kind == "goldens":
         result["goldens"] = _goldens(plan, env, out)
     if plan.test.kind == "script":

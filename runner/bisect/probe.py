@@ -10,8 +10,8 @@ tell a build that cannot be installed or imported (skip) from one that cannot co
 2. compile: the profile's modules through the compile cache (keyed by the compiler's
    version and commit, so every build has its own, shared with `runner run`), each
    module's compile time (the time it took when it was compiled, for a cached one) and
-   vmfb size; with `--compstat`, also IREE CI's dispatch count (a second compile with the
-   scheduling statistics, cached as well);
+   vmfb size; with `--compstat`, also IREE CI's dispatch count (the scheduling statistics
+   of the same compile stopped before code generation, cached as well);
 3. run: `runner generate` of the samples, `--passes` times (the first writes `images/`,
    later ones `passN/`), each pass timed, and whether every pass made the same bytes;
 4. dispatches (`--dispatches CALLS`): every stage's dispatch profile with this build's
@@ -53,19 +53,19 @@ def _compile_seconds(result) -> float:
 
 
 def _dispatch_count(result, compiler) -> int:
-    """IREE CI's compstat number for one module: the same compile with the scheduling
-    statistics dumped (into the cache, named by the plain compile's key)."""
+    """IREE CI's compstat number for one module: its scheduling statistics (the compile up
+    to the executables' sources), cached, named by the plain compile's key."""
     from runner.base.paths import cache_dir
     from runner.goldens.plan import STATS_FILE_FLAG, STATS_FORMAT_FLAG, dispatch_count
-    from runner.model.compile import compile_mlir
+    from runner.model.compile import scheduling_statistics
 
     stats = cache_dir() / "compstat" / result.key[:2] / f"{result.key}.json"
-    flags = (*result.command[2:-2], f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}")
-    stats.parent.mkdir(parents=True, exist_ok=True)
-    with_stats = compile_mlir(Path(result.mlir), flags, compiler=compiler)
-    if not stats.is_file():  # a cached vmfb whose statistics are gone: compile again
-        Path(with_stats.vmfb).unlink(missing_ok=True)
-        compile_mlir(Path(result.mlir), flags, compiler=compiler)
+    if not stats.is_file():
+        stats.parent.mkdir(parents=True, exist_ok=True)
+        written = stats.with_suffix(f".{os.getpid()}.tmp")
+        scheduling_statistics(result, (f"{STATS_FORMAT_FLAG}=json",
+                                       f"{STATS_FILE_FLAG}={written}"), compiler)
+        written.replace(stats)  # (none written: FileNotFoundError, the probe's failure)
     return dispatch_count(stats)
 
 

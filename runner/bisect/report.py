@@ -132,6 +132,10 @@ def trend_markdown(state: dict[str, Any]) -> str:
                          _fmt(p["vmfb_bytes"]),
                          {True: "**yes**", False: "no", None: "-"}[p["images_changed"]],
                          duration(p["seconds"])] for p in points])]
+    shared = [p for p in points if p.get("score_from")]
+    if shared:
+        lines += ["", "Scored once, byte-identical images:", ""]
+        lines += [f"- {code(p['build'])}: FID/CLIP of {code(p['score_from'])}" for p in shared]
     errors = [(p["build"], p["error"]) for p in points if p.get("error")]
     if errors:
         lines += ["", "Builds not measured or not scored:", ""]

@@ -25,6 +25,7 @@ from runner.bisect.judge import BAD, GOOD, SKIP, TestSpec, Verdict, image_diffs,
 from runner.bisect.ledger import Ledger
 from runner.bisect.measure import (
     MeasurePlan,
+    ScoredImages,
     dispatch_note,
     dispatch_profiles,
     dry_run_lines,
@@ -94,6 +95,9 @@ class Stepper:
                  name: str = "bisect"):
         self.ledger, self.plan, self.builds, self.name = ledger, plan, builds, name
         self.backbones: dict[str, Any] = {}
+        self.scored = ScoredImages()
+        for step in ledger.state["steps"]:
+            self.scored.add(step["measurement"])
         self.order = len(ledger.state["steps"])
 
     def measurement(self, index: int) -> dict[str, Any]:
@@ -111,7 +115,7 @@ class Stepper:
             return verdict
         self.order += 1
         echo(f"{self.name}: step {self.order}: {build.label}{why} ...")
-        m = measure(self.plan, index, build, self.backbones)
+        m = measure(self.plan, index, build, self.backbones, self.scored)
         ref = self.measurement(reference) if reference is not None else None
         verdict = judge(self.plan.test, ref, m)
         self.ledger.record({"index": index, "build": build.spec, "label": build.label,

@@ -55,6 +55,7 @@ def point(step: dict[str, Any], previous: dict[int, str] | None) -> dict[str, An
         "build": step["build"], "label": step["label"], "verdict": step["verdict"]["state"],
         "metric": step["verdict"]["metric"], "seconds": step["seconds"],
         "fid": score.get("fid"), "clip": score.get("clip"),
+        "score_from": score.get("same_images_as"),
         "samples_per_s": sum(rates) / len(rates) if rates else None,
         "samples_per_s_passes": rates,
         "compile_s": compile_.get("seconds"), "dispatch_count": compile_.get("dispatch_count"),

@@ -324,3 +324,20 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
     command = [str(c) for c in recorded] if isinstance(recorded, list) else []
     return CompileResult(str(mlir), str(vmfb), entry["key"], True, 0.0, command, actual,
                          _named(compiler), True)
+
+
+def scheduling_statistics(result: CompileResult, flags: tuple[str, ...],
+                          compiler: CompilerInfo) -> None:
+    """IREE's stream scheduling statistics of a compiled module (IREE CI's compstat: the
+    dispatch count), written where `flags` (the statistics flags) say. The compile stops
+    once the executables' sources are formed: the statistics come from the stream phase
+    before, so they are the full compile's byte for byte, without its code generation, most
+    of its time."""
+    mlir = Path(result.mlir)
+    argv = [compiler.path, str(mlir), *result.command[2:-2], *flags,
+            "--compile-to=executable-sources", "-o", os.devnull]
+    proc = _run_compiler(argv, mlir)
+    if proc.returncode != 0:
+        raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
+                          f"{compiler_errors(proc.stderr)}", where=str(mlir),
+                          fix=f"reproduce with: {shlex.join(argv)}")
