@@ -18,6 +18,7 @@ prints its last line, where it finishes its work and exits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import pytest
 from cli_support import start_runner
+from shared_work import once
 
 from runner.base.outdir import RECORD, REFUSES
 from runner.base.procs import Proc, descendants
@@ -49,6 +52,7 @@ ATTEMPT_TIMEOUT_S = 600
 EARLIEST, LATEST = 0.05, 1.0  # where in the command's run time the signals fall
 _DURATIONS: dict[str, float] = {}
 _LAST_LINES: dict[str, str] = {}
+_SHARED: list[pytest.TempPathFactory] = []  # share_timings
 
 
 def done_keys(out: Path) -> set[str]:
@@ -202,19 +206,44 @@ def attempt_when(cmd: Command, argv: list[str], sig: int, ready: Callable[[], bo
     return _ended(proc, argv, sig if sent else None, time.monotonic() - start, below)
 
 
+def share_timings(factory: pytest.TempPathFactory) -> None:
+    """`duration` keeps its timings where every process of the pytest session sees them
+    (tests/shared_work.py): each command is timed once per session, not once per worker."""
+    _SHARED[:] = [factory]
+
+
 def duration(cmd: Command, tmp: Path) -> float:
-    """Seconds the command takes on this machine now, start to end (once per command):
-    run to its end in a directory of its own under `tmp`. Its last line is kept for
+    """Seconds the command takes on this machine now, start to end (once per command, per
+    session after `share_timings`): run to its end in a directory of its own under `tmp`,
+    and checked as `finish` checks a run (clean, complete). Its last line is kept for
     `attempt_at_its_end`."""
-    if cmd.name not in _DURATIONS:
-        start = time.monotonic()
-        proc = _start(cmd, cmd.argv(tmp / "timed"), both=True)
-        whole = _ended(proc, cmd.argv(tmp / "timed"), None, 0.0, [])
-        assert whole.rc in cmd.ok, whole.describe()
-        _DURATIONS[cmd.name] = time.monotonic() - start
-        _LAST_LINES[cmd.name] = _shape(whole.stderr.rstrip("\n").rsplit("\n", 1)[-1],
-                                       tmp / "timed")
+    if cmd.name in _DURATIONS:
+        return _DURATIONS[cmd.name]
+    with contextlib.ExitStack() as stack:
+        saved = None
+        if _SHARED:
+            name = "battery-timed-" + re.sub(r"\W", "-", cmd.name)
+            saved = stack.enter_context(once(_SHARED[0], name)) / f"{name}.json"
+        if saved is not None and saved.is_file():
+            timing = json.loads(saved.read_text())
+        else:
+            timing = _timed(cmd, tmp)
+            if saved is not None:
+                saved.write_text(json.dumps(timing))
+    _DURATIONS[cmd.name], _LAST_LINES[cmd.name] = timing["seconds"], timing["last_line"]
     return _DURATIONS[cmd.name]
+
+
+def _timed(cmd: Command, tmp: Path) -> dict:
+    """The command run to its end in `tmp`/timed, checked: its seconds and last line."""
+    start = time.monotonic()
+    proc = _start(cmd, cmd.argv(tmp / "timed"), both=True)
+    whole = _ended(proc, cmd.argv(tmp / "timed"), None, 0.0, [])
+    seconds = time.monotonic() - start
+    check_clean(cmd, whole, tmp / "timed")  # as `finish` checks a run into a new dir
+    assert cmd.finished(tmp / "timed"), whole.describe()
+    return {"seconds": seconds, "last_line": _shape(
+        whole.stderr.rstrip("\n").rsplit("\n", 1)[-1], tmp / "timed")}
 
 
 def _shape(line: str, out: Path) -> str:
@@ -279,18 +308,22 @@ def strata(rng: random.Random, n: int) -> list[float]:
 def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS, seed: int = SEED
                 ) -> list[Attempt]:
     """Each of `signals` once, at a seeded random point of its own stratum of the run, each
-    followed by the command's rerun; then the last attempt run to its end. Returns every
-    attempt, for the caller's checks (tests/test_signals.py signals_for says which signals
-    each command gets)."""
+    followed by the command's rerun; then the last attempt run to its end (where the last
+    signal missed, leaving a new out dir no attempt went into, the timed run of `duration`
+    was that run into a new dir, checked as `finish` checks one). Returns every attempt,
+    for the caller's checks (tests/test_signals.py signals_for says which signals each
+    command gets)."""
     rng = random.Random(f"{seed}:{cmd.name}")
     seconds = duration(cmd, tmp)
     history: list[Attempt] = []
     n, out = 0, tmp / "out-0"
     argv = cmd.argv(out)
     kept: set[str] = set()
+    fresh = True  # no attempt has gone into `out` yet
     for sig, at in zip(signals, strata(rng, len(signals)), strict=True):
         a = attempt(cmd, argv, sig, seconds * at, seed)
         history.append(a)
+        fresh = False
         check_clean(cmd, a, out)
         now = cmd.kept(out)
         assert kept <= now, f"finished work lost: {sorted(kept - now)}\n{a.describe()}"
@@ -298,11 +331,12 @@ def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS, see
         if not a.interrupted or _status(out) == "finished":  # it finished first
             history += _rerun_finished(cmd, out, seed)
             n += 1
-            out, kept = tmp / f"out-{n}", set()
+            out, kept, fresh = tmp / f"out-{n}", set(), True
             argv = cmd.argv(out)
             continue
         argv = _rerun_interrupted(cmd, out, history, seed)
-    history.append(finish(cmd, argv, out, kept, seed))
+    if not fresh:  # (a new out dir run to its end: the timed run, checked as `finish` would)
+        history.append(finish(cmd, argv, out, kept, seed))
     return history
 
 

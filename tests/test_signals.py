@@ -25,8 +25,8 @@ from signal_battery import (
     attempt_when,
     check_clean,
     done_keys,
-    duration,
     run_battery,
+    share_timings,
     went_on,
 )
 
@@ -37,6 +37,12 @@ from runner.rundir.directory import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_GOLDENS = REPO / "goldens" / "tiny"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _timed_once(tmp_path_factory) -> None:
+    """Each command's timed run (signal_battery.duration) serves every pytest-xdist worker."""
+    share_timings(tmp_path_factory)
 
 
 def rerun_rules() -> dict[str, Rerun]:
@@ -75,9 +81,13 @@ def _run_complete(out: Path) -> bool:
     return RunDir(out).exists() and RunDir(out).load().complete
 
 
+def _run(out: Path, count: int = 4) -> list[str]:
+    """`runner run` of the tiny model, unscored: its command line."""
+    return ["run", "--profile", "tiny", "--count", str(count), "--no-score", "--out", str(out)]
+
+
 FAST = [
-    Command("run", lambda o: ["run", "--profile", "tiny", "--count", "4", "--no-score",
-                              "--out", str(o)], REFUSES, _run_complete, kept=_samples),
+    Command("run", _run, REFUSES, _run_complete, kept=_samples),
     Command("bench", lambda o: ["bench", "--profile", "tiny", "--count", "2", "--cpd", "1,2",
                                 "--repetitions", "1", "--min-time", "1x", "--out", str(o)],
             REFUSES, _has("bench.json", "bench.md")),
@@ -180,9 +190,12 @@ def test_every_other_out_command_goes_on_as_its_help_says(cmd, tmp_path, tiny_co
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, tiny_compiled) -> Path:
-    """A finished run for the commands that read one."""
+    """A finished run for the commands that read one: two samples, the fewest FID scores
+    (`calibrate` still loads its networks, scores one image, then the other, and computes
+    its Fréchet distances: a signal has each of those to fall into), and each image read
+    costs every attempt of every reading command."""
     run = tmp_path_factory.mktemp("battery") / "run"
-    done = attempt(FAST[0], FAST[0].argv(run))
+    done = attempt(FAST[0], _run(run, count=2))
     assert done.rc == 0, done.describe()
     return run
 
@@ -311,10 +324,13 @@ def test_each_signal_reaches_commands_given_one_and_the_named_ones_get_all():
 @pytest.mark.slow
 def test_a_refused_rerun_names_both_ways_out_and_writes_nothing(tmp_path, tiny_compiled):
     """What a measurement command says to the same command run again into an interrupted
-    attempt's --out: nothing is measured, nothing written."""
+    attempt's --out: nothing is measured, nothing written. (SIGTERM once it has written its
+    record and an image: mid-run on a loaded machine too, where a point of its timed run
+    could fall before its record.)"""
     cmd = FAST[0]
     out = tmp_path / "run"
-    stopped = attempt(cmd, cmd.argv(out), signal.SIGTERM, 0.5 * duration(cmd, tmp_path))
+    stopped = attempt_when(cmd, cmd.argv(out), signal.SIGTERM,
+                           lambda: (out / RECORD).is_file() and bool(_samples(out)))
     assert stopped.interrupted, stopped.describe()
     record = json.loads((out / RECORD).read_text())
     assert record["status"] == "interrupted" and record["attempts"][-1]["signal"] == "SIGTERM"
