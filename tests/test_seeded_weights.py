@@ -107,6 +107,47 @@ def test_rules_follow_torchs_initialization():
     assert init == "uniform" and abs((high - low) / math.sqrt(12) - normal.std()) < 1e-4
 
 
+def test_values_generated_into_given_arrays_are_the_same_bytes():
+    """`generate(out=...)` fills a model's own storage: the bytes it gives new arrays, every
+    element written (constants too); an array without room for a tensor is refused."""
+    tensors = (*SPEC.archives["unet.irpa"], *SPEC.archives["clip.irpa"])
+    fresh = generate(tensors, SPEC.seed)
+    given = [np.full(a.shape, 7, a.dtype) for a in fresh]
+    assert all(g is a for g, a in zip(given, generate(tensors, SPEC.seed, out=given),
+                                       strict=True))
+    assert [a.tobytes() for a in given] == [a.tobytes() for a in fresh]
+    for wrong in (np.empty(5, "<f4")[::-1], np.empty((5, 1), "<f4"), np.empty(5, "<f2")):
+        with pytest.raises(ValueError, match=r"clip\.norm: no room"):
+            generate(SPEC.archives["clip.irpa"][1:], SPEC.seed, out=[wrong])
+
+
+def _rule_by_definition(values: np.ndarray) -> tuple[str, float, float]:
+    """derive_rule as its docstring defines it, with numpy's own mean and std."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or v.min() == v.max():
+        return "constant", float(v[0]) if v.size else 0.0, 0.0
+    mean, half = float(v.mean()), math.sqrt(3.0) * float(v.std())
+    low, high = float(f"{mean - half:.4g}"), float(f"{mean + half:.4g}")
+    return ("constant", float(f"{mean:.4g}"), 0.0) if low >= high else ("uniform", low, high)
+
+
+@pytest.mark.parametrize("dtype", ["<f2", "<f4"])
+def test_rules_are_numpys_mean_and_std_to_the_last_bit(dtype):
+    """derive_rule computes the mean and deviation in place (one float64 array, reused
+    through `scratch`): the same float64 operations as numpy's mean() and std(), so the
+    same rule as those give, for contiguous, reshaped and strided values alike."""
+    rng = np.random.default_rng(5)
+    scratch = np.empty(70_000)
+    for n in (1, 2, 3, 129, 4099, 65_537):
+        for scale in (1e-4, 0.02, 3.0):
+            values = (rng.standard_normal(n) * scale + rng.uniform(-1, 1)).astype(dtype)
+            for v in (values, values.reshape(-1, 1), values[::2]):
+                expected = _rule_by_definition(v)
+                assert derive_rule(v) == expected and derive_rule(v, scratch) == expected
+    assert derive_rule(np.full(9, 0.3, dtype), scratch)[:2] == ("constant",
+                                                                float(np.asarray(0.3, dtype)))
+
+
 def test_spec_round_trips_and_damage_is_a_clear_error(tmp_path):
     path = tmp_path / WEIGHTS_SPEC
     write_spec(SPEC, path)

@@ -122,8 +122,11 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def hash_files(files: list[Path], root: Path) -> dict[str, str]:
-    """sha256 per file, remembered by (path, size, mtime) so a 7 GB checkpoint is read once."""
+def hash_files(files: list[Path], root: Path, known: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """sha256 per file, remembered by (path, size, mtime) so a 7 GB checkpoint is read once.
+    `known`: the sha256 of files (by name relative to `root`) their writer computed as it
+    wrote them (a seeded export's 7 GB of weights), taken instead of reading them again."""
     memo_path = cache_dir() / "exports" / "file-hashes.json"
     try:
         memo = json.loads(memo_path.read_text())
@@ -135,10 +138,11 @@ def hash_files(files: list[Path], root: Path) -> dict[str, str]:
     for path in files:
         st = path.stat()
         stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        name = str(path.relative_to(root))
         if stamp not in memo:
-            memo[stamp] = sha256_file(path)
+            memo[stamp] = (known or {}).get(name) or sha256_file(path)
             changed = True
-        out[str(path.relative_to(root))] = memo[stamp]
+        out[name] = memo[stamp]
     if changed:
         atomic_write_json(memo_path, memo)
     return out

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -110,27 +111,40 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def derive_rule(values: np.ndarray) -> tuple[str, float, float]:
+def derive_rule(values: np.ndarray, scratch: np.ndarray | None = None
+                ) -> tuple[str, float, float]:
     """(init, a, b) reproducing a tensor's scale: one value stays that constant; anything
     else becomes uniform with the same mean and standard deviation (half-width sqrt(3) sd).
     torch's own init is uniform(+-1/sqrt(fan_in)) for convolutions and linear layers
-    (recovered as such) and normal for the CLIP encoders (same scale, bounded tails)."""
-    v = np.asarray(values, dtype=np.float64).ravel()
+    (recovered as such) and normal for the CLIP encoders (same scale, bounded tails).
+    `scratch`: float64 room for at least `values.size` elements to compute in (a caller
+    deriving many tensors allocates it once, not a new array per tensor)."""
+    v = np.empty(values.size) if scratch is None else scratch[:values.size]
+    np.copyto(v, values.ravel())  # float64, exactly; changed in place below
     if v.size == 0 or v.min() == v.max():
         return "constant", float(v[0]) if v.size else 0.0, 0.0
-    mean, half = float(v.mean()), math.sqrt(3.0) * float(v.std())
+    # `v.mean()` and `v.std()`, the same float64 operations in the same order (numpy's
+    # pairwise sum over the whole array, then the squared deviations' sum), in place: one
+    # pass and one array fewer than numpy's std, which computes the mean again and squares
+    # into a new array. A full-size model's 2.6 billion values go through here.
+    mean = float(np.add.reduce(v)) / v.size
+    np.subtract(v, mean, out=v)
+    np.square(v, out=v)
+    half = math.sqrt(3.0) * math.sqrt(float(np.add.reduce(v)) / v.size)
     low, high = _round(mean - half), _round(mean + half)
     if low >= high:  # spread below the rounding: the mean is the value
         return "constant", _round(mean), 0.0
     return "uniform", low, high
 
 
-def tensor_spec(name: str, values: np.ndarray) -> TensorSpec:
+def tensor_spec(name: str, values: np.ndarray, scratch: np.ndarray | None = None
+                ) -> TensorSpec:
     dtype = np.dtype(values.dtype).name
     if dtype not in DTYPES:
         raise RunnerError(f"seeded weights are float32 or float16; {name} is {dtype}",
                           where=name, fix="export the seeded model in fp16 or fp32")
-    return TensorSpec(name, tuple(int(d) for d in values.shape), dtype, *derive_rule(values))
+    return TensorSpec(name, tuple(int(d) for d in values.shape), dtype,
+                      *derive_rule(values, scratch))
 
 
 # --- generating values ------------------------------------------------------------------
@@ -141,14 +155,19 @@ def _stream(seed: int, name: str, block: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, block, *words])))
 
 
-def _fill(t: TensorSpec, seed: int, flat: np.ndarray, block: int) -> None:
-    """Block `block` of tensor `t` into `flat` (its flat output array)."""
+def _fill(t: TensorSpec, seed: int, flat: np.ndarray, block: int,
+          scratch: np.ndarray | None) -> None:
+    """Block `block` of tensor `t` into `flat` (its flat output array); a float16 tensor's
+    float32 values go through `scratch` (at least BLOCK float32s), a float32 tensor's are
+    generated in place."""
     start = block * BLOCK
     stop = min(start + BLOCK, flat.size)
-    u = _stream(seed, t.name, block).random(stop - start, dtype=np.float32)  # k * 2**-24
+    u = flat[start:stop] if scratch is None else scratch[:stop - start]
+    _stream(seed, t.name, block).random(out=u, dtype=np.float32)  # k * 2**-24
     u *= np.float32(t.b - t.a)
     u += np.float32(t.a)
-    flat[start:stop] = u  # float16: IEEE round to nearest even
+    if scratch is not None:
+        flat[start:stop] = u  # float16: IEEE round to nearest even
 
 
 def _blocks(t: TensorSpec) -> int:
@@ -156,20 +175,34 @@ def _blocks(t: TensorSpec) -> int:
 
 
 def generate(tensors: tuple[TensorSpec, ...], seed: int, *, workers: int | None = None,
-             on_bytes: Callable[[int], None] = lambda n: None) -> list[np.ndarray]:
+             on_bytes: Callable[[int], None] = lambda n: None,
+             out: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """Every tensor's values (in its dtype and shape), blocks filled by a thread pool
     (numpy releases the GIL in both the generator and the arithmetic); `on_bytes` is called
-    from this thread as blocks complete."""
-    arrays = [np.full(t.shape, t.a, DTYPES[t.dtype]) if t.init == "constant"
-              else np.empty(t.shape, DTYPES[t.dtype]) for t in tensors]
+    from this thread as blocks complete. Each thread keeps one float32 block to generate
+    float16 values in, rather than a new 16 MB array per block. `out`: C-contiguous arrays
+    of the tensors' shapes and dtypes to fill (a model's own storage) instead of new ones."""
+    arrays = out if out is not None else [np.empty(t.shape, DTYPES[t.dtype]) for t in tensors]
+    for t, arr in zip(tensors, arrays, strict=True):
+        if arr.shape != t.shape or arr.dtype != DTYPES[t.dtype] or not arr.flags.c_contiguous:
+            raise ValueError(f"{t.name}: no room for its values in a {arr.dtype} "
+                             f"{arr.shape} array")
+        if t.init == "constant":
+            np.copyto(arr, t.a, casting="unsafe")  # as np.full(shape, a, dtype) fills
     on_bytes(sum(a.nbytes for t, a in zip(tensors, arrays, strict=True)
                  if t.init == "constant"))
     jobs = [(t, arr.reshape(-1), b) for t, arr in zip(tensors, arrays, strict=True)
             for b in range(_blocks(t))]
+    local = threading.local()
 
     def run(job: tuple[TensorSpec, np.ndarray, int]) -> int:
         t, flat, b = job
-        _fill(t, seed, flat, b)
+        scratch = None
+        if flat.dtype != np.float32:
+            scratch = getattr(local, "scratch", None)
+            if scratch is None:
+                scratch = local.scratch = np.empty(BLOCK, np.float32)
+        _fill(t, seed, flat, b, scratch)
         return min(BLOCK, flat.size - b * BLOCK) * flat.itemsize
 
     with ThreadPoolExecutor(max_workers=workers or min(32, os.cpu_count() or 1)) as pool:

@@ -7,8 +7,9 @@ same tokenizer code reads them and the real SDXL vocabulary.
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from itertools import pairwise
 from pathlib import Path
 
@@ -17,25 +18,50 @@ from runner.model.tokenizer import BOS, EOS, byte_to_unicode, pretokenize
 
 
 def learn_merges(texts: list[str], num_merges: int) -> list[tuple[str, str]]:
-    """Greedy BPE: repeatedly merge the most frequent adjacent pair (ties: smallest pair)."""
+    """Greedy BPE: repeatedly merge the most frequent adjacent pair (ties: smallest pair).
+
+    Pair counts are kept up to date as merges go (only the words holding the merged pair
+    are counted again) and the best pair comes off a heap, so each merge costs what it
+    changes rather than a pass over the corpus."""
     words = Counter(word for text in texts for word in pretokenize(text))
     corpus = [([*w[:-1], w[-1] + "</w>"], n) for w, n in sorted(words.items())]
+    pairs: Counter[tuple[str, str]] = Counter()
+    where: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
+    for index, (symbols, n) in enumerate(corpus):
+        for pair in pairwise(symbols):
+            pairs[pair] += n
+            where[pair].add(index)
+    heap = [(-n, pair) for pair, n in pairs.items()]
+    heapq.heapify(heap)
     merges: list[tuple[str, str]] = []
-    for _ in range(num_merges):
-        pairs: Counter[tuple[str, str]] = Counter()
-        for symbols, n in corpus:
-            for pair in pairwise(symbols):
-                pairs[pair] += n
-        if not pairs:
+    while len(merges) < num_merges:
+        while heap and pairs.get(heap[0][1], 0) != -heap[0][0]:
+            heapq.heappop(heap)  # a count since changed: its current entry is further down
+        if not heap:
             break
-        best = min(pairs, key=lambda p: (-pairs[p], p))
+        best = heapq.heappop(heap)[1]
         merges.append(best)
-        for symbols, _n in corpus:
+        changed: set[tuple[str, str]] = set()
+        for index in sorted(where.pop(best)):
+            symbols, n = corpus[index]
+            for pair in pairwise(symbols):
+                pairs[pair] -= n
+                changed.add(pair)
             i = 0
             while i < len(symbols) - 1:
                 if (symbols[i], symbols[i + 1]) == best:
                     symbols[i : i + 2] = [symbols[i] + symbols[i + 1]]
                 i += 1
+            for pair in pairwise(symbols):
+                pairs[pair] += n
+                where[pair].add(index)
+                changed.add(pair)
+        for pair in changed:
+            if pairs[pair] > 0:
+                heapq.heappush(heap, (-pairs[pair], pair))
+            else:
+                del pairs[pair]
+                where.pop(pair, None)
     return merges
 
 

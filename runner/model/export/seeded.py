@@ -37,23 +37,26 @@ def _saveable(module: nn.Module) -> dict[str, torch.Tensor]:
 
 def seed_modules(modules: dict[str, nn.Module], seed: int) -> WeightsSpec:
     """`modules` (archive file name -> module) get the values their spec generates, tensor
-    by tensor (the old storage is freed as it goes: a full-size model is never held
-    twice); returns the spec."""
+    by tensor, written over torch's in the modules' own storage (a full-size model is never
+    held twice, nor allocated again); returns the spec."""
     archives: dict[str, tuple[TensorSpec, ...]] = {}
-    for archive, module in modules.items():
-        state = _saveable(module)
-        tensors = tuple(tensor_spec(name, t.detach().cpu().numpy())
+    states = {archive: _saveable(module) for archive, module in modules.items()}
+    largest = max((t.numel() for state in states.values() for t in state.values()), default=0)
+    scratch = np.empty(largest)  # float64: every tensor's statistics computed in it
+    for archive, state in states.items():
+        tensors = tuple(tensor_spec(name, t.detach().cpu().numpy(), scratch)
                         for name, t in state.items())
         for spec, t in zip(tensors, state.values(), strict=True):
-            (values,) = generate((spec,), seed)
-            t.data = torch.from_numpy(values)
+            if not t.is_contiguous():
+                t.data = t.data.contiguous()
+            generate((spec,), seed, out=[t.detach().numpy()])  # into the module's storage
         archives[archive] = tensors
     return WeightsSpec(seed, archives)
 
 
-def save_seeded_weights(module: nn.Module, tensors: tuple[TensorSpec, ...], path: Path) -> None:
+def save_seeded_weights(module: nn.Module, tensors: tuple[TensorSpec, ...], path: Path) -> str:
     """The `.irpa` of a seeded module through the spec's own writer: byte for byte what
-    `ensure_weights` writes from the spec on any other machine."""
+    `ensure_weights` writes from the spec on any other machine. Returns its sha256."""
     state = _saveable(module)
     arrays = [np.ascontiguousarray(state[t.name].detach().numpy()) for t in tensors]
-    write_archive(tensors, arrays, path)
+    return write_archive(tensors, arrays, path)

@@ -86,6 +86,9 @@ class _Staging:
             record = {}
         files = record.get("files", {}) if isinstance(record.get("files"), dict) else {}
         self.files = {name: stat for name, stat in files.items() if self._same(name, stat)}
+        # sha256 of files this process wrote, hashed as they were written: model.json's
+        # hashes of them need not read them again (7 GB for a seeded SDXL).
+        self.digests: dict[str, str] = {}
         if self.files:
             log(f"export: {len(self.files)} file(s) an interrupted export finished are kept")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -220,7 +223,7 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         # model.json last, with the sha256 of every file it names: it describes the
         # bytes beside it, and the next export reuses only what still matches.
         listed = listed_files(config)
-        config["files"] = hash_files([out / name for name in listed], out)
+        config["files"] = hash_files([out / name for name in listed], out, staging.digests)
         atomic_write_text(out / "model.json", json.dumps(config, indent=2) + "\n")
         shutil.rmtree(staging.dir, ignore_errors=True)
     ModelConfig.load(out / "model.json")  # what we wrote must load
@@ -276,7 +279,8 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
             if spec is None:
                 exporter.save_weights(module, staging.dir / file)
             else:
-                seeded.save_seeded_weights(module, spec.archives[file], staging.dir / file)
+                staging.digests[file] = seeded.save_seeded_weights(
+                    module, spec.archives[file], staging.dir / file)
             staging.written(file)
             log(f"export: {file} written")
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
