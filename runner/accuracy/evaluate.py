@@ -8,6 +8,7 @@ the ranges were set for is scored and labelled a subset, not judged against them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,12 +199,16 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
                  allow_subset: bool = False, require_full: bool = False,
                  fid_weights=None, clip_weights=None,
                  batch_size: int = 1, device: str = "cpu", progress: bool = True,
-                 backbones: Backbones | None = None,
+                 backbones: Backbones | Callable[[], Backbones] | None = None,
                  metrics: tuple[str, ...] | None = None) -> RunScore:
     """`metrics`: fid, clip or both; default the profile's `accuracy.metrics` (both unless
-    it says otherwise). Only the weights and statistics of those metrics are needed."""
+    it says otherwise). Only the weights and statistics of those metrics are needed.
+    `backbones` may be a loader, called only once every check of the images has passed
+    (a caller that keeps its networks between runs loads them no sooner)."""
     p, captions, metrics, reference = prepare(run_dir, profile, log, allow_subset, metrics)
     prof, source = p.profile, p.source
+    if callable(backbones):
+        backbones = backbones()
     backbones = backbones or open_backbones(p, fid_weights, clip_weights, device, metrics)
     result = run_scores(p, backbones, captions, reference, batch_size, progress, metrics)
     labels = []

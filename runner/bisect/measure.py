@@ -180,17 +180,20 @@ def _score(plan: MeasurePlan, out: Path, backbones: dict[str, Any]) -> dict[str,
     """FID/CLIP of the build's samples on this host (scores depend on the images, not on
     the IREE build); a subset of the ranges' samples is scored and labelled, not judged."""
     from runner.accuracy.backbones import load_backbones
-    from runner.accuracy.evaluate import evaluate_run, prepare
+    from runner.accuracy.evaluate import evaluate_run
     from runner.accuracy.settings import accuracy_settings
 
-    try:
-        # every check that can refuse the images (too few for FID...) before the networks load
-        prepare(out, str(plan.profile_file), None, allow_subset=True, metrics=None)
+    def model() -> Any:
+        """The networks, loaded by the first step whose images pass every check (too few
+        for FID...), then kept for the others."""
         if "model" not in backbones:
             settings = accuracy_settings(plan.profile)
             backbones["model"] = load_backbones(settings.backbones, settings.seed)
+        return backbones["model"]
+
+    try:
         score = evaluate_run(out, profile=str(plan.profile_file), allow_subset=True,
-                             progress=False, backbones=backbones["model"])
+                             progress=False, backbones=model)
     except RunnerError as e:
         return {"error": str(e), "passed": False, "state": "error"}
     return {"fid": score.result.fid, "clip": score.result.clip,
