@@ -4,6 +4,7 @@ with real signals and real child processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -137,10 +138,16 @@ def test_without_the_shield_a_signal_while_starting_is_a_traceback():
 
 def test_the_guard_stops_what_the_command_started_and_nothing_else():
     """A child that ignores SIGTERM is killed after the grace; a process that ran before
-    the command is left alone."""
-    older = subprocess.Popen(["sleep", "60"])
+    the command is left alone, and so is the child it starts meanwhile (a test's own
+    `runner` driver starting its workers while a command runs in the test's process)."""
+    older = subprocess.Popen(["sh", "-c", "read go; sleep 60 & echo $!; wait"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    olders_child = 0
     try:
         guard = ProcessGuard()
+        older.stdin.write("go\n")
+        older.stdin.flush()
+        olders_child = int(older.stdout.readline())
         stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
                                      "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                                      "print('ready', flush=True)\ntime.sleep(60)"],
@@ -148,14 +155,18 @@ def test_the_guard_stops_what_the_command_started_and_nothing_else():
         assert stubborn.stdout.readline() == "ready\n"
         started = {p.pid for p in guard.started()}
         assert stubborn.pid in started and older.pid not in started
+        assert olders_child not in started and _running(olders_child)
         said: list[str] = []
         stopped = guard.stop(grace=1.0, say=said.append)
         assert stubborn.pid in {p.pid for p in stopped}
         assert not _running(stubborn.pid) and "SIGKILL" in said[-1]  # (reaped by the guard)
-        assert older.poll() is None
+        assert older.poll() is None and _running(olders_child)
     finally:
         older.kill()
         older.wait()
+        if olders_child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(olders_child, signal.SIGKILL)
 
 
 ORPHAN = """

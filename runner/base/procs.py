@@ -7,7 +7,8 @@ have: a process still tearing down its device after its driver's exit status is 
 what a scheduler or a GPU check reads as a leak.
 
 `ProcessGuard` notes the descendants that exist when a command starts (a test calling the
-CLI in-process has its own), and on the way out stops only the ones started since: SIGTERM
+CLI in-process has its own), and on the way out stops only the ones started since and what
+runs below them (not what an older process starts meanwhile): SIGTERM
 to each direct child first (a child `runner` stops its own workers in order), SIGKILL to
 every one still alive after the grace, then waits until each is gone, reaping our own
 children. As a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), the driver adopts the
@@ -21,7 +22,7 @@ import ctypes
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +65,10 @@ def all_processes() -> list[Proc]:
     return out
 
 
-def descendants(pid: int | None = None) -> list[Proc]:
-    """Every live process below `pid` (default: this one), children before grandchildren."""
+def descendants(pid: int | None = None, apart_from: Collection[tuple[int, str]] = ()
+                ) -> list[Proc]:
+    """Every live process below `pid` (default: this one), children before grandchildren;
+    a process in `apart_from` (pid, start time), and everything below it, left out."""
     root = os.getpid() if pid is None else pid
     by_parent: dict[int, list[Proc]] = {}
     for proc in all_processes():
@@ -73,8 +76,9 @@ def descendants(pid: int | None = None) -> list[Proc]:
     out, todo = [], [root]
     while todo:
         for child in by_parent.get(todo.pop(0), []):
-            out.append(child)
-            todo.append(child.pid)
+            if (child.pid, child.start) not in apart_from:
+                out.append(child)
+                todo.append(child.pid)
     return out
 
 
@@ -120,7 +124,10 @@ class ProcessGuard:
         self.before = {(p.pid, p.start) for p in descendants()}
 
     def started(self) -> list[Proc]:
-        return [p for p in descendants() if (p.pid, p.start) not in self.before]
+        """The processes started since, and below them. Not what a process that was
+        already there starts meanwhile: a test calling the CLI in-process may hold a
+        `runner` of its own whose new workers are that driver's, not this command's."""
+        return descendants(apart_from=self.before)
 
     def stop(self, grace: float = STOP_GRACE_S,
              say: Callable[[str], None] = lambda line: None) -> list[Proc]:
