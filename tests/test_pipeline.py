@@ -30,13 +30,10 @@ def oracle_images(tiny_profile):
 
 def iree_images(compiled) -> np.ndarray:
     captions = load_captions()
-    session, pipeline = open_pipeline(compiled)
-    try:
+    with open_pipeline(compiled) as (_, pipeline):
         b = compiled.batch_size
         return np.concatenate([pipeline.generate([captions[j] for j in range(i, i + b)])
                                for i in range(0, PROMPTS, b)])
-    finally:
-        session.close()
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -57,26 +54,20 @@ def test_batch_sizes_give_byte_identical_images(tiny_compiled):
 def test_device_loop_and_host_loop_denoise_identically(tiny_compiled):
     """`produce_image_latents` (the loop in a pipeline module linked to the unet module, as
     real SDXL ships it) and the host driving `run_forward` step by step give the same bytes."""
-    session, pipeline = open_pipeline(tiny_compiled[2])
-    try:
+    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
         assert pipeline.config.denoise == "produce_image_latents"
         embeds, pooled = pipeline.encode(["a red bus", "two cats"])
         on_device = pipeline.denoise(embeds, pooled)
         pipeline.config = dataclasses.replace(pipeline.config, denoise="host_loop")
         on_host = pipeline.denoise(embeds, pooled)
-    finally:
-        session.close()
     assert np.array_equal(on_device, on_host)
 
 
 def test_short_final_batch_is_padded_and_trimmed(tiny_compiled):
-    session, pipeline = open_pipeline(tiny_compiled[2])
-    try:
+    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
         captions = load_captions()
         one = pipeline.generate([captions[0]])
         two = pipeline.generate([captions[0], captions[1]])
-    finally:
-        session.close()
     assert one.shape[0] == 1 and np.array_equal(one[0], two[0])
 
 
@@ -98,15 +89,48 @@ def test_missing_function_names_the_config_field(tiny_compiled):
     assert "functions.decode" in str(err.value) and "no_such_fn" in str(err.value)
 
 
-def test_shape_mismatch_is_a_clear_error(tiny_compiled):
-    session, pipeline = open_pipeline(tiny_compiled[1])
-    try:
+def runtime_objects_in(error: BaseException) -> list[str]:
+    """The IREE runtime objects the frames of `error`'s traceback, and of the errors it
+    chains, still hold (as locals, or as attributes of their locals)."""
+    held, todo = [], [error]
+    while todo:
+        e = todo.pop()
+        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)
+        tb = e.__traceback__
+        while tb is not None:
+            for name, value in tb.tb_frame.f_locals.items():
+                for what, obj in [(name, value), *((f"{name}.{k}", v) for k, v in
+                                                   getattr(value, "__dict__", {}).items())]:
+                    if type(obj).__module__.startswith("iree."):
+                        held.append(f"{tb.tb_frame.f_code.co_name}: {what}")
+            tb = tb.tb_next
+    return held
+
+
+def test_shape_mismatch_is_a_clear_error_that_holds_no_device_buffer(tiny_compiled):
+    """The error outlives the session (here: pytest keeps it; in a command, a reference
+    cycle the garbage collector frees at some later moment). The runtime objects of the
+    failed call must not: freed after their device they deadlock IREE's runtime."""
+    with open_pipeline(tiny_compiled[1]) as (_, pipeline):
         pipeline.latents = pipeline.latents[:, :, :8, :8]
         with pytest.raises(RunnerError) as err:
             pipeline.generate(["a cat"])
-    finally:
-        session.close()
+        assert isinstance(err.value.__cause__, RuntimeError | ValueError)
+    assert not runtime_objects_in(err.value)
     assert "unet.produce_image_latents" in str(err.value) and "mismatch" in str(err.value)
+
+
+def test_an_error_leaving_the_pipeline_holds_no_runtime_object(tiny_compiled):
+    """An error raised inside the `with` block whose frames hold the pipeline's functions:
+    once the block has closed the session, those hold no runtime object."""
+    def fail_inside(pipeline) -> None:
+        encoded = pipeline.fns["encode_prompts"]  # a local holding the invoker
+        raise ValueError(f"a step after {encoded.name} failed")
+
+    with pytest.raises(ValueError, match="after clip") as err, \
+            open_pipeline(tiny_compiled[1]) as (_, pipeline):
+        fail_inside(pipeline)
+    assert not runtime_objects_in(err.value)
 
 
 def test_corrupt_weights_and_missing_vmfb_name_the_file(tiny_compiled, tmp_path):
@@ -150,5 +174,7 @@ def test_missing_tokenizer_is_reported_with_the_config(tiny_compiled, tmp_path):
     shutil.copytree(Path(compiled.model_config).parent, model_dir)
     shutil.rmtree(model_dir / "tokenizer")
     moved = dataclasses.replace(compiled, model_config=str(model_dir / "model.json"))
-    with pytest.raises(RunnerError, match="tokenizer file missing"):
-        open_pipeline(moved)
+    with pytest.raises(RunnerError, match="tokenizer file missing") as err, \
+            open_pipeline(moved):
+        pass
+    assert not runtime_objects_in(err.value)  # (the session it loaded is closed)

@@ -168,15 +168,12 @@ def test_only_the_images_of_a_batch_that_are_not_finite_fail(tiny_compiled):
     """A batch of two whose second latent is NaN: the first image is the one it would have
     been, the second fails, saying where the NaN came from."""
     captions = load_captions()
-    session, pipeline = open_pipeline(tiny_compiled[2])
-    try:
+    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
         prompts = [captions[0], captions[1]]
         good = pipeline.generate(prompts)
         pipeline.latents[1] = np.nan
         with pytest.raises(SampleFailures) as err:
             pipeline.generate(prompts)
-    finally:
-        session.close()
     assert list(err.value.failed) == [1] and "latents" in err.value.failed[1]
     assert np.array_equal(err.value.images[0], good[0]) and not err.value.images[1].any()
     assert "UNet" in str(err.value.fix)

@@ -4,6 +4,7 @@ and the exit-code table every command shares."""
 from __future__ import annotations
 
 import errno
+import traceback
 
 
 class RunnerError(Exception):
@@ -68,3 +69,22 @@ class IncompleteRun(RunnerError):
 def is_disk_full(error: BaseException) -> bool:
     """ENOSPC or a quota: the one OSError that means "free space, then resume"."""
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def clear_frames(error: BaseException) -> None:
+    """Drops the local variables of every finished frame in `error`'s traceback and in the
+    tracebacks of the errors it chains (`__cause__`, `__context__`); the message and the
+    traceback's lines stay. Why: a frame of a failed IREE call holds the runtime's objects
+    (its invoker, device buffers). Kept by an exception that outlives the call (a caller
+    keeps it, or it sits in a reference cycle the garbage collector frees at some later
+    moment, in whatever code runs then), they would be freed after their device is: that
+    deadlocks inside IREE's runtime, waiting on its task executor's threads, or crashes
+    the interpreter. Frames still running (the caller's) cannot be cleared and are left."""
+    todo, seen = [error], set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)

@@ -87,31 +87,30 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
         os.sched_setaffinity(0, worker["cpu_affinity"])
     start, started_at = time.perf_counter(), time.time()
     compiled = CompiledModel.from_dict(task["compiled"])
-    session, pipeline = open_pipeline(compiled, worker.get("runtime_flags", ()))
-    captions = load_captions(Path(task["captions"]))
-    queue, store = WorkQueue(run_dir), SampleStore(run_dir)
-    stats = {"worker": name, "device": device, "pid": os.getpid(), "started_at": started_at,
-             "load_seconds": time.perf_counter() - start, "samples": 0, "batches": [],
-             "store_wait_seconds": 0.0,
-             # The device view as this process really has it: what a stage benchmark that
-             # stands for this worker must reproduce (runner bench checks it in tests).
-             "view": {"cores": sorted(os.sched_getaffinity(0)),
-                      "env": {k: os.environ.get(k) for k in sorted(worker["env"])}}}
-    log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
-    atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
+    with open_pipeline(compiled, worker.get("runtime_flags", ())) as (_, pipeline):
+        captions = load_captions(Path(task["captions"]))
+        queue, store = WorkQueue(run_dir), SampleStore(run_dir)
+        stats = {"worker": name, "device": device, "pid": os.getpid(), "started_at": started_at,
+                 "load_seconds": time.perf_counter() - start, "samples": 0, "batches": [],
+                 "store_wait_seconds": 0.0,
+                 # The device view as this process really has it: what a stage benchmark that
+                 # stands for this worker must reproduce (runner bench checks it in tests).
+                 "view": {"cores": sorted(os.sched_getaffinity(0)),
+                          "env": {k: os.environ.get(k) for k in sorted(worker["env"])}}}
+        log(f"{name} on {device}: modules loaded in {stats['load_seconds']:.2f}s")
+        atomic_write_json(stats_path(run_dir, name), stats)  # says "ready" to a LoadGen driver
 
-    def batch_written(batch: Batch, count: int, t0: float) -> None:
-        """Runs on the writer thread once the batch's samples are durably on disk: only
-        then is the batch done in the queue, so a crash before it hands the batch back."""
-        queue.done(name, batch)
-        stats["samples"] += count
-        stats["batches"].append({"start": t0, "end": time.time(), "samples": count})
-        stats["stage_times"] = pipeline.times.to_dict()
-        stats["store_busy_seconds"] = writer.busy_seconds
-        atomic_write_json(stats_path(run_dir, name), stats)
-        log(f"{name}: batch {batch.name} done ({count} samples, {stats['samples']} total)")
+        def batch_written(batch: Batch, count: int, t0: float) -> None:
+            """Runs on the writer thread once the batch's samples are durably on disk: only
+            then is the batch done in the queue, so a crash before it hands the batch back."""
+            queue.done(name, batch)
+            stats["samples"] += count
+            stats["batches"].append({"start": t0, "end": time.time(), "samples": count})
+            stats["stage_times"] = pipeline.times.to_dict()
+            stats["store_busy_seconds"] = writer.busy_seconds
+            atomic_write_json(stats_path(run_dir, name), stats)
+            log(f"{name}: batch {batch.name} done ({count} samples, {stats['samples']} total)")
 
-    try:
         with SampleWriter(store) as writer:
             while (batch := queue.next_batch(name)) is not None:
                 prompt = dict(zip(batch.ids, batch.prompt_ids, strict=True))
@@ -134,8 +133,6 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
                             writer.put(qsl_idx, image, name, device)
                     stats["store_wait_seconds"] += time.perf_counter() - waited
                 writer.after(functools.partial(batch_written, batch, len(todo), t0))
-    finally:
-        session.close()
     log(f"{name}: queue empty, exiting")
     return 0
 

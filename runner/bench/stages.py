@@ -126,10 +126,9 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
     from runner.config.mlperf_data import load_captions
     from runner.model.pipeline.loader import open_pipeline
 
-    session, pipeline = open_pipeline(compiled)
     sink: dict[str, tuple[np.ndarray, ...]] = {}
-    roles = stage_roles(pipeline.config.functions)
-    try:
+    with open_pipeline(compiled) as (_, pipeline):
+        roles = stage_roles(pipeline.config.functions)
         for _, role in roles:
             pipeline.fns[role] = _Recorder(pipeline.fns[role], role, sink)  # type: ignore[assignment]
         embeds, pooled = pipeline.encode([load_captions()[0]] * compiled.batch_size)
@@ -137,8 +136,6 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
             sample, time_ids = pipeline.initialize()
             pipeline.step(sample, embeds, pooled, time_ids, 0)
         pipeline.decode(pipeline.denoise(embeds, pooled))
-    finally:
-        session.close()
     out: dict[str, tuple[Path, ...]] = {}
     for stage, role in roles:
         if role not in sink:

@@ -188,7 +188,9 @@ def _record_failure(out: Path, start: float, error: BaseException,
                  seconds=round(time.perf_counter() - start, 3))
     if interrupted:
         state["interrupted"] = interrupted
-    traceback.clear_frames(error.__traceback__)
+    from runner.base.errors import clear_frames
+
+    clear_frames(error)
     _write(out, state)
     how = f"interrupted ({interrupted})" if interrupted else f"failed: {error}"
     print(f"probe: {state['stage']} {how}", file=sys.stderr)

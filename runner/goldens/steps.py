@@ -111,9 +111,8 @@ def compare_steps(profile_name: str = "tiny", prompt_id: int = 0,
     config = profile.model
     prompt = load_captions()[prompt_id]
     oracle = TorchOracle(config)
-    session, pipe = open_pipeline(compile_model(profile, 1))
     rows = []
-    try:
+    with open_pipeline(compile_model(profile, 1)) as (_, pipe):
         embeds, pooled = pipe.encode([prompt])
         ref_embeds, ref_pooled = oracle.encode([prompt])
         rows.append(_stage("clip", "clip", [(ref_embeds.numpy(), embeds),
@@ -137,6 +136,4 @@ def compare_steps(profile_name: str = "tiny", prompt_id: int = 0,
         image = pipe.decode(sample)
         ref_image = oracle.decode(torch.from_numpy(sample)).numpy()
         rows.append(_stage("vae", "vae", [(ref_image, image)], tolerance))
-    finally:
-        session.close()
     return StepsReport(profile_name, prompt_id, prompt, tuple(rows))

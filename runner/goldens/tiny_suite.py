@@ -80,8 +80,7 @@ def build_tiny_suite(out: Path = SUITE_DIR, prompt_id: int = PROMPT_ID,
     refuse_package_write(out, "build_tiny_suite: out")
     profile = load_profile("tiny")
     config = profile.model
-    session, pipe = open_pipeline(compile_model(profile, 1))
-    try:
+    with open_pipeline(compile_model(profile, 1)) as (_, pipe):
         prompt = load_captions()[prompt_id]
         clip_in = [t.encode([prompt]) for t in pipe.tokenizers] + \
                   [t.encode([config.negative_prompt]) for t in pipe.tokenizers]
@@ -97,8 +96,6 @@ def build_tiny_suite(out: Path = SUITE_DIR, prompt_id: int = PROMPT_ID,
         for i in range(UNET_STEP + 1, config.steps):
             latents = pipe.step(latents, embeds, pooled, time_ids, i)
         (image,) = pipe.fns["decode"](latents)
-    finally:
-        session.close()
     out.mkdir(parents=True, exist_ok=True)
     tests = {"clip": (clip_in, [embeds, pooled]), "unet": (unet_in, [unet_out]),
              "vae": ([latents], [image])}

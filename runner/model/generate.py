@@ -39,10 +39,9 @@ def generate(profile: Profile, sample_ids: list[int], out: Path) -> GenerateResu
     prompts = [captions[i] for i in sample_ids]
     layout = profile.layout
     compiled = compile_model(profile, layout.batch_size, layout.vae_batch_size)
-    session, pipeline = open_pipeline(compiled)
-    start = time.perf_counter()
     written, samples = [], []
-    try:
+    with open_pipeline(compiled) as (_, pipeline):
+        start = time.perf_counter()
         for lo in range(0, len(sample_ids), layout.batch_size):
             ids = sample_ids[lo : lo + layout.batch_size]
             images = pipeline.generate(prompts[lo : lo + layout.batch_size])
@@ -53,8 +52,6 @@ def generate(profile: Profile, sample_ids: list[int], out: Path) -> GenerateResu
                 samples.append({"qsl_idx": qsl_idx, "png": path.name,
                                 "sha256": sha256_bytes(image.tobytes())})
             print(f"generated {len(written)}/{len(sample_ids)}", file=sys.stderr)
-    finally:
-        session.close()
     seconds = time.perf_counter() - start
     atomic_write_json(out / "manifest.json", {
         "command": "generate", "profile": profile.name, "profile_config": profile.to_dict(),

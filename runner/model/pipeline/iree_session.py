@@ -6,14 +6,15 @@ per submodel (its parameters, its vmfb, any extra module that imports from it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, clear_frames
 from runner.base.signals import deferred, import_held
 
 
@@ -26,14 +27,29 @@ class ModuleFiles:
     weights: Path | None = None
 
 
+@contextlib.contextmanager
+def calling_runtime() -> Iterator[None]:
+    """Around every call into the runtime. A signal that arrives meanwhile is raised once
+    the call is over and its device objects are dropped (`deferred`), and an error leaving
+    the call has its frames cleared now, while the device is open (`clear_frames`): those
+    frames hold the call's runtime objects (its invoker, argument and result buffers), and
+    an error outlives its session (a caller keeps it, or the garbage collector frees it
+    later from a reference cycle, in whatever code runs then)."""
+    with deferred():
+        try:
+            yield
+        except BaseException as e:
+            clear_frames(e)
+            raise
+
+
 class IreeSession:
-    """Every call into the runtime runs `deferred()` (runner.base.signals): a signal that
-    arrives meanwhile is raised once the call is over and its device objects are dropped, so
-    `close()` then frees everything in order (a buffer left in a traceback past the device's
-    release crashes the interpreter at exit)."""
+    """Every call into the runtime runs in `calling_runtime()`, so `close()` frees
+    everything in order: a runtime object freed after its device deadlocks IREE's runtime
+    or crashes the interpreter."""
 
     def __init__(self, driver: str, runtime_flags: Sequence[str] = ()):
-        with deferred():
+        with calling_runtime():
             self._open(driver, runtime_flags)
 
     def _open(self, driver: str, runtime_flags: Sequence[str]) -> None:
@@ -55,7 +71,7 @@ class IreeSession:
         self._functions: list[IreeFunction] = []
 
     def load(self, files: ModuleFiles) -> None:
-        with deferred():
+        with calling_runtime():
             self._load(files)
 
     def _load(self, files: ModuleFiles) -> None:
@@ -101,7 +117,7 @@ class IreeSession:
         """Releases invokers, then contexts, then the device. IREE's Python objects do not
         keep what they use alive, so the garbage collector freeing them in another order
         (e.g. an invoker kept by a traceback) crashes the interpreter."""
-        with deferred():
+        with calling_runtime():
             self._close()
 
     def _close(self) -> None:
@@ -114,7 +130,7 @@ class IreeSession:
 
     def function(self, submodel: str, name: str, where: str) -> IreeFunction:
         """`where` names the config field that asked for this function, for the error."""
-        with deferred():
+        with calling_runtime():
             return self._function(submodel, name, where)
 
     def _function(self, submodel: str, name: str, where: str) -> IreeFunction:
@@ -137,7 +153,7 @@ class IreeFunction:
     invoker: Any  # an iree.runtime FunctionInvoker; None once the session closed
 
     def __call__(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
-        with deferred():  # the device results are host copies before a signal is raised
+        with calling_runtime():  # the results are host copies before a signal is raised
             return self._call(*args)
 
     def _call(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +14,21 @@ from runner.model.pipeline.iree_session import IreeSession
 from runner.model.pipeline.sdxl import SdxlPipeline
 
 
+@contextlib.contextmanager
 def open_pipeline(compiled: CompiledModel, extra_runtime_flags: Sequence[str] = (),
-                  latent: np.ndarray | None = None) -> tuple[IreeSession, SdxlPipeline]:
+                  latent: np.ndarray | None = None
+                  ) -> Iterator[tuple[IreeSession, SdxlPipeline]]:
+    """The compiled model's session and pipeline for a `with` block; the session is closed
+    on the way out, also when loading its modules failed. Closing empties every function
+    the pipeline holds, so an error that outlives the block (kept by a caller, or in a
+    reference cycle the garbage collector frees later) keeps no runtime object from its
+    frames: freed after their device, those deadlock IREE's runtime (`clear_frames`)."""
     session = IreeSession(compiled.driver, (*compiled.runtime_flags, *extra_runtime_flags))
-    for files in compiled.modules:
-        session.load(files)
-    config = ModelConfig.load(Path(compiled.model_config))
-    return session, SdxlPipeline(config, session, compiled.batch_size, compiled.vae_batch_size,
-                                 latent)
+    try:
+        for files in compiled.modules:
+            session.load(files)
+        config = ModelConfig.load(Path(compiled.model_config))
+        yield session, SdxlPipeline(config, session, compiled.batch_size,
+                                    compiled.vae_batch_size, latent)
+    finally:
+        session.close()
