@@ -42,11 +42,8 @@ def main() -> None:
     profile = load_profile("tiny")
     captions = load_captions()
     prompts = [captions[i] for i in range(args.images)]
-    session, pipeline = open_pipeline(compile_model(profile, 1), [f"{CPU_IDS_FLAG}={cores}"])
-    try:
+    with open_pipeline(compile_model(profile, 1), [f"{CPU_IDS_FLAG}={cores}"]) as pipeline:
         iree = per_image(pipeline.generate, prompts)
-    finally:
-        session.close()
     torch_s = per_image(TorchOracle(profile.model).generate, prompts)
     emit("bench_pipeline", {"bench": "pipeline", "images": args.images, "threads": args.threads,
                             "iree_s_per_image": round(iree, 4),

@@ -33,13 +33,12 @@ def bare_loop(count: int) -> float:
     profile = load_profile("cpu")
     os.sched_setaffinity(0, {0})
     try:
-        session, pipeline = open_pipeline(compile_model(profile, 1), [f"{CPU_IDS_FLAG}=0"])
-        captions = load_captions()
-        start = time.perf_counter()
-        for i in range(count):
-            pipeline.generate([captions[i]])
-        seconds = time.perf_counter() - start
-        session.close()
+        with open_pipeline(compile_model(profile, 1), [f"{CPU_IDS_FLAG}=0"]) as pipeline:
+            captions = load_captions()
+            start = time.perf_counter()
+            for i in range(count):
+                pipeline.generate([captions[i]])
+            seconds = time.perf_counter() - start
     finally:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     return count / seconds

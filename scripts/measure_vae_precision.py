@@ -40,12 +40,9 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16"}
 def iree_images(overrides: dict, ids: list[int]) -> np.ndarray:
     """The tiny profile's images through IREE at batch 1 (the compile cache is shared)."""
     profile = load_profile("tiny", overrides)
-    session, pipeline = open_pipeline(compile_model(profile, 1))
     captions = load_captions()
-    try:
+    with open_pipeline(compile_model(profile, 1)) as pipeline:
         return np.concatenate([pipeline.generate([captions[i]]) for i in ids])
-    finally:
-        session.close()
 
 
 def cpu_model() -> str:

@@ -30,7 +30,7 @@ def oracle_images(tiny_profile):
 
 def iree_images(compiled) -> np.ndarray:
     captions = load_captions()
-    with open_pipeline(compiled) as (_, pipeline):
+    with open_pipeline(compiled) as pipeline:
         b = compiled.batch_size
         return np.concatenate([pipeline.generate([captions[j] for j in range(i, i + b)])
                                for i in range(0, PROMPTS, b)])
@@ -54,7 +54,7 @@ def test_batch_sizes_give_byte_identical_images(tiny_compiled):
 def test_device_loop_and_host_loop_denoise_identically(tiny_compiled):
     """`produce_image_latents` (the loop in a pipeline module linked to the unet module, as
     real SDXL ships it) and the host driving `run_forward` step by step give the same bytes."""
-    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
+    with open_pipeline(tiny_compiled[2]) as pipeline:
         assert pipeline.config.denoise == "produce_image_latents"
         embeds, pooled = pipeline.encode(["a red bus", "two cats"])
         on_device = pipeline.denoise(embeds, pooled)
@@ -64,7 +64,7 @@ def test_device_loop_and_host_loop_denoise_identically(tiny_compiled):
 
 
 def test_short_final_batch_is_padded_and_trimmed(tiny_compiled):
-    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
+    with open_pipeline(tiny_compiled[2]) as pipeline:
         captions = load_captions()
         one = pipeline.generate([captions[0]])
         two = pipeline.generate([captions[0], captions[1]])
@@ -111,7 +111,7 @@ def test_shape_mismatch_is_a_clear_error_that_holds_no_device_buffer(tiny_compil
     """The error outlives the session (here: pytest keeps it; in a command, a reference
     cycle the garbage collector frees at some later moment). The runtime objects of the
     failed call must not: freed after their device they deadlock IREE's runtime."""
-    with open_pipeline(tiny_compiled[1]) as (_, pipeline):
+    with open_pipeline(tiny_compiled[1]) as pipeline:
         pipeline.latents = pipeline.latents[:, :, :8, :8]
         with pytest.raises(RunnerError) as err:
             pipeline.generate(["a cat"])
@@ -128,7 +128,7 @@ def test_an_error_leaving_the_pipeline_holds_no_runtime_object(tiny_compiled):
         raise ValueError(f"a step after {encoded.name} failed")
 
     with pytest.raises(ValueError, match="after clip") as err, \
-            open_pipeline(tiny_compiled[1]) as (_, pipeline):
+            open_pipeline(tiny_compiled[1]) as pipeline:
         fail_inside(pipeline)
     assert not runtime_objects_in(err.value)
 

@@ -168,7 +168,7 @@ def test_only_the_images_of_a_batch_that_are_not_finite_fail(tiny_compiled):
     """A batch of two whose second latent is NaN: the first image is the one it would have
     been, the second fails, saying where the NaN came from."""
     captions = load_captions()
-    with open_pipeline(tiny_compiled[2]) as (_, pipeline):
+    with open_pipeline(tiny_compiled[2]) as pipeline:
         prompts = [captions[0], captions[1]]
         good = pipeline.generate(prompts)
         pipeline.latents[1] = np.nan

@@ -87,7 +87,7 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
         os.sched_setaffinity(0, worker["cpu_affinity"])
     start, started_at = time.perf_counter(), time.time()
     compiled = CompiledModel.from_dict(task["compiled"])
-    with open_pipeline(compiled, worker.get("runtime_flags", ())) as (_, pipeline):
+    with open_pipeline(compiled, worker.get("runtime_flags", ())) as pipeline:
         captions = load_captions(Path(task["captions"]))
         queue, store = WorkQueue(run_dir), SampleStore(run_dir)
         stats = {"worker": name, "device": device, "pid": os.getpid(), "started_at": started_at,

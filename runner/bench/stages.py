@@ -127,7 +127,7 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
     from runner.model.pipeline.loader import open_pipeline
 
     sink: dict[str, tuple[np.ndarray, ...]] = {}
-    with open_pipeline(compiled) as (_, pipeline):
+    with open_pipeline(compiled) as pipeline:
         roles = stage_roles(pipeline.config.functions)
         for _, role in roles:
             pipeline.fns[role] = _Recorder(pipeline.fns[role], role, sink)  # type: ignore[assignment]

@@ -112,7 +112,7 @@ def compare_steps(profile_name: str = "tiny", prompt_id: int = 0,
     prompt = load_captions()[prompt_id]
     oracle = TorchOracle(config)
     rows = []
-    with open_pipeline(compile_model(profile, 1)) as (_, pipe):
+    with open_pipeline(compile_model(profile, 1)) as pipe:
         embeds, pooled = pipe.encode([prompt])
         ref_embeds, ref_pooled = oracle.encode([prompt])
         rows.append(_stage("clip", "clip", [(ref_embeds.numpy(), embeds),

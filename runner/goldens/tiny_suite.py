@@ -80,7 +80,7 @@ def build_tiny_suite(out: Path = SUITE_DIR, prompt_id: int = PROMPT_ID,
     refuse_package_write(out, "build_tiny_suite: out")
     profile = load_profile("tiny")
     config = profile.model
-    with open_pipeline(compile_model(profile, 1)) as (_, pipe):
+    with open_pipeline(compile_model(profile, 1)) as pipe:
         prompt = load_captions()[prompt_id]
         clip_in = [t.encode([prompt]) for t in pipe.tokenizers] + \
                   [t.encode([config.negative_prompt]) for t in pipe.tokenizers]

@@ -40,7 +40,7 @@ def generate(profile: Profile, sample_ids: list[int], out: Path) -> GenerateResu
     layout = profile.layout
     compiled = compile_model(profile, layout.batch_size, layout.vae_batch_size)
     written, samples = [], []
-    with open_pipeline(compiled) as (_, pipeline):
+    with open_pipeline(compiled) as pipeline:
         start = time.perf_counter()
         for lo in range(0, len(sample_ids), layout.batch_size):
             ids = sample_ids[lo : lo + layout.batch_size]

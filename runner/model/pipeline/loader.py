@@ -16,10 +16,9 @@ from runner.model.pipeline.sdxl import SdxlPipeline
 
 @contextlib.contextmanager
 def open_pipeline(compiled: CompiledModel, extra_runtime_flags: Sequence[str] = (),
-                  latent: np.ndarray | None = None
-                  ) -> Iterator[tuple[IreeSession, SdxlPipeline]]:
-    """The compiled model's session and pipeline for a `with` block; the session is closed
-    on the way out, also when loading its modules failed. Closing empties every function
+                  latent: np.ndarray | None = None) -> Iterator[SdxlPipeline]:
+    """The compiled model's pipeline for a `with` block, on a session of its own, closed on
+    the way out, also when loading its modules failed. Closing empties every function
     the pipeline holds, so an error that outlives the block (kept by a caller, or in a
     reference cycle the garbage collector frees later) keeps no runtime object from its
     frames: freed after their device, those deadlock IREE's runtime (`clear_frames`)."""
@@ -28,7 +27,7 @@ def open_pipeline(compiled: CompiledModel, extra_runtime_flags: Sequence[str] = 
         for files in compiled.modules:
             session.load(files)
         config = ModelConfig.load(Path(compiled.model_config))
-        yield session, SdxlPipeline(config, session, compiled.batch_size,
-                                    compiled.vae_batch_size, latent)
+        yield SdxlPipeline(config, session, compiled.batch_size, compiled.vae_batch_size,
+                           latent)
     finally:
         session.close()
