@@ -34,8 +34,9 @@ from runner.base.paths import cache_dir  # noqa: E402
 from runner.config.profile import Profile, load_profile  # noqa: E402
 from runner.model.compiled_model import CompiledModel, compile_model  # noqa: E402
 
-# What each test costs in wall and CPU seconds (--suite-cost PATH; scripts/suite_cost.py).
-pytest_plugins = ("suite_cost",)
+# What each test costs in wall and CPU seconds (--suite-cost PATH; scripts/suite_cost.py), and
+# what a test that hangs was doing when its time ran out (--test-timeout SECONDS).
+pytest_plugins = ("suite_cost", "watchdog")
 
 
 REPO = Path(__file__).resolve().parent.parent
