@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,36 @@ def test_json_lines_reads_a_tools_stream_and_names_how_to_reproduce_its_failures
         list(json_lines(argv, str(damaged)))
     assert "iree-profile failed (exit " in str(failed.value)
     assert failed.value.fix == "reproduce with: " + shlex.join(argv)  # the name quoted
+
+
+LOUD_TOOL = """#!/bin/sh
+head -c 300000 /dev/zero | tr '\\0' w >&2
+echo '{"row": 1}'
+echo 'the last words' >&2
+exit 3
+"""
+
+
+def test_json_lines_reads_a_tool_that_writes_more_to_stderr_than_a_pipe_holds(tmp_path,
+                                                                             monkeypatch):
+    """300 KB of warnings before its first row: read through a second pipe after stdout, the
+    tool would block on the full stderr pipe and the reader on stdout, for ever."""
+    tool = tmp_path / "iree-profile"
+    tool.write_text(LOUD_TOOL)
+    tool.chmod(0o755)
+    monkeypatch.setenv("IREE_TOOL_PATH", str(tmp_path))
+    got: list[object] = []
+
+    def read() -> None:
+        with pytest.raises(RunnerError) as failed:
+            for row in json_lines(["iree-profile", "export"], "a profile"):
+                got.append(row)
+        got.append(failed.value)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "json_lines waits on the tool, and the tool on it"
+    row, error = got
+    assert row == {"row": 1}
+    assert "iree-profile failed (exit 3)" in str(error) and "the last words" in str(error)

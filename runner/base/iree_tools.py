@@ -34,6 +34,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -187,25 +188,28 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
     the tool; its exit status is checked once its output ends. Both are RunnerErrors that
     give the command to reproduce them."""
     shown = shlex.join(argv)
-    proc = subprocess.Popen([tool_path(argv[0]), *argv[1:]], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        for line in proc.stdout:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError as e:
-                    proc.kill()
-                    raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
-                                      where=where, fix=f"run `{shown}` by hand; make the "
-                                      "file again if it is damaged") from e
-                yield row
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read()
-        proc.stderr.close()
-        rc = proc.wait()
+    # stderr into a file, not a second pipe: a tool that fills a stderr pipe nobody reads
+    # while this reads stdout would wait forever, and so would this.
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([tool_path(argv[0]), *argv[1:]], stdout=subprocess.PIPE,
+                                stderr=errors, text=True)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except ValueError as e:
+                        proc.kill()
+                        raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
+                                          where=where, fix=f"run `{shown}` by hand; make the "
+                                          "file again if it is damaged") from e
+                    yield row
+        finally:
+            proc.stdout.close()
+            rc = proc.wait()
+        errors.seek(0)
+        err = errors.read()
     if rc != 0:
         raise RunnerError(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
                           fix=f"reproduce with: {shown}")
