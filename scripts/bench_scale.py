@@ -176,7 +176,7 @@ def log_write_floor(tmp: Path, log_bytes: int) -> float:
     try:
         whole = log_bytes - log_bytes % 4096  # O_DIRECT writes whole blocks
         for offset in range(0, whole, chunk):
-            os.pwrite(fd, buf[: min(chunk, whole - offset)], offset)
+            os.pwrite(fd, buf[: min(chunk, whole - offset)].data, offset)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -219,7 +219,7 @@ def direct_write():
     try:
         whole = log_bytes - log_bytes % 4096
         for offset in range(0, whole, chunk):
-            os.pwrite(fd, buf[: min(chunk, whole - offset)], offset)
+            os.pwrite(fd, buf[: min(chunk, whole - offset)].data, offset)
         os.fsync(fd)
     finally:
         os.close(fd)

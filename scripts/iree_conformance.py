@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -407,7 +407,7 @@ def runner(args: list[str], log: Path) -> int:
                {"PYTHONPATH": str(REPO), "RUNNER_CACHE_DIR": str(cache)}, log)
 
 
-def ours_check(folder: Path, out: Path, extra: list[str] = ()) -> dict[str, Verdict]:
+def ours_check(folder: Path, out: Path, extra: Sequence[str] = ()) -> dict[str, Verdict]:
     code = runner(["goldens", "check", str(folder), "--out", str(out), *extra],
                   out.with_suffix(".log"))
     results = out / "results.json"
@@ -543,7 +543,7 @@ class Case:
     name: str
     layout: str  # torch | quality | bench | regression
     intent: str
-    mutate: Callable[[Suite, Path], None] = lambda s, d: None
+    mutate: Callable[[Suite, Path], object] = lambda s, d: None  # what it returns is unused
     strict: bool = False  # also run ours with --strict (reported, not compared)
 
 
@@ -561,12 +561,13 @@ def torch_file(s: Suite, stem: str) -> dict:
     return s.files[f"tiny-torch/{stem}.json"]
 
 
-def _random(s: Suite, stem: str, keep_outputs: bool) -> None:
+def _random(s: Suite, stem: str, keep_outputs: bool) -> Suite:
     t = torch_file(s, stem)
     t["weights"] = [{"type": "random", "module": "tiny-torch/modules/clip_cpu", "seed": 7,
                      "scope": "model"}]
     if not keep_outputs:
         t.pop("expected_outputs", None)
+    return s
 
 
 def _outputs(s: Suite, d: Path) -> None:

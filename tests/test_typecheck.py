@@ -1,7 +1,8 @@
-"""mypy over runner/ at the strictness pyproject.toml's [tool.mypy] sets (mypy's default
-rules plus `check_untyped_defs`; packages without type information, and the model libraries
-called at the runner's edges, are Any): a type error anywhere in the library fails the suite,
-with mypy's own messages."""
+"""mypy over runner/ and scripts/ at the strictness pyproject.toml's [tool.mypy] sets (mypy's
+default rules plus `check_untyped_defs`; packages without type information, and the model libraries
+called at the runner's edges, are Any): a type error anywhere in the library or the scripts
+around it (benchmarks, measurements, the conformance harness; most run in no test) fails the
+suite, with mypy's own messages."""
 
 import re
 import subprocess
@@ -14,8 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_runner_type_checks():
-    proc = subprocess.run([sys.executable, "-m", "mypy", "runner"], cwd=REPO,
+def test_runner_and_scripts_type_check():
+    proc = subprocess.run([sys.executable, "-m", "mypy", "runner", "scripts"], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"mypy found errors:\n{proc.stdout}{proc.stderr}"
 
@@ -34,5 +35,5 @@ def test_pre_commit_runs_the_pinned_ruff_and_mypy_this_suite_runs():
              for h in repo["hooks"]}
     assert hooks["ruff"][:2] == ("https://github.com/astral-sh/ruff-pre-commit",
                                  f"v{pins['ruff']}")
-    assert hooks["mypy"][2]["entry"] == "python3 -m mypy runner"  # the command above
+    assert hooks["mypy"][2]["entry"] == "python3 -m mypy runner scripts"  # the command above
     assert version("ruff") == pins["ruff"] and version("mypy") == pins["mypy"]
