@@ -2,7 +2,10 @@
 
 import dataclasses
 import json
+import mmap
 import shutil
+import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ from runner.config.mlperf_data import load_captions
 from runner.config.model_config import ModelConfig
 from runner.model.pipeline.iree_session import IreeSession
 from runner.model.pipeline.loader import open_pipeline
+from runner.model.pipeline.sdxl import SdxlPipeline
 
 # Measured: max abs pixel difference 1 on 0.008% of pixels (4 prompts, batch 1 and 2).
 MAX_ABS_PIXEL_DIFF = 1
@@ -131,6 +135,42 @@ def test_an_error_leaving_the_pipeline_holds_no_runtime_object(tiny_compiled):
             open_pipeline(tiny_compiled[1]) as pipeline:
         fail_inside(pipeline)
     assert not runtime_objects_in(err.value)
+
+
+def test_closing_frees_the_modules_after_the_device_on_this_thread(tiny_compiled, monkeypatch):
+    """IREE frees a module loaded from Python memory under the GIL, from whichever thread
+    drops its last reference. Dropped with the contexts, before the device, that last
+    reference could be a device worker's (retiring the last call) while this thread, holding
+    the GIL, waited in the device's release for that worker: `goldens check` hung so in 1 of
+    68 runs on a loaded machine. Each module's free is observed here (the same copy, with
+    IREE's destroy callback): all happen after the device is released, on this thread."""
+    import iree.runtime as rt
+
+    import runner.model.pipeline.iree_session as iree_session
+
+    freed: list[tuple[bool, int]] = []  # (device still held, thread)
+
+    def copy_buffer(instance, data: bytes):
+        aligned = mmap.mmap(-1, len(data))
+        aligned.write(data)
+        return rt.VmModule.wrap_buffer(instance, aligned, destroy_callback=lambda *_: freed.append(
+            ("device" in vars(session), threading.get_ident())))
+
+    watched = types.SimpleNamespace(**{n: getattr(rt, n) for n in dir(rt) if n[0] != "_"})
+    watched.VmModule = types.SimpleNamespace(copy_buffer=copy_buffer)
+    held = iree_session.import_held
+    monkeypatch.setattr(iree_session, "import_held",
+                        lambda name: watched if name == "iree.runtime" else held(name))
+    compiled = tiny_compiled[1]
+    session = IreeSession(compiled.driver, compiled.runtime_flags)
+    for files in compiled.modules:
+        session.load(files)
+    config = ModelConfig.load(Path(compiled.model_config))
+    pipeline = SdxlPipeline(config, session, compiled.batch_size, compiled.vae_batch_size)
+    pipeline.generate(["a cat"])
+    session.close()
+    assert len(freed) == sum(len(files.vmfbs) for files in compiled.modules), freed
+    assert set(freed) == {(False, threading.get_ident())}, freed
 
 
 def test_corrupt_weights_and_missing_vmfb_name_the_file(tiny_compiled, tmp_path):

@@ -114,9 +114,17 @@ class IreeSession:
         self._contexts[files.name] = (context, loaded)
 
     def close(self) -> None:
-        """Releases invokers, then contexts, then the device. IREE's Python objects do not
-        keep what they use alive, so the garbage collector freeing them in another order
-        (e.g. an invoker kept by a traceback) crashes the interpreter."""
+        """Releases invokers, then contexts, then the device, then the compiled modules.
+        IREE's Python objects do not keep what they use alive, so the garbage collector
+        freeing them in another order (e.g. an invoker kept by a traceback) crashes the
+        interpreter.
+
+        The modules go last: IREE frees a module loaded from Python memory under the GIL,
+        from whichever thread drops its last reference, and that can be one of the device's
+        worker threads retiring the last call. Releasing the device waits for those threads
+        while this one holds the GIL: with the module's last reference on a worker, both
+        waited for ever (`goldens check` hung in 1 of 136 runs on a loaded 2-core machine).
+        Held here until the device is gone, a module is freed on this thread."""
         with calling_runtime():
             self._close()
 
@@ -124,9 +132,11 @@ class IreeSession:
         for fn in self._functions:
             fn.invoker = None
         self._functions.clear()
+        modules = [module for _, loaded in self._contexts.values() for module in loaded]
         self._contexts.clear()
         self.__dict__.pop("device", None)
         self.__dict__.pop("instance", None)
+        modules.clear()
 
     def function(self, submodel: str, name: str, where: str) -> IreeFunction:
         """`where` names the config field that asked for this function, for the error."""
