@@ -141,8 +141,8 @@ def test_closing_frees_the_modules_after_the_device_on_this_thread(tiny_compiled
     """IREE frees a module loaded from Python memory under the GIL, from whichever thread
     drops its last reference. Dropped with the contexts, before the device, that last
     reference could be a device worker's (retiring the last call) while this thread, holding
-    the GIL, waited in the device's release for that worker: `goldens check` hung so in 1 of
-    68 runs on a loaded machine. Each module's free is observed here (the same copy, with
+    the GIL, waited in the device's release for that worker: `goldens check` hung so in 3 of
+    806 runs on a loaded machine. Each module's free is observed here (the same copy, with
     IREE's destroy callback): all happen after the device is released, on this thread."""
     import iree.runtime as rt
 

@@ -97,9 +97,9 @@ class IreeSession:
                                   fix="recompile it (`runner compile`)")
             try:
                 # A copy, read once: `VmModule.mmap` opens the file for writing, which fails
-                # on the read-only cache mount a worker container gets, and wrapping a Python
-                # buffer makes IREE release it from its own threads, which can deadlock
-                # against the GIL at teardown. With external parameters a vmfb is small.
+                # on the read-only cache mount a worker container gets. With external
+                # parameters a vmfb is small. The copy is Python memory all the same, freed
+                # under the GIL: `close` releases it last.
                 loaded.append(rt.VmModule.copy_buffer(self.instance, vmfb.read_bytes()))
             except (OSError, RuntimeError, ValueError) as e:
                 raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
@@ -123,7 +123,7 @@ class IreeSession:
         from whichever thread drops its last reference, and that can be one of the device's
         worker threads retiring the last call. Releasing the device waits for those threads
         while this one holds the GIL: with the module's last reference on a worker, both
-        waited for ever (`goldens check` hung in 1 of 136 runs on a loaded 2-core machine).
+        waited for ever (`goldens check` hung in 3 of 806 runs on a loaded 2-core machine).
         Held here until the device is gone, a module is freed on this thread."""
         with calling_runtime():
             self._close()
