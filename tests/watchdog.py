@@ -78,6 +78,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 def _time_out(item: pytest.Item, limit: float, guard: ProcessGuard,
               done: threading.Event) -> None:
+    if done.is_set():  # the test ended as the time ran out: the next one's limits stand
+        return
     faulthandler.cancel_dump_traceback_later()  # this thread runs: the GIL is not stuck
     err = item.config.stash[_TERMINAL]
     started = guard.started()
