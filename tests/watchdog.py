@@ -20,7 +20,6 @@ stacks and exits GIL_GRACE_S after the limit (or the limit again, if shorter) in
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import shutil
@@ -31,7 +30,7 @@ from typing import TextIO
 
 import pytest
 
-from runner.base.procs import ProcessGuard
+from runner.base.procs import ProcessGuard, send_signal
 
 DEFAULT_S = 900.0
 STOP_WAIT_S = 30.0
@@ -94,10 +93,7 @@ def _time_out(item: pytest.Item, limit: float, guard: ProcessGuard,
                   f"{_command_line(proc.pid)}\n{_native_stack(proc.pid)}\n")
     err.write(f"killing the {len(started)} process(es) the test started\n")
     err.flush()
-    for proc in started:  # not reaped here: the test's own wait gets the exit status
-        if proc.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
+    send_signal(started, signal.SIGKILL)  # not reaped: the test's own wait gets the status
     wait = min(STOP_WAIT_S, limit)
     if not done.wait(wait):
         err.write(f"{item.nodeid} still runs {wait:.0f} s later: this process exits\n")

@@ -96,7 +96,8 @@ def _reap(procs: Iterable[Proc]) -> None:
             os.waitpid(proc.pid, os.WNOHANG)
 
 
-def _signal(procs: Iterable[Proc], sig: int) -> None:
+def send_signal(procs: Iterable[Proc], sig: int) -> None:
+    """`sig` to each of `procs` still alive (not a reused pid), none reaped."""
     for proc in procs:
         if proc.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -140,12 +141,12 @@ class ProcessGuard:
         me = os.getpid()
         say(f"stopping {len(started)} process(es) this command started: "
             + ", ".join(str(p.pid) for p in started[:8]) + (" ..." if len(started) > 8 else ""))
-        _signal([p for p in started if p.ppid == me], signal.SIGTERM)
+        send_signal([p for p in started if p.ppid == me], signal.SIGTERM)
         wait_gone(started, grace, reap=False)  # children reaped below, all at once
         left = [p for p in {*started, *self.started()} if p.alive()]
         if left:
             say(f"{len(left)} process(es) still running after {grace:.0f}s: SIGKILL")
-            _signal(left, signal.SIGKILL)
+            send_signal(left, signal.SIGKILL)
         stuck = wait_gone([*started, *left], KILL_WAIT_S)
         if stuck:
             say("still not gone: " + ", ".join(str(p.pid) for p in stuck))
