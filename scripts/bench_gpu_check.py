@@ -1,12 +1,24 @@
-"""The GPU check on this machine's CPU: `runner gpu-check prepare` then `run`, timed.
+"""The GPU check's cost on this machine: `runner gpu-check prepare`, then what of `run` a CPU
+can do, timed.
 
     python3 scripts/bench_gpu_check.py [--out DIR] [--record]
+    python3 scripts/bench_gpu_check.py --profile h100-seeded [--out DIR] [--record]
 
-Runs `runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels` into a fresh
-carry (with a fresh $RUNNER_CACHE_DIR, so every module is compiled: a lab's first prepare),
-then `runner gpu-check run` from it, and prints one JSON line: the seconds of each, the
-carry's size and its parts, and each step's seconds. docs/gpu-check.md shows the record
-(`gpu_check_cpu`).
+With the `cpu` profile (the default): `runner gpu-check prepare --profile cpu --batch-sizes
+1,2 --no-wheels` into a fresh carry (with a fresh $RUNNER_CACHE_DIR, so every module is
+compiled: a lab's first prepare), then `runner gpu-check run` from it; record `gpu_check_cpu`.
+
+With a GPU profile (`h100-seeded`: seeded SDXL at full size, compiled for the GPU here):
+`runner gpu-check prepare --profile P` as a lab runs it (its default batch sizes, with the
+wheels), into a fresh cache, then the one part of `run` whose cost is the machine's and not
+the GPU's: the carry's `weights` steps (`runner export weights --from ...`, exactly as `run`
+starts them), which write the seeded weights on the GPU machine. It records each prepare
+step's seconds, the carry's size, and each weights step's seconds and the bytes it wrote
+(`written_gb`, a file once; the fp16-VAE export links the fp32 one's CLIP and UNet, and
+`linked_gb` is what those links did not write);
+record `gpu_check_<profile>`.
+
+Each prints one JSON line; docs/gpu-check.md shows the records.
 """
 
 from __future__ import annotations
@@ -27,40 +39,86 @@ def tree_mb(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6, 1)
 
 
+def stored_gb(path: Path) -> float:
+    """What the files under `path` take on disk, a hard-linked file once."""
+    inodes = {(s.st_dev, s.st_ino): s.st_size for s in
+              (p.stat() for p in path.rglob("*") if p.is_file())}
+    return round(sum(inodes.values()) / 1e9, 2)
+
+
 def runner(*args: str, env: dict[str, str]) -> float:
     """`python -m runner ARGS` to its end (exit 0 required); its wall seconds."""
+    return timed([sys.executable, "-m", "runner", *args], env)
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "runner", *args], env=env, check=False,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(argv, env=env, check=False, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        sys.exit(f"runner {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return round(time.perf_counter() - t0, 1)
+
+
+def on_cpu(root: Path, env: dict[str, str]) -> dict:
+    carry, results = root / "carry", root / "results"
+    prepare_s = runner("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
+                       "--no-wheels", "--out", str(carry), env=env)
+    run_s = runner("gpu-check", "run", "--carry", str(carry), "--out", str(results), env=env)
+    summary = json.loads((results / "gpu_check.json").read_text())
+    return {
+        "prepare_s": prepare_s, "run_s": run_s, "carry_mb": tree_mb(carry),
+        "cache_mb": tree_mb(carry / "cache"), "tiny_cpu_mb": tree_mb(carry / "tiny-cpu"),
+        "status": summary["status"],
+        "steps_s": {s["name"]: s["seconds"] for s in summary["steps"]},
+        "mlperf_samples_per_s": (summary.get("mlperf") or {}).get("samples_per_s")}
+
+
+def for_gpu(profile: str, root: Path, env: dict[str, str]) -> dict:
+    sys.path.insert(0, str(REPO))
+    from runner.gpucheck.plan import MANIFEST, WEIGHTS, plan_run
+
+    carry = root / "carry"
+    prepare_s = runner("gpu-check", "prepare", "--profile", profile, "--out", str(carry),
+                       env=env)
+    manifest = json.loads((carry / MANIFEST).read_text())
+    weights = [s for s in plan_run(carry, manifest, root / "results", None)
+               if s.kind == WEIGHTS]
+    run_env = {**env, "RUNNER_CACHE_DIR": str(carry / "cache")}  # as `run` gives its steps
+    exports = carry / "cache" / "exports"
+    before, apparent = stored_gb(exports), tree_mb(exports) / 1e3
+    weights_s = {s.name: timed(s.argv, run_env) for s in weights}
+    return {
+        "prepare_s": prepare_s, "carry_mb": tree_mb(carry),
+        "wheels_mb": tree_mb(carry / "wheels"), "cache_mb": tree_mb(carry / "cache"),
+        "batch_sizes": manifest["batch_sizes"], "backend": manifest["backend"],
+        "chip": manifest["chip"],
+        "prepare_steps_s": {s["step"]: s["seconds"] for s in manifest["compiled"]},
+        "weights_s": weights_s, "weights_total_s": round(sum(weights_s.values()), 1),
+        "written_gb": round(stored_gb(exports) - before, 2),
+        "linked_gb": round(tree_mb(exports) / 1e3 - apparent
+                           - (stored_gb(exports) - before), 2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="cpu",
+                        help="cpu (prepare and run here) or a GPU profile such as h100-seeded "
+                        "(prepare and the weights steps here)")
     parser.add_argument("--out", type=Path, help="keep the carry and results here "
                         "(default: a temporary directory)")
     add_record_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         root = args.out or Path(tmp)
-        carry, results = root / "carry", root / "results"
         env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "off",
                "RUNNER_CACHE_DIR": str(root / "cache"),
                "RUNNER_RESULTS_URL": str(root / "results.sqlite")}
-        prepare_s = runner("gpu-check", "prepare", "--profile", "cpu", "--batch-sizes", "1,2",
-                           "--no-wheels", "--out", str(carry), env=env)
-        run_s = runner("gpu-check", "run", "--carry", str(carry), "--out", str(results),
-                       env=env)
-        summary = json.loads((results / "gpu_check.json").read_text())
-        result = {
-            "prepare_s": prepare_s, "run_s": run_s, "carry_mb": tree_mb(carry),
-            "cache_mb": tree_mb(carry / "cache"), "tiny_cpu_mb": tree_mb(carry / "tiny-cpu"),
-            "status": summary["status"],
-            "steps_s": {s["name"]: s["seconds"] for s in summary["steps"]},
-            "mlperf_samples_per_s": (summary.get("mlperf") or {}).get("samples_per_s")}
-    emit("gpu_check_cpu", result, args.record)
+        if args.profile == "cpu":
+            emit("gpu_check_cpu", on_cpu(root, env), args.record)
+        else:
+            emit(f"gpu_check_{args.profile.replace('-', '_')}",
+                 for_gpu(args.profile, root, env), args.record)
 
 
 if __name__ == "__main__":
