@@ -65,21 +65,27 @@ def iree_profile(profile: Path, *flags: str) -> list[dict]:
 
 def iree_profile_groups(profile: Path) -> dict[str, dict]:
     """IREE's own per-function aggregation of a capture (the reference), with each
-    function's median from IREE's per-event rows."""
+    function's median from IREE's per-event rows, and its time at medians: each of its
+    workgroup counts' median times that count's events, summed."""
     groups = {r["key"]: r for r in iree_profile(profile)
               if r["type"] in ("host_dispatch_group", "dispatch_group")}
     events: dict[str, list[int]] = {}
+    sizes: dict[str, dict[str, list[int]]] = {}
     for r in iree_profile(profile, "--dispatch_events"):
         if r["type"] in ("host_dispatch_event", "dispatch_event"):
             events.setdefault(r["key"], []).append(r["duration_ns"])
+            sizes.setdefault(r["key"], {}).setdefault(
+                str(r["workgroup_count"]), []).append(r["duration_ns"])
     for key, ns in events.items():
         groups[key]["median_ns"] = statistics.median(ns)
+        groups[key]["at_medians_ns"] = sum(statistics.median(d) * len(d)
+                                           for d in sizes[key].values())
     return groups
 
 
 @pytest.fixture(scope="module")
 def profiled(tiny_dispatch_bench) -> Path:
-    """The session's real `runner bench --dispatches` of two stages (tests/conftest.py),
+    """The session's real `runner bench --dispatches` of three stages (tests/conftest.py),
     in a hostile --out."""
     return tiny_dispatch_bench
 
@@ -131,7 +137,7 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
             assert r["stddev_ms"] == pytest.approx(ref["stddev_ns"] / 1e6, abs=1e-5)
             assert r["median_ms"] == pytest.approx(ref["median_ns"] / 1e6, abs=1e-6)
             assert r["median_ms_per_call"] == pytest.approx(
-                ref["median_ns"] * ref["count"] / 1e6 / CALLS, abs=1e-5)
+                ref["at_medians_ns"] / 1e6 / CALLS, abs=1e-5)
             assert r["kind"] == names.kind(name) and r["key"] == names.key(name)
         total = sum(ref["count"] for ref in reference.values())
         assert p["dispatches_per_call"] == total / CALLS == int(total / CALLS)
@@ -162,6 +168,7 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
     md = (profiled / "bench.md").read_text()
     assert "## Dispatch profile (IREE HAL profiler)" in md
     assert "### unet_step (batch 1)" in md and "dispatch time by kind" in md
+    assert "### clip (batch 1)" in md
     top = report["stages"][0]["dispatch_profile"]["dispatches"][0]["name"]
     assert f"`{top}`" in md
 
@@ -222,10 +229,11 @@ def test_gpu_mode_up_to_the_device_is_the_exact_dry_run(tmp_path, capsys):
     assert "--device=cuda" in profiled and timed[:timed.index("--benchmark_format=json")] == \
         profiled[:profiled.index("--benchmark_format=json")]
     stage_dir = out / "stages" / "bs1" / "unet_step"
-    assert profiled[-5:] == ["--benchmark_repetitions=1", "--benchmark_min_time=2x",
+    assert profiled[-6:] == ["--benchmark_repetitions=1", "--benchmark_min_time=2x",
                              "--benchmark_min_warmup_time=0.0",
                              f"--device_profiling_mode={dp.DEVICE_MODE}",
-                             f"--device_profiling_output={stage_dir / dp.PROFILE_FILE}"]
+                             f"--device_profiling_output={stage_dir / dp.PROFILE_FILE}",
+                             f"--device_profiling_flush_interval_ms={dp.FLUSH_MS}"]
     export = lines[lines.index(shlex.join(profiled)) + 1]
     assert shlex.split(export) == ireeperf.export_argv(stage_dir / dp.PROFILE_FILE)
     assert not out.exists()
