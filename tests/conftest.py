@@ -4,6 +4,7 @@ and real IREE release wheels. Each is made once whichever pytest-xdist worker as
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,22 +78,37 @@ def lab_profiles(small_checkpoint, tmp_path, monkeypatch) -> Path:
 
 # The dispatch bench's --out: a user's --out reaches commands and files.
 DISPATCH_BENCH_OUT = "out $(touch pwned) 'q\" dir"
+DISPATCH_STAGES = ("clip", "unet_step", "vae")  # the GPU check's stages
+
+
+def bench_dispatches(out: Path, stages: tuple[str, ...] = DISPATCH_STAGES) -> dict:
+    """A real `runner bench --dispatches 5` of the tiny model's `stages` into `out`, on one
+    core per device (a second test worker slows a two-thread executor for as long as it
+    takes one of the two cores); its bench.json."""
+    from runner.cli import main
+
+    argv = ["bench", "--profile", "tiny", "--set", "layout.cores_per_device=1",
+            "--no-throughput", "--repetitions", "3", "--min-time", "5x", "--dispatches", "5",
+            "--out", str(out)]
+    for stage in stages:
+        argv += ["--stage", stage]
+    assert main(argv) == 0
+    return json.loads((out / "bench.json").read_text())
 
 
 @pytest.fixture(scope="session")
 def tiny_dispatch_bench(tmp_path_factory, tiny_compiled) -> Path:
-    """One real `runner bench --dispatches` of the tiny UNet step and VAE (the stages whose
-    dispatches take milliseconds), both ways (the HAL profiler, and every dispatch of a
-    recorded call timed alone), once per session: tests/test_dispatch_profile.py reads its
-    profiles, tests/test_dispatch_replay.py holds the two against each other. Read only."""
-    from runner.cli import main
+    """One real `runner bench --dispatches` of the tiny CLIP, UNet step and VAE, both ways
+    (the HAL profiler, and every dispatch of a recorded call timed alone), once per
+    session: tests/test_dispatch_profile.py reads its profiles, tests/test_dispatch_replay.py
+    holds the two against each other. Read only."""
+    return shared_dir(tmp_path_factory, DISPATCH_BENCH_OUT, bench_dispatches)
 
-    def build(out: Path) -> None:
-        assert main(["bench", "--profile", "tiny", "--no-throughput", "--stage", "unet_step",
-                     "--stage", "vae", "--repetitions", "3", "--min-time", "5x",
-                     "--dispatches", "5", "--out", str(out)]) == 0
 
-    return shared_dir(tmp_path_factory, DISPATCH_BENCH_OUT, build)
+@pytest.fixture(scope="session")
+def dispatch_bench():
+    """bench_dispatches, for a test that measures a stage again."""
+    return bench_dispatches
 
 
 @pytest.fixture(scope="session")

@@ -20,32 +20,47 @@ from runner.bench import capability
 from runner.bench import dispatch_profile as dp
 from runner.bench import dispatch_replay as dr
 
-# Each stage's dispatch time per call, replay over the HAL profiler. How close the two
-# mechanisms agree is a measurement, not this test's to hold (docs/bench.md, the
-# dispatch_times record: 0.71-1.58 on the 2-core VM): the two are timed one after the other, a
-# second process taking one of the 2 cores slows every dispatch of the two-thread executor
-# for as long as it runs (a full-suite run, the VAE replayed beside another test worker:
-# 2.04 by the sums, 1.70 by the fastest repetitions). What this band catches is a wrong unit,
-# count, batch or per-call division: each puts the ratio off by 5x or more (5 profiled
-# calls, 96-dispatch benchmark batches, ms against us).
-AGREE = (0.25, 4.0)
+# Each stage's dispatch time per call by the replay, against the HAL profiler's: within
+# AGREE. Both are sums of medians (each distinct dispatch's median time times its count):
+# one dispatch the OS preempted in the profiled calls adds its whole delay to the
+# profiler's plain sum (the 2-core UNet step's sum was 1.5x its sum of medians in one
+# run). The two are timed one after the other, and whatever slows one run and not the
+# other moves them apart: a second test worker on the device's core (1.16-1.20 beside a
+# busy process), or, for CLIP, whose dispatches last microseconds, the profiled run
+# itself (the same profiled command gave 0.60-0.87 ms/call in six runs on the quiet 2-core
+# VM, where the replay gave 0.61-0.73; the two agreed within 20% in 9 of 10 runs, the UNet
+# step and VAE in every one). So a stage outside AGREE is measured again, up to ATTEMPTS
+# in all, and fails if no measurement agrees. A wrong count, unit, batch or per-call
+# division, or a bias in how the replay is timed (the tool's thread on the worker's core:
+# 1.25x; an unwarmed batch-size probe: 1.5x for CLIP), is off every time.
+AGREE, ATTEMPTS = 0.20, 3
 
 
 @pytest.fixture(scope="module")
 def timed(tiny_dispatch_bench) -> dict:
-    """The session's real `runner bench --dispatches` of the UNet step and the VAE
-    (tests/conftest.py: the stages whose dispatches take milliseconds; CLIP's take
-    microseconds, where a dispatch alone pays its own issue cost: docs/bench.md), in a
-    hostile --out."""
+    """The session's real `runner bench --dispatches` of CLIP, the UNet step and the VAE
+    (tests/conftest.py), in a hostile --out."""
     out = tiny_dispatch_bench
     return {"out": out, "report": json.loads((out / "bench.json").read_text())}
 
 
+def _sums(stage: dict) -> tuple[float, float]:
+    """The replay's dispatch time per call and the profiler's, as sums of medians."""
+    return (stage["dispatch_times"]["per_call_ms"]["dispatch_sum"],
+            stage["dispatch_profile"]["per_call_ms"]["dispatch_median_sum"])
+
+
+def _agree(stage: dict) -> bool:
+    alone, profiled = _sums(stage)
+    return abs(alone / profiled - 1) <= AGREE
+
+
 @pytest.mark.slow
-def test_replay_times_agree_with_the_hal_profiler_of_the_same_stage(timed):
-    """Counts exactly, dispatch time per call within AGREE of the profiler's, and both
-    against the stage's unprofiled wall time (not the profiled run's, which holds the
-    profiler's overhead)."""
+def test_replay_times_agree_with_the_hal_profiler_of_the_same_stage(timed, dispatch_bench,
+                                                                     tmp_path):
+    """Counts exactly, dispatch time per call within AGREE of the profiler's (a stage
+    outside it measured once more), and both against the stage's unprofiled wall time (not
+    the profiled run's, which holds the profiler's overhead)."""
     report = timed["report"]
     assert set(report["dispatch_times_fields"]) >= {"explained", "per_call_ms"}
     for stage in report["stages"]:
@@ -56,10 +71,13 @@ def test_replay_times_agree_with_the_hal_profiler_of_the_same_stage(timed):
         assert times["dispatches_per_call"] == prof["dispatches_per_call"]
         counts = {d["name"]: d["count"] for d in times["dispatches"]}
         assert counts == {d["name"]: d["count"] / prof["calls"] for d in prof["dispatches"]}
-        # How long: the sums agree within AGREE.
+        # How long: the sums of medians agree within AGREE.
+        tried = [stage]
+        while not _agree(tried[-1]) and len(tried) < ATTEMPTS:
+            out = tmp_path / f"{stage['stage']}-{len(tried)}"
+            tried.append(dispatch_bench(out, (stage["stage"],))["stages"][0])
+        assert _agree(tried[-1]), (stage["stage"], [_sums(s) for s in tried])
         alone = times["per_call_ms"]["dispatch_sum"]
-        profiled = prof["per_call_ms"]["dispatch_sum"]
-        assert AGREE[0] <= alone / profiled <= AGREE[1], (stage["stage"], alone, profiled)
         unprofiled = stage["latency_ms"]["mean_ms"]
         assert times["per_call_ms"]["unprofiled"] == pytest.approx(unprofiled, abs=1e-6)
         assert times["explained"] == pytest.approx(alone / unprofiled, abs=1e-3)
@@ -155,7 +173,9 @@ def test_replay_counts_follow_the_modules_structure(tiny_compiled, tmp_path):
     """The denoise calls the UNet step 20 times (runner/assets/tiny/unet_pipeline_bs1.mlir):
     every step dispatch is counted exactly 20 times per denoise call, and what is left is
     `run_initialize`'s and the pipeline module's own, fewer than one step's. Recording
-    only: nothing is timed."""
+    only: nothing is timed. The HAL profiler of one denoise call counts the same: its
+    4281 dispatches are more than the 4096 events its buffer keeps between flushes (without
+    the runner's periodic flush it kept 4096 and lost 7% of the denoise's dispatches)."""
     from runner.bench import stages as st
 
     compiled = tiny_compiled[1]
@@ -178,3 +198,8 @@ def test_replay_counts_follow_the_modules_structure(tiny_compiled, tmp_path):
     assert all(name.startswith(("run_initialize", "__builtin_")) for name in
                set(denoise) - set(step))
     assert denoise["__builtin_splat_i64"] == 20
+    unet = next(p for p in plans if p.stage == "unet")
+    profiled = dp.capture(dp.plan(unet.command, tmp_path / "profile", 1, "local-task"), "unet")
+    assert profiled["status"] == "ok", profiled
+    assert {d["name"]: d["count"] for d in profiled["dispatches"]} == denoise
+    assert profiled["dispatches_per_call"] == sum(denoise.values()) > 4096

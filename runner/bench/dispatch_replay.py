@@ -19,7 +19,12 @@ benchmark's `execute` scope:
 Each distinct workload then runs alone in `iree-benchmark-executable --device=<the stage's>
 --executable_file=... --entry_point=... --workgroup_count=... --binding=<bytes>xi8`
 (`--batch_size` dispatches per submission, so submission costs little), and its median
-time per dispatch times its count is its share of a call. The sum over every dispatch is
+time per dispatch times its count is its share of a call. The tool runs with the stage's
+device flags (on the CPU, `--task_topology_cpu_ids` keeps its workers on the device's
+cores) and NUMA binding, but not the stage's `taskset`: its own thread only submits and
+waits, and on a worker's core that wait takes the worker's time (a 1.48 ms convolution
+timed 1.84 ms with the tool's thread confined to the worker's one core, 13 dispatches per
+submission; 2-core VM), which no dispatch in the model pays. The sum over every dispatch is
 the time a call spends in kernels run back to back on warm caches; what the stage's
 unprofiled wall time holds beyond it is host work and the gaps between dispatches.
 
@@ -53,14 +58,21 @@ REPLAY_FILE, WORKLOADS_FILE = "dispatches.ireereplay", "dispatch_workloads.json"
 SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
 # Dispatches per submission: a submission costs a wake-up of the device's workers (tens of
 # µs on the CPU), which the in-model dispatches, recorded back to back, do not pay each. So
-# a first short run (PROBE_BATCH dispatches, once) sizes the batch of the timed run to hold
-# about SUBMISSION_US of work, between BATCH_RANGE's ends.
-PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 5000.0, (8, 1024)
+# a first short run (PROBE_BATCH dispatches, after the same warm-up as the timed run: a
+# cold first submission took a 1.4 us reduction for 300 us, and so sized its batch at 14,
+# where the submission's own cost then doubled its time) sizes the batch of the timed run
+# to hold about SUBMISSION_US of work, between BATCH_RANGE's ends.
+# Each submission also waits for the tool's own thread to wake and submit the next: on a
+# loaded CPU that is milliseconds (another process on the tool's core), so a submission
+# holds 20 ms of work (a 1-ms wait is 5%). Measured on the tiny model's UNet step and VAE
+# beside a busy process (one device core): 5 ms submissions timed the stages 1.5x the HAL
+# profiler's, 30 ms ones 1.16-1.20x; with no other process both are within 6%.
+PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 20000.0, (8, 16384)
 # The timed run: REPETITIONS of SUBMISSIONS submissions each (a count, not a minimum time:
 # the benchmark library's search for an iteration count that fills a minimum time runs
 # the workload several times over, and a stage has hundreds of workloads, each its own
 # process).
-REPETITIONS, SUBMISSIONS = 3, 2
+REPETITIONS, SUBMISSIONS = 3, 1
 WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
 # The replay's executable metadata: a 32-byte header, a 32-byte record per function with
 # its name's length (u16 at byte 26), then the names back to back (IREE 3.13's layout,
@@ -261,7 +273,8 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
             *([f"--benchmark_repetitions={REPETITIONS}",
                f"--benchmark_min_time={batch * SUBMISSIONS}x",
                f"--benchmark_min_warmup_time={WARMUP_S}"] if timed
-              else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x"])]
+              else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x",
+                    f"--benchmark_min_warmup_time={WARMUP_S}"])]
 
 
 def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
@@ -271,9 +284,12 @@ def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
 
 
 def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | None = None,
-            timeout: float | None = None) -> dict[str, Any]:
+            timeout: float | None = None, host_prefix: tuple[str, ...] = ()
+            ) -> dict[str, Any]:
     """The stage's dispatches timed by this mechanism (see FIELDS); never raises for what
-    the driver or the tools cannot do: the note says so, in the capability's words."""
+    the driver or the tools cannot do: the note says so, in the capability's words.
+    `host_prefix` runs each timing (the worker's NUMA binding, not its `taskset`: see the
+    module docstring)."""
     device = command.device
     rec = record_command(command, directory)
     base = {"mechanism": MECHANISM, "command": rec.text()}
@@ -296,7 +312,8 @@ def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | No
             raise RunnerError("the recorded call ran no dispatch", where=str(replay),
                               fix="check the stage's function with iree-run-module")
         times, commands = _time_workloads(recording, replay, directory, device,
-                                          _runtime_flags(command), command, timeout)
+                                          _runtime_flags(command), command, timeout,
+                                          host_prefix)
     except _Unavailable as e:
         return {**base, "status": "unavailable", "note": str(e)}
     except RunnerError as e:
@@ -314,7 +331,8 @@ class _Unavailable(Exception):
 
 def _time_workloads(recording: Recording, replay: Path, directory: Path, device: str,
                     flags: tuple[str, ...], command: bm.BenchCommand,
-                    timeout: float | None) -> tuple[dict[Workload, float], list[dict]]:
+                    timeout: float | None, host_prefix: tuple[str, ...]
+                    ) -> tuple[dict[Workload, float], list[dict]]:
     """Median microseconds per dispatch of every workload, and each timing's record."""
     tool = tool_path(EXECUTABLE_TOOL)
     times: dict[Workload, float] = {}
@@ -323,22 +341,24 @@ def _time_workloads(recording: Recording, replay: Path, directory: Path, device:
                                                      w.workgroup_count, w.constants)):
         exe = executable_file(recording, replay, w.executable, directory / "executables")
         quick = _run_one(workload_argv(recording, w, exe, device, flags, timed=False),
-                         recording.name(w), tool, device, command, timeout)
+                         recording.name(w), tool, device, command, timeout, host_prefix)
         argv = workload_argv(recording, w, exe, device, flags,
                              batch_for(quick.mean_ms * 1000))
-        latency = _run_one(argv, recording.name(w), tool, device, command, timeout)
+        latency = _run_one(argv, recording.name(w), tool, device, command, timeout,
+                           host_prefix)
         times[w] = latency.median_ms * 1000
         records.append({"name": recording.name(w), "count": recording.counts[w],
-                        "command": shlex.join(argv), "median_us": round(times[w], 4),
+                        "command": shlex.join([*host_prefix, *argv]),
+                        "median_us": round(times[w], 4),
                         "min_us": round(latency.min_ms * 1000, 4)})
     return times, records
 
 
 def _run_one(argv: list[str], name: str, tool: str, device: str, command: bm.BenchCommand,
-             timeout: float | None) -> bm.Latency:
-    """One iree-benchmark-executable run in the stage's device view (prefix, env)."""
+             timeout: float | None, host_prefix: tuple[str, ...]) -> bm.Latency:
+    """One iree-benchmark-executable run in the stage's device view (flags, env, NUMA)."""
     try:
-        proc = subprocess.run([*command.prefix, tool, *argv[1:]], capture_output=True,
+        proc = subprocess.run([*host_prefix, tool, *argv[1:]], capture_output=True,
                               text=True, check=False, timeout=timeout,
                               env={**os.environ, **command.env})
     except subprocess.TimeoutExpired:

@@ -53,6 +53,9 @@ class StagePlan:
     raw_out: Path
     view: str = ""  # the worker's device view the command runs in (Worker.view_text)
     profile: dp.ProfilePlan | None = None  # the dispatch-profiled pass (--dispatches)
+    # what runs the replay's timings: the worker's NUMA binding, not its taskset
+    # (runner.bench.dispatch_replay says why)
+    host_prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,8 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
                    if settings.dispatch_calls else None)
         plans.append(StagePlan(stage, role, f"{submodel}.{fn}", compiled.batch_size, cmd,
                                out_dir / stage / "benchmark.json",
-                               worker.view_text() if worker else "", profile))
+                               worker.view_text() if worker else "", profile,
+                               worker.command_prefix if worker else ()))
     return plans
 
 
@@ -276,7 +280,7 @@ def _replay_times(p: StagePlan, unprofiled_ms: float, settings: BenchSettings
     print("  timing each dispatch alone (HAL replay + iree-benchmark-executable) ...",
           file=sys.stderr, flush=True)
     out = dispatch_replay.measure(p.command, p.profile.directory / REPLAY_DIR, unprofiled_ms,
-                                  settings.timeout)
+                                  settings.timeout, p.host_prefix)
     if out["status"] == "ok":
         print(f"  {out['dispatches_per_call']:g} dispatches/call, "
               f"{out['per_call_ms']['dispatch_sum']:.3f} ms/call alone, "
