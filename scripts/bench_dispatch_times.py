@@ -8,7 +8,8 @@ mean ms/call; the HAL profiler's dispatch sum, its sum at medians, busy time, ex
 share, and the host time outside command buffers; the replay mechanism's dispatches per
 call, distinct workloads timed, dispatch sum (a sum of medians), explained share and the
 rest (all from the last round); and, over every round, the replay's sum over the
-profiler's sum at medians. `--record` stores it as the `dispatch_times` record.
+profiler's sum at medians. `--record` stores it as the `dispatch_times` record
+(`dispatch_times_<N>cores` with `--cores-per-device N`).
 
     python3 scripts/bench_dispatch_times.py --record
 """
@@ -97,7 +98,9 @@ def main() -> int:
     add_record_option(parser)
     args = parser.parse_args()
     result = rounds(args.stage or [], args.calls, args.cores_per_device, args.rounds)
-    emit("dispatch_times", result, args.record)
+    name = "dispatch_times" if args.cores_per_device == 1 else \
+        f"dispatch_times_{args.cores_per_device}cores"
+    emit(name, result, args.record)
     return 0 if result["exit_code"] == 0 else 1
 
 
