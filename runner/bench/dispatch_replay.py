@@ -18,8 +18,9 @@ benchmark's `execute` scope:
 
 Each distinct workload then runs alone in `iree-benchmark-executable --device=<the stage's>
 --executable_file=... --entry_point=... --workgroup_count=... --binding=<bytes>xi8`
-(`--batch_size` dispatches per submission, so submission costs little), and its median
-time per dispatch times its count is its share of a call. The tool runs with the stage's
+(`--batch_size` dispatches per submission, so submission costs little; many short
+submissions, and their median), and its median time per dispatch times its count is its
+share of a call. The tool runs with the stage's
 device flags (on the CPU, `--task_topology_cpu_ids` keeps its workers on the device's
 cores) and NUMA binding, but not the stage's `taskset`: its own thread only submits and
 waits, and on a worker's core that wait takes the worker's time (a 1.48 ms convolution
@@ -61,18 +62,18 @@ SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
 # a first short run (PROBE_BATCH dispatches, after the same warm-up as the timed run: a
 # cold first submission took a 1.4 us reduction for 300 us, and so sized its batch at 14,
 # where the submission's own cost then doubled its time) sizes the batch of the timed run
-# to hold about SUBMISSION_US of work, between BATCH_RANGE's ends.
-# Each submission also waits for the tool's own thread to wake and submit the next: on a
-# loaded CPU that is milliseconds (another process on the tool's core), so a submission
-# holds 20 ms of work (a 1-ms wait is 5%). Measured on the tiny model's UNet step and VAE
-# beside a busy process (one device core): 5 ms submissions timed the stages 1.5x the HAL
-# profiler's, 30 ms ones 1.16-1.20x; with no other process both are within 6%.
-PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 20000.0, (8, 16384)
-# The timed run: REPETITIONS of SUBMISSIONS submissions each (a count, not a minimum time:
-# the benchmark library's search for an iteration count that fills a minimum time runs
-# the workload several times over, and a stage has hundreds of workloads, each its own
-# process).
-REPETITIONS, SUBMISSIONS = 3, 1
+# to hold about SUBMISSION_US of work, between BATCH_RANGE's ends (one dispatch of a
+# millisecond or more).
+# The timed run is REPETITIONS short submissions, one a repetition, and their median: the HAL
+# profiler's own statistic, a median over spans shorter than the time another process
+# takes a core for. Long samples all hold that process's share: on one device core beside
+# another job, three 20-ms submissions timed the UNet step and VAE 1.24-1.30x the
+# profiler's median sum, twenty-five of about 1 ms 1.00-1.11x (the tiny model, 2-core VM).
+# A count, not a minimum time: the benchmark library's search for an iteration count that
+# fills a minimum time runs the workload several times over, and a stage has hundreds of
+# workloads, each its own process.
+PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 1000.0, (1, 16384)
+REPETITIONS = 25
 WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
 # The replay's executable metadata: a 32-byte header, a 32-byte record per function with
 # its name's length (u16 at byte 26), then the names back to back (IREE 3.13's layout,
@@ -271,7 +272,7 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
             *[f"--binding={max(n, 1)}xi8" for n in w.bindings],
             f"--batch_size={batch}", "--benchmark_format=json",
             *([f"--benchmark_repetitions={REPETITIONS}",
-               f"--benchmark_min_time={batch * SUBMISSIONS}x",
+               f"--benchmark_min_time={batch}x",
                f"--benchmark_min_warmup_time={WARMUP_S}"] if timed
               else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x",
                     f"--benchmark_min_warmup_time={WARMUP_S}"])]
