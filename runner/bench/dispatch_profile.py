@@ -41,10 +41,11 @@ DEFAULT_CALLS = 5
 MAX_CALLS = 1000
 HOST_MODE, DEVICE_MODE = "host-execution", "dispatch-events"
 MODE_FLAG, OUTPUT_FLAG = "--device_profiling_mode", "--device_profiling_output"
-# The profiler keeps a call's events in a buffer of 4096 until the tool flushes it after
-# the call: the tiny denoise (4281 dispatches a call) lost 7% of its dispatches, 4096 kept
-# a call. A flush every FLUSH_MS from the tool's own thread (IREE 3.12 and 3.13 have the
-# flag) keeps them all: 4409 events a call, as the replay counts.
+# The CPU's profiler keeps a call's events in a buffer of 4096 until the tool flushes it
+# after the call: the tiny denoise (4281 dispatches a call) lost 7% of its dispatches,
+# 4096 kept a call. A flush every FLUSH_MS from the tool's own thread (IREE 3.12 and 3.13
+# have the flag) keeps them all, as the replay counts them. Only in host mode: a GPU
+# driver must support flushing a session in flight, which none of IREE 3.13's is known to.
 FLUSH_FLAG, FLUSH_MS = "--device_profiling_flush_interval_ms", 20
 PROFILE_FILE, BENCHMARK_FILE, TRACE_FILE = ("dispatches.ireeprof", "dispatches.benchmark.json",
                                             "dispatches.trace.json")
@@ -143,8 +144,9 @@ def plan(command: bm.BenchCommand, directory: Path, calls: int, driver: str) -> 
     """The stage's own command, as one profiled repetition of `calls` calls."""
     mode = mode_for(driver)
     argv = bm.with_overrides(command.argv, 1, f"{calls}x", 0.0)
-    argv += [f"{MODE_FLAG}={mode}", f"{OUTPUT_FLAG}={directory / PROFILE_FILE}",
-             f"{FLUSH_FLAG}={FLUSH_MS}"]
+    argv += [f"{MODE_FLAG}={mode}", f"{OUTPUT_FLAG}={directory / PROFILE_FILE}"]
+    if mode == HOST_MODE:
+        argv.append(f"{FLUSH_FLAG}={FLUSH_MS}")
     return ProfilePlan(bm.BenchCommand(tuple(argv), command.env, command.prefix), directory,
                        calls, mode)
 
