@@ -86,11 +86,12 @@ def for_gpu(profile: str, root: Path, env: dict[str, str]) -> dict:
                if s.kind == WEIGHTS]
     run_env = {**env, "RUNNER_CACHE_DIR": str(carry / "cache")}  # as `run` gives its steps
     exports = carry / "cache" / "exports"
+    sizes = {"carry_mb": tree_mb(carry), "wheels_mb": tree_mb(carry / "wheels"),
+             "cache_mb": tree_mb(carry / "cache")}  # as copied: before the weights
     before, apparent = stored_gb(exports), tree_mb(exports) / 1e3
     weights_s = {s.name: timed(s.argv, run_env) for s in weights}
     return {
-        "prepare_s": prepare_s, "carry_mb": tree_mb(carry),
-        "wheels_mb": tree_mb(carry / "wheels"), "cache_mb": tree_mb(carry / "cache"),
+        "prepare_s": prepare_s, **sizes,
         "batch_sizes": manifest["batch_sizes"], "backend": manifest["backend"],
         "chip": manifest["chip"],
         "prepare_steps_s": {s["step"]: s["seconds"] for s in manifest["compiled"]},
