@@ -13,9 +13,10 @@ With a GPU profile (`h100-seeded`: seeded SDXL at full size, compiled for the GP
 wheels), into a fresh cache, then the one part of `run` whose cost is the machine's and not
 the GPU's: the carry's `weights` steps (`runner export weights --from ...`, exactly as `run`
 starts them), which write the seeded weights on the GPU machine. It records each prepare
-step's seconds, the carry's size, and each weights step's seconds and the bytes it wrote
-(`written_gb`, a file once; the fp16-VAE export links the fp32 one's CLIP and UNet, and
-`linked_gb` is what those links did not write);
+step's seconds, the carry's size (before the weights), and each weights step's seconds
+(`weights_first_s` the first export's, `weights_rest_s` the others') and the bytes they
+wrote (`written_gb`, a file once); a second export links the first one's CLIP and UNet, and
+`linked_gb` is what the export directories hold as links, not written again;
 record `gpu_check_<profile>`.
 
 Each prints one JSON line; docs/gpu-check.md shows the records.
@@ -44,6 +45,15 @@ def stored_gb(path: Path) -> float:
     inodes = {(s.st_dev, s.st_ino): s.st_size for s in
               (p.stat() for p in path.rglob("*") if p.is_file())}
     return round(sum(inodes.values()) / 1e9, 2)
+
+
+def exports_gb(exports: Path) -> float:
+    """The export directories' files, a hard link as often as it is named (the weights'
+    links by sha256 beside them left out)."""
+    from runner.model.seeded_weights import SHARED_DIR
+
+    return round(sum(tree_mb(d) for d in exports.iterdir()
+                     if d.is_dir() and d.name != SHARED_DIR) / 1e3, 2)
 
 
 def runner(*args: str, env: dict[str, str]) -> float:
@@ -88,17 +98,19 @@ def for_gpu(profile: str, root: Path, env: dict[str, str]) -> dict:
     exports = carry / "cache" / "exports"
     sizes = {"carry_mb": tree_mb(carry), "wheels_mb": tree_mb(carry / "wheels"),
              "cache_mb": tree_mb(carry / "cache")}  # as copied: before the weights
-    before, apparent = stored_gb(exports), tree_mb(exports) / 1e3
-    weights_s = {s.name: timed(s.argv, run_env) for s in weights}
+    before, apparent = stored_gb(exports), exports_gb(exports)
+    weights_s = [timed(s.argv, run_env) for s in weights]
+    written = round(stored_gb(exports) - before, 2)
     return {
         "prepare_s": prepare_s, **sizes,
         "batch_sizes": manifest["batch_sizes"], "backend": manifest["backend"],
         "chip": manifest["chip"],
         "prepare_steps_s": {s["step"]: s["seconds"] for s in manifest["compiled"]},
-        "weights_s": weights_s, "weights_total_s": round(sum(weights_s.values()), 1),
-        "written_gb": round(stored_gb(exports) - before, 2),
-        "linked_gb": round(tree_mb(exports) / 1e3 - apparent
-                           - (stored_gb(exports) - before), 2)}
+        "weights_exports": [s.name.removeprefix("weights ") for s in weights],
+        "weights_s": weights_s, "weights_first_s": weights_s[0] if weights_s else 0.0,
+        "weights_rest_s": round(sum(weights_s[1:]), 1),
+        "weights_total_s": round(sum(weights_s), 1), "written_gb": written,
+        "linked_gb": round(exports_gb(exports) - apparent - written, 2)}
 
 
 def main() -> None:
