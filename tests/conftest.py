@@ -78,19 +78,19 @@ def lab_profiles(small_checkpoint, tmp_path, monkeypatch) -> Path:
 
 # The dispatch bench's --out: a user's --out reaches commands and files.
 DISPATCH_BENCH_OUT = "out $(touch pwned) 'q\" dir"
-DISPATCH_STAGES = ("clip", "unet_step", "vae")  # the GPU check's stages
 
 
-def bench_dispatches(out: Path, stages: tuple[str, ...] = DISPATCH_STAGES) -> dict:
-    """A real `runner bench --dispatches 5` of the tiny model's `stages` into `out`, on one
-    core per device (a second test worker slows a two-thread executor for as long as it
-    takes one of the two cores); its bench.json."""
+def bench_dispatches(out: Path, stages: tuple[str, ...] = ()) -> dict:
+    """A real `runner bench --dispatches 5` of the tiny model's `stages` (default: the GPU
+    check's) into `out`, on one core per device (a second test worker slows a two-thread
+    executor for as long as it takes one of the two cores); its bench.json."""
     from runner.cli import main
+    from runner.gpucheck.plan import BENCH_STAGES
 
     argv = ["bench", "--profile", "tiny", "--set", "layout.cores_per_device=1",
             "--no-throughput", "--repetitions", "3", "--min-time", "5x", "--dispatches", "5",
             "--out", str(out)]
-    for stage in stages:
+    for stage in stages or BENCH_STAGES:
         argv += ["--stage", stage]
     assert main(argv) == 0
     return json.loads((out / "bench.json").read_text())

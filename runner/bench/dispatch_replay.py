@@ -271,11 +271,8 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
             *[f"--constant={c}" for c in w.constants],
             *[f"--binding={max(n, 1)}xi8" for n in w.bindings],
             f"--batch_size={batch}", "--benchmark_format=json",
-            *([f"--benchmark_repetitions={REPETITIONS}",
-               f"--benchmark_min_time={batch}x",
-               f"--benchmark_min_warmup_time={WARMUP_S}"] if timed
-              else ["--benchmark_repetitions=1", f"--benchmark_min_time={batch}x",
-                    f"--benchmark_min_warmup_time={WARMUP_S}"])]
+            f"--benchmark_repetitions={REPETITIONS if timed else 1}",
+            f"--benchmark_min_time={batch}x", f"--benchmark_min_warmup_time={WARMUP_S}"]
 
 
 def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
