@@ -7,6 +7,11 @@ start and no import of the CLI (about a second each on a 2-core machine).
 `runner_process(...)` and `start_runner(...)` run `python -m runner` as a process of its own,
 for what is about the process: signals, process groups, orphaned workers, the exit status of
 a killed process, what reaches a terminal or a closed pipe.
+
+A test that signals a process starts it as an interactive shell would (`as_from_a_terminal`):
+the suite itself may run with stop signals ignored (`nohup` ignores SIGHUP; a shell without job
+control starts a background job with SIGINT ignored), children inherit that, and the runner
+rightly keeps an ignored signal ignored.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -94,3 +100,25 @@ def start_runner(*args: StrPath, **popen: Any) -> subprocess.Popen:
                        ("text", True), ("start_new_session", True)):
         popen.setdefault(key, value)
     return subprocess.Popen(runner_argv(*args), **popen)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def as_from_a_terminal() -> None:
+    """For `preexec_fn`: the child's stop signals at their defaults, as an interactive shell
+    starts a command, whatever this suite inherited (see the module docstring)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def at_default(sig: int) -> Iterator[None]:
+    """`sig` at its default in this process for the block (Python's own handler for SIGINT),
+    then as it was: the in-process form of `as_from_a_terminal`."""
+    default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+    before = signal.signal(sig, default)
+    try:
+        yield
+    finally:
+        signal.signal(sig, before)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from cli_support import start_runner
+from cli_support import STOP_SIGNALS, as_from_a_terminal, start_runner
 from shared_work import once
 
 from runner.base.outdir import RECORD, REFUSES
@@ -41,7 +41,6 @@ from runner.base.procs import Proc, descendants
 
 SEED = int(os.environ.get("RUNNER_SIGNAL_SEED", "35"))
 MORE_SEEDS = (SEED + 1, SEED + 2)  # the slow tier's batteries of the commands stopped most
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TO_GROUP = {signal.SIGINT: True, signal.SIGTERM: False, signal.SIGHUP: True}
 # PYTHONFAULTHANDLER: a crash in any of its processes (the driver, a worker, a test
 # process) prints "Fatal Python error" where the battery looks for it.
@@ -97,19 +96,12 @@ class Attempt:
                 f"{self.stderr[-3000:]}")
 
 
-def _default_signals() -> None:
-    """As an interactive shell starts a command: the three signals at their defaults (a
-    test runner in the background may have SIGINT ignored, which children inherit)."""
-    for sig in SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _start(cmd: Command, argv: list[str], both: bool = False) -> subprocess.Popen:
     """The command started as an interactive shell starts it; its stderr piped (and its
     stdout into the same pipe: `both`)."""
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if both else dict(
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return start_runner(*argv, cwd=cmd.cwd, env=ENV, preexec_fn=_default_signals, **out)
+    return start_runner(*argv, cwd=cmd.cwd, env=ENV, preexec_fn=as_from_a_terminal, **out)
 
 
 def _lines(proc: subprocess.Popen) -> IO[str]:
@@ -305,8 +297,8 @@ def strata(rng: random.Random, n: int) -> list[float]:
     return [EARLIEST + width * (k + rng.random()) for k in order]
 
 
-def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = SIGNALS, seed: int = SEED
-                ) -> list[Attempt]:
+def run_battery(cmd: Command, tmp: Path, signals: tuple[int, ...] = STOP_SIGNALS,
+                seed: int = SEED) -> list[Attempt]:
     """Each of `signals` once, at a seeded random point of its own stratum of the run, each
     followed by the command's rerun; then the last attempt run to its end (where the last
     signal missed, leaving a new out dir no attempt went into, the timed run of `duration`

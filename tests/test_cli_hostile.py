@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from cli_support import cli, start_runner
+from cli_support import as_from_a_terminal, cli, start_runner
 from host_support import tmpfs
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
@@ -20,10 +20,6 @@ from runner.rundir.store import SampleStore
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain"}
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.slow
 def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     out = tmp_path / "run"
@@ -32,7 +28,7 @@ def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
         cwd=tmp_path, env=ENV, start_new_session=False,
         # As a terminal's Ctrl-C finds it: a shell without job control starts a background
         # job (`cmd &`, as CI wrappers do) with SIGINT ignored, and its children inherit that.
-        preexec_fn=_sigint_default)
+        preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 300
     store = SampleStore(out)
     while time.monotonic() < deadline and proc.poll() is None:

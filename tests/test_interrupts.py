@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from cli_support import as_from_a_terminal, at_default
 
 from runner.base.procs import ProcessGuard
 from runner.base.signals import (
@@ -25,18 +26,20 @@ from runner.base.signals import (
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_each_signal_is_one_exception_with_its_exit_code(sig):
-    before = signal.getsignal(sig)
-    with pytest.raises(Interrupted) as e, raised_as_interrupted():
-        os.kill(os.getpid(), sig)
-        time.sleep(5)  # the handler raises at the next bytecode
+    with at_default(sig):  # as a terminal starts the suite; under nohup SIGHUP is ignored
+        before = signal.getsignal(sig)
+        with pytest.raises(Interrupted) as e, raised_as_interrupted():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler raises at the next bytecode
+        assert signal.getsignal(sig) == before  # put back
     assert e.value.signum == sig and exit_code(e.value) == 128 + sig
     assert isinstance(e.value, KeyboardInterrupt)  # every `except KeyboardInterrupt` sees it
-    assert signal.getsignal(sig) == before  # put back
 
 
 def test_a_signal_inside_a_deferred_stretch_is_raised_at_its_end(capsys):
     done = []
-    with pytest.raises(Interrupted) as e, raised_as_interrupted(), deferred():
+    with at_default(signal.SIGTERM), at_default(signal.SIGINT), pytest.raises(Interrupted) as e, \
+            raised_as_interrupted(), deferred():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)  # not raised here: the stretch goes on to its end
         os.kill(os.getpid(), signal.SIGINT)  # a second one while stopping: noted only
@@ -87,7 +90,8 @@ def test_a_signal_inside_a_finalizer_still_stops_the_command(stretch, sig):
     signal landing there once let `runner trend` go on to its end: the signal is sent again
     to land after the finalizer, and the command stops as it would anywhere else."""
     child = subprocess.Popen([sys.executable, "-c", IN_A_FINALIZER, stretch],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=as_from_a_terminal)
     assert child.stdout.readline() == "finalizing\n"
     time.sleep(0.3)
     child.send_signal(sig)

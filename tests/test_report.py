@@ -205,8 +205,10 @@ def test_the_results_store_keeps_what_the_report_says(review_run):
     assert kept.runtime_version == results["versions"]["iree_runtime"]["version"]
     numbers = {(m.name, m.subject): m.value for m in kept.metrics}
     assert numbers.pop(("samples_per_s", "")) == results["timings"]["samples_per_s"]
-    workers = results["workers"]
-    for stage in ("clip", "unet", "vae"):  # each worker's mean, weighted by its samples
+    # Each worker's mean, weighted by its samples. The two workers share one queue, so under
+    # load one may make every sample and the other none (and no stage times): it weighs 0.
+    workers = [w for w in results["workers"] if w["samples"]]
+    for stage in ("clip", "unet", "vae"):
         weighted = sum(w["stage_ms"][stage] * w["samples"] for w in workers)
         assert numbers.pop(("stage_ms", stage)) == pytest.approx(
             weighted / sum(w["samples"] for w in workers), rel=1e-12)
@@ -487,3 +489,19 @@ def test_headless_chromium_renders_the_page(review_run, tmp_path, scored):
     expected = FAIL_BG if scored else NONE_BG
     assert tuple(rgb[5, 640]) == expected and tuple(rgb[5, 1270]) == expected
     assert len(np.unique(rgb.reshape(-1, 3), axis=0)) > 1000  # images were decoded and drawn
+
+
+def test_a_worker_that_made_no_sample_weighs_nothing_in_the_stored_stage_times():
+    """Two workers share one queue; under load one can make every sample and the other none
+    (no stage times at all). The stored stage means are the busy worker's, and a worker with
+    samples counts by its samples."""
+    from runner.history.extract import run_metrics
+
+    report = {"workers": [
+        {"worker": "w000", "samples": 3, "stage_ms": {"clip": 2.0, "unet": 10.0}},
+        {"worker": "w001", "samples": 0, "stage_ms": {}},
+        {"worker": "w002", "samples": 1, "stage_ms": {"clip": 6.0, "unet": 30.0}}]}
+    stages = {m.subject: m.value for m in run_metrics(report) if m.name == "stage_ms"}
+    assert stages == {"clip": pytest.approx(3.0), "unet": pytest.approx(15.0)}
+    assert {m.subject: m.value for m in run_metrics({"workers": report["workers"][:2]})
+            if m.name == "stage_ms"} == {"clip": 2.0, "unet": 10.0}

@@ -13,11 +13,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from cli_support import cli
+from cli_support import STOP_SIGNALS, cli
 from host_support import host_build_tree
 from signal_battery import (
     MORE_SEEDS,
-    SIGNALS,
     Command,
     attempt,
     attempt_as_child_starts,
@@ -64,9 +63,9 @@ def signals_for(name: str) -> tuple[int, ...]:
     each of the three reaches some of them. The three take one path through the CLI
     (runner/cli.py main) and a command's rerun code is the same whichever ended it."""
     if name in EVERY_SIGNAL:
-        return SIGNALS
+        return STOP_SIGNALS
     others = sorted(set(rerun_rules()) - EVERY_SIGNAL)
-    return (SIGNALS[others.index(name) % len(SIGNALS)],)
+    return (STOP_SIGNALS[others.index(name) % len(STOP_SIGNALS)],)
 
 
 def _samples(out: Path) -> set[str]:
@@ -317,8 +316,8 @@ def test_each_signal_reaches_commands_given_one_and_the_named_ones_get_all():
     battery = battery_commands()
     assert battery >= EVERY_SIGNAL
     one = [signals_for(n) for n in sorted(battery - EVERY_SIGNAL)]
-    assert all(len(s) == 1 for s in one) and {s[0] for s in one} == set(SIGNALS)
-    assert all(signals_for(n) == SIGNALS for n in EVERY_SIGNAL)
+    assert all(len(s) == 1 for s in one) and {s[0] for s in one} == set(STOP_SIGNALS)
+    assert all(signals_for(n) == STOP_SIGNALS for n in EVERY_SIGNAL)
 
 
 @pytest.mark.slow

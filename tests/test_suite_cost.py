@@ -5,6 +5,8 @@ names the files that grew and the tests that cost most, and judges the tier's wa
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +41,7 @@ def test_the_plugin_writes_each_tests_wall_and_cpu(tmp_path, workers):
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_cost",
          *workers, "--suite-cost", str(out), "-m", "not slow", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")})
+        env={**os.environ, "PYTHONPATH": str(REPO / "tests")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "suite cost: 2 tests" in proc.stdout
     cost = json.loads(out.read_text())
@@ -72,7 +74,7 @@ def test_under_workers_the_costliest_files_go_first(tmp_path):
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
              "suite_cost", *workers, "--suite-budget", str(budget), "."], cwd=tmp_path,
             capture_output=True, text=True, timeout=300, check=False,
-            env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")})
+            env={**os.environ, "PYTHONPATH": str(REPO / "tests")})
         assert proc.returncode == 0, proc.stdout + proc.stderr
         orders.append(ran.read_text().split())
     assert orders[0] == ["test_a_cheap::1", "test_a_cheap::2", "test_b_costly::1",
@@ -174,10 +176,12 @@ def test_docker_and_slurm_tests_share_one_worker(tmp_path):
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "groups_probe",
          "-n", "1", "--dist", "loadgroup", *files], cwd=REPO,
         capture_output=True, text=True, timeout=300, check=False,
-        env={**__import__("os").environ, "GROUPS_OUT": str(out),
+        env={**os.environ, "GROUPS_OUT": str(out),
              "PYTHONPATH": f"{tmp_path}:{REPO / 'tests'}"})
     assert proc.returncode == 5, proc.stdout + proc.stderr  # pytest's "no tests ran"
     groups = json.loads(out.read_text())
+    assert any(g is not None for g in groups.values()), (  # see the pytest pin in pyproject.toml
+        f"--dist loadgroup grouped nothing under pytest {pytest.__version__}")
     sweep = "tests/test_slurm.py::test_slurm_sweep_over_two_iree_builds"
     engine = {groups[n] for n in groups if n.startswith(("tests/test_slurm.py",
                                                          "tests/test_docker_image.py"))}
@@ -205,7 +209,7 @@ def test_the_readme_test_command_runs_beside_an_earlier_runs_cost_file(tmp_path)
     (project / "tests" / "test_probe.py").write_text("def test_probe():\n    pass\n")
     cache = tmp_path / "cache"
     cost = cache / "suite-cost.json"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "RUNNER_SUITE_COST"}
+    env = {k: v for k, v in os.environ.items() if k != "RUNNER_SUITE_COST"}
     env.update(RUNNER_CACHE_DIR=str(cache), RUNNER_TEST_SETUP="0", RUNNER_TEST_WORKERS="0",
                RUNNER_RESULTS_URL=str(tmp_path / "results.sqlite"))
 
@@ -223,3 +227,32 @@ def test_the_readme_test_command_runs_beside_an_earlier_runs_cost_file(tmp_path)
     assert proc.returncode == 4 and "unrecognized arguments: --no-such-option" in proc.stderr
     assert not cost.exists() and "full suite" not in proc.stdout
     assert not (project / "pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+def _as_a_background_nohup_job() -> None:
+    """`nohup bash scripts/test.sh &` from a script: a shell without job control starts a
+    background job with SIGINT ignored, and nohup then ignores SIGHUP."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_the_readme_test_command_is_green_under_nohup(tmp_path):
+    """A long suite is started under `nohup` (and in the background), so every process it
+    starts inherits SIGHUP and SIGINT ignored, and the runner rightly keeps an ignored signal
+    ignored. The suite's signal tests, run that way through the README's command, must still
+    pass: each starts what it signals as a terminal would (tests/cli_support.py). Before they
+    did, SIGHUP's in-process and finalizer cases failed under nohup."""
+    env = {**os.environ, "RUNNER_TEST_SETUP": "0", "RUNNER_TEST_WORKERS": "0",
+           "RUNNER_SUITE_COST": str(tmp_path / "cost.json"),
+           "RUNNER_RESULTS_URL": str(tmp_path / "results.sqlite")}
+    probe = subprocess.run(
+        ["nohup", sys.executable, "-c",
+         "import signal as s; print(s.getsignal(s.SIGHUP) == s.getsignal(s.SIGINT) == s.SIG_IGN)"],
+        capture_output=True, text=True, timeout=60, check=True, env=env,
+        preexec_fn=_as_a_background_nohup_job)
+    assert probe.stdout == "True\n"  # the premise: both ignored
+    proc = subprocess.run(
+        ["nohup", "bash", "scripts/test.sh", "tests/test_interrupts.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env=env,
+        stdin=subprocess.DEVNULL, preexec_fn=_as_a_background_nohup_job)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
