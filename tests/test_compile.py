@@ -6,7 +6,8 @@ import pytest
 from lab_support import LAB_CHECKPOINT
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
+from runner.base.iree_flags import rocm_chip_flag
+from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.config.profile import load_profile
 from runner.model.compile import compile_key, compile_mlir
 from runner.model.compiled_model import compile_model

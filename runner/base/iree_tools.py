@@ -236,19 +236,11 @@ def describe_tools() -> dict[str, dict[str, str] | None]:
     return out
 
 
-# The HIP chip flag was renamed in IREE 3.11 and the old spelling dropped afterwards.
-ROCM_CHIP_FLAG_RENAMED_IN = (3, 11)
-
-
 @dataclass(frozen=True)
 class CompilerInfo:
     path: str
     version: str
     commit: str
-
-    @property
-    def version_tuple(self) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", self.version)[:2])
 
 
 def compiler_info() -> CompilerInfo:
@@ -290,8 +282,3 @@ def _compiler_at(path: str) -> CompilerInfo:
     return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
 
 
-def rocm_chip_flag(chip: str, compiler: CompilerInfo) -> str:
-    """`--iree-rocm-target` from 3.11 on, `--iree-hip-target` before."""
-    if compiler.version_tuple >= ROCM_CHIP_FLAG_RENAMED_IN:
-        return f"--iree-rocm-target={chip}"
-    return f"--iree-hip-target={chip}"

@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import CompilerInfo, compiler_info, rocm_chip_flag
+from runner.base.iree_flags import rocm_chip_flag
+from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import GOLDENS_DIR, cache_dir
 from runner.bench import benchmark_module as bm
 from runner.goldens.plan import (

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runner.base.errors import RunnerError
-from runner.base.iree_tools import CompilerInfo, rocm_chip_flag
+from runner.base.iree_flags import rocm_chip_flag, spelled_for
+from runner.base.iree_tools import CompilerInfo
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
@@ -214,7 +215,8 @@ class Target:
                     "--iree-hal-local-target-device-backends=llvm-cpu",
                     f"--iree-llvmcpu-target-cpu={self.chip}")
         if self.backend == "hip":
-            return ("--iree-hal-target-device=hip", rocm_chip_flag(self.chip, compiler))
+            return ("--iree-hal-target-device=hip",
+                    rocm_chip_flag(self.chip, compiler))
         return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.chip}")
 
     def tuning_flags(self, dump_dir: Path | None = None) -> tuple[str, ...]:
@@ -229,8 +231,11 @@ class Target:
         return tuple(flags)
 
     def flags_for(self, submodel: str, compiler: CompilerInfo) -> tuple[str, ...]:
-        return (*self.device_flags(compiler), *self.compile_flags,
-                *self.submodel_flags.get(submodel, ()), *self.tuning_flags())
+        """Every flag `submodel` compiles with, in the spelling of `compiler`'s build (a flag
+        it cannot take is refused: runner.base.iree_flags)."""
+        return spelled_for((*self.device_flags(compiler), *self.compile_flags,
+                            *self.submodel_flags.get(submodel, ()), *self.tuning_flags()),
+                           compiler, where=f"target.compile_flags / submodel_flags.{submodel}")
 
 
 DEFAULT_COUNT = 32  # samples a run makes where the profile does not say (`count`)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
-from runner.base.iree_tools import CompilerInfo, found_path, rocm_chip_flag
+from runner.base.iree_flags import rocm_chip_flag
+from runner.base.iree_tools import CompilerInfo, found_path
 from runner.base.paths import cache_dir
 from runner.config.sources import is_url, resolve
 from runner.goldens.random_weights import random_weights
