@@ -5,9 +5,11 @@ IREE tool, as `/path/to/venv/bin/runner` does when the venv is not activated."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -221,3 +223,59 @@ def test_json_lines_reads_a_tool_that_writes_more_to_stderr_than_a_pipe_holds(tm
     row, error = got
     assert row == {"row": 1}
     assert "iree-profile failed (exit 3)" in str(error) and "the last words" in str(error)
+
+
+def test_a_venvs_bin_as_the_override_dir_runs_its_binaries_not_its_scripts():
+    """A venv's `bin/` named by --iree-tools (or $IREE_TOOL_PATH) holds IREE's console
+    scripts, which look their binary up on $IREE_TOOL_PATH first: exported as it was, each
+    found itself there and started itself again, without end (1,150 processes and 22 GB in 15
+    minutes). The runner runs, and exports, the directories of the binaries the scripts
+    start. (Its own process group, killed whole on a time-out: a regression must not leave a
+    fork bomb behind.)"""
+    scripts = Path(sysconfig.get_path("scripts"))
+    assert (scripts / "iree-compile").read_bytes()[:2] == b"#!"
+    expected = package_paths()
+    code = ("import os, runner.base.iree_tools as t; import sys; t.use_tool_dirs(sys.argv[1]); "
+            "print(os.environ['IREE_TOOL_PATH']); print(t.compiler_info().version)")
+    for how in ("flag", "env"):
+        env = {**os.environ, "PATH": BARE_PATH, "PYTHONPATH": str(REPO)}
+        if how == "env":
+            env["IREE_TOOL_PATH"] = str(scripts)
+            argv = [sys.executable, "-m", "runner", "--version"]
+        else:
+            env.pop("IREE_TOOL_PATH", None)
+            argv = [sys.executable, "-c", code, str(scripts)]
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 0, err
+        if how == "flag":
+            exported = out.splitlines()[0].split(os.pathsep)
+            assert os.path.dirname(expected["iree-compile"]) in exported
+            assert all((Path(d) / "iree-compile").is_file() or (Path(d) / "iree-run-module")
+                       .is_file() for d in exported)
+            assert not any((Path(d) / n).read_bytes()[:2] == b"#!" for d in exported
+                           for n in os.listdir(d) if n.startswith("iree-compile"))
+        else:
+            lines = tool_lines(out)
+            assert f": {expected['iree-compile']} (from $IREE_TOOL_PATH: " in \
+                lines["iree-compile"], lines["iree-compile"]
+
+
+def test_a_console_script_whose_binary_is_nowhere_is_refused(tmp_path):
+    """An IREE console script copied out of its venv: the binary it starts is not beside
+    its interpreter, so the directory is refused with the fix, before any tool runs."""
+    bin_dir = tmp_path / "venv $(x)" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "iree-compile"
+    script.write_text("#!/nowhere/bin/python\nimport sys\n"
+                      "from iree.compiler.tools.scripts.iree_compile.__main__ import main\n")
+    script.chmod(0o755)
+    proc = runner("--iree-tools", str(bin_dir), "compile", "--profile", "tiny", "--dry-run")
+    assert proc.returncode == 2, proc.stderr
+    assert f"--iree-tools: {bin_dir} holds IREE's Python console scripts (iree-compile)" \
+        in proc.stderr and "_mlir_libs" in proc.stderr and "Traceback" not in proc.stderr

@@ -23,6 +23,13 @@ The order, first hit wins:
 
 A tool missing from the override directories falls through to PATH and the packages (as
 IREE's own lookup does); `runner --version` says which place each tool came from and why.
+
+An override directory that holds IREE's Python console scripts (a venv's `bin/`) stands for
+the directories of the binaries those scripts start (the compiler wheel's `_mlir_libs/`, the
+runtime wheel's `_runtime_libs/`), in the lookup and in the exported $IREE_TOOL_PATH alike:
+such a script looks its binary up on $IREE_TOOL_PATH first, so finding itself there it would
+start itself again, without end (1,150 `iree-compile --version` processes and 22 GB in 15
+minutes, before this). A script whose binary is not beside its interpreter is refused.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ FLAG = "--iree-tools"
 # The tools `runner --version` reports: every one some command runs.
 REPORTED = ("iree-compile", "iree-opt", "iree-run-module", "iree-benchmark-module")
 _from_flag: str | None = None  # the $IREE_TOOL_PATH value --iree-tools set, for the origin
+VERSION_TIMEOUT_S = 60  # `iree-compile --version` answers in well under a second
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,7 @@ class Tool:
 def use_tool_dirs(value: str) -> None:
     """`--iree-tools DIR[:DIR...]`: checked now, then exported as $IREE_TOOL_PATH so child
     processes and IREE's own Python API resolve the same tools."""
-    dirs = _split(value)
-    _check_dirs(dirs, FLAG)
+    dirs = _binary_dirs(_split(value), FLAG)
     global _from_flag
     _from_flag = os.environ[TOOL_PATH_ENV] = os.pathsep.join(str(d) for d in dirs)
 
@@ -85,12 +92,55 @@ def _check_dirs(dirs: list[Path], origin: str) -> None:
 
 
 def override_dirs() -> tuple[list[Path], str]:
-    """The override directories and where they came from (empty: none set)."""
+    """The override directories and where they came from (empty: none set). A $IREE_TOOL_PATH
+    naming console scripts is exported again as their binaries' directories (module doc)."""
     value = os.environ.get(TOOL_PATH_ENV, "")
     origin = FLAG if value and value == _from_flag else f"${TOOL_PATH_ENV}"
-    dirs = _split(value)
-    _check_dirs(dirs, origin)
+    dirs = _binary_dirs(_split(value), origin)
+    if value and dirs != _split(value):
+        os.environ[TOOL_PATH_ENV] = os.pathsep.join(str(d) for d in dirs)
     return dirs, origin
+
+
+def _binary_dirs(dirs: list[Path], origin: str) -> list[Path]:
+    """`dirs` checked, each directory of IREE console scripts replaced by the directories of
+    the binaries they start (module doc)."""
+    _check_dirs(dirs, origin)
+    out: list[Path] = []
+    for d in dirs:
+        scripts = sorted(p for p in d.glob("iree-*") if _iree_console_script(p))
+        if not scripts:
+            out.append(d)
+            continue
+        interpreter = Path(_shebang(scripts[0]))
+        libs = [lib for root in {d.parent, interpreter.parent.parent}
+                for pattern in ("lib/python*/site-packages/iree/compiler/_mlir_libs",
+                                "lib/python*/site-packages/iree/_runtime_libs")
+                for lib in sorted(root.glob(pattern)) if lib.is_dir()]
+        if not libs:
+            raise RunnerError(
+                f"{d} holds IREE's Python console scripts ({scripts[0].name}), and the "
+                "binaries they start are not beside their interpreter", where=origin,
+                fix="name the directory of the binaries (site-packages/iree/compiler/"
+                "_mlir_libs, site-packages/iree/_runtime_libs) or an IREE build's tools/")
+        out += [lib for lib in dict.fromkeys(libs) if lib not in out]
+    return out
+
+
+def _iree_console_script(path: Path) -> bool:
+    """A `#!` script that starts an IREE Python package's tool (not a user's own wrapper)."""
+    if not _executable(path) or not _script(str(path)):
+        return False
+    try:
+        head = path.read_text(errors="replace")[:4096]
+    except OSError:
+        return False
+    return re.search(r"^\s*(from|import)\s+iree[._]", head, re.M) is not None
+
+
+def _shebang(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f.readline()[2:].decode(errors="replace").strip().split()[0]
 
 
 def _executable(path: Path | str | None) -> bool:
@@ -273,7 +323,14 @@ def nominal_compiler() -> CompilerInfo:
 
 @cache
 def _compiler_at(path: str) -> CompilerInfo:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False,
+                             timeout=VERSION_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise RunnerError(f"`{path} --version` did not answer in {VERSION_TIMEOUT_S} s",
+                          where=path, fix="point --iree-tools (or $IREE_TOOL_PATH) at a working "
+                          "IREE build's tools; `runner --version` shows which tools are found "
+                          "where") from e
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
         raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
