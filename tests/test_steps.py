@@ -81,3 +81,43 @@ def test_a_step_that_raises_is_recorded_and_run_again():
     assert steps.finished("image", "k") is None
     steps.run("plan", "k", lambda: {}, dry_run=True)
     assert table["plan"]["status"] == "dry run" and steps.finished("plan", "k") is None
+
+
+def test_validate_keeps_a_step_an_older_validate_json_holds_done(tmp_path):
+    """validate.json as runners before one vocabulary wrote it (`done`): its steps are kept
+    on a rerun, and a step recorded now says `finished`."""
+    from runner.validate import STATE, Validation
+
+    made = tmp_path / "compiled.json"
+    made.write_text("{}")
+    old = {"steps": {"compile": {"key": "k", "status": "done", "seconds": 1.0,
+                                 "detail": {"vmfbs": ["a.vmfb"]}}}}
+    (tmp_path / STATE).write_text(json.dumps(old))
+    ledger = Validation(tmp_path, dry_run=False)
+    kept = ledger.step("compile", "k", [made], lambda: pytest.fail("run again"))
+    assert kept == {"vmfbs": ["a.vmfb"], "skipped": True}
+    made.unlink()  # its output gone: run again
+    assert ledger.step("compile", "k", [made], lambda: {"vmfbs": []}) == {"vmfbs": []}
+    step = json.loads((tmp_path / STATE).read_text())["steps"]["compile"]
+    assert step["status"] == "finished" and step["detail"] == {"vmfbs": []}
+
+
+def test_bisect_steps_of_an_older_file_are_kept_and_the_list_stays(tmp_path):
+    """bisect.json's steps as runners before step keys wrote them (no key, no status): each
+    is finished for its own build, measured again for another; the file keeps a list."""
+    from runner.bisect.builds import Build
+    from runner.bisect.ledger import Ledger, inputs_key
+
+    good, bad, other = (Build("wheels", f"wheels:{v}", v) for v in ("3.11.0", "3.12.0", "x"))
+    inputs = {"--test": "images"}
+    path = tmp_path / "bisect.json"
+    path.write_text(json.dumps({"command": "bisect", "key": inputs_key(inputs), "steps": [
+        {"index": 0, "build": good.spec, "order": 1, "seconds": 2.0, "verdict": {}}]}))
+    ledger = Ledger(path, "bisect", inputs, ["bisect"])
+    assert ledger.resumed and ledger.finished(0, good) is not None
+    assert ledger.finished(0, other) is None and ledger.finished(1, bad) is None
+    ledger.record(1, bad, 3.0, order=2, verdict={"state": "bad"})
+    steps = json.loads(path.read_text())["steps"]
+    assert [(s["index"], s["build"], s["status"]) for s in steps] == [
+        (0, good.spec, "finished"), (1, bad.spec, "finished")]
+    assert steps[1]["key"] == bad.spec and steps[1]["seconds"] == 3.0
