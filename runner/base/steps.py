@@ -49,7 +49,7 @@ class StepStatus(str, Enum):
     def read(cls, word: object) -> StepStatus:
         """A status as a file holds it: an older runner's word as its own, a missing one as
         `running`, and so is a word this runner does not know (a newer runner's): never
-        finished, so nothing is skipped or refused for a state this runner cannot judge."""
+        finished, so no step is skipped for a state this runner cannot judge."""
         try:
             return cls(word)
         except ValueError:
