@@ -18,6 +18,7 @@ from typing import Any
 from runner.base import outdir
 from runner.base.errors import RunnerError
 from runner.base.signals import Interrupted
+from runner.base.steps import StepStatus
 from runner.clihelp import OutSpec, walk
 
 # Namespace entries that are not inputs of the work: where it goes, how it is shown.
@@ -169,11 +170,11 @@ def finish(args: argparse.Namespace, code: int | None, error: BaseException | No
         return
     if isinstance(error, Interrupted | KeyboardInterrupt):
         name = error.name if isinstance(error, Interrupted) else "SIGINT"
-        attempt.end(outdir.INTERRUPTED, signal=name)
+        attempt.end(StepStatus.INTERRUPTED, signal=name)
     elif isinstance(error, RunnerError):
         attempt.end_with(error.exit_code, str(error))
     elif error is not None:
-        attempt.end(outdir.FAILED, error=f"{type(error).__name__}: {error}")
+        attempt.end(StepStatus.FAILED, error=f"{type(error).__name__}: {error}")
     else:
         attempt.end_with(code if code is not None else 0)
 

@@ -11,7 +11,8 @@ Public API (the shape other drivers build on):
                           captions=None, compile_fn=None, score=True)
         # takes the run dir's lock, plans, compiles, writes run.json + reproduce.sh
     lc = Lifecycle.open(run_dir)        # takes the lock, loads the manifest; a dangling
-                                        # `running` attempt (its driver was killed) -> killed
+                                        # `running` attempt (its driver was killed) ->
+                                        # interrupted
     lc.check_request(profile, sample_ids)   # a resume asking for something else: error
     lc.resume(executor, compile_fn=None)    # same modules or an error; status running
     execution = lc.start(fill=True)     # records the attempt as running, fills the queue
@@ -53,6 +54,7 @@ from typing import Any
 from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.provenance import host_info, iree_provenance
+from runner.base.steps import StepStatus
 from runner.batch.aggregate import AggregateResult, aggregate
 from runner.batch.executor_for import executor_for
 from runner.batch.executors import Executed, Execution, Executor, LocalExecutor, watch
@@ -64,15 +66,7 @@ from runner.config.layout import Plan
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import Profile
 from runner.rundir.directory import DiskFull, RunDir
-from runner.rundir.manifest import (
-    FAILED,
-    FINISHED,
-    KILLED,
-    RUNNING,
-    Attempt,
-    RunManifest,
-    now_text,
-)
+from runner.rundir.manifest import Attempt, RunManifest, now_text
 from runner.rundir.mlperf_log import LOG_NAME
 from runner.rundir.store import SampleStore
 
@@ -167,7 +161,7 @@ class Lifecycle:
     @classmethod
     def open(cls, run_dir: Path | str) -> Lifecycle:
         """Locks and loads a run. An attempt still `running` belongs to a driver that is
-        gone (we hold the lock now): it is recorded as `killed`."""
+        gone (we hold the lock now): it is recorded as `interrupted` (StepStatus.settled)."""
         run = RunDir(run_dir)
         if not run.exists():
             run.load()  # the clear "not a run dir" error, without creating anything
@@ -179,9 +173,9 @@ class Lifecycle:
             # Workers of a driver that died stop (or are stopped) before anything here
             # judges which samples are done: none is still being written.
             orphans = reap_orphans(run.path, lambda line: print(line, file=sys.stderr))
-            dangling = [a for a in manifest.attempts if a.status == RUNNING]
+            dangling = [a for a in manifest.attempts if a.status is StepStatus.RUNNING]
             for attempt in dangling:
-                attempt.status = KILLED
+                attempt.status = attempt.status.settled()
                 if orphans:
                     attempt.error = (f"driver died; {len(orphans)} worker(s) still running "
                                      "were stopped: " + ", ".join(
@@ -265,7 +259,7 @@ class Lifecycle:
         requested = self.requested
         executed = executed or Executed(time.time(), 0.0)
         attempt = self.attempt or Attempt(executor=self._executor().name)
-        attempt.status, attempt.finished_at = FINISHED, now_text()
+        attempt.status, attempt.finished_at = StepStatus.FINISHED, now_text()
         attempt.seconds, attempt.deaths = executed.seconds, executed.deaths
         m = self.manifest
         if executed.workers:
@@ -280,7 +274,7 @@ class Lifecycle:
         if m.missing and executed.deaths and _disk_full(self.run.path, executed.deaths):
             self.run.remove_temp_files(self.store.dir)
             full = DiskFull(self.store.dir, self.run.path)
-            attempt.status, attempt.error = FAILED, str(full)
+            attempt.status, attempt.error = StepStatus.FAILED, str(full)
         self.run.save(m)
         self.write_reproduce()
         if full is not None:
@@ -289,18 +283,19 @@ class Lifecycle:
                           executed.seconds, executed.deaths, failed)
 
     def execute(self) -> RunOutcome:
-        """start -> watch -> finish_attempt; a full disk ends the attempt as `failed`, an
-        interrupt (Ctrl-C, SIGTERM raised as an exception) as `killed`."""
+        """start -> watch -> finish_attempt; an interrupt (Ctrl-C, SIGTERM raised as an
+        exception) ends the attempt as `interrupted`, a full disk or another error as
+        `failed` (StepStatus.of_error)."""
         try:
             execution = self.start()
             if execution is not None:
                 watch([execution])
             return self.finish_attempt(execution.result() if execution else None)
         except BaseException as e:  # a full disk, Ctrl-C, SIGTERM: the attempt says so
-            if self.attempt is not None and self.attempt.status == RUNNING:
-                failed = isinstance(e, DiskFull)
-                self.attempt.status = FAILED if failed else KILLED
-                self.attempt.error = str(e) if failed else type(e).__name__
+            if self.attempt is not None and self.attempt.status is StepStatus.RUNNING:
+                self.attempt.status = StepStatus.of_error(e)
+                self.attempt.error = (type(e).__name__ if self.attempt.status is
+                                      StepStatus.INTERRUPTED else str(e))
                 self.attempt.finished_at = now_text()
                 self.manifest.status = "incomplete"
                 with contextlib.suppress(OSError):  # DiskFull is one

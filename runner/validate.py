@@ -3,9 +3,10 @@
 The IREE developer's whole workflow as one resumable command over the other modules:
 image -> compile inside it -> accuracy run in its containers -> aggregate -> score ->
 (only on PASS, and given a suite) golden check + generate v{n+1} + bump -> one report.
-Each step records a key of its inputs in `validate.json`; a step whose key and outputs are
-already there is skipped, so an interrupted validate resumes and a repeated one takes
-seconds. Upload stays a separate, explicit `runner goldens upload`.
+Each step records a key of its inputs in `validate.json` (runner/base/steps.py); a step
+that finished with that key and whose outputs are still there is skipped, so an interrupted
+validate resumes and a repeated one takes seconds. Upload stays a separate, explicit
+`runner goldens upload`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from runner.base import shellscript
 from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.base.paths import cache_dir
+from runner.base.steps import Steps
 from runner.config.profile import Profile
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.model.compiled_model import CompiledModel
@@ -62,34 +63,23 @@ def _tree_hash(root: Path) -> str:
 
 
 class Validation:
-    """The step ledger: what ran, with which input key, how long, and what it produced."""
+    """validate.json: the build, the report's fields, and its steps (runner/base/steps.py:
+    what ran, with which input key, how long, and what it produced)."""
 
     def __init__(self, out: Path, dry_run: bool):
         self.out, self.dry_run = out, dry_run
         path = out / STATE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-        self.state.setdefault("steps", {})
+        self.steps = Steps(self.state.setdefault("steps", {}), self.save)
 
     def step(self, name: str, key: str, outputs: list[Path], fn: Callable[[], dict]) -> dict:
-        done = self.state["steps"].get(name)
-        if (done and done.get("key") == key and done.get("status") == "done"
-                and all(p.exists() for p in outputs)):
-            print(f"validate: {name}: up to date, skipped", file=sys.stderr)
-            return {**done["detail"], "skipped": True}
-        print(f"validate: {name} ...", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        try:
-            detail = fn()
-        except RunnerError as e:
-            self._record(name, key, "failed", time.perf_counter() - start, {"error": str(e)})
-            raise
-        status = "dry run" if self.dry_run else "done"
-        self._record(name, key, status, time.perf_counter() - start, detail)
-        return detail
+        """The step's detail: run, or kept from an earlier validate with the same key whose
+        outputs are all still there (then marked `skipped`)."""
+        detail, skipped = self.steps.run(name, key, fn, dry_run=self.dry_run, say="validate",
+                                         done=lambda _: all(p.exists() for p in outputs))
+        return {**detail, "skipped": True} if skipped else detail
 
-    def _record(self, name: str, key: str, status: str, seconds: float, detail: dict) -> None:
-        self.state["steps"][name] = {"key": key, "status": status,
-                                     "seconds": round(seconds, 3), "detail": detail}
+    def save(self) -> None:
         if not self.dry_run:
             atomic_write_json(self.out / STATE, self.state)
 
@@ -325,6 +315,6 @@ def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> 
                      f"samples/s; per-image PSNR/SSIM in {b['compare']}")
     lines += ["", "Reproduce:", "", "```bash", f"runner {shellscript.join(state['argv'])}", "```"]
     if not ledger.dry_run:
-        atomic_write_json(out / STATE, state)
+        ledger.save()
         atomic_write_text(out / "validate.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -17,10 +17,10 @@ from cli_support import cli, start_runner
 from host_support import wait_for
 
 from runner.base.errors import EXIT_CODES, EXIT_INTERRUPTED
+from runner.base.steps import StepStatus
 from runner.cli import build_parser, main
 from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
 from runner.rundir.directory import RunDir
-from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore
 
 
@@ -178,7 +178,7 @@ def test_ctrl_c_after_its_reader_is_gone_still_ends_as_interrupted(tmp_path, tin
     proc.stdout.close()
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=120) == EXIT_INTERRUPTED
-    assert RunDir(out).load().attempts[-1].status == KILLED
+    assert RunDir(out).load().attempts[-1].status is StepStatus.INTERRUPTED
 
 
 def test_bad_input_exits_2_with_a_github_annotation(monkeypatch, capsys):

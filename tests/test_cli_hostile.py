@@ -13,8 +13,8 @@ from cli_support import as_from_a_terminal, cli, start_runner
 from host_support import tmpfs
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from runner.base.steps import StepStatus
 from runner.rundir.directory import RunDir
-from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore
 
 ENV = {**os.environ, "RUNNER_PROGRESS": "plain"}
@@ -46,7 +46,7 @@ def test_ctrl_c_mid_run_is_quiet_and_the_run_resumes(tmp_path, tiny_compiled):
     assert resumed.returncode == 0, resumed.stderr
     manifest = RunDir(out).load()
     assert manifest.complete
-    assert manifest.attempts[0].status == KILLED
+    assert manifest.attempts[0].status is StepStatus.INTERRUPTED
     assert store.done_ids() == set(range(12))
 
 

@@ -108,9 +108,36 @@ def test_second_driver_is_refused_and_killed_attempts_are_recorded(relative_run,
     assert second.returncode == 2 and "Traceback" not in second.stderr
     assert f"another driver holds this out dir: pid {resume.pid} on " in second.stderr
     m = manifest(run_dir)
-    assert [a["status"] for a in m["attempts"]] == ["killed", "finished"]
+    assert [a["status"] for a in m["attempts"]] == ["interrupted", "finished"]
     assert m["status"] == "complete"
     assert hashes(run_dir) == hashes(relative_run)
+
+
+RELEASE = Path(__file__).parent / "fixtures" / "release_run" / "interrupted.json"
+
+
+def test_a_run_the_release_left_interrupted_resumes(relative_run, tmp_path):
+    """A run dir as the release before one status vocabulary left it when a SIGTERM stopped
+    it (run.json's attempt `killed`, attempt.json's `interrupted`; tests/fixtures): this
+    runner resumes it, reads `killed` as interrupted, and completes the same samples."""
+    run_dir = tmp_path / "old"
+    shutil.copytree(relative_run, run_dir, ignore=shutil.ignore_patterns(
+        "mlperf_log_accuracy.json", "dataset.json", "review", "*.html", "*.md", "*.xml",
+        "results.json"))
+    for qsl_idx in range(COUNT // 2, COUNT):
+        (run_dir / "samples" / f"{qsl_idx:05d}.png").unlink()
+    release = json.loads(RELEASE.read_text())
+    for name, records in (("run.json", release["run.json"]),
+                          ("attempt.json", release["attempt.json"])):
+        (run_dir / name).write_text(json.dumps({**json.loads((run_dir / name).read_text()),
+                                                **records}))
+    proc = cli("run", "--resume", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    m = manifest(run_dir)
+    assert [a["status"] for a in m["attempts"]] == ["interrupted", "finished"]
+    assert m["status"] == "complete" and hashes(run_dir) == hashes(relative_run)
+    record = json.loads((run_dir / "attempt.json").read_text())
+    assert record["previous_status"] == "interrupted" and record["status"] == "finished"
 
 
 @pytest.fixture

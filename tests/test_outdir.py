@@ -14,9 +14,6 @@ import pytest
 
 from runner.base.errors import RunnerError
 from runner.base.outdir import (
-    FAILED,
-    FINISHED,
-    INTERRUPTED,
     LOCK,
     RECORD,
     REFUSES,
@@ -26,7 +23,10 @@ from runner.base.outdir import (
     differences,
     inputs_record,
 )
+from runner.base.steps import StepStatus
 from runner.cli import main
+
+FAILED, FINISHED, INTERRUPTED = StepStatus.FAILED, StepStatus.FINISHED, StepStatus.INTERRUPTED
 
 MEASURES = Rerun(REFUSES, "finished layouts")
 GOES_ON = Rerun(RESUMES, "each finished test")

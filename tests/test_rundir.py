@@ -13,8 +13,9 @@ import pytest
 from host_support import tmpfs
 
 from runner.base.errors import RunnerError
+from runner.base.steps import StepStatus
 from runner.rundir.directory import LOCK, DiskFull, RunDir
-from runner.rundir.manifest import FINISHED, RunManifest
+from runner.rundir.manifest import RunManifest
 
 
 def dead_pid() -> int:
@@ -129,7 +130,7 @@ def test_manifest_round_trips_and_keeps_fields_it_does_not_know(tmp_path):
     raw = {**MINIMAL, "loadgen": {"tests": []}, "attempts": [{"seconds": 1.5}]}
     m = RunManifest.from_dict(raw, "run.json")
     assert m.extra == {"loadgen": {"tests": []}} and m.compiled_keys == ["k"]
-    assert m.attempts[0].status == FINISHED and m.attempts[0].seconds == 1.5
+    assert m.attempts[0].status is StepStatus.FINISHED and m.attempts[0].seconds == 1.5
     run = RunDir(tmp_path / "r")
     run.save(m)
     again = run.load()

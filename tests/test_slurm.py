@@ -279,7 +279,7 @@ def test_killed_submitter_resume_reattaches_to_running_nodes(slurm_cluster, loca
     assert len(manifest["slurm"]["jobs"]) == 1  # re-attached, nothing resubmitted
     assert {n["outcome"] for n in manifest["slurm"]["nodes"].values()} == {"done"}
     # The killed submitter's attempt is recorded as killed (its stale lock was taken over).
-    assert [a["status"] for a in manifest["attempts"]] == ["killed", "finished"]
+    assert [a["status"] for a in manifest["attempts"]] == ["interrupted", "finished"]
     assert not (run_dir / "run.lock").exists()
 
 

@@ -19,9 +19,9 @@ import pytest
 from cli_support import cli, start_runner
 
 from runner.base.dirlock import pid_start
+from runner.base.steps import StepStatus
 from runner.batch.lifeline import EXIT_DRIVER_GONE, ProcessId, boot_id, reap_orphans
 from runner.rundir.directory import RunDir
-from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore
 
 # A heartbeat that would take ten minutes to go stale: in the kill -9 tests only the
@@ -98,7 +98,7 @@ def test_kill_9_of_runner_run_ends_its_workers_and_the_run_resumes(tmp_path, tin
     resumed = cli("run", "--resume", out, cwd=tmp_path, env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     manifest = RunDir(out).load()
-    assert manifest.complete and manifest.attempts[0].status == KILLED
+    assert manifest.complete and manifest.attempts[0].status is StepStatus.INTERRUPTED
     assert SampleStore(out).done_ids() == set(range(40))
     assert not list((out / "workers").glob("*.heartbeat"))  # every driver's beat removed
 
@@ -206,5 +206,5 @@ def test_sigterm_to_a_driver_ends_every_child_before_its_exit_status(tmp_path, t
         log = RunDir(out).log_path(name).read_text()
         assert "stopped (SIGTERM): finished samples written, IREE device closed" in log, log
         assert "Fatal Python error" not in log, log
-    assert RunDir(out).load().attempts[-1].status == KILLED
+    assert RunDir(out).load().attempts[-1].status is StepStatus.INTERRUPTED
     assert json.loads((out / RECORD).read_text())["attempts"][-1]["signal"] == "SIGTERM"

@@ -25,9 +25,10 @@ decided here for every command alike, before the command does any work (a dry ru
   finish it, with the recorded inputs (the CLI re-reads the recorded argv).
 
 One driver at a time: the attempt holds `DIR/attempt.lock` (runner/base/dirlock.py) until it
-ends. The attempt's end is recorded: `finished` (the command ran to its verdict), `failed`
-(an error, exit 2), `incomplete` (exit 3), `interrupted` (a signal); a driver killed with
-SIGKILL leaves `running`, which the next attempt, holding the lock, reads as interrupted.
+ends. The attempt's end is recorded in runner/base/steps.py's words (`StepStatus`):
+`finished` (the command ran to its verdict), `failed` (an error, exit 2), `incomplete` (exit
+3), `interrupted` (a signal); a driver killed with SIGKILL leaves `running`, which the next
+attempt, holding the lock, reads as interrupted.
 Finished parts of an attempt a command can keep (a bench layout, an MLPerf test, a golden
 test's outputs) are marked in the record as they finish (`OutDir.mark`), so a resume knows
 them without trusting a half-written file.
@@ -47,15 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.dirlock import DirLock
-from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_BAD_INPUT, RunnerError
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
+from runner.base.steps import StepStatus
 
 RECORD = "attempt.json"
 LOCK = "attempt.lock"
 SCHEMA = 1
 RESUMES, REFUSES = "resumes", "refuses"
-RUNNING, FINISHED, FAILED, INCOMPLETE, INTERRUPTED = (
-    "running", "finished", "failed", "incomplete", "interrupted")
 MAX_RECORD_BYTES = 16 << 20
 HASHED_INPUT_BYTES = 16 << 20  # an input file up to this size is compared by its contents
 SHOWN_ENTRIES = 3
@@ -176,15 +176,15 @@ def _shown(value: Any) -> str:
 def _ended_how(record: Mapping[str, Any]) -> str:
     attempts = record.get("attempts") or [{}]
     last = attempts[-1]
-    status = record.get("status", RUNNING)
+    status = StepStatus.read(record.get("status"))
     since = f"started {last.get('started', '?')}"
-    if status == RUNNING:
+    if status == StepStatus.RUNNING:
         return f"{since}; its driver (pid {last.get('pid', '?')}) ended without a word"
-    if status == INTERRUPTED:
+    if status == StepStatus.INTERRUPTED:
         return f"{since}; stopped by {last.get('signal', 'a signal')}"
-    if status == FAILED:
+    if status == StepStatus.FAILED:
         return f"{since}; failed: {str(last.get('error', '')).splitlines()[0][:200]}"
-    if status == INCOMPLETE:
+    if status == StepStatus.INCOMPLETE:
         return f"{since}; incomplete (exit {last.get('exit_code', 3)})"
     return f"{since}; finished (exit {last.get('exit_code', 0)})"
 
@@ -207,9 +207,9 @@ class OutDir:
     found: tuple[bytes | None, dict[str, tuple[int, int]]] | None = None
 
     @property
-    def previous_status(self) -> str | None:
+    def previous_status(self) -> StepStatus | None:
         """How the attempt before this one ended (None for a new out dir)."""
-        return self.record.get("previous_status") if self.resumed else None
+        return StepStatus.read(self.record.get("previous_status")) if self.resumed else None
 
     def done(self, key: str) -> Any:
         """What an attempt recorded for a finished part `key` (None: not finished)."""
@@ -225,15 +225,15 @@ class OutDir:
         if self.record.get("done", {}).pop(key, None) is not None:
             self._save()
 
-    def end(self, status: str, **fields: Any) -> None:
+    def end(self, status: StepStatus, **fields: Any) -> None:
         """Records how this attempt ended and releases the out dir. A new attempt that
         ended before writing anything (bad input, a signal while it started) leaves
         nothing behind, so the same command, corrected or not, starts afresh."""
         try:
-            if self.resumed and status != FINISHED and self._untouched():
+            if self.resumed and status != StepStatus.FINISHED and self._untouched():
                 self._put_back()
                 return
-            if not self.resumed and status != FINISHED and self._wrote_nothing():
+            if not self.resumed and status != StepStatus.FINISHED and self._wrote_nothing():
                 (self.path / RECORD).unlink(missing_ok=True)
                 self.release()
                 if self.created:
@@ -272,12 +272,10 @@ class OutDir:
                 atomic_write_bytes(self.path / RECORD, before)
 
     def end_with(self, exit_code: int, error: str = "") -> None:
-        status = (FINISHED if exit_code in (EXIT_OK, EXIT_FAILED) else
-                  INCOMPLETE if exit_code == EXIT_INCOMPLETE else FAILED)
         fields: dict[str, Any] = {"exit_code": exit_code}
         if error or exit_code == EXIT_BAD_INPUT:
             fields["error"] = error
-        self.end(status, **fields)
+        self.end(StepStatus.of_exit(exit_code), **fields)
 
     def release(self) -> None:
         if self.lock is not None:
@@ -339,7 +337,7 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
 def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: str,
          dry_run: bool) -> OutDir:
     record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
-              "status": RUNNING, "attempts": [_attempt()], "done": {}}
+              "status": StepStatus.RUNNING, "attempts": [_attempt()], "done": {}}
     out = OutDir(path, command, record, resumed=False, dry_run=dry_run,
                  created=not path.exists())
     if dry_run:
@@ -392,13 +390,13 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
     name = f"`runner {command}`"
     if record is None:  # an out dir of this command from before attempt records
         record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
-                  **(now or inputs_record({}, cwd)), "status": FINISHED, "attempts": [],
+                  **(now or inputs_record({}, cwd)), "status": StepStatus.FINISHED, "attempts": [],
                   "done": {}}
     elif now is not None:
         diffs = differences(record, now)
         if diffs:
             recorded = " ".join(["runner", *map(str, record.get("argv", [command]))])
-            finished = record.get("status") == FINISHED
+            finished = StepStatus.read(record.get("status")) == StepStatus.FINISHED
             raise RunnerError(
                 f"the directory holds {'a finished' if finished else 'an'} attempt of {name} "
                 "with other inputs:\n    " + "\n    ".join(diffs), where=str(path / RECORD),
@@ -406,14 +404,14 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
                 "goes on with the attempt's own, and finds nothing left to do)" if finished else
                 f"finish it as it was (`runner {command} --resume {path}`, which runs "
                 f"`{recorded[:300]}` again), or pass another --out")
-    status = record.get("status", RUNNING)
+    status = StepStatus.read(record.get("status"))
     if rerun.rule == REFUSES and not resume:
         if legacy:
             raise RunnerError(f"the directory holds the output of an earlier {name}",
                               where=str(path), fix=f"if it was interrupted, finish it with "
                               f"`runner {command} --resume {path}`; else pass another --out")
         how = _ended_how(record)
-        if status == FINISHED:
+        if status == StepStatus.FINISHED:
             raise RunnerError(f"the directory holds a finished {name} ({how})",
                               where=str(path), fix=f"pass another --out for a new attempt "
                               f"(`runner {command} --resume {path}` finds nothing left to do)")
@@ -425,11 +423,11 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
         with contextlib.suppress(OSError):
             out.found = ((path / RECORD).read_bytes() if (path / RECORD).is_file() else None,
                          _fingerprint(path))
-    if rerun.rule == REFUSES and status == FINISHED:
+    if rerun.rule == REFUSES and status == StepStatus.FINISHED:
         out.nothing_to_do = True
         return out
-    record["previous_status"] = status
-    record["status"] = RUNNING
+    record["previous_status"] = status.settled()
+    record["status"] = StepStatus.RUNNING
     record.setdefault("attempts", []).append(_attempt())
     record.setdefault("done", {})
     out._save()

@@ -1,7 +1,12 @@
 """The out dir's state file (bisect.json / trend.json): inputs, candidates, each finished
 step with its measurement, the answer. Written atomically after every step, so an
 interrupted bisect resumes from its out dir and repeats no finished step; a second command
-with other inputs into the same dir is refused instead of mixing two bisections."""
+with other inputs into the same dir is refused instead of mixing two bisections.
+
+The steps are runner/base/steps.py's, named by the candidate's index and keyed by its build
+(a step of another build at that index is measured again); the file keeps them as a list,
+each with its `index`, as reports and older runners read it. Steps of files written before
+they had a key and a status were all finished: they are read so."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
+from runner.base.steps import Steps, StepStatus
 from runner.bisect.builds import Build
 
 SCHEMA = 1
@@ -39,8 +45,11 @@ class Ledger:
                                   fix="use a new --out DIR (or the same arguments to resume)")
         self.resumed = bool(self.state.get("steps"))
         self.state.update(schema=SCHEMA, command=command, key=key, inputs=inputs, argv=argv)
-        self.state.setdefault("steps", [])
         self.state.setdefault("started", time.time())
+        table = {str(s["index"]): {"key": s.get("build"), "status": StepStatus.FINISHED, **s}
+                 for s in self.state.setdefault("steps", [])}
+        self.steps = Steps(table, self.save)
+        self.state["steps"] = list(table.values())
 
     @property
     def candidates(self) -> list[Build] | None:
@@ -51,13 +60,19 @@ class Ledger:
         self.state["candidates"] = [b.to_dict() for b in builds]
 
     def step(self, index: int) -> dict[str, Any] | None:
-        return next((s for s in self.state["steps"] if s["index"] == index), None)
+        """The recorded step of the candidate at `index` (None: not measured yet)."""
+        return self.steps.table.get(str(index))
 
-    def record(self, step: dict[str, Any]) -> None:
-        self.state["steps"] = [s for s in self.state["steps"] if s["index"] != step["index"]]
-        self.state["steps"].append(step)
-        self.save()
+    def finished(self, index: int, build: Build) -> dict[str, Any] | None:
+        """The step of `build` at `index` where it finished: not measured again."""
+        return self.steps.finished(str(index), build.spec)
+
+    def record(self, index: int, build: Build, seconds: float, **fields: Any) -> None:
+        """Records the finished step of `build` at `index` and writes the file."""
+        self.steps.record(str(index), build.spec, StepStatus.FINISHED, seconds, index=index,
+                          build=build.spec, **fields)
 
     def save(self) -> None:
+        self.state["steps"] = list(self.steps.table.values())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, self.state)

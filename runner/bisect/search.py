@@ -107,8 +107,8 @@ class Stepper:
 
     def run(self, index: int, reference: int | None, why: str = "") -> Verdict:
         build = self.builds[index]
-        done = self.ledger.step(index)
-        if done is not None and done["build"] == build.spec:
+        done = self.ledger.finished(index, build)
+        if done is not None:
             verdict = Verdict(**done["verdict"])
             echo(f"{self.name}: {build.label}: {verdict.state.upper()} (from "
                  f"{self.ledger.path.name}, not run again): {verdict.metric}")
@@ -118,9 +118,8 @@ class Stepper:
         m = measure(self.plan, index, build, self.backbones, self.scored)
         ref = self.measurement(reference) if reference is not None else None
         verdict = judge(self.plan.test, ref, m)
-        self.ledger.record({"index": index, "build": build.spec, "label": build.label,
-                            "order": self.order, "verdict": verdict.to_dict(),
-                            "seconds": m["seconds"], "measurement": m})
+        self.ledger.record(index, build, m["seconds"], label=build.label, order=self.order,
+                           verdict=verdict.to_dict(), measurement=m)
         echo(f"{self.name}: step {self.order}: {build.label}: {verdict.state.upper()}: "
              f"{verdict.metric} ({duration(m['seconds'])})")
         return verdict

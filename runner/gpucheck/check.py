@@ -26,6 +26,7 @@ from runner.base import gpu_info, shellscript
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.signals import exit_code, signal_name
+from runner.base.steps import StepStatus
 from runner.gpucheck import plan, steps, summary
 from runner.gpucheck.device import runs_profile
 from runner.gpucheck.plan import CARRY_KIND, MANIFEST, REPORT, SUMMARY, Step, shown
@@ -194,7 +195,7 @@ def run(request: RunRequest) -> int:
     record: dict[str, Any] = {
         "kind": plan.RESULTS_KIND, "carry": str(carry), "profile": manifest["profile"],
         "manifest": manifest, "budget_s": request.budget, "started": summary.now(),
-        "status": "running", "steps": [],
+        "status": StepStatus.RUNNING, "steps": [],
         "runtime": {"missing_here": missing, "site": str(site) if site else None,
                     "iree_runtime": plan.runtime_version()},
         **{k: v for k, v in old.items() if k in ("gpu", "device") and "device" in previous}}
@@ -239,7 +240,7 @@ def _steps(todo: list[Step], previous: dict[str, dict], runner: steps.StepRunner
             _device(step, manifest, record)
         else:
             say(f"{step.name}: {shown(step.argv)}")
-            step.status = "running"
+            step.status = StepStatus.RUNNING
             summary.write(results, record, final=False)
             runner.run(step)
         fitted = fitted or (step.kind == plan.LADDER and step.status == steps.PASSED)

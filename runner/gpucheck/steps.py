@@ -28,13 +28,16 @@ from pathlib import Path
 from runner.base import gpu_holders
 from runner.base.errors import RunnerError
 from runner.base.procs import ProcessGuard
+from runner.base.steps import StepStatus
 from runner.gpucheck.plan import DISPATCHES, LADDER, MLPERF, Step, shown
 from runner.inputs.jsonfile import read_json
 
 MIN_START_S = 30.0  # a step is not started with less budget than this left
 STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this long
+# A step's verdict, in words of the check's own; a step still going, or stopped by a signal,
+# is in the words of every resumable record (runner/base/steps.py).
 PASSED, FAILED, NOT_NEEDED, SKIPPED_BUDGET = "passed", "failed", "not needed", "skipped: budget"
-UNAVAILABLE, DID_NOT_FIT, INTERRUPTED = "unavailable", "did not fit", "interrupted"
+UNAVAILABLE, DID_NOT_FIT = "unavailable", "did not fit"
 # Statuses a finished check accepts: each says what was found out.
 ACCEPTED = (PASSED, NOT_NEEDED, UNAVAILABLE, DID_NOT_FIT)
 # What IREE's HAL, CUDA and HIP say when a device allocation fails.
@@ -89,7 +92,7 @@ class StepRunner:
         except OSError as e:  # the program is not there, or the log cannot be written
             step.status, step.note = FAILED, f"could not start: {e}"
         except BaseException:  # a signal (Interrupted): stop the child before leaving
-            step.status = INTERRUPTED
+            step.status = StepStatus.INTERRUPTED
             if proc is not None:
                 step.exit_code = self._stop(proc, guard)
             raise

@@ -17,11 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.base.errors import RunnerError
-
-# Attempt states: `running` is written when an attempt starts, so a driver killed with
-# SIGKILL leaves it behind; the next driver (holding the lock) marks it `killed`. `failed`:
-# the driver itself stopped it on an error it could name (a full disk).
-RUNNING, FINISHED, KILLED, FAILED = "running", "finished", "killed", "failed"
+from runner.base.steps import StepStatus
 
 
 def now_text() -> str:
@@ -30,9 +26,11 @@ def now_text() -> str:
 
 @dataclass
 class Attempt:
-    """One driver's go at a run: a new run, or one `--resume`."""
+    """One driver's go at a run: a new run, or one `--resume`. Its status is written
+    `running` when it starts, so a driver killed with SIGKILL leaves it behind; the next
+    driver (holding the lock) settles it as `interrupted` (runner/base/steps.py)."""
 
-    status: str = RUNNING
+    status: StepStatus = StepStatus.RUNNING
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     started_at: str = field(default_factory=now_text)
@@ -45,9 +43,10 @@ class Attempt:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Attempt:
         # Runs made before attempts were recorded at start have no status: they finished.
+        # An older runner's `killed` reads as `interrupted`, and is written so from then on.
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in raw.items() if k in known}
-        values.setdefault("status", FINISHED)
+        values["status"] = StepStatus.read(raw.get("status", StepStatus.FINISHED))
         values.setdefault("host", "?")
         values.setdefault("pid", 0)
         values.setdefault("started_at", raw.get("finished_at") or "?")
