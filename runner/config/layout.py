@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.config.schema import check_keys, dataclass_keys
+from runner.inputs.fields import check_keys, dataclass_keys
 
 # Compute partitions per physical GPU for each `rocm-smi --setcomputepartition` mode.
 PARTITIONS = {"spx": 1, "dpx": 2, "qpx": 4, "cpx": 8}

@@ -32,7 +32,7 @@ from runner.base.iree_tools import CompilerInfo, rocm_chip_flag
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
-from runner.config.schema import check_keys, dataclass_keys, unknown_key
+from runner.inputs.fields import check_keys, dataclass_keys, unknown_key
 from runner.inputs.paths import inside, no_such_path
 from runner.inputs.yamlfile import read_yaml
 
