@@ -67,7 +67,7 @@ class Fields:
 
     def path(self, key: str) -> str:
         """`key`'s dotted path in the file: `layout.cpd`, `submodels.vae.mlir`."""
-        return f"{self.section}.{key}" if self.section else key
+        return f"{self.section}.{key}" if self.section and key else self.section or key
 
     def where_of(self, key: str) -> str:
         """Where an error about `key` points: `configs/x.yaml: layout.cpd`."""
@@ -107,10 +107,11 @@ class Fields:
     # --- values -----------------------------------------------------------------------
 
     def wrong(self, key: str, want: str, example: Any = None) -> RunnerError:
-        """The error for `key`'s value, which is not `want` (`a list of strings`)."""
+        """The error for `key`'s value (None when absent), which is not `want` (`a list of
+        strings`)."""
         fix = (f"use e.g. {self.setting(key, example)}" if example is not None
                else f"give `{key}` as {want}")
-        return self.error(key, f"`{key}` must be {want}, not {_show(self.raw[key])}", fix)
+        return self.error(key, f"`{key}` must be {want}, not {_show(self.raw.get(key))}", fix)
 
     def missing(self, key: str, example: Any = None) -> RunnerError:
         return self.error(key, f"missing required field `{key}`",
@@ -187,6 +188,15 @@ class Fields:
                 isinstance(v, kind) and not isinstance(v, bool) for v in value.values()):
             raise self.wrong(key, want)
         return dict(value)
+
+    def entries(self, key: str, want: str) -> list[tuple[Any, Fields]]:
+        """A list's items ([] when absent), each with the reads that point at it
+        (`inputs[0]`; an item that is no mapping reads as an empty one)."""
+        value = self.raw.get(key) or []
+        if not isinstance(value, list):
+            raise self.wrong(key, want)
+        return [(item, self.within(f"{key}[{i}]", item if isinstance(item, Mapping) else {}))
+                for i, item in enumerate(value)]
 
     def section_of(self, key: str) -> Fields:
         """Reads of the mapping at `key` (an empty one when absent)."""
