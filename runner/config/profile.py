@@ -427,7 +427,7 @@ def profile_schema() -> dict[str, tuple[str, ...] | None]:
         elif cls is Accuracy:
             schema[name] = ("fid", "clip", "metrics", *Accuracy.SETTINGS)
         else:
-            schema[name] = dataclass_keys(cls)
+            schema[name] = dataclass_keys(cls, skip=getattr(cls, "NOT_YAML", ()))
     return schema
 
 

@@ -207,6 +207,14 @@ class Fields:
             raise self.wrong(key, "a mapping of `key: value` fields")
         return self.within(key, value)
 
+    def value(self, cls: Any, name: str) -> Any:
+        """Field `name` of dataclass `cls`, read as its type hint and `rules` say; None when
+        absent or null (the caller knows the default, which may depend on other fields)."""
+        if not self.given(name):
+            return None
+        spec = next(f for f in dataclasses.fields(cls) if f.name == name)
+        return self.typed(name, _hints(cls)[name], spec.metadata.get(_RULES, {}))
+
     def typed(self, key: str, hint: Any, rule: Mapping[str, Any]) -> Any:
         """`key`'s value, present and not null, read as the type hint `hint` says (see the
         module docstring) and as `rules` say."""
@@ -291,12 +299,11 @@ def values(cls: Any, raw: Any, where: str | None, section: str = "", *,
     for f in dataclasses.fields(cls):
         if f.name in skipped:
             continue
-        rule = f.metadata.get(_RULES, {})
         if fields.given(f.name):
-            out[f.name] = fields.typed(f.name, hints[f.name], rule)
+            out[f.name] = fields.value(cls, f.name)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             if _not_none(hints[f.name]) is hints[f.name]:
-                raise fields.missing(f.name, rule.get("example"))
+                raise fields.missing(f.name, f.metadata.get(_RULES, {}).get("example"))
             out[f.name] = None
     return out
 
