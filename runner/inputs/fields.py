@@ -35,13 +35,15 @@ from runner.base.errors import RunnerError
 _RULES = "runner.inputs.fields"
 
 
-def rules(*, minimum: float | None = None, choices: Iterable[str] = (),
-          example: Any = None, nonempty: bool = False) -> dict[str, Any]:
+def rules(*, minimum: float | None = None, above: float | None = None,
+          choices: Iterable[str] = (), example: Any = None, nonempty: bool = False
+          ) -> dict[str, Any]:
     """A dataclass field's metadata for `read`: what its type alone does not say (a number's
-    least value, the strings it may be, that a string or list may not be empty) and an
-    example value for the fix. Use as `field(metadata=rules(minimum=1))`."""
-    return {_RULES: {"minimum": minimum, "choices": tuple(choices), "example": example,
-                     "nonempty": nonempty}}
+    least value, or the value it must exceed; the strings it may be; that a string or list
+    may not be empty) and an example value for the fix. Use as
+    `field(metadata=rules(minimum=1))`."""
+    return {_RULES: {"minimum": minimum, "above": above, "choices": tuple(choices),
+                     "example": example, "nonempty": nonempty}}
 
 
 def dataclass_keys(cls: Any, skip: Iterable[str] = ()) -> tuple[str, ...]:
@@ -158,13 +160,13 @@ class Fields:
         return self.raw[key]
 
     def number(self, key: str, kind: type = float, *, minimum: float | None = None,
-               example: Any = None) -> Any:
+               above: float | None = None, example: Any = None) -> Any:
         """An int (a float with no fraction counts) or a float, never a bool; None when
         absent."""
         if not self.given(key):
             return None
-        if not _fits(self.raw[key], kind, minimum):
-            raise self.wrong(key, _words(kind, minimum, plural=False), example)
+        if not _fits(self.raw[key], kind, minimum, above):
+            raise self.wrong(key, _words(kind, minimum, above, plural=False), example)
         return kind(self.raw[key])
 
     def texts(self, key: str) -> tuple[str, ...]:
@@ -227,7 +229,8 @@ class Fields:
             return self.text(key, nonempty=rule.get("nonempty", False),
                              choices=rule.get("choices", ()), example=example)
         if hint in (int, float):
-            return self.number(key, hint, minimum=minimum, example=example)
+            return self.number(key, hint, minimum=minimum, above=rule.get("above"),
+                               example=example)
         if origin is tuple and args[1:] == (Ellipsis,):
             return self.items(key, args[0], minimum, example, rule.get("nonempty", False))
         if origin is dict and args[0] is str and dataclasses.is_dataclass(args[1]):
@@ -237,27 +240,31 @@ class Fields:
                                **({"name": name} if named else {}))
                     for name, value in entries.raw.items()}
         if origin is dict and args[0] is str:
-            return self.mapping(key, args[1], f"a mapping of names to {_words(args[1], None)}")
+            entries = self.section_of(key)
+            return {name: entries.typed(name, args[1], rule) for name in entries.raw}
         if dataclasses.is_dataclass(hint):
             return read(hint, self.raw[key], self.where, self.path(key))
         raise TypeError(f"runner.inputs.fields cannot read {hint!r} (field `{key}`)")
 
 
-def _fits(value: Any, kind: type, minimum: float | None) -> bool:
+def _fits(value: Any, kind: type, minimum: float | None, above: float | None = None) -> bool:
     """Whether `value` is a `kind`; numbers are never bools, an int may be written 3.0."""
     if kind in (int, float):
         return (isinstance(value, int | float) and not isinstance(value, bool)
                 and (kind is float or value == int(value))
-                and (minimum is None or value >= minimum))
+                and (minimum is None or value >= minimum)
+                and (above is None or value > above))
     return isinstance(value, kind)
 
 
-def _words(kind: type, minimum: float | None, plural: bool = True) -> str:
+def _words(kind: type, minimum: float | None, above: float | None = None,
+           plural: bool = True) -> str:
     """`a whole number at least 1`, `strings`: what a value (or each of many) must be."""
     names = {str: ("a string", "strings"), int: ("a whole number", "whole numbers"),
              float: ("a number", "numbers"), bool: ("true or false", "true/false values")}
     one, many = names.get(kind, (f"a {kind.__name__}", f"{kind.__name__} values"))
-    return (many if plural else one) + ("" if minimum is None else f" at least {minimum:g}")
+    return (many if plural else one) + ("" if minimum is None else f" at least {minimum:g}") \
+        + ("" if above is None else f" above {above:g}")
 
 
 def _not_none(hint: Any) -> Any:
