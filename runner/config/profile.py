@@ -513,20 +513,18 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
     and are part of its cache key, as is `vae_from`; a model config (builtin:, a path)
     already has them, and must then match (the builtin tiny model ships both decoders)."""
     spec = _expanded("model", value)
+    f = Fields(spec, where, "model")
     ref, dtype, vae_dtype = spec.get("source"), spec.get("dtype"), spec.get("vae_dtype")
-    vae_from = spec.get("vae_from")
     if not isinstance(ref, str) or not ref:
-        raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
-                          "model config path)", where=f"{where}: model",
-                          fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
-                              "checkpoint:/models/sdxl, dtype: fp32}`")
+        raise Fields({}, where).error(
+            "model", "missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a model "
+            "config path)", fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
+            "checkpoint:/models/sdxl, dtype: fp32}`")
     for key, given in (("dtype", dtype), ("vae_dtype", vae_dtype)):
         if given is not None and (not isinstance(given, str) or given not in MODEL_DTYPES):
-            raise RunnerError(f"`model.{key}` is {given!r}", where=f"{where}: model.{key}",
-                              fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
-    if vae_from is not None and (not isinstance(vae_from, str) or not vae_from):
-        raise RunnerError(f"`model.vae_from` is {vae_from!r}", where=f"{where}: model.vae_from",
-                          fix="name a diffusers-format VAE directory")
+            raise f.error(key, f"`model.{key}` is {given!r}",
+                          fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
+    vae_from = f.text("vae_from", example="/models/sdxl-vae-fp16-fix")
     vae = MODEL_DTYPES[vae_dtype or "fp32"]
     if ref.startswith(EXPORT_SOURCES):
         from runner.config.exports import exported_model
@@ -534,18 +532,17 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
         return exported_model(ref, path.parent, f"{where}: model",
                               MODEL_DTYPES[dtype or "fp16"], vae, vae_from)
     if vae_from is not None:
-        raise RunnerError("`model.vae_from` is for a model the runner exports", where=f"{where}: "
-                          "model.vae_from", fix="name the model as checkpoint:DIR or seeded:sdxl "
-                          "(or leave vae_from out for a model config)")
+        raise f.error("vae_from", "`model.vae_from` is for a model the runner exports",
+                      fix="name the model as checkpoint:DIR or seeded:sdxl (or leave vae_from "
+                      "out for a model config)")
     model = ModelConfig.load(_model_path(ref, path, where, vae if vae_dtype else None))
     for key, given, have, verb in (("dtype", dtype, model.dtype, "was exported in"),
                                    ("vae_dtype", vae_dtype, model.vae_dtype, "decodes in")):
         if given is not None and MODEL_DTYPES[given] != have:
-            raise RunnerError(f"`model.{key}` is {given}, but {model.path} {verb} {have}",
-                              where=f"{where}: model.{key}",
-                              fix=f"leave model.{key} out for a model config, or name a "
-                                  "checkpoint:DIR / seeded:sdxl source to export in that "
-                                  "precision")
+            raise f.error(key, f"`model.{key}` is {given}, but {model.path} {verb} {have}",
+                          fix=f"leave model.{key} out for a model config, or name a "
+                              "checkpoint:DIR / seeded:sdxl source to export in that "
+                              "precision")
     return model
 
 
