@@ -55,7 +55,7 @@ class Submodel:
     """
 
     name: str
-    mlir: str = field(metadata=rules(nonempty=True, example="clip_bs{batch}.mlir"))
+    mlir: str = field(metadata=rules(nonempty=True, example="<name>_bs{batch}.mlir"))
     weights: str | None = None
     extra_mlir: tuple[str, ...] = ()
     vmfb: str | None = None

@@ -15,8 +15,8 @@ such an error too, naming the closest known key and all of them: YAML and JSON a
 so a typo (`layoutt:`) would otherwise leave the default in place and a run that looks right.
 
 The types a field may have: str, int, float, bool, `X | None`, `tuple[X, ...]` (a list in
-the file), `dict[str, X]` (a mapping; where X is a dataclass with a `name` field, each
-entry's key is its name) and a nested dataclass (a mapping read the same way).
+the file) and `dict[str, X]` (a mapping; X may be a dataclass, each entry read the same way
+and, where it has a `name` field, named by its key).
 """
 
 from __future__ import annotations
@@ -220,9 +220,11 @@ class Fields:
     def typed(self, key: str, hint: Any, rule: Mapping[str, Any]) -> Any:
         """`key`'s value, present and not null, read as the type hint `hint` says (see the
         module docstring) and as `rules` say."""
+        minimum, example = rule.get("minimum"), rule.get("example")
+        if not self.given(key):  # a null inside a list or mapping: no default to take
+            raise self.missing(key, example)
         hint = _not_none(hint)
         origin, args = typing.get_origin(hint), typing.get_args(hint)
-        minimum, example = rule.get("minimum"), rule.get("example")
         if hint is bool:
             return self.flag(key)
         if hint is str:
@@ -242,8 +244,6 @@ class Fields:
         if origin is dict and args[0] is str:
             entries = self.section_of(key)
             return {name: entries.typed(name, args[1], rule) for name in entries.raw}
-        if dataclasses.is_dataclass(hint):
-            return read(hint, self.raw[key], self.where, self.path(key))
         raise TypeError(f"runner.inputs.fields cannot read {hint!r} (field `{key}`)")
 
 
@@ -295,9 +295,9 @@ def values(cls: Any, raw: Any, where: str | None, section: str = "", *,
     if not isinstance(raw, Mapping):
         parent, _, key = section.rpartition(".")
         raise Fields({}, where, parent).error(
-            key, f"`{section or 'the file'}` must be a mapping of `key: value` fields, not "
-            f"{_show(raw)}", fix="write `key: value` fields" + (f" under `{section}`"
-                                                               if section else ""))
+            key, f"{f'`{section}`' if section else 'the file'} must be a mapping of `key: "
+            f"value` fields, not {_show(raw)}",
+            fix="write `key: value` fields" + (f" under `{section}`" if section else ""))
     fields = Fields(raw, where, section)
     skipped = set(skip)
     fields.check_keys((*dataclass_keys(cls, skip=skipped), *also))
