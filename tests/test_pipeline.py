@@ -204,7 +204,7 @@ def test_model_config_errors_name_file_and_field(tmp_path):
             ModelConfig.from_dict({**raw, key: value}, tmp_path / "model.json")
         assert field.split(".")[0] in str(err.value) and "model.json" in str(err.value)
     missing = {k: v for k, v in raw.items() if k != "steps"}
-    with pytest.raises(RunnerError, match="missing field `steps`"):
+    with pytest.raises(RunnerError, match="missing required field `steps`"):
         ModelConfig.from_dict(missing, tmp_path / "model.json")
 
 

@@ -19,10 +19,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from runner.base.errors import RunnerError
-from runner.config.schema import check_keys, dataclass_keys
+from runner.inputs.fields import Fields, dataclass_keys, rules
 
 # Compute partitions per physical GPU for each `rocm-smi --setcomputepartition` mode.
 PARTITIONS = {"spx": 1, "dpx": 2, "qpx": 4, "cpx": 8}
@@ -185,35 +185,33 @@ def numa_node_of(device_id: int, gpus: int, partition: str) -> int:
     return gpu_of(device_id, partition) // per_node
 
 
-class _Source:
-    """Where a layout's values came from, so errors name the field or flag at fault and
-    fixes use its syntax: the profile file (`layout.X: V`), a `--set layout.X=V` or a
-    layout flag (`--X V`). `origins` maps the fields that did not come from the file to
-    their `where` (`command line: --devices`, `--set layout.batch_size`)."""
+class _Source(Fields):
+    """A layout's values (`raw`) and where each came from, so errors name the field or flag
+    at fault and fixes use its syntax: the profile file (`layout.X: V`), a `--set
+    layout.X=V` or a layout flag (`--X V`). `origins` maps the fields that did not come
+    from the file to their `where` (`command line: --devices`, `--set layout.batch_size`)."""
 
-    def __init__(self, prefix: str | None, origins: Mapping[str, str] | None = None):
-        self.prefix = prefix
+    def __init__(self, prefix: str | None, values: Mapping[str, Any],
+                 origins: Mapping[str, str] | None = None):
+        super().__init__(values, prefix, "layout")
         self.origins = dict(origins or {})
         self.cli = any(o.startswith(CLI_WHERE) for o in self.origins.values())
         # A value typed on the command line (a flag or a `--set`): a fix is then written
         # as the user would type it there, never in the profile file's syntax.
-        self.typed = self.cli or any(o.startswith("--set ") for o in self.origins.values())
+        self.typed_here = self.cli or any(o.startswith("--set ") for o in self.origins.values())
 
-    def where(self, field: str) -> str:
-        if field in self.origins:
-            return self.origins[field]
-        return f"{self.prefix}: layout.{field}" if self.prefix else f"layout.{field}"
+    def where_of(self, key: str) -> str:
+        return self.origins.get(key) or super().where_of(key)
 
-    def setting(self, field: str, value: Any) -> str:
-        """How to give `field` the value `value`, in the syntax the user used."""
-        origin = self.origins.get(field, "")
+    def setting(self, key: str, value: Any) -> str:
+        origin = self.origins.get(key, "")
         if origin.startswith("--set "):
-            return f"--set layout.{field}={value}"
-        if self.cli and field in _FLAGS:
-            return f"{_FLAGS[field]} {value}"
-        if self.typed:
-            return f"--set layout.{field}={value}"
-        return f"layout.{field}: {value}"
+            return f"--set layout.{key}={value}"
+        if self.cli and key in _FLAGS:
+            return f"{_FLAGS[key]} {value}"
+        if self.typed_here:
+            return f"--set layout.{key}={value}"
+        return super().setting(key, value)
 
     def removal(self, field: str) -> str:
         """How to take `field`'s value away, where it was given."""
@@ -223,9 +221,6 @@ class _Source:
         if origin.startswith(CLI_WHERE) and field in _FLAGS:
             return f"drop {_FLAGS[field]}"
         return f"remove layout.{field} from the profile"
-
-    def error(self, field: str, message: str, fix: str) -> RunnerError:
-        return RunnerError(message, where=self.where(field), fix=fix)
 
 
 @dataclass(frozen=True)
@@ -238,15 +233,18 @@ class LayoutSpec:
     device ID, not CPU cores or partitions.
     """
 
+    # Fields the profile's `layout:` does not hold: the backend is `target.backend`'s.
+    NOT_YAML: ClassVar[tuple[str, ...]] = ("backend", "where", "origins")
+
     backend: str
-    gpus: int | None
+    gpus: int | None = field(metadata=rules(minimum=1, example=8))
     partition: str | None
     devices: tuple[int, ...]
-    cpd: int
-    batch_size: int
-    vae_batch_size: int
+    cpd: int = field(metadata=rules(minimum=1, example=1))
+    batch_size: int = field(metadata=rules(minimum=1, example=32))
+    vae_batch_size: int = field(metadata=rules(minimum=1, example=1))
     numa: bool
-    cores_per_device: int | None
+    cores_per_device: int | None = field(metadata=rules(minimum=1, example=1))
     allow_oversubscribe: bool
     # Where each value came from, for errors found later (a plan that does not fit this
     # machine): the profile file's path, and the fields a flag or `--set` gave. Not part
@@ -259,18 +257,18 @@ class LayoutSpec:
                   set_fields: Iterable[str] = ()) -> LayoutSpec:
         """Read a `layout:` mapping; `where` is the profile path that errors should point at,
         `set_fields` the fields a `--set layout.X=V` gave (errors then name that)."""
-        src = _Source(where, {f: f"--set layout.{f}" for f in set_fields})
         if not isinstance(raw, Mapping):
             raise RunnerError(f"the layout section must be a mapping, not {type(raw).__name__}",
                               where=f"{where}: layout",
                               fix="write `layout:` followed by indented `key: value` lines")
         values = dict(raw)
         given_backend = values.pop("backend", None)
+        src = _Source(where, values, {f: f"--set layout.{f}" for f in set_fields})
         if given_backend is not None and given_backend != backend:
             raise src.error("backend", f"layout says backend {given_backend!r} but the target "
                             f"is {backend!r}", fix="remove layout.backend or make them agree")
-        check_keys(values, dataclass_keys(cls, skip=("backend",)), where, "layout")
-        return _build(backend, values, src, prefix=where)
+        src.check_keys(dataclass_keys(cls, skip=cls.NOT_YAML))
+        return _build(backend, src)
 
     def with_overrides(
         self,
@@ -296,8 +294,6 @@ class LayoutSpec:
             "batch_size": batch_size, "vae_batch_size": vae_batch_size,
         }
         given = {k: v for k, v in given.items() if v is not None}
-        src = _Source(self.where, {**self.origins,
-                                   **{k: f"{where}: {_FLAGS[k]}" for k in given}})
         values: dict[str, Any] = self.to_dict()
         values.pop("backend")
         values.update(given)
@@ -309,7 +305,8 @@ class LayoutSpec:
             if isinstance(new_batch, int) and not isinstance(new_batch, bool):
                 follows = old_vae == self.batch_size
                 values["vae_batch_size"] = new_batch if follows else min(old_vae, new_batch)
-        return _build(self.backend, values, src, prefix=self.where)
+        return _build(self.backend, _Source(self.where, values, {
+            **self.origins, **{k: f"{where}: {_FLAGS[k]}" for k in given}}))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able; from_dict(d, d["backend"], ...) gives back an equal LayoutSpec."""
@@ -331,36 +328,19 @@ class LayoutSpec:
         return self.cpd * len(self.devices)
 
 
-def _positive_int(src: _Source, field: str, value: Any, example: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise src.error(field, f"{field} must be a whole number, not {_show(value)}",
-                        fix=f"use e.g. {src.setting(field, example)}")
-    if value < 1:
-        raise src.error(field, f"{field} must be at least 1, not {value}",
-                        fix=f"use e.g. {src.setting(field, example)}")
-    return value
-
-
-def _flag(src: _Source, field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise src.error(field, f"{field} must be true or false, not {_show(value)}",
-                        fix=f"use {src.setting(field, 'true')} or false")
-    return value
-
-
-def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | None) -> LayoutSpec:
+def _build(backend: str, src: _Source) -> LayoutSpec:
+    """The layout `src` holds, its fields read as LayoutSpec declares them, checked as a
+    whole: what each field means depends on the backend and on the others."""
     if backend not in BACKENDS:
-        where = f"{prefix}: target.backend" if prefix else "target.backend"
-        raise RunnerError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}",
-                          where=where, fix="set target.backend to hip, cuda or cpu")
-    get = values.get
+        raise Fields({}, src.where, "target").error(
+            "backend", f"backend {backend!r} is not one of {', '.join(BACKENDS)}",
+            fix="set target.backend to hip, cuda or cpu")
+    get = src.raw.get
 
-    gpus = get("gpus")
-    if gpus is not None:
-        gpus = _positive_int(src, "gpus", gpus, 8)
-        if backend == "cpu":
-            raise src.error("gpus", "gpus does not apply to the cpu backend",
-                            fix=f"{src.removal('gpus')} (cpu devices come from layout.devices)")
+    gpus = src.value(LayoutSpec, "gpus")
+    if gpus is not None and backend == "cpu":
+        raise src.error("gpus", "gpus does not apply to the cpu backend",
+                        fix=f"{src.removal('gpus')} (cpu devices come from layout.devices)")
 
     partition = get("partition")
     if partition is not None:
@@ -383,22 +363,20 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
     if raw_devices is None:
         devices = _default_devices(backend, gpus, partition, src)
     else:
-        devices = parse_device_ids(raw_devices, src.where("devices"))
+        devices = parse_device_ids(raw_devices, src.where_of("devices"))
     _check_device_range(backend, gpus, partition, devices, src)
 
-    cpd = _positive_int(src, "cpd", get("cpd", 1), 1)
-    if get("batch_size") is None:
-        raise src.error("batch_size", "batch_size is required",
-                        fix=f"add {src.setting('batch_size', 32)} (the MLPerf recipe's)")
-    batch_size = _positive_int(src, "batch_size", get("batch_size"), 32)
-    vae = get("vae_batch_size")
-    vae_batch_size = batch_size if vae is None else _positive_int(src, "vae_batch_size", vae, 1)
+    cpd = src.value(LayoutSpec, "cpd") or 1
+    batch_size = src.value(LayoutSpec, "batch_size")
+    if batch_size is None:
+        raise src.missing("batch_size", "32 (the MLPerf recipe's)")
+    vae_batch_size = src.value(LayoutSpec, "vae_batch_size") or batch_size
     if vae_batch_size > batch_size:
         raise src.error("vae_batch_size", f"vae_batch_size {vae_batch_size} is larger than "
                         f"batch_size {batch_size}: the VAE decodes the latents of one batch",
                         fix=f"use {src.setting('vae_batch_size', batch_size)} or less")
 
-    numa = False if get("numa") is None else _flag(src, "numa", get("numa"))
+    numa = bool(src.value(LayoutSpec, "numa"))
     if numa and backend != "hip":
         raise src.error("numa", f"NUMA pinning is mapped for hip GPUs only, not {backend}",
                         fix=src.removal("numa"))
@@ -406,14 +384,11 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
         raise src.error("numa", "NUMA pinning needs layout.gpus to map device IDs to GPUs",
                         fix=f"add {src.setting('gpus', 8)}, or {src.removal('numa')}")
 
-    cores = get("cores_per_device")
-    if cores is not None:
-        cores = _positive_int(src, "cores_per_device", cores, 1)
-        if backend != "cpu":
-            raise src.error("cores_per_device", "cores_per_device applies to the cpu backend "
-                            "only", fix=src.removal("cores_per_device"))
-    over = get("allow_oversubscribe")
-    allow_oversubscribe = False if over is None else _flag(src, "allow_oversubscribe", over)
+    cores = src.value(LayoutSpec, "cores_per_device")
+    if cores is not None and backend != "cpu":
+        raise src.error("cores_per_device", "cores_per_device applies to the cpu backend "
+                        "only", fix=src.removal("cores_per_device"))
+    allow_oversubscribe = bool(src.value(LayoutSpec, "allow_oversubscribe"))
     if allow_oversubscribe and backend != "cpu":
         raise src.error("allow_oversubscribe", "allow_oversubscribe applies to the cpu "
                         "backend only", fix=src.removal("allow_oversubscribe"))
@@ -422,7 +397,7 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
         backend=backend, gpus=gpus, partition=partition, devices=devices, cpd=cpd,
         batch_size=batch_size, vae_batch_size=vae_batch_size, numa=numa,
         cores_per_device=cores, allow_oversubscribe=allow_oversubscribe,
-        where=src.prefix, origins=src.origins,
+        where=src.where, origins=src.origins,
     )
 
 
@@ -587,7 +562,7 @@ def cpu_cores_for(layout: LayoutSpec, available_cores: tuple[int, ...],
     Overlapping slices make workers of different devices fight for cores and turn timings
     into noise, so they are an error unless the profile allows them.
     """
-    src = _Source(where or layout.where, layout.origins)
+    src = _Source(where or layout.where, {}, layout.origins)
     cores = sorted(set(available_cores))
     if not cores:
         raise src.error("devices", "no CPU cores are available to this process",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.config.schema import check_keys, dataclass_keys
+from runner.inputs.fields import Fields, read, rules, values
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
 from runner.inputs.yamlfile import read_yaml
@@ -31,13 +31,19 @@ def precision_text(dtype: str, vae_dtype: str) -> str:
     """`fp16, VAE fp32`: a model's precisions as reports show them."""
     return (f"{SHORT_DTYPES.get(dtype, dtype)}, VAE "
             f"{SHORT_DTYPES.get(vae_dtype, vae_dtype)}")
-# ModelConfig fields not read from a top-level key of their own name: the file's location,
-# and the two read from the `tokenizer:` mapping (TOKENIZER_KEYS).
-_NOT_TOP_LEVEL = ("path", "tokenizer_dir", "pad_tokens")
-TOKENIZER_KEYS = ("dir", "pad_tokens")
-
-
+# ModelConfig fields the file does not hold under their own name: the file's location, and
+# the `tokenizer:` mapping's (a `_Tokenizer`); `functions` is read here, against the submodels.
+_NOT_READ = ("path", "tokenizer_dir", "pad_tokens", "functions")
 REF = "(see runner/assets/tiny/model.json)"  # a model config as it should be
+
+
+@dataclass(frozen=True)
+class _Tokenizer:
+    """A model config's `tokenizer:` mapping: the tokenizer directory (relative to the
+    config) and the pad token of each of the two text encoders."""
+
+    dir: str = "tokenizer"
+    pad_tokens: tuple[str, ...] = ("<|endoftext|>", "!")
 
 
 @dataclass(frozen=True)
@@ -49,29 +55,31 @@ class Submodel:
     """
 
     name: str
-    mlir: str
+    mlir: str = field(metadata=rules(nonempty=True, example="<name>_bs{batch}.mlir"))
     weights: str | None = None
     extra_mlir: tuple[str, ...] = ()
     vmfb: str | None = None
-    batch_sizes: tuple[int, ...] = ()  # when not the model's (a VAE exported at its own)
+    # when not the model's (a VAE exported at its own)
+    batch_sizes: tuple[int, ...] = field(default=(), metadata=rules(minimum=1))
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     path: Path
     name: str
-    dtype: str
-    batch_sizes: tuple[int, ...]
-    image_size: int
-    latent_size: int
-    steps: int
+    dtype: str = field(metadata=rules(choices=DTYPES))
+    # An export-backed config may have no batch size yet: `runner compile` adds them.
+    batch_sizes: tuple[int, ...] = field(metadata=rules(minimum=1, example="[1, 2]"))
+    image_size: int = field(metadata=rules(minimum=1))
+    latent_size: int = field(metadata=rules(minimum=1))
+    steps: int = field(metadata=rules(minimum=1))
     guidance_scale: float
     negative_prompt: str
-    max_length: int
+    max_length: int = field(metadata=rules(minimum=1))
     tokenizer_dir: str
     pad_tokens: tuple[str, str]
-    denoise: str
     submodels: dict[str, Submodel]
+    denoise: str = field(default="host_loop", metadata=rules(choices=DENOISE_MODES))
     functions: dict[str, tuple[str, str]] = field(default_factory=dict)
     # `checkpoint:DIR` / `seeded:NAME` when the artifacts come from the export cache: a
     # missing batch size is then exported on demand rather than an error.
@@ -86,7 +94,7 @@ class ModelConfig:
     # The precision the VAE decodes in, whatever `dtype` the rest has: float32 is MLPerf's
     # reference (diffusers upcasts SDXL's VAE, `force_upcast`); float16 is IREE CI's and
     # AMD's. A config without the key decodes in float32, as every export before it did.
-    vae_dtype: str = "float32"
+    vae_dtype: str = field(default="float32", metadata=rules(choices=DTYPES))
     # An export whose VAE came from a diffusers VAE directory of its own (`--vae-from`),
     # not the checkpoint's (an fp16-safe VAE): its path, for the export's cache key.
     vae_from: str | None = None
@@ -137,111 +145,34 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: Any, path: Path) -> ModelConfig:
+        """Read through runner.inputs.fields, then the checks that relate fields: the batch
+        sizes an export-backed config may still lack, the functions the denoise mode needs
+        and the submodels they name, the two pad tokens."""
         where = str(path)
-        if not isinstance(raw, dict):
-            raise RunnerError("model config must be a mapping", where=where,
-                              fix=f"write `key: value` fields {REF}")
-        check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
-
-        def need(key: str, kind: type | tuple[type, ...]) -> Any:
-            if key not in raw:
-                raise RunnerError(f"missing field `{key}`", where=where,
-                                  fix=f"add `{key}` (see runner/assets/tiny/model.json)")
-            if not isinstance(raw[key], kind):
-                raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
-                                  where=where, fix=f"give `{key}` as {REF} does")
-            return raw[key]
-
-        dtype = need("dtype", str)
-        if dtype not in DTYPES:
-            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
-                              fix=f"use one of {', '.join(DTYPES)}")
-        denoise = raw.get("denoise", "host_loop")
-        if denoise not in DENOISE_MODES:
-            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where,
-                              fix=f"use one of {', '.join(DENOISE_MODES)}")
-        batch_sizes = need("batch_sizes", list)
-        source = raw.get("source")
-        # An export-backed config may have no batch size yet: `runner compile` adds them.
-        if (not batch_sizes and not source) or not all(isinstance(b, int) and b > 0
-                                                        for b in batch_sizes):
-            raise RunnerError("`batch_sizes` must list positive integers", where=where,
-                              fix="e.g. batch_sizes: [1, 2]")
-        submodels = {}
-        for name, sub in need("submodels", dict).items():
-            if not isinstance(sub, dict) or "mlir" not in sub:
-                raise RunnerError(f"submodel `{name}` needs an `mlir` field",
-                                  where=f"{where}: submodels.{name}",
-                                  fix=f"add the submodel's MLIR path {REF}")
-            check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
-            at = f"{where}: submodels.{name}"
-            submodels[name] = Submodel(
-                name, _typed(sub, "mlir", str, at), _typed(sub, "weights", str | None, at),
-                tuple(_typed(sub, "extra_mlir", list[str], at) or ()),
-                _typed(sub, "vmfb", str | None, at),
-                tuple(_typed(sub, "batch_sizes", list[int], at) or ()))
+        given = values(cls, raw, where, skip=_NOT_READ, also=("functions", "tokenizer"))
+        f = Fields(raw, where)
+        if not given["batch_sizes"] and not given.get("source"):
+            raise f.error("batch_sizes", "`batch_sizes` must list positive integers",
+                          fix="e.g. batch_sizes: [1, 2]")
+        submodels, denoise = given["submodels"], given.get("denoise", "host_loop")
+        roles = f.section_of("functions")
         functions = {}
-        for role, ref in need("functions", dict).items():
+        for role, ref in roles.raw.items():
             sub, _, fn = str(ref).partition(".")
             if not isinstance(ref, str) or sub not in submodels or not fn:
-                raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
-                                  f"of a known submodel ({', '.join(submodels)})",
-                                  where=f"{where}: functions.{role}",
+                raise roles.error(role, f"function `{role}` = {ref!r} does not name "
+                                  f"`<submodel>.<fn>` of a known submodel ({', '.join(submodels)})",
                                   fix=f"write it as <submodel>.<function>, e.g. "
                                   f"{next(iter(submodels), 'clip')}.main")
             functions[role] = (sub, fn)
         missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
         if missing:
-            raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
-                              where=f"{where}: functions", fix=f"add {', '.join(missing)} {REF}")
-        tok = need("tokenizer", dict)
-        check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
-        pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
-                     or ("<|endoftext|>", "!"))
-        if len(pads) != 2:
-            raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
-                              where=f"{where}: tokenizer.pad_tokens",
-                              fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
-        _typed(tok, "dir", str | None, f"{where}: tokenizer")
-        for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from",
-                    "weights_spec"):
-            _typed(raw, key, str | None, where)
-        vae_dtype = raw.get("vae_dtype") or "float32"
-        if vae_dtype not in DTYPES:
-            raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
-                              where=f"{where}: vae_dtype", fix="use float32 or float16")
-        files = raw.get("files") or {}
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise RunnerError("`files` must map file names to sha256 digests",
-                              where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
-        return cls(
-            path=path, name=need("name", str), dtype=dtype,
-            batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
-            latent_size=need("latent_size", int), steps=need("steps", int),
-            guidance_scale=float(need("guidance_scale", (int, float))),
-            negative_prompt=need("negative_prompt", str), max_length=need("max_length", int),
-            tokenizer_dir=str(tok.get("dir", "tokenizer")), pad_tokens=pads,  # type: ignore[arg-type]
-            denoise=denoise, submodels=submodels, functions=functions,
-            source=source, no_scoring=raw.get("no_scoring"), export_key=raw.get("export_key"),
-            files=files, vae_dtype=vae_dtype, vae_from=raw.get("vae_from"),
-            weights_spec=raw.get("weights_spec"),
-        )
-
-
-def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
-    """raw[key] (None when absent), refused unless it is `kind`: str, `str | None`, or a
-    list of str / positive ints."""
-    value = raw.get(key)
-    if kind == list[str] or kind == list[int]:
-        item = kind.__args__[0]
-        ok = value is None or (isinstance(value, list) and all(
-            isinstance(v, item) and not isinstance(v, bool) and (item is str or v > 0)
-            for v in value))
-        want = "a list of strings" if item is str else "a list of positive integers"
-    else:
-        ok = isinstance(value, kind)
-        want = "a string"
-    if not ok:
-        raise RunnerError(f"`{key}` must be {want}, not {type(value).__name__}",
-                          where=f"{where}.{key}", fix=f"give `{key}` as {want}")
-    return value
+            raise f.error("functions", f"denoise mode {denoise!r} needs functions {missing}",
+                          fix=f"add {', '.join(missing)} {REF}")
+        tok = read(_Tokenizer, raw.get("tokenizer"), where, "tokenizer")
+        if len(tok.pad_tokens) != 2:
+            raise f.within("tokenizer", {}).error(
+                "pad_tokens", "`tokenizer.pad_tokens` must name two tokens (one per encoder)",
+                fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
+        return cls(path=path, tokenizer_dir=tok.dir, pad_tokens=tok.pad_tokens,  # type: ignore[arg-type]
+                   functions=functions, **given)

@@ -23,7 +23,7 @@ import difflib
 import os
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ from runner.base.iree_tools import CompilerInfo
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
-from runner.config.schema import check_keys, dataclass_keys, unknown_key
+from runner.inputs.fields import Fields, check_keys, dataclass_keys, rules, unknown_key, values
 from runner.inputs.paths import inside, no_such_path
 from runner.inputs.yamlfile import read_yaml
 
@@ -288,12 +288,14 @@ class Mlperf:
     """
 
     system: dict[str, Any] | None = None
-    division: str | None = None  # default for --division
-    submitter: str | None = None  # default for --submitter
-    offline_expected_qps: float | None = None
-    server_target_qps: float | None = None
-    singlestream_expected_latency_ms: float | None = None
-    batcher_limit_ms: float = 100.0
+    # defaults for --division and --submitter
+    division: str | None = field(default=None, metadata=rules(nonempty=True))
+    submitter: str | None = field(default=None, metadata=rules(nonempty=True))
+    offline_expected_qps: float | None = field(default=None, metadata=rules(above=0))
+    server_target_qps: float | None = field(default=None, metadata=rules(above=0))
+    singlestream_expected_latency_ms: float | None = field(default=None,
+                                                           metadata=rules(above=0))
+    batcher_limit_ms: float = field(default=100.0, metadata=rules(above=0))
 
     @property
     def system_id(self) -> str | None:
@@ -323,99 +325,75 @@ class Profile:
 
 
 def _target(raw: Any, where: str, base: Path) -> Target:
+    """`target:`: the backend (IREE CI's `rocm` is `hip`) and what depends on it, the chip
+    and the driver; the tuning spec found relative to the profile; the rest as Target
+    declares them."""
     if not isinstance(raw, dict):
-        raise RunnerError("missing `target` mapping", where=where,
-                          fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
+        raise Fields({}, where).error("target", "missing `target` mapping",
+                                      fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
+    f = Fields(raw, where, "target")
     backend = raw.get("backend")
     if isinstance(backend, str):
         backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in DEFAULT_DRIVERS:
-        raise RunnerError(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
-                          fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
-    chip = raw.get("chip", "host" if backend == "cpu" else None)
+        raise f.error("backend", f"`target.backend` is {backend!r}",
+                      fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
+    chip = f.text("chip", "host" if backend == "cpu" else None)
     if not chip:
-        raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
-                          where=f"{where}: target.chip",
-                          fix="add target.chip (or --set target.chip=gfx942)")
-
-    def flag_list(value: Any, field: str) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
-            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}",
-                              fix=f"e.g. {field}: [\"--iree-opt-level=O3\"]")
-        return tuple(value)
-
-    spec = raw.get("tuning_spec")
+        raise f.error("chip", f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
+                      fix="add target.chip (or --set target.chip=gfx942)")
+    spec = f.text("tuning_spec", nonempty=False)  # "": none, as when absent
     if spec:
-        if not isinstance(spec, str):
-            raise RunnerError("`target.tuning_spec` must be a path",
-                              where=f"{where}: target.tuning_spec",
-                              fix="give the path of a tuning spec .mlir file, or leave it out")
-        spec_path = inside(spec, base, f"{where}: target.tuning_spec", absolute_ok=True)
+        spec_path = inside(spec, base, f.where_of("tuning_spec"), absolute_ok=True)
         if not spec_path.is_file():
-            raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
-                              fix=f"no file at {spec_path}")
+            raise f.error("tuning_spec", "tuning spec not found", fix=f"no file at {spec_path}")
         spec = str(spec_path)
-    submodel_flags = raw.get("submodel_flags") or {}
-    sku = raw.get("sku")
-    if sku is not None and (not isinstance(sku, str) or not sku.strip()):
-        raise RunnerError(f"`target.sku` is {sku!r}", where=f"{where}: target.sku",
-                          fix="name IREE CI's SKU of the machine, e.g. mi300, mi325, cpu "
-                          "(or leave it out)")
     return Target(
-        backend=backend, driver=raw.get("driver", DEFAULT_DRIVERS[backend]), chip=str(chip),
-        compile_flags=flag_list(raw.get("compile_flags", []), "target.compile_flags"),
-        submodel_flags={k: flag_list(v, f"target.submodel_flags.{k}")
-                        for k, v in submodel_flags.items()},
-        tuning_spec=spec, default_tuning_specs=raw.get("default_tuning_specs"),
-        runtime_flags=flag_list(raw.get("runtime_flags", []), "target.runtime_flags"),
-        sku=sku,
+        backend=backend, driver=f.text("driver", DEFAULT_DRIVERS[backend]), chip=chip,
+        compile_flags=f.value(Target, "compile_flags") or (),
+        submodel_flags=f.value(Target, "submodel_flags") or {},
+        tuning_spec=spec, default_tuning_specs=f.value(Target, "default_tuning_specs"),
+        runtime_flags=f.value(Target, "runtime_flags") or (),
+        sku=f.text("sku", example="mi300"),
     )
 
 
-def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
-    value = raw.get(key)
+def _range(accuracy: Fields, key: str) -> tuple[float, float] | None:
+    value = accuracy.raw.get(key)
     if value is None:
         return None
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(v, int | float) for v in value) or value[0] > value[1]):
-        raise RunnerError(f"`accuracy.{key}` must be [low, high] with low <= high",
-                          where=f"{where}: accuracy.{key}",
-                          fix=f"e.g. accuracy.{key}: [23.0, 23.9] (two numbers, low first)")
+        raise accuracy.error(key, f"`accuracy.{key}` must be [low, high] with low <= high",
+                             fix=f"e.g. accuracy.{key}: [23.0, 23.9] (two numbers, low first)")
     return (float(value[0]), float(value[1]))
 
 
 def _mlperf(raw: Any, where: str) -> Mlperf:
+    """`mlperf:` as Mlperf declares it; `system` is an id or a mapping (_mlperf_system)."""
     if raw is None:
         return Mlperf()
-    if not isinstance(raw, dict):
-        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf",
-                          fix="write `mlperf:` followed by indented `key: value` lines")
-    values = dict(raw)
-    for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
-        at = f"{where}: mlperf.{key}"
-        if key == "system":
-            values[key] = _mlperf_system(value, at)
-        elif key in ("division", "submitter"):
-            if not isinstance(value, str) or not value.strip():
-                raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at, fix="a name")
-        elif not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
-            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at,
-                              fix="a positive number")
-    return Mlperf(**values)
+    given = values(Mlperf, raw, where, "mlperf", skip=("system",), also=("system",))
+    f = Fields(raw, where, "mlperf")
+    if f.given("system"):
+        given["system"] = _mlperf_system(f)
+    return Mlperf(**given)
 
 
-def _mlperf_system(value: Any, where: str) -> dict[str, Any]:
+def _mlperf_system(mlperf: Fields) -> dict[str, Any]:
     """`system: ID` or a mapping of systems JSON fields with its `id`: plain values only."""
+    value = mlperf.raw["system"]
     if isinstance(value, str) and value.strip():
         return {"id": value}
     if not isinstance(value, dict) or not isinstance(value.get("id"), str) \
             or not value["id"].strip():
-        raise RunnerError(f"`mlperf.system` is {value!r}", where=where,
-                          fix="a system id, or a mapping with `id` and systems JSON fields")
+        raise mlperf.error("system", f"`mlperf.system` is {value!r}",
+                           fix="a system id, or a mapping with `id` and systems JSON fields")
+    system = mlperf.within("system", value)
     for key, item in value.items():
         if not isinstance(item, str | int | float) or isinstance(item, bool):
-            raise RunnerError(f"`mlperf.system.{key}` is {item!r}", where=f"{where}.{key}",
-                              fix="a string or a number")
+            raise system.error(key, f"`mlperf.system.{key}` is {item!r}",
+                               fix="a string or a number")
     return dict(value)
 
 
@@ -432,7 +410,7 @@ def profile_schema() -> dict[str, tuple[str, ...] | None]:
         elif cls is Accuracy:
             schema[name] = ("fid", "clip", "metrics", *Accuracy.SETTINGS)
         else:
-            schema[name] = dataclass_keys(cls)
+            schema[name] = dataclass_keys(cls, skip=getattr(cls, "NOT_YAML", ()))
     return schema
 
 
@@ -502,16 +480,17 @@ def profile_from_raw(raw: dict, path: Path, overridden: tuple[str, ...] = ()) ->
     model = _model(raw.get("model"), path, where)
     target = _target(raw.get("target"), where, path.parent)
     accuracy_raw = raw.get("accuracy") or {}
+    accuracy = Fields(accuracy_raw, where, "accuracy")
     return Profile(
         name=raw.get("name", path.stem), path=path, raw=raw,
         model=model, target=target,
         layout=LayoutSpec.from_dict(raw.get("layout") or {}, target.backend, where,
                                     _layout_fields(raw.get("layout"), overridden)),
         accuracy=Accuracy(
-            _range(accuracy_raw, "fid", where), _range(accuracy_raw, "clip", where),
+            _range(accuracy, "fid"), _range(accuracy, "clip"),
             {k: v for k, v in accuracy_raw.items() if k not in ("fid", "clip", "metrics")},
             METRICS if accuracy_raw.get("metrics") is None  # null: the default, both
-            else parse_metrics(accuracy_raw["metrics"], f"{where}: accuracy.metrics")),
+            else parse_metrics(accuracy_raw["metrics"], accuracy.where_of("metrics"))),
         mlperf=_mlperf(raw.get("mlperf"), where),
         count=_count(raw.get("count", DEFAULT_COUNT), where),
     )
@@ -519,9 +498,9 @@ def profile_from_raw(raw: dict, path: Path, overridden: tuple[str, ...] = ()) ->
 
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MLPERF_SAMPLES:
-        raise RunnerError(f"`count` is {value!r}", where=f"{where}: count",
-                          fix=f"a number of samples from 1 to {MLPERF_SAMPLES} (MLPerf's "
-                          f"set), e.g. count: {MLPERF_SAMPLES}")
+        raise Fields({}, where).error("count", f"`count` is {value!r}",
+                                      fix=f"a number of samples from 1 to {MLPERF_SAMPLES} "
+                                      f"(MLPerf's set), e.g. count: {MLPERF_SAMPLES}")
     return value
 
 
@@ -539,20 +518,18 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
     and are part of its cache key, as is `vae_from`; a model config (builtin:, a path)
     already has them, and must then match (the builtin tiny model ships both decoders)."""
     spec = _expanded("model", value)
+    f = Fields(spec, where, "model")
     ref, dtype, vae_dtype = spec.get("source"), spec.get("dtype"), spec.get("vae_dtype")
-    vae_from = spec.get("vae_from")
     if not isinstance(ref, str) or not ref:
-        raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
-                          "model config path)", where=f"{where}: model",
-                          fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
-                              "checkpoint:/models/sdxl, dtype: fp32}`")
+        raise Fields({}, where).error(
+            "model", "missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a model "
+            "config path)", fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
+            "checkpoint:/models/sdxl, dtype: fp32}`")
     for key, given in (("dtype", dtype), ("vae_dtype", vae_dtype)):
         if given is not None and (not isinstance(given, str) or given not in MODEL_DTYPES):
-            raise RunnerError(f"`model.{key}` is {given!r}", where=f"{where}: model.{key}",
-                              fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
-    if vae_from is not None and (not isinstance(vae_from, str) or not vae_from):
-        raise RunnerError(f"`model.vae_from` is {vae_from!r}", where=f"{where}: model.vae_from",
-                          fix="name a diffusers-format VAE directory")
+            raise f.error(key, f"`model.{key}` is {given!r}",
+                          fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
+    vae_from = f.text("vae_from", example="/models/sdxl-vae-fp16-fix")
     vae = MODEL_DTYPES[vae_dtype or "fp32"]
     if ref.startswith(EXPORT_SOURCES):
         from runner.config.exports import exported_model
@@ -560,18 +537,17 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
         return exported_model(ref, path.parent, f"{where}: model",
                               MODEL_DTYPES[dtype or "fp16"], vae, vae_from)
     if vae_from is not None:
-        raise RunnerError("`model.vae_from` is for a model the runner exports", where=f"{where}: "
-                          "model.vae_from", fix="name the model as checkpoint:DIR or seeded:sdxl "
-                          "(or leave vae_from out for a model config)")
+        raise f.error("vae_from", "`model.vae_from` is for a model the runner exports",
+                      fix="name the model as checkpoint:DIR or seeded:sdxl (or leave vae_from "
+                      "out for a model config)")
     model = ModelConfig.load(_model_path(ref, path, where, vae if vae_dtype else None))
     for key, given, have, verb in (("dtype", dtype, model.dtype, "was exported in"),
                                    ("vae_dtype", vae_dtype, model.vae_dtype, "decodes in")):
         if given is not None and MODEL_DTYPES[given] != have:
-            raise RunnerError(f"`model.{key}` is {given}, but {model.path} {verb} {have}",
-                              where=f"{where}: model.{key}",
-                              fix=f"leave model.{key} out for a model config, or name a "
-                                  "checkpoint:DIR / seeded:sdxl source to export in that "
-                                  "precision")
+            raise f.error(key, f"`model.{key}` is {given}, but {model.path} {verb} {have}",
+                          fix=f"leave model.{key} out for a model config, or name a "
+                              "checkpoint:DIR / seeded:sdxl source to export in that "
+                              "precision")
     return model
 
 

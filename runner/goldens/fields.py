@@ -16,6 +16,9 @@ runner's, and the test that proves they match.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 IREE_TEST_SUITES_COMMIT = "612f93663b32ea86ea442e87be549f1056a5de1c"
 REGRESSION_COMMIT = "a8791d2622caccdade1d7a37e2c6a96491928020^"
 
@@ -63,7 +66,7 @@ BENCHMARK_UNUSED = frozenset({"benchmark_repetitions", "benchmark_min_warmup_tim
 RUNNER_BENCHMARK_EXTENSIONS = frozenset({"quality_test"})
 
 
-def unknown(raw: dict, known: frozenset[str], where: str, reader: str,
+def unknown(raw: Mapping[str, Any], known: frozenset[str], where: str, reader: str,
             other_kinds: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """One message per field of `raw` that `reader` does not read. `other_kinds`: fields
     the reader knows for another test type (so the message says it is ignored here)."""

@@ -23,11 +23,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
+from runner.inputs.fields import Fields
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside, no_such_path
 from runner.model.tensors import TensorSpec
@@ -208,6 +209,7 @@ class BenchmarkTest:
 
 
 ANY_SKU = "*"
+SKU_MAPPING = "a mapping of SKU to value"  # golden_time_ms, tuner_file, ... by machine
 
 
 def golden_for(goldens: dict, sku: str):
@@ -215,88 +217,27 @@ def golden_for(goldens: dict, sku: str):
     return goldens.get(sku, goldens.get(ANY_SKU))
 
 
-class _Fields:
-    """Typed reads of one JSON object, every error naming the file and field."""
-
-    def __init__(self, raw: dict, where: str):
-        self.raw, self.where = raw, where
-
-    def _bad(self, key: str, want: str) -> RunnerError:
-        got = type(self.raw[key]).__name__
-        return RunnerError(f"`{key}` must be {want}, not {got}", where=f"{self.where}: {key}",
-                           fix=f"give `{key}` as {want}")
-
-    @overload
-    def text(self, key: str, default: str) -> str: ...
-
-    @overload
-    def text(self, key: str, default: None = None) -> str | None: ...
-
-    def text(self, key: str, default: str | None = None) -> str | None:
-        if key not in self.raw or self.raw[key] is None:
-            return default
-        if not isinstance(self.raw[key], str) or not self.raw[key]:
-            raise self._bad(key, "a non-empty string")
-        return self.raw[key]
-
-    def required(self, key: str) -> str:
-        value = self.text(key)
-        if value is None:
-            raise RunnerError(f"missing required field `{key}`", where=f"{self.where}: {key}",
-                              fix=f'add "{key}": "<URL or path>"')
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self.raw.get(key, False)
-        if not isinstance(value, bool):
-            raise self._bad(key, "true or false")
-        return value
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self.raw.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._bad(key, "a list of strings")
-        return tuple(value)
-
-    def number(self, key: str, kind: type = float) -> Any:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
-                or (kind is int and value != int(value)):
-            raise self._bad(key, "a whole number >= 0" if kind is int else "a number >= 0")
-        return kind(value)
-
-    def mapping(self, key: str, kind: type | tuple[type, ...]) -> dict:
-        value = self.raw.get(key) or {}
-        if not isinstance(value, dict) or not all(
-                isinstance(v, kind) and not isinstance(v, bool) for v in value.values()):
-            raise self._bad(key, "a mapping of SKU to value")
-        return dict(value)
-
-    def tensors(self, key: str, ref_key: str = "source") -> tuple[TensorRef, ...]:
-        value = self.raw.get(key) or []
-        if not isinstance(value, list):
-            raise self._bad(key, f'a list of {{"{ref_key}": ..., "value": ...}}')
-        refs = []
-        for i, entry in enumerate(value):
-            where = f"{self.where}: {key}[{i}]"
-            if not isinstance(entry, dict) or not isinstance(entry.get(ref_key), str) \
-                    or not entry[ref_key]:
-                raise RunnerError(f"each entry needs a `{ref_key}` string", where=where,
-                                  fix=f'write {{"{ref_key}": "<URL or path>", "value": '
-                                  '"<shape>x<type>"}')
-            val = entry.get("value")
-            if val is not None and not isinstance(val, str):
-                raise RunnerError("`value` must be a string like 1x64xi64",
-                                  where=f"{where}.value", fix='e.g. "value": "1x64xi64"')
-            ref = TensorRef(entry[ref_key], val or None, where)
-            _ = ref.spec  # validates the spelling now, naming the field
-            if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
-                raise RunnerError("a raw blob needs a `value` (shape and type)",
-                                  where=f"{where}.value", fix='add "value": "<shape>x<type>"')
-            refs.append(ref)
-        return tuple(refs)
+def _tensors(f: Fields, key: str, ref_key: str = "source") -> tuple[TensorRef, ...]:
+    """An older layout's `inputs` / `outputs`: `source` and `value` (the shape and type,
+    optional for `.npy` and `.irpa` blobs), the spelling of each checked now."""
+    refs = []
+    for entry, at in f.entries(key, f'a list of {{"{ref_key}": ..., "value": ...}}'):
+        if not isinstance(entry, dict) or not isinstance(entry.get(ref_key), str) \
+                or not entry[ref_key]:
+            raise at.error("", f"each entry needs a `{ref_key}` string",
+                           fix=f'write {{"{ref_key}": "<URL or path>", "value": '
+                           '"<shape>x<type>"}')
+        val = entry.get("value")
+        if val is not None and not isinstance(val, str):
+            raise at.error("value", "`value` must be a string like 1x64xi64",
+                           fix='e.g. "value": "1x64xi64"')
+        ref = TensorRef(entry[ref_key], val or None, at.where_of(""))
+        _ = ref.spec  # validates the spelling now, naming the field
+        if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
+            raise at.error("value", "a raw blob needs a `value` (shape and type)",
+                           fix='add "value": "<shape>x<type>"')
+        refs.append(ref)
+    return tuple(refs)
 
 
 def _read_json(path: Path) -> dict:
@@ -386,49 +327,50 @@ def load_test_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> list[Golde
     return [_quality_test(path, raw)]
 
 
-def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
+def _old_modules(path: Path, f: Fields, flags: tuple[str, ...],
                  pipeline_flags: tuple[str, ...]) -> tuple[ModuleDef, ...]:
-    main = ModuleDef("model", f.required("mlir"), flags, f"{path}: mlir", path.parent)
+    main = ModuleDef("model", f.required("mlir", '"<URL or path>"'), flags, f"{path}: mlir",
+                     path.parent)
     pipeline = f.text("pipeline_mlir")
     add = f.flag("add_pipeline_module")
     if add and not pipeline:
-        raise RunnerError("`add_pipeline_module` is true but there is no `pipeline_mlir`",
-                          where=f"{path}: add_pipeline_module",
-                          fix='add "pipeline_mlir": "<URL>" or drop add_pipeline_module')
+        raise f.error("add_pipeline_module", "`add_pipeline_module` is true but there is no "
+                      "`pipeline_mlir`", fix='add "pipeline_mlir": "<URL>" or drop '
+                      "add_pipeline_module")
     if not pipeline:
         return (main,)
     return main, ModuleDef("pipeline", pipeline, pipeline_flags, f"{path}: pipeline_mlir",
                            path.parent, load=add)
 
 
-def _entry_unknown(f: _Fields, known: frozenset[str], reader: str) -> tuple[str, ...]:
+def _entry_unknown(f: Fields, known: frozenset[str], reader: str) -> tuple[str, ...]:
     """Unknown fields of the file and of its inputs[] / outputs[] entries."""
-    found = list(fields.unknown(f.raw, known, f.where, reader))
+    found = list(fields.unknown(f.raw, known, f.where_of(""), reader))
     for key in ("inputs", "outputs"):
         entries = f.raw.get(key)
         for i, entry in enumerate(entries if isinstance(entries, list) else []):
             if isinstance(entry, dict):
-                found += fields.unknown(entry, fields.TENSOR_ENTRY, f"{f.where}: {key}[{i}]",
+                found += fields.unknown(entry, fields.TENSOR_ENTRY, f.where_of(f"{key}[{i}]"),
                                         reader)
     return tuple(found)
 
 
-def _unset(f: _Fields, *keys: str) -> tuple[str, ...]:
+def _unset(f: Fields, *keys: str) -> tuple[str, ...]:
     return tuple(k for k in keys if f.raw.get(k) is None)
 
 
-def _old_common(path: Path, f: _Fields) -> dict[str, Any]:
+def _old_common(path: Path, f: Fields) -> dict[str, Any]:
     weights = f.text("real_weights")
     return dict(
-        path=path, model=path.resolve().parent.name, inputs=f.tensors("inputs"),
-        outputs=f.tensors("outputs"), compile_only=f.flag("compile_only"),
+        path=path, model=path.resolve().parent.name, inputs=_tensors(f, "inputs"),
+        outputs=_tensors(f, "outputs"), compile_only=f.flag("compile_only"),
         weights=(WeightRef("model", weights, f"{path}: real_weights"),) if weights else (),
-        tuner_file=f.mapping("tuner_file", str),
+        tuner_file=f.mapping("tuner_file", str, SKU_MAPPING),
     )
 
 
 def _quality_test(path: Path, raw: dict) -> GoldenTest:
-    f = _Fields(raw, str(path))
+    f = Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
     flags = f.texts("compiler_flags")
     backend = _backend(raw, suffix, flags, str(path))
@@ -447,7 +389,7 @@ def _quality_test(path: Path, raw: dict) -> GoldenTest:
 
 
 def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
-    f = _Fields(raw, str(path))
+    f = Fields(raw, str(path))
     common = _old_common(path, f)
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
     unknown = _entry_unknown(f, REGRESSION_FIELDS, "IREE CI's test_model_threshold.py")
@@ -495,13 +437,13 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
                           fix="fix the module name, or pass --module-dir DIR (IREE CI's "
                           "--module-directory, where `<model>/modules/` lives)")
     raw = _read_json(found)
-    f = _Fields(raw, str(found))
+    f = Fields(raw, str(found))
     unknown = fields.unknown(raw, MODULE_FIELDS, str(found), "IREE CI's torch_models runner")
     # IREE CI: a `git-lfs` module's MLIR path is relative to the module directory.
     base = found.parent
     if raw.get("type") == "git-lfs":
         base = next(b for b, c in zip(bases, candidates, strict=False) if c == found)
-    return ModuleDef(ref, f.required("mlir"), f.texts("compiler_flags"),
+    return ModuleDef(ref, f.required("mlir", '"<URL or path>"'), f.texts("compiler_flags"),
                      f"{found}: mlir", base, stats=True, unknown=unknown)
 
 
@@ -521,7 +463,7 @@ def _torch_backend(path: Path, markers: tuple[str, ...], device: str | None,
                           fix='add a marker "cpu" or "hip"') from e
 
 
-def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:
+def _run_args(f: Fields) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:
     """`run_args` split into (function, device, threshold args, everything else)."""
     function = device = None
     thresholds, rest = [], []
@@ -537,63 +479,56 @@ def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tupl
     return function, device, tuple(thresholds), tuple(rest)
 
 
-def _torch_weights(f: _Fields, path: Path, module_dirs: tuple[Path, ...]
+def _torch_weights(f: Fields, path: Path, module_dirs: tuple[Path, ...]
                    ) -> tuple[tuple[WeightRef, ...], tuple[str, ...]]:
     """Every `weights` entry, as IREE's runner reads it (test_base.py `_get_weights`): `type`
     and `scope` required; `url` archives, or `random` ones generated from a module's MLIR
     with a seed. Each is passed as `--parameters=<scope>=<file>`, in order."""
-    value = f.raw.get("weights") or []
-    if not isinstance(value, list):
-        raise f._bad("weights", 'a list of {"type": "url", "url": ..., "scope": "model"}')
     out: list[WeightRef] = []
     unknown: list[str] = []
     fix = 'write {"type": "url", "url": "<URL>", "scope": "model"}'
-    for i, entry in enumerate(value):
-        where = f"{f.where}: weights[{i}]"
+    for entry, at in f.entries("weights", 'a list of {"type": "url", "url": ..., '
+                               '"scope": "model"}'):
+        where = at.where_of("")
         if not isinstance(entry, dict):
-            raise RunnerError("each weight is an object", where=where, fix=fix)
+            raise at.error("", "each weight is an object", fix=fix)
         kind, scope = entry.get("type"), entry.get("scope")
         if kind not in fields.TORCH_WEIGHT:
-            raise RunnerError(f"weights of type {kind!r}: IREE CI's runner knows `url` and "
-                              "`random`", where=f"{where}.type", fix=fix)
+            raise at.error("type", f"weights of type {kind!r}: IREE CI's runner knows `url` "
+                           "and `random`", fix=fix)
         if not isinstance(scope, str) or not scope:
-            raise RunnerError("missing `scope` (IREE CI's runner requires it)",
-                              where=f"{where}.scope", fix='add "scope": "model"')
+            raise at.error("scope", "missing `scope` (IREE CI's runner requires it)",
+                           fix='add "scope": "model"')
         unknown += fields.unknown(entry, fields.TORCH_WEIGHT[kind], where,
                                   "IREE CI's torch_models runner")
         if kind == "url":
             url = entry.get("url")
             if not isinstance(url, str) or not url:
-                raise RunnerError("missing `url`", where=f"{where}.url",
-                                  fix='add "url": "<URL>"')
+                raise at.error("url", "missing `url`", fix='add "url": "<URL>"')
             out.append(WeightRef(scope, url, where))
             continue
-        seed = entry.get("seed")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise RunnerError("`seed` must be a whole number >= 0 (numpy's default_rng seed)",
-                              where=f"{where}.seed", fix='add "seed": 0')
-        module = _module_def(entry.get("module"), f"{where}.module", path, module_dirs)
+        if not at.given("seed"):
+            raise at.wrong("seed", "a whole number at least 0 (numpy's default_rng seed)", 0)
+        seed = at.number("seed", int, minimum=0, example=0)
+        module = _module_def(entry.get("module"), at.where_of("module"), path, module_dirs)
         out.append(WeightRef(scope, module.name, where, kind="random", seed=seed,
                              module=module))
     return tuple(out), tuple(unknown)
 
 
-def _argspecs(f: _Fields, key: str) -> tuple[tuple[ArgSpec, ...], tuple[str, ...]]:
+def _argspecs(f: Fields, key: str) -> tuple[tuple[ArgSpec, ...], tuple[str, ...]]:
     """`inputs` / `outputs` / `expected_outputs` entries: `url` and `value`, either optional
     but not both (test_base.py `_get_arg_strings`)."""
-    value = f.raw.get(key) or []
-    if not isinstance(value, list):
-        raise f._bad(key, 'a list of {"url": ..., "value": ...}')
     specs: list[ArgSpec] = []
     unknown: list[str] = []
-    for i, entry in enumerate(value):
-        where = f"{f.where}: {key}[{i}]"
+    for entry, at in f.entries(key, 'a list of {"url": ..., "value": ...}'):
+        where = at.where_of("")
         parts = {k: entry.get(k) for k in ("url", "value")} if isinstance(entry, dict) else {}
         if not parts or not all(v is None or (isinstance(v, str) and v)
                                 for v in parts.values()) \
                 or all(v is None for v in parts.values()):
-            raise RunnerError("each entry needs a `url` or a `value` (a non-empty string)",
-                              where=where, fix='write {"url": "<URL>", "value": "<shape>x<type>"}')
+            raise at.error("", "each entry needs a `url` or a `value` (a non-empty string)",
+                           fix='write {"url": "<URL>", "value": "<shape>x<type>"}')
         unknown += fields.unknown(entry, fields.TORCH_ARGSPEC, where,
                                   "IREE CI's torch_models runner")
         specs.append(ArgSpec(parts["value"], parts["url"], where))
@@ -620,28 +555,27 @@ def _tensor_refs(specs: tuple[ArgSpec, ...]) -> tuple[TensorRef, ...] | None:
 
 def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenTest:
     where = str(path)
-    f = _Fields(raw, where)
+    f = Fields(raw, where)
     kind = raw.get("type")
     if kind not in KINDS:
-        raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
-                          else "missing required field `type`", where=f"{where}: type",
-                          fix=f"set \"type\" to one of {', '.join(KINDS)}")
+        raise f.error("type", f"unknown test type {kind!r}" if "type" in raw
+                      else "missing required field `type`",
+                      fix=f"set \"type\" to one of {', '.join(KINDS)}")
     markers = f.texts("markers")
     if "markers" not in raw:
-        raise RunnerError("missing required field `markers`", where=f"{where}: markers",
-                          fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
+        raise f.missing("markers", '["cpu"] (or ["hip", "gfx942"], ...)')
     names_field = "module" if kind == "compstat" else "modules"
     if kind == "compstat":
         names = [raw["module"]] if raw.get("module") is not None else []
     else:
         names = raw.get("modules") or []
         if not isinstance(names, list):
-            raise f._bad("modules", "a list of module names")
+            raise f.wrong("modules", "a list of module names")
     if not names:
-        raise RunnerError("the test names no module", where=f"{where}: {names_field}",
-                          fix=f'add "{names_field}": '
-                          + ('"<model>/modules/<name>"' if kind == "compstat"
-                             else '["<model>/modules/<name>"]'))
+        raise f.error(names_field, "the test names no module",
+                      fix=f'add "{names_field}": '
+                      + ('"<model>/modules/<name>"' if kind == "compstat"
+                         else '["<model>/modules/<name>"]'))
     modules = tuple(_module_def(n, f"{where}: {names_field}"
                                 + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
                     for i, n in enumerate(names))
@@ -670,13 +604,13 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
         weights=weights, device=device or DEFAULT_DEVICES[backend],
         threshold_args=thresholds + (rest if kind == "quality" else ()),
         run_function=function or "main",
-        golden_dispatch_count=f.number("golden_dispatch_count", int),
-        golden_binary_size=f.number("golden_binary_size", int),
-        golden_time_ms=f.number("golden_time_ms"),
+        golden_dispatch_count=f.number("golden_dispatch_count", int, minimum=0),
+        golden_binary_size=f.number("golden_binary_size", int, minimum=0),
+        golden_time_ms=f.number("golden_time_ms", minimum=0),
         benchmark_flags=rest if kind == "benchmark" else (),
         run_args=f.texts("run_args"), input_specs=specs.get("inputs", ()),
         output_specs=specs.get("outputs", ()), expected_specs=specs.get("expected_outputs", ()),
-        tolerance_factor=f.number("tolerance_factor"),
+        tolerance_factor=f.number("tolerance_factor", minimum=0),
         unknown=tuple(dict.fromkeys(unknown)),
     )
 
@@ -710,12 +644,9 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     if kind != "benchmark":
         raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
                           fix="check it with `runner goldens check`")
-    f = _Fields(raw, str(path))
+    f = Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
-    inputs = raw.get("inputs") or []
-    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-        raise RunnerError("`inputs` must list tensor types like 1x64xi64",
-                          where=f"{path}: inputs", fix='e.g. "inputs": ["1x64xi64"]')
+    inputs = f.texts("inputs")  # tensor types like 1x64xi64
     backend = _backend(raw, suffix, f.texts("compile_flags"), str(path))
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
@@ -727,11 +658,11 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
         inputs=tuple(TensorSpec.parse(v, f"{path}: inputs[{i}]") for i, v in enumerate(inputs)),
         function=f.text("function_run", "main"), benchmark_flags=f.texts("benchmark_flags"),
         device=f.text("device", DEFAULT_DEVICES[backend]),
-        golden_time_ms=f.mapping("golden_time_ms", (int, float)),
+        golden_time_ms=f.mapping("golden_time_ms", (int, float), SKU_MAPPING),
         golden_time_tolerance_multiplier=f.mapping("golden_time_tolerance_multiplier",
-                                                   (int, float)),
-        golden_dispatch=f.mapping("golden_dispatch", int),
-        golden_size=f.mapping("golden_size", int),
+                                                   (int, float), SKU_MAPPING),
+        golden_dispatch=f.mapping("golden_dispatch", int, SKU_MAPPING),
+        golden_size=f.mapping("golden_size", int, SKU_MAPPING),
         extra={k: v for k, v in raw.items() if k not in known},
         markers=("benchmark", backend),
     )

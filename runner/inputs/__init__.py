@@ -6,6 +6,9 @@ error type, `RunnerError`, naming the file, the field and the fix. So the code b
 boundary only ever sees well-formed values, and no hostile or careless input reaches a user
 as a traceback, hangs, or grows memory without end.
 
+- `fields`: a config mapping read into the dataclass it fills, driven by its fields and
+  type hints (profiles, layouts, model configs, IREE CI's test files): the one error shape
+  and the one unknown-key check.
 - `limits`: bounded reads of files and text, depth and number checks shared by the readers.
 - `jsonfile`: JSON (configs, test-suite files, model_index.json, run records).
 - `yamlfile`: YAML (profiles, model configs, `--set` values): JSON-shaped, no anchors,
