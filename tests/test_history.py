@@ -4,6 +4,7 @@ nothing and shows no password; an old out dir is imported once."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -377,6 +378,16 @@ def test_a_lab_store_on_postgresql_never_shows_its_password(postgres, tmp_path, 
         assert "s3cr" not in text and "%40t" not in text
 
 
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` holds `path` open (its /proc fd links)."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == str(path):
+                    return True
+    return False
+
+
 def test_a_store_that_makes_a_command_wait_can_be_left_with_ctrl_c(tiny_compiled, tmp_path):
     """Another writer holds the SQLite store: the finished run waits to record (up to a
     minute). Ctrl-C there leaves the wait: the run's exit status is its own, its results
@@ -395,9 +406,13 @@ def test_a_store_that_makes_a_command_wait_can_be_left_with_ctrl_c(tiny_compiled
     proc = start_runner("run", "--profile", "cpu", "--count", "1", "--no-score", "--out", run,
                         "--results", store, stdout=subprocess.DEVNULL,
                         env={**os.environ, "RUNNER_PROGRESS": "plain"})
+    # Into the wait on the store's lock: the driver has the store open (its work recorded as
+    # finished first). A fixed pause after the record lost the race on a loaded machine: the
+    # signal came before the recording, and the run itself was interrupted.
     wait_for(lambda: (run / "attempt.json").is_file() and json.loads(
-        (run / "attempt.json").read_text()).get("status") == "finished")
-    time.sleep(0.5)  # (into the wait on the store's lock)
+        (run / "attempt.json").read_text()).get("status") == "finished"
+        and has_open(proc.pid, store))
+    time.sleep(0.3)  # (past the first ask for the lock)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     holder.rollback()
