@@ -17,8 +17,8 @@ from cli_support import cli, start_runner
 from host_support import wait_for
 
 from runner.base.errors import EXIT_CODES, EXIT_INTERRUPTED
-from runner.cli import build_parser, main
-from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
+from runner.cli.grammar import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
+from runner.cli.main import build_parser, main
 from runner.rundir.directory import RunDir
 from runner.rundir.manifest import KILLED
 from runner.rundir.store import SampleStore

@@ -1,5 +1,5 @@
 """What a command's --out may hold and what running into it again does (runner/base/outdir.py,
-runner/cliout.py): the attempt record written first, a user's files refused before any work
+runner/cli/output.py): the attempt record written first, a user's files refused before any work
 (dry runs too), another command's or other inputs' attempt refused naming what differs,
 each rule (resumes / refuses) with its two ways out, one driver at a time, and an attempt
 that wrote nothing leaving nothing behind."""
@@ -26,7 +26,7 @@ from runner.base.outdir import (
     differences,
     inputs_record,
 )
-from runner.cli import main
+from runner.cli.main import main
 
 MEASURES = Rerun(REFUSES, "finished layouts")
 GOES_ON = Rerun(RESUMES, "each finished test")

@@ -31,8 +31,8 @@ from signal_battery import (
 )
 
 from runner.base.outdir import RECORD, REFUSES, RESUMES, Rerun
-from runner.cli import build_parser
-from runner.clihelp import walk
+from runner.cli.grammar import walk
+from runner.cli.main import build_parser
 from runner.rundir.directory import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ EVERY_SIGNAL = frozenset({"run", "bench", "mlperf", "goldens generate", "bisect"
 def signals_for(name: str) -> tuple[int, ...]:
     """Every signal for the commands above; one for each other command, in turn by name, so
     each of the three reaches some of them. The three take one path through the CLI
-    (runner/cli.py main) and a command's rerun code is the same whichever ended it."""
+    (runner/cli/main.py main) and a command's rerun code is the same whichever ended it."""
     if name in EVERY_SIGNAL:
         return SIGNALS
     others = sorted(set(rerun_rules()) - EVERY_SIGNAL)
@@ -291,7 +291,7 @@ def battery_commands() -> set[str]:
 def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     """A new command with an --out joins the battery (or says here why it cannot)."""
     covered = battery_commands()
-    elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
+    elsewhere = {  # the same rule code (runner/cli/output.py); too heavy for a signal battery
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
         "gpu-check prepare": "its steps are `runner compile` and `runner run` (both in the "

@@ -1,6 +1,6 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
-`register(subparsers)` adds them to the main `runner` parser (runner/cli.py).
+`register(subparsers)` adds them to the main `runner` parser (runner/cli/main.py).
 Exit codes: runner.base.errors.EXIT_CODES.
 """
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.grammar import (
     add_dry_run,
     add_metrics,
     add_out,
@@ -21,10 +21,10 @@ from runner.clihelp import (
     add_samples,
     add_worst,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.inputs.cliargs import COUNT, PERCENT, SCALE, SEED
 
 COMPARE_JSON = "compare.json"

@@ -13,10 +13,10 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import REFUSES, RESUMES, Rerun
+from runner.batch.cluster import SLURM_FLAGS
 from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
-from runner.clihelp import (
+from runner.cli.grammar import (
     DEFAULT_PROFILE,
-    SLURM_FLAGS,
     add_dry_run,
     add_executor,
     add_image,
@@ -28,10 +28,10 @@ from runner.clihelp import (
     add_samples,
     add_slurm,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.goldens.cli import golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer

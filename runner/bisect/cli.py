@@ -10,7 +10,7 @@ from typing import Any
 
 from runner.base.errors import EXIT_OK, RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.grammar import (
     DEFAULT_PROFILE,
     add_base_image,
     add_dry_run,
@@ -19,10 +19,10 @@ from runner.clihelp import (
     add_profile,
     add_samples,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
 DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds

@@ -1,4 +1,4 @@
-"""`runner image build|inspect`: registered into runner/cli.py by `register(subparsers)`."""
+"""`runner image build|inspect`: registered into runner/cli/main.py by `register(subparsers)`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from runner.clihelp import (
+from runner.cli.grammar import (
     add_base_image,
     add_dry_run,
     add_find_links,

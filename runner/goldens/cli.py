@@ -14,7 +14,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
-from runner.clihelp import (
+from runner.cli.grammar import (
     add_dry_run,
     add_golden_version,
     add_json,
@@ -253,7 +253,7 @@ def _selection(p: argparse.ArgumentParser) -> None:
            help="add --iree-codegen-tuning-spec-path=PATH to every compile (default: none)")
 
 
-EXAMPLES = {  # each subcommand's help examples (runner.clihelp.document adds exit codes)
+EXAMPLES = {  # each subcommand's help examples (runner.cli.grammar.document adds exit codes)
     "check": ("runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens",
               "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "
               "gfx942 --dry-run",

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
-from runner.clihelp import add_batch_sizes, add_dry_run, add_out, add_profile, document
+from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, add_profile, document
 from runner.gpucheck.plan import TINY_COUNT
 from runner.inputs.cliargs import COUNT, SECONDS
 

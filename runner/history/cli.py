@@ -15,7 +15,7 @@ from typing import Any
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.grammar import (
     add_dry_run,
     add_iree,
     add_json,

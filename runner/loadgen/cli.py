@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, Rerun
-from runner.clihelp import (
+from runner.cli.grammar import (
     add_captions,
     add_dry_run,
     add_executor,
@@ -23,9 +23,9 @@ from runner.clihelp import (
     add_samples,
     add_slurm,
     document,
-    profile_from_args,
     renamed,
 )
+from runner.config.overrides import profile_from_args
 from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
 from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import add_dry_run, add_out, add_worst, document
+from runner.cli.grammar import add_dry_run, add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from runner.base import outdir
 from runner.base.errors import RunnerError
 from runner.base.signals import Interrupted
-from runner.clihelp import OutSpec, walk
+from runner.cli.grammar import OutSpec, walk
 
 # Namespace entries that are not inputs of the work: where it goes, how it is shown.
 NOT_INPUTS = {"func", "command", "argv", "out", "resume", "dry_run", "json", "out_spec",
