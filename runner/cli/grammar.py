@@ -466,6 +466,11 @@ GRAMMAR: dict[str, str] = {
     "--repo": "the IREE git checkout commit:SHA builds name commits of",
 }
 
+# The options that say where a command's work goes and how it is shown, not what the work
+# is: an attempt's inputs (runner/cli/output.py) leave them out, so `--resume DIR --json`
+# goes on with the attempt it resumes.
+NOT_INPUTS = frozenset({"--out", "--resume", "--dry-run", "--json", "--results"})
+
 # The shapes a shared option may come in besides its plain one: a layout flag of `runner
 # bench` takes a comma list and sweeps every value (`--cpd 1,2`); bench's `--iree` repeats
 # and takes comma lists, the builds it compares.

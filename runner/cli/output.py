@@ -18,11 +18,7 @@ from typing import Any
 from runner.base import outdir
 from runner.base.errors import RunnerError
 from runner.base.signals import Interrupted
-from runner.cli.grammar import OutSpec, walk
-
-# Namespace entries that are not inputs of the work: where it goes, how it is shown.
-NOT_INPUTS = {"func", "command", "argv", "out", "resume", "dry_run", "json", "out_spec",
-              "attempt", "goldens_command", "bench_command", "results", "history_command"}
+from runner.cli.grammar import NOT_INPUTS, OutSpec, walk
 
 
 def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
@@ -36,9 +32,13 @@ def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
 
 def _actions(root: argparse.ArgumentParser, parser: argparse.ArgumentParser
              ) -> list[argparse.Action]:
-    """The options and positionals of the command (and the root's, e.g. --iree-tools)."""
+    """The inputs of the command, read off its parser: its options and positionals (and
+    the root's, e.g. --iree-tools), less what only chooses a subcommand or shows help, and
+    the grammar's options that say where the work goes and how it is shown (NOT_INPUTS).
+    What a parse adds besides its actions (`func`, `out_spec`, a subcommand's dest) is
+    never an action of the command, so never an input."""
     return [a for a in [*root._actions, *parser._actions]
-            if a.dest not in NOT_INPUTS and a.dest != argparse.SUPPRESS
+            if a.dest != argparse.SUPPRESS and getattr(a, "grammar", None) not in NOT_INPUTS
             and not isinstance(a, argparse._SubParsersAction | argparse._HelpAction)]
 
 
@@ -97,10 +97,11 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
                           + "\n    ".join(differ), where=str(where / outdir.RECORD),
                           fix="drop those flags (or pass another --out for a new attempt)")
-    for keep in ("dry_run", "json", "results"):  # how this invocation shows things and
-        # where its results are recorded, not inputs
-        if hasattr(args, keep):
-            setattr(recorded, keep, getattr(args, keep))
+    # How this invocation shows things and where its results are recorded, not inputs: as
+    # given now (--out and --resume are the attempt's own directory, below).
+    for action in parser._actions:
+        if getattr(action, "grammar", None) in NOT_INPUTS - {"--out", "--resume"}:
+            setattr(recorded, action.dest, getattr(args, action.dest))
     recorded.argv, recorded.resume = argv, str(where)
     return recorded, False
 
