@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_dry_run,
     add_metrics,
@@ -56,7 +57,8 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
             "`runner goldens`")
 
 
-def cmd_score(args: argparse.Namespace) -> int:
+def cmd_score(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.accuracy.evaluate import evaluate_run
     from runner.config.profile import parse_metrics
 
@@ -85,7 +87,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     return score.verdict.exit_code
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.accuracy.compare import compare_runs, write_comparison
     from runner.accuracy.evaluate import resolve_profile
     from runner.accuracy.samples import open_source
@@ -111,7 +114,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
+def cmd_calibrate(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.accuracy.calibrate import calibrate, calibrate_plan
 
     if args.dry_run:
@@ -134,7 +138,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_oracle(args: argparse.Namespace) -> int:
+def cmd_oracle(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.accuracy.oracle_runs import Perturbation, oracle_plan, oracle_run
     from runner.accuracy.samples import chosen_ids
 

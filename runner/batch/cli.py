@@ -11,6 +11,7 @@ from pathlib import Path
 from runner.base.errors import EXIT_INCOMPLETE, EXIT_OK, RunnerError
 from runner.base.outdir import REFUSES, Rerun
 from runner.batch.status import format_status, run_status
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
     add_captions,
@@ -37,7 +38,8 @@ RUN_RERUN = Rerun(REFUSES, "every finished sample: only the missing ones are gen
                   "a complete run does nothing unless --rescore", ("run.json",))
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_plan(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.batch.run import plan_for
 
     plan = plan_for(profile_from_args(args))
@@ -51,8 +53,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(ctx: CommandContext) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
+    args = ctx.args
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import Lifecycle, dry_run_lines, executor_for
     from runner.rundir.directory import RunDir
@@ -78,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor)))
             return EXIT_OK
-        lc = Lifecycle.create(Path(args.out), profile, ids, args.argv, executor,
+        lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
                               captions=captions, score=args.score)
     with lc:
         if own:
@@ -151,7 +154,8 @@ def _print_completed(lc, done) -> int:
     return done.exit_code
 
 
-def cmd_aggregate(args: argparse.Namespace) -> int:
+def cmd_aggregate(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.lifecycle import Lifecycle
 
     if args.dry_run:
@@ -167,7 +171,8 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(ctx: CommandContext) -> int:
+    args = ctx.args
     status = run_status(Path(args.run_dir))
     if args.json:
         print_json(status)

@@ -10,6 +10,7 @@ from typing import Any
 
 from runner.base.errors import EXIT_OK, RunnerError
 from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
     add_base_image,
@@ -101,7 +102,8 @@ def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -
           f"{', '.join(str(p) for p in paths)}", file=sys.stderr)
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
+def cmd_bisect(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.bisect.builds import backwards_note, candidates, parse_build
     from runner.bisect.envs import plan_setup
     from runner.bisect.search import BisectRequest, bisect
@@ -117,10 +119,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from runner.bisect.ledger import Ledger
 
     state_file = plan.out / "bisect.json"
-    resumed = (Ledger(state_file, "bisect", inputs, args.argv).candidates
+    resumed = (Ledger(state_file, "bisect", inputs, ctx.argv).candidates
                if state_file.is_file() else None)
     builds = resumed or candidates(good, bad, sources)
-    state = bisect(BisectRequest(good, bad, plan, args.argv, inputs, builds, args.dry_run))
+    state = bisect(BisectRequest(good, bad, plan, ctx.argv, inputs, builds, args.dry_run))
     if args.dry_run:
         return EXIT_OK
     answer = state["answer"]
@@ -130,7 +132,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_trend(args: argparse.Namespace) -> int:
+def cmd_trend(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.bisect.builds import parse_build, parse_range
     from runner.bisect.envs import plan_setup
     from runner.bisect.trend import TrendRequest, trend
@@ -150,7 +153,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)
-    state = trend(TrendRequest(builds, plan, args.argv, inputs, args.dry_run))
+    state = trend(TrendRequest(builds, plan, ctx.argv, inputs, args.dry_run))
     if args.dry_run:
         return EXIT_OK
     _finish(plan.out, state, plan, 0, builds)

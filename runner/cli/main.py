@@ -31,6 +31,7 @@ from runner.base.signals import interruptible, work_done
 from runner.batch.cli import register as register_batch
 from runner.bench.cli import register as register_bench
 from runner.bisect.cli import register as register_bisect
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     CommandGroupsFormatter,
     describe,
@@ -56,7 +57,8 @@ if TYPE_CHECKING:
 TOOLS_FLAG = "--iree-tools"
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def cmd_completion(ctx: CommandContext) -> int:
+    args = ctx.args
     import shtab
 
     print(shtab.complete(build_parser(), shell=args.shell))
@@ -210,7 +212,7 @@ def _spelled(action: argparse.Action) -> str:
     return f"{max(action.option_strings, key=len)} {value}" if action.option_strings else value
 
 
-def _show_help(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _show_help(parser: argparse.ArgumentParser, ctx: CommandContext) -> int:
     """`runner` or `runner goldens` alone: the command list, as `--help` prints it."""
     parser.print_help()
     return EXIT_OK
@@ -275,28 +277,34 @@ def main(argv: list[str] | None = None) -> int:
     """The CLI. SIGINT, SIGTERM and SIGHUP end a command alike (runner.base.signals): the
     processes it started are stopped and waited for (runner.base.procs), its attempt is
     recorded as interrupted, and it exits with 128 + the signal's number."""
-    from types import SimpleNamespace
-
     from runner.base.procs import ProcessGuard, become_subreaper
     from runner.base.signals import exit_code, raised_as_interrupted, signal_name
-    from runner.cli.output import how_to_go_on
+    from runner.cli.output import how_to_go_on, start
 
     real = argv is None  # this process is the command (not a test calling it in-process)
     guard: ProcessGuard | None = None
-    seen = SimpleNamespace(args=None)
+    ctx: CommandContext | None = None  # the command, once parsed: an interruption's way on
     with raised_as_interrupted(restore=not real):
         try:
             guard = ProcessGuard()  # (it reads /proc a while: a signal may come meanwhile)
             if real:
                 become_subreaper()
-            code = _main(argv, guard, seen, real)
+            parsed = _parse(argv)
+            if isinstance(parsed, int):
+                return parsed
+            parser, ctx = parsed
+            try:
+                ctx = start(parser, ctx)
+            except (RunnerError, OSError) as e:
+                return _reported(e, ctx.args.command)
+            code = _run(ctx, guard, real)
             if real:  # (a signal before this line still ends it as interrupted, said so)
                 work_done()
             return code
         except KeyboardInterrupt as e:
             _stop_started(guard)
             try:
-                print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(seen.args)}",
+                print(f"\ninterrupted ({signal_name(e)}): {how_to_go_on(ctx)}",
                       file=sys.stderr, flush=True)
             except OSError:  # its reader is gone too (`| tee`, which Ctrl-C also ends)
                 _to_devnull(sys.stdout, sys.stderr)
@@ -317,11 +325,10 @@ def _to_devnull(*streams: Any) -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
-def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
-    """Parses and runs the command; `seen.args` is what ran, for main()'s message. Once
-    the command's work is done, a real command (`real`: this process is it) ignores
-    signals while it records the outcome and exits (runner.base.signals.work_done)."""
-    from runner.cli import output
+def _parse(argv: list[str] | None) -> tuple[RunnerParser, CommandContext] | int:
+    """The parser and the command `argv` names (None: this process's command line), or the
+    exit code of an --iree-tools that cannot be used; a usage error exits (argparse)."""
+    from runner.cli.output import lenient_if_resuming, without_results
 
     try:
         _use_tool_dirs(argv)
@@ -330,66 +337,77 @@ def _main(argv: list[str] | None, guard, seen, real: bool = False) -> int:
         return e.exit_code
     parser = build_parser()
     typed = list(sys.argv[1:] if argv is None else argv)
-    output.lenient_if_resuming(parser, typed)
+    lenient_if_resuming(parser, typed)
     args, extra = parser.parse_known_args(typed)
+    ctx = CommandContext.parsed(args, without_results(typed))  # recorded for reproduce.sh
     if extra:  # said by the command they were given to, as its own errors are
-        command = _PARSERS.get(getattr(args, "prog", ""), parser)
-        command.unrecognized(extra)
-    seen.args = args
-    args.argv = output.without_results(typed)  # recorded for reproduce.sh
+        _PARSERS.get(ctx.prog, parser).unrecognized(extra)
+    return parser, ctx
+
+
+def _run(ctx: CommandContext, guard: ProcessGuard, real: bool) -> int:
+    """Runs the command, records how its attempt ended and, when it finished, its results.
+    Once the command's work is done, a real command (`real`: this process is it) ignores
+    signals while it records the outcome and exits (runner.base.signals.work_done)."""
+    from runner.cli.output import finish
+
     try:
         try:
-            args = seen.args = output.start(parser, args)
-            attempt = args.attempt
-            if attempt is not None and attempt.nothing_to_do and not args.out_spec.own_resume:
+            attempt = ctx.attempt
+            if attempt is not None and attempt.nothing_to_do and ctx.out_spec is not None \
+                    and not ctx.out_spec.own_resume:
                 print(f"{attempt.path}: this `runner {attempt.command}` finished; nothing to "
                       "resume (pass another --out for a new one)", file=sys.stderr)
                 attempt.release()
                 return EXIT_OK
-            code = args.func(args)
+            code = ctx.handler(ctx)
             if real:  # the work is done: it is recorded as such, whatever arrives now
                 work_done()
         except BaseException as e:  # (not kept past here: a traceback holds the frames)
             _stop_started(guard)
-            output.finish(args, None, e)
+            finish(ctx, None, e)
             raise
         _stop_started(guard)
-        output.finish(args, code, None)
+        finish(ctx, code, None)
         if code in (EXIT_OK, EXIT_FAILED):
             with interruptible() if real else contextlib.nullcontext():
-                _record(args)
-    except RunnerError as e:
-        _error(str(e), args.command)
-        return e.exit_code
-    except OSError as e:
-        # The last net under every command: a read-only or full disk, a vanished file.
-        # Library code names its files itself; this keeps a traceback from the user.
-        if isinstance(e, BrokenPipeError):
-            raise
-        where = f" ({e.filename})" if e.filename else ""
-        fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
-               if is_disk_full(e) else "check the path, that it exists and that you may "
-               "read and write there")
-        _error(f"{e.strerror or e}{where}\n  fix: {fix}", args.command)
-        return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
+                _record(ctx)
+    except (RunnerError, OSError) as e:
+        return _reported(e, ctx.args.command)
     sys.stdout.flush()
     return code
 
 
-def _record(args: argparse.Namespace) -> None:
+def _reported(e: RunnerError | OSError, command: str) -> int:
+    """A command's error, said to the user: its exit code."""
+    if isinstance(e, RunnerError):
+        _error(str(e), command)
+        return e.exit_code
+    # The last net under every command: a read-only or full disk, a vanished file.
+    # Library code names its files itself; this keeps a traceback from the user.
+    if isinstance(e, BrokenPipeError):
+        raise e
+    where = f" ({e.filename})" if e.filename else ""
+    fix = ("free space, then run the command again (a run: `runner run --resume DIR`)"
+           if is_disk_full(e) else "check the path, that it exists and that you may "
+           "read and write there")
+    _error(f"{e.strerror or e}{where}\n  fix: {fix}", command)
+    return EXIT_INCOMPLETE if is_disk_full(e) else EXIT_BAD_INPUT
+
+
+def _record(ctx: CommandContext) -> None:
     """A finished command's results into the results store (runner/history/record.py):
     the one place every recording command (`run`, `bench`, ...) reaches it; a dry run, and
     a --resume that found nothing left to do, record nothing."""
     from runner.history.record import record
 
-    if getattr(args, "dry_run", False) or not hasattr(args, "results"):
+    if ctx.dry_run or not ctx.records:
         return
-    attempt = args.attempt
+    attempt = ctx.attempt
     if attempt is not None and attempt.nothing_to_do:
         return
-    command = attempt.command if attempt is not None else str(args.prog).removeprefix(
-        "runner ")
-    record(command, attempt.path if attempt is not None else None, args.results)
+    command = attempt.command if attempt is not None else ctx.command
+    record(command, attempt.path if attempt is not None else None, ctx.results)
 
 
 def _stop_started(guard: ProcessGuard | None) -> None:

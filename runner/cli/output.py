@@ -2,9 +2,10 @@
 
 Before a command that writes an out dir runs, `start()` turns `--resume DIR` into the
 recorded command line (flags given beside it must agree with it), checks the out dir
-against the command's rule and records the attempt (runner/base/outdir.py); `finish()` and
-`interrupted()` record how the attempt ended. A command that keeps parts of an interrupted
-attempt reads `args.attempt` (an `OutDir`): `resumed`, `done(key)`, `mark(key, value)`.
+against the command's rule and records the attempt (runner/base/outdir.py); `finish()`
+records how the attempt ended, `how_to_go_on()` how to finish an interrupted one. A
+command that keeps parts of an interrupted attempt reads `ctx.attempt` (an `OutDir`):
+`resumed`, `done(key)`, `mark(key, value)`.
 """
 
 from __future__ import annotations
@@ -12,20 +13,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from runner.base import outdir
 from runner.base.errors import RunnerError
 from runner.base.signals import Interrupted
+from runner.cli.context import CommandContext
 from runner.cli.grammar import NOT_INPUTS, OutSpec, walk
 
 
-def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
+def command_of(root: argparse.ArgumentParser, spec: OutSpec
                ) -> tuple[str, argparse.ArgumentParser]:
-    """The command's name as typed (`bench goldens`) and its parser."""
+    """The command's name as typed (`bench goldens`) and its parser, by its --out rule."""
     for path, sub in walk(root):
-        if sub.get_default("out_spec") is args.out_spec:
+        if sub.get_default("out_spec") is spec:
             return " ".join(path), sub
     raise AssertionError("an out_spec default without its parser")
 
@@ -63,15 +66,16 @@ def inputs_of(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
     return out
 
 
-def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
-             parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, bool]:
+def _resumed(root: argparse.ArgumentParser, ctx: CommandContext, spec: OutSpec, name: str,
+             parser: argparse.ArgumentParser) -> tuple[CommandContext, bool]:
     """`--resume DIR`: the attempt's own command line, parsed again where it ran; a flag
-    given beside --resume that says otherwise is refused, naming it."""
+    given beside --resume that says otherwise is refused, naming it. Also whether the
+    command goes on from its own record instead (a run's run.json)."""
+    args = ctx.args
     where = Path(os.path.abspath(Path(args.resume).expanduser()))
     record = outdir.read_record(where)
-    spec: OutSpec = args.out_spec
     if spec.own_resume and any((where / m).is_file() for m in spec.rerun.markers):
-        return args, True  # the command goes on from its own record (a run's run.json)
+        return ctx, True
     if record is None:
         raise RunnerError(f"no attempt of `runner {name}` to resume here (no "
                           f"{outdir.RECORD})", where=str(where),
@@ -102,8 +106,8 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
     for action in parser._actions:
         if getattr(action, "grammar", None) in NOT_INPUTS - {"--out", "--resume"}:
             setattr(recorded, action.dest, getattr(args, action.dest))
-    recorded.argv, recorded.resume = argv, str(where)
-    return recorded, False
+    recorded.resume = str(where)
+    return ctx.with_args(recorded, argv), False
 
 
 def without_results(argv: list[str]) -> list[str]:
@@ -131,41 +135,40 @@ def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:
                 action.required = False
 
 
-def start(root: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+def start(root: argparse.ArgumentParser, ctx: CommandContext) -> CommandContext:
     """Claims the command's out dir (a no-op for a command without one, or when its --out
-    is optional and not given). Returns the arguments to run with (`--resume DIR`: the
-    recorded ones); `args.attempt` is the claim, or None."""
-    args.attempt = None
-    spec: OutSpec | None = getattr(args, "out_spec", None)
+    is optional and not given). Returns the command to run (`--resume DIR`: with the
+    recorded flags and command line), its `attempt` the claim, or None."""
+    spec = ctx.out_spec
     if spec is None:
-        return args
-    name, parser = command_of(root, args)
+        return ctx
+    name, parser = command_of(root, spec)
+    args = ctx.args
     if args.resume and args.out and Path(args.out).resolve() != Path(args.resume).resolve():
         raise RunnerError("--out and --resume name two directories", where="--resume",
                           fix="--resume DIR alone goes on in DIR")
     own = False
     if args.resume:
-        args, own = _resumed(root, args, name, parser)
-        args.attempt = None
+        ctx, own = _resumed(root, ctx, spec, name, parser)
+        args = ctx.args
     path = args.resume or args.out
     if path is None:
         if spec.required:
             raise RunnerError("where should the results go?", where=f"runner {name}",
                               fix="pass --out DIR (a new attempt) or --resume DIR (finish an "
                               "interrupted one)")
-        return args
+        return ctx
     # A command going on from its own record checks the request against it itself.
     inputs = {k: v for k, v in inputs_of(root, parser, args).items()
               if k not in spec.rerun.free}
-    args.attempt = outdir.claim(Path(path), name, None if own else inputs, list(args.argv),
-                                spec.rerun, resume=bool(args.resume),
-                                dry_run=bool(getattr(args, "dry_run", False)))
-    return args
+    attempt = outdir.claim(Path(path), name, None if own else inputs, list(ctx.argv),
+                           spec.rerun, resume=bool(args.resume), dry_run=ctx.dry_run)
+    return replace(ctx, attempt=attempt)
 
 
-def finish(args: argparse.Namespace, code: int | None, error: BaseException | None) -> None:
+def finish(ctx: CommandContext, code: int | None, error: BaseException | None) -> None:
     """Records how the attempt ended (`code`, or the error that ended it)."""
-    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
+    attempt = ctx.attempt
     if attempt is None:
         return
     if isinstance(error, Interrupted | KeyboardInterrupt):
@@ -179,10 +182,11 @@ def finish(args: argparse.Namespace, code: int | None, error: BaseException | No
         attempt.end_with(code if code is not None else 0)
 
 
-def how_to_go_on(args: argparse.Namespace) -> str:
-    """The interrupted command's way on, for the message the CLI prints."""
-    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
-    spec: OutSpec | None = getattr(args, "out_spec", None)
+def how_to_go_on(ctx: CommandContext | None) -> str:
+    """The interrupted command's way on, for the message the CLI prints (None: it was
+    interrupted before it was parsed)."""
+    attempt = ctx.attempt if ctx is not None else None
+    spec = ctx.out_spec if ctx is not None else None
     if attempt is None or spec is None or attempt.dry_run:
         return "finished work is kept"
     resume = f"`runner {attempt.command} --resume {attempt.path}`"

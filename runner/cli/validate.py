@@ -4,10 +4,10 @@ module rather than a package, so its command is registered here, in the CLI pack
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
     add_base_image,
@@ -29,14 +29,15 @@ from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.inputs.iree_build import IMAGE_KINDS
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def cmd_validate(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.validate import ValidateRequest, validate
 
     args.profile = args.profile or DEFAULT_PROFILE
     profile = profile_from_args(args)
     request = ValidateRequest(
         iree=args.iree, profile=profile, sample_ids=sample_ids(args, None, profile.count),
-        out=Path(args.out), argv=args.argv, goldens=Path(args.goldens) if args.goldens else None,
+        out=Path(args.out), argv=ctx.argv, goldens=Path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
         base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
     return validate(request)

@@ -14,6 +14,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_dry_run,
     add_golden_version,
@@ -94,7 +95,8 @@ def _options(args: argparse.Namespace, **over):
     return CheckOptions(**values)
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def cmd_check(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.goldens.check import check
     from runner.goldens.report import markdown
     from runner.report.ci import publish
@@ -112,7 +114,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def cmd_generate(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.goldens.generate import generate
     from runner.goldens.versioning import parse_target
 
@@ -124,14 +127,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                       _options(args, out=None))))
         return 0
     written = generate(_tests(args), to, Path(args.out), _options(args, out=None),
-                       attempt=args.attempt)
+                       attempt=ctx.attempt)
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
           file=sys.stderr)
     return 0
 
 
-def cmd_bump(args: argparse.Namespace) -> int:
+def cmd_bump(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.goldens.testfile import find_test_files
     from runner.goldens.versioning import bump_file_text, parse_target
 
@@ -156,7 +160,8 @@ def cmd_bump(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_upload(args: argparse.Namespace) -> int:
+def cmd_upload(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.goldens.upload import upload
 
     upload(Path(args.dir), args.container_url, execute=not args.dry_run,
@@ -164,7 +169,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare_steps(args: argparse.Namespace) -> int:
+def cmd_compare_steps(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.goldens.steps import compare_steps
 
     if args.dry_run:

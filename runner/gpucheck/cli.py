@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, add_profile, document
 from runner.gpucheck.plan import TINY_COUNT
 from runner.inputs.cliargs import COUNT, SECONDS
@@ -13,7 +14,8 @@ from runner.inputs.cliargs import COUNT, SECONDS
 DEFAULT_BUDGET_S = 480.0  # a machine lent for 10 minutes, less its start and the copies
 
 
-def cmd_prepare(args: argparse.Namespace) -> int:
+def cmd_prepare(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.gpucheck.check import PrepareRequest, prepare
 
     return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
@@ -21,10 +23,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                                   args.tiny_count or TINY_COUNT))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.gpucheck.check import RunRequest, run
 
-    attempt = args.attempt
+    attempt = ctx.attempt
     return run(RunRequest(args.carry, Path(args.out or args.resume), args.budget, args.dry_run,
                           resumed=bool(attempt is not None and attempt.resumed)))
 

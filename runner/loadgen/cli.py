@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_captions,
     add_dry_run,
@@ -51,7 +52,8 @@ def _audit_confs(items: list[str] | None) -> dict[str, Path]:
     return out
 
 
-def cmd_mlperf(args: argparse.Namespace) -> int:
+def cmd_mlperf(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
@@ -67,12 +69,12 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         audit_confs=_audit_confs(args.audit_conf),
         flags=Flags(args.count, args.min_duration, args.offline_expected_qps,
                     args.server_target_qps, args.min_query_count),
-        argv=args.argv, captions=captions,
+        argv=ctx.argv, captions=captions,
         score=args.score, division=args.division, submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=slurm_options(args))
-    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=args.attempt)
+    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=ctx.attempt)
 
 
 def register(subparsers) -> argparse.ArgumentParser:

@@ -5,13 +5,13 @@ through the cache, its artifacts downloaded, a few images made in one process.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
 
 from runner.base.errors import EXIT_OK
 from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_batch_sizes,
     add_dry_run,
@@ -32,7 +32,8 @@ CARRY_RERUN = Rerun(RESUMES, "every module and export file already there: only t
                     "ones are copied", free=("--profile", "--set", "--batch-sizes"))
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
+def cmd_compile(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.model.compiled_model import compile_model
 
     profile = profile_from_args(args)
@@ -71,7 +72,8 @@ def _compiled_line(result, batch_size: int, dry_run: bool) -> str:
     return f"{Path(result.mlir).name} [bs{batch_size}]: {state} -> {result.vmfb}"
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
+def cmd_fetch(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.config.sources import redact_url
     from runner.model.compiled_model import fetch_artifacts
 
@@ -80,7 +82,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def cmd_generate(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.model.generate import generate, generate_commands
 
     profile, ids = profile_from_args(args), sample_ids(args, None)

@@ -11,11 +11,13 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
 from runner.cli.grammar import add_dry_run, add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(ctx: CommandContext) -> int:
+    args = ctx.args
     from runner.report.write import write_reports
 
     if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
