@@ -58,10 +58,10 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_score(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.accuracy.evaluate import evaluate_run
     from runner.config.profile import parse_metrics
 
+    args = ctx.args
     metrics = parse_metrics(args.metrics, "--metrics") if args.metrics else None
     if args.dry_run:
         from runner.accuracy.evaluate import score_plan
@@ -88,11 +88,11 @@ def cmd_score(ctx: CommandContext) -> int:
 
 
 def cmd_compare(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.accuracy.compare import compare_runs, write_comparison
     from runner.accuracy.evaluate import resolve_profile
     from runner.accuracy.samples import open_source
 
+    args = ctx.args
     if args.dry_run:
         from runner.accuracy.compare import compare_plan
 
@@ -115,9 +115,9 @@ def cmd_compare(ctx: CommandContext) -> int:
 
 
 def cmd_calibrate(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.accuracy.calibrate import calibrate, calibrate_plan
 
+    args = ctx.args
     if args.dry_run:
         print("\n".join(calibrate_plan(
             Path(args.run_dir), Path(args.out), profile=args.profile,
@@ -139,10 +139,10 @@ def cmd_calibrate(ctx: CommandContext) -> int:
 
 
 def cmd_oracle(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.accuracy.oracle_runs import Perturbation, oracle_plan, oracle_run
     from runner.accuracy.samples import chosen_ids
 
+    args = ctx.args
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
     ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
     if args.dry_run:

@@ -39,9 +39,9 @@ RUN_RERUN = Rerun(REFUSES, "every finished sample: only the missing ones are gen
 
 
 def cmd_plan(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.batch.run import plan_for
 
+    args = ctx.args
     plan = plan_for(profile_from_args(args))
     if args.json:
         print_json(plan.to_dict())
@@ -55,11 +55,11 @@ def cmd_plan(ctx: CommandContext) -> int:
 
 def cmd_run(ctx: CommandContext) -> int:
     """A thin layer over runner/lifecycle.py: a new run, or a resume of one."""
-    args = ctx.args
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import Lifecycle, dry_run_lines, executor_for
     from runner.rundir.directory import RunDir
 
+    args = ctx.args
     # A full disk (DiskFull) is an IncompleteRun: main() prints it and exits 3, and what
     # was written is kept for --resume.
     captions = Path(args.captions) if args.captions else None
@@ -155,9 +155,9 @@ def _print_completed(lc, done) -> int:
 
 
 def cmd_aggregate(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.lifecycle import Lifecycle
 
+    args = ctx.args
     if args.dry_run:
         from runner.batch.aggregate import aggregate_plan
 

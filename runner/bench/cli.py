@@ -105,13 +105,13 @@ def _slurm(args: argparse.Namespace):
 
 
 def cmd_bench(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.accuracy.samples import chosen_ids
     from runner.bench.bench import run_bench
     from runner.bench.report import markdown
     from runner.bench.result import BenchOptions
     from runner.bench.stages import BenchSettings
 
+    args = ctx.args
     profile = profile_from_args(args, layout=("partition",))
     spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
     ids = chosen_ids(args.count, args.samples, args.ids, None, DEFAULT_COUNT)
@@ -138,12 +138,12 @@ def cmd_bench(ctx: CommandContext) -> int:
 
 
 def cmd_goldens(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
     from runner.bench.goldens import check_benchmarks, load_benchmarks, require_goldens
     from runner.bench.report import goldens_markdown
     from runner.goldens.cli import module_dirs, selection
 
+    args = ctx.args
     benches = load_benchmarks([Path(p) for p in args.paths], selection(args), module_dirs(args))
     sku, chip, chosen_by = _golden_target(args)
     require_goldens(benches, sku, chosen_by)

@@ -103,11 +103,11 @@ def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -
 
 
 def cmd_bisect(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.bisect.builds import backwards_note, candidates, parse_build
     from runner.bisect.envs import plan_setup
     from runner.bisect.search import BisectRequest, bisect
 
+    args = ctx.args
     plan, sources, inputs = _plan(args, args.test, trend=False)
     good = parse_build(args.good, sources, "--good")
     bad = parse_build(args.bad, sources, "--bad")
@@ -133,11 +133,11 @@ def cmd_bisect(ctx: CommandContext) -> int:
 
 
 def cmd_trend(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.bisect.builds import parse_build, parse_range
     from runner.bisect.envs import plan_setup
     from runner.bisect.trend import TrendRequest, trend
 
+    args = ctx.args
     if bool(args.builds) == bool(args.range):
         raise RunnerError("give the builds, or --range A..B (one of them)", where="runner trend",
                           fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "

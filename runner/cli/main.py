@@ -58,9 +58,9 @@ TOOLS_FLAG = "--iree-tools"
 
 
 def cmd_completion(ctx: CommandContext) -> int:
-    args = ctx.args
     import shtab
 
+    args = ctx.args
     print(shtab.complete(build_parser(), shell=args.shell))
     return EXIT_OK
 

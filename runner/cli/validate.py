@@ -30,9 +30,9 @@ from runner.inputs.iree_build import IMAGE_KINDS
 
 
 def cmd_validate(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.validate import ValidateRequest, validate
 
+    args = ctx.args
     args.profile = args.profile or DEFAULT_PROFILE
     profile = profile_from_args(args)
     request = ValidateRequest(

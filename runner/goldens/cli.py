@@ -96,11 +96,11 @@ def _options(args: argparse.Namespace, **over):
 
 
 def cmd_check(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.goldens.check import check
     from runner.goldens.report import markdown
     from runner.report.ci import publish
 
+    args = ctx.args
     report = check(_tests(args), _options(args))
     if args.dry_run:
         return report.exit_code
@@ -115,10 +115,10 @@ def cmd_check(ctx: CommandContext) -> int:
 
 
 def cmd_generate(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.goldens.generate import generate
     from runner.goldens.versioning import parse_target
 
+    args = ctx.args
     to = parse_target(args.to)
     if args.dry_run:
         from runner.goldens.generate import generate_plan
@@ -135,10 +135,10 @@ def cmd_generate(ctx: CommandContext) -> int:
 
 
 def cmd_bump(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.goldens.testfile import find_test_files
     from runner.goldens.versioning import bump_file_text, parse_target
 
+    args = ctx.args
     to = parse_target(args.to)
     files = find_test_files(_paths(args), args.model)
     planned = []
@@ -161,18 +161,18 @@ def cmd_bump(ctx: CommandContext) -> int:
 
 
 def cmd_upload(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.goldens.upload import upload
 
+    args = ctx.args
     upload(Path(args.dir), args.container_url, execute=not args.dry_run,
            overwrite=args.overwrite)
     return 0
 
 
 def cmd_compare_steps(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.goldens.steps import compare_steps
 
+    args = ctx.args
     if args.dry_run:
         from runner.goldens.steps import compare_steps_commands
 

@@ -15,18 +15,18 @@ DEFAULT_BUDGET_S = 480.0  # a machine lent for 10 minutes, less its start and th
 
 
 def cmd_prepare(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.gpucheck.check import PrepareRequest, prepare
 
+    args = ctx.args
     return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
                                   not args.no_wheels, args.dry_run,
                                   args.tiny_count or TINY_COUNT))
 
 
 def cmd_run(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.gpucheck.check import RunRequest, run
 
+    args = ctx.args
     attempt = ctx.attempt
     return run(RunRequest(args.carry, Path(args.out or args.resume), args.budget, args.dry_run,
                           resumed=bool(attempt is not None and attempt.resumed)))

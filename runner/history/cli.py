@@ -119,13 +119,13 @@ def _in_range(results: list, spec: str) -> list:
 
 
 def cmd_history(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.history import render
     from runner.history.changes import detect_all
     from runner.history.series import series_of
     from runner.history.store import opened
     from runner.history.url import resolve
 
+    args = ctx.args
     url = resolve(args.results)
     query = _query(args)
     with opened(url) as store:
@@ -160,11 +160,11 @@ def cmd_history(ctx: CommandContext) -> int:
 
 
 def cmd_import(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.history.extract import extract
     from runner.history.store import opened
     from runner.history.url import resolve
 
+    args = ctx.args
     url = resolve(args.results)
     found, failed = [], 0
     for path in args.run_dirs:
@@ -199,13 +199,13 @@ def cmd_import(ctx: CommandContext) -> int:
 
 
 def cmd_propose(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.bench.goldens import load_benchmarks
     from runner.goldens.cli import module_dirs, selection
     from runner.history.propose import propose
     from runner.history.store import Query, opened
     from runner.history.url import resolve
 
+    args = ctx.args
     benches = load_benchmarks([Path(p) for p in args.paths], selection(args),
                               module_dirs(args))
     url = resolve(args.results)

@@ -53,12 +53,12 @@ def _audit_confs(items: list[str] | None) -> dict[str, Path]:
 
 
 def cmd_mlperf(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
     from runner.loadgen.run import MlperfRequest
 
+    args = ctx.args
     profile = profile_from_args(args)
     compliance = None if args.compliance is None else tuple(
         t for item in args.compliance for t in item.split(",") if t)

@@ -33,9 +33,9 @@ CARRY_RERUN = Rerun(RESUMES, "every module and export file already there: only t
 
 
 def cmd_compile(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.model.compiled_model import compile_model
 
+    args = ctx.args
     profile = profile_from_args(args)
     sizes = args.batch_sizes
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
@@ -73,19 +73,19 @@ def _compiled_line(result, batch_size: int, dry_run: bool) -> str:
 
 
 def cmd_fetch(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.config.sources import redact_url
     from runner.model.compiled_model import fetch_artifacts
 
+    args = ctx.args
     for ref, path in fetch_artifacts(profile_from_args(args), dry_run=args.dry_run):
         print(f"{redact_url(ref)} -> {path}" if args.dry_run else path)
     return 0
 
 
 def cmd_generate(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.model.generate import generate, generate_commands
 
+    args = ctx.args
     profile, ids = profile_from_args(args), sample_ids(args, None)
     if args.dry_run:
         print("\n".join(generate_commands(profile, ids, Path(args.out))))

@@ -17,9 +17,9 @@ from runner.report.collect import WORST_DEFAULT
 
 
 def cmd_report(ctx: CommandContext) -> int:
-    args = ctx.args
     from runner.report.write import write_reports
 
+    args = ctx.args
     if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
         raise RunnerError("--against names the run itself", where="--against",
                           fix="pass another run dir to compare with")
