@@ -8,7 +8,7 @@ from runner.base.signals import exit_at_once
 
 def main() -> int:
     exit_at_once()  # until the CLI sets its own handlers
-    from runner.cli import main as cli_main
+    from runner.cli.main import main as cli_main
 
     return cli_main()
 

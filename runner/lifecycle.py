@@ -1,7 +1,7 @@
 """A run's whole life, in one place: plan -> compile -> fill queue -> execute -> aggregate
 -> score -> report, and resume.
 
-Every driver goes through `Lifecycle`: `runner run` (runner/cli.py), `runner validate`,
+Every driver goes through `Lifecycle`: `runner run` (runner/batch/cli.py), `runner validate`,
 `runner bench` (runner/bench/sweep.py) and the LoadGen driver. None of them re-implements a
 step; they differ only in which executor runs the work and which steps they ask for.
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measured import add_record_option, emit
 
-from runner.cli import main as runner
+from runner.cli.main import main as runner
 
 
 def measure(stages: list[str], calls: int, cores: int) -> dict:

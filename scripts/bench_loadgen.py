@@ -32,7 +32,7 @@ from pathlib import Path
 
 from measured import add_record_option, emit
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.loadgen.run import WORK_DIR
 from runner.loadgen.session import TRACE_MEMORY
 

@@ -255,8 +255,8 @@ def copies(name: str, prose: str, renders: dict[tuple[str, str], str]) -> Iterat
 def command_paths() -> tuple[set[tuple[str, ...]], dict[tuple[str, ...], bool]]:
     """Every `runner` command path, and for each whether it takes a positional argument."""
     sys.path.insert(0, str(REPO))
-    from runner.cli import build_parser
-    from runner.clihelp import subparsers_of, walk
+    from runner.cli.grammar import subparsers_of, walk
+    from runner.cli.main import build_parser
 
     paths, positional = set(), {}
     for path, sub in walk(build_parser()):
@@ -359,8 +359,8 @@ def repo_texts(root: Path = REPO) -> dict[str, str]:
 
 def cli_text() -> str:
     sys.path.insert(0, str(REPO))
-    from runner.cli import build_parser
-    from runner.clidoc import reference
+    from runner.cli.doc import reference
+    from runner.cli.main import build_parser
 
     return reference(build_parser())
 

@@ -1,5 +1,5 @@
 """MkDocs hook (mkdocs.yml `hooks:`): fills docs/cli.md's marker with the CLI reference
-generated from this checkout's argparse parser (runner.clidoc), so the site cannot drift
+generated from this checkout's argparse parser (runner.cli.doc), so the site cannot drift
 from `runner --help`; and fails the build on a page whose measured numbers are not
 docs/measurements.json's (scripts/docs_check.py), so the site cannot show a stale one."""
 
@@ -32,7 +32,7 @@ def on_page_markdown(markdown: str, page, config, **kwargs) -> str:
         return markdown
     if MARKER not in markdown:
         raise ValueError(f"docs/cli.md lost its {MARKER} line: the reference goes there")
-    from runner.cli import build_parser
-    from runner.clidoc import reference
+    from runner.cli.doc import reference
+    from runner.cli.main import build_parser
 
     return markdown.replace(MARKER, reference(build_parser()))

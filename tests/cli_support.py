@@ -1,6 +1,6 @@
 """The two ways a test runs `runner`, one helper each.
 
-`cli(...)` runs the command in this process (`runner.cli.main(argv)`), for what is about the
+`cli(...)` runs the command in this process (`runner.cli.main.main(argv)`), for what is about the
 command's words: parsing, help, errors, reports, dry runs. A case then costs no interpreter
 start and no import of the CLI (about a second each on a 2-core machine).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import iree_tools
-from runner.cli import main
+from runner.cli.main import main
 
 StrPath = str | Path
 

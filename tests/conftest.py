@@ -84,7 +84,7 @@ def bench_dispatches(out: Path, stages: tuple[str, ...] = ()) -> dict:
     """A real `runner bench --dispatches 5` of the tiny model's `stages` (default: the GPU
     check's) into `out`, on one core per device (a second test worker slows a two-thread
     executor for as long as it takes one of the two cores); its bench.json."""
-    from runner.cli import main
+    from runner.cli.main import main
     from runner.gpucheck.plan import BENCH_STAGES
 
     argv = ["bench", "--profile", "tiny", "--set", "layout.cores_per_device=1",

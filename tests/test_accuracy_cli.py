@@ -42,7 +42,7 @@ from runner.accuracy.verdict import judge, subset_label
 from runner.base.errors import IncompleteRun, RunnerError
 from runner.base.fileio import sha256_bytes
 from runner.base.paths import CONFIGS_DIR
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.mlperf_data import load_captions
 from runner.config.profile import load_profile
 from runner.model.images import write_png

@@ -29,7 +29,7 @@ from runner.accuracy.samples import open_source, parse_ids
 from runner.accuracy.settings import accuracy_settings
 from runner.base.errors import RunnerError
 from runner.base.paths import CONFIGS_DIR
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.profile import load_profile
 
 pytestmark = pytest.mark.slow

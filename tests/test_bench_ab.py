@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import main
+from runner.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "goldens" / "tiny-bench" / "tiny_bmm_spec_cpu.mlir"

@@ -17,7 +17,7 @@ from runner.bench.goldens import (
     _verdicts,
     load_benchmarks,
 )
-from runner.cli import main
+from runner.cli.main import main
 from runner.goldens.testfile import load_benchmark_file
 from runner.history.extract import extract
 

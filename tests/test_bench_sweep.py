@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.bench import benchmark_module as bm
-from runner.cli import main
+from runner.cli.main import main
 
 COMMON = ["--profile", "cpu", "--batch-size", "1,2,3", "--count", "4", "--stage", "clip",
           "--stage", "vae", "--repetitions", "2", "--min-time", "0.02s"]

@@ -18,8 +18,10 @@ from host_support import wait_for
 
 from runner.base.errors import EXIT_CODES, EXIT_INTERRUPTED
 from runner.base.steps import StepStatus
-from runner.cli import build_parser, main
-from runner.clihelp import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
+from runner.cli.context import PARSER_DEFAULTS, CommandContext
+from runner.cli.grammar import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
+from runner.cli.main import build_parser, main
+from runner.cli.output import lenient_if_resuming
 from runner.rundir.directory import RunDir
 from runner.rundir.store import SampleStore
 
@@ -28,6 +30,30 @@ def test_every_subcommand_follows_the_help_rule():
     """Examples, exit codes, help on every option: for every subcommand registered now,
     including those other modules add through their register()."""
     assert help_problems(build_parser()) == []
+
+
+def test_every_command_is_handed_a_context_and_its_namespace_holds_its_flags_alone():
+    """Every command's handler takes a CommandContext: what the CLI knows beside the flags
+    (the handler, the command's name, its --out rule) is taken off argparse's Namespace
+    into it, typed, for every command registered now."""
+    parser = build_parser()
+    commands = dict(walk(parser))
+    for path, sub in commands.items():
+        if sub.get_default("func") is None:
+            continue
+        chain = [parser, *(commands[path[:i]] for i in range(1, len(path) + 1))]
+        own = {name for p in chain for name in [*(a.dest for a in p._actions), *p._defaults]}
+        argv = [*path, "--resume", "somewhere"]  # (a command with an --out takes this alone)
+        lenient_if_resuming(parser, argv)
+        args, _ = parser.parse_known_args(argv if sub.get_default("out_spec") else [*path])
+        ctx = CommandContext.parsed(args, list(path))
+        assert ctx.prog == sub.prog and ctx.handler is sub.get_default("func"), path
+        # (argparse: a command of commands' defaults reach its subcommands)
+        spec = next((s for p in reversed(chain) if (s := p.get_default("out_spec"))), None)
+        assert ctx.out_spec is spec and ctx.attempt is None, path
+        assert ctx.argv == list(path) and ctx.command == " ".join(path), path
+        assert not set(PARSER_DEFAULTS) & vars(ctx.args).keys(), path
+        assert set(vars(ctx.args)) <= own, path  # flags and a command's own defaults
 
 
 def test_every_subcommand_help_shows_examples_and_the_exit_codes(capsys):
@@ -60,7 +86,7 @@ def test_root_help_says_what_it_does_then_workflows_then_grouped_commands(capsys
     assert text.startswith("usage: runner [-h] [--version] [--iree-tools DIR[:DIR...]] COMMAND "
                            "...\n\nrunner compiles "
                            "Stable Diffusion XL with IREE")
-    assert "thin argparse layer" not in text and "clihelp" not in text  # no maintainer talk
+    assert "thin argparse layer" not in text and "runner.cli" not in text  # no maintainer talk
     workflows = text.split("\nworkflows:\n", 1)[1].split("\n\n", 1)[0]
     for title, commands in WORKFLOWS:
         assert f"  {title}:" in workflows and 2 <= len(commands) <= 4

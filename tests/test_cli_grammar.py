@@ -1,5 +1,5 @@
 """One grammar across the CLI, walked on the real parser: an option two commands take is one
-definition (runner.clihelp.GRAMMAR); every command that acts has a `--dry-run` that checks
+definition (runner.cli.grammar.GRAMMAR); every command that acts has a `--dry-run` that checks
 its inputs, prints the exact commands and writes nothing; errors name the place at fault
 (the flag, the `--set`, the file) and say how to fix it."""
 
@@ -17,8 +17,7 @@ from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
-from runner.cli import build_parser, main
-from runner.clihelp import (
+from runner.cli.grammar import (
     GRAMMAR,
     add_layout,
     add_out,
@@ -29,6 +28,7 @@ from runner.clihelp import (
     shared,
     walk,
 )
+from runner.cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDENS = REPO / "goldens"
@@ -63,7 +63,7 @@ def test_the_grammar_rule_fails_on_each_kind_of_drift():
         ("run", lambda p: add_out(p, "the run", Rerun(REFUSES, "every finished sample"))),
         ("bench", lambda p: p.add_argument("--out"))))
     assert any("--out is taken by runner bench, runner run but not defined once (not "
-               "through runner.clihelp.shared) in runner bench" in p for p in problems)
+               "through runner.cli.grammar.shared) in runner bench" in p for p in problems)
 
     problems = grammar_problems(_toy(
         ("plan", lambda p: shared(p, "--cpd", type=int)),

@@ -23,7 +23,7 @@ from runner.bench import capability, ireeperf
 from runner.bench import dispatch_names as names
 from runner.bench import dispatch_profile as dp
 from runner.bench.dispatch_diff import compare, compare_stages
-from runner.cli import main
+from runner.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "goldens" / "tiny-bench" / "tiny_bmm_spec_cpu.mlir"

@@ -20,8 +20,8 @@ from lab_support import lab_home
 from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.base.paths import cache_dir
-from runner.cli import build_parser
-from runner.clidoc import examples
+from runner.cli.doc import examples
+from runner.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
@@ -675,12 +675,12 @@ def environment(clone: Path) -> dict[str, str]:
     return env
 
 
-# Plain `runner ...` commands run one after another in one Python, through runner.cli.main
+# Plain `runner ...` commands run one after another in one Python, through runner.cli.main.main
 # with the command's own argv (as the console script calls it), which saves an interpreter
 # start and the imports per command; anything that needs a shell runs in bash.
 DRIVER = """
 import contextlib, io, json, sys
-from runner.cli import main
+from runner.cli.main import main
 results = []
 for argv in json.loads(sys.argv[1]):
     out = io.StringIO()
@@ -766,7 +766,7 @@ def runner_words(command: str) -> list[str] | None:
 def test_every_shown_command_parses_as_written(capsys):
     """Each `runner` command a page or a help example shows is one the parser takes: no
     old spelling (refused), no flag it lacks, no abbreviation, no missing argument."""
-    from runner.cliout import lenient_if_resuming
+    from runner.cli.output import lenient_if_resuming
 
     plain_parser = build_parser()
     refused = {}
@@ -795,7 +795,7 @@ def _live_flags(parser) -> set[str]:
 def test_every_flag_a_page_names_in_passing_is_one_its_command_takes():
     """An inline `runner image build --from` names a flag that is gone: each `--flag` in an
     inline `runner ...` span is a live option of the command it follows."""
-    from runner.clihelp import subparsers_of
+    from runner.cli.grammar import subparsers_of
 
     root = build_parser()
     wrong = []
@@ -817,7 +817,7 @@ def test_a_flag_that_is_gone_is_named_only_as_refused():
     """A page told users `goldens upload` is a dry run "until you add `--execute`", a flag
     that is refused: a flag no command takes any more (an old spelling) appears on a page
     only in a paragraph that says it is refused."""
-    from runner.clihelp import Renamed, walk
+    from runner.cli.grammar import Renamed, walk
 
     root = build_parser()
     live, gone = set(), set()

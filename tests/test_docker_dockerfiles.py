@@ -251,17 +251,12 @@ def test_unreachable_engine_is_a_runner_error_naming_the_setup_script(monkeypatc
 
 
 def test_cli_dry_run_prints_one_shell_line(monkeypatch, tmp_path, capsys):
-    import argparse
-
-    from runner.docker.cli import register
+    from runner.cli.main import main
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["image", "build", "--iree", "wheels:3.13.0", "--dry-run",
-                              "--tag", "my-runner:dev", "--quiet"])
-    assert args.func(args) == 0
+    assert main(["image", "build", "--iree", "wheels:3.13.0", "--dry-run",
+                 "--tag", "my-runner:dev", "--quiet"]) == 0
     argv = shlex.split(capsys.readouterr().out.strip())
     assert argv[:2] == ["docker", "build"]
     tags = [argv[i + 1] for i, a in enumerate(argv) if a == "-t"]

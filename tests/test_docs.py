@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import build_parser
-from runner.clidoc import anchor, inline, reference
-from runner.clihelp import walk
+from runner.cli.doc import anchor, inline, reference
+from runner.cli.grammar import walk
+from runner.cli.main import build_parser
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("material")

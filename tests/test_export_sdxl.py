@@ -17,7 +17,7 @@ pytest.importorskip("iree.turbine")
 from diffusers_support import assert_within_one_lsb, diffusers_images
 
 from runner.base.errors import RunnerError
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.exports import ExportSource, export_dir, export_key
 from runner.model.export.export_tiny import TINY_DIR, first_difference
 from runner.model.export.store import ensure_export

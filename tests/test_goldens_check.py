@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from runner.base.iree_tools import tool_path
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.sources import download_path, resolve
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions

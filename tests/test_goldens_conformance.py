@@ -19,7 +19,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import GoldenOptions, GoldenResult, _verdicts, check_benchmark
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.sources import resolve
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions

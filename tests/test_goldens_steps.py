@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.model.tensors import TensorSpec, read_tensor
 
 REPO = Path(__file__).resolve().parent.parent

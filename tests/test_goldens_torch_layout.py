@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import RunnerError
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.sources import download_path
 from runner.goldens.select import Expression, Selection
 from runner.goldens.testfile import load_benchmark_file, load_test_file, load_tests

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import RunnerError
-from runner.cli import main
+from runner.cli.main import main
 from runner.goldens.upload import Container, plan_uploads
 
 BASE = "https://sharkpublic.blob.core.windows.net/sharkpublic"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from runner.base.errors import RunnerError
-from runner.cli import main
+from runner.cli.main import main
 from runner.goldens.versioning import (
     Version,
     bump_file_text,

@@ -16,7 +16,7 @@ from cli_support import cli
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
 from runner.base.paths import cache_dir
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.profile import load_profile
 from runner.model.gpu_targets import CANDIDATES, ChipFlag, check_gpu_target, documented_chip, probe
 

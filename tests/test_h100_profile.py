@@ -15,7 +15,7 @@ from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
 from runner.base.paths import cache_dir
 from runner.batch.run import plan_for
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.profile import load_profile
 from runner.model.compile import compile_mlir
 

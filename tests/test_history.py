@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from history_support import PASSWORD, postgres  # noqa: F401
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.history.changes import (
     PENALTY,
     detect,
@@ -343,8 +343,8 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
 
 
 def test_every_recording_command_takes_the_one_results_flag():
-    from runner.cli import build_parser
-    from runner.clihelp import options_of
+    from runner.cli.grammar import options_of
+    from runner.cli.main import build_parser
     from runner.history.extract import RECORDED
 
     taken = {c.removeprefix("runner "): a for c, a in options_of(build_parser())

@@ -2,11 +2,14 @@
 
 `runner/` is layered as its data flows (docs/CONTRIBUTING.md draws the map): the shared
 `base`, the one input boundary `inputs`, `config` (profiles, layouts, the model a profile
-names), the CLI's shared vocabulary `clihelp`, the `model` (compiled and run), the
+names, and the profile a command's flags ask for), the `model` (compiled and run), the
 `rundir` (a run's files, manifest, sample store, accuracy log), then `docker`, `batch`,
 `accuracy`, `report`, the `lifecycle` that orchestrates a run, and the workflows built on
-it; the CLI modules (`runner/cli.py` and each package's `cli.py`) sit on top. A module may
-import its own package or a lower layer, never a higher one.
+it; the CLI sits on top: the `runner/cli/` package (the parser, its grammar, the --out
+rule, the reference page) and each package's `cli.py`, which registers that package's
+commands. A module may import its own package or a lower layer, never a higher one, so
+nothing below the CLI knows a flag's spelling from the grammar (runner/batch/cluster.py
+holds the Slurm options' flags; the CLI's grammar defines them).
 
 Every import counts: at module level, inside functions (a deferred import still makes the
 lower module know the higher one) and under `if TYPE_CHECKING:` (a type from a higher layer
@@ -27,11 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "runner"
 
-# Lowest first. A package's modules share its layer; `*.cli` modules are the CLI layer.
-LAYERS = ("base", "inputs", "config", "clihelp", "model", "rundir", "docker", "batch",
-          "accuracy", "report", "lifecycle", "goldens", "loadgen", "bench", "bisect",
-          "validate", "gpucheck", "history", "cli")
-CLI_LAYER = {"runner.cli", "runner.clidoc", "runner.cliout", "runner.__main__"}
+# Lowest first. A package's modules share its layer; `runner.cli.*` and `*.cli` modules
+# are the CLI layer.
+LAYERS = ("base", "inputs", "config", "model", "rundir", "docker", "batch", "accuracy",
+          "report", "lifecycle", "goldens", "loadgen", "bench", "bisect", "validate",
+          "gpucheck", "history", "cli")
+CLI_LAYER = {"runner.__main__"}  # the `runner` console script: the CLI's entry point
 
 
 def module_name(path: Path) -> str:

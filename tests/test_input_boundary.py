@@ -18,7 +18,7 @@ from cli_support import cli, runner_process
 
 from runner.base.errors import EXIT_BAD_INPUT
 from runner.base.paths import ASSETS_DIR, REPO_DIR
-from runner.cli import main
+from runner.cli.main import main
 from runner.rundir.store import CORRUPT_DIR, SampleStore
 
 SECRET = "SECRET-KEY-MATERIAL-4f1c"

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.base.errors import RunnerError
-from runner.cli import build_parser, main
+from runner.cli.main import build_parser, main
 from runner.config.model_config import ModelConfig
 from runner.config.profile import load_profile
 from runner.goldens.select import Expression
@@ -237,7 +237,7 @@ set_keys = st.sampled_from(["layout.devices", "layout.batch_size", "layout.cpd",
 
 @given(st.lists(st.tuples(set_keys, set_values), max_size=3))
 def test_set_overrides_make_a_profile_or_runner_error(overrides):
-    from runner.clihelp import profile_overrides
+    from runner.config.overrides import profile_overrides
 
     def load() -> Any:
         return load_profile("cpu", profile_overrides([f"{k}={v}" for k, v in overrides]))

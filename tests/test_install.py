@@ -74,7 +74,7 @@ def test_writers_refuse_the_installed_package(monkeypatch, tmp_path, capsys):
     """Outside a checkout, the tools that regenerate shipped files refuse the package as
     their target before doing anything; a directory of the user's own is fine."""
     from runner.base import paths
-    from runner.cli import main
+    from runner.cli.main import main
     from runner.goldens import cli as goldens_cli
     from runner.goldens.tiny_suite import build_tiny_suite
     from runner.model.export.export_tiny import export_tiny

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import RunnerError
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.profile import load_profile
 from runner.loadgen.batcher import Batcher
 from runner.loadgen.conf import Flags, merged_user_conf, parse_conf_text
@@ -234,9 +234,9 @@ def test_every_help_example_is_short_and_shows_progress(lab_profiles, tmp_path, 
 
     from cli_support import cli
 
-    from runner.cli import build_parser
-    from runner.clidoc import documented
-    from runner.clihelp import walk
+    from runner.cli.doc import documented
+    from runner.cli.grammar import walk
+    from runner.cli.main import build_parser
 
     (parser,) = [sub for path, sub in walk(build_parser()) if path == ("mlperf",)]
     shown = [shlex.split(e)[1:] for e in documented(parser).examples]

@@ -8,7 +8,7 @@ import pytest
 from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
 from test_loadgen import user_conf
 
-from runner.cli import main
+from runner.cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -11,7 +11,7 @@ import pytest
 from test_loadgen import user_conf
 from test_slurm import slurm_cluster  # noqa: F401
 
-from runner.cli import main
+from runner.cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -425,7 +425,7 @@ def test_loadgen_accuracy_scores_like_the_runners_own_run(run, tmp_path):
     same FID/CLIP bits as LoadGen's Offline and Server accuracy logs (answered in qsl_idx
     order); SingleStream's log, in LoadGen's issue order, holds the same images."""
     from runner.accuracy.evaluate import evaluate_run
-    from runner.cli import main
+    from runner.cli.main import main
 
     own_dir = tmp_path / "own"
     assert main(["run", "--profile", "cpu", "--count", "8", "--no-score",

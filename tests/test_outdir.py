@@ -1,11 +1,12 @@
 """What a command's --out may hold and what running into it again does (runner/base/outdir.py,
-runner/cliout.py): the attempt record written first, a user's files refused before any work
+runner/cli/output.py): the attempt record written first, a user's files refused before any work
 (dry runs too), another command's or other inputs' attempt refused naming what differs,
 each rule (resumes / refuses) with its two ways out, one driver at a time, and an attempt
 that wrote nothing leaving nothing behind."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -24,7 +25,9 @@ from runner.base.outdir import (
     inputs_record,
 )
 from runner.base.steps import StepStatus
-from runner.cli import main
+from runner.cli.grammar import GRAMMAR, NOT_INPUTS, subparsers_of, walk
+from runner.cli.main import build_parser, main
+from runner.cli.output import inputs_of
 
 FAILED, FINISHED, INTERRUPTED = StepStatus.FAILED, StepStatus.FINISHED, StepStatus.INTERRUPTED
 
@@ -200,3 +203,28 @@ def test_a_gone_containers_locks_are_dropped_and_no_other(tmp_path):
         (where / LOCK).write_text(json.dumps(LockHolder(host, 7, "then", "runner x").__dict__))
     assert drop_locks_of("c0ffee123456", [tmp_path], (LOCK,)) == [tmp_path / "a" / LOCK]
     assert (tmp_path / "b" / "c" / LOCK).is_file()
+
+
+def test_an_attempts_inputs_are_read_off_its_commands_parser():
+    """The inputs an attempt records (and a --resume compares) are the command's own options
+    and positionals, from its parser: not what a parse adds besides them (`func`, `prog`,
+    `out_spec`, the dest of every command of commands, `image_command` as much as
+    `goldens_command`), and not the options that say where the work goes or how it is
+    shown."""
+    root = build_parser()
+    choosers = {a.dest for p in [root, *(sub for _, sub in walk(root))]
+                for a in subparsers_of(p)}
+    assert {"command", "image_command", "goldens_command", "bench_command"} <= choosers
+    assert GRAMMAR.keys() >= NOT_INPUTS
+    added = argparse.Namespace(**dict.fromkeys(choosers, "x"), func=print, prog="runner x",
+                               out_spec=object(), default_count=7)
+    commands = [(path, sub) for path, sub in walk(root) if sub.get_default("out_spec")]
+    assert ("bench",) in [path for path, _ in commands]  # a command of commands itself
+    for path, sub in commands:
+        assert inputs_of(root, sub, added, only_given=True) == {}, path
+        flags = set(inputs_of(root, sub, added))
+        assert "--iree-tools" in flags and not flags & NOT_INPUTS, path
+        assert not {f.lower() for f in flags} & choosers, path
+    given = inputs_of(root, dict(commands)[("bench",)], root.parse_args(
+        ["bench", "--profile", "tiny", "--out", "o", "--dry-run"]), only_given=True)
+    assert given == {"--profile": "tiny"}

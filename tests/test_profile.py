@@ -235,7 +235,7 @@ def test_a_plain_run_makes_the_profiles_count(name):
     """`runner run --profile P` with no --count/--samples/--ids makes the profile's `count`:
     MLPerf's 5000 on the lab profiles (it was 32 on every profile, so a lab run ended SUBSET,
     not judged, against ranges set for 5000), 32 on the others, as --count's help says."""
-    from runner.clihelp import PROFILE_COUNT
+    from runner.cli.grammar import PROFILE_COUNT
     from runner.config.profile import DEFAULT_COUNT, MLPERF_SAMPLES
 
     count = MLPERF_SAMPLES if name in LAB_PROFILES else DEFAULT_COUNT

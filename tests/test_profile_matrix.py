@@ -24,7 +24,7 @@ from shared_work import once
 pytest.importorskip("iree.turbine")
 
 from runner.base.paths import CONFIGS_DIR
-from runner.clihelp import profile_overrides
+from runner.config.overrides import profile_overrides
 from runner.config.profile import load_profile
 
 pytestmark = pytest.mark.slow

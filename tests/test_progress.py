@@ -94,7 +94,7 @@ def test_off_prints_nothing(monkeypatch):
 
 
 def test_compile_shows_each_module_with_n_of_total(tiny_compiled, capsys, monkeypatch):
-    from runner.cli import main
+    from runner.cli.main import main
 
     monkeypatch.setenv("RUNNER_PROGRESS", "plain")
     assert main(["compile", "--profile", "tiny"]) == 0

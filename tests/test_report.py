@@ -24,7 +24,7 @@ from runner.accuracy.backbones import BackboneInfo
 from runner.accuracy.frechet import FrechetResult
 from runner.accuracy.score import AccuracyResult
 from runner.accuracy.verdict import JSON_NAME, judge, write_results
-from runner.cli import main as runner_main
+from runner.cli.main import main as runner_main
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import load_profile
 from runner.model.images import decode_png

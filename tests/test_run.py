@@ -11,7 +11,7 @@ import pytest
 from cli_support import Ran, cli, start_runner
 from host_support import tmpfs, wait_for
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.rundir.mlperf_log import LOG_NAME, iter_log_samples
 from runner.rundir.store import SampleStore
 

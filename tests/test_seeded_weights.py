@@ -251,7 +251,7 @@ def test_read_only_and_full_disks_are_clear_errors(tmp_path):
 def test_export_weights_writes_what_the_spec_describes(tmp_path, capsys):
     """`runner export weights --from DIR`, in a directory with a hostile name: a dry run
     lists, a run writes (byte-identical), a model without a spec is refused."""
-    from runner.cli import main
+    from runner.cli.main import main
 
     model = seeded_model_dir(tmp_path / "ex $(touch pwned) 'q'\nport")
     exported = (model.parent / "unet.irpa").read_bytes()

@@ -30,8 +30,8 @@ from signal_battery import (
 )
 
 from runner.base.outdir import RECORD, REFUSES, RESUMES, Rerun
-from runner.cli import build_parser
-from runner.clihelp import walk
+from runner.cli.grammar import walk
+from runner.cli.main import build_parser
 from runner.rundir.directory import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def rerun_rules() -> dict[str, Rerun]:
             in walk(build_parser()) if sub.get_default("out_spec") is not None}
 
 
-# Every command takes one path through the CLI's command wrapper (runner/cli.py main): a
+# Every command takes one path through the CLI's command wrapper (runner/cli/main.py main): a
 # signal becomes one exception there, whichever signal it is, and the command's rerun code is
 # the same whichever ended it. So the wrapper gets the whole battery (every signal, more
 # seeds) through `runner run`, the command with the most processes to stop (a driver and its
@@ -291,7 +291,7 @@ def battery_commands() -> set[str]:
 def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
     """A new command with an --out joins the battery (or says here why it cannot)."""
     covered = battery_commands()
-    elsewhere = {  # the same rule code (runner/cliout.py); too heavy for a signal battery
+    elsewhere = {  # the same rule code (runner/cli/output.py); too heavy for a signal battery
         "validate": "builds a harness image and runs every step in containers (minutes); "
                     "its step ledger resumes: tests/test_validate.py",
         "gpu-check prepare": "its steps are `runner compile` and `runner run` (both in the "

@@ -36,9 +36,9 @@ from runner.batch.slurm import (
     sbatch_argv,
     slurm_options,
 )
-from runner.batch.status import register, run_status
-from runner.cli import main
-from runner.clihelp import add_slurm
+from runner.batch.status import run_status
+from runner.cli.grammar import add_slurm
+from runner.cli.main import main
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import load_profile
 from runner.lifecycle import Lifecycle, executor_for
@@ -169,10 +169,7 @@ def test_slurm_run_gives_the_local_bytes_and_records_nodes(slurm_run, local_run)
 
 
 def test_status_shows_each_node_and_worker(slurm_run, capsys):
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    args = parser.parse_args(["status", str(slurm_run)])
-    assert args.func(args) == 0
+    assert main(["status", str(slurm_run)]) == 0
     out = capsys.readouterr().out
     assert "12/12 samples (100%)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
@@ -180,8 +177,7 @@ def test_status_shows_each_node_and_worker(slurm_run, capsys):
         assert rows[key][3:5] == ["done", "COMPLETED"]
     per_worker = [int(rows[w][2]) for w in ("j0n0-w000", "j0n1-w000")]
     assert sum(per_worker) == 12
-    args = parser.parse_args(["status", str(slurm_run), "--json"])
-    assert args.func(args) == 0
+    assert main(["status", str(slurm_run), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert [n["samples"] for n in status["nodes"]] == per_worker
 

@@ -20,7 +20,7 @@ pytest.importorskip("iree.turbine")
 
 from diffusers_support import assert_within_one_lsb, diffusers_images, write_checkpoint
 
-from runner.cli import main
+from runner.cli.main import main
 from runner.config.exports import ExportSource, export_key
 from runner.config.mlperf_data import load_captions
 from runner.model.export.export_tiny import TINY_DIR

@@ -1,6 +1,6 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
-`register(subparsers)` adds them to the main `runner` parser (runner/cli.py).
+`register(subparsers)` adds them to the main `runner` parser (runner/cli/main.py).
 Exit codes: runner.base.errors.EXIT_CODES.
 """
 
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     add_dry_run,
     add_metrics,
     add_out,
@@ -21,10 +22,10 @@ from runner.clihelp import (
     add_samples,
     add_worst,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.inputs.cliargs import COUNT, PERCENT, SCALE, SEED
 
 COMPARE_JSON = "compare.json"
@@ -56,10 +57,11 @@ def _add_backbone_flags(p: argparse.ArgumentParser) -> None:
             "`runner goldens`")
 
 
-def cmd_score(args: argparse.Namespace) -> int:
+def cmd_score(ctx: CommandContext) -> int:
     from runner.accuracy.evaluate import evaluate_run
     from runner.config.profile import parse_metrics
 
+    args = ctx.args
     metrics = parse_metrics(args.metrics, "--metrics") if args.metrics else None
     if args.dry_run:
         from runner.accuracy.evaluate import score_plan
@@ -85,11 +87,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     return score.verdict.exit_code
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(ctx: CommandContext) -> int:
     from runner.accuracy.compare import compare_runs, write_comparison
     from runner.accuracy.evaluate import resolve_profile
     from runner.accuracy.samples import open_source
 
+    args = ctx.args
     if args.dry_run:
         from runner.accuracy.compare import compare_plan
 
@@ -111,9 +114,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
+def cmd_calibrate(ctx: CommandContext) -> int:
     from runner.accuracy.calibrate import calibrate, calibrate_plan
 
+    args = ctx.args
     if args.dry_run:
         print("\n".join(calibrate_plan(
             Path(args.run_dir), Path(args.out), profile=args.profile,
@@ -134,10 +138,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_oracle(args: argparse.Namespace) -> int:
+def cmd_oracle(ctx: CommandContext) -> int:
     from runner.accuracy.oracle_runs import Perturbation, oracle_plan, oracle_run
     from runner.accuracy.samples import chosen_ids
 
+    args = ctx.args
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
     ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
     if args.dry_run:

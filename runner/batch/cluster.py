@@ -17,8 +17,15 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
-from runner.clihelp import SLURM_FLAGS
 from runner.rundir.directory import RunDir
+
+# SlurmOptions field -> its flag (the argparse dest is the flag's name without dashes);
+# the CLI's grammar (runner/cli/grammar.py, add_slurm) defines the flags.
+# `image` is the shared --image: the docker node executor's image.
+SLURM_FLAGS = {"nodes": "--nodes", "partition": "--slurm-partition", "time": "--slurm-time",
+               "account": "--account", "cpus_per_node": "--cpus-per-node",
+               "node_executor": "--node-executor", "image": "--image",
+               "sbatch_args": "--sbatch-arg", "max_resubmits": "--max-resubmits"}
 
 SLURM_DIR = "slurm"
 NODES_DIR = "nodes"

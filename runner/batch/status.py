@@ -11,8 +11,6 @@ line for 5000 one-megapixel samples on NFS must not read gigabytes.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import Any
 
 from runner.batch.cluster import live_tasks, node_of, read_node_state, task_ids
 from runner.batch.queue import WorkQueue
-from runner.clihelp import add_json, document
 
 HEAD_BYTES = 4096
 
@@ -36,7 +33,7 @@ def sample_worker(path: Path) -> str | None:
 
 
 def run_status(run_dir: Path, query_slurm: bool = True) -> dict[str, Any]:
-    # Imported here: the CLI imports this module (for `register`) on every command.
+    # Imported here: the CLI imports this module (runner/batch/cli.py) on every command.
     from runner.rundir.directory import RunDir
     from runner.rundir.store import SampleStore
 
@@ -115,21 +112,3 @@ def format_status(status: dict[str, Any]) -> str:
                  for w in status["workers"]]
         lines += ["", _table(rows)]
     return "\n".join(lines)
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    status = run_status(Path(args.run_dir))
-    if args.json:
-        print(json.dumps(status, indent=2, sort_keys=True))
-    else:
-        print(format_status(status))
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("status", help="a run's progress per node and per worker, "
-                              "from its run dir (while it runs or after)")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir (local or shared)")
-    add_json(p, "the status")
-    p.set_defaults(func=cmd_status)
-    document(p, "runner status runs/main", "runner status /shared/runs/acc --json")

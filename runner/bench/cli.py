@@ -13,10 +13,11 @@ from pathlib import Path
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import REFUSES, RESUMES, Rerun
+from runner.batch.cluster import SLURM_FLAGS
 from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     DEFAULT_PROFILE,
-    SLURM_FLAGS,
     add_dry_run,
     add_executor,
     add_image,
@@ -28,10 +29,10 @@ from runner.clihelp import (
     add_samples,
     add_slurm,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.goldens.cli import golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
@@ -103,13 +104,14 @@ def _slurm(args: argparse.Namespace):
     return None
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(ctx: CommandContext) -> int:
     from runner.accuracy.samples import chosen_ids
     from runner.bench.bench import run_bench
     from runner.bench.report import markdown
     from runner.bench.result import BenchOptions
     from runner.bench.stages import BenchSettings
 
+    args = ctx.args
     profile = profile_from_args(args, layout=("partition",))
     spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
     ids = chosen_ids(args.count, args.samples, args.ids, None, DEFAULT_COUNT)
@@ -125,22 +127,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                warmup=args.warmup, extra_flags=tuple(args.benchmark_flag or ()),
                                dispatch_calls=args.dispatches or 0),
         ab_tuning_spec=spec, dump_tuning_specs=args.dump_tuning_specs, dry_run=args.dry_run,
-        run_argv=_run_argv(args), argv=tuple(args.argv), executor=args.executor,
+        run_argv=_run_argv(args), argv=tuple(ctx.argv), executor=args.executor,
         iree=tuple(v for spec in args.iree or () for v in spec.split(",") if v.strip()),
         image=args.image, slurm=_slurm(args))
     report = run_bench(profile, Path(args.out) if args.out else None, opts,
-                       attempt=args.attempt)
+                       attempt=ctx.attempt)
     if not args.dry_run:
         print(markdown(report))
     return report.exit_code
 
 
-def cmd_goldens(args: argparse.Namespace) -> int:
+def cmd_goldens(ctx: CommandContext) -> int:
     from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
     from runner.bench.goldens import check_benchmarks, load_benchmarks, require_goldens
     from runner.bench.report import goldens_markdown
     from runner.goldens.cli import module_dirs, selection
 
+    args = ctx.args
     benches = load_benchmarks([Path(p) for p in args.paths], selection(args), module_dirs(args))
     sku, chip, chosen_by = _golden_target(args)
     require_goldens(benches, sku, chosen_by)
@@ -149,7 +152,7 @@ def cmd_goldens(args: argparse.Namespace) -> int:
     if args.out and not args.dry_run:
         out = Path(args.out)
         atomic_write_json(out / BENCH_JSON, {"kind": "bench-goldens", "versions": versions(),
-                                             "argv": list(args.argv), "exit_code": code,
+                                             "argv": list(ctx.argv), "exit_code": code,
                                              "goldens": [r.to_dict() for r in results]})
         atomic_write_text(out / BENCH_MD, "\n".join(goldens_markdown(results)) + "\n")
         print(f"reports: {out / BENCH_JSON}, {out / BENCH_MD}", file=sys.stderr)

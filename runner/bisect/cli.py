@@ -10,7 +10,8 @@ from typing import Any
 
 from runner.base.errors import EXIT_OK, RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     DEFAULT_PROFILE,
     add_base_image,
     add_dry_run,
@@ -19,10 +20,10 @@ from runner.clihelp import (
     add_profile,
     add_samples,
     document,
-    profile_from_args,
     renamed,
     shared,
 )
+from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
 DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
@@ -101,11 +102,12 @@ def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -
           f"{', '.join(str(p) for p in paths)}", file=sys.stderr)
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
+def cmd_bisect(ctx: CommandContext) -> int:
     from runner.bisect.builds import backwards_note, candidates, parse_build
     from runner.bisect.envs import plan_setup
     from runner.bisect.search import BisectRequest, bisect
 
+    args = ctx.args
     plan, sources, inputs = _plan(args, args.test, trend=False)
     good = parse_build(args.good, sources, "--good")
     bad = parse_build(args.bad, sources, "--bad")
@@ -117,10 +119,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from runner.bisect.ledger import Ledger
 
     state_file = plan.out / "bisect.json"
-    resumed = (Ledger(state_file, "bisect", inputs, args.argv).candidates
+    resumed = (Ledger(state_file, "bisect", inputs, ctx.argv).candidates
                if state_file.is_file() else None)
     builds = resumed or candidates(good, bad, sources)
-    state = bisect(BisectRequest(good, bad, plan, args.argv, inputs, builds, args.dry_run))
+    state = bisect(BisectRequest(good, bad, plan, ctx.argv, inputs, builds, args.dry_run))
     if args.dry_run:
         return EXIT_OK
     answer = state["answer"]
@@ -130,11 +132,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_trend(args: argparse.Namespace) -> int:
+def cmd_trend(ctx: CommandContext) -> int:
     from runner.bisect.builds import parse_build, parse_range
     from runner.bisect.envs import plan_setup
     from runner.bisect.trend import TrendRequest, trend
 
+    args = ctx.args
     if bool(args.builds) == bool(args.range):
         raise RunnerError("give the builds, or --range A..B (one of them)", where="runner trend",
                           fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
@@ -150,7 +153,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)
-    state = trend(TrendRequest(builds, plan, args.argv, inputs, args.dry_run))
+    state = trend(TrendRequest(builds, plan, ctx.argv, inputs, args.dry_run))
     if args.dry_run:
         return EXIT_OK
     _finish(plan.out, state, plan, 0, builds)

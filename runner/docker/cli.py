@@ -1,4 +1,4 @@
-"""`runner image build|inspect`: registered into runner/cli.py by `register(subparsers)`."""
+"""`runner image build|inspect`: registered into runner/cli/main.py by `register(subparsers)`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     add_base_image,
     add_dry_run,
     add_find_links,
@@ -25,7 +26,8 @@ def _comma_list(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def cmd_image_build(args: argparse.Namespace) -> int:
+def cmd_image_build(ctx: CommandContext) -> int:
+    args = ctx.args
     source = parse_source(args.iree, find_links=args.find_links, git_url=args.git_url,
                           backends=_comma_list(args.backends), drivers=_comma_list(args.drivers))
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -42,7 +44,8 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_image_inspect(args: argparse.Namespace) -> int:
+def cmd_image_inspect(ctx: CommandContext) -> int:
+    args = ctx.args
     print(json.dumps(image_info(args.ref, provenance=not args.no_provenance), indent=2,
                      sort_keys=True))
     return 0

@@ -14,7 +14,8 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     add_dry_run,
     add_golden_version,
     add_json,
@@ -94,11 +95,12 @@ def _options(args: argparse.Namespace, **over):
     return CheckOptions(**values)
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def cmd_check(ctx: CommandContext) -> int:
     from runner.goldens.check import check
     from runner.goldens.report import markdown
     from runner.report.ci import publish
 
+    args = ctx.args
     report = check(_tests(args), _options(args))
     if args.dry_run:
         return report.exit_code
@@ -112,10 +114,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def cmd_generate(ctx: CommandContext) -> int:
     from runner.goldens.generate import generate
     from runner.goldens.versioning import parse_target
 
+    args = ctx.args
     to = parse_target(args.to)
     if args.dry_run:
         from runner.goldens.generate import generate_plan
@@ -124,17 +127,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                       _options(args, out=None))))
         return 0
     written = generate(_tests(args), to, Path(args.out), _options(args, out=None),
-                       attempt=args.attempt)
+                       attempt=ctx.attempt)
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
           file=sys.stderr)
     return 0
 
 
-def cmd_bump(args: argparse.Namespace) -> int:
+def cmd_bump(ctx: CommandContext) -> int:
     from runner.goldens.testfile import find_test_files
     from runner.goldens.versioning import bump_file_text, parse_target
 
+    args = ctx.args
     to = parse_target(args.to)
     files = find_test_files(_paths(args), args.model)
     planned = []
@@ -156,17 +160,19 @@ def cmd_bump(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_upload(args: argparse.Namespace) -> int:
+def cmd_upload(ctx: CommandContext) -> int:
     from runner.goldens.upload import upload
 
+    args = ctx.args
     upload(Path(args.dir), args.container_url, execute=not args.dry_run,
            overwrite=args.overwrite)
     return 0
 
 
-def cmd_compare_steps(args: argparse.Namespace) -> int:
+def cmd_compare_steps(ctx: CommandContext) -> int:
     from runner.goldens.steps import compare_steps
 
+    args = ctx.args
     if args.dry_run:
         from runner.goldens.steps import compare_steps_commands
 
@@ -253,7 +259,7 @@ def _selection(p: argparse.ArgumentParser) -> None:
            help="add --iree-codegen-tuning-spec-path=PATH to every compile (default: none)")
 
 
-EXAMPLES = {  # each subcommand's help examples (runner.clihelp.document adds exit codes)
+EXAMPLES = {  # each subcommand's help examples (runner.cli.grammar.document adds exit codes)
     "check": ("runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens",
               "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "
               "gfx942 --dry-run",

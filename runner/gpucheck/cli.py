@@ -6,25 +6,28 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
-from runner.clihelp import add_batch_sizes, add_dry_run, add_out, add_profile, document
+from runner.cli.context import CommandContext
+from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, add_profile, document
 from runner.gpucheck.plan import TINY_COUNT
 from runner.inputs.cliargs import COUNT, SECONDS
 
 DEFAULT_BUDGET_S = 480.0  # a machine lent for 10 minutes, less its start and the copies
 
 
-def cmd_prepare(args: argparse.Namespace) -> int:
+def cmd_prepare(ctx: CommandContext) -> int:
     from runner.gpucheck.check import PrepareRequest, prepare
 
+    args = ctx.args
     return prepare(PrepareRequest(args.profile, Path(args.out), args.batch_sizes, args.python,
                                   not args.no_wheels, args.dry_run,
                                   args.tiny_count or TINY_COUNT))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(ctx: CommandContext) -> int:
     from runner.gpucheck.check import RunRequest, run
 
-    attempt = args.attempt
+    args = ctx.args
+    attempt = ctx.attempt
     return run(RunRequest(args.carry, Path(args.out or args.resume), args.budget, args.dry_run,
                           resumed=bool(attempt is not None and attempt.resumed)))
 

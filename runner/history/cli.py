@@ -15,7 +15,8 @@ from typing import Any
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     add_dry_run,
     add_iree,
     add_json,
@@ -117,13 +118,14 @@ def _in_range(results: list, spec: str) -> list:
     return results[starts[0]:ends[-1] + 1]
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def cmd_history(ctx: CommandContext) -> int:
     from runner.history import render
     from runner.history.changes import detect_all
     from runner.history.series import series_of
     from runner.history.store import opened
     from runner.history.url import resolve
 
+    args = ctx.args
     url = resolve(args.results)
     query = _query(args)
     with opened(url) as store:
@@ -157,11 +159,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(c.regression for c in changes) else EXIT_OK
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(ctx: CommandContext) -> int:
     from runner.history.extract import extract
     from runner.history.store import opened
     from runner.history.url import resolve
 
+    args = ctx.args
     url = resolve(args.results)
     found, failed = [], 0
     for path in args.run_dirs:
@@ -195,13 +198,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
-def cmd_propose(args: argparse.Namespace) -> int:
+def cmd_propose(ctx: CommandContext) -> int:
     from runner.bench.goldens import load_benchmarks
     from runner.goldens.cli import module_dirs, selection
     from runner.history.propose import propose
     from runner.history.store import Query, opened
     from runner.history.url import resolve
 
+    args = ctx.args
     benches = load_benchmarks([Path(p) for p in args.paths], selection(args),
                               module_dirs(args))
     url = resolve(args.results)

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, Rerun
-from runner.clihelp import (
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
     add_captions,
     add_dry_run,
     add_executor,
@@ -23,9 +24,9 @@ from runner.clihelp import (
     add_samples,
     add_slurm,
     document,
-    profile_from_args,
     renamed,
 )
+from runner.config.overrides import profile_from_args
 from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
 from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
@@ -51,12 +52,13 @@ def _audit_confs(items: list[str] | None) -> dict[str, Path]:
     return out
 
 
-def cmd_mlperf(args: argparse.Namespace) -> int:
+def cmd_mlperf(ctx: CommandContext) -> int:
     from runner.batch.cluster import slurm_options
     from runner.lifecycle import executor_for
     from runner.loadgen.command import run_mlperf
     from runner.loadgen.run import MlperfRequest
 
+    args = ctx.args
     profile = profile_from_args(args)
     compliance = None if args.compliance is None else tuple(
         t for item in args.compliance for t in item.split(",") if t)
@@ -67,12 +69,12 @@ def cmd_mlperf(args: argparse.Namespace) -> int:
         audit_confs=_audit_confs(args.audit_conf),
         flags=Flags(args.count, args.min_duration, args.offline_expected_qps,
                     args.server_target_qps, args.min_query_count),
-        argv=args.argv, captions=captions,
+        argv=ctx.argv, captions=captions,
         score=args.score, division=args.division, submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=slurm_options(args))
-    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=args.attempt)
+    return run_mlperf(request, executor, dry_run=args.dry_run, attempt=ctx.attempt)
 
 
 def register(subparsers) -> argparse.ArgumentParser:

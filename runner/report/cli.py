@@ -11,13 +11,15 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import add_dry_run, add_out, add_worst, document
+from runner.cli.context import CommandContext
+from runner.cli.grammar import add_dry_run, add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(ctx: CommandContext) -> int:
     from runner.report.write import write_reports
 
+    args = ctx.args
     if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
         raise RunnerError("--against names the run itself", where="--against",
                           fix="pass another run dir to compare with")

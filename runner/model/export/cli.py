@@ -10,12 +10,14 @@ from pathlib import Path
 from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.outdir import RESUMES, Rerun
-from runner.clihelp import add_batch_sizes, add_dry_run, add_out, document
+from runner.cli.context import CommandContext
+from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, document
 from runner.inputs.cliargs import COUNT, count_list
 from runner.inputs.paths import resolved
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def cmd_export(ctx: CommandContext) -> int:
+    args = ctx.args
     if args.model == "weights":
         return _weights(args)
     if args.model == "tiny":

@@ -2,9 +2,10 @@
 
 Before a command that writes an out dir runs, `start()` turns `--resume DIR` into the
 recorded command line (flags given beside it must agree with it), checks the out dir
-against the command's rule and records the attempt (runner/base/outdir.py); `finish()` and
-`interrupted()` record how the attempt ended. A command that keeps parts of an interrupted
-attempt reads `args.attempt` (an `OutDir`): `resumed`, `done(key)`, `mark(key, value)`.
+against the command's rule and records the attempt (runner/base/outdir.py); `finish()`
+records how the attempt ended, `how_to_go_on()` how to finish an interrupted one. A
+command that keeps parts of an interrupted attempt reads `ctx.attempt` (an `OutDir`):
+`resumed`, `done(key)`, `mark(key, value)`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +21,28 @@ from runner.base import outdir
 from runner.base.errors import RunnerError
 from runner.base.signals import Interrupted
 from runner.base.steps import StepStatus
-from runner.clihelp import OutSpec, walk
-
-# Namespace entries that are not inputs of the work: where it goes, how it is shown.
-NOT_INPUTS = {"func", "command", "argv", "out", "resume", "dry_run", "json", "out_spec",
-              "attempt", "goldens_command", "bench_command", "results", "history_command"}
+from runner.cli.context import CommandContext
+from runner.cli.grammar import NOT_INPUTS, OutSpec, walk
 
 
-def command_of(root: argparse.ArgumentParser, args: argparse.Namespace
+def command_of(root: argparse.ArgumentParser, spec: OutSpec
                ) -> tuple[str, argparse.ArgumentParser]:
-    """The command's name as typed (`bench goldens`) and its parser."""
+    """The command's name as typed (`bench goldens`) and its parser, by its --out rule."""
     for path, sub in walk(root):
-        if sub.get_default("out_spec") is args.out_spec:
+        if sub.get_default("out_spec") is spec:
             return " ".join(path), sub
     raise AssertionError("an out_spec default without its parser")
 
 
 def _actions(root: argparse.ArgumentParser, parser: argparse.ArgumentParser
              ) -> list[argparse.Action]:
-    """The options and positionals of the command (and the root's, e.g. --iree-tools)."""
+    """The inputs of the command, read off its parser: its options and positionals (and
+    the root's, e.g. --iree-tools), less what only chooses a subcommand or shows help, and
+    the grammar's options that say where the work goes and how it is shown (NOT_INPUTS).
+    What a parse adds besides its actions (`func`, `out_spec`, a subcommand's dest) is
+    never an action of the command, so never an input."""
     return [a for a in [*root._actions, *parser._actions]
-            if a.dest not in NOT_INPUTS and a.dest != argparse.SUPPRESS
+            if a.dest != argparse.SUPPRESS and getattr(a, "grammar", None) not in NOT_INPUTS
             and not isinstance(a, argparse._SubParsersAction | argparse._HelpAction)]
 
 
@@ -64,15 +67,16 @@ def inputs_of(root: argparse.ArgumentParser, parser: argparse.ArgumentParser,
     return out
 
 
-def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
-             parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, bool]:
+def _resumed(root: argparse.ArgumentParser, ctx: CommandContext, spec: OutSpec, name: str,
+             parser: argparse.ArgumentParser) -> tuple[CommandContext, bool]:
     """`--resume DIR`: the attempt's own command line, parsed again where it ran; a flag
-    given beside --resume that says otherwise is refused, naming it."""
+    given beside --resume that says otherwise is refused, naming it. Also whether the
+    command goes on from its own record instead (a run's run.json)."""
+    args = ctx.args
     where = Path(os.path.abspath(Path(args.resume).expanduser()))
     record = outdir.read_record(where)
-    spec: OutSpec = args.out_spec
     if spec.own_resume and any((where / m).is_file() for m in spec.rerun.markers):
-        return args, True  # the command goes on from its own record (a run's run.json)
+        return ctx, True
     if record is None:
         raise RunnerError(f"no attempt of `runner {name}` to resume here (no "
                           f"{outdir.RECORD})", where=str(where),
@@ -98,12 +102,13 @@ def _resumed(root: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
                           + "\n    ".join(differ), where=str(where / outdir.RECORD),
                           fix="drop those flags (or pass another --out for a new attempt)")
-    for keep in ("dry_run", "json", "results"):  # how this invocation shows things and
-        # where its results are recorded, not inputs
-        if hasattr(args, keep):
-            setattr(recorded, keep, getattr(args, keep))
-    recorded.argv, recorded.resume = argv, str(where)
-    return recorded, False
+    # How this invocation shows things and where its results are recorded, not inputs: as
+    # given now (--out and --resume are the attempt's own directory, below).
+    for action in parser._actions:
+        if getattr(action, "grammar", None) in NOT_INPUTS - {"--out", "--resume"}:
+            setattr(recorded, action.dest, getattr(args, action.dest))
+    recorded.resume = str(where)
+    return ctx.with_args(recorded, argv), False
 
 
 def without_results(argv: list[str]) -> list[str]:
@@ -131,41 +136,40 @@ def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:
                 action.required = False
 
 
-def start(root: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+def start(root: argparse.ArgumentParser, ctx: CommandContext) -> CommandContext:
     """Claims the command's out dir (a no-op for a command without one, or when its --out
-    is optional and not given). Returns the arguments to run with (`--resume DIR`: the
-    recorded ones); `args.attempt` is the claim, or None."""
-    args.attempt = None
-    spec: OutSpec | None = getattr(args, "out_spec", None)
+    is optional and not given). Returns the command to run (`--resume DIR`: with the
+    recorded flags and command line), its `attempt` the claim, or None."""
+    spec = ctx.out_spec
     if spec is None:
-        return args
-    name, parser = command_of(root, args)
+        return ctx
+    name, parser = command_of(root, spec)
+    args = ctx.args
     if args.resume and args.out and Path(args.out).resolve() != Path(args.resume).resolve():
         raise RunnerError("--out and --resume name two directories", where="--resume",
                           fix="--resume DIR alone goes on in DIR")
     own = False
     if args.resume:
-        args, own = _resumed(root, args, name, parser)
-        args.attempt = None
+        ctx, own = _resumed(root, ctx, spec, name, parser)
+        args = ctx.args
     path = args.resume or args.out
     if path is None:
         if spec.required:
             raise RunnerError("where should the results go?", where=f"runner {name}",
                               fix="pass --out DIR (a new attempt) or --resume DIR (finish an "
                               "interrupted one)")
-        return args
+        return ctx
     # A command going on from its own record checks the request against it itself.
     inputs = {k: v for k, v in inputs_of(root, parser, args).items()
               if k not in spec.rerun.free}
-    args.attempt = outdir.claim(Path(path), name, None if own else inputs, list(args.argv),
-                                spec.rerun, resume=bool(args.resume),
-                                dry_run=bool(getattr(args, "dry_run", False)))
-    return args
+    attempt = outdir.claim(Path(path), name, None if own else inputs, list(ctx.argv),
+                           spec.rerun, resume=bool(args.resume), dry_run=ctx.dry_run)
+    return replace(ctx, attempt=attempt)
 
 
-def finish(args: argparse.Namespace, code: int | None, error: BaseException | None) -> None:
+def finish(ctx: CommandContext, code: int | None, error: BaseException | None) -> None:
     """Records how the attempt ended (`code`, or the error that ended it)."""
-    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
+    attempt = ctx.attempt
     if attempt is None:
         return
     if isinstance(error, Interrupted | KeyboardInterrupt):
@@ -179,10 +183,11 @@ def finish(args: argparse.Namespace, code: int | None, error: BaseException | No
         attempt.end_with(code if code is not None else 0)
 
 
-def how_to_go_on(args: argparse.Namespace) -> str:
-    """The interrupted command's way on, for the message the CLI prints."""
-    attempt: outdir.OutDir | None = getattr(args, "attempt", None)
-    spec: OutSpec | None = getattr(args, "out_spec", None)
+def how_to_go_on(ctx: CommandContext | None) -> str:
+    """The interrupted command's way on, for the message the CLI prints (None: it was
+    interrupted before it was parsed)."""
+    attempt = ctx.attempt if ctx is not None else None
+    spec = ctx.out_spec if ctx is not None else None
     if attempt is None or spec is None or attempt.dry_run:
         return "finished work is kept"
     resume = f"`runner {attempt.command} --resume {attempt.path}`"

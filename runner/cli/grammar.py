@@ -1,22 +1,25 @@
 """What every `runner` subcommand's help must carry, and the option grammar they share.
 
-Each subcommand module (runner/cli.py, runner/*/cli.py, and any later `register()`) calls
+Each command's `register(subparsers)` (each package's cli.py, runner/cli/validate.py) calls
 `document(parser, examples...)`, which puts the examples and the one exit-code table in the
 help epilog; `help_problems(parser)` is the rule the tests hold every subcommand to, so a
 new subcommand without examples, exit codes, option help or a stated default fails the
 suite rather than a user. An option more than one command takes is defined once here
 (GRAMMAR, `shared()` and the add_* groups), and `grammar_problems(parser)` is its rule.
-Kept apart from runner/cli.py so sub-CLIs can import it without a cycle.
+Kept apart from runner/cli/main.py, which imports every package's cli.py, so those can
+import it without a cycle; the package's __init__ imports nothing, for the same reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import textwrap
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from runner.base.errors import EXIT_CODES
@@ -215,7 +218,7 @@ def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = 
 
 @dataclass(frozen=True)
 class OutSpec:
-    """A command's --out and --resume (runner/base/outdir.py has the rule; runner/cliout.py
+    """A command's --out and --resume (runner/base/outdir.py has the rule; runner/cli/output.py
     applies it before the command runs)."""
 
     rerun: Rerun
@@ -258,9 +261,9 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
         name = "runner " + " ".join(path)
         epilog = sub.epilog or ""
         if EXAMPLES not in epilog or f"  runner {path[0]}" not in epilog:
-            problems.append(f"{name}: no example in its help (runner.clihelp.document)")
+            problems.append(f"{name}: no example in its help (runner.cli.grammar.document)")
         if EXITS not in epilog:
-            problems.append(f"{name}: no exit codes in its help (runner.clihelp.document)")
+            problems.append(f"{name}: no exit codes in its help (runner.cli.grammar.document)")
         if not sub.description:
             problems.append(f"{name}: no description: its help does not say what it does")
         for action in sub._actions:
@@ -313,7 +316,7 @@ def grammar_problems(parser: argparse.ArgumentParser) -> list[str]:
         loose = [c for c, a in taken if getattr(a, "grammar", None) not in a.option_strings]
         if len(commands) > 1 and loose:
             problems.append(f"{flag} is taken by {', '.join(commands)} but not defined once "
-                            f"(not through runner.clihelp.shared) in {', '.join(loose)}")
+                            f"(not through runner.cli.grammar.shared) in {', '.join(loose)}")
         shapes: dict[tuple, set[str]] = {}
         for command, action in taken:
             key = (getattr(action, "variant", None), _signature(action))
@@ -374,33 +377,13 @@ def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
     parser.add_argument(old, action=Renamed, new=new, note=note, nargs=nargs)
 
 
-def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
-    """`--set a.b=v` items as dotted profile overrides (values parsed as YAML, bounded as a
-    profile's are: runner.inputs.yamlfile)."""
-    from runner.base.errors import RunnerError
-    from runner.inputs.yamlfile import parse_yaml
-
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set",
-                              fix="e.g. --set target.chip=gfx950")
-        if not value.strip():  # YAML reads nothing as null: a field quietly emptied
-            raise RunnerError("an empty value", where=f"--set {key}",
-                              fix=f"give one after the `=`: --set {key}=VALUE (or --set "
-                              f"{key}=null where you mean none)")
-        out[key] = parse_yaml(value, f"--set {key}", what="value")
-    return out
-
-
 # --- the grammar: every option two or more commands take, defined once -------------------
 #
 # An option that more than one command takes is added with `shared()` (through the add_*
 # helpers below), which tags it with its entry here: one spelling, one meaning, the same
 # type and choices wherever it appears. tests/test_cli_grammar.py walks the real parser and
 # fails on an option taken by two commands without its entry, on two flags with one dest,
-# and on one flag with two types; `runner.clidoc` prints this table on the CLI reference.
+# and on one flag with two types; `runner.cli.doc` prints this table on the CLI reference.
 
 PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path"
 
@@ -483,6 +466,11 @@ GRAMMAR: dict[str, str] = {
     "--repo": "the IREE git checkout commit:SHA builds name commits of",
 }
 
+# The options that say where a command's work goes and how it is shown, not what the work
+# is: an attempt's inputs (runner/cli/output.py) leave them out, so `--resume DIR --json`
+# goes on with the attempt it resumes.
+NOT_INPUTS = frozenset({"--out", "--resume", "--dry-run", "--json", "--results"})
+
 # The shapes a shared option may come in besides its plain one: a layout flag of `runner
 # bench` takes a comma list and sweeps every value (`--cpd 1,2`); bench's `--iree` repeats
 # and takes comma lists, the builds it compares.
@@ -494,7 +482,7 @@ def shared(container: Any, flag: str, *aliases: str, variant: str | None = None,
     """`container.add_argument(flag, ...)` for an option of GRAMMAR, tagged with its entry
     (and `variant`, e.g. SWEEP) so the grammar test can tell it is the one definition."""
     if flag not in GRAMMAR:
-        raise KeyError(f"{flag} is not in runner.clihelp.GRAMMAR: say what it means there")
+        raise KeyError(f"{flag} is not in runner.cli.grammar.GRAMMAR: say what it means there")
     action = container.add_argument(flag, *aliases, **kwargs)
     action.grammar = flag  # type: ignore[attr-defined]
     action.variant = variant  # type: ignore[attr-defined]
@@ -511,9 +499,6 @@ def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFIL
         shared(p, "--set", action="append", metavar="KEY=VALUE",
                help="override any profile field, e.g. --set target.chip=gfx950 (repeatable; "
                "default: none)")
-
-
-LAYOUT_FIELDS = ("partition", "devices", "cpd", "batch_size", "vae_batch_size")
 
 
 def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -552,28 +537,6 @@ def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
            "layout.vae_batch_size when smaller)")
 
 
-def layout_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The layout flags given (a non-sweep command's), as LayoutSpec.with_overrides takes."""
-    return {k: v for k in LAYOUT_FIELDS if (v := getattr(args, k, None)) is not None}
-
-
-def profile_from_args(args: argparse.Namespace, profile: str | None = None,
-                      layout: Sequence[str] = LAYOUT_FIELDS):
-    """The profile a command's flags ask for: --profile (or `profile`), --set, --metrics,
-    then the `layout` flags (an error in one of them names the flag)."""
-    import dataclasses
-
-    from runner.config.profile import load_profile
-
-    loaded = load_profile(profile or args.profile, {**profile_overrides(getattr(args, "set",
-                                                                               None)),
-                                                    **metrics_override(args)})
-    flags = {k: v for k, v in layout_overrides(args).items() if k in layout}
-    if flags:
-        loaded = dataclasses.replace(loaded, layout=loaded.layout.with_overrides(**flags))
-    return loaded
-
-
 # The help of a command whose samples default to the profile's `count` (runner.config.profile;
 # tests/test_profile.py checks the list against the shipped profiles).
 PROFILE_COUNT = ("the profile's `count`: MLPerf's 5000 on mi300x, mi325x, mi355x, h100 and "
@@ -601,20 +564,22 @@ def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str =
     renamed(p, "--prompt-id", "--samples ID")
 
 
+def sample_ids(args: argparse.Namespace, captions: Path | None,
+               default_count: int | None = None) -> list[int]:
+    """The samples add_samples' flags chose: --count N, --samples SPEC or --ids FILE
+    (`default_count` stands in for the command's own default, e.g. the profile's `count`)."""
+    from runner.accuracy.samples import chosen_ids
+
+    return chosen_ids(args.count, args.samples, args.ids, captions,
+                      default_count or args.default_count)
+
+
 def add_metrics(p: argparse.ArgumentParser) -> None:
     """`--metrics`: score FID, CLIP or both (the profile's `accuracy.metrics`, default both)."""
     shared(p, "--metrics", metavar="fid|clip|fid,clip",
            help="which MLPerf metrics to score and judge (default: the profile's "
            "accuracy.metrics, both unless it says otherwise); only their weights are needed, "
            "and the verdict and reports name the one left out")
-
-
-def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
-    """`--metrics` as the profile override it stands for (`accuracy.metrics`)."""
-    from runner.config.profile import parse_metrics
-
-    value = getattr(args, "metrics", None)
-    return {"accuracy.metrics": list(parse_metrics(value, "--metrics"))} if value else {}
 
 
 def add_require_full(p: argparse.ArgumentParser) -> None:
@@ -689,7 +654,7 @@ def add_out(p: Any, what: str, rerun: Rerun, *, required: bool = True,
     """`--out DIR` (what the command writes there; `default` says where it writes without)
     and `--resume DIR`, one meaning in every command: "DIR holds an interrupted attempt of
     this command: finish it". argparse requires neither, since `--resume DIR` stands for
-    `--out`: runner/cliout.py applies `required` and the rerun rule before the command
+    `--out`: runner/cli/output.py applies `required` and the rerun rule before the command
     runs (runner/base/outdir.py)."""
     if required:
         default = "none: --out or --resume is needed"
@@ -702,6 +667,11 @@ def add_out(p: Any, what: str, rerun: Rerun, *, required: bool = True,
 
 def add_json(p: Any, what: str = "the result") -> None:
     shared(p, "--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+
+def print_json(obj: Any) -> None:
+    """What --json prints: one layout for every command."""
+    print(json.dumps(obj, indent=2, sort_keys=True))
 
 
 def add_results(p: Any, records: bool = True) -> None:
@@ -735,9 +705,10 @@ def add_golden_version(p: Any, required: bool = True, default: str | None = None
 
 
 def add_slurm(p: argparse.ArgumentParser, resumable: bool = True) -> None:
-    """The Slurm options (with --executor slurm), as SLURM_FLAGS names them.
-    `--partition` is the GPUs' partition mode, so Slurm's partition is --slurm-partition;
-    `--slurm-time` is Slurm's time limit (mlperf's `--min-duration` is LoadGen's)."""
+    """The Slurm options (with --executor slurm), as runner.batch.cluster.SLURM_FLAGS
+    names them. `--partition` is the GPUs' partition mode, so Slurm's partition is
+    --slurm-partition; `--slurm-time` is Slurm's time limit (mlperf's `--min-duration` is
+    LoadGen's)."""
     g = p.add_argument_group("Slurm (with --executor slurm" + (
         "; on --resume, default: as recorded)" if resumable else ")"))
     shared(g, "--nodes", type=COUNT_OR_ZERO, metavar="N",
@@ -760,11 +731,3 @@ def add_slurm(p: argparse.ArgumentParser, resumable: bool = True) -> None:
            help="replacement submissions for failed node tasks (default: 3)")
     renamed(p, "--time", "--slurm-time T", "Slurm's time limit; mlperf's minimum test "
             "duration is --min-duration")
-
-
-# SlurmOptions field -> its flag (the argparse dest is the flag's name without dashes).
-# `image` is the shared --image: the docker node executor's image.
-SLURM_FLAGS = {"nodes": "--nodes", "partition": "--slurm-partition", "time": "--slurm-time",
-               "account": "--account", "cpus_per_node": "--cpus-per-node",
-               "node_executor": "--node-executor", "image": "--image",
-               "sbatch_args": "--sbatch-arg", "max_resubmits": "--max-resubmits"}

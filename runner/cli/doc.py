@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from runner.base.errors import EXIT_CODES
 from runner.base.paths import PACKAGE_DIR
-from runner.clihelp import (
+from runner.cli.grammar import (
     ABOUT,
     WORKFLOWS,
     OutSpec,

@@ -1,0 +1,73 @@
+"""`runner validate`: an IREE build end to end (runner/validate.py). The workflow is one
+module rather than a package, so its command is registered here, in the CLI package.
+`register(subparsers)` adds it to the `runner` parser (runner/cli/main.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.base.outdir import RESUMES, Rerun
+from runner.cli.context import CommandContext
+from runner.cli.grammar import (
+    DEFAULT_PROFILE,
+    add_base_image,
+    add_dry_run,
+    add_golden_version,
+    add_iree,
+    add_layout,
+    add_metrics,
+    add_out,
+    add_profile,
+    add_require_full,
+    add_results,
+    add_samples,
+    document,
+    sample_ids,
+)
+from runner.config.overrides import profile_from_args
+from runner.docker.image import DEFAULT_BASE_IMAGE
+from runner.inputs.iree_build import IMAGE_KINDS
+
+
+def cmd_validate(ctx: CommandContext) -> int:
+    from runner.validate import ValidateRequest, validate
+
+    args = ctx.args
+    args.profile = args.profile or DEFAULT_PROFILE
+    profile = profile_from_args(args)
+    request = ValidateRequest(
+        iree=args.iree, profile=profile, sample_ids=sample_ids(args, None, profile.count),
+        out=Path(args.out), argv=ctx.argv, goldens=Path(args.goldens) if args.goldens else None,
+        to=args.to, baseline=Path(args.baseline) if args.baseline else None,
+        base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
+    return validate(request)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
+                       "run, score, then goldens v{n+1}; resumable")
+    add_iree(p, required=True, kinds=IMAGE_KINDS,
+             note=" (commit: is bisect's and trend's; build a commit with source:)")
+    add_profile(p)
+    add_layout(p)
+    add_samples(p, from_profile=True)
+    add_require_full(p)
+    add_metrics(p)
+    p.add_argument("--goldens", metavar="SUITE",
+                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
+    add_golden_version(p, required=False, default="next")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="an earlier validate's --out to compare against (default: none)")
+    add_base_image(p, DEFAULT_BASE_IMAGE)
+    add_results(p)
+    add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
+            Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
+                  "image, compile, the run's finished samples, score, goldens",
+                  ("validate.json",)))
+    add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
+    p.set_defaults(func=cmd_validate)
+    document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
+             "--goldens goldens/tiny --to v2.0 --out runs/validate",
+             "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
+             out="the validate directory: validate.json, validate.md, run/ (with its "
+             "reports), goldens/")
