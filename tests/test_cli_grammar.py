@@ -214,7 +214,8 @@ def test_a_value_from_the_command_line_is_blamed_on_its_flag(capsys):
     assert "fix: use at most" in err and "(e.g. --devices 0-" in err and "cpu.yaml" not in err
     assert main(["plan", "--profile", "cpu", "--set", "layout.batch_size=-4"]) == 2
     err = capsys.readouterr().err
-    assert err == ("error: --set layout.batch_size: batch_size must be at least 1, not -4\n"
+    assert err == ("error: --set layout.batch_size: `batch_size` must be a whole number at least "
+                   "1, not -4\n"
                    "  fix: use e.g. --set layout.batch_size=32\n")
     assert main(["plan", "--profile", "mi325x", "--devices", "0-99"]) == 2
     assert capsys.readouterr().err.startswith("error: command line: --devices: device 64 ")
