@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.iree_tools import found_path, tool_path
 from runner.bench import benchmark_module as bm
 from runner.bench import capability, dispatch_names, ireeperf
@@ -166,7 +166,7 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
         p.profile.unlink(missing_ok=True)
         try:
             latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
-        except bm.ToolFailed as e:  # the same call ran unprofiled: profiling is what failed
+        except ToolFailed as e:  # the same call ran unprofiled: profiling is what failed
             p.profile.unlink(missing_ok=True)
             return {**base, "status": "unavailable", "note": capability.failed(
                 tool, device, MECHANISM, e.returncode, e.output or e.message)}

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.iree_tools import json_lines, tool_path
 from runner.bench import benchmark_module as bm
@@ -151,7 +151,7 @@ def record_command(command: bm.BenchCommand, directory: Path) -> bm.BenchCommand
 def record(command: bm.BenchCommand, directory: Path, timeout: float | None = None
            ) -> Recording:
     """Records one call of `command` into `directory` and reads it back (counts and
-    workloads only: nothing is timed). Raises bm.ToolFailed when the tool fails."""
+    workloads only: nothing is timed). Raises ToolFailed when the tool fails."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / REPLAY_FILE).unlink(missing_ok=True)
     bm.run(record_command(command, directory), None, timeout)
@@ -299,7 +299,7 @@ def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | No
     replay = directory / REPLAY_FILE
     try:
         recording = record(command, directory, timeout)
-    except bm.ToolFailed as e:
+    except ToolFailed as e:
         replay.unlink(missing_ok=True)
         return {**base, "status": "unavailable", "note": capability.failed(
             tools[0], device, MECHANISM, e.returncode, e.output or e.message)}

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.fileio import sha256_file
+from runner.base.gpu_info import nvidia_csv
 from runner.config.model_config import precision_text
 from runner.loadgen.rules import DIVISIONS, SYSTEM_TYPES, Round
 
@@ -174,17 +175,24 @@ def _run(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def parse_nvidia_smi(text: str) -> dict[str, Any]:
-    """`nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader`."""
-    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
-    if not rows or len(rows[0]) < 3:
+NVIDIA_QUERY = ("name", "memory.total", "clocks.max.sm")
+
+
+def nvidia_facts(text: str) -> dict[str, Any]:
+    """`nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader`
+    (units kept: MLPerf's fields are free text); {} where it cannot be read."""
+    try:
+        rows = nvidia_csv(text, NVIDIA_QUERY)
+    except ToolFailed:
         return {}
-    name, memory, clock = rows[0][:3]
-    return {"accelerator_model_name": name, "accelerator_memory_capacity": memory,
-            "accelerator_frequency": clock, "gpus_seen": len(rows)}
+    if not rows:
+        return {}
+    return {"accelerator_model_name": rows[0]["name"],
+            "accelerator_memory_capacity": rows[0]["memory.total"],
+            "accelerator_frequency": rows[0]["clocks.max.sm"], "gpus_seen": len(rows)}
 
 
-def parse_rocm_smi(text: str) -> dict[str, Any]:
+def rocm_facts(text: str) -> dict[str, Any]:
     """`rocm-smi --showproductname --showmeminfo vram --json`: one object per card
     (`Card series`, `VRAM Total Memory (B)`, ...); keys matched loosely, as their spelling
     varies across ROCm releases."""
@@ -214,12 +222,11 @@ def accelerator_facts(profile) -> dict[str, Any]:
                 **{f: "N/A" for f in ACCELERATOR_FIELDS}}
     facts: dict[str, Any] = {}
     if backend == "hip":
-        facts = parse_rocm_smi(_run(["rocm-smi", "--showproductname", "--showmeminfo", "vram",
+        facts = rocm_facts(_run(["rocm-smi", "--showproductname", "--showmeminfo", "vram",
                                      "--json"]) or "")
     elif backend == "cuda":
-        facts = parse_nvidia_smi(_run(["nvidia-smi",
-                                       "--query-gpu=name,memory.total,clocks.max.sm",
-                                       "--format=csv,noheader"]) or "")
+        facts = nvidia_facts(_run(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_QUERY)}",
+                                   "--format=csv,noheader"]) or "")
     facts.pop("gpus_seen", None)
     facts["accelerators_per_node"] = layout.gpus or len(layout.devices)
     return facts
