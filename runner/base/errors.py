@@ -41,8 +41,8 @@ class StepFailed(RunnerError):
 
 
 class ToolFailed(RunnerError):
-    """An external program the runner calls (iree-compile, nvidia-smi, docker, ...) failed,
-    hung or printed what cannot be read; the message names the command and what it said.
+    """An external program the runner calls (iree-compile, nvidia-smi, docker, ...) is missing,
+    failed, hung or printed what cannot be read; the message names it and what it said.
     `returncode` (None: it did not exit, or exited 0 with an unreadable answer) and `output`
     are kept for callers that judge what the failure says (an unsupported driver, say)."""
 

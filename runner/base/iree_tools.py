@@ -41,7 +41,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.signals import import_held
 
 TOOL_PATH_ENV = "IREE_TOOL_PATH"
@@ -78,10 +78,10 @@ def _split(value: str) -> list[Path]:
 def _check_dirs(dirs: list[Path], origin: str) -> None:
     for d in dirs:
         if not d.is_dir():
-            raise RunnerError(f"{d} is not a directory", where=origin,
-                              fix="name an IREE build's tools/ directory (the one holding "
-                              "iree-compile), or leave it out to use PATH and the installed "
-                              "iree-base-compiler / iree-base-runtime packages")
+            raise BadInput(f"{d} is not a directory", where=origin,
+                           fix="name an IREE build's tools/ directory (the one holding "
+                           "iree-compile), or leave it out to use PATH and the installed "
+                           "iree-base-compiler / iree-base-runtime packages")
 
 
 def override_dirs() -> tuple[list[Path], str]:
@@ -170,7 +170,7 @@ def find_tool(name: str) -> Tool:
         path, package = found
         return Tool(name, path, package, f"{skipped}, not on PATH; the installed {package} "
                     "package's own copy")
-    raise RunnerError(
+    raise ToolFailed(
         f"`{name}` not found: {skipped}, not on PATH, and no installed IREE package ships it",
         where=name,
         fix="pip install iree-base-compiler iree-base-runtime (the `runner` venv's packages "
@@ -201,9 +201,9 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
                         row = json.loads(line)
                     except ValueError as e:
                         proc.kill()
-                        raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
-                                          where=where, fix=f"run `{shown}` by hand; make the "
-                                          "file again if it is damaged") from e
+                        raise ToolFailed(f"{argv[0]} wrote a line that is not JSON: {e}",
+                                         where=where, fix=f"run `{shown}` by hand; make the "
+                                         "file again if it is damaged") from e
                     yield row
         finally:
             proc.stdout.close()
@@ -211,8 +211,8 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
         errors.seek(0)
         err = errors.read()
     if rc != 0:
-        raise RunnerError(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
-                          fix=f"reproduce with: {shown}")
+        raise ToolFailed(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
+                         fix=f"reproduce with: {shown}")
 
 
 def found_path(name: str) -> str | None:
@@ -284,9 +284,9 @@ def _compiler_at(path: str) -> CompilerInfo:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
-        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
-                          fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build; "
-                          "`runner --version` shows which tools are found where")
+        raise ToolFailed(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
+                         fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build; "
+                         "`runner --version` shows which tools are found where")
     return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
 
 

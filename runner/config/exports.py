@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
 from runner.config.mlperf_data import NEGATIVE_PROMPT
@@ -84,12 +84,12 @@ class ExportSource:
         if kind == "seeded":
             if value not in SEEDED_MODELS:
                 known = ", ".join("seeded:" + m for m in SEEDED_MODELS)
-                raise RunnerError(f"unknown seeded model {value!r}", where=where,
-                                  fix=f"use one of {known}")
+                raise BadInput(f"unknown seeded model {value!r}", where=where,
+                               fix=f"use one of {known}")
             return cls(None, value, dtype, vae_dtype=vae_dtype, vae_from=vae)
         if kind != "checkpoint" or not value:
-            raise RunnerError(f"{ref!r} names no export source", where=where,
-                              fix="use checkpoint:<diffusers dir> or seeded:sdxl")
+            raise BadInput(f"{ref!r} names no export source", where=where,
+                           fix="use checkpoint:<diffusers dir> or seeded:sdxl")
         return cls(_path(value, base), None, dtype, vae_dtype=vae_dtype, vae_from=vae)
 
     @property
@@ -303,7 +303,7 @@ def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
     if len(made_elsewhere) == 1:
         return ModelConfig.load(made_elsewhere[0])
     if made_elsewhere:
-        raise RunnerError(
+        raise BadInput(
             f"{len(made_elsewhere)} exports of {source.ref} ({source.dtype}) are in the "
             f"export cache and this machine cannot tell which one is current (no "
             f"{exporter_missing()} here to compute the export key): "

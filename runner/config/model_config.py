@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.config.schema import check_keys, dataclass_keys
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
@@ -119,10 +119,10 @@ class ModelConfig:
 
     def check_scorable(self) -> None:
         if self.no_scoring:
-            raise RunnerError(f"scoring refused for model {self.name}: {self.no_scoring}",
-                              where=f"{self.path}: no_scoring",
-                              fix="score a profile with real weights (e.g. mi325x with a "
-                              "local SDXL checkpoint); use this one for throughput and compiles")
+            raise BadInput(f"scoring refused for model {self.name}: {self.no_scoring}",
+                           where=f"{self.path}: no_scoring",
+                           fix="score a profile with real weights (e.g. mi325x with a "
+                           "local SDXL checkpoint); use this one for throughput and compiles")
 
     def mlir_sources(self, submodel: str, batch: int) -> list[str]:
         sub = self.submodels[submodel]
@@ -139,40 +139,40 @@ class ModelConfig:
     def from_dict(cls, raw: Any, path: Path) -> ModelConfig:
         where = str(path)
         if not isinstance(raw, dict):
-            raise RunnerError("model config must be a mapping", where=where,
-                              fix=f"write `key: value` fields {REF}")
+            raise BadInput("model config must be a mapping", where=where,
+                           fix=f"write `key: value` fields {REF}")
         check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
 
         def need(key: str, kind: type | tuple[type, ...]) -> Any:
             if key not in raw:
-                raise RunnerError(f"missing field `{key}`", where=where,
-                                  fix=f"add `{key}` (see runner/assets/tiny/model.json)")
+                raise BadInput(f"missing field `{key}`", where=where,
+                               fix=f"add `{key}` (see runner/assets/tiny/model.json)")
             if not isinstance(raw[key], kind):
-                raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
-                                  where=where, fix=f"give `{key}` as {REF} does")
+                raise BadInput(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
+                               where=where, fix=f"give `{key}` as {REF} does")
             return raw[key]
 
         dtype = need("dtype", str)
         if dtype not in DTYPES:
-            raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
-                              fix=f"use one of {', '.join(DTYPES)}")
+            raise BadInput(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
+                           fix=f"use one of {', '.join(DTYPES)}")
         denoise = raw.get("denoise", "host_loop")
         if denoise not in DENOISE_MODES:
-            raise RunnerError(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where,
-                              fix=f"use one of {', '.join(DENOISE_MODES)}")
+            raise BadInput(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where,
+                           fix=f"use one of {', '.join(DENOISE_MODES)}")
         batch_sizes = need("batch_sizes", list)
         source = raw.get("source")
         # An export-backed config may have no batch size yet: `runner compile` adds them.
         if (not batch_sizes and not source) or not all(isinstance(b, int) and b > 0
                                                         for b in batch_sizes):
-            raise RunnerError("`batch_sizes` must list positive integers", where=where,
-                              fix="e.g. batch_sizes: [1, 2]")
+            raise BadInput("`batch_sizes` must list positive integers", where=where,
+                           fix="e.g. batch_sizes: [1, 2]")
         submodels = {}
         for name, sub in need("submodels", dict).items():
             if not isinstance(sub, dict) or "mlir" not in sub:
-                raise RunnerError(f"submodel `{name}` needs an `mlir` field",
-                                  where=f"{where}: submodels.{name}",
-                                  fix=f"add the submodel's MLIR path {REF}")
+                raise BadInput(f"submodel `{name}` needs an `mlir` field",
+                               where=f"{where}: submodels.{name}",
+                               fix=f"add the submodel's MLIR path {REF}")
             check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
             at = f"{where}: submodels.{name}"
             submodels[name] = Submodel(
@@ -184,36 +184,36 @@ class ModelConfig:
         for role, ref in need("functions", dict).items():
             sub, _, fn = str(ref).partition(".")
             if not isinstance(ref, str) or sub not in submodels or not fn:
-                raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
-                                  f"of a known submodel ({', '.join(submodels)})",
-                                  where=f"{where}: functions.{role}",
-                                  fix=f"write it as <submodel>.<function>, e.g. "
-                                  f"{next(iter(submodels), 'clip')}.main")
+                raise BadInput(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
+                               f"of a known submodel ({', '.join(submodels)})",
+                               where=f"{where}: functions.{role}",
+                               fix=f"write it as <submodel>.<function>, e.g. "
+                               f"{next(iter(submodels), 'clip')}.main")
             functions[role] = (sub, fn)
         missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
         if missing:
-            raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
-                              where=f"{where}: functions", fix=f"add {', '.join(missing)} {REF}")
+            raise BadInput(f"denoise mode {denoise!r} needs functions {missing}",
+                           where=f"{where}: functions", fix=f"add {', '.join(missing)} {REF}")
         tok = need("tokenizer", dict)
         check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
         pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
                      or ("<|endoftext|>", "!"))
         if len(pads) != 2:
-            raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
-                              where=f"{where}: tokenizer.pad_tokens",
-                              fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
+            raise BadInput("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
+                           where=f"{where}: tokenizer.pad_tokens",
+                           fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
         _typed(tok, "dir", str | None, f"{where}: tokenizer")
         for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from",
                     "weights_spec"):
             _typed(raw, key, str | None, where)
         vae_dtype = raw.get("vae_dtype") or "float32"
         if vae_dtype not in DTYPES:
-            raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
-                              where=f"{where}: vae_dtype", fix="use float32 or float16")
+            raise BadInput(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
+                           where=f"{where}: vae_dtype", fix="use float32 or float16")
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise RunnerError("`files` must map file names to sha256 digests",
-                              where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
+            raise BadInput("`files` must map file names to sha256 digests",
+                           where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
         return cls(
             path=path, name=need("name", str), dtype=dtype,
             batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
@@ -242,6 +242,6 @@ def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
         ok = isinstance(value, kind)
         want = "a string"
     if not ok:
-        raise RunnerError(f"`{key}` must be {want}, not {type(value).__name__}",
-                          where=f"{where}.{key}", fix=f"give `{key}` as {want}")
+        raise BadInput(f"`{key}` must be {want}, not {type(value).__name__}",
+                       where=f"{where}.{key}", fix=f"give `{key}` as {want}")
     return value

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.iree_tools import CompilerInfo, rocm_chip_flag
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
 from runner.config.layout import LayoutSpec
@@ -85,9 +85,9 @@ def profile_dirs() -> list[Path]:
             continue
         path = Path(entry).expanduser()
         if not path.is_dir():
-            raise RunnerError(f"{entry!r} is not a directory", where=f"${PROFILE_PATH_ENV}",
-                              fix="list directories of profile YAML files, separated by "
-                              f"{os.pathsep!r}, or unset it")
+            raise BadInput(f"{entry!r} is not a directory", where=f"${PROFILE_PATH_ENV}",
+                           fix="list directories of profile YAML files, separated by "
+                           f"{os.pathsep!r}, or unset it")
         dirs.append(path)
     return [*dirs, CONFIGS_DIR]
 
@@ -114,40 +114,40 @@ def profile_path(name_or_path: str, extending: Path | None = None, where: str = 
 
 
 def _not_a_profile(name_or_path: str, path: Path, known: list[str], where: str
-                   ) -> RunnerError:
+                   ) -> BadInput:
     """What a `--profile` value that names no profile is instead (a directory, a file that
     is not YAML, a path that is not there, a misspelled name), and what is expected."""
     expected = "a profile name or a profile's .yaml/.yml file"
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.y*ml"))
-        return RunnerError(f"{name_or_path!r} is a directory, not a profile", where=where,
-                           fix=f"give {expected}"
-                           + (f", e.g. {path / inside[0]}" if inside else ""))
+        return BadInput(f"{name_or_path!r} is a directory, not a profile", where=where,
+                        fix=f"give {expected}"
+                        + (f", e.g. {path / inside[0]}" if inside else ""))
     if path.is_file():
-        return RunnerError(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
-                           ".yaml or .yml file)", where=where, fix=f"give {expected}")
+        return BadInput(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
+                        ".yaml or .yml file)", where=where, fix=f"give {expected}")
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        return RunnerError(f"unknown profile {name_or_path!r}: no such file", where=where,
-                           fix=no_such_path(path).fix)
+        return BadInput(f"unknown profile {name_or_path!r}: no such file", where=where,
+                        fix=no_such_path(path).fix)
     names = ", ".join(known) or "(none: the shipped profiles are missing; reinstall the runner)"
     close = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.6)
     searched = os.environ.get(PROFILE_PATH_ENV) or "not set"
-    return RunnerError(f"unknown profile {name_or_path!r}", where=where,
-                       fix=(f"did you mean {close[0]}? " if close else "")
-                       + f"use one of {names}, or a path to a profile YAML; a name is looked "
-                       f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
-                       f"({CONFIGS_DIR})")
+    return BadInput(f"unknown profile {name_or_path!r}", where=where,
+                    fix=(f"did you mean {close[0]}? " if close else "")
+                    + f"use one of {names}, or a path to a profile YAML; a name is looked "
+                    f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
+                    f"({CONFIGS_DIR})")
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
-        raise RunnerError("profile `extends` loops back on itself", where=str(path),
-                          fix="make one profile in the chain extend a profile that does not "
-                          "extend it back")
+        raise BadInput("profile `extends` loops back on itself", where=str(path),
+                       fix="make one profile in the chain extend a profile that does not "
+                       "extend it back")
     raw = read_yaml(path, what="profile") or {}
     if not isinstance(raw, dict):
-        raise RunnerError("a profile must be a YAML mapping", where=str(path),
-                          fix="write `key: value` lines, e.g. `extends: cpu` (see configs/)")
+        raise BadInput("a profile must be a YAML mapping", where=str(path),
+                       fix="write `key: value` lines, e.g. `extends: cpu` (see configs/)")
     check_profile_keys(raw, str(path))
     parent = raw.pop("extends", None)
     if parent is None:
@@ -160,8 +160,8 @@ def _parent_path(parent: Any, path: Path) -> Path:
     a YAML file relative to this one."""
     where = f"{path}: extends"
     if not isinstance(parent, str) or not parent:
-        raise RunnerError("`extends` must name a profile", where=where,
-                          fix="e.g. extends: cpu, or extends: other.yaml")
+        raise BadInput("`extends` must name a profile", where=where,
+                       fix="e.g. extends: cpu, or extends: other.yaml")
     if Path(parent).suffix in (".yaml", ".yml"):
         found = inside(parent, path.parent, where, absolute_ok=True)
         if found.is_file():
@@ -180,8 +180,8 @@ def set_field(raw: dict, dotted: str, value: Any) -> None:
             node[key] = _expanded(key, node[key])
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set",
-                              fix=f"set `{key}` itself: --set {key}=VALUE")
+            raise BadInput(f"`{dotted}`: `{key}` is not a mapping", where="--set",
+                           fix=f"set `{key}` itself: --set {key}=VALUE")
     if leaf in _SHORTHANDS and node is raw and leaf in node \
             and (isinstance(node[leaf], dict) or isinstance(value, dict)):
         node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
@@ -245,8 +245,8 @@ def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
     names = ([m.strip().lower() for m in items] if isinstance(items, list | tuple)
              and all(isinstance(m, str) for m in items) else [])
     if not names or not set(names) <= set(METRICS):
-        raise RunnerError(f"metrics {value!r}", where=where,
-                          fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
+        raise BadInput(f"metrics {value!r}", where=where,
+                       fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
     return tuple(m for m in METRICS if m in names)
 
 
@@ -319,43 +319,43 @@ class Profile:
 
 def _target(raw: Any, where: str, base: Path) -> Target:
     if not isinstance(raw, dict):
-        raise RunnerError("missing `target` mapping", where=where,
-                          fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
+        raise BadInput("missing `target` mapping", where=where,
+                       fix="add `target: {backend: cpu|hip|cuda, chip: ...}`")
     backend = raw.get("backend")
     if isinstance(backend, str):
         backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in DEFAULT_DRIVERS:
-        raise RunnerError(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
-                          fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
+        raise BadInput(f"`target.backend` is {backend!r}", where=f"{where}: target.backend",
+                       fix=f"use one of {', '.join([*DEFAULT_DRIVERS, *BACKEND_ALIASES])}")
     chip = raw.get("chip", "host" if backend == "cpu" else None)
     if not chip:
-        raise RunnerError(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
-                          where=f"{where}: target.chip",
-                          fix="add target.chip (or --set target.chip=gfx942)")
+        raise BadInput(f"backend {backend} needs `target.chip` (e.g. gfx942, sm_90)",
+                       where=f"{where}: target.chip",
+                       fix="add target.chip (or --set target.chip=gfx942)")
 
     def flag_list(value: Any, field: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
-            raise RunnerError(f"`{field}` must be a list of strings", where=f"{where}: {field}",
-                              fix=f"e.g. {field}: [\"--iree-opt-level=O3\"]")
+            raise BadInput(f"`{field}` must be a list of strings", where=f"{where}: {field}",
+                           fix=f"e.g. {field}: [\"--iree-opt-level=O3\"]")
         return tuple(value)
 
     spec = raw.get("tuning_spec")
     if spec:
         if not isinstance(spec, str):
-            raise RunnerError("`target.tuning_spec` must be a path",
-                              where=f"{where}: target.tuning_spec",
-                              fix="give the path of a tuning spec .mlir file, or leave it out")
+            raise BadInput("`target.tuning_spec` must be a path",
+                           where=f"{where}: target.tuning_spec",
+                           fix="give the path of a tuning spec .mlir file, or leave it out")
         spec_path = inside(spec, base, f"{where}: target.tuning_spec", absolute_ok=True)
         if not spec_path.is_file():
-            raise RunnerError("tuning spec not found", where=f"{where}: target.tuning_spec",
-                              fix=f"no file at {spec_path}")
+            raise BadInput("tuning spec not found", where=f"{where}: target.tuning_spec",
+                           fix=f"no file at {spec_path}")
         spec = str(spec_path)
     submodel_flags = raw.get("submodel_flags") or {}
     sku = raw.get("sku")
     if sku is not None and (not isinstance(sku, str) or not sku.strip()):
-        raise RunnerError(f"`target.sku` is {sku!r}", where=f"{where}: target.sku",
-                          fix="name IREE CI's SKU of the machine, e.g. mi300, mi325, cpu "
-                          "(or leave it out)")
+        raise BadInput(f"`target.sku` is {sku!r}", where=f"{where}: target.sku",
+                       fix="name IREE CI's SKU of the machine, e.g. mi300, mi325, cpu "
+                       "(or leave it out)")
     return Target(
         backend=backend, driver=raw.get("driver", DEFAULT_DRIVERS[backend]), chip=str(chip),
         compile_flags=flag_list(raw.get("compile_flags", []), "target.compile_flags"),
@@ -373,9 +373,9 @@ def _range(raw: dict, key: str, where: str) -> tuple[float, float] | None:
         return None
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(v, int | float) for v in value) or value[0] > value[1]):
-        raise RunnerError(f"`accuracy.{key}` must be [low, high] with low <= high",
-                          where=f"{where}: accuracy.{key}",
-                          fix=f"e.g. accuracy.{key}: [23.0, 23.9] (two numbers, low first)")
+        raise BadInput(f"`accuracy.{key}` must be [low, high] with low <= high",
+                       where=f"{where}: accuracy.{key}",
+                       fix=f"e.g. accuracy.{key}: [23.0, 23.9] (two numbers, low first)")
     return (float(value[0]), float(value[1]))
 
 
@@ -383,8 +383,8 @@ def _mlperf(raw: Any, where: str) -> Mlperf:
     if raw is None:
         return Mlperf()
     if not isinstance(raw, dict):
-        raise RunnerError("`mlperf` must be a mapping", where=f"{where}: mlperf",
-                          fix="write `mlperf:` followed by indented `key: value` lines")
+        raise BadInput("`mlperf` must be a mapping", where=f"{where}: mlperf",
+                       fix="write `mlperf:` followed by indented `key: value` lines")
     values = dict(raw)
     for key, value in raw.items():  # every key is a field: check_profile_keys saw to it
         at = f"{where}: mlperf.{key}"
@@ -392,10 +392,10 @@ def _mlperf(raw: Any, where: str) -> Mlperf:
             values[key] = _mlperf_system(value, at)
         elif key in ("division", "submitter"):
             if not isinstance(value, str) or not value.strip():
-                raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at, fix="a name")
+                raise BadInput(f"`mlperf.{key}` is {value!r}", where=at, fix="a name")
         elif not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
-            raise RunnerError(f"`mlperf.{key}` is {value!r}", where=at,
-                              fix="a positive number")
+            raise BadInput(f"`mlperf.{key}` is {value!r}", where=at,
+                           fix="a positive number")
     return Mlperf(**values)
 
 
@@ -405,12 +405,12 @@ def _mlperf_system(value: Any, where: str) -> dict[str, Any]:
         return {"id": value}
     if not isinstance(value, dict) or not isinstance(value.get("id"), str) \
             or not value["id"].strip():
-        raise RunnerError(f"`mlperf.system` is {value!r}", where=where,
-                          fix="a system id, or a mapping with `id` and systems JSON fields")
+        raise BadInput(f"`mlperf.system` is {value!r}", where=where,
+                       fix="a system id, or a mapping with `id` and systems JSON fields")
     for key, item in value.items():
         if not isinstance(item, str | int | float) or isinstance(item, bool):
-            raise RunnerError(f"`mlperf.system.{key}` is {item!r}", where=f"{where}.{key}",
-                              fix="a string or a number")
+            raise BadInput(f"`mlperf.system.{key}` is {item!r}", where=f"{where}.{key}",
+                           fix="a string or a number")
     return dict(value)
 
 
@@ -447,18 +447,18 @@ def check_override(dotted: str, path: Path) -> None:
     where = f"--set (profile {path})"
     parts = dotted.split(".")
     if not all(p.strip() for p in parts):
-        raise RunnerError(f"`--set {dotted}=...` has an empty key", where=where,
-                          fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
+        raise BadInput(f"`--set {dotted}=...` has an empty key", where=where,
+                       fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
     schema = profile_schema()
     if parts[0] == "extends":
-        raise RunnerError("`extends` is resolved before overrides apply", where=where,
-                          fix="pass the other profile with --profile")
+        raise BadInput("`extends` is resolved before overrides apply", where=where,
+                       fix="pass the other profile with --profile")
     if parts[0] not in schema:
         raise unknown_key(parts[0], [k for k in schema if k != "extends"], where)
     keys = schema[parts[0]]
     if keys is None and len(parts) > 1:
-        raise RunnerError(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
-                          where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
+        raise BadInput(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
+                       where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
     if keys is not None and len(parts) > 1 and parts[1] not in keys:
         raise unknown_key(parts[1], keys, where, parts[0])
 
@@ -485,7 +485,7 @@ def _blame_set(error: RunnerError, path: Path, overridden: tuple[str, ...]) -> R
         return error
     for dotted in overridden:
         if field == dotted or field.startswith(f"{dotted}."):
-            return RunnerError(error.message, where=f"--set {field}", fix=error.fix)
+            return BadInput(error.message, where=f"--set {field}", fix=error.fix)
     return error
 
 
@@ -514,9 +514,9 @@ def profile_from_raw(raw: dict, path: Path, overridden: tuple[str, ...] = ()) ->
 
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MLPERF_SAMPLES:
-        raise RunnerError(f"`count` is {value!r}", where=f"{where}: count",
-                          fix=f"a number of samples from 1 to {MLPERF_SAMPLES} (MLPerf's "
-                          f"set), e.g. count: {MLPERF_SAMPLES}")
+        raise BadInput(f"`count` is {value!r}", where=f"{where}: count",
+                       fix=f"a number of samples from 1 to {MLPERF_SAMPLES} (MLPerf's "
+                       f"set), e.g. count: {MLPERF_SAMPLES}")
     return value
 
 
@@ -537,17 +537,17 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
     ref, dtype, vae_dtype = spec.get("source"), spec.get("dtype"), spec.get("vae_dtype")
     vae_from = spec.get("vae_from")
     if not isinstance(ref, str) or not ref:
-        raise RunnerError("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
-                          "model config path)", where=f"{where}: model",
-                          fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
-                              "checkpoint:/models/sdxl, dtype: fp32}`")
+        raise BadInput("missing `model` (builtin:tiny, checkpoint:DIR, seeded:sdxl or a "
+                       "model config path)", where=f"{where}: model",
+                       fix="e.g. `model: checkpoint:/models/sdxl` or `model: {source: "
+                           "checkpoint:/models/sdxl, dtype: fp32}`")
     for key, given in (("dtype", dtype), ("vae_dtype", vae_dtype)):
         if given is not None and (not isinstance(given, str) or given not in MODEL_DTYPES):
-            raise RunnerError(f"`model.{key}` is {given!r}", where=f"{where}: model.{key}",
-                              fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
+            raise BadInput(f"`model.{key}` is {given!r}", where=f"{where}: model.{key}",
+                           fix=f"use fp16 or fp32 (e.g. --set model.{key}=fp32)")
     if vae_from is not None and (not isinstance(vae_from, str) or not vae_from):
-        raise RunnerError(f"`model.vae_from` is {vae_from!r}", where=f"{where}: model.vae_from",
-                          fix="name a diffusers-format VAE directory")
+        raise BadInput(f"`model.vae_from` is {vae_from!r}", where=f"{where}: model.vae_from",
+                       fix="name a diffusers-format VAE directory")
     vae = MODEL_DTYPES[vae_dtype or "fp32"]
     if ref.startswith(EXPORT_SOURCES):
         from runner.config.exports import exported_model
@@ -555,18 +555,18 @@ def _model(value: Any, path: Path, where: str) -> ModelConfig:
         return exported_model(ref, path.parent, f"{where}: model",
                               MODEL_DTYPES[dtype or "fp16"], vae, vae_from)
     if vae_from is not None:
-        raise RunnerError("`model.vae_from` is for a model the runner exports", where=f"{where}: "
-                          "model.vae_from", fix="name the model as checkpoint:DIR or seeded:sdxl "
-                          "(or leave vae_from out for a model config)")
+        raise BadInput("`model.vae_from` is for a model the runner exports", where=f"{where}: "
+                       "model.vae_from", fix="name the model as checkpoint:DIR or seeded:sdxl "
+                       "(or leave vae_from out for a model config)")
     model = ModelConfig.load(_model_path(ref, path, where, vae if vae_dtype else None))
     for key, given, have, verb in (("dtype", dtype, model.dtype, "was exported in"),
                                    ("vae_dtype", vae_dtype, model.vae_dtype, "decodes in")):
         if given is not None and MODEL_DTYPES[given] != have:
-            raise RunnerError(f"`model.{key}` is {given}, but {model.path} {verb} {have}",
-                              where=f"{where}: model.{key}",
-                              fix=f"leave model.{key} out for a model config, or name a "
-                                  "checkpoint:DIR / seeded:sdxl source to export in that "
-                                  "precision")
+            raise BadInput(f"`model.{key}` is {given}, but {model.path} {verb} {have}",
+                           where=f"{where}: model.{key}",
+                           fix=f"leave model.{key} out for a model config, or name a "
+                               "checkpoint:DIR / seeded:sdxl source to export in that "
+                               "precision")
     return model
 
 
@@ -577,11 +577,11 @@ def _model_path(model_ref: str, path: Path, where: str, vae_dtype: str | None = 
         name = model_ref.removeprefix("builtin:")
         model_path = BUILTIN_VAE_VARIANTS.get((name, vae_dtype or ""), BUILTIN_MODELS.get(name))
         if model_path is None:
-            raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
-                              fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
+            raise BadInput(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
+                           fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
     else:
         model_path = inside(model_ref, path.parent, f"{where}: model", absolute_ok=True)
     if not model_path.is_file():
-        raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
-                          fix="run `runner export tiny` or fix the path")
+        raise BadInput(f"model config not found at {model_path}", where=f"{where}: model",
+                       fix="run `runner export tiny` or fix the path")
     return model_path

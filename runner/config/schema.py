@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 
 def dataclass_keys(cls: Any, skip: Iterable[str] = ()) -> tuple[str, ...]:
@@ -22,15 +22,15 @@ def dataclass_keys(cls: Any, skip: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in skipped)
 
 
-def unknown_key(key: Any, known: Iterable[str], where: str, section: str = "") -> RunnerError:
+def unknown_key(key: Any, known: Iterable[str], where: str, section: str = "") -> BadInput:
     """The error for `key` in `section` (a dotted path, "" at the top) of the file `where`."""
     known = sorted(known)
     prefix = f"{section}." if section else ""
     close = difflib.get_close_matches(str(key), known, n=1)
     hint = f"did you mean `{prefix}{close[0]}`? " if close else ""
-    return RunnerError(f"unknown field `{prefix}{key}`", where=f"{where}: {prefix}{key}",
-                       fix=f"{hint}valid keys{' in ' + section if section else ''}: "
-                       f"{', '.join(known) or '(none)'}")
+    return BadInput(f"unknown field `{prefix}{key}`", where=f"{where}: {prefix}{key}",
+                    fix=f"{hint}valid keys{' in ' + section if section else ''}: "
+                    f"{', '.join(known) or '(none)'}")
 
 
 def check_keys(mapping: Mapping[Any, Any], known: Iterable[str], where: str,

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.outdir import RECORD, read_record
 from runner.history.model import Metric, Result
 
@@ -45,14 +45,14 @@ FIX = "pass the --out of a run, bench, bench goldens, mlperf, validate or golden
 def _json(path: Path) -> Any:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
-            raise RunnerError("larger than any file the runner writes", where=str(path),
-                              fix=FIX)
+            raise BadInput("larger than any file the runner writes", where=str(path),
+                           fix=FIX)
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RunnerError("missing: the command did not finish writing its results",
-                          where=str(path), fix=FIX) from None
+        raise BadInput("missing: the command did not finish writing its results",
+                       where=str(path), fix=FIX) from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RunnerError(f"cannot be read: {e}", where=str(path), fix=FIX) from None
+        raise BadInput(f"cannot be read: {e}", where=str(path), fix=FIX) from None
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -88,30 +88,30 @@ def command_of(out: Path) -> str:
     if record is not None:
         command = str(record["command"])
         if command not in RECORDED:
-            raise RunnerError(f"`runner {command}` keeps no results for the history",
-                              where=str(out / RECORD), fix=FIX)
+            raise BadInput(f"`runner {command}` keeps no results for the history",
+                           where=str(out / RECORD), fix=FIX)
         return command
     for command, marker in MARKERS:
         if (out / marker).is_file():
             if command == BENCH and _obj(_json(out / marker)).get("kind") == "bench-goldens":
                 return BENCH_GOLDENS
             return command
-    raise RunnerError("holds no results of a command the history records (looked for "
-                      f"{RECORD}, {', '.join(m for _, m in MARKERS)})", where=str(out), fix=FIX)
+    raise BadInput("holds no results of a command the history records (looked for "
+                   f"{RECORD}, {', '.join(m for _, m in MARKERS)})", where=str(out), fix=FIX)
 
 
 def extract(out: Path, command: str | None = None) -> list[Result]:
     """The results of the command that wrote `out` (one per IREE build it measured)."""
     out = Path(os.path.abspath(Path(out).expanduser()))
     if not out.is_dir():
-        raise RunnerError("not a directory", where=str(out), fix=FIX)
+        raise BadInput("not a directory", where=str(out), fix=FIX)
     command = command or command_of(out)
     base = _Base.of(out, command)
     try:
         return READERS[command](out, base)
     except (KeyError, TypeError, AttributeError, IndexError) as e:
-        raise RunnerError(f"not results as the runner writes them ({type(e).__name__}: {e})",
-                          where=str(out), fix=FIX) from None
+        raise BadInput(f"not results as the runner writes them ({type(e).__name__}: {e})",
+                       where=str(out), fix=FIX) from None
 
 
 class _Base:
