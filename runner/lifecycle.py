@@ -52,6 +52,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
+from runner.base.outdir import FAILED, FINISHED, RUNNING
 from runner.base.provenance import host_info, iree_provenance
 from runner.batch.aggregate import AggregateResult, aggregate
 from runner.batch.executor_for import executor_for
@@ -64,15 +65,7 @@ from runner.config.layout import Plan
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import Profile
 from runner.rundir.directory import DiskFull, RunDir
-from runner.rundir.manifest import (
-    FAILED,
-    FINISHED,
-    KILLED,
-    RUNNING,
-    Attempt,
-    RunManifest,
-    now_text,
-)
+from runner.rundir.manifest import KILLED, Attempt, RunManifest, now_text
 from runner.rundir.mlperf_log import LOG_NAME
 from runner.rundir.store import SampleStore
 

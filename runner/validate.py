@@ -31,7 +31,7 @@ from runner.config.profile import Profile
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.model.compiled_model import CompiledModel
 
-STATE = "validate.json"
+VALIDATE_STATE = "validate.json"
 RUN = "run"
 
 
@@ -66,7 +66,7 @@ class Validation:
 
     def __init__(self, out: Path, dry_run: bool):
         self.out, self.dry_run = out, dry_run
-        path = out / STATE
+        path = out / VALIDATE_STATE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
         self.state.setdefault("steps", {})
 
@@ -91,7 +91,7 @@ class Validation:
         self.state["steps"][name] = {"key": key, "status": status,
                                      "seconds": round(seconds, 3), "detail": detail}
         if not self.dry_run:
-            atomic_write_json(self.out / STATE, self.state)
+            atomic_write_json(self.out / VALIDATE_STATE, self.state)
 
 
 def validate(req: ValidateRequest) -> int:
@@ -177,10 +177,10 @@ def check_inputs(req: ValidateRequest):
     if req.goldens is not None:
         find_test_files([req.goldens], where="--goldens")
         parse_target(req.to or "next")
-    if req.baseline is not None and not (req.baseline / STATE).is_file():
+    if req.baseline is not None and not (req.baseline / VALIDATE_STATE).is_file():
         if not req.baseline.exists():
             raise no_such_path(req.baseline, "--baseline", "validate directory")
-        raise RunnerError(f"{req.baseline} holds no {STATE}", where="--baseline",
+        raise RunnerError(f"{req.baseline} holds no {VALIDATE_STATE}", where="--baseline",
                           fix="pass the --out of an earlier `runner validate`")
     return source
 
@@ -190,7 +190,7 @@ def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> d
     most (per-image PSNR/SSIM) between the two IREE builds."""
     from runner.accuracy.compare import compare_runs, write_comparison
 
-    before = json.loads((baseline / STATE).read_text())
+    before = json.loads((baseline / VALIDATE_STATE).read_text())
     now, then = state["steps"]["score"]["detail"], before["steps"]["score"]["detail"]
     comparison = compare_runs(baseline / RUN, run_dir)
     write_comparison(run_dir / "compare.json", comparison)
@@ -325,6 +325,6 @@ def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> 
                      f"samples/s; per-image PSNR/SSIM in {b['compare']}")
     lines += ["", "Reproduce:", "", "```bash", f"runner {shellscript.join(state['argv'])}", "```"]
     if not ledger.dry_run:
-        atomic_write_json(out / STATE, state)
+        atomic_write_json(out / VALIDATE_STATE, state)
         atomic_write_text(out / "validate.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

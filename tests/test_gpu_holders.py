@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ToolFailed
 from runner.base.gpu_holders import (
     MIB,
     GpuProcess,
     Snapshot,
-    ToolFailed,
-    check,
+    check_leaks,
     nvidia_processes,
     rocm_processes,
     snapshot,
@@ -49,16 +49,16 @@ def test_rocm_smi_showpids_is_read_pid_by_pid():
 def test_a_process_added_since_the_snapshot_is_a_leak():
     before = Snapshot("nvidia-smi", (GpuProcess(7, MIB),))
     after = Snapshot("nvidia-smi", (GpuProcess(7, MIB), GpuProcess(9, 40 * 1024 * MIB)))
-    result = check(before, after)
+    result = check_leaks(before, after)
     assert not result.ok and result.leaks == [GpuProcess(9, 40 * 1024 * MIB)]
     assert "pid 9: 40960 MiB" in "\n".join(result.lines())
-    assert check(before, before).ok
+    assert check_leaks(before, before).ok
 
 
 def test_no_tool_means_skipped_with_a_note_not_passed_silently():
     none = snapshot(which=lambda name: None)
     assert none.tool is None and "neither nvidia-smi nor rocm-smi" in none.note
-    result = check(Snapshot(None), none)
+    result = check_leaks(Snapshot(None), none)
     assert result.ok and result.lines() == [none.note]
 
 

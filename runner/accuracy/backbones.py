@@ -27,12 +27,14 @@ from runner.base.fileio import sha256_file
 from runner.base.paths import cache_dir
 from runner.config.profile import METRICS
 
-MODES = ("pretrained", "seeded")
+BACKBONE_MODES = ("pretrained", "seeded")
 SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"
 
 
 @dataclass(frozen=True)
-class WeightsSpec:
+class BackboneWeights:
+    """Where a scoring network's pretrained weights come from, and their digest."""
+
     what: str
     name: str
     sha256: str
@@ -44,13 +46,13 @@ class WeightsSpec:
         return cache_dir() / "mlperf" / self.name
 
 
-FID_WEIGHTS = WeightsSpec(
+FID_WEIGHTS = BackboneWeights(
     what="FID InceptionV3 weights", name="pt_inception-2015-12-05-6726825d.pth",
     sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
     url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
         "pt_inception-2015-12-05-6726825d.pth",
     env="RUNNER_FID_WEIGHTS", flag="--fid-weights")
-CLIP_WEIGHTS = WeightsSpec(
+CLIP_WEIGHTS = BackboneWeights(
     what="CLIP ViT-B-32 openai weights", name="ViT-B-32.pt",
     sha256="40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af",
     url="https://openaipublic.azureedge.net/clip/models/"
@@ -58,7 +60,7 @@ CLIP_WEIGHTS = WeightsSpec(
     env="RUNNER_CLIP_WEIGHTS", flag="--clip-weights")
 
 
-def find_weights(spec: WeightsSpec, explicit: str | Path | None = None) -> Path:
+def find_weights(spec: BackboneWeights, explicit: str | Path | None = None) -> Path:
     """The flag's path, else the env var's, else the cache; an error names all three."""
     if explicit:
         path, origin = Path(explicit).expanduser(), spec.flag
@@ -85,7 +87,7 @@ def backbone_weights(mode: str, metrics: tuple[str, ...], fid_weights: str | Pat
         if metric in metrics]
 
 
-def verify_weights(path: Path, spec: WeightsSpec, expected_sha256: str | None = None) -> str:
+def verify_weights(path: Path, spec: BackboneWeights, expected_sha256: str | None = None) -> str:
     expected = expected_sha256 or spec.sha256
     actual = sha256_file(path)
     if actual != expected:
@@ -234,9 +236,9 @@ def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = No
     (tests load files of their own through the real path with them); nothing on the command
     line sets them."""
     device = _device(device)
-    if mode not in MODES:
+    if mode not in BACKBONE_MODES:
         raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
-                          fix=f"use one of {', '.join(MODES)}")
+                          fix=f"use one of {', '.join(BACKBONE_MODES)}")
     if mode == "seeded":  # the same networks for a seed: built once in a process
         key = (seed, device, tuple(m for m in METRICS if m in metrics))
         if key not in _SEEDED:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.accuracy.backbones import MODES
+from runner.accuracy.backbones import BACKBONE_MODES
 from runner.accuracy.samples import parse_ids
 from runner.base.errors import RunnerError
 from runner.base.paths import BUILTIN, builtin_path
@@ -49,9 +49,9 @@ def accuracy_settings(profile: Profile) -> AccuracySettings:
     raw = profile.accuracy.settings
     where = f"{profile.path}: accuracy"
     mode = raw.get("backbones", "pretrained")
-    if mode not in MODES:
+    if mode not in BACKBONE_MODES:
         raise RunnerError(f"`backbones` is {mode!r}", where=f"{where}.backbones",
-                          fix=f"use one of {', '.join(MODES)}")
+                          fix=f"use one of {', '.join(BACKBONE_MODES)}")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise RunnerError(f"`seed` is {seed!r}", where=f"{where}.seed",

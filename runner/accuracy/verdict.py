@@ -21,11 +21,11 @@ from typing import Any
 from runner.accuracy.score import AccuracyResult
 from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.outcome import Outcome
 from runner.config.profile import METRICS, Accuracy
 
 JSON_NAME = "accuracy.json"
 TXT_NAME = "accuracy.txt"
-PASS, FAIL, SUBSET = "pass", "fail", "subset"
 
 
 def subset_label(n: int) -> str:
@@ -80,18 +80,18 @@ class Verdict:
     not_scored: tuple[str, ...] = ()  # metrics left out (`--metrics`): "FID" / "CLIP"
 
     @property
-    def state(self) -> str:
+    def state(self) -> Outcome:
         if self.subset_of is not None:
-            return FAIL if self.require_full else SUBSET
-        return PASS if all(c.passed for c in self.checks) else FAIL
+            return Outcome.FAIL if self.require_full else Outcome.SUBSET
+        return Outcome.PASS if all(c.passed for c in self.checks) else Outcome.FAIL
 
     @property
     def passed(self) -> bool:
-        return self.state == PASS
+        return self.state == Outcome.PASS
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FAILED if self.state == FAIL else EXIT_OK
+        return EXIT_FAILED if self.state == Outcome.FAIL else EXIT_OK
 
     def check(self, metric: str) -> RangeCheck | None:
         """The check of "FID" or "CLIP"; None when that metric was not scored."""
@@ -99,7 +99,7 @@ class Verdict:
 
     def lines(self) -> list[str]:
         out = [c.line(judged=self.subset_of is None) for c in self.checks]
-        if self.state == SUBSET:
+        if self.state == Outcome.SUBSET:
             out.append("verdict: SUBSET (not judged; --require-full makes this a failure)")
         else:
             out.append(f"verdict: {self.state.upper()}")

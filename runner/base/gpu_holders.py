@@ -122,7 +122,7 @@ def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
 
 
 @dataclass(frozen=True)
-class Check:
+class LeakCheck:
     """What a check found: `leaks` (processes holding GPU memory that did not before)."""
 
     tool: str | None
@@ -142,13 +142,13 @@ class Check:
                 "command returned:", *(f"  {p.text()}" for p in self.leaks)]
 
 
-def check(before: Snapshot, after: Snapshot | None = None) -> Check:
+def check_leaks(before: Snapshot, after: Snapshot | None = None) -> LeakCheck:
     """The processes in `after` (default: now) that were not in `before`."""
     after = after if after is not None else snapshot()
     if after.tool is None:
-        return Check(None, note=after.note)
+        return LeakCheck(None, note=after.note)
     known = {p.pid for p in before.processes}
-    return Check(after.tool, [p for p in after.processes if p.pid not in known])
+    return LeakCheck(after.tool, [p for p in after.processes if p.pid not in known])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "snapshot":
             print(json.dumps(snapshot().to_dict(), indent=2))
             return 0
-        result = check(Snapshot.from_dict(json.loads(args.before.read_text())))
+        result = check_leaks(Snapshot.from_dict(json.loads(args.before.read_text())))
     except (ToolFailed, OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

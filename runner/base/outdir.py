@@ -52,7 +52,7 @@ from runner.base.fileio import atomic_write_bytes, atomic_write_json
 
 RECORD = "attempt.json"
 LOCK = "attempt.lock"
-SCHEMA = 1
+ATTEMPT_SCHEMA = 1
 RESUMES, REFUSES = "resumes", "refuses"
 RUNNING, FINISHED, FAILED, INCOMPLETE, INTERRUPTED = (
     "running", "finished", "failed", "incomplete", "interrupted")
@@ -120,12 +120,12 @@ def foreign_files(path: Path) -> list[str]:
     return out
 
 
-def normalize(value: Any, cwd: str, files: dict[str, str]) -> Any:
+def normalize_input(value: Any, cwd: str, files: dict[str, str]) -> Any:
     """An input as compared across attempts: a string naming an existing path becomes its
     resolved path (a small regular file's contents hash goes into `files`); lists
     element by element; anything else as it is."""
     if isinstance(value, list | tuple):
-        return [normalize(v, cwd, files) for v in value]
+        return [normalize_input(v, cwd, files) for v in value]
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str) or not value or "\n" in value or len(value) > 4096:
@@ -145,7 +145,7 @@ def normalize(value: Any, cwd: str, files: dict[str, str]) -> Any:
 def inputs_record(inputs: Mapping[str, Any], cwd: str) -> dict[str, Any]:
     """{"inputs": normalized values, "files": resolved path -> sha256} of a command."""
     files: dict[str, str] = {}
-    values = {k: normalize(v, cwd, files) for k, v in sorted(inputs.items())}
+    values = {k: normalize_input(v, cwd, files) for k, v in sorted(inputs.items())}
     return {"inputs": values, "files": files}
 
 
@@ -338,7 +338,7 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
 
 def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: str,
          dry_run: bool) -> OutDir:
-    record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
+    record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
               "status": RUNNING, "attempts": [_attempt()], "done": {}}
     out = OutDir(path, command, record, resumed=False, dry_run=dry_run,
                  created=not path.exists())
@@ -391,7 +391,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
               dry_run: bool, lock: DirLock | None) -> OutDir:
     name = f"`runner {command}`"
     if record is None:  # an out dir of this command from before attempt records
-        record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
+        record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
                   **(now or inputs_record({}, cwd)), "status": FINISHED, "attempts": [],
                   "done": {}}
     elif now is not None:

@@ -143,7 +143,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                                     opts.executor, opts.slurm)
         if opts.dry_run:
             for combo in combos:
-                for line in sweep.dry_run_lines(combo, ids, opts.slurm):
+                for line in sweep.sweep_dry_run_lines(combo, ids, opts.slurm):
                     emit(line)
                 report.layouts.append(tp.layout_result(
                     combo.case, combo.run_dir, combo.argv(ids), combo.arm.spec,

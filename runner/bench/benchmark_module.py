@@ -132,8 +132,8 @@ def command(*, device: str, modules: Sequence[Path | str], function: str,
     return BenchCommand(tuple(argv), dict(env or {}), tuple(prefix))
 
 
-def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
-        ) -> Latency:
+def run_benchmark(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
+                  ) -> Latency:
     """Runs the command (never through a shell); keeps its raw JSON next to the results."""
     try:
         proc = subprocess.run(cmd.launch_argv(), capture_output=True, text=True, check=False,

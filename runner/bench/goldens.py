@@ -78,7 +78,7 @@ from runner.inputs.paths import suite_ref
 from runner.model.compile import compile_key, compile_mlir
 
 DEFAULT_BENCH_SUITE = GOLDENS_DIR / "tiny-bench"
-STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
+BENCH_STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
 
 
 @dataclass(frozen=True)
@@ -438,7 +438,7 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
         print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
-        result.latency = bm.run(cmd, raw, timeout=opts.timeout)
+        result.latency = bm.run_benchmark(cmd, raw, timeout=opts.timeout)
         if bench.time_statistic == "mean" and not result.latency.mean_is_aggregate:
             raise RunnerError("the output has no `mean` row (one repetition): IREE CI's "
                               "runner fails (\"Benchmark results was not found\")",

@@ -272,8 +272,8 @@ def run_combinations(combos: list[Combination], ids: list[int],
     return results
 
 
-def dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
-                  ) -> list[str]:
+def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
+                        ) -> list[str]:
     """What running the combination would do, exactly: its compiles (in the arm's image
     when it has one), the `runner run` line, and the sbatch command or worker commands."""
     case = combo.case

@@ -46,7 +46,7 @@ from runner.base.paths import PACKAGE_DIR, cache_dir
 from runner.base.progress import echo
 from runner.bisect.builds import COMPILER_PACKAGE, RUNTIME_PACKAGE, Build, Sources
 
-EXECUTORS = ("venv", "docker")
+BUILD_EXECUTORS = ("venv", "docker")
 MARKER = "build.json"
 PKGCI_REPO, PKGCI_WORKFLOW = "iree-org/iree", "pkgci.yml"
 PKGCI_ARTIFACT = "linux_x86_64_release_packages"
@@ -186,9 +186,9 @@ def _python() -> str:
 def plan_setup(build: Build, sources: Sources, executor: str = "venv",
                from_source: bool = False) -> Setup:
     """What making this build's environment takes, without doing any of it."""
-    if executor not in EXECUTORS:
+    if executor not in BUILD_EXECUTORS:
         raise RunnerError(f"unknown install mode {executor!r}", where="--install",
-                          fix=f"use one of {', '.join(EXECUTORS)}")
+                          fix=f"use one of {', '.join(BUILD_EXECUTORS)}")
     if executor == "docker" or build.kind == "source" or from_source:
         return _plan_image(build, sources, from_source)
     if build.kind == "build-dir":

@@ -15,7 +15,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json
 from runner.bisect.builds import Build
 
-SCHEMA = 1
+LEDGER_SCHEMA = 1
 
 
 def inputs_key(inputs: dict[str, Any]) -> str:
@@ -38,7 +38,7 @@ class Ledger:
                                   "of other inputs", where=str(path),
                                   fix="use a new --out DIR (or the same arguments to resume)")
         self.resumed = bool(self.state.get("steps"))
-        self.state.update(schema=SCHEMA, command=command, key=key, inputs=inputs, argv=argv)
+        self.state.update(schema=LEDGER_SCHEMA, command=command, key=key, inputs=inputs, argv=argv)
         self.state.setdefault("steps", [])
         self.state.setdefault("started", time.time())
 

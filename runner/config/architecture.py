@@ -59,7 +59,7 @@ class Architecture:
                    int(self.text_encoder_2.get("max_position_embeddings", 77)))
 
 
-def read_json(path: Path) -> dict:
+def read_checkpoint_json(path: Path) -> dict:
     """A checkpoint's JSON (configs, model_index.json, tokenizer files) through the bounded
     reader: a JSON object, not too deep, finite numbers."""
     if not path.exists():
@@ -106,14 +106,15 @@ def _check_fields(configs: dict[str, dict], root: Path) -> None:
 def load_architecture(root: Path) -> Architecture:
     """The configs under a diffusers-format directory, checked to be SDXL-shaped."""
     index_path = root / "model_index.json"
-    index = read_json(index_path)
+    index = read_checkpoint_json(index_path)
     if index.get("_class_name") != PIPELINE_CLASS:
         raise BadInput(f"a {index.get('_class_name')!r} checkpoint, not SDXL "
                        f"({PIPELINE_CLASS})", where=str(index_path),
                        fix="point --from at an SDXL base 1.0 checkpoint; SD 1.x/2.x "
                        "(one text encoder, 768/1024-d cross attention) cannot run this "
                        "pipeline")
-    configs = {name: read_json(root / name / file) for name, file in CONFIG_FILES.items()}
+    configs = {name: read_checkpoint_json(root / name / file)
+               for name, file in CONFIG_FILES.items()}
     _check_fields(configs, root)
     arch = Architecture(**configs)
     check_architecture(arch, root)

@@ -17,7 +17,7 @@ from runner.config.architecture import (
     Architecture,
     check_prompt_length,
     load_architecture,
-    read_json,
+    read_checkpoint_json,
     with_vae,
 )
 from runner.inputs.limits import MiB, read_text
@@ -116,7 +116,7 @@ def open_vae(root: Path, dtype: str, vae_dtype: str) -> VaeFiles:
         raise BadInput("VAE directory not found", where=str(root), fix=fix)
     if not (root / "config.json").is_file():  # (an empty or half-copied directory)
         raise BadInput("file missing", where=str(root / "config.json"), fix=fix)
-    config = read_json(root / "config.json")
+    config = read_checkpoint_json(root / "config.json")
     weights, variant = _weights(root, "vae", vae_weights_dtype(dtype, vae_dtype))
     check_safetensors(weights)
     return VaeFiles(root, config, weights, variant)
@@ -143,11 +143,11 @@ def open_checkpoint(root: Path, dtype: str, max_length: int | None = None,
                        "encodes both prompts with one", where=str(root / "tokenizer_2"),
                        fix="SDXL's two CLIP tokenizers share one vocabulary: check the copy")
     length = (check_prompt_length(max_length, arch, "--max-length") if max_length
-              else prompt_length(root, arch))
+              else checkpoint_prompt_length(root, arch))
     return Checkpoint(root, arch, weights, variants, length)
 
 
-def prompt_length(root: Path, arch: Architecture) -> int:
+def checkpoint_prompt_length(root: Path, arch: Architecture) -> int:
     """The tokens a prompt is padded and truncated to: the tokenizers' `model_max_length`,
     which diffusers' StableDiffusionXLPipeline pads to (77 for SDXL base 1.0), so the
     exported pipeline encodes prompts exactly as the reference does; without one, the text
@@ -156,7 +156,7 @@ def prompt_length(root: Path, arch: Architecture) -> int:
     for name in TOKENIZER_DIRS:
         path = root / name / TOKENIZER_CONFIG
         if path.is_file():
-            value = read_json(path).get("model_max_length")
+            value = read_checkpoint_json(path).get("model_max_length")
             if isinstance(value, int | float) and value < _NO_LENGTH:
                 lengths[path] = int(value)
     if len(set(lengths.values())) > 1:
@@ -176,13 +176,13 @@ def tokenizer_files(directory: Path) -> tuple[dict, list[str]]:
     vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
     if vocab_path.is_file() and merges_path.is_file():
         merges = read_text(merges_path, max_bytes=64 * MiB, what="merges file").splitlines()
-        return (_vocab(read_json(vocab_path), vocab_path),
+        return (_vocab(read_checkpoint_json(vocab_path), vocab_path),
                 [m for m in merges if m and not m.startswith("#version")])
     fast = directory / "tokenizer.json"
     if not fast.is_file():
         raise BadInput("no CLIP tokenizer files", where=str(directory),
                        fix="the folder needs vocab.json + merges.txt, or tokenizer.json")
-    model = read_json(fast).get("model")
+    model = read_checkpoint_json(fast).get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
         raise BadInput("tokenizer.json holds no BPE model", where=str(fast),
                        fix="use the CLIP tokenizer SDXL ships")
@@ -206,7 +206,7 @@ def _vocab(vocab: object, path: Path) -> dict:
     return vocab
 
 
-def write_tokenizer(source: Path, out_dir: Path) -> None:
+def convert_tokenizer(source: Path, out_dir: Path) -> None:
     """The runner's tokenizer reads CLIP's two-file format; write it from either format."""
     vocab, merges = tokenizer_files(source)
     atomic_write_text(out_dir / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")

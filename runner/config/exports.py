@@ -37,7 +37,7 @@ SOURCE_PREFIXES = ("checkpoint:", "seeded:")
 # `seeded:sdxl`: SDXL base 1.0's architecture; `seeded:tiny`: the embedded model's (minutes
 # less to export and run: the seeded path, spec-written weights included, on a laptop).
 SEEDED_MODELS = ("sdxl", "tiny")
-SEED = 20251123
+SEEDED_SEED = 20251123
 # A seeded export's weights, as a spec (names, shapes, dtypes, init rules, the seed) the
 # `.irpa` files are written from (runner.model.seeded_weights): beside model.json.
 WEIGHTS_SPEC = "weights.spec.json"
@@ -196,7 +196,7 @@ def export_key(source: ExportSource) -> str | None:
     """The content key, or None when the checkpoint (or the `vae_from` directory) is not on
     this machine (a dry run can still print what it would do)."""
     if source.seeded:
-        inputs = {"seeded": source.seeded, "seed": SEED,
+        inputs = {"seeded": source.seeded, "seed": SEEDED_SEED,
                   "files": hash_files(_seeded_files(source.seeded), ASSETS_DIR),
                   "max_length": prompt_length(source)}
     else:

@@ -23,7 +23,7 @@ REQUIRED_FUNCTIONS = {
     "host_loop": ("encode_prompts", "run_initialize", "run_forward", "decode"),
     "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
 }
-DTYPES = ("float32", "float16")
+DTYPE_NAMES = ("float32", "float16")
 SHORT_DTYPES = {"float32": "fp32", "float16": "fp16"}
 
 
@@ -153,9 +153,9 @@ class ModelConfig:
             return raw[key]
 
         dtype = need("dtype", str)
-        if dtype not in DTYPES:
-            raise BadInput(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
-                           fix=f"use one of {', '.join(DTYPES)}")
+        if dtype not in DTYPE_NAMES:
+            raise BadInput(f"`dtype` {dtype!r} is not one of {DTYPE_NAMES}", where=where,
+                           fix=f"use one of {', '.join(DTYPE_NAMES)}")
         denoise = raw.get("denoise", "host_loop")
         if denoise not in DENOISE_MODES:
             raise BadInput(f"`denoise` {denoise!r} is not one of {DENOISE_MODES}", where=where,
@@ -207,8 +207,8 @@ class ModelConfig:
                     "weights_spec"):
             _typed(raw, key, str | None, where)
         vae_dtype = raw.get("vae_dtype") or "float32"
-        if vae_dtype not in DTYPES:
-            raise BadInput(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
+        if vae_dtype not in DTYPE_NAMES:
+            raise BadInput(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPE_NAMES}",
                            where=f"{where}: vae_dtype", fix="use float32 or float16")
         files = raw.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):

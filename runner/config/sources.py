@@ -42,7 +42,7 @@ SAS_PARAMS = frozenset({"sig", "se", "st", "sp", "sv", "sr", "spr", "srt", "ss",
                         "skoid", "sktid", "skt", "ske", "sks", "skv", "saoid", "suoid",
                         "scid", "sdd", "ses", "rscc", "rscd", "rsce", "rscl", "rsct"})
 CHUNK = 1 << 20
-TIMEOUT_S = 60.0
+DOWNLOAD_TIMEOUT_S = 60.0
 _revalidated: set[str] = set()  # cache keys HEAD-checked by this process
 
 
@@ -195,7 +195,7 @@ def _read_meta(path: Path) -> CachedBlob | None:
 def _request(url: str, method: str = "GET", headers: dict[str, str] | None = None):
     req = urllib.request.Request(url, method=method, headers={
         "User-Agent": "iree-sdxl-runner", "x-ms-version": "2021-08-06", **(headers or {})})
-    return urllib.request.urlopen(req, timeout=TIMEOUT_S)
+    return urllib.request.urlopen(req, timeout=DOWNLOAD_TIMEOUT_S)
 
 
 def head(url: str) -> RemoteInfo | None:
@@ -392,9 +392,9 @@ def _md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def resolve(ref: str, *, base_dir: Path | None = None, where: str | None = None,
-            download: bool = True, offline_mode: bool | None = None,
-            must_exist: bool = True) -> Path:
+def resolve_source(ref: str, *, base_dir: Path | None = None, where: str | None = None,
+                   download: bool = True, offline_mode: bool | None = None,
+                   must_exist: bool = True) -> Path:
     """Any reference to a local path: URLs fetched through the cache (or, with
     `download=False`, their cache path), `file://` URLs, `builtin:` files the runner ships,
     and paths relative to `base_dir` (a test file's directory)."""
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for url in args.urls:
-            print(resolve(url, offline_mode=args.offline))
+            print(resolve_source(url, offline_mode=args.offline))
     except RunnerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -41,16 +41,15 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import RunnerError
-from runner.config.layout import Worker, format_device_ids
+from runner.config.layout import BACKENDS, Worker, format_device_ids
 from runner.docker.engine import connect
+from runner.docker.image import LABEL
 
-BACKENDS = ("hip", "cuda", "cpu")
 ROCM_DEVICES = ("/dev/kfd", "/dev/dri")
 ROCM_GROUPS = ("video", "render")
 # With --ipc host the container uses the host's /dev/shm and the engine ignores --shm-size;
 # it is kept so the line still gives the HIP runtime room if someone drops --ipc host.
 ROCM_SHM_SIZE = "16G"
-LABEL = "org.iree-sdxl-runner."
 # Mount targets that would hide the image's own software or the system's.
 _PROTECTED = ("/opt/venv", "/opt/iree", "/opt/runner", "/usr", "/bin", "/sbin", "/lib",
               "/lib64", "/etc", "/proc", "/sys", "/dev", "/boot", "/var/lib/docker")

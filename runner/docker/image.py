@@ -58,7 +58,7 @@ HAL_DRIVERS = {"local-sync": "LOCAL_SYNC", "local-task": "LOCAL_TASK", "hip": "H
                "cuda": "CUDA", "vulkan": "VULKAN"}
 # The lab default: CPU for host-side checks, ROCm/HIP for the MI300-series GPUs.
 DEFAULT_BACKENDS = ("llvm-cpu", "rocm")
-DEFAULT_DRIVERS = ("local-sync", "local-task", "hip")
+IMAGE_HAL_DRIVERS = ("local-sync", "local-task", "hip")
 
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/+=-]*)?")
 _TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -100,7 +100,7 @@ class ImageSource:
     git_url: str | None = None
     build_dir: Path | None = None
     backends: tuple[str, ...] = DEFAULT_BACKENDS
-    drivers: tuple[str, ...] = DEFAULT_DRIVERS
+    drivers: tuple[str, ...] = IMAGE_HAL_DRIVERS
 
 
 def parse_source(spec: str, *, find_links: str | None = None, git_url: str | None = None,
@@ -129,7 +129,7 @@ def parse_source(spec: str, *, find_links: str | None = None, git_url: str | Non
         return ImageSource("source", build.text, commit=build.commit, git_url=url,
                            backends=_names(backends or DEFAULT_BACKENDS, TARGET_BACKENDS,
                                            "--backends"),
-                           drivers=_names(drivers or DEFAULT_DRIVERS, HAL_DRIVERS, "--drivers"))
+                           drivers=_names(drivers or IMAGE_HAL_DRIVERS, HAL_DRIVERS, "--drivers"))
     return ImageSource("build-dir", build.text, build_dir=build.path)
 
 

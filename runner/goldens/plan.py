@@ -26,7 +26,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
 from runner.base.iree_tools import CompilerInfo, found_path, rocm_chip_flag
 from runner.base.paths import cache_dir
-from runner.config.sources import is_url, resolve
+from runner.config.sources import is_url, resolve_source
 from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
@@ -96,8 +96,8 @@ def _ref(ref: str, base_dir: Path, at: str, opts: CheckOptions) -> Path:
     """Fetches through the cache, or (dry run) names the path it would be read from; a
     local reference outside the test's directory is refused unread (runner.inputs.paths)."""
     suite_ref(ref, base_dir, at)
-    return resolve(ref, base_dir=base_dir, where=at, download=not opts.dry_run,
-                   offline_mode=opts.offline, must_exist=not opts.dry_run)
+    return resolve_source(ref, base_dir=base_dir, where=at, download=not opts.dry_run,
+                          offline_mode=opts.offline, must_exist=not opts.dry_run)
 
 
 def _golden(test: GoldenTest, ref: TensorRef, opts: CheckOptions, notes: list[str]
@@ -190,7 +190,7 @@ def _dump_paths(test: GoldenTest, flags: tuple[str, ...], which: str) -> list[st
     return out
 
 
-def stats_path(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> Path:
+def compile_stats_path(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> Path:
     """The statistics file of (mlir, flags, compiler): keyed like the vmfb it describes, so
     it is reused exactly while that vmfb is."""
     key = compile_key(mlir, flags, compiler)[:32] if mlir.is_file() else \
@@ -221,7 +221,7 @@ def _module_flags(test: GoldenTest, module: ModuleDef, mlir: Path, opts: CheckOp
             flags.append(f"{TUNING_SPEC_FLAG}={opts.tuning_spec.resolve()}")
     if not module.stats:
         return flags, None
-    stats = stats_path(mlir, tuple(flags), compiler)
+    stats = compile_stats_path(mlir, tuple(flags), compiler)
     return [*flags, f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}"], stats
 
 

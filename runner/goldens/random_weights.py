@@ -82,7 +82,7 @@ def _numpy_dtype(element_type: object, name: str, where: str):
                       fix="give the test a `url` archive instead")
 
 
-def generate(mlir: Path, seed: int, out: Path, where: str) -> int:
+def generate_random_weights(mlir: Path, seed: int, out: Path, where: str) -> int:
     """Writes the archive for (mlir, seed) to `out`; returns how many parameters it holds."""
     rt = import_held("iree.runtime")
     import numpy as np
@@ -117,7 +117,7 @@ def random_weights(mlir: Path, seed: int, where: str, dry_run: bool = False) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f"{path.stem}.{time.monotonic_ns()}.tmp.irpa")
     try:
-        generate(mlir, seed, scratch, where)
+        generate_random_weights(mlir, seed, scratch, where)
         scratch.replace(path)
     finally:
         scratch.unlink(missing_ok=True)

@@ -32,9 +32,11 @@ from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside, no_such_path
 from runner.model.tensors import TensorSpec
 
-BACKENDS = ("cpu", "rocm")
+# The backends IREE CI's test suite names its files and flags by (`*_rocm.json`,
+# `rocm_compiler_flags`), which are not the runner's own (config.layout.BACKENDS: hip, ...).
+SUITE_BACKENDS = ("cpu", "rocm")
 DEFAULT_DEVICES = {"cpu": "local-task", "rocm": "hip"}
-KINDS = ("quality", "compstat", "benchmark")
+GOLDEN_KINDS = ("quality", "compstat", "benchmark")
 QUALITY_FIELDS = fields.QUALITY
 REGRESSION_FIELDS = fields.REGRESSION
 # A `modules/<name>.json` file: what to compile, nothing to run.
@@ -44,7 +46,7 @@ _REGRESSION_MARKERS = REGRESSION_FIELDS - QUALITY_FIELDS
 # What IREE CI's regression runner appends to the per-backend flags.
 REGRESSION_TARGET_FLAGS = {"cpu": ("--iree-hal-target-backends=llvm-cpu",),
                            "rocm": ("--iree-hal-target-backends=rocm",)}
-CHIP_FLAGS = ("--iree-rocm-target=", "--iree-hip-target=")
+ROCM_CHIP_FLAGS = ("--iree-rocm-target=", "--iree-hip-target=")
 # Markers that name the hardware a torch_models test is for.
 BACKEND_MARKERS = {"cpu": "cpu", "local-task": "cpu", "local-sync": "cpu", "hip": "rocm",
                    "rocm": "rocm"}
@@ -114,7 +116,7 @@ class ModuleDef:
     def chip(self) -> str | None:
         """The ROCm chip the module's own flags compile for, if any."""
         return next((f.split("=", 1)[1] for f in reversed(self.compiler_flags)
-                     if f.startswith(CHIP_FLAGS)), None)
+                     if f.startswith(ROCM_CHIP_FLAGS)), None)
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,7 @@ def _read_json(path: Path) -> dict:
 def _split_name(stem: str) -> tuple[str, str | None]:
     """`punet_int8_fp16_rocm` -> (`punet_int8_fp16`, `rocm`), as IREE CI splits it."""
     head, _, tail = stem.rpartition("_")
-    return (head, tail) if head and tail in BACKENDS else (stem, None)
+    return (head, tail) if head and tail in SUITE_BACKENDS else (stem, None)
 
 
 def _backend(raw: dict, suffix: str | None, flags: tuple[str, ...], where: str) -> str:
@@ -452,7 +454,7 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
     unknown = _entry_unknown(f, REGRESSION_FIELDS, "IREE CI's test_model_threshold.py")
     tests = []
-    for backend in BACKENDS:
+    for backend in SUITE_BACKENDS:
         if backend == "cpu" and f.flag("rocm_tests_only"):
             continue
         flags = (*f.texts(f"{backend}_compiler_flags"), *REGRESSION_TARGET_FLAGS[backend])
@@ -622,10 +624,10 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
     where = str(path)
     f = _Fields(raw, where)
     kind = raw.get("type")
-    if kind not in KINDS:
+    if kind not in GOLDEN_KINDS:
         raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
                           else "missing required field `type`", where=f"{where}: type",
-                          fix=f"set \"type\" to one of {', '.join(KINDS)}")
+                          fix=f"set \"type\" to one of {', '.join(GOLDEN_KINDS)}")
     markers = f.texts("markers")
     if "markers" not in raw:
         raise RunnerError("missing required field `markers`", where=f"{where}: markers",

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlparse
 
 from runner.base.errors import BadInput, ServiceUnreachable, ToolFailed
 from runner.config.sources import redact_text, redact_url
-from runner.goldens.generate import MANIFEST
+from runner.goldens.generate import GOLDENS_MANIFEST
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
 
@@ -82,7 +82,7 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
     if not folder.is_dir():
         raise BadInput("not a directory", where=str(folder),
                        fix="pass the --out directory of `runner goldens generate`")
-    manifest = folder / MANIFEST
+    manifest = folder / GOLDENS_MANIFEST
     items = []
     if manifest.is_file():
         goldens = read_json(manifest, what="goldens manifest").get("goldens")

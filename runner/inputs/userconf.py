@@ -15,13 +15,13 @@ import math
 import re
 
 from runner.base.errors import BadInput
+from runner.inputs.cliargs import MAX_COUNT  # queries/samples too: far above any SDXL run's
 
 # Keys LoadGen reads with strtod (see loadgen/test_settings_internal.cc). `target_latency`
 # is a double for SingleStream/MultiStream and an integer for Server: checked as decimal.
 DECIMAL_KEYS = frozenset({"accuracy_log_probability", "target_latency_percentile",
                           "target_qps", "target_latency"})
 DAY_MS = 24 * 3600 * 1000
-MAX_COUNT = 10_000_000  # queries/samples: far above any SDXL submission (5000 min queries)
 # key -> (lowest, highest) for integer settings; the rest: 0 .. 2^64-1 (seeds), flags 0/1.
 INT_RANGES = {
     "min_duration": (0, DAY_MS), "max_duration": (0, 7 * DAY_MS),

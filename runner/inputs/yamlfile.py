@@ -40,7 +40,7 @@ from runner.inputs.limits import (
     refuse_bad_numbers,
 )
 
-FIX = "write plain YAML: mappings, lists, strings, numbers, true/false (no anchors or tags)"
+YAML_FIX = "write plain YAML: mappings, lists, strings, numbers, true/false (no anchors or tags)"
 
 
 class _Refused(yaml.YAMLError):
@@ -153,7 +153,7 @@ def parse_yaml(text: str, where: str, what: str = "file") -> Any:
     """YAML text -> JSON-shaped data (None for an empty document), or RunnerError."""
     if not _flow_depth_ok(text):
         raise BadInput(f"the {what} is nested more than {MAX_DEPTH} levels deep",
-                       where=where, fix=FIX)
+                       where=where, fix=YAML_FIX)
     loader = None
     try:
         loader = BoundedLoader(text)  # its reader refuses non-printable characters here
@@ -161,9 +161,9 @@ def parse_yaml(text: str, where: str, what: str = "file") -> Any:
         found_bad = loader.found_bad
     except yaml.YAMLError as e:
         raise BadInput(f"cannot read the {what}: {_message(e)}", where=where,
-                       fix=FIX) from None
+                       fix=YAML_FIX) from None
     except RecursionError:
-        raise BadInput(f"the {what} is nested too deeply", where=where, fix=FIX) from None
+        raise BadInput(f"the {what} is nested too deeply", where=where, fix=YAML_FIX) from None
     finally:
         if loader is not None:
             loader.dispose()

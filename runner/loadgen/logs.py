@@ -15,11 +15,11 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 
-SUMMARY = "mlperf_log_summary.txt"
+SUMMARY_LOG = "mlperf_log_summary.txt"
 DETAIL = "mlperf_log_detail.txt"
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 TRACE = "mlperf_log_trace.json"
-LOG_FILES = (SUMMARY, DETAIL, ACCURACY_LOG, TRACE)
+LOG_FILES = (SUMMARY_LOG, DETAIL, ACCURACY_LOG, TRACE)
 _PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
 _COUNT = re.compile(r"^(No|\d+) (warnings?|errors?|ERRORS?) encountered", re.IGNORECASE)
 

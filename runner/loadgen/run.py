@@ -37,12 +37,12 @@ from runner.loadgen.conf import (
     read_conf,
 )
 from runner.loadgen.rules import COMPLIANCE_TESTS, Round, check_scenarios, installed_round
-from runner.loadgen.session import TestOutcome, TestSpec, planned_settings
+from runner.loadgen.session import LoadgenTest, TestOutcome, planned_settings
 from runner.loadgen.system import SystemDescription, check_name, describe_system
 
 WORK_DIR = "work"
 USER_CONF = "user.conf"
-RECORD = "mlperf.json"
+MLPERF_RECORD = "mlperf.json"
 READY_POLL_S = 0.1
 EXIT_WAIT_S = 30.0
 
@@ -81,7 +81,7 @@ class Prepared:
     scenarios: tuple[str, ...]  # LoadGen's spelling: SingleStream | Offline | Server
     compliance: tuple[str, ...]
     user_conf_text: str
-    tests: tuple[TestSpec, ...]
+    tests: tuple[LoadgenTest, ...]
     total: int  # QSL size
     performance_count: int
     batcher_limit_s: float | None  # Server's; the other scenarios never hold a sample
@@ -134,7 +134,7 @@ def _compliance(request: MlperfRequest, rules: Round | None) -> tuple[str, ...]:
 
 
 def _tests(request: MlperfRequest, scenarios: tuple[str, ...], compliance: tuple[str, ...]
-           ) -> tuple[TestSpec, ...]:
+           ) -> tuple[LoadgenTest, ...]:
     stray = [t for t in request.audit_confs if t not in compliance]
     if stray:
         raise RunnerError(f"--audit-conf {stray[0]}=... names no compliance test of this "
@@ -143,10 +143,10 @@ def _tests(request: MlperfRequest, scenarios: tuple[str, ...], compliance: tuple
     tests = []
     for scenario in scenarios:
         if request.mode in ("accuracy", "submission"):
-            tests.append(TestSpec("accuracy", scenario, "accuracy"))
+            tests.append(LoadgenTest("accuracy", scenario, "accuracy"))
         if request.mode in ("performance", "submission"):
-            tests.append(TestSpec("performance", scenario, "performance"))
-        tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
+            tests.append(LoadgenTest("performance", scenario, "performance"))
+        tests += [LoadgenTest(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
                   for t in compliance]
     return tuple(tests)
 
@@ -173,7 +173,7 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     return SubmissionPlan(rules, division, submitter, system)
 
 
-def prepare(request: MlperfRequest) -> Prepared:
+def prepare_loadgen(request: MlperfRequest) -> Prepared:
     """Checks the whole request and computes LoadGen's settings; writes and starts nothing."""
     scenarios = _scenarios(request)
     submission = _submission(request, scenarios) if request.mode == "submission" else None
@@ -407,7 +407,7 @@ def execute(prepared: Prepared, executor, attempt=None
     return outcomes, failure
 
 
-def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> TestOutcome:
+def _run_one(prepared: Prepared, spec: LoadgenTest, execution, batch_size: int) -> TestOutcome:
     """One test's process, while this process watches the workers: a dead worker's batches
     go back to the queue; when none is left alive, the test is told so (marker file)."""
     from runner.batch.executors import stop_workers

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.base.outdir import FINISHED, RUNNING
 
 # Attempt states: `running` is written when an attempt starts, so a driver killed with
 # SIGKILL leaves it behind; the next driver (holding the lock) marks it `killed`. `failed`:
 # the driver itself stopped it on an error it could name (a full disk).
-RUNNING, FINISHED, KILLED, FAILED = "running", "finished", "killed", "failed"
+KILLED = "killed"  # beside the attempt statuses it shares (runner.base.outdir)
 
 
 def now_text() -> str:
