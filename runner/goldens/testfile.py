@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.jsonfile import read_json
@@ -244,8 +244,8 @@ class _Fields:
     def required(self, key: str) -> str:
         value = self.text(key)
         if value is None:
-            raise RunnerError(f"missing required field `{key}`", where=f"{self.where}: {key}",
-                              fix=f'add "{key}": "<URL or path>"')
+            raise BadInput(f"missing required field `{key}`", where=f"{self.where}: {key}",
+                           fix=f'add "{key}": "<URL or path>"')
         return value
 
     def flag(self, key: str) -> bool:
@@ -285,18 +285,18 @@ class _Fields:
             where = f"{self.where}: {key}[{i}]"
             if not isinstance(entry, dict) or not isinstance(entry.get(ref_key), str) \
                     or not entry[ref_key]:
-                raise RunnerError(f"each entry needs a `{ref_key}` string", where=where,
-                                  fix=f'write {{"{ref_key}": "<URL or path>", "value": '
-                                  '"<shape>x<type>"}')
+                raise BadInput(f"each entry needs a `{ref_key}` string", where=where,
+                               fix=f'write {{"{ref_key}": "<URL or path>", "value": '
+                               '"<shape>x<type>"}')
             val = entry.get("value")
             if val is not None and not isinstance(val, str):
-                raise RunnerError("`value` must be a string like 1x64xi64",
-                                  where=f"{where}.value", fix='e.g. "value": "1x64xi64"')
+                raise BadInput("`value` must be a string like 1x64xi64",
+                               where=f"{where}.value", fix='e.g. "value": "1x64xi64"')
             ref = TensorRef(entry[ref_key], val or None, where)
             _ = ref.spec  # validates the spelling now, naming the field
             if val is None and not ref.name.lower().endswith((".npy", ".irpa")):
-                raise RunnerError("a raw blob needs a `value` (shape and type)",
-                                  where=f"{where}.value", fix='add "value": "<shape>x<type>"')
+                raise BadInput("a raw blob needs a `value` (shape and type)",
+                               where=f"{where}.value", fix='add "value": "<shape>x<type>"')
             refs.append(ref)
         return tuple(refs)
 
@@ -327,9 +327,9 @@ def _backend(raw: dict, suffix: str | None, flags: tuple[str, ...], where: str) 
     if any(f in ("--iree-hal-target-device=local", "--iree-hal-target-backends=llvm-cpu")
            for f in flags):
         return "cpu"
-    raise RunnerError("cannot tell the backend", where=where,
-                      fix="name the file <submodel>_cpu.json or <submodel>_rocm.json, or set "
-                      '"device" ("local-task" or "hip")')
+    raise BadInput("cannot tell the backend", where=where,
+                   fix="name the file <submodel>_cpu.json or <submodel>_rocm.json, or set "
+                   '"device" ("local-task" or "hip")')
 
 
 def layout(raw: dict) -> str:
@@ -373,15 +373,15 @@ def load_test_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> list[Golde
     where = str(path)
     kind = layout(raw)
     if kind == "benchmark":
-        raise RunnerError("this is a benchmark file, not a quality test", where=where,
-                          fix="check it with `runner bench goldens`")
+        raise BadInput("this is a benchmark file, not a quality test", where=where,
+                       fix="check it with `runner bench goldens`")
     if kind == "module":
         raise _module_file_error(path)
     if kind == "torch":
         test = _torch_test(path, raw, module_dirs)
         if test.kind == "benchmark":
-            raise RunnerError("this is a benchmark test", where=f"{path}: type",
-                              fix="check it with `runner bench goldens`")
+            raise BadInput("this is a benchmark test", where=f"{path}: type",
+                           fix="check it with `runner bench goldens`")
         return [test]
     if kind == "regression":
         return _regression_tests(path, raw)
@@ -394,9 +394,9 @@ def _old_modules(path: Path, f: _Fields, flags: tuple[str, ...],
     pipeline = f.text("pipeline_mlir")
     add = f.flag("add_pipeline_module")
     if add and not pipeline:
-        raise RunnerError("`add_pipeline_module` is true but there is no `pipeline_mlir`",
-                          where=f"{path}: add_pipeline_module",
-                          fix='add "pipeline_mlir": "<URL>" or drop add_pipeline_module')
+        raise BadInput("`add_pipeline_module` is true but there is no `pipeline_mlir`",
+                       where=f"{path}: add_pipeline_module",
+                       fix='add "pipeline_mlir": "<URL>" or drop add_pipeline_module')
     if not pipeline:
         return (main,)
     return main, ModuleDef("pipeline", pipeline, pipeline_flags, f"{path}: pipeline_mlir",
@@ -480,22 +480,22 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
     """A `modules/<name>.json` named as IREE CI names it: relative to its module directory
     (`sdxl/modules/clip_cpu` under `torch_models/`)."""
     if not isinstance(ref, str) or not ref.strip():
-        raise RunnerError("a module is named by a string like sdxl/modules/clip_cpu",
-                          where=where, fix='write "modules": ["<model>/modules/<name>"]')
+        raise BadInput("a module is named by a string like sdxl/modules/clip_cpu",
+                       where=where, fix='write "modules": ["<model>/modules/<name>"]')
     bases = [*module_dirs, *path.resolve().parents][: len(module_dirs) + 4]
     candidates = [(b / ref).with_suffix(".json") for b in bases]
     # A name that leads out of the directory it is looked up in is never followed.
     found = next((c for c, b in zip(candidates, bases, strict=True)
                   if c.is_file() and is_inside(c, b)), None)
     if found is None and any(c.is_file() for c in candidates):
-        raise RunnerError(f"module name {ref[:120]!r} leads outside the directories it is "
-                          "looked up in", where=where,
-                          fix="name the module relative to its module directory, without `..`")
+        raise BadInput(f"module name {ref[:120]!r} leads outside the directories it is "
+                       "looked up in", where=where,
+                       fix="name the module relative to its module directory, without `..`")
     if found is None:
-        raise RunnerError(f"module file {ref}.json not found (looked at "
-                          f"{', '.join(map(str, candidates))})", where=where,
-                          fix="fix the module name, or pass --module-dir DIR (IREE CI's "
-                          "--module-directory, where `<model>/modules/` lives)")
+        raise BadInput(f"module file {ref}.json not found (looked at "
+                       f"{', '.join(map(str, candidates))})", where=where,
+                       fix="fix the module name, or pass --module-dir DIR (IREE CI's "
+                       "--module-directory, where `<model>/modules/` lives)")
     raw = _read_json(found)
     f = _Fields(raw, str(found))
     unknown = fields.unknown(raw, MODULE_FIELDS, str(found), "IREE CI's torch_models runner")
@@ -518,9 +518,9 @@ def _torch_backend(path: Path, markers: tuple[str, ...], device: str | None,
     try:
         return _backend({}, None, flags, f"{path}: markers")
     except RunnerError as e:
-        raise RunnerError("cannot tell the backend from the markers, run_args or the "
-                          "module's flags", where=f"{path}: markers",
-                          fix='add a marker "cpu" or "hip"') from e
+        raise BadInput("cannot tell the backend from the markers, run_args or the "
+                       "module's flags", where=f"{path}: markers",
+                       fix='add a marker "cpu" or "hip"') from e
 
 
 def _run_args(f: _Fields) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:
@@ -553,27 +553,27 @@ def _torch_weights(f: _Fields, path: Path, module_dirs: tuple[Path, ...]
     for i, entry in enumerate(value):
         where = f"{f.where}: weights[{i}]"
         if not isinstance(entry, dict):
-            raise RunnerError("each weight is an object", where=where, fix=fix)
+            raise BadInput("each weight is an object", where=where, fix=fix)
         kind, scope = entry.get("type"), entry.get("scope")
         if kind not in fields.TORCH_WEIGHT:
-            raise RunnerError(f"weights of type {kind!r}: IREE CI's runner knows `url` and "
-                              "`random`", where=f"{where}.type", fix=fix)
+            raise BadInput(f"weights of type {kind!r}: IREE CI's runner knows `url` and "
+                           "`random`", where=f"{where}.type", fix=fix)
         if not isinstance(scope, str) or not scope:
-            raise RunnerError("missing `scope` (IREE CI's runner requires it)",
-                              where=f"{where}.scope", fix='add "scope": "model"')
+            raise BadInput("missing `scope` (IREE CI's runner requires it)",
+                           where=f"{where}.scope", fix='add "scope": "model"')
         unknown += fields.unknown(entry, fields.TORCH_WEIGHT[kind], where,
                                   "IREE CI's torch_models runner")
         if kind == "url":
             url = entry.get("url")
             if not isinstance(url, str) or not url:
-                raise RunnerError("missing `url`", where=f"{where}.url",
-                                  fix='add "url": "<URL>"')
+                raise BadInput("missing `url`", where=f"{where}.url",
+                               fix='add "url": "<URL>"')
             out.append(WeightRef(scope, url, where))
             continue
         seed = entry.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise RunnerError("`seed` must be a whole number >= 0 (numpy's default_rng seed)",
-                              where=f"{where}.seed", fix='add "seed": 0')
+            raise BadInput("`seed` must be a whole number >= 0 (numpy's default_rng seed)",
+                           where=f"{where}.seed", fix='add "seed": 0')
         module = _module_def(entry.get("module"), f"{where}.module", path, module_dirs)
         out.append(WeightRef(scope, module.name, where, kind="random", seed=seed,
                              module=module))
@@ -594,8 +594,8 @@ def _argspecs(f: _Fields, key: str) -> tuple[tuple[ArgSpec, ...], tuple[str, ...
         if not parts or not all(v is None or (isinstance(v, str) and v)
                                 for v in parts.values()) \
                 or all(v is None for v in parts.values()):
-            raise RunnerError("each entry needs a `url` or a `value` (a non-empty string)",
-                              where=where, fix='write {"url": "<URL>", "value": "<shape>x<type>"}')
+            raise BadInput("each entry needs a `url` or a `value` (a non-empty string)",
+                           where=where, fix='write {"url": "<URL>", "value": "<shape>x<type>"}')
         unknown += fields.unknown(entry, fields.TORCH_ARGSPEC, where,
                                   "IREE CI's torch_models runner")
         specs.append(ArgSpec(parts["value"], parts["url"], where))
@@ -625,13 +625,13 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
     f = _Fields(raw, where)
     kind = raw.get("type")
     if kind not in GOLDEN_KINDS:
-        raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
-                          else "missing required field `type`", where=f"{where}: type",
-                          fix=f"set \"type\" to one of {', '.join(GOLDEN_KINDS)}")
+        raise BadInput(f"unknown test type {kind!r}" if "type" in raw
+                       else "missing required field `type`", where=f"{where}: type",
+                       fix=f"set \"type\" to one of {', '.join(GOLDEN_KINDS)}")
     markers = f.texts("markers")
     if "markers" not in raw:
-        raise RunnerError("missing required field `markers`", where=f"{where}: markers",
-                          fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
+        raise BadInput("missing required field `markers`", where=f"{where}: markers",
+                       fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
     names_field = "module" if kind == "compstat" else "modules"
     if kind == "compstat":
         names = [raw["module"]] if raw.get("module") is not None else []
@@ -640,10 +640,10 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
         if not isinstance(names, list):
             raise f._bad("modules", "a list of module names")
     if not names:
-        raise RunnerError("the test names no module", where=f"{where}: {names_field}",
-                          fix=f'add "{names_field}": '
-                          + ('"<model>/modules/<name>"' if kind == "compstat"
-                             else '["<model>/modules/<name>"]'))
+        raise BadInput("the test names no module", where=f"{where}: {names_field}",
+                       fix=f'add "{names_field}": '
+                       + ('"<model>/modules/<name>"' if kind == "compstat"
+                          else '["<model>/modules/<name>"]'))
     modules = tuple(_module_def(n, f"{where}: {names_field}"
                                 + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
                     for i, n in enumerate(names))
@@ -690,9 +690,9 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     if kind == "torch":
         test = _torch_test(path, raw, module_dirs)
         if test.kind != "benchmark":
-            raise RunnerError(f"this is a {test.kind} test, not a benchmark",
-                              where=f"{path}: type",
-                              fix="check it with `runner goldens check`")
+            raise BadInput(f"this is a {test.kind} test, not a benchmark",
+                           where=f"{path}: type",
+                           fix="check it with `runner goldens check`")
         golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
         factor = DEFAULT_TOLERANCE_FACTOR if test.tolerance_factor is None \
             else test.tolerance_factor
@@ -710,14 +710,14 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
             golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
             time_statistic="min", markers=test.markers, unknown=test.unknown)
     if kind != "benchmark":
-        raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
-                          fix="check it with `runner goldens check`")
+        raise BadInput("this is a quality test, not a benchmark file", where=str(path),
+                       fix="check it with `runner goldens check`")
     f = _Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
     inputs = raw.get("inputs") or []
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-        raise RunnerError("`inputs` must list tensor types like 1x64xi64",
-                          where=f"{path}: inputs", fix='e.g. "inputs": ["1x64xi64"]')
+        raise BadInput("`inputs` must list tensor types like 1x64xi64",
+                       where=f"{path}: inputs", fix='e.g. "inputs": ["1x64xi64"]')
     backend = _backend(raw, suffix, f.texts("compile_flags"), str(path))
     known = {"inputs", "function_run", "benchmark_flags", "device", "golden_time_ms",
              "golden_time_tolerance_multiplier", "golden_dispatch", "golden_size"}
@@ -769,9 +769,9 @@ def find_test_files(paths: list[Path], model: str | None = None, where: str | No
         folder = path / model if model and (path / model).is_dir() else path
         found = sorted(folder.glob("*.json")) or sorted(folder.glob("*/*.json"))
         if not found:
-            raise RunnerError("no test files (*.json) here", where=str(folder),
-                              fix="point at IREE CI test JSON files or the directory holding "
-                              "them (e.g. goldens/tiny)")
+            raise BadInput("no test files (*.json) here", where=str(folder),
+                           fix="point at IREE CI test JSON files or the directory holding "
+                           "them (e.g. goldens/tiny)")
         files.extend(found)
     return files
 
@@ -800,6 +800,6 @@ def load_tests(paths: list[Path], selection: Selection | None = None,
                 continue
             found.append((test, test.submodel))
     if not found and benchmarks:
-        raise RunnerError("only benchmark tests here", where=str(benchmarks[0].parent),
-                          fix="check them with `runner bench goldens`")
+        raise BadInput("only benchmark tests here", where=str(benchmarks[0].parent),
+                       fix="check them with `runner bench goldens`")
     return select(found, selection, paths)
