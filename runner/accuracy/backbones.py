@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import sha256_file
 from runner.base.paths import cache_dir
 from runner.config.profile import METRICS
@@ -70,7 +70,7 @@ def find_weights(spec: BackboneWeights, explicit: str | Path | None = None) -> P
         path, origin = spec.cache_path(), "the cache"
     if path.is_file():
         return path
-    raise RunnerError(
+    raise BadInput(
         f"{spec.what} not found at {path} (from {origin})", where=spec.flag,
         fix=f"download {spec.url} (sha256 {spec.sha256}) and pass it with {spec.flag} PATH, "
             f"set ${spec.env}, or save it as {spec.cache_path()}")
@@ -91,7 +91,7 @@ def verify_weights(path: Path, spec: BackboneWeights, expected_sha256: str | Non
     expected = expected_sha256 or spec.sha256
     actual = sha256_file(path)
     if actual != expected:
-        raise RunnerError(
+        raise BadInput(
             f"{spec.what}: sha256 {actual} is not the published file's {expected}",
             where=str(path),
             fix=f"download {spec.url} again (a partial download or another checkpoint gives "
@@ -149,11 +149,11 @@ def _device(device: str) -> str:
     import torch
 
     if device not in ("cpu", "cuda"):
-        raise RunnerError(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
+        raise BadInput(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RunnerError("--torch-device cuda, but torch sees no CUDA device",
-                          where="--torch-device",
-                          fix="use --torch-device cpu, or install a CUDA build of torch")
+        raise StepFailed("--torch-device cuda, but torch sees no CUDA device",
+                         where="--torch-device",
+                         fix="use --torch-device cpu, or install a CUDA build of torch")
     return device
 
 
@@ -168,8 +168,8 @@ def _load_inception(path: Path, expected_sha256: str | None):
         state = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(state, strict=True)
     except (RuntimeError, OSError, ValueError, TypeError) as e:
-        raise RunnerError(f"not the FID InceptionV3 state dict: {str(e)[:300]}",
-                          where=str(path), fix=f"use {FID_WEIGHTS.url}") from e
+        raise BadInput(f"not the FID InceptionV3 state dict: {str(e)[:300]}",
+                       where=str(path), fix=f"use {FID_WEIGHTS.url}") from e
     return model, sha
 
 
@@ -185,7 +185,7 @@ def read_clip_state_dict(path: Path) -> dict:
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     if not isinstance(state, dict):
-        raise RunnerError("not a state dict", where=str(path), fix=f"use {CLIP_WEIGHTS.url}")
+        raise BadInput("not a state dict", where=str(path), fix=f"use {CLIP_WEIGHTS.url}")
     state = {k.removeprefix("module."): v for k, v in state.items()}
     # OpenAI's archive stores three config scalars; a TorchScript copy of open_clip's model
     # also saves its (non-persistent, constant) causal attention mask.
@@ -202,8 +202,8 @@ def _load_clip(path: Path, expected_sha256: str | None):
     try:
         model.load_state_dict(read_clip_state_dict(path), strict=True)
     except (RuntimeError, OSError, ValueError, TypeError) as e:
-        raise RunnerError(f"not a CLIP ViT-B-32 state dict: {str(e)[:300]}", where=str(path),
-                          fix=f"use {CLIP_WEIGHTS.url}") from e
+        raise BadInput(f"not a CLIP ViT-B-32 state dict: {str(e)[:300]}", where=str(path),
+                       fix=f"use {CLIP_WEIGHTS.url}") from e
     return (model, preprocess, tokenizer), sha
 
 
@@ -237,8 +237,8 @@ def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = No
     line sets them."""
     device = _device(device)
     if mode not in BACKBONE_MODES:
-        raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
-                          fix=f"use one of {', '.join(BACKBONE_MODES)}")
+        raise BadInput(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
+                       fix=f"use one of {', '.join(BACKBONE_MODES)}")
     if mode == "seeded":  # the same networks for a seed: built once in a process
         key = (seed, device, tuple(m for m in METRICS if m in metrics))
         if key not in _SEEDED:

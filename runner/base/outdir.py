@@ -47,7 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.dirlock import DirLock
-from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, RunnerError
+from runner.base.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    BadInput,
+)
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
 
 RECORD = "attempt.json"
@@ -89,17 +95,17 @@ def read_record(path: Path) -> dict[str, Any] | None:
     file = Path(path) / RECORD
     try:
         if file.stat().st_size > MAX_RECORD_BYTES:
-            raise RunnerError("the attempt record is larger than any record the runner "
-                              "writes", where=str(file), fix="pass another --out")
+            raise BadInput("the attempt record is larger than any record the runner "
+                           "writes", where=str(file), fix="pass another --out")
         record = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RunnerError(f"cannot read the attempt record: {e}", where=str(file),
-                          fix="pass another --out (or remove the directory)") from None
+        raise BadInput(f"cannot read the attempt record: {e}", where=str(file),
+                       fix="pass another --out (or remove the directory)") from None
     if not isinstance(record, dict) or not isinstance(record.get("command"), str):
-        raise RunnerError("not an attempt record the runner wrote", where=str(file),
-                          fix="pass another --out (or remove the directory)")
+        raise BadInput("not an attempt record the runner wrote", where=str(file),
+                       fix="pass another --out (or remove the directory)")
     return record
 
 
@@ -300,28 +306,28 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
     name = f"`runner {command}`"
     now = inputs_record(inputs, cwd) if inputs is not None else None
     if path.exists() and not path.is_dir():
-        raise RunnerError("--out names a file, not a directory", where=str(path),
-                          fix="pass a new or empty directory as --out")
+        raise BadInput("--out names a file, not a directory", where=str(path),
+                       fix="pass a new or empty directory as --out")
     record = read_record(path) if path.is_dir() else None
     legacy = record is None and any((path / m).is_file() for m in rerun.markers)
     if record is None and not legacy:
         found = foreign_files(path) if path.is_dir() else []
         if found:
             shown = ", ".join(found[:SHOWN_ENTRIES]) + (", ..." if len(found) > 3 else "")
-            raise RunnerError(f"the directory holds files that are not {name}'s own "
-                              f"({shown})", where=str(path),
-                              fix="pass a new or empty directory as --out (nothing was "
-                              "written)")
+            raise BadInput(f"the directory holds files that are not {name}'s own "
+                           f"({shown})", where=str(path),
+                           fix="pass a new or empty directory as --out (nothing was "
+                           "written)")
         if resume:
-            raise RunnerError(f"no attempt of {name} to resume here", where=str(path),
-                              fix=f"start one with `runner {command} ... --out {path}`")
+            raise BadInput(f"no attempt of {name} to resume here", where=str(path),
+                           fix=f"start one with `runner {command} ... --out {path}`")
         return _new(path, command, now or inputs_record({}, cwd), argv, cwd, dry_run)
     if record is not None and record.get("command") != command:
         other = record.get("command")
-        raise RunnerError(f"the directory holds the output of `runner {other}`, not of "
-                          f"{name}", where=str(path / RECORD),
-                          fix=f"pass another --out (or go on with `runner {other} --resume "
-                          f"{path}`)")
+        raise BadInput(f"the directory holds the output of `runner {other}`, not of "
+                       f"{name}", where=str(path / RECORD),
+                       fix=f"pass another --out (or go on with `runner {other} --resume "
+                       f"{path}`)")
     lock = None if dry_run else DirLock(path / LOCK, "out dir")
     if lock is not None:
         lock.lock()
@@ -348,8 +354,8 @@ def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: st
     out.lock.lock()
     try:
         if read_record(path) is not None:  # made meanwhile by another driver
-            raise RunnerError("another driver started here meanwhile", where=str(path),
-                              fix="pass another --out")
+            raise BadInput("another driver started here meanwhile", where=str(path),
+                           fix="pass another --out")
         out._save()
     except BaseException:
         out.release()
@@ -399,7 +405,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
         if diffs:
             recorded = " ".join(["runner", *map(str, record.get("argv", [command]))])
             finished = record.get("status") == FINISHED
-            raise RunnerError(
+            raise BadInput(
                 f"the directory holds {'a finished' if finished else 'an'} attempt of {name} "
                 "with other inputs:\n    " + "\n    ".join(diffs), where=str(path / RECORD),
                 fix=f"pass another --out for these inputs (`runner {command} --resume {path}` "
@@ -409,17 +415,17 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
     status = record.get("status", RUNNING)
     if rerun.rule == REFUSES and not resume:
         if legacy:
-            raise RunnerError(f"the directory holds the output of an earlier {name}",
-                              where=str(path), fix=f"if it was interrupted, finish it with "
-                              f"`runner {command} --resume {path}`; else pass another --out")
+            raise BadInput(f"the directory holds the output of an earlier {name}",
+                           where=str(path), fix=f"if it was interrupted, finish it with "
+                           f"`runner {command} --resume {path}`; else pass another --out")
         how = _ended_how(record)
         if status == FINISHED:
-            raise RunnerError(f"the directory holds a finished {name} ({how})",
-                              where=str(path), fix=f"pass another --out for a new attempt "
-                              f"(`runner {command} --resume {path}` finds nothing left to do)")
-        raise RunnerError(f"the directory holds an interrupted {name} ({how})",
-                          where=str(path), fix=f"finish it with `runner {command} --resume "
-                          f"{path}`, or pass another --out")
+            raise BadInput(f"the directory holds a finished {name} ({how})",
+                           where=str(path), fix=f"pass another --out for a new attempt "
+                           f"(`runner {command} --resume {path}` finds nothing left to do)")
+        raise BadInput(f"the directory holds an interrupted {name} ({how})",
+                       where=str(path), fix=f"finish it with `runner {command} --resume "
+                       f"{path}`, or pass another --out")
     out = OutDir(path, command, record, resumed=True, dry_run=dry_run, lock=lock)
     if not dry_run:
         with contextlib.suppress(OSError):

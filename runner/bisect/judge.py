@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.outcome import Outcome
 
 TEST_KINDS = ("images", "pixels", "accuracy", "throughput", "compile", "compstat",
@@ -57,12 +57,12 @@ class TestSpec:
 def parse_test(text: str, where: str = "--test") -> TestSpec:
     kind, colon, arg = text.partition(":")
     if kind not in TEST_KINDS:
-        raise RunnerError(f"unknown test {text!r}", where=where, fix=f"use one of: {_USAGE}")
+        raise BadInput(f"unknown test {text!r}", where=where, fix=f"use one of: {_USAGE}")
     needs_arg = kind in ("pixels", "throughput", "goldens", "script")
     if needs_arg and not arg:
-        raise RunnerError(f"{kind} needs an argument", where=where, fix=f"use one of: {_USAGE}")
+        raise BadInput(f"{kind} needs an argument", where=where, fix=f"use one of: {_USAGE}")
     if not needs_arg and colon:
-        raise RunnerError(f"{kind} takes no argument", where=where, fix=f"use one of: {_USAGE}")
+        raise BadInput(f"{kind} takes no argument", where=where, fix=f"use one of: {_USAGE}")
     number = 0.0
     if kind in ("pixels", "throughput"):
         try:
@@ -71,19 +71,19 @@ def parse_test(text: str, where: str = "--test") -> TestSpec:
             number = math.nan
         if not math.isfinite(number) or number < 0 or (kind == "pixels" and number > 255):
             what = "tolerance 0-255" if kind == "pixels" else "percentage"
-            raise RunnerError(f"{arg!r} is not a {what}", where=where,
-                              fix="e.g. pixels:1 or throughput:5")
+            raise BadInput(f"{arg!r} is not a {what}", where=where,
+                           fix="e.g. pixels:1 or throughput:5")
     if kind == "goldens" and not Path(arg).exists():
-        raise RunnerError(f"golden suite {arg!r} not found", where=where,
-                          fix="give an IREE CI test-suite directory or JSON file")
+        raise BadInput(f"golden suite {arg!r} not found", where=where,
+                       fix="give an IREE CI test-suite directory or JSON file")
     if kind == "script":
         try:
             argv = shlex.split(arg)
         except ValueError as e:
-            raise RunnerError(f"cannot split the command: {e}", where=where,
-                              fix="close the quotes, e.g. script:'./repro.sh --flag'") from e
+            raise BadInput(f"cannot split the command: {e}", where=where,
+                           fix="close the quotes, e.g. script:'./repro.sh --flag'") from e
         if not argv:
-            raise RunnerError("empty command", where=where, fix="e.g. script:'./check.sh'")
+            raise BadInput("empty command", where=where, fix="e.g. script:'./check.sh'")
     return TestSpec(kind, arg, number)
 
 
