@@ -25,7 +25,7 @@ from runner.accuracy.verdict import (
     require_ranges,
     write_results,
 )
-from runner.base.errors import IncompleteRun, RunnerError
+from runner.base.errors import BadInput, IncompleteRun
 from runner.config.mlperf_data import Captions, load_captions
 from runner.config.profile import METRICS, Profile, load_profile
 from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
@@ -56,8 +56,8 @@ class RunScore:
 def resolve_profile(source: SampleSource, name: str | None) -> Profile:
     chosen = name or source.profile
     if not chosen:
-        raise RunnerError("no profile recorded with these images", where=source.location,
-                          fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
+        raise BadInput("no profile recorded with these images", where=source.location,
+                       fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
     return load_profile(chosen)
 
 
@@ -73,8 +73,8 @@ def plan_scoring(source: SampleSource, profile: Profile, captions: Captions,
         assert source.log is not None  # a "log" source always names its log
         cut = truncation(source.log)
         if cut:  # a cut-off log is said so, not counted as a run with samples missing
-            raise RunnerError(f"truncated accuracy log: {cut}", where=str(source.log),
-                              fix=TRUNCATED_FIX)
+            raise BadInput(f"truncated accuracy log: {cut}", where=str(source.log),
+                           fix=TRUNCATED_FIX)
         on_disk = scan_log_ids(source.log)
     else:
         on_disk = source.available or ()
@@ -85,22 +85,22 @@ def plan_scoring(source: SampleSource, profile: Profile, captions: Captions,
     missing = tuple(sorted(set(requested) - set(on_disk)))
     ids = tuple(sorted(set(on_disk) if source.kind == "log" else set(on_disk) & set(requested)))
     if not ids:
-        raise RunnerError("no images to score", where=source.location,
-                          fix="generate the run's samples first")
+        raise BadInput("no images to score", where=source.location,
+                       fix="generate the run's samples first")
     if ids[-1] >= len(captions):
-        raise RunnerError(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
-                          where=str(captions.path),
-                          fix="use MLPerf's captions_source.tsv (5000 rows)")
+        raise BadInput(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
+                       where=str(captions.path),
+                       fix="use MLPerf's captions_source.tsv (5000 rows)")
     if missing and not allow_subset and source.run_dir.joinpath("run.json").is_file():
         raise IncompleteRun(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
                           f"samples are missing ({_missing_text(missing)})",
                           where=source.location,
                           fix="finish the run (`runner run --resume`) and score it again")
     if missing and not allow_subset:  # a bare log or generate dir: nothing to resume
-        raise RunnerError(f"{len(missing)} of {len(requested)} requested samples are not "
-                          f"there ({_missing_text(missing)})", where=source.location,
-                          fix="score it without --require-full (a subset is scored and "
-                          "labelled), or supply the complete images")
+        raise BadInput(f"{len(missing)} of {len(requested)} requested samples are not "
+                       f"there ({_missing_text(missing)})", where=source.location,
+                       fix="score it without --require-full (a subset is scored and "
+                       "labelled), or supply the complete images")
     expected = settings.samples if settings.samples is not None else tuple(range(len(captions)))
     # Not the ranges' set: scored, labelled "subset of N", not judged (runner.accuracy.verdict).
     subset = check_ranges_set and set(ids) != set(expected)
@@ -109,10 +109,10 @@ def plan_scoring(source: SampleSource, profile: Profile, captions: Captions,
 
 def reference_statistics(p: ScorePlan) -> FidStatistics:
     if p.settings.fid_statistics is None:
-        raise RunnerError("the profile names no FID reference statistics",
-                          where=f"{p.profile.path}: accuracy.fid_statistics",
-                          fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
-                              "output")
+        raise BadInput("the profile names no FID reference statistics",
+                       where=f"{p.profile.path}: accuracy.fid_statistics",
+                       fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
+                           "output")
     return load_statistics(p.settings.fid_statistics,
                            where=f"{p.profile.path}: accuracy.fid_statistics")
 
@@ -159,9 +159,9 @@ def prepare_scoring(run_dir: Path, profile: str | None, log: Path | None, allow_
     captions = load_captions(*([source.captions] if source.captions else []))
     p = plan_scoring(source, prof, captions, allow_subset)
     if "fid" in metrics and len(p.ids) < 2:  # known now, not after the networks and a pass
-        raise RunnerError(f"{len(p.ids)} image(s) to score; FID needs at least 2",
-                          where=source.location,
-                          fix="score two samples or more, or CLIP alone (--metrics clip)")
+        raise BadInput(f"{len(p.ids)} image(s) to score; FID needs at least 2",
+                       where=source.location,
+                       fix="score two samples or more, or CLIP alone (--metrics clip)")
     reference = reference_statistics(p) if "fid" in metrics else None
     return p, captions, metrics, reference
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_text, sha256_file
 from runner.base.progress import Progress, echo
 from runner.base.signals import import_held
@@ -143,8 +143,8 @@ def tensor_spec(name: str, values: np.ndarray, scratch: np.ndarray | None = None
                 ) -> SeededTensor:
     dtype = np.dtype(values.dtype).name
     if dtype not in NUMPY_DTYPES:
-        raise RunnerError(f"seeded weights are float32 or float16; {name} is {dtype}",
-                          where=name, fix="export the seeded model in fp16 or fp32")
+        raise BadInput(f"seeded weights are float32 or float16; {name} is {dtype}",
+                       where=name, fix="export the seeded model in fp16 or fp32")
     return SeededTensor(name, tuple(int(d) for d in values.shape), dtype,
                         *derive_rule(values, scratch))
 
@@ -240,17 +240,17 @@ def write_archive(tensors: tuple[SeededTensor, ...], arrays: list[np.ndarray], p
         os.chmod(tmp, 0o644)  # IREE's 0640 would hide the weights from other users
         digest = sha256_file(tmp)
         if expected_sha256 is not None and digest != expected_sha256:
-            raise RunnerError(
+            raise StepFailed(
                 f"the weights written from the spec are not the exported file (sha256 "
                 f"{digest[:16]}..., model.json records {expected_sha256[:16]}...)",
                 where=str(path), fix="export again (`runner export sdxl --seeded`), or carry "
                 "the .irpa itself; the spec and model.json must come from the same export")
         os.replace(tmp, path)
     except OSError as e:
-        raise RunnerError(f"cannot write the weights: {e.strerror or e}", where=str(path),
-                          fix=f"make room for {sum(a.nbytes for a in arrays) / 1e9:.1f} GB "
-                          "there and make it writable (or set $RUNNER_CACHE_DIR to a disk "
-                          "that is)") from e
+        raise StepFailed(f"cannot write the weights: {e.strerror or e}", where=str(path),
+                         fix=f"make room for {sum(a.nbytes for a in arrays) / 1e9:.1f} GB "
+                         "there and make it writable (or set $RUNNER_CACHE_DIR to a disk "
+                         "that is)") from e
     finally:
         tmp.unlink(missing_ok=True)
     return digest
@@ -264,8 +264,8 @@ def write_spec(spec: WeightsSpec, path: Path) -> None:
 
 def _field(ok: bool, where: str, what: str) -> None:
     if not ok:
-        raise RunnerError(f"the weights spec is damaged: {what}", where=where,
-                          fix="export it again (`runner export sdxl --seeded`)")
+        raise BadInput(f"the weights spec is damaged: {what}", where=where,
+                       fix="export it again (`runner export sdxl --seeded`)")
 
 
 def read_spec(path: Path) -> WeightsSpec:
@@ -332,20 +332,20 @@ def missing_weights(model: ModelConfig) -> tuple[WeightsSpec | None, list[Missin
     where = f"{model.path}: weights_spec"
     spec_path = inside(model.weights_spec, model.base_dir, where, absolute_ok=False)
     if not spec_path.is_file():
-        raise RunnerError(f"{absent[0]} is missing and so is its spec {spec_path.name}",
-                          where=str(spec_path), fix="carry the export's weights.spec.json "
-                          "(`runner compile --out DIR` does), or export again")
+        raise BadInput(f"{absent[0]} is missing and so is its spec {spec_path.name}",
+                       where=str(spec_path), fix="carry the export's weights.spec.json "
+                       "(`runner compile --out DIR` does), or export again")
     recorded = model.files.get(model.weights_spec)
     if recorded and sha256_file(spec_path) != recorded:
-        raise RunnerError("the weights spec is not the one this export wrote (sha256 differs "
-                          "from model.json's)", where=str(spec_path),
-                          fix="carry the export's own model.json and weights.spec.json together")
+        raise BadInput("the weights spec is not the one this export wrote (sha256 differs "
+                       "from model.json's)", where=str(spec_path),
+                       fix="carry the export's own model.json and weights.spec.json together")
     spec = read_spec(spec_path)
     out = []
     for name in absent:
         if name not in spec.archives:
-            raise RunnerError(f"{name} is missing and the spec does not describe it",
-                              where=str(spec_path), fix="export again")
+            raise BadInput(f"{name} is missing and the spec does not describe it",
+                           where=str(spec_path), fix="export again")
         out.append(MissingWeights(name, Path(model.resolve(name)), spec.nbytes(name),
                                   len(spec.archives[name]), model.files.get(name)))
     return spec, out
@@ -357,9 +357,9 @@ def _locked(directory: Path) -> Iterator[None]:
     try:
         lock = open(directory / ".weights.lock", "w")  # noqa: SIM115 (held while yielding)
     except OSError as e:
-        raise RunnerError(f"cannot write in {directory}: {e.strerror}", where=str(directory),
-                          fix="make the export directory writable, or copy it (with "
-                          "$RUNNER_CACHE_DIR) to a disk that is") from e
+        raise StepFailed(f"cannot write in {directory}: {e.strerror}", where=str(directory),
+                         fix="make the export directory writable, or copy it (with "
+                         "$RUNNER_CACHE_DIR) to a disk that is") from e
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
