@@ -170,7 +170,9 @@ def find_tool(name: str) -> Tool:
         path, package = found
         return Tool(name, path, package, f"{skipped}, not on PATH; the installed {package} "
                     "package's own copy")
-    raise ToolFailed(
+    # A RunnerError, not ToolFailed: the dispatch measurements read a ToolFailed raised while
+    # they run a tool as "this driver cannot", and a tool missing is not that.
+    raise RunnerError(
         f"`{name}` not found: {skipped}, not on PATH, and no installed IREE package ships it",
         where=name,
         fix="pip install iree-base-compiler iree-base-runtime (the `runner` venv's packages "
@@ -186,7 +188,9 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
     """Each line an IREE tool writes as JSON (`argv` names the tool bare, as a user would
     type it; the found one runs), read as the tool writes it. A line that is not JSON stops
     the tool; its exit status is checked once its output ends. Both are RunnerErrors that
-    give the command to reproduce them."""
+    give the command to reproduce them (not ToolFailed: the dispatch replay reads a
+    ToolFailed from iree-benchmark-module as "unavailable on this driver", and a dump tool
+    that fails is an error of the run, not that)."""
     shown = shlex.join(argv)
     # stderr into a file, not a second pipe: a tool that fills a stderr pipe nobody reads
     # while this reads stdout would wait forever, and so would this.
@@ -201,9 +205,9 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
                         row = json.loads(line)
                     except ValueError as e:
                         proc.kill()
-                        raise ToolFailed(f"{argv[0]} wrote a line that is not JSON: {e}",
-                                         where=where, fix=f"run `{shown}` by hand; make the "
-                                         "file again if it is damaged") from e
+                        raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
+                                          where=where, fix=f"run `{shown}` by hand; make the "
+                                          "file again if it is damaged") from e
                     yield row
         finally:
             proc.stdout.close()
@@ -211,8 +215,8 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
         errors.seek(0)
         err = errors.read()
     if rc != 0:
-        raise ToolFailed(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
-                         fix=f"reproduce with: {shown}")
+        raise RunnerError(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
+                          fix=f"reproduce with: {shown}")
 
 
 def found_path(name: str) -> str | None:

@@ -78,9 +78,9 @@ class Latency:
 def _ms(row: dict, where: str) -> float:
     unit = row.get("time_unit", "ns")
     if unit not in _UNIT_MS or not isinstance(row.get("real_time"), int | float):
-        raise ToolFailed(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
-                         where=where, fix="use an iree-benchmark-module that writes "
-                         "--benchmark_format=json (IREE 3.x)")
+        raise RunnerError(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
+                          where=where, fix="use an iree-benchmark-module that writes "
+                          "--benchmark_format=json (IREE 3.x)")
     return float(row["real_time"]) * _UNIT_MS[unit]
 
 
@@ -89,17 +89,17 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     try:
         rows = json.loads(text)["benchmarks"]
     except (ValueError, KeyError, TypeError) as e:
-        raise ToolFailed(f"not Google Benchmark JSON output: {e}", where=where,
-                         fix="run iree-benchmark-module with --benchmark_format=json") from e
+        raise RunnerError(f"not Google Benchmark JSON output: {e}", where=where,
+                          fix="run iree-benchmark-module with --benchmark_format=json") from e
     if len(rows) and rows[0].get("error_occurred"):
-        raise ToolFailed(f"benchmark failed: {rows[0].get('error_message')}", where=where,
-                         fix="run the printed iree-benchmark-module command by hand to see it "
-                         "fail")
+        raise RunnerError(f"benchmark failed: {rows[0].get('error_message')}", where=where,
+                          fix="run the printed iree-benchmark-module command by hand to see it "
+                          "fail")
     runs = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
     if not runs:
-        raise ToolFailed("the output holds no benchmark runs", where=where,
-                         fix="run the printed iree-benchmark-module command by hand; check "
-                         "--benchmark-flag values")
+        raise RunnerError("the output holds no benchmark runs", where=where,
+                          fix="run the printed iree-benchmark-module command by hand; check "
+                          "--benchmark-flag values")
     times = sorted(_ms(r, where) for r in runs)
     aggregates = {r.get("aggregate_name"): _ms(r, where) for r in rows
                   if r.get("run_type") == "aggregate"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.fileio import sha256_file
 from runner.base.iree_tools import CompilerInfo, found_path, rocm_chip_flag
 from runner.base.paths import cache_dir
@@ -127,10 +127,10 @@ def tuner_spec(test: GoldenTest, opts: CheckOptions) -> tuple[Path | None, str |
     if opts.dry_run:
         return test.base_dir / ref, (f"tuner file {ref} for {opts.sku} not found (looked in "
                                      f"{', '.join(map(str, dirs))}); pass --tuner-dir")
-    raise RunnerError(f"tuner file {ref!r} for SKU {opts.sku} not found in "
-                      f"{', '.join(map(str, dirs))}", where=at,
-                      fix="pass --tuner-dir DIR (where IREE CI keeps its specs), another "
-                      "--sku, or --tuning-spec PATH")
+    raise BadInput(f"tuner file {ref!r} for SKU {opts.sku} not found in "
+                   f"{', '.join(map(str, dirs))}", where=at,
+                   fix="pass --tuner-dir DIR (where IREE CI keeps its specs), another "
+                   "--sku, or --tuning-spec PATH")
 
 
 def uses_parameters(mlir: Path) -> bool:
@@ -169,8 +169,8 @@ def splat_weights(mlir: Path, compiler: CompilerInfo, dry_run: bool = False
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
-        raise RunnerError(f"cannot make splat weights: {proc.stderr.strip()[-2000:]}",
-                          where=str(mlir), fix="give the test weights (`real_weights`)")
+        raise ToolFailed(f"cannot make splat weights: {proc.stderr.strip()[-2000:]}",
+                         where=str(mlir), fix="give the test weights (`real_weights`)")
     tmp.replace(path)
     return path, command
 
@@ -328,8 +328,8 @@ def check_spec(spec: Path) -> None:
     proc = subprocess.run([opt, str(spec), "-o", "/dev/null"], capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
-        raise RunnerError(f"tuning spec does not parse:\n{proc.stderr.strip()[-1500:]}",
-                          where=str(spec), fix="fix the spec (iree-opt must accept it)")
+        raise ToolFailed(f"tuning spec does not parse:\n{proc.stderr.strip()[-1500:]}",
+                         where=str(spec), fix="fix the spec (iree-opt must accept it)")
 
 
 def placeholder(c: CompileResult) -> CompileResult:
@@ -363,5 +363,5 @@ def dispatch_count(stats: Path) -> int:
         raw = json.loads(stats.read_text())
         return int(raw["stream-aggregate"]["execution"]["dispatch-count"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunnerError(f"cannot read the dispatch count: {e}", where=str(stats),
-                          fix=f"compile with {STATS_FORMAT_FLAG}=json") from e
+        raise ToolFailed(f"cannot read the dispatch count: {e}", where=str(stats),
+                         fix=f"compile with {STATS_FORMAT_FLAG}=json") from e

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import gpu_info, shellscript
-from runner.base.errors import RunnerError, ToolFailed
+from runner.base.errors import BadInput, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.signals import exit_code, signal_name
 from runner.gpucheck import plan, steps, summary
@@ -85,9 +85,9 @@ def prepare(request: PrepareRequest) -> int:
         t0 = time.monotonic()
         code = _to_stderr(step.argv, {**os.environ, **env})
         if code != 0:
-            raise RunnerError(f"step {step.name!r} exited {code}", where=shown(step.argv),
-                              fix="see its output above; the carry keeps what finished, and "
-                              "the same prepare again reuses the compile cache")
+            raise StepFailed(f"step {step.name!r} exited {code}", where=shown(step.argv),
+                             fix="see its output above; the carry keeps what finished, and "
+                             "the same prepare again reuses the compile cache")
         done.append({"step": step.name, "command": shown(step.argv),
                      "seconds": round(time.monotonic() - t0, 1)})
     exports = carry / "cache" / "exports"
@@ -126,16 +126,16 @@ def read_manifest(carry_arg: str) -> tuple[Path, dict]:
     carry = Path(carry_arg).absolute()
     fix = "give --carry the directory `runner gpu-check prepare --out DIR` wrote (copied whole)"
     if not carry.is_dir():
-        raise RunnerError("no such directory", where=f"--carry {carry}", fix=fix)
+        raise BadInput("no such directory", where=f"--carry {carry}", fix=fix)
     if not (carry / CARRY_MANIFEST).is_file():
-        raise RunnerError(f"not a GPU check carry: it has no {CARRY_MANIFEST}",
-                          where=f"--carry {carry}", fix=fix)
+        raise BadInput(f"not a GPU check carry: it has no {CARRY_MANIFEST}",
+                       where=f"--carry {carry}", fix=fix)
     manifest = read_json(carry / CARRY_MANIFEST, where=f"--carry {carry / CARRY_MANIFEST}",
                          what="GPU check manifest")
     if manifest.get("kind") != CARRY_KIND or not isinstance(manifest.get("steps"), list):
-        raise RunnerError(f"{CARRY_MANIFEST} is not one `runner gpu-check prepare` wrote (kind "
-                          f"{manifest.get('kind')!r}, no plan)", where=f"--carry {carry}",
-                          fix=fix + "; a carry of scripts/gpu_check.sh: prepare it again")
+        raise BadInput(f"{CARRY_MANIFEST} is not one `runner gpu-check prepare` wrote (kind "
+                       f"{manifest.get('kind')!r}, no plan)", where=f"--carry {carry}",
+                       fix=fix + "; a carry of scripts/gpu_check.sh: prepare it again")
     return carry, manifest
 
 
