@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import BadInput, StepFailed
+from runner.base.errors import BadInput, StepFailed, recorded_name
 from runner.base.outdir import FAILED, FINISHED, RUNNING
 from runner.base.provenance import host_info, iree_provenance
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -293,7 +293,7 @@ class Lifecycle:
             if self.attempt is not None and self.attempt.status == RUNNING:
                 failed = isinstance(e, DiskFull)
                 self.attempt.status = FAILED if failed else KILLED
-                self.attempt.error = str(e) if failed else type(e).__name__
+                self.attempt.error = str(e) if failed else recorded_name(e)
                 self.attempt.finished_at = now_text()
                 self.manifest.status = "incomplete"
                 with contextlib.suppress(OSError):  # DiskFull is one

@@ -57,6 +57,18 @@ class ServiceUnreachable(RunnerError):
     answer or refused the runner's credentials; rerunning once it is back is the remedy."""
 
 
+ERROR_KINDS = (BadInput, StepFailed, ToolFailed, ServiceUnreachable)
+
+
+def recorded_name(error: BaseException) -> str:
+    """The class name a record (probe.json, run.json's attempt) gives `error`: a kind above
+    is recorded as `RunnerError`, as before the kinds existed, so records and reports made
+    by this runner and an earlier one read and compare the same; any other class (a
+    subclass with a meaning of its own, such as StoreUnavailable, or a Python error) by its
+    own name."""
+    return "RunnerError" if type(error) in ERROR_KINDS else type(error).__name__
+
+
 MAX_PART_CHARS = 600  # a huge field quoted back in full would bury the message itself
 
 
