@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from runner.base.errors import BadInput, RunnerError
 from runner.base.iree_tools import CompilerInfo, rocm_chip_flag
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
+from runner.config.exports import DTYPES as MODEL_DTYPES  # `--dtype` words, as exports reads them
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
 from runner.config.schema import check_keys, dataclass_keys, unknown_key
@@ -48,8 +49,6 @@ EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner
 # `vae_dtype`: what the VAE decodes in (default fp32, MLPerf's reference); `vae_from`: a
 # diffusers-format VAE directory an export decodes with instead of the model's own.
 MODEL_KEYS = ("source", "dtype", "vae_dtype", "vae_from")
-MODEL_DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16",
-                "float32": "float32"}
 _SHORTHANDS = {"model": "source"}  # section -> the key a bare value stands for
 
 
