@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from runner.base import shellscript
-from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_FAILED, EXIT_OK, BadInput, RunnerError, StepFailed
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.base.paths import cache_dir
 from runner.config.profile import Profile
@@ -180,8 +180,8 @@ def check_inputs(req: ValidateRequest):
     if req.baseline is not None and not (req.baseline / VALIDATE_STATE).is_file():
         if not req.baseline.exists():
             raise no_such_path(req.baseline, "--baseline", "validate directory")
-        raise RunnerError(f"{req.baseline} holds no {VALIDATE_STATE}", where="--baseline",
-                          fix="pass the --out of an earlier `runner validate`")
+        raise BadInput(f"{req.baseline} holds no {VALIDATE_STATE}", where="--baseline",
+                       fix="pass the --out of an earlier `runner validate`")
     return source
 
 
@@ -233,8 +233,8 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
             lc = Lifecycle.open(run_dir)
             with lc:
                 if lc.manifest.compiled_keys != [c["key"] for c in compiled["compiled"]]:
-                    raise RunnerError("this run was made by another IREE build or profile",
-                                      where=str(run_dir), fix="use a new --out for this build")
+                    raise BadInput("this run was made by another IREE build or profile",
+                                   where=str(run_dir), fix="use a new --out for this build")
                 return _execute(lc, lambda: lc.resume(executor, compile_fn))
         ids_file = req.out / "sample_ids.txt"
         atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
@@ -275,8 +275,8 @@ def _execute(lc, prepare: Callable[[], None]) -> dict:
         prepare()
         outcome = lc.execute()
         if not outcome.complete:
-            raise RunnerError(f"{len(lc.manifest.missing)} samples missing after the run",
-                              where=str(lc.run.path), fix="re-run the same validate to resume")
+            raise StepFailed(f"{len(lc.manifest.missing)} samples missing after the run",
+                             where=str(lc.run.path), fix="re-run the same validate to resume")
         result = lc.complete(score=False, reports=False).aggregate
     return {"samples": result.samples, "seconds": lc.manifest.last_attempt_seconds()}
 

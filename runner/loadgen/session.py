@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.progress import Progress
 from runner.base.signals import exit_at_once, handlers_ready, start_child, work_done
@@ -108,8 +108,8 @@ def loadgen_settings(spec: LoadgenTest, user_conf: Path):
     settings = _settings(spec)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
-                          fix="check its lines against LoadGen's user.conf keys")
+        raise BadInput(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                       fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     return settings
 
@@ -126,15 +126,15 @@ def planned_settings(spec: LoadgenTest, user_conf: Path, audit: Path | None) -> 
     settings.FromConfig("", MODEL, spec.scenario, 0)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 2)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
-                          fix="check its lines against LoadGen's user.conf keys")
+        raise BadInput(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                       fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     if audit is not None:
         rc = settings.FromConfig(str(audit), "*", spec.scenario, 2)
         if rc != 0:
-            raise RunnerError(f"LoadGen refused the audit.config (error {rc})",
-                              where=str(audit),
-                              fix="use MLPerf's shipped audit.config (drop --audit-conf)")
+            raise BadInput(f"LoadGen refused the audit.config (error {rc})",
+                           where=str(audit),
+                           fix="use MLPerf's shipped audit.config (drop --audit-conf)")
     return describe_settings(settings, spec.scenario)
 
 
