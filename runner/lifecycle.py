@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed, recorded_name
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -197,13 +197,13 @@ class Lifecycle:
         recorded = self.profile
         if requested is not None and (requested.to_dict() != recorded.to_dict()
                                       or requested.layout != recorded.layout):
-            raise RunnerError(
+            raise BadInput(
                 f"run was made with profile {recorded.name} and layout "
                 f"{recorded.layout.to_dict()}; resuming with {requested.name} / "
                 f"{requested.layout.to_dict()} would mix results", where=where,
                 fix="resume without --profile/--set/layout flags, or start a new --out")
         if sample_ids is not None and sorted(sample_ids) != sorted(self.manifest.sample_ids):
-            raise RunnerError(
+            raise BadInput(
                 f"run was made for {len(self.manifest.sample_ids)} samples; this resume asks "
                 f"for {len(sample_ids)} others", where=where,
                 fix="resume without --count/--ids, or start a new --out for another set")
@@ -215,11 +215,11 @@ class Lifecycle:
         compile_fn = compile_fn or executor.compiler(self.run.path)
         compiled = compile_fn(self.profile, layout.batch_size, layout.vae_batch_size)
         if [c.key for c in compiled.compiled] != self.manifest.compiled_keys:
-            raise RunnerError("the compiled modules differ from the ones this run started with "
-                              "(another iree-compile or changed flags/MLIR)",
-                              where=str(self.run.manifest_path),
-                              fix="resume with the IREE the run started with, or start a new "
-                              "--out")
+            raise BadInput("the compiled modules differ from the ones this run started with "
+                           "(another iree-compile or changed flags/MLIR)",
+                           where=str(self.run.manifest_path),
+                           fix="resume with the IREE the run started with, or start a new "
+                           "--out")
         self.manifest.compiled = compiled.to_dict()
         self.manifest.executor = executor.name
         self.manifest.status = "running"
@@ -294,7 +294,7 @@ class Lifecycle:
         except BaseException as e:  # a full disk, Ctrl-C, SIGTERM: the attempt says so
             if self.attempt is not None and self.attempt.status is StepStatus.RUNNING:
                 self.attempt.status = StepStatus.of_error(e)
-                self.attempt.error = (type(e).__name__ if self.attempt.status is
+                self.attempt.error = (recorded_name(e) if self.attempt.status is
                                       StepStatus.INTERRUPTED else str(e))
                 self.attempt.finished_at = now_text()
                 self.manifest.status = "incomplete"
@@ -358,9 +358,9 @@ class Lifecycle:
     # --- helpers ------------------------------------------------------------------------
     def _executor(self) -> Executor:
         if self.executor is None:
-            raise RunnerError("internal: Lifecycle.resume(executor) was not called",
-                              where=str(self.run.path),
-                              fix="call resume(executor) before start(); a runner bug")
+            raise StepFailed("internal: Lifecycle.resume(executor) was not called",
+                             where=str(self.run.path),
+                             fix="call resume(executor) before start(); a runner bug")
         return self.executor
 
     @contextlib.contextmanager
@@ -409,8 +409,8 @@ def plan_lines(plan: Plan, executor: Executor, run_dir: Path, compiled: Any,
 
 def _check_free(run: RunDir) -> None:
     if run.exists():
-        raise RunnerError("this directory already holds a run", where=str(run.path),
-                          fix=f"use `runner run --resume {run.path}` or another --out")
+        raise BadInput("this directory already holds a run", where=str(run.path),
+                       fix=f"use `runner run --resume {run.path}` or another --out")
 
 
 def execute_run(run_dir: Path | str, profile: Profile, sample_ids: list[int],

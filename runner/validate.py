@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from runner.base import shellscript
-from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_FAILED, EXIT_OK, BadInput, StepFailed
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.base.paths import cache_dir
 from runner.base.steps import Steps
@@ -32,7 +32,7 @@ from runner.config.profile import Profile
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.model.compiled_model import CompiledModel
 
-STATE = "validate.json"
+VALIDATE_STATE = "validate.json"
 RUN = "run"
 
 
@@ -68,7 +68,7 @@ class Validation:
 
     def __init__(self, out: Path, dry_run: bool):
         self.out, self.dry_run = out, dry_run
-        path = out / STATE
+        path = out / VALIDATE_STATE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
         self.steps = Steps(self.state.setdefault("steps", {}), self.save)
 
@@ -81,7 +81,7 @@ class Validation:
 
     def save(self) -> None:
         if not self.dry_run:
-            atomic_write_json(self.out / STATE, self.state)
+            atomic_write_json(self.out / VALIDATE_STATE, self.state)
 
 
 def validate(req: ValidateRequest) -> int:
@@ -167,11 +167,11 @@ def check_inputs(req: ValidateRequest):
     if req.goldens is not None:
         find_test_files([req.goldens], where="--goldens")
         parse_target(req.to or "next")
-    if req.baseline is not None and not (req.baseline / STATE).is_file():
+    if req.baseline is not None and not (req.baseline / VALIDATE_STATE).is_file():
         if not req.baseline.exists():
             raise no_such_path(req.baseline, "--baseline", "validate directory")
-        raise RunnerError(f"{req.baseline} holds no {STATE}", where="--baseline",
-                          fix="pass the --out of an earlier `runner validate`")
+        raise BadInput(f"{req.baseline} holds no {VALIDATE_STATE}", where="--baseline",
+                       fix="pass the --out of an earlier `runner validate`")
     return source
 
 
@@ -180,7 +180,7 @@ def _against_baseline(baseline: Path, state: dict[str, Any], run_dir: Path) -> d
     most (per-image PSNR/SSIM) between the two IREE builds."""
     from runner.accuracy.compare import compare_runs, write_comparison
 
-    before = json.loads((baseline / STATE).read_text())
+    before = json.loads((baseline / VALIDATE_STATE).read_text())
     now, then = state["steps"]["score"]["detail"], before["steps"]["score"]["detail"]
     comparison = compare_runs(baseline / RUN, run_dir)
     write_comparison(run_dir / "compare.json", comparison)
@@ -223,8 +223,8 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
             lc = Lifecycle.open(run_dir)
             with lc:
                 if lc.manifest.compiled_keys != [c["key"] for c in compiled["compiled"]]:
-                    raise RunnerError("this run was made by another IREE build or profile",
-                                      where=str(run_dir), fix="use a new --out for this build")
+                    raise BadInput("this run was made by another IREE build or profile",
+                                   where=str(run_dir), fix="use a new --out for this build")
                 return _execute(lc, lambda: lc.resume(executor, compile_fn))
         ids_file = req.out / "sample_ids.txt"
         atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
@@ -265,8 +265,8 @@ def _execute(lc, prepare: Callable[[], None]) -> dict:
         prepare()
         outcome = lc.execute()
         if not outcome.complete:
-            raise RunnerError(f"{len(lc.manifest.missing)} samples missing after the run",
-                              where=str(lc.run.path), fix="re-run the same validate to resume")
+            raise StepFailed(f"{len(lc.manifest.missing)} samples missing after the run",
+                             where=str(lc.run.path), fix="re-run the same validate to resume")
         result = lc.complete(score=False, reports=False).aggregate
     return {"samples": result.samples, "seconds": lc.manifest.last_attempt_seconds()}
 

@@ -86,12 +86,12 @@ def on_cpu(root: Path, env: dict[str, str]) -> dict:
 
 def for_gpu(profile: str, root: Path, env: dict[str, str]) -> dict:
     sys.path.insert(0, str(REPO))
-    from runner.gpucheck.plan import MANIFEST, WEIGHTS, plan_run
+    from runner.gpucheck.plan import CARRY_MANIFEST, WEIGHTS, plan_run
 
     carry = root / "carry"
     prepare_s = runner("gpu-check", "prepare", "--profile", profile, "--out", str(carry),
                        env=env)
-    manifest = json.loads((carry / MANIFEST).read_text())
+    manifest = json.loads((carry / CARRY_MANIFEST).read_text())
     weights = [s for s in plan_run(carry, manifest, root / "results", None)
                if s.kind == WEIGHTS]
     run_env = {**env, "RUNNER_CACHE_DIR": str(carry / "cache")}  # as `run` gives its steps

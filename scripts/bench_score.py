@@ -26,8 +26,8 @@ from measured import add_record_option, emit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner.accuracy.calibrate import STATS_NAME, TINY_DIR  # noqa: E402
-from runner.accuracy.evaluate import open_backbones, plan, resolve_profile  # noqa: E402
+from runner.accuracy.calibrate import STATS_NAME, TINY_ACCURACY_DIR  # noqa: E402
+from runner.accuracy.evaluate import open_backbones, plan_scoring, resolve_profile  # noqa: E402
 from runner.accuracy.frechet import frechet_eigh, frechet_sqrtm, load_statistics  # noqa: E402
 from runner.accuracy.samples import open_source, parse_ids  # noqa: E402
 from runner.accuracy.score import ScoreSettings, score_samples  # noqa: E402
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", default="0-31", help="oracle sample ids when --run is absent")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--statistics", type=Path, default=TINY_DIR / STATS_NAME,
+    p.add_argument("--statistics", type=Path, default=TINY_ACCURACY_DIR / STATS_NAME,
                    help="2048-d reference statistics for the Frechet timing")
     add_record_option(p)
     args = p.parse_args(argv)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         images, profile, source = images_of(args.run, args.profile, args.samples, Path(tmp))
     captions = load_captions()
-    backbones = open_backbones(plan(source, profile, captions, allow_subset=True),
+    backbones = open_backbones(plan_scoring(source, profile, captions, allow_subset=True),
                                device=args.device)
     settings = accuracy_settings(profile)
     print(f"{len(images)} images {images[0][1].shape}, {backbones.info.label}, "

@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner.config.sources import resolve  # noqa: E402
+from runner.config.sources import resolve_source  # noqa: E402
 from runner.goldens.fields import IREE_TEST_SUITES_COMMIT  # noqa: E402
 from runner.goldens.random_weights import archive_path  # noqa: E402
 
@@ -320,7 +320,7 @@ def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
         home.mkdir(parents=True, exist_ok=True)
 
         def local(ref: str, key: str, base=base, rel=rel, home=home) -> str:
-            path = resolve(ref, base_dir=base).resolve()
+            path = resolve_source(ref, base_dir=base).resolve()
             if key != "mlir" or suite.layout == "regression":
                 return beside(path, home)
             name = path.name
@@ -332,7 +332,7 @@ def write_copies(suite: Suite, case_dir: Path, azure: AzureOnThisMachine,
             return str(pairs[-1].ours.relative_to(home))
 
         def url(ref: str, key: str, base=base) -> str:
-            path = resolve(ref, base_dir=base).resolve()
+            path = resolve_source(ref, base_dir=base).resolve()
             name = "real_weights.irpa" if key == "real_weights" else path.name
             return azure.put(path.read_bytes(), name)
 

@@ -20,7 +20,7 @@ from runner.accuracy.calibrate import (
     RECORD_NAME,
     SNIPPET_NAME,
     STATS_NAME,
-    TINY_DIR,
+    TINY_ACCURACY_DIR,
     TINY_SAMPLES,
 )
 from runner.accuracy.evaluate import evaluate_run
@@ -34,7 +34,7 @@ from runner.config.profile import load_profile
 
 pytestmark = pytest.mark.slow
 
-CAL = json.loads((TINY_DIR / RECORD_NAME).read_text())
+CAL = json.loads((TINY_ACCURACY_DIR / RECORD_NAME).read_text())
 IDS = list(parse_ids(TINY_SAMPLES))
 BATCH = 1  # the batch the shipped calibration was scored with (score's default)
 # The shipped calibration's centre is a frozen float: the oracle's scores on the machine that
@@ -88,17 +88,17 @@ def test_cross_machine_tolerance_is_small_against_the_ranges():
 
 
 def test_shipped_calibration_is_what_the_profiles_use(backbones):
-    snippet = yaml.safe_load((TINY_DIR / SNIPPET_NAME).read_text())["accuracy"]
+    snippet = yaml.safe_load((TINY_ACCURACY_DIR / SNIPPET_NAME).read_text())["accuracy"]
     for name in ("tiny", "cpu"):
         profile = load_profile(name)
         assert profile.accuracy.fid == tuple(snippet["fid"]) == tuple(CAL["fid_range"])
         assert profile.accuracy.clip == tuple(snippet["clip"]) == tuple(CAL["clip_range"])
         settings = accuracy_settings(profile)
         assert settings.backbones == "seeded" and settings.samples == tuple(IDS)
-        assert settings.fid_statistics == TINY_DIR / STATS_NAME
+        assert settings.fid_statistics == TINY_ACCURACY_DIR / STATS_NAME
     # The tiny.yaml section is the snippet verbatim (written by reproduce_tiny_assets).
     assert yaml.safe_load((CONFIGS_DIR / "tiny.yaml").read_text())["accuracy"] == snippet
-    stats = load_statistics(TINY_DIR / STATS_NAME)
+    stats = load_statistics(TINY_ACCURACY_DIR / STATS_NAME)
     assert stats.sha256 == CAL["statistics"]["sha256"]
     # The statistics were computed with exactly these seeded networks.
     assert stats.meta["fid_fingerprint"] == backbones.info.fid_fingerprint

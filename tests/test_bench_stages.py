@@ -19,7 +19,7 @@ def _vae_command(compiled, repetitions: int) -> bm.BenchCommand:
 
 def test_latency_is_the_mean_real_time_of_real_output(tiny_compiled, tmp_path):
     raw = tmp_path / "vae.json"
-    latency = bm.run(_vae_command(tiny_compiled[1], 3), raw)
+    latency = bm.run_benchmark(_vae_command(tiny_compiled[1], 3), raw)
     rows = json.loads(raw.read_text())["benchmarks"]
     runs = [r for r in rows if r["run_type"] == "iteration"]
     mean = next(r for r in rows if r.get("aggregate_name") == "mean")
@@ -35,7 +35,7 @@ def test_latency_is_the_mean_real_time_of_real_output(tiny_compiled, tmp_path):
 
 def test_one_repetition_has_no_aggregates_and_still_parses(tiny_compiled, tmp_path):
     raw = tmp_path / "one.json"
-    latency = bm.run(_vae_command(tiny_compiled[1], 1), raw)
+    latency = bm.run_benchmark(_vae_command(tiny_compiled[1], 1), raw)
     rows = json.loads(raw.read_text())["benchmarks"]
     assert [r["run_type"] for r in rows] == ["iteration"]
     assert latency.repetitions == 1 and latency.mean_ms == pytest.approx(rows[0]["real_time"])
@@ -51,7 +51,7 @@ def test_bad_output_and_failing_tool_are_runner_errors(tiny_compiled):
     wrong = bm.command(device="local-task", modules=vae.vmfbs, function="no_such_fn",
                        inputs=["1x4x16x16xf32"], parameters=[vae.weights])
     with pytest.raises(RunnerError, match="iree-benchmark-module failed") as e:
-        bm.run(wrong)
+        bm.run_benchmark(wrong)
     assert "reproduce with: iree-benchmark-module --device=local-task" in str(e.value)
 
 

@@ -21,8 +21,9 @@ from cli_support import Ran, cli
 from host_support import host_build_tree
 
 from runner.base.errors import RunnerError
+from runner.base.outcome import Outcome
 from runner.bisect.builds import Sources, parse_build, version_key
-from runner.bisect.judge import BAD, GOOD, SKIP, parse_test
+from runner.bisect.judge import parse_test
 from runner.bisect.search import Bisection
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,17 +77,17 @@ def git_bisect_run(repo: Path, good: str, bad: str, script: str) -> str:
 
 def test_bisection_picks_the_middle_and_names_a_range_hidden_by_skips():
     state = Bisection(list(range(6)))  # type: ignore[arg-type]
-    state.verdicts.update({0: GOOD, 5: BAD})
+    state.verdicts.update({0: Outcome.GOOD, 5: Outcome.BAD})
     assert state.next() == 2 and state.steps_left() == 3
-    state.verdicts[2] = SKIP  # git bisect skip: the next nearest the middle instead
+    state.verdicts[2] = Outcome.SKIP  # git bisect skip: the next nearest the middle instead
     assert state.next() == 3
-    state.verdicts[3] = GOOD
+    state.verdicts[3] = Outcome.GOOD
     assert state.next() == 4
-    state.verdicts[4] = BAD
+    state.verdicts[4] = Outcome.BAD
     assert state.next() is None and (state.last_good, state.first_bad) == (3, 4)
     assert state.skipped() == []  # the skip lies below the last good: it hides nothing
     hidden = Bisection(list(range(4)))  # type: ignore[arg-type]
-    hidden.verdicts.update({0: GOOD, 1: GOOD, 2: SKIP, 3: BAD})
+    hidden.verdicts.update({0: Outcome.GOOD, 1: Outcome.GOOD, 2: Outcome.SKIP, 3: Outcome.BAD})
     assert hidden.next() is None and hidden.skipped() == [2]
 
 
@@ -265,8 +266,8 @@ def test_images_bisect_over_commits_finds_the_first_changed_build(tmp_path, rele
     changed = answer["evidence"]["changed_samples"]
     assert [c["qsl_idx"] for c in changed] == [0] and changed[0]["max_abs"] >= 1
     tested = {s["build"]: s["verdict"]["state"] for s in state["steps"]}
-    assert tested == {f"commit:{shas[0]}": GOOD, f"commit:{shas[5]}": BAD,
-                      f"commit:{shas[2]}": GOOD, f"commit:{shas[3]}": BAD}
+    assert tested == {f"commit:{shas[0]}": Outcome.GOOD, f"commit:{shas[5]}": Outcome.BAD,
+                      f"commit:{shas[2]}": Outcome.GOOD, f"commit:{shas[3]}": Outcome.BAD}
     # commits with the same wheels share one venv (keyed by the wheels' bytes)
     envs = {s["measurement"]["env"]["root"] for s in state["steps"]}
     assert len(envs) == 2
@@ -319,7 +320,7 @@ def test_script_bisect_reproduces_git_bisect_run(tmp_path, release_wheels, versi
         assert answer["skipped"] == [f"commit:{shas[2]}"]
         assert "skipped build(s) hide which" in (out / "bisect.md").read_text()
     skipped = [s for s in json.loads((out / "bisect.json").read_text())["steps"]
-               if s["verdict"]["state"] == SKIP]
+               if s["verdict"]["state"] == Outcome.SKIP]
     assert skipped and "no packages for this commit" in skipped[0]["verdict"]["metric"]
 
 
@@ -354,7 +355,7 @@ def test_trend_over_commits_marks_image_changes_and_which_dispatches_moved(tmp_p
     assert proc.returncode == 0, proc.stderr
     state = json.loads((out / "trend.json").read_text())
     points = state["points"]
-    assert [p["verdict"] for p in points] == [GOOD, SKIP, BAD, BAD]
+    assert [p["verdict"] for p in points] == [Outcome.GOOD, Outcome.SKIP, Outcome.BAD, Outcome.BAD]
     assert [p["images_changed"] for p in points] == [None, None, True, False]
     for p in (points[0], points[2], points[3]):
         assert p["dispatch_count"] > 0 and p["vmfb_bytes"] > 0 and p["compile_s"] > 0
@@ -466,50 +467,52 @@ def test_goldens_bisect_runs_the_suite_with_each_build(tmp_path):
 
 
 def test_verdicts_of_throughput_compstat_accuracy_and_exit_codes():
-    from runner.bisect.judge import judge
+    from runner.bisect.judge import judge_build
 
     def run(*rates):
         return {"probe": {"ok": True, "run": {"samples_per_s": list(rates)}}}
 
     good = run(10.0, 10.4)
-    slower = judge(parse_test("throughput:5"), good, run(9.0, 9.2))
-    assert slower.state == BAD and slower.detail["change_pct"] == pytest.approx(-100 * 1.1 / 10.2)
+    slower = judge_build(parse_test("throughput:5"), good, run(9.0, 9.2))
+    assert slower.state == Outcome.BAD
+    assert slower.detail["change_pct"] == pytest.approx(-100 * 1.1 / 10.2)
     assert slower.detail["noise_pct"] == pytest.approx(100 * 0.4 / 10.2, 1e-6)  # stated
-    assert judge(parse_test("throughput:15"), good, run(9.0, 9.2)).state == GOOD
+    assert judge_build(parse_test("throughput:15"), good, run(9.0, 9.2)).state == Outcome.GOOD
 
     def stats(dispatches, size):
         return {"probe": {"ok": True, "compile": {"dispatch_count": dispatches,
                                                   "vmfb_bytes": size, "modules": []}}}
 
-    assert judge(parse_test("compstat"), stats(480, 1000), stats(480, 1000)).state == GOOD
-    grown = judge(parse_test("compstat"), stats(480, 1000), stats(481, 900))
-    assert grown.state == BAD and grown.detail["over"] == ["dispatch_count"]
+    same = judge_build(parse_test("compstat"), stats(480, 1000), stats(480, 1000))
+    assert same.state == Outcome.GOOD
+    grown = judge_build(parse_test("compstat"), stats(480, 1000), stats(481, 900))
+    assert grown.state == Outcome.BAD and grown.detail["over"] == ["dispatch_count"]
     script = parse_test("script:true")
-    assert [judge(script, None, {"script": {"exit_code": rc}}).state
-            for rc in (0, 1, 125, 245)] == [GOOD, BAD, SKIP, BAD]
+    assert [judge_build(script, None, {"script": {"exit_code": rc}}).state
+            for rc in (0, 1, 125, 245)] == [Outcome.GOOD, Outcome.BAD, Outcome.SKIP, Outcome.BAD]
     suite = parse_test(f"goldens:{REPO / 'goldens' / 'tiny'}")
-    assert [judge(suite, None, {"goldens": {"exit_code": rc}}).state
-            for rc in (0, 1, 2)] == [GOOD, BAD, SKIP]
+    assert [judge_build(suite, None, {"goldens": {"exit_code": rc}}).state
+            for rc in (0, 1, 2)] == [Outcome.GOOD, Outcome.BAD, Outcome.SKIP]
     # a build that cannot compile: skipped, unless compiling is the test
     broken = {"probe": {"ok": False, "stage": "compile", "error": "iree-compile failed"}}
-    assert judge(parse_test("images"), good, broken).state == SKIP
-    assert judge(parse_test("compile"), None, broken).state == BAD
+    assert judge_build(parse_test("images"), good, broken).state == Outcome.SKIP
+    assert judge_build(parse_test("compile"), None, broken).state == Outcome.BAD
     crashed = {"probe": {"ok": False, "stage": "run", "error": "the pipeline crashed"}}
-    assert judge(parse_test("images"), good, crashed).state == BAD
+    assert judge_build(parse_test("images"), good, crashed).state == Outcome.BAD
     # accuracy: the build's own FID/CLIP against the profile's ranges; unscored is a skip
     accuracy = parse_test("accuracy")
 
     def scored(**score):
         return {"probe": {"ok": True}, "score": score}
 
-    inside = judge(accuracy, None, scored(fid=0.007, clip=-2.59, passed=True, state="pass"))
-    assert inside.state == GOOD and inside.metric == "FID 0.007, CLIP -2.59: pass"
-    assert judge(accuracy, None, scored(fid=9.5, clip=-9.0, passed=False,
-                                        state="fail")).state == BAD
-    unscored = judge(accuracy, None, scored(error="no images to score", passed=False,
-                                            state="error"))
-    assert unscored.state == SKIP and "no images to score" in unscored.metric
-    assert judge(accuracy, None, crashed).state == BAD
+    inside = judge_build(accuracy, None, scored(fid=0.007, clip=-2.59, passed=True, state="pass"))
+    assert inside.state == Outcome.GOOD and inside.metric == "FID 0.007, CLIP -2.59: pass"
+    assert judge_build(accuracy, None, scored(fid=9.5, clip=-9.0, passed=False,
+                                              state="fail")).state == Outcome.BAD
+    unscored = judge_build(accuracy, None, scored(error="no images to score", passed=False,
+                                                  state="error"))
+    assert unscored.state == Outcome.SKIP and "no images to score" in unscored.metric
+    assert judge_build(accuracy, None, crashed).state == Outcome.BAD
 
 
 def test_accuracy_needs_the_profiles_sample_set(tmp_path):

@@ -22,7 +22,7 @@ from runner.bench import benchmark_module as bm
 from runner.bench import capability, ireeperf
 from runner.bench import dispatch_names as names
 from runner.bench import dispatch_profile as dp
-from runner.bench.dispatch_diff import compare, compare_stages
+from runner.bench.dispatch_diff import compare_profiles, compare_stages
 from runner.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,7 +112,7 @@ def test_names_give_kinds_and_keys_that_outlive_renumbering():
         "run_forward$async_dispatch_*_matmul_128x512x64_f32"
     assert names.key("main$async_dispatch_3") == "main$async_dispatch_*"
     assert names.key("hand_written_conv2d") == "hand_written_conv2d"
-    assert set(names.KINDS) == {k for k, _ in names.KIND_RULES} | {"other"}
+    assert set(names.DISPATCH_KINDS) == {k for k, _ in names.KIND_RULES} | {"other"}
 
 
 @pytest.mark.slow  # the shared dispatch bench, or a bench of its own: a minute or more
@@ -122,7 +122,7 @@ def test_profile_matches_iree_profiles_own_aggregation(profiled):
     for stage in report["stages"]:
         p = stage["dispatch_profile"]
         assert p["status"] == "ok" and p["mode"] == dp.HOST_MODE and p["calls"] == CALLS
-        assert p["timing_source"] == ireeperf.HOST
+        assert p["timing_source"] == ireeperf.HOST_EVENT
         assert f"--benchmark_min_time={CALLS}x" in p["command"]
         assert f"--device_profiling_mode={dp.HOST_MODE}" in p["command"]
         assert f"--device_profiling_flush_interval_ms={dp.FLUSH_MS}" in p["command"]
@@ -186,14 +186,14 @@ def test_gpu_capture_reads_like_the_cpu_one(profiled):
     origin = min(s.start_ns for s in host.spans)
     device_rows = []
     for r in rows:
-        if r["record_type"] == ireeperf.HOST and r["op"] == "dispatch":
+        if r["record_type"] == ireeperf.HOST_EVENT and r["op"] == "dispatch":
             device_rows.append({
-                "record_type": ireeperf.DEVICE, "physical_device_ordinal": 0, "valid": True,
+                "record_type": ireeperf.DEVICE_EVENT, "physical_device_ordinal": 0, "valid": True,
                 "queue_ordinal": 0, "key": r["key"], "event_id": r["event_id"],
                 "workgroup_count": r["workgroup_count"],
                 "start_tick": 2 * (r["start_host_time_ns"] - origin) + 1000,
                 "end_tick": 2 * (r["end_host_time_ns"] - origin) + 1000})
-        elif r["record_type"] != ireeperf.HOST:
+        elif r["record_type"] != ireeperf.HOST_EVENT:
             device_rows.append(r)
     for tick in (1000, 10**12):  # correlation samples bracketing the capture
         host_ns = origin + (tick - 1000) // 2
@@ -201,11 +201,11 @@ def test_gpu_capture_reads_like_the_cpu_one(profiled):
                             "device_tick": tick, "host_time_begin_ns": host_ns - 5,
                             "host_time_end_ns": host_ns + 5})
     device = ireeperf.decode(device_rows)
-    assert device.timing_source == ireeperf.DEVICE and device.unplaced == 0
+    assert device.timing_source == ireeperf.DEVICE_EVENT and device.unplaced == 0
     assert [(s.name, s.start_ns, s.end_ns) for s in device.dispatches()] == \
         [(s.name, s.start_ns, s.end_ns) for s in host.dispatches()]
-    a = dp.summarize(host, CALLS, 10.0)
-    b = dp.summarize(device, CALLS, 10.0)
+    a = dp.summarize_profile(host, CALLS, 10.0)
+    b = dp.summarize_profile(device, CALLS, 10.0)
     assert a["dispatches"] == b["dispatches"] and a["kinds"] == b["kinds"]
     assert b["per_call_ms"]["command_buffers"] is None  # dispatch-events only: no executes
     # Without a clock, device events cannot be placed: counted, never guessed.
@@ -277,8 +277,8 @@ def test_a_runtime_without_the_profiler_says_so_in_its_own_words(runtime_3_11, t
     monkeypatch.setenv("IREE_TOOL_PATH", str(runtime_3_11))
     capability.forget()
     assert dp.unavailable() is None  # iree-profile is found (the 3.13 package's)
-    plan = dp.plan(bm.command(device="local-task", modules=["m.vmfb"], function="f",
-                              inputs=[]), tmp_path / "stage", 2, "local-task")
+    plan = dp.plan_profile(bm.command(device="local-task", modules=["m.vmfb"], function="f",
+                                      inputs=[]), tmp_path / "stage", 2, "local-task")
     got = dp.capture(plan, "f")
     assert got["status"] == "unavailable" and got["mode"] == dp.HOST_MODE
     note = got["note"]
@@ -287,7 +287,7 @@ def test_a_runtime_without_the_profiler_says_so_in_its_own_words(runtime_3_11, t
     assert own.returncode != 0
     assert note == (f"unavailable on local-task with the IREE tools in {runtime_3_11}: "
                     f"{capability.reason_of(own.stderr or own.stdout)}")  # its own words
-    again = dp.plan(plan.command, tmp_path / "second", 2, "local-task")
+    again = dp.plan_profile(plan.command, tmp_path / "second", 2, "local-task")
     assert dp.capture(again, "f")["note"] == note and not (tmp_path / "second").exists()
     capability.forget()
     assert main(["bench", "--profile", "tiny", "--no-throughput", "--stage", "vae",
@@ -318,7 +318,7 @@ def test_builds_are_matched_by_key_and_added_or_removed_dispatches_named():
     after = _profile([("f_dispatch_2_conv_8x8_f32", 3.0, 2, 0.01),  # renumbered, fused
                       ("f_dispatch_3_matmul_4x4_f32", 1.2, 2, 0.5),
                       ("f_dispatch_4_elementwise_4x4_f32", 0.25, 2, 0.0)])
-    change = compare(before, after)
+    change = compare_profiles(before, after)
     moved = {r["key"]: r for r in change["moved"]}
     conv = moved["f_dispatch_*_conv_8x8_f32"]
     assert conv["before_ms"] == 6.0 and conv["after_ms"] == 3.0 and conv["change_pct"] == -50

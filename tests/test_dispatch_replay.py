@@ -64,7 +64,7 @@ def test_replay_times_agree_with_the_hal_profiler_of_the_same_stage(timed, dispa
     for stage in report["stages"]:
         prof, times = stage["dispatch_profile"], stage["dispatch_times"]
         assert prof["status"] == "ok" and times["status"] == "ok", (prof, times)
-        assert times["mechanism"] == dr.MECHANISM and times["calls"] == 1
+        assert times["mechanism"] == dr.REPLAY_MECHANISM and times["calls"] == 1
         # What runs, and how often, is the profiler's exactly.
         assert times["dispatches_per_call"] == prof["dispatches_per_call"]
         counts = {d["name"]: d["count"] for d in times["dispatches"]}
@@ -129,24 +129,24 @@ def test_a_driver_that_cannot_run_a_mechanism_is_unavailable_in_the_tools_words(
     nothing."""
     capability.forget()
     command = _clip_command(tiny_compiled, "cuda")
-    release = capability.release(tool_path(bm.TOOL))
+    release = capability.tool_release(tool_path(bm.TOOL))
     assert release == f"IREE {importlib.metadata.version('iree-base-runtime')}"  # 3.13.0
-    plan = dp.plan(command, tmp_path / "profile", 2, "cuda")
+    plan = dp.plan_profile(command, tmp_path / "profile", 2, "cuda")
     prof = dp.capture(plan, "clip")
     assert prof["status"] == "unavailable", prof
     assert prof["note"].startswith(f"unavailable on cuda with {release}: ")
     assert "cuda" in prof["note"].split(": ", 1)[1].lower()  # the tool's reason, not ours
-    times = dr.measure(command, tmp_path / "replay")
+    times = dr.measure_replay(command, tmp_path / "replay")
     assert times["status"] == "unavailable", times
     assert times["note"].startswith(f"unavailable on cuda with {release}: ")
-    for mechanism in (dp.MECHANISM, dr.MECHANISM):
+    for mechanism in (dp.PROFILE_MECHANISM, dr.REPLAY_MECHANISM):
         assert capability.known(tool_path(bm.TOOL), "cuda://0", mechanism)
-    again = dp.capture(dp.plan(command, tmp_path / "second", 2, "cuda"), "clip")
+    again = dp.capture(dp.plan_profile(command, tmp_path / "second", 2, "cuda"), "clip")
     assert again["note"] == prof["note"] and not (tmp_path / "second").exists()
-    assert dr.measure(command, tmp_path / "third")["note"] == times["note"]
+    assert dr.measure_replay(command, tmp_path / "third")["note"] == times["note"]
     assert not (tmp_path / "third").exists()
     # local-task is another driver: nothing kept for it.
-    assert capability.known(tool_path(bm.TOOL), "local-task", dp.MECHANISM) is None
+    assert capability.known(tool_path(bm.TOOL), "local-task", dp.PROFILE_MECHANISM) is None
     capability.forget()
 
 
@@ -162,9 +162,9 @@ def test_a_try_stopped_by_a_signal_is_not_kept(tiny_compiled, tmp_path):
     and the next stage tries again."""
     capability.forget()
     command = _clip_command(tiny_compiled, "local-task", KILLED_AT_ONCE)
-    got = dp.capture(dp.plan(command, tmp_path / "p", 2, "local-task"), "clip")
+    got = dp.capture(dp.plan_profile(command, tmp_path / "p", 2, "local-task"), "clip")
     assert got["status"] == "unavailable" and "not kept" in got["note"], got
-    assert capability.known(tool_path(bm.TOOL), "local-task", dp.MECHANISM) is None
+    assert capability.known(tool_path(bm.TOOL), "local-task", dp.PROFILE_MECHANISM) is None
 
 
 def test_replay_counts_follow_the_modules_structure(tiny_compiled, tmp_path):
@@ -182,7 +182,7 @@ def test_replay_counts_follow_the_modules_structure(tiny_compiled, tmp_path):
                            inputs=inputs, only=["unet_step", "unet"])
     counts = {}
     for p in plans:
-        rec = dr.record(p.command, tmp_path / p.stage, 600)
+        rec = dr.record_replay(p.command, tmp_path / p.stage, 600)
         assert rec.calls == 1
         per_name: dict[str, int] = {}
         for w, n in rec.counts.items():
@@ -197,7 +197,8 @@ def test_replay_counts_follow_the_modules_structure(tiny_compiled, tmp_path):
                set(denoise) - set(step))
     assert denoise["__builtin_splat_i64"] == 20
     unet = next(p for p in plans if p.stage == "unet")
-    profiled = dp.capture(dp.plan(unet.command, tmp_path / "profile", 1, "local-task"), "unet")
+    plan = dp.plan_profile(unet.command, tmp_path / "profile", 1, "local-task")
+    profiled = dp.capture(plan, "unet")
     assert profiled["status"] == "ok", profiled
     assert {d["name"]: d["count"] for d in profiled["dispatches"]} == denoise
     assert profiled["dispatches_per_call"] == sum(denoise.values()) > 4096

@@ -12,6 +12,14 @@ from pathlib import Path
 from cli_support import cli
 
 from runner.accuracy.verdict import judge
+from runner.base.errors import (
+    ERROR_KINDS,
+    EXIT_BAD_INPUT,
+    IncompleteRun,
+    RunnerError,
+    ToolFailed,
+    recorded_name,
+)
 from runner.base.paths import GOLDENS_DIR
 from runner.config.profile import load_profile
 from runner.loadgen.command import NOT_JUDGED, _status
@@ -129,6 +137,21 @@ def test_the_exit_code_table_says_which_outcome_gets_which_code():
     text = table.read_text()
     assert "| 0 | passed: what was asked was measured and judged" in text
     assert "every layout of a `bench` skipped, no benchmark golden for the SKU" in text
+
+
+def test_every_kind_of_error_exits_2_and_is_recorded_as_before():
+    """The kinds tell a caller what went wrong; the exit code and the records stay one."""
+    for kind in ERROR_KINDS:
+        error = kind("what", where="file: field", fix="do this")
+        assert isinstance(error, RunnerError) and error.exit_code == EXIT_BAD_INPUT
+        assert str(error) == "file: field: what\n  fix: do this"
+        assert recorded_name(error) == "RunnerError"
+    assert recorded_name(IncompleteRun("samples missing")) == "IncompleteRun"
+    assert recorded_name(ValueError()) == "ValueError"
+    failed = ToolFailed("iree-compile failed", returncode=1, output="error: ...", fix="rerun")
+    assert (failed.returncode, failed.output) == (1, "error: ...")
+    text = (Path(__file__).resolve().parent.parent / "docs" / "failure-modes.md").read_text()
+    assert all(f"`{kind.__name__}`" in text for kind in ERROR_KINDS)
 
 
 def test_a_lab_profile_picks_its_sku_and_chip_for_iree_cis_goldens():

@@ -14,7 +14,7 @@ import pytest
 
 from runner.base.iree_tools import tool_path
 from runner.cli.main import main
-from runner.config.sources import download_path, resolve
+from runner.config.sources import download_path, resolve_source
 from runner.goldens.check import check, run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.testfile import load_test_file, load_tests
@@ -35,7 +35,7 @@ def copy_suite(dest: Path, only: tuple[str, ...] = ("clip", "unet", "vae")) -> P
     for name in only:
         raw = json.loads((TINY / f"{name}_cpu.json").read_text())
         for key in ("mlir", "real_weights"):
-            raw[key] = str(resolve(raw[key], base_dir=TINY))
+            raw[key] = str(resolve_source(raw[key], base_dir=TINY))
         for ref in raw["inputs"] + raw["outputs"]:
             shutil.copy(TINY / ref["source"], dest / ref["source"])
         (dest / f"{name}_cpu.json").write_text(json.dumps(raw, indent=4) + "\n")
@@ -317,7 +317,7 @@ def test_sources_over_http_go_through_the_cache(tmp_path, monkeypatch):
             ref["source"] = server.put(f"/sharkpublic/tiny/{ref['source']}",
                                        (TINY / ref["source"]).read_bytes())
         for key in ("mlir", "real_weights"):
-            raw[key] = str(resolve(raw[key], base_dir=TINY))
+            raw[key] = str(resolve_source(raw[key], base_dir=TINY))
         (tmp_path / "t").mkdir()
         (tmp_path / "t" / "unet_cpu.json").write_text(json.dumps(raw))
         (r,) = check(load_tests([tmp_path / "t"]), CheckOptions(), echo=False).results

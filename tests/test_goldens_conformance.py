@@ -20,10 +20,10 @@ from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import GoldenOptions, GoldenResult, _verdicts, check_benchmark
 from runner.cli.main import main
-from runner.config.sources import resolve
+from runner.config.sources import resolve_source
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
-from runner.goldens.random_weights import generate, random_weights
+from runner.goldens.random_weights import generate_random_weights, random_weights
 from runner.goldens.testfile import (
     load_benchmark_file,
     load_test_file,
@@ -75,7 +75,7 @@ def test_random_weights_are_irpa_gen_draws_in_global_order(tmp_path):
     mlir = tmp_path / "m.mlir"
     mlir.write_text(MLIR)
     out = tmp_path / "p.irpa"
-    assert generate(mlir, 3, out, "t") == 7
+    assert generate_random_weights(mlir, 3, out, "t") == 7
     rng = np.random.default_rng(3)
     want = {}
     for name, shape, dtype in (("a", (3, 4), np.float32), ("b", (5,), np.float16),
@@ -90,7 +90,7 @@ def test_random_weights_are_irpa_gen_draws_in_global_order(tmp_path):
     assert archive(out) == want
     assert sha256_file(out) == IREE_MLIR_SEED3_SHA256
     other = tmp_path / "q.irpa"
-    generate(mlir, 4, other, "t")
+    generate_random_weights(mlir, 4, other, "t")
     assert archive(other) != want
 
 
@@ -98,10 +98,10 @@ def test_random_weights_refuse_what_irpa_gen_refuses(tmp_path):
     mlir = tmp_path / "m.mlir"
     mlir.write_text(MLIR.replace("tensor<7xi8>", "tensor<7xi1>"))
     with pytest.raises(RunnerError, match="element type i1"):
-        generate(mlir, 0, tmp_path / "x.irpa", "t.json: weights[0]")
+        generate_random_weights(mlir, 0, tmp_path / "x.irpa", "t.json: weights[0]")
     mlir.write_text("module { not mlir")
     with pytest.raises(RunnerError, match="cannot parse the MLIR"):
-        generate(mlir, 0, tmp_path / "x.irpa", "t")
+        generate_random_weights(mlir, 0, tmp_path / "x.irpa", "t")
 
 
 def test_random_weights_match_iree_runners_bytes(tmp_path, monkeypatch):
@@ -124,7 +124,8 @@ def write_torch(folder: Path, name: str, raw: dict) -> Path:
         (suite / "modules").mkdir(parents=True)
         for module in (TINY_TORCH / "modules").glob("*.json"):
             m = json.loads(module.read_text())
-            m["mlir"] = str(resolve(m["mlir"], base_dir=module.parent))  # the runner's assets
+            # the runner's assets
+            m["mlir"] = str(resolve_source(m["mlir"], base_dir=module.parent))
             (suite / "modules" / module.name).write_text(json.dumps(m))
         for blob in TINY_TORCH.glob("*.bin"):  # a test file names files beside it only
             shutil.copyfile(blob, suite / blob.name)
@@ -136,7 +137,7 @@ def write_torch(folder: Path, name: str, raw: dict) -> Path:
 def tiny(name: str) -> dict:
     raw = json.loads((TINY_TORCH / f"{name}.json").read_text())
     for w in raw.get("weights", []):
-        w["url"] = str(resolve(w["url"], base_dir=TINY_TORCH))
+        w["url"] = str(resolve_source(w["url"], base_dir=TINY_TORCH))
     return raw
 
 
@@ -320,7 +321,7 @@ def older(tmp_path: Path, name: str, **change) -> Path:
     file names files inside its own directory), the MLIR and weights the runner's assets."""
     raw = json.loads((TINY / f"{name}.json").read_text())
     for key in ("mlir", "real_weights"):
-        raw[key] = str(resolve(raw[key], base_dir=TINY))
+        raw[key] = str(resolve_source(raw[key], base_dir=TINY))
     raw.update(change)
     raw = {k: v for k, v in raw.items() if v is not None}
     path = tmp_path / "tiny" / f"{name}.json"

@@ -23,6 +23,7 @@ from cli_support import cli, start_runner
 from shared_work import copy_of, shared_dir
 
 from runner.base import gpu_info
+from runner.base.errors import ToolFailed
 from runner.gpucheck import plan, steps, summary
 from runner.gpucheck.device import runs_profile
 
@@ -309,9 +310,9 @@ def test_rocm_smi_json_is_read_across_releases(fixture, name, arch, memory, driv
 def test_no_tool_is_recorded_not_an_error_and_garbage_is_named():
     info = gpu_info.query(which=lambda _: None)
     assert info.tool is None and info.gpus == () and "PATH" in info.note
-    with pytest.raises(gpu_info.ToolFailed, match="fields where 10 were asked"):
+    with pytest.raises(ToolFailed, match="fields where 10 were asked"):
         gpu_info.parse_nvidia_smi("NVIDIA H200, 550\n")
-    with pytest.raises(gpu_info.ToolFailed, match="no card"):
+    with pytest.raises(ToolFailed, match="no card"):
         gpu_info.parse_rocm_smi('{"system": {"Driver version": "6.8.5"}}')
 
 
@@ -353,17 +354,17 @@ def test_a_missing_profiler_makes_the_dispatch_step_unavailable_with_the_tools_r
     out = _bench_json(tmp_path / "d" / "bench.json", [{"status": "error", "note": reason}] * 3)
     step = plan.Step("dispatches", plan.DISPATCHES, status="failed", exit_code=1,
                      outputs=[str(out)])
-    steps.judge(step)
+    steps.judge_step(step)
     assert step.status == "unavailable" and step.note == f"unavailable: {reason}"
     assert step.status in steps.ACCEPTED
     _bench_json(out, [{"status": "unavailable", "note": "no HAL profiler on hip"}] * 3)
     step = plan.Step("dispatches", plan.DISPATCHES, status="passed", outputs=[str(out)])
-    steps.judge(step)
+    steps.judge_step(step)
     assert step.status == "unavailable" and "no HAL profiler on hip" in step.note
     crashed = {"status": "error", "note": "iree-benchmark-module crashed"}
     _bench_json(out, [{"status": "error", "note": reason}, crashed, {"status": "ok"}])
     step = plan.Step("dispatches", plan.DISPATCHES, status="failed", outputs=[str(out)])
-    steps.judge(step)
+    steps.judge_step(step)
     assert step.status == "failed"
 
 
@@ -373,11 +374,11 @@ def test_a_batch_out_of_gpu_memory_did_not_fit_and_others_fail(tmp_path):
                    "RESOURCE_EXHAUSTED; CUDA driver error 'CUDA_ERROR_OUT_OF_MEMORY' (2): "
                    "out of memory; while invoking native function hal.allocator.allocate\n")
     step = plan.Step("bench fp32 bs8", plan.LADDER, status="failed", exit_code=1, log=str(log))
-    steps.judge(step)
+    steps.judge_step(step)
     assert step.status == "did not fit" and "RESOURCE_EXHAUSTED" in step.note
     log.write_text("error: the worker died: SIGSEGV\n")
     step = plan.Step("bench fp32 bs8", plan.LADDER, status="failed", exit_code=1, log=str(log))
-    steps.judge(step)
+    steps.judge_step(step)
     assert step.status == "failed"
 
 

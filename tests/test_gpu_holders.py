@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ToolFailed
 from runner.base.gpu_holders import (
     MIB,
     GpuProcess,
     Snapshot,
-    ToolFailed,
-    check,
-    parse_nvidia_smi,
-    parse_rocm_smi,
+    check_leaks,
+    nvidia_processes,
+    rocm_processes,
     snapshot,
 )
 
@@ -28,37 +28,37 @@ FIXTURES = Path(__file__).parent / "fixtures" / "gpu_holders"
 
 
 def test_nvidia_smi_csv_is_read_pid_by_pid():
-    found = parse_nvidia_smi((FIXTURES / "nvidia-smi-compute-apps.csv").read_text())
+    found = nvidia_processes((FIXTURES / "nvidia-smi-compute-apps.csv").read_text())
     assert found == [GpuProcess(1523411, 40962 * MIB), GpuProcess(1523417, 512 * MIB),
                      GpuProcess(1523420, None)]
-    assert parse_nvidia_smi((FIXTURES / "nvidia-smi-compute-apps-none.csv").read_text()) == []
+    assert nvidia_processes((FIXTURES / "nvidia-smi-compute-apps-none.csv").read_text()) == []
     with pytest.raises(ToolFailed, match="no CSV header"):
-        parse_nvidia_smi("No devices were found\n")
+        nvidia_processes("No devices were found\n")
 
 
 def test_rocm_smi_showpids_is_read_pid_by_pid():
-    found = parse_rocm_smi((FIXTURES / "rocm-smi-showpids.txt").read_text())
+    found = rocm_processes((FIXTURES / "rocm-smi-showpids.txt").read_text())
     assert [(p.pid, p.used_bytes, p.name) for p in found] == [
         (2345617, 42949672960, "python3"), (2345622, 1073741824, "iree-benchmark-module"),
         (2345630, None, "pt_main_thread")]
-    assert parse_rocm_smi((FIXTURES / "rocm-smi-showpids-none.txt").read_text()) == []
+    assert rocm_processes((FIXTURES / "rocm-smi-showpids-none.txt").read_text()) == []
     with pytest.raises(ToolFailed, match="no KFD process table"):
-        parse_rocm_smi("ERROR: GPU[0]\t: Unable to read\n")
+        rocm_processes("ERROR: GPU[0]\t: Unable to read\n")
 
 
 def test_a_process_added_since_the_snapshot_is_a_leak():
     before = Snapshot("nvidia-smi", (GpuProcess(7, MIB),))
     after = Snapshot("nvidia-smi", (GpuProcess(7, MIB), GpuProcess(9, 40 * 1024 * MIB)))
-    result = check(before, after)
+    result = check_leaks(before, after)
     assert not result.ok and result.leaks == [GpuProcess(9, 40 * 1024 * MIB)]
     assert "pid 9: 40960 MiB" in "\n".join(result.lines())
-    assert check(before, before).ok
+    assert check_leaks(before, before).ok
 
 
 def test_no_tool_means_skipped_with_a_note_not_passed_silently():
     none = snapshot(which=lambda name: None)
     assert none.tool is None and "neither nvidia-smi nor rocm-smi" in none.note
-    result = check(Snapshot(None), none)
+    result = check_leaks(Snapshot(None), none)
     assert result.ok and result.lines() == [none.note]
 
 

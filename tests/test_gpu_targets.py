@@ -18,7 +18,13 @@ from runner.base.iree_tools import compiler_info
 from runner.base.paths import cache_dir
 from runner.cli.main import main
 from runner.config.profile import load_profile
-from runner.model.gpu_targets import CANDIDATES, ChipFlag, check_gpu_target, documented_chip, probe
+from runner.model.gpu_targets import (
+    CANDIDATES,
+    ChipFlag,
+    check_gpu_target,
+    documented_chip,
+    probe_chip,
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +89,10 @@ def test_a_probe_stopped_by_a_signal_is_not_cached_as_an_unknown_chip(probed, tm
     stopper.chmod(0o755)
     stopped = dataclasses.replace(real, path=str(stopper), commit="stopped")
     flag = ChipFlag("cuda", "--iree-cuda-target=", "sm_86")
-    assert probe(stopped, flag) is None
+    assert probe_chip(stopped, flag) is None
     check_gpu_target((flag.flag,), stopped, "x")  # no verdict: the compile would tell
     assert not any("stopped" in p.name for p in (cache_dir() / "gpu-targets").glob("*"))
-    assert probe(real, flag) is True
+    assert probe_chip(real, flag) is True
 
 
 def test_hip_targets_are_checked_the_same_way(probed):

@@ -20,8 +20,8 @@ from runner.cli.main import main
 from runner.config.profile import load_profile
 from runner.loadgen.batcher import Batcher
 from runner.loadgen.conf import Flags, merged_user_conf, parse_conf_text
-from runner.loadgen.logs import DETAIL, SUMMARY, detail_facts, parse_summary
-from runner.loadgen.run import MlperfRequest, prepare
+from runner.loadgen.logs import DETAIL, SUMMARY_LOG, detail_facts, parse_summary
+from runner.loadgen.run import MlperfRequest, prepare_loadgen
 
 SHORT = ("stable-diffusion-xl.*.min_duration = 1000\n"
          "stable-diffusion-xl.*.min_query_count = {n}\n")
@@ -140,7 +140,7 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path, capsys):
                   "--out", str(out)) == 2
     assert "unknown scenario 'multistream'" in capsys.readouterr().err
     with pytest.raises(RunnerError, match="unknown mode"):
-        prepare(MlperfRequest(load_profile("tiny"), ("offline",), "findpeak", out))
+        prepare_loadgen(MlperfRequest(load_profile("tiny"), ("offline",), "findpeak", out))
     assert not out.exists()
 
 
@@ -274,7 +274,7 @@ def offline_perf(tmp_path_factory) -> Path:
 def test_offline_performance_summary_and_reports(offline_perf):
     r = record(offline_perf)
     (test,) = r["tests"]
-    summary = parse_summary(offline_perf / "Offline" / "performance" / SUMMARY)
+    summary = parse_summary(offline_perf / "Offline" / "performance" / SUMMARY_LOG)
     assert summary.scenario == "Offline" and summary.mode == "PerformanceOnly"
     assert summary.result in ("VALID", "INVALID") and summary.samples_per_second > 0
     assert set(summary.latency_ns) >= {"min", "max", "mean", "p50", "p90", "p99"}
@@ -324,7 +324,7 @@ def test_server_batches_fill_up_to_the_batch_size(tmp_path):
                 "--user-conf", str(user_conf(tmp_path, 10)), "--out", str(out))
     assert rc in (0, 1)
     sut = record(out)["tests"][0]["sut"]
-    summary = parse_summary(out / "Server" / "performance" / SUMMARY)
+    summary = parse_summary(out / "Server" / "performance" / SUMMARY_LOG)
     assert summary.scenario == "Server" and "Completed samples per second" in summary.fields
     if not summary.valid:  # a 1 s Server test usually fails early stopping: LoadGen says why
         assert summary.reasons and all(not r.endswith(",") for r in summary.reasons)
@@ -344,7 +344,7 @@ def test_accuracy_mode_answers_every_sample_once_in_qsl_order(tmp_path):
     log = json.loads((out / "Server" / "accuracy" / "mlperf_log_accuracy.json").read_text())
     assert [rec["qsl_idx"] for rec in log] == list(range(8))
     assert {len(bytes.fromhex(rec["data"])) for rec in log} == {128 * 128 * 3}
-    assert parse_summary(out / "Server" / "accuracy" / SUMMARY).mode == "AccuracyOnly"
+    assert parse_summary(out / "Server" / "accuracy" / SUMMARY_LOG).mode == "AccuracyOnly"
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -398,5 +398,5 @@ def test_all_workers_dead_fails_clearly_and_keeps_loadgen_logs(tmp_path, capsys)
     sut = r["tests"][0]["sut"]
     assert sut["completed_empty"] > 0
     assert sut["completed"] + sut["completed_empty"] == sut["issued"]
-    assert (out / "Offline" / "performance" / SUMMARY).is_file()  # LoadGen's logs are kept
+    assert (out / "Offline" / "performance" / SUMMARY_LOG).is_file()  # LoadGen's logs are kept
     assert json.loads((out / "work" / "run.json").read_text())["status"] == "failed"

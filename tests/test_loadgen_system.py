@@ -22,8 +22,8 @@ from runner.loadgen.system import (
     describe_system,
     host_facts,
     measurements,
-    parse_nvidia_smi,
-    parse_rocm_smi,
+    nvidia_facts,
+    rocm_facts,
 )
 
 IREE = {"iree.compiler": {"version": "3.13.0", "commit": "abc"},
@@ -60,18 +60,18 @@ def test_cpu_backend_has_no_accelerator_and_a_gpu_profile_counts_its_layout():
 
 
 def test_vendor_tool_output_is_read():
-    nvidia = parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz\n"
+    nvidia = nvidia_facts("NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz\n"
                               "NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz\n")
     assert nvidia == {"accelerator_model_name": "NVIDIA H100 80GB HBM3",
                       "accelerator_memory_capacity": "81559 MiB",
                       "accelerator_frequency": "1980 MHz", "gpus_seen": 2}
-    rocm = parse_rocm_smi(json.dumps({
+    rocm = rocm_facts(json.dumps({
         "card0": {"Card series": "AMD Instinct MI325X", "Card model": "0x74a5",
                   "VRAM Total Memory (B)": str(256 * 2 ** 30)},
         "card1": {"Card series": "AMD Instinct MI325X"}, "system": {"Driver version": "6"}}))
     assert rocm == {"accelerator_model_name": "AMD Instinct MI325X",
                     "accelerator_memory_capacity": "256 GB", "gpus_seen": 2}
-    assert parse_rocm_smi("not json") == {} == parse_nvidia_smi("")
+    assert rocm_facts("not json") == {} == nvidia_facts("")
 
 
 def test_every_field_is_filled_and_its_source_recorded(tmp_path):

@@ -14,7 +14,7 @@ from host_support import tmpfs
 
 from runner.base.errors import RunnerError
 from runner.base.steps import StepStatus
-from runner.rundir.directory import LOCK, DiskFull, RunDir
+from runner.rundir.directory import RUN_LOCK, DiskFull, RunDir
 from runner.rundir.manifest import RunManifest
 
 
@@ -28,7 +28,7 @@ def write_lock(run: RunDir, **fields) -> None:
     run.path.mkdir(parents=True, exist_ok=True)
     holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": "earlier",
               "command": "runner run --resume x", "pid_start": "", **fields}
-    (run.path / LOCK).write_text(json.dumps(holder))
+    (run.path / RUN_LOCK).write_text(json.dumps(holder))
 
 
 def test_relative_path_becomes_absolute(tmp_path, monkeypatch):
@@ -45,9 +45,9 @@ def test_second_driver_is_refused_naming_the_holder(tmp_path):
         second.lock()
     message = str(e.value)
     assert f"pid {os.getpid()} on {socket.gethostname()} since " in message
-    assert "runner run --out r" in message and e.value.where == str(tmp_path / "r" / LOCK)
+    assert "runner run --out r" in message and e.value.where == str(tmp_path / "r" / RUN_LOCK)
     first.unlock()
-    assert not (tmp_path / "r" / LOCK).exists()
+    assert not (tmp_path / "r" / RUN_LOCK).exists()
     second.lock()  # free again
     second.unlock()
 
@@ -79,17 +79,17 @@ def test_a_lock_held_on_another_host_is_never_broken(tmp_path):
         run.lock()
     assert "node17.cluster" in str(e.value) and "remove" in e.value.fix
     assert "never broken automatically" in e.value.fix
-    assert json.loads((run.path / LOCK).read_text())["host"] == "node17.cluster"
+    assert json.loads((run.path / RUN_LOCK).read_text())["host"] == "node17.cluster"
 
 
 def test_unreadable_lock_waits_while_fresh_and_is_taken_over_when_old(tmp_path):
     run = RunDir(tmp_path / "r")
     run.path.mkdir()
-    (run.path / LOCK).write_text("")  # a writer between create and write
+    (run.path / RUN_LOCK).write_text("")  # a writer between create and write
     with pytest.raises(RunnerError, match="keeps changing hands"):
         run.lock()
     old = time.time() - 120
-    os.utime(run.path / LOCK, (old, old))
+    os.utime(run.path / RUN_LOCK, (old, old))
     run.lock()
     run.unlock()
 

@@ -23,11 +23,11 @@ from runner.config.exports import SEEDED_REFUSAL, WEIGHTS_SPEC, model_config
 from runner.config.model_config import ModelConfig
 from runner.model.seeded_weights import (
     BLOCK,
-    TensorSpec,
+    SeededTensor,
     WeightsSpec,
     derive_rule,
     ensure_weights,
-    generate,
+    generate_seeded,
     read_spec,
     write_archive,
     write_spec,
@@ -35,11 +35,11 @@ from runner.model.seeded_weights import (
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = WeightsSpec(7, {
-    "clip.irpa": (TensorSpec("clip.w", (3, 5), "float32", "uniform", -0.25, 0.5),
-                  TensorSpec("clip.norm", (5,), "float32", "constant", 1.0)),
-    "unet.irpa": (TensorSpec("unet.w", (BLOCK + 1000,), "float16", "uniform", -1.0, 1.0),
-                  TensorSpec("unet.b", (), "float16", "constant", 0.0)),
-    "vae.irpa": (TensorSpec("vae.w", (2, 2, 3, 3), "float32", "uniform", -0.1, 0.1),),
+    "clip.irpa": (SeededTensor("clip.w", (3, 5), "float32", "uniform", -0.25, 0.5),
+                  SeededTensor("clip.norm", (5,), "float32", "constant", 1.0)),
+    "unet.irpa": (SeededTensor("unet.w", (BLOCK + 1000,), "float16", "uniform", -1.0, 1.0),
+                  SeededTensor("unet.b", (), "float16", "constant", 0.0)),
+    "vae.irpa": (SeededTensor("vae.w", (2, 2, 3, 3), "float32", "uniform", -0.1, 0.1),),
 })
 # sha256 of the bytes `generate` gives for SPEC's tensors: the generator's contract (numpy's
 # PCG64 and SeedSequence, whose streams numpy keeps stable, then IEEE float32 arithmetic),
@@ -53,25 +53,25 @@ FINGERPRINTS = {
 def _digests(spec: WeightsSpec) -> dict[str, str]:
     return {t.name: hashlib.sha256(a.tobytes()).hexdigest()
             for tensors in spec.archives.values()
-            for t, a in zip(tensors, generate(tensors, spec.seed), strict=True)}
+            for t, a in zip(tensors, generate_seeded(tensors, spec.seed), strict=True)}
 
 
 def test_values_follow_the_rule_and_are_the_same_in_any_thread_count():
-    values = generate(SPEC.archives["unet.irpa"], SPEC.seed, workers=1)
+    values = generate_seeded(SPEC.archives["unet.irpa"], SPEC.seed, workers=1)
     assert values[0].dtype == np.dtype("<f2") and values[0].shape == (BLOCK + 1000,)
     assert values[1].shape == () and values[1] == 0
     w = values[0].astype(np.float64)
     assert w.min() >= -1.0 and w.max() <= 1.0 and abs(w.mean()) < 0.01
     assert abs(w.std() - 2 / math.sqrt(12)) < 0.01  # uniform(-1, 1)
-    again = generate(SPEC.archives["unet.irpa"], SPEC.seed, workers=4)
+    again = generate_seeded(SPEC.archives["unet.irpa"], SPEC.seed, workers=4)
     assert values[0].tobytes() == again[0].tobytes()
     # A stream per block: the first block does not depend on the tensor's length.
-    short = TensorSpec("unet.w", (BLOCK,), "float16", "uniform", -1.0, 1.0)
-    assert generate((short,), SPEC.seed)[0].tobytes() == values[0][:BLOCK].tobytes()
-    other = generate((TensorSpec("unet.v", (BLOCK,), "float16", "uniform", -1.0, 1.0),),
-                     SPEC.seed)[0]
+    short = SeededTensor("unet.w", (BLOCK,), "float16", "uniform", -1.0, 1.0)
+    assert generate_seeded((short,), SPEC.seed)[0].tobytes() == values[0][:BLOCK].tobytes()
+    other = generate_seeded((SeededTensor("unet.v", (BLOCK,), "float16", "uniform", -1.0, 1.0),),
+                            SPEC.seed)[0]
     assert not np.array_equal(other, values[0][:BLOCK])  # the name keys the stream
-    clip = generate(SPEC.archives["clip.irpa"], SPEC.seed)
+    clip = generate_seeded(SPEC.archives["clip.irpa"], SPEC.seed)
     assert clip[1].tolist() == [1.0] * 5 and clip[0].dtype == np.dtype("<f4")
 
 
@@ -111,14 +111,14 @@ def test_values_generated_into_given_arrays_are_the_same_bytes():
     """`generate(out=...)` fills a model's own storage: the bytes it gives new arrays, every
     element written (constants too); an array without room for a tensor is refused."""
     tensors = (*SPEC.archives["unet.irpa"], *SPEC.archives["clip.irpa"])
-    fresh = generate(tensors, SPEC.seed)
+    fresh = generate_seeded(tensors, SPEC.seed)
     given = [np.full(a.shape, 7, a.dtype) for a in fresh]
-    assert all(g is a for g, a in zip(given, generate(tensors, SPEC.seed, out=given),
+    assert all(g is a for g, a in zip(given, generate_seeded(tensors, SPEC.seed, out=given),
                                        strict=True))
     assert [a.tobytes() for a in given] == [a.tobytes() for a in fresh]
     for wrong in (np.empty(5, "<f4")[::-1], np.empty((5, 1), "<f4"), np.empty(5, "<f2")):
         with pytest.raises(ValueError, match=r"clip\.norm: no room"):
-            generate(SPEC.archives["clip.irpa"][1:], SPEC.seed, out=[wrong])
+            generate_seeded(SPEC.archives["clip.irpa"][1:], SPEC.seed, out=[wrong])
 
 
 def _rule_by_definition(values: np.ndarray) -> tuple[str, float, float]:
@@ -182,7 +182,7 @@ def seeded_model_dir(root: Path) -> Path:
                            "weights_spec": WEIGHTS_SPEC})
     files = {WEIGHTS_SPEC: sha256_file(root / WEIGHTS_SPEC)}
     for name, tensors in SPEC.archives.items():
-        files[name] = write_archive(tensors, generate(tensors, SPEC.seed), root / name)
+        files[name] = write_archive(tensors, generate_seeded(tensors, SPEC.seed), root / name)
     config["files"] = files
     (root / "model.json").write_text(json.dumps(config))
     return root / "model.json"

@@ -127,13 +127,14 @@ def test_resolve_local_file_url_and_relative(tmp_path, server):
     blob = tmp_path / "suite" / "out_v1.0.bin"
     blob.parent.mkdir()
     blob.write_bytes(b"1")
-    assert sources.resolve("out_v1.0.bin", base_dir=blob.parent) == blob
-    assert sources.resolve(blob.as_uri()) == blob
-    assert sources.resolve(str(blob)) == blob
+    assert sources.resolve_source("out_v1.0.bin", base_dir=blob.parent) == blob
+    assert sources.resolve_source(blob.as_uri()) == blob
+    assert sources.resolve_source(str(blob)) == blob
     url = server.url("/c/later.bin")
-    assert sources.resolve(url, download=False, must_exist=False) == sources.download_path(url)
+    found = sources.resolve_source(url, download=False, must_exist=False)
+    assert found == sources.download_path(url)
     with pytest.raises(RunnerError, match="file not found"):
-        sources.resolve("missing.bin", base_dir=blob.parent, where="t.json: outputs[0]")
+        sources.resolve_source("missing.bin", base_dir=blob.parent, where="t.json: outputs[0]")
     with pytest.raises(RunnerError, match="not in the download cache"):
         sources.local_source(url, "model.json: mlir")
     assert sources.local_source(url, "x", must_exist=False) == sources.download_path(url)

@@ -22,17 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import sha256_file
 from runner.base.paths import cache_dir
 from runner.config.profile import METRICS
 
-MODES = ("pretrained", "seeded")
+BACKBONE_MODES = ("pretrained", "seeded")
 SEEDED_LABEL = "seeded random backbones: not comparable with MLPerf"
 
 
 @dataclass(frozen=True)
-class WeightsSpec:
+class BackboneWeights:
+    """Where a scoring network's pretrained weights come from, and their digest."""
+
     what: str
     name: str
     sha256: str
@@ -44,13 +46,13 @@ class WeightsSpec:
         return cache_dir() / "mlperf" / self.name
 
 
-FID_WEIGHTS = WeightsSpec(
+FID_WEIGHTS = BackboneWeights(
     what="FID InceptionV3 weights", name="pt_inception-2015-12-05-6726825d.pth",
     sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
     url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
         "pt_inception-2015-12-05-6726825d.pth",
     env="RUNNER_FID_WEIGHTS", flag="--fid-weights")
-CLIP_WEIGHTS = WeightsSpec(
+CLIP_WEIGHTS = BackboneWeights(
     what="CLIP ViT-B-32 openai weights", name="ViT-B-32.pt",
     sha256="40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af",
     url="https://openaipublic.azureedge.net/clip/models/"
@@ -58,7 +60,7 @@ CLIP_WEIGHTS = WeightsSpec(
     env="RUNNER_CLIP_WEIGHTS", flag="--clip-weights")
 
 
-def find_weights(spec: WeightsSpec, explicit: str | Path | None = None) -> Path:
+def find_weights(spec: BackboneWeights, explicit: str | Path | None = None) -> Path:
     """The flag's path, else the env var's, else the cache; an error names all three."""
     if explicit:
         path, origin = Path(explicit).expanduser(), spec.flag
@@ -68,7 +70,7 @@ def find_weights(spec: WeightsSpec, explicit: str | Path | None = None) -> Path:
         path, origin = spec.cache_path(), "the cache"
     if path.is_file():
         return path
-    raise RunnerError(
+    raise BadInput(
         f"{spec.what} not found at {path} (from {origin})", where=spec.flag,
         fix=f"download {spec.url} (sha256 {spec.sha256}) and pass it with {spec.flag} PATH, "
             f"set ${spec.env}, or save it as {spec.cache_path()}")
@@ -85,11 +87,11 @@ def backbone_weights(mode: str, metrics: tuple[str, ...], fid_weights: str | Pat
         if metric in metrics]
 
 
-def verify_weights(path: Path, spec: WeightsSpec, expected_sha256: str | None = None) -> str:
+def verify_weights(path: Path, spec: BackboneWeights, expected_sha256: str | None = None) -> str:
     expected = expected_sha256 or spec.sha256
     actual = sha256_file(path)
     if actual != expected:
-        raise RunnerError(
+        raise BadInput(
             f"{spec.what}: sha256 {actual} is not the published file's {expected}",
             where=str(path),
             fix=f"download {spec.url} again (a partial download or another checkpoint gives "
@@ -147,11 +149,11 @@ def _device(device: str) -> str:
     import torch
 
     if device not in ("cpu", "cuda"):
-        raise RunnerError(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
+        raise BadInput(f"unknown device {device!r}", where="--device", fix="use cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RunnerError("--torch-device cuda, but torch sees no CUDA device",
-                          where="--torch-device",
-                          fix="use --torch-device cpu, or install a CUDA build of torch")
+        raise StepFailed("--torch-device cuda, but torch sees no CUDA device",
+                         where="--torch-device",
+                         fix="use --torch-device cpu, or install a CUDA build of torch")
     return device
 
 
@@ -166,8 +168,8 @@ def _load_inception(path: Path, expected_sha256: str | None):
         state = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(state, strict=True)
     except (RuntimeError, OSError, ValueError, TypeError) as e:
-        raise RunnerError(f"not the FID InceptionV3 state dict: {str(e)[:300]}",
-                          where=str(path), fix=f"use {FID_WEIGHTS.url}") from e
+        raise BadInput(f"not the FID InceptionV3 state dict: {str(e)[:300]}",
+                       where=str(path), fix=f"use {FID_WEIGHTS.url}") from e
     return model, sha
 
 
@@ -183,7 +185,7 @@ def read_clip_state_dict(path: Path) -> dict:
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     if not isinstance(state, dict):
-        raise RunnerError("not a state dict", where=str(path), fix=f"use {CLIP_WEIGHTS.url}")
+        raise BadInput("not a state dict", where=str(path), fix=f"use {CLIP_WEIGHTS.url}")
     state = {k.removeprefix("module."): v for k, v in state.items()}
     # OpenAI's archive stores three config scalars; a TorchScript copy of open_clip's model
     # also saves its (non-persistent, constant) causal attention mask.
@@ -200,8 +202,8 @@ def _load_clip(path: Path, expected_sha256: str | None):
     try:
         model.load_state_dict(read_clip_state_dict(path), strict=True)
     except (RuntimeError, OSError, ValueError, TypeError) as e:
-        raise RunnerError(f"not a CLIP ViT-B-32 state dict: {str(e)[:300]}", where=str(path),
-                          fix=f"use {CLIP_WEIGHTS.url}") from e
+        raise BadInput(f"not a CLIP ViT-B-32 state dict: {str(e)[:300]}", where=str(path),
+                       fix=f"use {CLIP_WEIGHTS.url}") from e
     return (model, preprocess, tokenizer), sha
 
 
@@ -234,9 +236,9 @@ def load_backbones(mode: str, seed: int = 0, fid_weights: str | Path | None = No
     (tests load files of their own through the real path with them); nothing on the command
     line sets them."""
     device = _device(device)
-    if mode not in MODES:
-        raise RunnerError(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
-                          fix=f"use one of {', '.join(MODES)}")
+    if mode not in BACKBONE_MODES:
+        raise BadInput(f"`accuracy.backbones` is {mode!r}", where="accuracy.backbones",
+                       fix=f"use one of {', '.join(BACKBONE_MODES)}")
     if mode == "seeded":  # the same networks for a seed: built once in a process
         key = (seed, device, tuple(m for m in METRICS if m in metrics))
         if key not in _SEEDED:

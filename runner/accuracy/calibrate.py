@@ -27,11 +27,11 @@ import yaml
 from runner.accuracy.backbones import Backbones
 from runner.accuracy.evaluate import (
     open_backbones,
-    plan,
-    plan_lines,
+    plan_scoring,
     reference_statistics,
     resolve_profile,
     run_scores,
+    scoring_lines,
 )
 from runner.accuracy.frechet import load_statistics, save_statistics
 from runner.accuracy.samples import format_ids, open_source, parse_ids
@@ -57,7 +57,7 @@ MLPERF_CLIP_PERCENT = 0.2
 # calibrated set; 256 other prompts' oracle images stand in for COCO's real images. The
 # percentages come from measurements (that dir's README.md): the IREE run of qsl 0-31 sits
 # far inside; guidance 7.9 instead of 8.0, or latent noise of std 0.001, already fall outside.
-TINY_DIR = ASSETS_DIR / "tiny" / "accuracy"
+TINY_ACCURACY_DIR = ASSETS_DIR / "tiny" / "accuracy"
 TINY_SAMPLES = "0-31"
 TINY_REFERENCE_SAMPLES = "32-287"
 TINY_FID_PERCENT = 2.0
@@ -89,8 +89,8 @@ def percent_range(value: float, percent: float) -> tuple[float, float]:
 
 def _plan(run_dir: Path, profile, captions, verify: bool = True):
     # The calibrated set is whatever the run holds; only completeness is checked.
-    return plan(open_source(Path(run_dir), verify=verify), profile, captions,
-                allow_subset=False, check_ranges_set=False)
+    return plan_scoring(open_source(Path(run_dir), verify=verify), profile, captions,
+                        allow_subset=False, check_ranges_set=False)
 
 
 def _prepare(run_dir: Path, profile: str | None, reference_run: Path | None,
@@ -116,7 +116,7 @@ def calibrate_plan(run_dir: Path, out: Path, *, profile: str | None = None,
     """What `runner calibrate --dry-run` prints: its inputs checked as `calibrate` checks
     them, then what it would score and write."""
     _, _, probe, ref_plan = _prepare(run_dir, profile, reference_run, verify=False)
-    lines = plan_lines(probe, METRICS, fid_weights, clip_weights)
+    lines = scoring_lines(probe, METRICS, fid_weights, clip_weights)
     written = [out / SNIPPET_NAME, out / RECORD_NAME]
     if ref_plan is not None:
         lines.append(f"# FID reference statistics from {len(ref_plan.ids)} samples of "
@@ -220,7 +220,7 @@ def write_profile_section(profile_yaml: Path, snippet: str) -> None:
     atomic_write_text(Path(profile_yaml), "".join(kept) + snippet + "".join(tail))
 
 
-def tiny_recipe(work: Path, out: Path = TINY_DIR) -> list[list[str]]:
+def tiny_recipe(work: Path, out: Path = TINY_ACCURACY_DIR) -> list[list[str]]:
     """The commands that regenerate the shipped tiny calibration, in order."""
     cal, ref = str(work / "oracle-calibration"), str(work / "oracle-reference")
     checkout = checkout_dir()
@@ -236,7 +236,7 @@ def tiny_recipe(work: Path, out: Path = TINY_DIR) -> list[list[str]]:
     ]
 
 
-def reproduce_tiny_assets(out: Path = TINY_DIR, work: Path | None = None,
+def reproduce_tiny_assets(out: Path = TINY_ACCURACY_DIR, work: Path | None = None,
                           progress: bool = True, update_profile: bool = True) -> Calibration:
     """Runs `tiny_recipe` in-process (oracle images, then calibrate), then rewrites the
     `accuracy:` section of configs/tiny.yaml from the result. `work` keeps the oracle runs

@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.paths import ASSETS_DIR
+from runner.model.export.export_tiny import TINY_DIR
 
-TINY_DIR = ASSETS_DIR / "tiny"
 TINY_MAX_LENGTH = 64
 
 

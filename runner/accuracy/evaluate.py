@@ -25,7 +25,7 @@ from runner.accuracy.verdict import (
     require_ranges,
     write_results,
 )
-from runner.base.errors import IncompleteRun, RunnerError
+from runner.base.errors import BadInput, IncompleteRun
 from runner.config.mlperf_data import Captions, load_captions
 from runner.config.profile import METRICS, Profile, load_profile
 from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
@@ -33,7 +33,7 @@ from runner.rundir.store import SampleStore, failures_error
 
 
 @dataclass(frozen=True)
-class Plan:
+class ScorePlan:
     """What will be scored, decided before scoring."""
 
     source: SampleSource
@@ -46,7 +46,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class RunScore:
-    plan: Plan
+    plan: ScorePlan
     result: AccuracyResult
     verdict: Verdict
     json_path: Path
@@ -56,8 +56,8 @@ class RunScore:
 def resolve_profile(source: SampleSource, name: str | None) -> Profile:
     chosen = name or source.profile
     if not chosen:
-        raise RunnerError("no profile recorded with these images", where=source.location,
-                          fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
+        raise BadInput("no profile recorded with these images", where=source.location,
+                       fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
     return load_profile(chosen)
 
 
@@ -65,16 +65,16 @@ def _missing_text(missing: tuple[int, ...]) -> str:
     return format_ids(missing) if len(missing) <= 40 else format_ids(missing[:40]) + ",..."
 
 
-def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subset: bool,
-         check_ranges_set: bool = True) -> Plan:
+def plan_scoring(source: SampleSource, profile: Profile, captions: Captions,
+                 allow_subset: bool, check_ranges_set: bool = True) -> ScorePlan:
     """`check_ranges_set=False` for calibration, where the run's set becomes the ranges' set."""
     settings = accuracy_settings(profile)
     if source.kind == "log":
         assert source.log is not None  # a "log" source always names its log
         cut = truncation(source.log)
         if cut:  # a cut-off log is said so, not counted as a run with samples missing
-            raise RunnerError(f"truncated accuracy log: {cut}", where=str(source.log),
-                              fix=TRUNCATED_FIX)
+            raise BadInput(f"truncated accuracy log: {cut}", where=str(source.log),
+                           fix=TRUNCATED_FIX)
         on_disk = scan_log_ids(source.log)
     else:
         on_disk = source.available or ()
@@ -85,46 +85,46 @@ def plan(source: SampleSource, profile: Profile, captions: Captions, allow_subse
     missing = tuple(sorted(set(requested) - set(on_disk)))
     ids = tuple(sorted(set(on_disk) if source.kind == "log" else set(on_disk) & set(requested)))
     if not ids:
-        raise RunnerError("no images to score", where=source.location,
-                          fix="generate the run's samples first")
+        raise BadInput("no images to score", where=source.location,
+                       fix="generate the run's samples first")
     if ids[-1] >= len(captions):
-        raise RunnerError(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
-                          where=str(captions.path),
-                          fix="use MLPerf's captions_source.tsv (5000 rows)")
+        raise BadInput(f"sample {ids[-1]} has no caption: the file has {len(captions)} rows",
+                       where=str(captions.path),
+                       fix="use MLPerf's captions_source.tsv (5000 rows)")
     if missing and not allow_subset and source.run_dir.joinpath("run.json").is_file():
         raise IncompleteRun(f"the run is incomplete: {len(missing)} of {len(requested)} requested "
                           f"samples are missing ({_missing_text(missing)})",
                           where=source.location,
                           fix="finish the run (`runner run --resume`) and score it again")
     if missing and not allow_subset:  # a bare log or generate dir: nothing to resume
-        raise RunnerError(f"{len(missing)} of {len(requested)} requested samples are not "
-                          f"there ({_missing_text(missing)})", where=source.location,
-                          fix="score it without --require-full (a subset is scored and "
-                          "labelled), or supply the complete images")
+        raise BadInput(f"{len(missing)} of {len(requested)} requested samples are not "
+                       f"there ({_missing_text(missing)})", where=source.location,
+                       fix="score it without --require-full (a subset is scored and "
+                       "labelled), or supply the complete images")
     expected = settings.samples if settings.samples is not None else tuple(range(len(captions)))
     # Not the ranges' set: scored, labelled "subset of N", not judged (runner.accuracy.verdict).
     subset = check_ranges_set and set(ids) != set(expected)
-    return Plan(source, profile, settings, ids, missing, subset)
+    return ScorePlan(source, profile, settings, ids, missing, subset)
 
 
-def reference_statistics(p: Plan) -> FidStatistics:
+def reference_statistics(p: ScorePlan) -> FidStatistics:
     if p.settings.fid_statistics is None:
-        raise RunnerError("the profile names no FID reference statistics",
-                          where=f"{p.profile.path}: accuracy.fid_statistics",
-                          fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
-                              "output")
+        raise BadInput("the profile names no FID reference statistics",
+                       where=f"{p.profile.path}: accuracy.fid_statistics",
+                       fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
+                           "output")
     return load_statistics(p.settings.fid_statistics,
                            where=f"{p.profile.path}: accuracy.fid_statistics")
 
 
-def open_backbones(p: Plan, fid_weights=None, clip_weights=None, device: str = "cpu",
+def open_backbones(p: ScorePlan, fid_weights=None, clip_weights=None, device: str = "cpu",
                    metrics: tuple[str, ...] = METRICS, **checksums) -> Backbones:
     return load_backbones(p.settings.backbones, p.settings.seed, fid_weights, clip_weights,
                           device, metrics=metrics, **checksums)
 
 
-def run_scores(p: Plan, backbones: Backbones, captions: Captions, reference: FidStatistics | None,
-               batch_size: int = 1, progress: bool = True,
+def run_scores(p: ScorePlan, backbones: Backbones, captions: Captions,
+               reference: FidStatistics | None, batch_size: int = 1, progress: bool = True,
                metrics: tuple[str, ...] = METRICS) -> AccuracyResult:
     size = p.profile.model.image_size
     samples = p.source.iter_samples((size, size, 3), keep_duplicates=True,
@@ -145,9 +145,9 @@ def refuse_failed(source: SampleSource) -> None:
         raise failures_error(failed, total, str(source.run_dir), "scoring refused")
 
 
-def prepare(run_dir: Path, profile: str | None, log: Path | None, allow_subset: bool,
-            metrics: tuple[str, ...] | None, verify: bool = True
-            ) -> tuple[Plan, Captions, tuple[str, ...], FidStatistics | None]:
+def prepare_scoring(run_dir: Path, profile: str | None, log: Path | None, allow_subset: bool,
+                    metrics: tuple[str, ...] | None, verify: bool = True
+                    ) -> tuple[ScorePlan, Captions, tuple[str, ...], FidStatistics | None]:
     """Every check that can fail before an image is scored, in the order scoring meets
     them: the plan, the captions, the metrics scored and the FID reference statistics."""
     source = open_source(Path(run_dir), Path(log) if log else None, verify)
@@ -157,17 +157,17 @@ def prepare(run_dir: Path, profile: str | None, log: Path | None, allow_subset: 
     metrics = metrics or prof.accuracy.metrics
     require_ranges(prof.accuracy, str(prof.path), metrics)
     captions = load_captions(*([source.captions] if source.captions else []))
-    p = plan(source, prof, captions, allow_subset)
+    p = plan_scoring(source, prof, captions, allow_subset)
     if "fid" in metrics and len(p.ids) < 2:  # known now, not after the networks and a pass
-        raise RunnerError(f"{len(p.ids)} image(s) to score; FID needs at least 2",
-                          where=source.location,
-                          fix="score two samples or more, or CLIP alone (--metrics clip)")
+        raise BadInput(f"{len(p.ids)} image(s) to score; FID needs at least 2",
+                       where=source.location,
+                       fix="score two samples or more, or CLIP alone (--metrics clip)")
     reference = reference_statistics(p) if "fid" in metrics else None
     return p, captions, metrics, reference
 
 
-def plan_lines(p: Plan, metrics: tuple[str, ...], fid_weights=None, clip_weights=None
-               ) -> list[str]:
+def scoring_lines(p: ScorePlan, metrics: tuple[str, ...], fid_weights=None, clip_weights=None
+                  ) -> list[str]:
     """A dry run's account of a scoring: what is scored, with which weights (found, not
     yet read: their sha256 is checked when loaded), against which statistics."""
     label = f"{len(p.ids)} samples ({format_ids(p.ids)}) of {p.source.location}"
@@ -187,8 +187,8 @@ def score_plan(run_dir: Path, *, profile: str | None = None, log: Path | None = 
                clip_weights=None) -> list[str]:
     """What `runner score --dry-run` prints: every input checked as `evaluate_run` checks
     it, nothing read past that, nothing written."""
-    p, _, metrics, reference = prepare(run_dir, profile, log, False, metrics, verify=False)
-    lines = plan_lines(p, metrics, fid_weights, clip_weights)
+    p, _, metrics, reference = prepare_scoring(run_dir, profile, log, False, metrics, verify=False)
+    lines = scoring_lines(p, metrics, fid_weights, clip_weights)
     if reference is not None:
         lines.append(f"# FID reference statistics: {reference.path}")
     json_path, txt_path = Path(run_dir) / JSON_NAME, Path(run_dir) / TXT_NAME
@@ -205,7 +205,7 @@ def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None 
     it says otherwise). Only the weights and statistics of those metrics are needed.
     `backbones` may be a loader, called only once every check of the images has passed
     (a caller that keeps its networks between runs loads them no sooner)."""
-    p, captions, metrics, reference = prepare(run_dir, profile, log, allow_subset, metrics)
+    p, captions, metrics, reference = prepare_scoring(run_dir, profile, log, allow_subset, metrics)
     prof, source = p.profile, p.source
     if callable(backbones):
         backbones = backbones()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_bytes, sha256_file
 
 MLPERF_EPS = 1e-6
@@ -46,9 +46,9 @@ def _check_pair(mu1, sigma1, mu2, sigma2):
     mu1, mu2 = (np.atleast_1d(np.asarray(m, np.float64)) for m in (mu1, mu2))
     s1, s2 = (np.atleast_2d(np.asarray(s, np.float64)) for s in (sigma1, sigma2))
     if mu1.shape != mu2.shape or s1.shape != s2.shape or s1.shape != (mu1.size, mu1.size):
-        raise RunnerError(f"statistics do not match: mu {mu1.shape} vs {mu2.shape}, "
-                          f"sigma {s1.shape} vs {s2.shape}",
-                          fix="compute both statistics with the same Inception feature size")
+        raise BadInput(f"statistics do not match: mu {mu1.shape} vs {mu2.shape}, "
+                       f"sigma {s1.shape} vs {s2.shape}",
+                       fix="compute both statistics with the same Inception feature size")
     return mu1, s1, mu2, s2
 
 
@@ -72,10 +72,10 @@ def frechet_sqrtm(mu1, sigma1, mu2, sigma2, eps: float = MLPERF_EPS) -> FrechetR
     if np.iscomplexobj(covmean):
         max_imag = float(np.max(np.abs(covmean.imag)))
         if not np.allclose(np.diagonal(covmean).imag, 0, atol=IMAG_ATOL):
-            raise RunnerError(f"Frechet distance: the matrix square root has an imaginary "
-                              f"component {max_imag:.3g} (MLPerf rejects above {IMAG_ATOL})",
-                              fix="the covariances are degenerate: score more images, or check "
-                                  "that the images are not constant")
+            raise StepFailed(f"Frechet distance: the matrix square root has an imaginary "
+                             f"component {max_imag:.3g} (MLPerf rejects above {IMAG_ATOL})",
+                             fix="the covariances are degenerate: score more images, or check "
+                                 "that the images are not constant")
         covmean = covmean.real
     value = diff.dot(diff) + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean)
     return FrechetResult(float(value), "sqrtm", offset_used, max_imag)
@@ -196,8 +196,8 @@ class RunningMoments:
     def covariance(self) -> np.ndarray:
         """Unbiased (N - 1), as `np.cov`; needs two samples."""
         if self.n < 2:
-            raise RunnerError(f"FID needs at least 2 images, got {self.n}",
-                              fix="score a run of 2 or more samples (--count 2)")
+            raise BadInput(f"FID needs at least 2 images, got {self.n}",
+                           fix="score a run of 2 or more samples (--count 2)")
         self._settle()
         return self.m2 / (self.n - 1)
 
@@ -221,30 +221,30 @@ def load_statistics(path: Path, dims: int = 2048, where: str | None = None) -> F
     path = Path(path).expanduser()
     where = where or str(path)
     if not path.is_file():
-        raise RunnerError(f"FID statistics file not found: {path}", where=where,
-                          fix="for SDXL, MLPerf's `val2014.npz` (mlcommons/inference "
-                              "text_to_image/tools); for other models, `runner calibrate`")
+        raise BadInput(f"FID statistics file not found: {path}", where=where,
+                       fix="for SDXL, MLPerf's `val2014.npz` (mlcommons/inference "
+                           "text_to_image/tools); for other models, `runner calibrate`")
     try:
         with np.load(path, allow_pickle=False) as f:
             keys = set(f.files)
             if not {"mu", "sigma"} <= keys:
-                raise RunnerError(f"statistics file has keys {sorted(keys)}, needs `mu` and "
-                                  "`sigma`", where=where,
-                                  fix="use an .npz written by pytorch-fid, MLPerf or "
-                                      "`runner calibrate`")
+                raise BadInput(f"statistics file has keys {sorted(keys)}, needs `mu` and "
+                               "`sigma`", where=where,
+                               fix="use an .npz written by pytorch-fid, MLPerf or "
+                                   "`runner calibrate`")
             mu, sigma = np.asarray(f["mu"], np.float64), np.asarray(f["sigma"], np.float64)
             meta = json.loads(str(f["meta"])) if "meta" in keys else {}
     except (OSError, ValueError) as e:
-        raise RunnerError(f"cannot read FID statistics: {e}", where=where,
-                          fix="pass an .npz with `mu` and `sigma`") from e
+        raise BadInput(f"cannot read FID statistics: {e}", where=where,
+                       fix="pass an .npz with `mu` and `sigma`") from e
     if mu.shape != (dims,) or sigma.shape != (dims, dims):
-        raise RunnerError(f"statistics have mu {mu.shape} and sigma {sigma.shape}; the FID "
-                          f"Inception gives {dims}-d features, so mu must be ({dims},) and "
-                          f"sigma ({dims}, {dims})", where=where,
-                          fix="use statistics of the 2048-d pool3 features")
+        raise BadInput(f"statistics have mu {mu.shape} and sigma {sigma.shape}; the FID "
+                       f"Inception gives {dims}-d features, so mu must be ({dims},) and "
+                       f"sigma ({dims}, {dims})", where=where,
+                       fix="use statistics of the 2048-d pool3 features")
     if not (np.isfinite(mu).all() and np.isfinite(sigma).all()):
-        raise RunnerError("statistics contain NaN or Inf", where=where,
-                          fix="recompute them (`runner calibrate`) or fetch a clean copy")
+        raise BadInput("statistics contain NaN or Inf", where=where,
+                       fix="recompute them (`runner calibrate`) or fetch a clean copy")
     return FidStatistics(mu, sigma, str(path), sha256_file(path), meta)
 
 

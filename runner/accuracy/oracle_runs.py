@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.accuracy.samples import format_ids
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, sha256_bytes
 from runner.config.mlperf_data import load_captions
 from runner.config.profile import Profile
@@ -44,8 +44,8 @@ def _check_oracle(profile: Profile) -> None:
         raise RunnerError("the PyTorch oracle needs the [export] extra: no torch",
                           fix="pip install -e '.[export]'")
     if profile.model.name != "tiny-sdxl":
-        raise RunnerError(f"the oracle runs the tiny model only, not {profile.model.name}",
-                          where="--profile", fix="use the tiny or cpu profile")
+        raise BadInput(f"the oracle runs the tiny model only, not {profile.model.name}",
+                       where="--profile", fix="use the tiny or cpu profile")
 
 
 def oracle_plan(out: Path, profile: Profile, sample_ids: list[int],

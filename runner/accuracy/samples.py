@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import sha256_bytes
 from runner.inputs.jsonfile import read_json
 from runner.model.images import decode_png
@@ -36,18 +36,18 @@ def parse_ids(spec: str | int | Iterable[int], where: str = "samples") -> tuple[
         try:
             return tuple(sorted({int(i) for i in spec}))
         except (TypeError, ValueError) as e:
-            raise RunnerError(f"not a list of sample ids: {spec!r}", where=where,
-                              fix="give whole numbers, e.g. [0, 1, 2] or 0-2") from e
+            raise BadInput(f"not a list of sample ids: {spec!r}", where=where,
+                           fix="give whole numbers, e.g. [0, 1, 2] or 0-2") from e
     out: set[int] = set()
     for token in spec.replace(" ", "").split(","):
         m = _TOKEN.fullmatch(token)
         if not m:
-            raise RunnerError(f"{token!r} in {spec!r} is not a sample id or range",
-                              where=where, fix="write ids like 0-31 or 0,5,9-12")
+            raise BadInput(f"{token!r} in {spec!r} is not a sample id or range",
+                           where=where, fix="write ids like 0-31 or 0,5,9-12")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) else lo
         if hi < lo or hi - lo >= MAX_IDS:
-            raise RunnerError(f"bad range {token!r}", where=where, fix="write it low-high")
+            raise BadInput(f"bad range {token!r}", where=where, fix="write it low-high")
         out.update(range(lo, hi + 1))
     return tuple(sorted(out))
 
@@ -115,8 +115,8 @@ class SampleSource:
                 yield qsl_idx, self._load_png(qsl_idx)
         else:
             if image_shape is None:
-                raise RunnerError("reading an accuracy log needs the image size",
-                                  where=str(self.log), fix="pass --profile")
+                raise BadInput("reading an accuracy log needs the image size",
+                               where=str(self.log), fix="pass --profile")
             assert self.log is not None  # a "log" source always names its log
             yield from iter_log_samples(self.log, image_shape, keep_duplicates)
 
@@ -125,12 +125,12 @@ class SampleSource:
         try:
             image = decode_png(path.read_bytes())
         except (OSError, ValueError) as e:
-            raise RunnerError(f"unreadable image: {e}", where=str(path),
-                              fix="regenerate this run") from e
+            raise BadInput(f"unreadable image: {e}", where=str(path),
+                           fix="regenerate this run") from e
         expected = (self.sha256 or {}).get(qsl_idx)
         if expected and sha256_bytes(image.tobytes()) != expected:
-            raise RunnerError("image pixels do not match the sha256 in manifest.json",
-                              where=str(path), fix="regenerate this run")
+            raise BadInput("image pixels do not match the sha256 in manifest.json",
+                           where=str(path), fix="regenerate this run")
         return image
 
 
@@ -175,12 +175,12 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
     expected = (f"a run dir ({RUN_META} + samples/), a generate dir ({GENERATE_META} + "
                 f"images/) or a dir holding {LOG_NAME}")
     if run_dir.is_file():
-        raise RunnerError(f"a file, where {expected} is expected", where=str(run_dir),
-                          fix=f"pass the directory that holds the run ({run_dir.parent}, if "
-                          "it is that one)")
+        raise BadInput(f"a file, where {expected} is expected", where=str(run_dir),
+                       fix=f"pass the directory that holds the run ({run_dir.parent}, if "
+                       "it is that one)")
     if not run_dir.is_dir():
-        raise RunnerError(f"run dir not found: {run_dir}", where=str(run_dir),
-                          fix=f"pass {expected}")
+        raise BadInput(f"run dir not found: {run_dir}", where=str(run_dir),
+                       fix=f"pass {expected}")
     profile, requested, captions = None, None, None
     if (run_dir / RUN_META).is_file():
         meta = _read_json(run_dir / RUN_META)
@@ -201,15 +201,15 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
         profile = _recorded_profile(meta)
         entries = meta.get("samples")
         if not isinstance(entries, list):
-            raise RunnerError("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
-                              fix="point at a directory `runner generate` wrote, or make it "
-                              "again")
+            raise BadInput("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
+                           fix="point at a directory `runner generate` wrote, or make it "
+                           "again")
         try:
             hashes = {int(e["qsl_idx"]): str(e.get("sha256", "")) for e in entries}
         except (KeyError, TypeError, ValueError) as e:
-            raise RunnerError(f"bad sample entry: {e}",
-                              where=f"{run_dir / GENERATE_META}: samples",
-                              fix="make the directory again with `runner generate`") from e
+            raise BadInput(f"bad sample entry: {e}",
+                           where=f"{run_dir / GENERATE_META}: samples",
+                           fix="make the directory again with `runner generate`") from e
         requested = tuple(sorted(hashes))
         if log is None:
             present = tuple(i for i in requested
@@ -217,7 +217,7 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
             return SampleSource(run_dir, "generate", profile, requested, present, None, hashes)
     log = Path(log) if log is not None else run_dir / LOG_NAME
     if not log.is_file():
-        raise RunnerError(f"no images found in {run_dir}", where=str(run_dir),
-                          fix=f"expected {RUN_META} + samples/, {GENERATE_META} + images/, "
-                              f"or {LOG_NAME} (or pass --log PATH)")
+        raise BadInput(f"no images found in {run_dir}", where=str(run_dir),
+                       fix=f"expected {RUN_META} + samples/, {GENERATE_META} + images/, "
+                           f"or {LOG_NAME} (or pass --log PATH)")
     return SampleSource(run_dir, "log", profile, requested, None, log, captions=captions)

@@ -26,7 +26,7 @@ from runner.accuracy.frechet import (
 )
 from runner.accuracy.frechet_cache import FrechetPair
 from runner.accuracy.inception import FEATURE_DIMS, images_to_unit_float
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.progress import Progress
 from runner.config.profile import METRICS
 from runner.rundir.parallel import keep_freed_memory, prefetch
@@ -79,22 +79,22 @@ class AccuracyResult:
 def check_image(qsl_idx: int, image, size: tuple[int, int] | None) -> None:
     where = f"sample {qsl_idx}"
     if not isinstance(image, np.ndarray):
-        raise RunnerError(f"image is a {type(image).__name__}, not a numpy array", where=where,
-                          fix="pass H x W x 3 uint8 numpy arrays")
+        raise BadInput(f"image is a {type(image).__name__}, not a numpy array", where=where,
+                       fix="pass H x W x 3 uint8 numpy arrays")
     if image.dtype != np.uint8:
         if np.issubdtype(image.dtype, np.number) and not np.isfinite(image).all():
-            raise RunnerError(f"image has NaN/Inf values ({image.dtype})", where=where,
-                              fix="the pipeline produced non-finite pixels; fix it and rerun")
-        raise RunnerError(f"image dtype is {image.dtype}, expected uint8", where=where,
-                          fix="score MLPerf's output bytes: HWC float [0,1] x255, clipped, "
-                              "rounded, uint8")
+            raise BadInput(f"image has NaN/Inf values ({image.dtype})", where=where,
+                           fix="the pipeline produced non-finite pixels; fix it and rerun")
+        raise BadInput(f"image dtype is {image.dtype}, expected uint8", where=where,
+                       fix="score MLPerf's output bytes: HWC float [0,1] x255, clipped, "
+                           "rounded, uint8")
     if image.ndim != 3 or image.shape[2] != 3:
-        raise RunnerError(f"image shape is {image.shape}, expected H x W x 3", where=where,
-                          fix="pass RGB images, height x width x 3 channels")
+        raise BadInput(f"image shape is {image.shape}, expected H x W x 3", where=where,
+                       fix="pass RGB images, height x width x 3 channels")
     if size is not None and tuple(image.shape[:2]) != tuple(size):
-        raise RunnerError(f"image is {image.shape[0]}x{image.shape[1]}, expected "
-                          f"{size[0]}x{size[1]}", where=where,
-                          fix="score images from the profile's model (or pass its profile)")
+        raise BadInput(f"image is {image.shape[0]}x{image.shape[1]}, expected "
+                       f"{size[0]}x{size[1]}", where=where,
+                       fix="score images from the profile's model (or pass its profile)")
 
 
 def check_statistics_backbone(reference: FidStatistics, info: BackboneInfo) -> None:
@@ -102,7 +102,7 @@ def check_statistics_backbone(reference: FidStatistics, info: BackboneInfo) -> N
     weights give features in another space, so their FID would be meaningless."""
     recorded = reference.meta.get("fid_fingerprint")
     if recorded and info.fid_fingerprint and recorded != info.fid_fingerprint:
-        raise RunnerError(
+        raise BadInput(
             f"these statistics were computed with Inception {reference.meta.get('fid_weights')} "
             f"(fingerprint {recorded[:12]}), not the loaded {info.fid_weights} "
             f"({info.fid_fingerprint[:12]})", where=reference.path,
@@ -182,18 +182,18 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
     import torch
 
     if settings.batch_size < 1:
-        raise RunnerError(f"batch size {settings.batch_size}", where="--batch-size",
-                          fix="use 1 or more")
+        raise BadInput(f"batch size {settings.batch_size}", where="--batch-size",
+                       fix="use 1 or more")
     if settings.frechet not in FRECHET:
-        raise RunnerError(f"unknown Frechet method {settings.frechet!r}",
-                          fix=f"use one of {', '.join(FRECHET)}")
+        raise BadInput(f"unknown Frechet method {settings.frechet!r}",
+                       fix=f"use one of {', '.join(FRECHET)}")
     fid_scored = "fid" in settings.metrics
     clip_scored = "clip" in settings.metrics
     for scored, net, metric in ((fid_scored, backbones.inception, "FID"),
                                 (clip_scored, backbones.clip, "CLIP")):
         if scored and net is None:
-            raise RunnerError(f"{metric} is to be scored, but its network was not loaded",
-                              fix="load the backbones with the metrics to score")
+            raise StepFailed(f"{metric} is to be scored, but its network was not loaded",
+                             fix="load the backbones with the metrics to score")
     if reference is not None and fid_scored:
         check_statistics_backbone(reference, backbones.info)
     # A 1024x1024 image passes through 12 MB float tensors; fresh mmap()s for each cost
@@ -216,9 +216,9 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
                 if not np.isfinite(features).all():
                     bad = [i for i, f in zip(batch.ids, features, strict=True)
                            if not np.isfinite(f).all()]
-                    raise RunnerError(f"Inception features are not finite for samples "
-                                      f"{bad[:10]}",
-                                      fix="check the FID weights file (NaN/Inf weights?)")
+                    raise StepFailed(f"Inception features are not finite for samples "
+                                     f"{bad[:10]}",
+                                     fix="check the FID weights file (NaN/Inf weights?)")
                 moments.update(features)
             if clip_scored:
                 clip_scores.extend(backbones.clip.scores_of_pixels(batch.clip_input,
@@ -227,9 +227,9 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
         progress.update(len(ids))
     progress.finish()
     if len(ids) < (2 if fid_scored else 1):
-        raise RunnerError(f"{len(ids)} image(s) to score"
-                          + ("; FID needs at least 2" if fid_scored else ""),
-                          fix="check the run dir holds the run's images")
+        raise BadInput(f"{len(ids)} image(s) to score"
+                       + ("; FID needs at least 2" if fid_scored else ""),
+                       fix="check the run dir holds the run's images")
     seconds = time.perf_counter() - start
     mu, sigma = (moments.mean, moments.covariance()) if moments is not None else (None, None)
     fid = check = None

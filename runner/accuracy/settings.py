@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.accuracy.backbones import MODES
+from runner.accuracy.backbones import BACKBONE_MODES
 from runner.accuracy.samples import parse_ids
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.paths import BUILTIN, builtin_path
 from runner.config.profile import Profile
 
@@ -49,18 +49,18 @@ def accuracy_settings(profile: Profile) -> AccuracySettings:
     raw = profile.accuracy.settings
     where = f"{profile.path}: accuracy"
     mode = raw.get("backbones", "pretrained")
-    if mode not in MODES:
-        raise RunnerError(f"`backbones` is {mode!r}", where=f"{where}.backbones",
-                          fix=f"use one of {', '.join(MODES)}")
+    if mode not in BACKBONE_MODES:
+        raise BadInput(f"`backbones` is {mode!r}", where=f"{where}.backbones",
+                       fix=f"use one of {', '.join(BACKBONE_MODES)}")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise RunnerError(f"`seed` is {seed!r}", where=f"{where}.seed",
-                          fix="use a non-negative integer")
+        raise BadInput(f"`seed` is {seed!r}", where=f"{where}.seed",
+                       fix="use a non-negative integer")
     stats = raw.get("fid_statistics")
     if stats is not None and not isinstance(stats, str):
-        raise RunnerError("`fid_statistics` must be a path", where=f"{where}.fid_statistics",
-                          fix="name an .npz of Inception statistics (`runner calibrate "
-                          "--reference-run` writes one), or leave it out")
+        raise BadInput("`fid_statistics` must be a path", where=f"{where}.fid_statistics",
+                       fix="name an .npz of Inception statistics (`runner calibrate "
+                       "--reference-run` writes one), or leave it out")
     samples = raw.get("samples")
     return AccuracySettings(
         backbones=mode, seed=seed,

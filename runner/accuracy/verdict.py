@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.accuracy.score import AccuracyResult
-from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_FAILED, EXIT_OK, BadInput
 from runner.base.fileio import atomic_write_json, atomic_write_text
+from runner.base.outcome import Outcome
 from runner.config.profile import METRICS, Accuracy
 
 JSON_NAME = "accuracy.json"
 TXT_NAME = "accuracy.txt"
-PASS, FAIL, SUBSET = "pass", "fail", "subset"
 
 
 def subset_label(n: int) -> str:
@@ -80,18 +80,18 @@ class Verdict:
     not_scored: tuple[str, ...] = ()  # metrics left out (`--metrics`): "FID" / "CLIP"
 
     @property
-    def state(self) -> str:
+    def state(self) -> Outcome:
         if self.subset_of is not None:
-            return FAIL if self.require_full else SUBSET
-        return PASS if all(c.passed for c in self.checks) else FAIL
+            return Outcome.FAIL if self.require_full else Outcome.SUBSET
+        return Outcome.PASS if all(c.passed for c in self.checks) else Outcome.FAIL
 
     @property
     def passed(self) -> bool:
-        return self.state == PASS
+        return self.state == Outcome.PASS
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FAILED if self.state == FAIL else EXIT_OK
+        return EXIT_FAILED if self.state == Outcome.FAIL else EXIT_OK
 
     def check(self, metric: str) -> RangeCheck | None:
         """The check of "FID" or "CLIP"; None when that metric was not scored."""
@@ -99,7 +99,7 @@ class Verdict:
 
     def lines(self) -> list[str]:
         out = [c.line(judged=self.subset_of is None) for c in self.checks]
-        if self.state == SUBSET:
+        if self.state == Outcome.SUBSET:
             out.append("verdict: SUBSET (not judged; --require-full makes this a failure)")
         else:
             out.append(f"verdict: {self.state.upper()}")
@@ -122,12 +122,12 @@ def require_ranges(accuracy: Accuracy, where: str, metrics: tuple[str, ...] = ME
     """The ranges of the metrics to score; each must be there."""
     missing = [m for m in metrics if accuracy.range_of(m) is None]
     if missing:
-        raise RunnerError(f"the profile has no accuracy range for {' and '.join(missing)} "
-                          "to judge against",
-                          where=f"{where}: " + " / ".join(f"accuracy.{m}" for m in missing),
-                          fix="add `fid: [low, high]` and `clip: [low, high]` (`runner "
-                              "calibrate` writes them from a known-good run), or score the "
-                              "other metric only with --metrics")
+        raise BadInput(f"the profile has no accuracy range for {' and '.join(missing)} "
+                       "to judge against",
+                       where=f"{where}: " + " / ".join(f"accuracy.{m}" for m in missing),
+                       fix="add `fid: [low, high]` and `clip: [low, high]` (`runner "
+                           "calibrate` writes them from a known-good run), or score the "
+                           "other metric only with --metrics")
     return {m: r for m in metrics if (r := accuracy.range_of(m)) is not None}
 
 
@@ -140,7 +140,7 @@ def judge(fid: float | None, clip: float | None, accuracy: Accuracy,
     scores = {"fid": fid, "clip": clip}
     scored = tuple(m for m in METRICS if scores[m] is not None)
     if not scored:
-        raise RunnerError("no metric was scored", fix="score fid, clip or both")
+        raise BadInput("no metric was scored", fix="score fid, clip or both")
     ranges = require_ranges(accuracy, where, scored)
     left_out = tuple(m for m in METRICS if m not in scored)
     if left_out:

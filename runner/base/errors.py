@@ -1,5 +1,11 @@
-"""One error type for bad input, so the CLI can print it and exit 2 without a traceback,
-and the exit-code table every command shares."""
+"""The runner's error types, so the CLI can print any of them and exit 2 without a traceback,
+and the exit-code table every command shares.
+
+`RunnerError` is the one every command catches; its kinds (`BadInput`, `StepFailed`,
+`ToolFailed`, `ServiceUnreachable`) say which sort of trouble it was, for a caller or a test
+that must tell them apart (retry a service, not a typo). They share exit 2: a scheduler acts
+the same on each (fix something, then rerun), so a code of their own would add nothing.
+Only `IncompleteRun` differs (exit 3), since a resume, not a fix, is what it needs."""
 
 from __future__ import annotations
 
@@ -24,6 +30,43 @@ class RunnerError(Exception):
         if fix:
             parts.append(f"fix: {fix}")
         super().__init__("\n  ".join(elide(part) for part in parts))
+
+
+class BadInput(RunnerError):
+    """A file, field or flag the user gave is wrong: fixing it is the remedy."""
+
+
+class StepFailed(RunnerError):
+    """A step of the runner's own (a compile, a run, a score) could not finish on good input."""
+
+
+class ToolFailed(RunnerError):
+    """An external program the runner calls (iree-compile, nvidia-smi, docker, ...) is missing,
+    failed, hung or printed what cannot be read; the message names it and what it said.
+    `returncode` (None: it did not exit, or exited 0 with an unreadable answer) and `output`
+    are kept for callers that judge what the failure says (an unsupported driver, say)."""
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None,
+                 returncode: int | None = None, output: str = ""):
+        super().__init__(message, where=where, fix=fix)
+        self.returncode, self.output = returncode, output
+
+
+class ServiceUnreachable(RunnerError):
+    """A service over the network (the history store, an upload target, a registry) did not
+    answer or refused the runner's credentials; rerunning once it is back is the remedy."""
+
+
+ERROR_KINDS = (BadInput, StepFailed, ToolFailed, ServiceUnreachable)
+
+
+def recorded_name(error: BaseException) -> str:
+    """The class name a record (probe.json, run.json's attempt) gives `error`: a kind above
+    is recorded as `RunnerError`, as before the kinds existed, so records and reports made
+    by this runner and an earlier one read and compare the same; any other class (a
+    subclass with a meaning of its own, such as StoreUnavailable, or a Python error) by its
+    own name."""
+    return "RunnerError" if type(error) in ERROR_KINDS else type(error).__name__
 
 
 MAX_PART_CHARS = 600  # a huge field quoted back in full would bury the message itself

@@ -33,9 +33,11 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-NVIDIA = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
-ROCM = ("rocm-smi", "--showpids")
-TIMEOUT_S = 60
+from runner.base.errors import ToolFailed
+from runner.base.gpu_info import TIMEOUT_S, nvidia_csv
+
+NVIDIA_APPS = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
+ROCM_PIDS = ("rocm-smi", "--showpids")
 MIB = 1 << 20
 
 
@@ -66,26 +68,19 @@ class Snapshot:
                    raw.get("note", ""))
 
 
-class ToolFailed(RuntimeError):
-    """The tool is there but did not answer (exit code, timeout, unreadable output)."""
-
-
-def parse_nvidia_smi(text: str) -> list[GpuProcess]:
+def nvidia_processes(text: str) -> list[GpuProcess]:
     """`nvidia-smi --query-compute-apps=pid,used_memory --format=csv` output."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines or not lines[0].lower().startswith("pid"):
-        raise ToolFailed(f"nvidia-smi printed no CSV header: {text.strip()[:200]!r}")
     out = []
-    for line in lines[1:]:
-        pid_text, _, used_text = (part.strip() for part in line.partition(","))
-        if not pid_text.isdigit():
-            raise ToolFailed(f"nvidia-smi printed a line that is not `pid, memory`: {line!r}")
-        match = re.fullmatch(r"(\d+)\s*MiB", used_text)
-        out.append(GpuProcess(int(pid_text), int(match.group(1)) * MIB if match else None))
+    for row in nvidia_csv(text, ("pid", "used_memory"), header=True):
+        if not row["pid"].isdigit():
+            raise ToolFailed("nvidia-smi printed a line that is not `pid, memory`: "
+                             f"{', '.join(row.values())!r}")
+        match = re.fullmatch(r"(\d+)\s*MiB", row["used_memory"])
+        out.append(GpuProcess(int(row["pid"]), int(match.group(1)) * MIB if match else None))
     return out
 
 
-def parse_rocm_smi(text: str) -> list[GpuProcess]:
+def rocm_processes(text: str) -> list[GpuProcess]:
     """`rocm-smi --showpids` output."""
     if "No KFD PIDs currently running" in text:
         return []
@@ -110,7 +105,7 @@ def parse_rocm_smi(text: str) -> list[GpuProcess]:
 
 def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
     """The GPU's compute processes now, by the first of nvidia-smi and rocm-smi on PATH."""
-    for argv, parse in ((NVIDIA, parse_nvidia_smi), (ROCM, parse_rocm_smi)):
+    for argv, parse in ((NVIDIA_APPS, nvidia_processes), (ROCM_PIDS, rocm_processes)):
         if which(argv[0]) is None:
             continue
         try:
@@ -127,7 +122,7 @@ def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
 
 
 @dataclass(frozen=True)
-class Check:
+class LeakCheck:
     """What a check found: `leaks` (processes holding GPU memory that did not before)."""
 
     tool: str | None
@@ -147,13 +142,13 @@ class Check:
                 "command returned:", *(f"  {p.text()}" for p in self.leaks)]
 
 
-def check(before: Snapshot, after: Snapshot | None = None) -> Check:
+def check_leaks(before: Snapshot, after: Snapshot | None = None) -> LeakCheck:
     """The processes in `after` (default: now) that were not in `before`."""
     after = after if after is not None else snapshot()
     if after.tool is None:
-        return Check(None, note=after.note)
+        return LeakCheck(None, note=after.note)
     known = {p.pid for p in before.processes}
-    return Check(after.tool, [p for p in after.processes if p.pid not in known])
+    return LeakCheck(after.tool, [p for p in after.processes if p.pid not in known])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "snapshot":
             print(json.dumps(snapshot().to_dict(), indent=2))
             return 0
-        result = check(Snapshot.from_dict(json.loads(args.before.read_text())))
+        result = check_leaks(Snapshot.from_dict(json.loads(args.before.read_text())))
     except (ToolFailed, OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,16 +28,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.base.errors import ToolFailed
+
 TIMEOUT_S = 60
 NVIDIA_FIELDS = ("index", "name", "driver_version", "memory.total", "clocks.max.sm",
                  "clocks.max.memory", "clocks.sm", "clocks.mem", "pci.bus_id", "compute_cap")
 ROCM = ("rocm-smi", "--showproductname", "--showdriverversion", "--showmeminfo", "vram",
         "--showclocks", "--json")
 _NA = ("[N/A]", "[Not Supported]", "N/A", "")
-
-
-class ToolFailed(RuntimeError):
-    """The tool ran but its answer cannot be read (or it exited with an error)."""
 
 
 @dataclass(frozen=True)
@@ -89,17 +87,34 @@ def _int(text: str | None) -> int | None:
     return int(found.group()) if found else None
 
 
-def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[Gpu]:
-    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output."""
-    gpus = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+def nvidia_csv(text: str, fields: tuple[str, ...], *, header: bool = False
+               ) -> list[dict[str, str]]:
+    """The rows of any `nvidia-smi --query-*=<fields> --format=csv[,noheader][,nounits]`,
+    each a dict of the fields asked to their cells as printed: the one reader of that CSV,
+    for the GPU list here, the compute processes (gpu_holders) and a system's description
+    (loadgen.system). `header`: the query was run without `noheader`, so its first line
+    must be the header (`pid, used_gpu_memory [MiB]`), which is checked and dropped."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if header:
+        if not lines or not lines[0].lower().startswith(fields[0]):
+            raise ToolFailed(f"nvidia-smi printed no CSV header: {text.strip()[:200]!r}")
+        lines = lines[1:]
+    rows = []
+    for line in lines:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(fields):
             raise ToolFailed(f"nvidia-smi printed {len(cells)} fields where {len(fields)} "
                              f"were asked ({', '.join(fields)}): {line!r}")
-        row = dict(zip(fields, map(_value, cells), strict=True))
+        rows.append(dict(zip(fields, cells, strict=True)))
+    return rows
+
+
+def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output."""
+    gpus = []
+    for cells in nvidia_csv(text, fields):
+        line = ", ".join(cells.values())
+        row = {k: _value(v) for k, v in cells.items()}
         if row["index"] is None or not row["index"].isdigit() or row["name"] is None:
             raise ToolFailed(f"nvidia-smi printed a line without a GPU index and name: {line!r}")
         gpus.append(Gpu(

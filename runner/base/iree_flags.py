@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.iree_range import release
 from runner.base.iree_tools import CompilerInfo
 
@@ -145,9 +145,9 @@ class Spelling:
         close = difflib.get_close_matches(name, sorted(self.known or ()), n=1, cutoff=0.75)
         return f"it knows {close[0]}" if close else "no flag it knows is close"
 
-    def _refused(self, flag: str, where: str, known: str) -> RunnerError:
+    def _refused(self, flag: str, where: str, known: str) -> BadInput:
         c = self.compiler
-        return RunnerError(
+        return BadInput(
             f"IREE {c.version} (`{c.path}`) does not know `{flag}`: {known}", where=where,
             fix="use a build that knows the flag, or drop it from the profile; if IREE "
             "renamed it, add the rename to runner/base/iree_flags.py RENAMES "

@@ -48,7 +48,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.signals import import_held
 
 TOOL_PATH_ENV = "IREE_TOOL_PATH"
@@ -85,10 +85,10 @@ def _split(value: str) -> list[Path]:
 def _check_dirs(dirs: list[Path], origin: str) -> None:
     for d in dirs:
         if not d.is_dir():
-            raise RunnerError(f"{d} is not a directory", where=origin,
-                              fix="name an IREE build's tools/ directory (the one holding "
-                              "iree-compile), or leave it out to use PATH and the installed "
-                              "iree-base-compiler / iree-base-runtime packages")
+            raise BadInput(f"{d} is not a directory", where=origin,
+                           fix="name an IREE build's tools/ directory (the one holding "
+                           "iree-compile), or leave it out to use PATH and the installed "
+                           "iree-base-compiler / iree-base-runtime packages")
 
 
 def override_dirs() -> tuple[list[Path], str]:
@@ -118,7 +118,7 @@ def _binary_dirs(dirs: list[Path], origin: str) -> list[Path]:
                                 "lib/python*/site-packages/iree/_runtime_libs")
                 for lib in sorted(root.glob(pattern)) if lib.is_dir()]
         if not libs:
-            raise RunnerError(
+            raise BadInput(
                 f"{d} holds IREE's Python console scripts ({scripts[0].name}), and the "
                 "binaries they start are not beside their interpreter", where=origin,
                 fix="name the directory of the binaries (site-packages/iree/compiler/"
@@ -220,6 +220,8 @@ def find_tool(name: str) -> Tool:
         path, package = found
         return Tool(name, path, package, f"{skipped}, not on PATH; the installed {package} "
                     "package's own copy")
+    # A RunnerError, not ToolFailed: the dispatch measurements read a ToolFailed raised while
+    # they run a tool as "this driver cannot", and a tool missing is not that.
     raise RunnerError(
         f"`{name}` not found: {skipped}, not on PATH, and no installed IREE package ships it",
         where=name,
@@ -236,7 +238,9 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
     """Each line an IREE tool writes as JSON (`argv` names the tool bare, as a user would
     type it; the found one runs), read as the tool writes it. A line that is not JSON stops
     the tool; its exit status is checked once its output ends. Both are RunnerErrors that
-    give the command to reproduce them."""
+    give the command to reproduce them (not ToolFailed: the dispatch replay reads a
+    ToolFailed from iree-benchmark-module as "unavailable on this driver", and a dump tool
+    that fails is an error of the run, not that)."""
     shown = shlex.join(argv)
     # stderr into a file, not a second pipe: a tool that fills a stderr pipe nobody reads
     # while this reads stdout would wait forever, and so would this.
@@ -333,9 +337,9 @@ def _compiler_at(path: str) -> CompilerInfo:
                           "where") from e
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
-        raise RunnerError(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
-                          fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build; "
-                          "`runner --version` shows which tools are found where")
+        raise ToolFailed(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,
+                         fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build; "
+                         "`runner --version` shows which tools are found where")
     return CompilerInfo(path, match.group(1), match.group(2) or "unknown")
 
 

@@ -48,13 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.dirlock import DirLock
-from runner.base.errors import EXIT_BAD_INPUT, RunnerError
+from runner.base.errors import EXIT_BAD_INPUT, BadInput
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
 from runner.base.steps import StepStatus
 
 RECORD = "attempt.json"
 LOCK = "attempt.lock"
-SCHEMA = 1
+ATTEMPT_SCHEMA = 1
 RESUMES, REFUSES = "resumes", "refuses"
 MAX_RECORD_BYTES = 16 << 20
 HASHED_INPUT_BYTES = 16 << 20  # an input file up to this size is compared by its contents
@@ -89,17 +89,17 @@ def read_record(path: Path) -> dict[str, Any] | None:
     file = Path(path) / RECORD
     try:
         if file.stat().st_size > MAX_RECORD_BYTES:
-            raise RunnerError("the attempt record is larger than any record the runner "
-                              "writes", where=str(file), fix="pass another --out")
+            raise BadInput("the attempt record is larger than any record the runner "
+                           "writes", where=str(file), fix="pass another --out")
         record = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RunnerError(f"cannot read the attempt record: {e}", where=str(file),
-                          fix="pass another --out (or remove the directory)") from None
+        raise BadInput(f"cannot read the attempt record: {e}", where=str(file),
+                       fix="pass another --out (or remove the directory)") from None
     if not isinstance(record, dict) or not isinstance(record.get("command"), str):
-        raise RunnerError("not an attempt record the runner wrote", where=str(file),
-                          fix="pass another --out (or remove the directory)")
+        raise BadInput("not an attempt record the runner wrote", where=str(file),
+                       fix="pass another --out (or remove the directory)")
     return record
 
 
@@ -120,12 +120,12 @@ def foreign_files(path: Path) -> list[str]:
     return out
 
 
-def normalize(value: Any, cwd: str, files: dict[str, str]) -> Any:
+def normalize_input(value: Any, cwd: str, files: dict[str, str]) -> Any:
     """An input as compared across attempts: a string naming an existing path becomes its
     resolved path (a small regular file's contents hash goes into `files`); lists
     element by element; anything else as it is."""
     if isinstance(value, list | tuple):
-        return [normalize(v, cwd, files) for v in value]
+        return [normalize_input(v, cwd, files) for v in value]
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str) or not value or "\n" in value or len(value) > 4096:
@@ -145,7 +145,7 @@ def normalize(value: Any, cwd: str, files: dict[str, str]) -> Any:
 def inputs_record(inputs: Mapping[str, Any], cwd: str) -> dict[str, Any]:
     """{"inputs": normalized values, "files": resolved path -> sha256} of a command."""
     files: dict[str, str] = {}
-    values = {k: normalize(v, cwd, files) for k, v in sorted(inputs.items())}
+    values = {k: normalize_input(v, cwd, files) for k, v in sorted(inputs.items())}
     return {"inputs": values, "files": files}
 
 
@@ -298,28 +298,28 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
     name = f"`runner {command}`"
     now = inputs_record(inputs, cwd) if inputs is not None else None
     if path.exists() and not path.is_dir():
-        raise RunnerError("--out names a file, not a directory", where=str(path),
-                          fix="pass a new or empty directory as --out")
+        raise BadInput("--out names a file, not a directory", where=str(path),
+                       fix="pass a new or empty directory as --out")
     record = read_record(path) if path.is_dir() else None
     legacy = record is None and any((path / m).is_file() for m in rerun.markers)
     if record is None and not legacy:
         found = foreign_files(path) if path.is_dir() else []
         if found:
             shown = ", ".join(found[:SHOWN_ENTRIES]) + (", ..." if len(found) > 3 else "")
-            raise RunnerError(f"the directory holds files that are not {name}'s own "
-                              f"({shown})", where=str(path),
-                              fix="pass a new or empty directory as --out (nothing was "
-                              "written)")
+            raise BadInput(f"the directory holds files that are not {name}'s own "
+                           f"({shown})", where=str(path),
+                           fix="pass a new or empty directory as --out (nothing was "
+                           "written)")
         if resume:
-            raise RunnerError(f"no attempt of {name} to resume here", where=str(path),
-                              fix=f"start one with `runner {command} ... --out {path}`")
+            raise BadInput(f"no attempt of {name} to resume here", where=str(path),
+                           fix=f"start one with `runner {command} ... --out {path}`")
         return _new(path, command, now or inputs_record({}, cwd), argv, cwd, dry_run)
     if record is not None and record.get("command") != command:
         other = record.get("command")
-        raise RunnerError(f"the directory holds the output of `runner {other}`, not of "
-                          f"{name}", where=str(path / RECORD),
-                          fix=f"pass another --out (or go on with `runner {other} --resume "
-                          f"{path}`)")
+        raise BadInput(f"the directory holds the output of `runner {other}`, not of "
+                       f"{name}", where=str(path / RECORD),
+                       fix=f"pass another --out (or go on with `runner {other} --resume "
+                       f"{path}`)")
     lock = None if dry_run else DirLock(path / LOCK, "out dir")
     if lock is not None:
         lock.lock()
@@ -336,7 +336,7 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
 
 def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: str,
          dry_run: bool) -> OutDir:
-    record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
+    record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
               "status": StepStatus.RUNNING, "attempts": [_attempt()], "done": {}}
     out = OutDir(path, command, record, resumed=False, dry_run=dry_run,
                  created=not path.exists())
@@ -346,8 +346,8 @@ def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: st
     out.lock.lock()
     try:
         if read_record(path) is not None:  # made meanwhile by another driver
-            raise RunnerError("another driver started here meanwhile", where=str(path),
-                              fix="pass another --out")
+            raise BadInput("another driver started here meanwhile", where=str(path),
+                           fix="pass another --out")
         out._save()
     except BaseException:
         out.release()
@@ -389,7 +389,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
               dry_run: bool, lock: DirLock | None) -> OutDir:
     name = f"`runner {command}`"
     if record is None:  # an out dir of this command from before attempt records
-        record = {"schema": SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
+        record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
                   **(now or inputs_record({}, cwd)), "status": StepStatus.FINISHED, "attempts": [],
                   "done": {}}
     elif now is not None:
@@ -397,7 +397,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
         if diffs:
             recorded = " ".join(["runner", *map(str, record.get("argv", [command]))])
             finished = StepStatus.read(record.get("status")) == StepStatus.FINISHED
-            raise RunnerError(
+            raise BadInput(
                 f"the directory holds {'a finished' if finished else 'an'} attempt of {name} "
                 "with other inputs:\n    " + "\n    ".join(diffs), where=str(path / RECORD),
                 fix=f"pass another --out for these inputs (`runner {command} --resume {path}` "
@@ -407,17 +407,17 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
     status = StepStatus.read(record.get("status"))
     if rerun.rule == REFUSES and not resume:
         if legacy:
-            raise RunnerError(f"the directory holds the output of an earlier {name}",
-                              where=str(path), fix=f"if it was interrupted, finish it with "
-                              f"`runner {command} --resume {path}`; else pass another --out")
+            raise BadInput(f"the directory holds the output of an earlier {name}",
+                           where=str(path), fix=f"if it was interrupted, finish it with "
+                           f"`runner {command} --resume {path}`; else pass another --out")
         how = _ended_how(record)
         if status == StepStatus.FINISHED:
-            raise RunnerError(f"the directory holds a finished {name} ({how})",
-                              where=str(path), fix=f"pass another --out for a new attempt "
-                              f"(`runner {command} --resume {path}` finds nothing left to do)")
-        raise RunnerError(f"the directory holds an interrupted {name} ({how})",
-                          where=str(path), fix=f"finish it with `runner {command} --resume "
-                          f"{path}`, or pass another --out")
+            raise BadInput(f"the directory holds a finished {name} ({how})",
+                           where=str(path), fix=f"pass another --out for a new attempt "
+                           f"(`runner {command} --resume {path}` finds nothing left to do)")
+        raise BadInput(f"the directory holds an interrupted {name} ({how})",
+                       where=str(path), fix=f"finish it with `runner {command} --resume "
+                       f"{path}`, or pass another --out")
     out = OutDir(path, command, record, resumed=True, dry_run=dry_run, lock=lock)
     if not dry_run:
         with contextlib.suppress(OSError):

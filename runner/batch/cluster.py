@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.fileio import atomic_write_json
 from runner.rundir.directory import RunDir
 
@@ -66,31 +66,31 @@ class SlurmOptions:
 
     def validated(self) -> SlurmOptions:
         if self.nodes < 1:
-            raise RunnerError(f"--nodes must be at least 1, not {self.nodes}", where="--nodes",
-                              fix="use --nodes 1 or more")
+            raise BadInput(f"--nodes must be at least 1, not {self.nodes}", where="--nodes",
+                           fix="use --nodes 1 or more")
         if self.cpus_per_node is not None and self.cpus_per_node < 1:
-            raise RunnerError(f"--cpus-per-node must be at least 1, not {self.cpus_per_node}",
-                              where="--cpus-per-node",
-                              fix="use 1 or more, or leave it out for the whole node")
+            raise BadInput(f"--cpus-per-node must be at least 1, not {self.cpus_per_node}",
+                           where="--cpus-per-node",
+                           fix="use 1 or more, or leave it out for the whole node")
         if self.max_resubmits < 0:
-            raise RunnerError("--max-resubmits cannot be negative", where="--max-resubmits",
-                              fix="use 0 (never resubmit) or more")
+            raise BadInput("--max-resubmits cannot be negative", where="--max-resubmits",
+                           fix="use 0 (never resubmit) or more")
         if self.node_executor not in ("local", "docker"):
-            raise RunnerError(f"unknown node executor {self.node_executor!r}",
-                              where="--node-executor", fix="use local or docker")
+            raise BadInput(f"unknown node executor {self.node_executor!r}",
+                           where="--node-executor", fix="use local or docker")
         if self.node_executor == "docker" and not self.image:
-            raise RunnerError("the docker node executor needs a harness image", where="--image",
-                              fix="build one with `runner image build` and pass its tag; "
-                              "every node must have it (or pull it)")
+            raise BadInput("the docker node executor needs a harness image", where="--image",
+                           fix="build one with `runner image build` and pass its tag; "
+                           "every node must have it (or pull it)")
         if self.time is not None and not SLURM_TIME.fullmatch(self.time):
-            raise RunnerError(f"{self.time!r} is not a Slurm time limit",
-                              where="--slurm-time",
-                              fix="use sbatch --time's syntax: MM, MM:SS, HH:MM:SS, D-HH, "
-                              "D-HH:MM, D-HH:MM:SS or UNLIMITED, e.g. 2:00:00")
+            raise BadInput(f"{self.time!r} is not a Slurm time limit",
+                           where="--slurm-time",
+                           fix="use sbatch --time's syntax: MM, MM:SS, HH:MM:SS, D-HH, "
+                           "D-HH:MM, D-HH:MM:SS or UNLIMITED, e.g. 2:00:00")
         bad = [a for a in self.sbatch_args if not a.startswith("-")]
         if bad:
-            raise RunnerError(f"--sbatch-arg {bad[0]!r} is not an sbatch option",
-                              where="--sbatch-arg", fix="pass options as --sbatch-arg=--gres=gpu:8")
+            raise BadInput(f"--sbatch-arg {bad[0]!r} is not an sbatch option",
+                           where="--sbatch-arg", fix="pass options as --sbatch-arg=--gres=gpu:8")
         return self
 
 
@@ -134,10 +134,10 @@ def slurm_flags(options: SlurmOptions) -> list[str]:
 def check_slurm_commands() -> None:
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if missing:
-        raise RunnerError(f"Slurm commands not found: {', '.join(missing)}",
-                          where="--executor slurm",
-                          fix="run on a login node of the cluster (or bring up a one-node test "
-                          "cluster with scripts/slurm_setup.sh)")
+        raise ToolFailed(f"Slurm commands not found: {', '.join(missing)}",
+                         where="--executor slurm",
+                         fix="run on a login node of the cluster (or bring up a one-node test "
+                         "cluster with scripts/slurm_setup.sh)")
 
 
 def node_key(job_index: int, task: int) -> str:

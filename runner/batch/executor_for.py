@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.batch.executors import Executor, LocalExecutor
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import Profile
+
+EXECUTORS = ("local", "docker", "slurm")  # what `--executor` takes
 
 
 def executor_for(name: str, profile: Profile, *, image: str | None = None,
@@ -20,9 +22,9 @@ def executor_for(name: str, profile: Profile, *, image: str | None = None,
         return LocalExecutor()
     if name == "docker":
         if not image:
-            raise RunnerError("the docker executor needs a harness image", where="--image",
-                              fix="build one with `runner image build --iree wheels:3.13.0` "
-                              "and pass its tag")
+            raise BadInput("the docker executor needs a harness image", where="--image",
+                           fix="build one with `runner image build --iree wheels:3.13.0` "
+                           "and pass its tag")
         from runner.batch.docker_executor import DockerExecutor, read_only_inputs
 
         return DockerExecutor(image, read_only_inputs(profile, captions or CAPTIONS_FILE))
@@ -34,5 +36,5 @@ def executor_for(name: str, profile: Profile, *, image: str | None = None,
         node = executor_for(options.node_executor, profile, image=options.image,
                             captions=captions)
         return SlurmExecutor(options, node)
-    raise RunnerError(f"unknown executor {name!r}", where="--executor",
-                      fix="use local, docker or slurm")
+    raise BadInput(f"unknown executor {name!r}", where="--executor",
+                   fix=f"use one of {', '.join(EXECUTORS)}")

@@ -48,7 +48,7 @@ BEAT_S = 1.0
 # A worker gives its driver this long without a heartbeat (a driver blocked in I/O for half
 # a minute is not dead); `RUNNER_HEARTBEAT_STALE_S` sets it (tests use a few seconds).
 STALE_S = float(os.environ.get("RUNNER_HEARTBEAT_STALE_S", "30"))
-STOP_GRACE_S = 5.0
+LIFELINE_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 WORKERS_DIR = "workers"
 HEARTBEAT_SUFFIX = ".heartbeat"
@@ -183,7 +183,7 @@ def watch_driver(lifeline: dict[str, Any] | None, say: Callable[[str], None],
                 sys.stdout.flush()
                 if stop is not None:
                     stop()
-                    time.sleep(STOP_GRACE_S)
+                    time.sleep(LIFELINE_GRACE_S)
                 os._exit(EXIT_DRIVER_GONE)
 
     threading.Thread(target=watch, name="driver-watchdog", daemon=True).start()
@@ -258,7 +258,7 @@ def _wait_out_heartbeats(workers: Path, say: Callable[[str], None]) -> None:
 
 def _stop(worker: ProcessId) -> bool:
     """SIGTERM, then SIGKILL after a grace; True if it had to be signalled."""
-    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+    for sig, grace in ((signal.SIGTERM, LIFELINE_GRACE_S), (signal.SIGKILL, LIFELINE_GRACE_S)):
         if not worker.alive():
             return sig != signal.SIGTERM
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_text
 from runner.batch.reproduce import reproduce_script
 from runner.config.layout import LayoutSpec, Plan, plan_workers
@@ -44,17 +44,17 @@ class RunOutcome:
 
 def validate_ids(ids: list[int], where: str, captions_path: Path | None = None) -> list[int]:
     if not ids:
-        raise RunnerError("no samples requested", where=where, fix="use --count N or --ids FILE")
+        raise BadInput("no samples requested", where=where, fix="use --count N or --ids FILE")
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise RunnerError(f"sample {dup} is requested twice", where=where,
-                          fix="list each sample id once")
+        raise BadInput(f"sample {dup} is requested twice", where=where,
+                       fix="list each sample id once")
     captions = load_captions(captions_path or CAPTIONS_FILE)
     bad = [i for i in ids if not 0 <= i < len(captions)]
     if bad:
-        raise RunnerError(f"sample ids {bad[:5]} are outside the captions file "
-                          f"{captions.path} (0..{len(captions) - 1})", where=where,
-                          fix=f"use ids from 0 to {len(captions) - 1}")
+        raise BadInput(f"sample ids {bad[:5]} are outside the captions file "
+                       f"{captions.path} (0..{len(captions) - 1})", where=where,
+                       fix=f"use ids from 0 to {len(captions) - 1}")
     return sorted(ids)
 
 
@@ -66,21 +66,21 @@ def read_ids_file(path: Path, where: str = "--ids") -> list[int]:
     if not path.exists():
         raise no_such_path(path, where, what="ids file")
     if path.is_dir():
-        raise RunnerError(f"{path} is a directory, not an ids file", where=where,
-                          fix="give a file of sample ids, whitespace-separated, e.g. `0 1 2`")
+        raise BadInput(f"{path} is a directory, not an ids file", where=where,
+                       fix="give a file of sample ids, whitespace-separated, e.g. `0 1 2`")
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        raise RunnerError(f"cannot read the ids file: {e.strerror or e}", where=f"{where} {path}",
-                          fix="check that the file is readable") from e
+        raise BadInput(f"cannot read the ids file: {e.strerror or e}", where=f"{where} {path}",
+                       fix="check that the file is readable") from e
     ids = []
     for number, line in enumerate(text.splitlines(), 1):
         for token in line.split():
             if not token.isascii() or not token.isdigit() or len(token) > 18:
-                raise RunnerError(f"{token[:40]!r} is not a sample id (a whole number, MLPerf's "
-                                  "qsl_idx)", where=f"{where} {path}: line {number}",
-                                  fix="write sample ids as whole numbers, whitespace-separated, "
-                                  "e.g. `0 1 2` or one per line")
+                raise BadInput(f"{token[:40]!r} is not a sample id (a whole number, MLPerf's "
+                               "qsl_idx)", where=f"{where} {path}: line {number}",
+                               fix="write sample ids as whole numbers, whitespace-separated, "
+                               "e.g. `0 1 2` or one per line")
             ids.append(int(token))
     return ids
 

@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import ToolFailed
 from runner.base.progress import Progress
 from runner.base.shellscript import Script
 from runner.batch.cluster import (
@@ -167,13 +167,13 @@ def submit(run: RunDir, manifest: RunManifest, options: SlurmOptions, tasks: int
     try:
         proc = run_command(argv)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"sbatch did not run: {e}", where="sbatch",
-                          fix="run on a login node where sbatch works (`sbatch --version`)") from e
+        raise ToolFailed(f"sbatch did not run: {e}", where="sbatch",
+                         fix="run on a login node where sbatch works (`sbatch --version`)") from e
     if proc.returncode != 0:
-        raise RunnerError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
-                          where=shlex.join(argv),
-                          fix="check --slurm-partition, --account, --slurm-time and --sbatch-arg "
-                          "against `sinfo` and your site's limits")
+        raise ToolFailed(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}",
+                         where=shlex.join(argv),
+                         fix="check --slurm-partition, --account, --slurm-time and --sbatch-arg "
+                         "against `sinfo` and your site's limits")
     job_id = proc.stdout.strip().split(";")[0]
     job = {"index": index, "job_id": job_id, "tasks": tasks, "reason": reason,
            "sbatch": argv, "script": str(script), "script_text": text,
@@ -352,7 +352,7 @@ class RunWatch:
         if live is None:
             self.query_failures += 1
             if self.query_failures >= MAX_QUERY_FAILURES:
-                raise RunnerError(
+                raise ToolFailed(
                     "squeue keeps failing; stopped waiting (the node tasks go on)",
                     where="squeue", fix=f"when Slurm answers again, `runner run "
                     f"--resume {self.run_dir}` re-attaches")
@@ -483,8 +483,8 @@ class SlurmExecutor:
             return {}
         live = live_tasks(sorted({sid.split("_")[0] for sid in unconcluded.values()}))
         if live is None:
-            raise RunnerError("squeue failed; cannot tell which node tasks still run",
-                              where="squeue", fix="retry when the Slurm controller answers")
+            raise ToolFailed("squeue failed; cannot tell which node tasks still run",
+                             where="squeue", fix="retry when the Slurm controller answers")
         return live
 
     def commands(self, run_dir: Path, plan: Plan) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
 from runner.bench import dispatch_profile as dp
 from runner.bench import dispatch_replay, sweep, tuning
@@ -100,24 +100,24 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     start = time.perf_counter()
     if out is None:
         if not opts.dry_run:
-            raise RunnerError("--out DIR is required (runs, inputs and reports go there)",
-                              where="runner bench",
-                              fix="add --out runs/NAME, or --dry-run to see the plan")
+            raise BadInput("--out DIR is required (runs, inputs and reports go there)",
+                           where="runner bench",
+                           fix="add --out runs/NAME, or --dry-run to see the plan")
         out = Path("<out>")
     if not opts.dry_run and attempt is None and (out / BENCH_JSON).exists():
-        raise RunnerError("this directory already holds a bench", where=str(out),
-                          fix="pass another --out")
+        raise BadInput("this directory already holds a bench", where=str(out),
+                       fix="pass another --out")
     if not opts.host_only and (opts.ab_tuning_spec or opts.dump_tuning_specs):
-        raise RunnerError("--ab-tuning-spec and --dump-tuning-specs use this host's IREE and "
-                          "devices", where="--iree/--image/--executor",
-                          fix="run them in their own `runner bench` on the machine to measure "
-                          "(on a Slurm node: srun runner bench --no-throughput ...)")
+        raise BadInput("--ab-tuning-spec and --dump-tuning-specs use this host's IREE and "
+                       "devices", where="--iree/--image/--executor",
+                       fix="run them in their own `runner bench` on the machine to measure "
+                       "(on a Slurm node: srun runner bench --no-throughput ...)")
     if opts.settings.dispatch_calls and not opts.stages:
-        raise RunnerError("--dispatches profiles the stage benchmarks", where="--dispatches",
-                          fix="drop --no-stages")
+        raise BadInput("--dispatches profiles the stage benchmarks", where="--dispatches",
+                       fix="drop --no-stages")
     if opts.executor == "slurm" and opts.slurm is None:
-        raise RunnerError("--executor slurm needs Slurm options", where="runner bench",
-                          fix="pass --nodes and --slurm-partition with --executor slurm")
+        raise BadInput("--executor slurm needs Slurm options", where="runner bench",
+                       fix="pass --nodes and --slurm-partition with --executor slurm")
     if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
         tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
     ids = list(opts.sample_ids) if opts.throughput else []
@@ -143,7 +143,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                                     opts.executor, opts.slurm)
         if opts.dry_run:
             for combo in combos:
-                for line in sweep.dry_run_lines(combo, ids, opts.slurm):
+                for line in sweep.sweep_dry_run_lines(combo, ids, opts.slurm):
                     emit(line)
                 report.layouts.append(tp.layout_result(
                     combo.case, combo.run_dir, combo.argv(ids), combo.arm.spec,
@@ -206,11 +206,11 @@ def _refuse_all_skipped(profile: Profile, cases: list[tp.LayoutCase]) -> None:
     if any(c.plan is not None for c in cases):
         return
     reasons = "; ".join(f"{c.label}: {c.skip_reason}" for c in cases)
-    raise RunnerError(f"every layout is skipped, so nothing would be measured ({reasons})",
-                      where="--devices/--cpd/--batch-size/--vae-batch-size",
-                      fix="choose layouts that the model and this machine can run (each "
-                      f"reason says what is wrong; `runner plan --profile {profile.name}` "
-                      "shows the profile's own layout)")
+    raise BadInput(f"every layout is skipped, so nothing would be measured ({reasons})",
+                   where="--devices/--cpd/--batch-size/--vae-batch-size",
+                   fix="choose layouts that the model and this machine can run (each "
+                   f"reason says what is wrong; `runner plan --profile {profile.name}` "
+                   "shows the profile's own layout)")
 
 
 def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path,

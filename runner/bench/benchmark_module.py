@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.iree_tools import tool_path
 from runner.base.signals import import_held
@@ -30,15 +30,6 @@ _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 REPETITIONS_FLAG = "--benchmark_repetitions"
 MIN_TIME_FLAG = "--benchmark_min_time"
 WARMUP_FLAG = "--benchmark_min_warmup_time"
-
-
-class ToolFailed(RunnerError):
-    """The tool ran and failed: its exit status (None: stopped at the time limit) and
-    output, for callers that judge what the failure says about the driver."""
-
-    def __init__(self, message: str, returncode: int | None, output: str, fix: str):
-        super().__init__(message, fix=fix)
-        self.returncode, self.output = returncode, output
 
 
 @dataclass(frozen=True)
@@ -141,19 +132,20 @@ def command(*, device: str, modules: Sequence[Path | str], function: str,
     return BenchCommand(tuple(argv), dict(env or {}), tuple(prefix))
 
 
-def run(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
-        ) -> Latency:
+def run_benchmark(cmd: BenchCommand, raw_out: Path | None = None, timeout: float | None = None
+                  ) -> Latency:
     """Runs the command (never through a shell); keeps its raw JSON next to the results."""
     try:
         proc = subprocess.run(cmd.launch_argv(), capture_output=True, text=True, check=False,
                               env={**os.environ, **cmd.env}, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise ToolFailed(f"{TOOL} ran past {timeout}s", None, "",
+        raise ToolFailed(f"{TOOL} ran past {timeout}s",
                          fix=f"reproduce with: {cmd.text()}") from e
     if proc.returncode != 0:
         output = (proc.stderr or proc.stdout).strip()
         raise ToolFailed(f"{TOOL} failed (exit {proc.returncode}):\n{output[-2000:]}",
-                         proc.returncode, output, fix=f"reproduce with: {cmd.text()}")
+                         returncode=proc.returncode, output=output,
+                         fix=f"reproduce with: {cmd.text()}")
     if raw_out is not None:
         atomic_write_text(raw_out, proc.stdout)
     return parse_benchmark_json(proc.stdout, str(raw_out or TOOL))

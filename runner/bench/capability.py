@@ -27,7 +27,7 @@ def driver_name(device: str) -> str:
 
 
 @functools.cache
-def release(tool: str) -> str:
+def tool_release(tool: str) -> str:
     """`IREE 3.13.0` for a tool of the installed runtime package (its binary, or the
     console script pip put on PATH that runs it); otherwise the tool's directory (a build,
     an override), since these tools have no --version flag."""
@@ -57,7 +57,7 @@ def reason_of(output: str) -> str:
 
 
 def note(tool: str, device: str, reason: str) -> str:
-    return f"unavailable on {driver_name(device)} with {release(tool)}: {reason}"
+    return f"unavailable on {driver_name(device)} with {tool_release(tool)}: {reason}"
 
 
 def known(tool: str, device: str, mechanism: str) -> str | None:

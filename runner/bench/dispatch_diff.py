@@ -54,7 +54,7 @@ def _only(keys: set[str], side: dict[str, dict[str, Any]]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: (-r["ms_per_call"], r["key"]))
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def compare_profiles(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Two `ok` stage profiles (runner.bench.dispatch_profile) -> what changed."""
     a, b = _keyed(before), _keyed(after)
     moved = []
@@ -102,5 +102,5 @@ def compare_stages(before: dict[str, dict[str, Any]], after: dict[str, dict[str,
                           + (p.get("note", p.get("status", "?")) if p else "not profiled")}
         else:
             assert a is not None and b is not None
-            out[stage] = compare(a, b)
+            out[stage] = compare_profiles(a, b)
     return out

@@ -43,7 +43,7 @@ KIND_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "unpack", "set_encoding", "unset_encoding", "gather", "scatter",
                        "map_scatter", "concatenate", "pad")),
 )
-KINDS = (*(kind for kind, _ in KIND_RULES), OTHER)
+DISPATCH_KINDS = (*(kind for kind, _ in KIND_RULES), OTHER)
 _NAME = re.compile(r"^(?P<function>.+?)_dispatch_(?P<ordinal>\d+)(?:_(?P<summary>.+))?$")
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.iree_tools import found_path, tool_path
 from runner.bench import benchmark_module as bm
 from runner.bench import capability, dispatch_names, ireeperf
@@ -51,7 +51,7 @@ PROFILE_FILE, BENCHMARK_FILE, TRACE_FILE = ("dispatches.ireeprof", "dispatches.b
                                             "dispatches.trace.json")
 FIRST_RELEASE = "3.12.0"
 # What every field of a stage's `dispatch_profile` (bench.json, dispatches.json) means.
-FIELDS = {
+PROFILE_FIELDS = {
     "status": "ok; unavailable (this IREE or its driver cannot profile: the note says "
               "`unavailable on <driver> with IREE <version>: <the tool's reason>`); error "
               "(see note)",
@@ -110,7 +110,7 @@ def mode_for(driver: str) -> str:
     return HOST_MODE if name.startswith("local") else DEVICE_MODE
 
 
-MECHANISM = "hal-profiler"
+PROFILE_MECHANISM = "hal-profiler"
 
 
 def unavailable() -> str | None:
@@ -118,9 +118,9 @@ def unavailable() -> str | None:
     iree-benchmark-module); None when it may. Whether a driver can capture one is known
     only by trying (runner.bench.capability): `capture` does, once per driver."""
     bench_tool = found_path(bm.TOOL)
-    if bench_tool is None or found_path(ireeperf.TOOL) is not None:
+    if bench_tool is None or found_path(ireeperf.PROFILE_TOOL) is not None:
         return None  # no bench tool: the stage benchmark itself fails and says why
-    return (f"{ireeperf.TOOL} not found beside {bench_tool}: it comes with "
+    return (f"{ireeperf.PROFILE_TOOL} not found beside {bench_tool}: it comes with "
             f"iree-base-runtime {FIRST_RELEASE} or newer")
 
 
@@ -140,7 +140,7 @@ class ProfilePlan:
         return [self.command.text(), shlex.join(ireeperf.export_argv(self.profile))]
 
 
-def plan(command: bm.BenchCommand, directory: Path, calls: int, driver: str) -> ProfilePlan:
+def plan_profile(command: bm.BenchCommand, directory: Path, calls: int, driver: str) -> ProfilePlan:
     """The stage's own command, as one profiled repetition of `calls` calls."""
     mode = mode_for(driver)
     argv = bm.with_overrides(command.argv, 1, f"{calls}x", 0.0)
@@ -158,23 +158,23 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
     base = {"mode": p.mode, "calls": p.calls, "command": p.command.text()}
     device = p.command.device
     tool = tool_path(bm.TOOL)
-    missing = unavailable() or capability.known(tool, device, MECHANISM)
+    missing = unavailable() or capability.known(tool, device, PROFILE_MECHANISM)
     if missing is not None:
         return {**base, "status": "unavailable", "note": missing}
     try:
         p.directory.mkdir(parents=True, exist_ok=True)
         p.profile.unlink(missing_ok=True)
         try:
-            latency = bm.run(p.command, p.directory / BENCHMARK_FILE, timeout)
-        except bm.ToolFailed as e:  # the same call ran unprofiled: profiling is what failed
+            latency = bm.run_benchmark(p.command, p.directory / BENCHMARK_FILE, timeout)
+        except ToolFailed as e:  # the same call ran unprofiled: profiling is what failed
             p.profile.unlink(missing_ok=True)
             return {**base, "status": "unavailable", "note": capability.failed(
-                tool, device, MECHANISM, e.returncode, e.output or e.message)}
+                tool, device, PROFILE_MECHANISM, e.returncode, e.output or e.message)}
         if not p.profile.is_file():  # it ran, and this IREE's driver wrote no profile
             return {**base, "status": "unavailable", "note": capability.failed(
-                tool, device, MECHANISM, 0, f"{bm.TOOL} ran and wrote no profile "
+                tool, device, PROFILE_MECHANISM, 0, f"{bm.TOOL} ran and wrote no profile "
                 f"({MODE_FLAG}={p.mode})")}
-        data = ireeperf.read(p.profile)
+        data = ireeperf.read_capture(p.profile)
     except RunnerError as e:
         if p.profile.is_file() and p.profile.stat().st_size < 1024:
             p.profile.unlink()  # a failed capture leaves a header-only stub
@@ -184,7 +184,7 @@ def capture(p: ProfilePlan, title: str, unprofiled_ms: float | None = None,
         return {**base, "status": "error", "note": "the profile holds no timed dispatch "
                 f"({data.unplaced} device events without a clock to place them)"}
     trace = write_trace(p.directory / TRACE_FILE, data.spans, title)
-    out = summarize(data, calls, latency.mean_ms, unprofiled_ms)
+    out = summarize_profile(data, calls, latency.mean_ms, unprofiled_ms)
     out.update(base, calls=calls, status="ok",
                files={"profile": str(p.profile), "benchmark": str(p.directory / BENCHMARK_FILE),
                       "trace": str(trace)},
@@ -262,8 +262,8 @@ def kinds(rows: list[dict], calls: int) -> list[dict]:
     return sorted(out.values(), key=lambda k: (-k["ms_per_call"], k["kind"]))
 
 
-def summarize(data: ireeperf.Capture, calls: int, wall_ms: float,
-              unprofiled_ms: float | None = None) -> dict[str, Any]:
+def summarize_profile(data: ireeperf.Capture, calls: int, wall_ms: float,
+                      unprofiled_ms: float | None = None) -> dict[str, Any]:
     """The stage's dispatch profile, per call (see FIELDS)."""
     dispatches = data.dispatches()
     total = sum(s.duration_ns for s in dispatches)

@@ -46,14 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.iree_tools import json_lines, tool_path
 from runner.bench import benchmark_module as bm
 from runner.bench import capability, dispatch_names
 from runner.bench.dispatch_profile import kinds
 
-MECHANISM = "replay-executable-benchmarks"
+REPLAY_MECHANISM = "replay-executable-benchmarks"
 DUMP_TOOL, EXECUTABLE_TOOL = "iree-dump-replay", "iree-benchmark-executable"
 REPLAY_FILE, WORKLOADS_FILE = "dispatches.ireereplay", "dispatch_workloads.json"
 SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
@@ -81,11 +81,11 @@ WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
 _META_RECORD, _NAME_LENGTH_AT = 32, 26
 _BINDING = struct.Struct("<QQQQ")  # buffer id, offset, length, slot
 _WHOLE = 2**64 - 1  # IREE_HAL_WHOLE_BUFFER
-FIELDS = {
+TIMES_FIELDS = {
     "status": "ok; unavailable (the driver or this IREE cannot run the mechanism: the note "
               "says `unavailable on <driver> with IREE <version>: <the tool's reason>`); "
               "error (see note)",
-    "mechanism": f"{MECHANISM}: the stage's HAL replay (iree-benchmark-module "
+    "mechanism": f"{REPLAY_MECHANISM}: the stage's HAL replay (iree-benchmark-module "
                  "--device_replay_output) for the counts and workloads, each distinct "
                  "dispatch timed alone by iree-benchmark-executable",
     "note": "why there are no times (status unavailable or error)",
@@ -148,13 +148,13 @@ def record_command(command: bm.BenchCommand, directory: Path) -> bm.BenchCommand
     return bm.BenchCommand(tuple(argv), command.env, command.prefix)
 
 
-def record(command: bm.BenchCommand, directory: Path, timeout: float | None = None
-           ) -> Recording:
+def record_replay(command: bm.BenchCommand, directory: Path, timeout: float | None = None
+                  ) -> Recording:
     """Records one call of `command` into `directory` and reads it back (counts and
-    workloads only: nothing is timed). Raises bm.ToolFailed when the tool fails."""
+    workloads only: nothing is timed). Raises ToolFailed when the tool fails."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / REPLAY_FILE).unlink(missing_ok=True)
-    bm.run(record_command(command, directory), None, timeout)
+    bm.run_benchmark(record_command(command, directory), None, timeout)
     return read_replay(directory / REPLAY_FILE)
 
 
@@ -281,28 +281,28 @@ def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
                                                                "--cuda_", "--hip_")))
 
 
-def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | None = None,
-            timeout: float | None = None, host_prefix: tuple[str, ...] = ()
-            ) -> dict[str, Any]:
+def measure_replay(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | None = None,
+                   timeout: float | None = None, host_prefix: tuple[str, ...] = ()
+                   ) -> dict[str, Any]:
     """The stage's dispatches timed by this mechanism (see FIELDS); never raises for what
     the driver or the tools cannot do: the note says so, in the capability's words.
     `host_prefix` runs each timing (the worker's NUMA binding, not its `taskset`: see the
     module docstring)."""
     device = command.device
     rec = record_command(command, directory)
-    base = {"mechanism": MECHANISM, "command": rec.text()}
+    base = {"mechanism": REPLAY_MECHANISM, "command": rec.text()}
     tools = [tool_path(bm.TOOL), tool_path(EXECUTABLE_TOOL)]
     for tool in tools:
-        known = capability.known(tool, device, MECHANISM)
+        known = capability.known(tool, device, REPLAY_MECHANISM)
         if known:
             return {**base, "status": "unavailable", "note": known}
     replay = directory / REPLAY_FILE
     try:
-        recording = record(command, directory, timeout)
-    except bm.ToolFailed as e:
+        recording = record_replay(command, directory, timeout)
+    except ToolFailed as e:
         replay.unlink(missing_ok=True)
         return {**base, "status": "unavailable", "note": capability.failed(
-            tools[0], device, MECHANISM, e.returncode, e.output or e.message)}
+            tools[0], device, REPLAY_MECHANISM, e.returncode, e.output or e.message)}
     except RunnerError as e:
         return {**base, "status": "error", "note": str(e)}
     try:
@@ -317,7 +317,7 @@ def measure(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | No
     except RunnerError as e:
         return {**base, "status": "error", "note": str(e)}
     atomic_write_json(directory / WORKLOADS_FILE, commands)
-    out = summarize(recording, times, unprofiled_ms)
+    out = summarize_times(recording, times, unprofiled_ms)
     out.update(base, status="ok", files={"replay": str(replay),
                                          "workloads": str(directory / WORKLOADS_FILE)})
     return out
@@ -363,13 +363,13 @@ def _run_one(argv: list[str], name: str, tool: str, device: str, command: bm.Ben
         raise RunnerError(f"{EXECUTABLE_TOOL} ran past {timeout}s", where=name,
                           fix="reproduce with: " + shlex.join(argv)) from None
     if proc.returncode != 0:
-        raise _Unavailable(capability.failed(tool, device, MECHANISM, proc.returncode,
+        raise _Unavailable(capability.failed(tool, device, REPLAY_MECHANISM, proc.returncode,
                                              proc.stderr or proc.stdout))
     return bm.parse_benchmark_json(proc.stdout, shlex.join(argv))
 
 
-def summarize(recording: Recording, times: dict[Workload, float],
-              unprofiled_ms: float | None) -> dict[str, Any]:
+def summarize_times(recording: Recording, times: dict[Workload, float],
+                    unprofiled_ms: float | None) -> dict[str, Any]:
     """Per function: its dispatches per call and their time; per stage: the sum and how
     much of the unprofiled wall time it explains."""
     calls = recording.calls

@@ -14,7 +14,7 @@ from runner.base.mdtable import md_table
 from runner.report.markdown import code, esc
 
 NA = "-"
-TOP = 10  # dispatches (and movers) a Markdown table shows; the JSON holds them all
+TABLE_ROWS = 10  # dispatches (and movers) a Markdown table shows; the JSON holds them all
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def breakdown(p: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def profile_tables(label: str, p: dict[str, Any], top: int = TOP) -> list[Table]:
+def profile_tables(label: str, p: dict[str, Any], top: int = TABLE_ROWS) -> list[Table]:
     """A stage profile's kinds and its top dispatch functions."""
     median = p["per_call_ms"]["dispatch_median_sum"]
     kinds = Table(f"{label}: dispatch time by kind", [
@@ -103,7 +103,7 @@ SUMMARY_HEADER = ["mode", "calls", "dispatches/call", "functions", "dispatch ms/
                   "profiled / unprofiled", "top kind", "status"]
 
 
-def change_tables(label: str, change: dict[str, Any], top: int = TOP) -> list[Table]:
+def change_tables(label: str, change: dict[str, Any], top: int = TABLE_ROWS) -> list[Table]:
     """What moved in one stage between two profiles (runner.bench.dispatch_diff)."""
     if "note" in change:
         return []
@@ -139,7 +139,7 @@ def change_notes(changes: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{stage}: {c['note']}" for stage, c in changes.items() if "note" in c]
 
 
-def changes_markdown(changes: dict[str, dict[str, Any]], top: int = TOP) -> list[str]:
+def changes_markdown(changes: dict[str, dict[str, Any]], top: int = TABLE_ROWS) -> list[str]:
     lines: list[str] = []
     for stage, change in changes.items():
         for t in change_tables(stage, change, top):

@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.iree_flags import rocm_chip_flag
 from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import GOLDENS_DIR, cache_dir
@@ -79,7 +79,7 @@ from runner.inputs.paths import suite_ref
 from runner.model.compile import compile_key, compile_mlir
 
 DEFAULT_BENCH_SUITE = GOLDENS_DIR / "tiny-bench"
-STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
+BENCH_STATUSES = ("passed", "failed", "error", "skipped", "unchecked", "planned")
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,10 @@ def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None
             tests = [t for t in load_test_file(path) if t.backend == bench.backend]
             if tests:
                 return tests[0]
-    raise RunnerError(f"no quality test {stem}.json to take the module from (looked at "
-                      f"{', '.join(map(str, candidates))})", where=str(bench.path),
-                      fix="pass --quality-dir DIR (IREE CI's quality_tests/<model>/) or set "
-                      '"quality_test": "<path>" in the benchmark file')
+    raise BadInput(f"no quality test {stem}.json to take the module from (looked at "
+                   f"{', '.join(map(str, candidates))})", where=str(bench.path),
+                   fix="pass --quality-dir DIR (IREE CI's quality_tests/<model>/) or set "
+                   '"quality_test": "<path>" in the benchmark file')
 
 
 STATS_PHASE = "stream"
@@ -215,8 +215,8 @@ def write_stats(command: list[str], path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not scratch.is_file():
         scratch.unlink(missing_ok=True)
-        raise RunnerError(f"the statistics compile failed: {proc.stderr.strip()[-1500:]}",
-                          fix=f"reproduce with: {shlex.join(command)}")
+        raise ToolFailed(f"the statistics compile failed: {proc.stderr.strip()[-1500:]}",
+                         fix=f"reproduce with: {shlex.join(command)}")
     scratch.replace(path)
 
 
@@ -262,18 +262,18 @@ def _e2e(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
         commands.extend(built.commands)
     mlir_name = bench.extra.get("mlir_file_name")
     if not isinstance(mlir_name, str) or not mlir_name:
-        raise RunnerError("an e2e benchmark with `modules` needs `mlir_file_name`",
-                          where=f"{bench.path}: mlir_file_name",
-                          fix="add mlir_file_name: the e2e MLIR the modules feed")
+        raise BadInput("an e2e benchmark with `modules` needs `mlir_file_name`",
+                       where=f"{bench.path}: mlir_file_name",
+                       fix="add mlir_file_name: the e2e MLIR the modules feed")
     dirs = [d for d in (opts.files_dir, bench.path.parent) if d is not None]
     mlir = next((d / mlir_name for d in dirs if (d / mlir_name).is_file()), dirs[0] / mlir_name)
     flags = [str(f) for f in bench.extra.get("compile_flags", [])]
     if bench.backend == "rocm":
         flags.append(rocm_chip_flag(opts.rocm_chip, compiler))
     if not mlir.is_file() and not opts.dry_run:
-        raise RunnerError(f"{mlir_name} not found in {', '.join(map(str, dirs))}",
-                          where=f"{bench.path}: mlir_file_name",
-                          fix="pass --files-dir DIR (where IREE CI keeps its test files)")
+        raise BadInput(f"{mlir_name} not found in {', '.join(map(str, dirs))}",
+                       where=f"{bench.path}: mlir_file_name",
+                       fix="pass --files-dir DIR (where IREE CI keeps its test files)")
     pipeline = placeholder(compile_mlir(mlir, tuple(flags), dry_run=opts.dry_run,
                                          compiler=compiler))
     commands.append(shlex.join(pipeline.command))
@@ -292,10 +292,10 @@ def _verdicts(bench: BenchmarkTest, result: GoldenResult) -> None:
         golden = float(golden_time)
         tol = golden_for(bench.golden_time_tolerance_multiplier, sku)
         if tol is None:
-            raise RunnerError(f"golden_time_ms has {sku} but golden_time_tolerance_multiplier "
-                              "does not: IREE CI's runner fails on golden x None",
-                              where=f"{bench.path}: golden_time_tolerance_multiplier",
-                              fix=f'add "{sku}": 1.1 to golden_time_tolerance_multiplier')
+            raise BadInput(f"golden_time_ms has {sku} but golden_time_tolerance_multiplier "
+                           "does not: IREE CI's runner fails on golden x None",
+                           where=f"{bench.path}: golden_time_tolerance_multiplier",
+                           fix=f'add "{sku}": 1.1 to golden_time_tolerance_multiplier')
         latency = result.latency
         measured = None if latency is None else (latency.min_ms if torch else latency.mean_ms)
         note = (f"fastest repetition, tolerance x{tol:g} (IREE CI's torch_models rule)"
@@ -360,7 +360,7 @@ def require_goldens(benches: list[BenchmarkTest], sku: str, chosen_by: str) -> N
         return
     have = sorted({k for b in benches for g in _goldens(b) for k, v in g.items()
                    if v and k != ANY_SKU})
-    raise RunnerError(
+    raise BadInput(
         f"none of the {len(benches)} benchmark file(s) has goldens for sku {sku} "
         f"({chosen_by}), so nothing would be judged; they have goldens for "
         f"{', '.join(have) or 'no SKU'}", where="--sku",
@@ -398,10 +398,10 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
     main_vmfb: Path | None = None
     try:
         if bench.unset and not opts.dry_run:
-            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
-                              "CI's runner passes the string None (--device=None, "
-                              "--function=None) and iree-benchmark-module fails",
-                              where=str(bench.path), fix="set both fields in the file")
+            raise BadInput(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
+                           "CI's runner passes the string None (--device=None, "
+                           "--function=None) and iree-benchmark-module fails",
+                           where=str(bench.path), fix="set both fields in the file")
         if "modules" in bench.extra:
             modules, weights, commands = _e2e(bench, opts, compiler)
             stats = None
@@ -439,12 +439,12 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
         print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
-        result.latency = bm.run(cmd, raw, timeout=opts.timeout)
+        result.latency = bm.run_benchmark(cmd, raw, timeout=opts.timeout)
         if bench.time_statistic == "mean" and not result.latency.mean_is_aggregate:
-            raise RunnerError("the output has no `mean` row (one repetition): IREE CI's "
-                              "runner fails (\"Benchmark results was not found\")",
-                              where=str(bench.path),
-                              fix="keep --benchmark_repetitions above 1")
+            raise ToolFailed("the output has no `mean` row (one repetition): IREE CI's "
+                             "runner fails (\"Benchmark results was not found\")",
+                             where=str(bench.path),
+                             fix="keep --benchmark_repetitions above 1")
         _verdicts(bench, result)
     except RunnerError as e:
         result.status, result.message = "error", str(e)

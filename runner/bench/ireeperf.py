@@ -26,8 +26,8 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import json_lines
 
-TOOL = "iree-profile"
-HOST, DEVICE = "host_execution_event", "dispatch_event"
+PROFILE_TOOL = "iree-profile"
+HOST_EVENT, DEVICE_EVENT = "host_execution_event", "dispatch_event"
 DISPATCH = "dispatch"
 _ARGS = ("event_id", "submission_id", "command_buffer_id", "command_index",
          "workgroup_count", "workgroup_size", "tile_count", "payload_length")
@@ -63,10 +63,10 @@ class Capture:
 
 def export_argv(profile: Path | str) -> list[str]:
     """The decode command, with the bare tool name (as printed; `read` runs the found one)."""
-    return [TOOL, "export", "--format=ireeperf-jsonl", "--output=-", str(profile)]
+    return [PROFILE_TOOL, "export", "--format=ireeperf-jsonl", "--output=-", str(profile)]
 
 
-def read(profile: Path) -> Capture:
+def read_capture(profile: Path) -> Capture:
     """Runs the export of `profile` and decodes its stream."""
     return decode(json_lines(export_argv(profile), str(profile)))
 
@@ -135,14 +135,14 @@ def decode(rows: Iterable[dict[str, Any]]) -> Capture:
         if kind == "schema":
             if row.get("format") != "ireeperf-jsonl":
                 raise RunnerError(f"not an ireeperf-jsonl export: {row.get('format')!r}",
-                                  where=f"{TOOL} export",
+                                  where=f"{PROFILE_TOOL} export",
                                   fix="use the iree-profile of the IREE build that captured "
                                   "the profile (3.12 or newer)")
             schema = int(row.get("schema_version", 0))
-        elif kind == HOST and row.get("valid", True):
+        elif kind == HOST_EVENT and row.get("valid", True):
             spans.append(_span(row, int(row["start_host_time_ns"]),
                                int(row["end_host_time_ns"]), str(row.get("op", "?"))))
-        elif kind == DEVICE and row.get("valid", True):
+        elif kind == DEVICE_EVENT and row.get("valid", True):
             device_rows.append((row, DISPATCH))
         elif kind == "queue_device_event" and row.get("valid", True):
             device_rows.append((row, str(row.get("op", "?"))))
@@ -158,9 +158,9 @@ def decode(rows: Iterable[dict[str, Any]]) -> Capture:
             continue
         device.append(_span(row, placed[0], placed[1], op))
     if any(op == DISPATCH for _, op in device_rows):  # device stamps win over host spans
-        source = DEVICE
+        source = DEVICE_EVENT
         spans = [s for s in spans if s.op != DISPATCH]
     else:
-        source = HOST if any(s.op == DISPATCH for s in spans) else ""
+        source = HOST_EVENT if any(s.op == DISPATCH for s in spans) else ""
     spans = sorted(spans + device, key=lambda s: (s.start_ns, s.end_ns))
     return Capture(spans, source, schema, unplaced)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from runner.base.mdtable import md_table
 from runner.bench import dispatch_report as dr
+from runner.bench.dispatch_report import NA  # one placeholder for every bench table
 from runner.config.model_config import precision_text
 from runner.report.markdown import code
 
@@ -14,8 +15,6 @@ if TYPE_CHECKING:
     from runner.bench.result import BenchReport
     from runner.bench.throughput import LayoutResult
 
-
-NA = "-"
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -167,7 +166,7 @@ def _dispatch_times(report: BenchReport) -> list[str]:
         assert p is not None
         if p["status"] != "ok":
             continue
-        top = p["dispatches"][:dr.TOP]
+        top = p["dispatches"][:dr.TABLE_ROWS]
         table = dr.Table(f"{r.stage} (batch {r.batch_size}): top {len(top)} of "
                          f"{p['functions']} dispatch functions timed alone",
                          ["dispatch", "kind", "count/call", "ms/call", "share", "µs each"],

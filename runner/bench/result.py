@@ -15,8 +15,8 @@ from runner.bench import stages as st
 from runner.bench import sweep
 from runner.bench import throughput as tp
 from runner.bench.dispatch_diff import compare_stages
-from runner.bench.dispatch_profile import FIELDS
-from runner.bench.dispatch_replay import FIELDS as TIMES_FIELDS
+from runner.bench.dispatch_profile import PROFILE_FIELDS
+from runner.bench.dispatch_replay import TIMES_FIELDS
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,6 @@ class BenchReport:
             "ab_tuning_spec": self.ab.to_dict() if self.ab else None,
             "tuning_specs_dumped": self.tuning_specs,
             "exit_code": self.exit_code,
-            **({"dispatch_profile_fields": FIELDS, "dispatch_times_fields": TIMES_FIELDS}
+            **({"dispatch_profile_fields": PROFILE_FIELDS, "dispatch_times_fields": TIMES_FIELDS}
                if o.settings.dispatch_calls else {}),
         }

@@ -185,7 +185,8 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
                          runtime_flags=(*compiled.runtime_flags,
                                         *(worker.runtime_flags if worker else ())),
                          prefix=worker.view_prefix() if worker else ())
-        profile = (dp.plan(cmd, out_dir / stage, settings.dispatch_calls, compiled.driver)
+        profile = (dp.plan_profile(cmd, out_dir / stage, settings.dispatch_calls,
+                                   compiled.driver)
                    if settings.dispatch_calls else None)
         plans.append(StagePlan(stage, role, f"{submodel}.{fn}", compiled.batch_size, cmd,
                                out_dir / stage / "benchmark.json",
@@ -214,7 +215,7 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
         print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}) ...",
               file=sys.stderr, flush=True)
         try:
-            latency = bm.run(p.command, p.raw_out, settings.timeout)
+            latency = bm.run_benchmark(p.command, p.raw_out, settings.timeout)
         except RunnerError as e:
             results.append(StageResult(p.stage, p.function, p.batch_size, None,
                                        p.command.text(), str(e), p.view))
@@ -279,8 +280,8 @@ def _replay_times(p: StagePlan, unprofiled_ms: float, settings: BenchSettings
         return None
     print("  timing each dispatch alone (HAL replay + iree-benchmark-executable) ...",
           file=sys.stderr, flush=True)
-    out = dispatch_replay.measure(p.command, p.profile.directory / REPLAY_DIR, unprofiled_ms,
-                                  settings.timeout, p.host_prefix)
+    out = dispatch_replay.measure_replay(p.command, p.profile.directory / REPLAY_DIR,
+                                         unprofiled_ms, settings.timeout, p.host_prefix)
     if out["status"] == "ok":
         print(f"  {out['dispatches_per_call']:g} dispatches/call, "
               f"{out['per_call_ms']['dispatch_sum']:.3f} ms/call alone, "

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.batch.cluster import SlurmOptions, slurm_flags
+from runner.batch.executor_for import EXECUTORS
 from runner.batch.executors import Execution, Executor, LocalExecutor, watch
 from runner.batch.worker import task_path
 from runner.bench import throughput as tp
@@ -37,8 +38,6 @@ from runner.lifecycle import Lifecycle, executor_for
 from runner.model.compiled_model import compile_model
 from runner.rundir.directory import MANIFEST as RUN_MANIFEST
 from runner.rundir.manifest import RunManifest
-
-EXECUTORS = ("local", "docker", "slurm")
 
 
 @dataclass
@@ -66,19 +65,19 @@ def make_arms(iree: tuple[str, ...], image: str | None, executor: str, out: Path
               base_image: str | None = None) -> list[IreeArm]:
     """The arms, images built (cache hits when unchanged) or, in a dry run, planned."""
     if executor not in EXECUTORS:
-        raise RunnerError(f"unknown executor {executor!r}", where="--executor",
-                          fix=f"use one of {', '.join(EXECUTORS)}")
+        raise BadInput(f"unknown executor {executor!r}", where="--executor",
+                       fix=f"use one of {', '.join(EXECUTORS)}")
     if iree and image:
-        raise RunnerError("--iree builds the images; --image names one: pass one of them",
-                          where="--image", fix="drop --image, or drop --iree")
+        raise BadInput("--iree builds the images; --image names one: pass one of them",
+                       where="--image", fix="drop --image, or drop --iree")
     if executor == "local" and (iree or image):
-        raise RunnerError("--iree/--image run workers in harness images",
-                          where="--executor local",
-                          fix="add --executor docker (this machine) or --executor slurm")
+        raise BadInput("--iree/--image run workers in harness images",
+                       where="--executor local",
+                       fix="add --executor docker (this machine) or --executor slurm")
     if executor == "docker" and not (iree or image):
-        raise RunnerError("--executor docker needs an IREE build to run",
-                          where="--executor docker",
-                          fix="pass --iree wheels:3.13.0 (builds the image) or --image TAG")
+        raise BadInput("--executor docker needs an IREE build to run",
+                       where="--executor docker",
+                       fix="pass --iree wheels:3.13.0 (builds the image) or --image TAG")
     if not iree and not image:
         return [IreeArm(tp.HOST_IREE)]
     from runner.docker.image import DEFAULT_BASE_IMAGE, build_image, parse_source
@@ -272,8 +271,8 @@ def run_combinations(combos: list[Combination], ids: list[int],
     return results
 
 
-def dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
-                  ) -> list[str]:
+def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmOptions | None
+                        ) -> list[str]:
     """What running the combination would do, exactly: its compiles (in the arm's image
     when it has one), the `runner run` line, and the sbatch command or worker commands."""
     case = combo.case

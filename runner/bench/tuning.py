@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.iree_tools import compiler_info
 from runner.config.profile import Profile
 from runner.config.sources import local_source
@@ -33,8 +33,8 @@ def ab_profiles(profile: Profile, spec: Path, *, dry_run: bool = False
                 ) -> tuple[Profile, Profile]:
     """(without the spec, with it)."""
     if not spec.is_file():
-        raise RunnerError("tuning spec not found", where=f"--ab-tuning-spec {spec}",
-                          fix="give the path of a tuning spec .mlir file")
+        raise BadInput("tuning spec not found", where=f"--ab-tuning-spec {spec}",
+                       fix="give the path of a tuning spec .mlir file")
     if not dry_run:
         check_spec(spec)
     target = profile.target
@@ -74,9 +74,9 @@ def dump_specs(commands: list[list[str]]) -> list[Path]:
         target.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise RunnerError(f"dumping tuning specs failed (exit {proc.returncode}):\n"
-                              f"{proc.stderr.strip()[-1500:]}",
-                              fix=f"reproduce with: {shlex.join(cmd)}")
+            raise ToolFailed(f"dumping tuning specs failed (exit {proc.returncode}):\n"
+                             f"{proc.stderr.strip()[-1500:]}",
+                             fix=f"reproduce with: {shlex.join(cmd)}")
         found = sorted(target.glob("*.mlir"))
         print(f"bench: {len(found)} tuning spec file(s) -> {target}", file=sys.stderr,
               flush=True)

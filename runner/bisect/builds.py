@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, ServiceUnreachable, ToolFailed
 from runner.docker.image import parse_source
 from runner.inputs.iree_build import is_version, parse_build_spec, version_key
 
@@ -77,9 +77,9 @@ def check_find_links(value: str | None, where: str = "--find-links") -> str | No
         return value
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise RunnerError(f"{value!r} is neither an http(s) URL nor a directory", where=where,
-                          fix="give a find-links page (https://iree.dev/pip-release-links.html)"
-                          " or a directory of wheels")
+        raise BadInput(f"{value!r} is neither an http(s) URL nor a directory", where=where,
+                       fix="give a find-links page (https://iree.dev/pip-release-links.html)"
+                       " or a directory of wheels")
     return str(path.resolve())
 
 
@@ -98,8 +98,8 @@ def parse_build(text: str, sources: Sources, where: str = "--good") -> Build:
         assert spec.path is not None
         return Build("build-dir", spec.text, spec.path.name or spec.value, path=spec.value)
     if sources.repo is None:
-        raise RunnerError(f"{text} names a commit, but of which repository?", where=where,
-                          fix="pass --repo IREE_CHECKOUT (a clone of iree-org/iree)")
+        raise BadInput(f"{text} names a commit, but of which repository?", where=where,
+                       fix="pass --repo IREE_CHECKOUT (a clone of iree-org/iree)")
     sha, subject = resolve_commit(sources.repo, spec.value, where)
     return Build("commit", f"commit:{sha}", sha[:10], commit=sha, subject=subject)
 
@@ -109,11 +109,11 @@ def _git(repo: Path, *args: str, where: str) -> str:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
                               check=False, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"git failed: {e}", where=where, fix="install git") from e
+        raise ToolFailed(f"git failed: {e}", where=where, fix="install git") from e
     if proc.returncode != 0:
-        raise RunnerError(f"`git {' '.join(args)}` failed: {proc.stderr.strip()[-500:]}",
-                          where=where, fix="pass --repo a clone of iree-org/iree holding "
-                          "both commits (git fetch)")
+        raise ToolFailed(f"`git {' '.join(args)}` failed: {proc.stderr.strip()[-500:]}",
+                         where=where, fix="pass --repo a clone of iree-org/iree holding "
+                         "both commits (git fetch)")
     return proc.stdout
 
 
@@ -124,8 +124,8 @@ def resolve_commit(repo: Path, ref: str, where: str) -> tuple[str, str]:
                f"{ref}^{{commit}}", "--", where=where)
     sha, subject, date = [*out.strip().split("\0"), "", ""][:3]
     if not _FULL_SHA.fullmatch(sha):
-        raise RunnerError(f"{ref!r} is not a commit of {repo}", where=where,
-                          fix=f"git -C {repo} fetch, or check the SHA")
+        raise BadInput(f"{ref!r} is not a commit of {repo}", where=where,
+                       fix=f"git -C {repo} fetch, or check the SHA")
     return sha, f"{subject[:80]} ({date})"
 
 
@@ -137,15 +137,15 @@ def available_versions(sources: Sources) -> list[str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"`pip index versions` failed: {e}", where="--good/--bad",
-                          fix="check the network / pip's index configuration, or pass "
-                          "--find-links DIR|URL") from e
+        raise ServiceUnreachable(f"`pip index versions` failed: {e}", where="--good/--bad",
+                                 fix="check the network / pip's index configuration, or pass "
+                                 "--find-links DIR|URL") from e
     m = re.search(r"^Available versions: (.*)$", proc.stdout, re.MULTILINE)
     if proc.returncode != 0 or m is None:
-        raise RunnerError(f"the package index lists no {COMPILER_PACKAGE}: "
-                          f"{proc.stderr.strip()[-500:]}", where=" ".join(argv[2:]),
-                          fix="check the network / pip's index configuration, or pass "
-                          "--find-links DIR|URL")
+        raise BadInput(f"the package index lists no {COMPILER_PACKAGE}: "
+                       f"{proc.stderr.strip()[-500:]}", where=" ".join(argv[2:]),
+                       fix="check the network / pip's index configuration, or pass "
+                       "--find-links DIR|URL")
     return [v.strip() for v in m.group(1).split(",") if is_version(v.strip())]
 
 
@@ -156,8 +156,8 @@ def _wheel_range(good: Build, bad: Build, sources: Sources) -> list[Build]:
         if end.version not in versions:
             hint = " (a nightly needs --pre)" if "rc" in str(end.version) and \
                 not sources.pre else ""
-            raise RunnerError(f"{COMPILER_PACKAGE}=={end.version} is not in the index{hint}",
-                              where=flag, fix=f"pick one of: {', '.join(versions[:20])}")
+            raise BadInput(f"{COMPILER_PACKAGE}=={end.version} is not in the index{hint}",
+                           where=flag, fix=f"pick one of: {', '.join(versions[:20])}")
     lo, hi = sorted([version_key(good.version), version_key(bad.version)])
     inside = sorted((v for v in versions if lo <= version_key(v) <= hi), key=version_key,
                     reverse=version_key(good.version) > version_key(bad.version))
@@ -170,8 +170,8 @@ def _commit_range(good: Build, bad: Build, repo: Path) -> list[Build]:
     ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor",
                                good.commit, bad.commit], capture_output=True, check=False)
     if ancestor.returncode != 0:
-        raise RunnerError(f"{good.label} is not an ancestor of {bad.label}", where=where,
-                          fix="the good commit must come before the bad one on its branch")
+        raise BadInput(f"{good.label} is not an ancestor of {bad.label}", where=where,
+                       fix="the good commit must come before the bad one on its branch")
     out = _git(repo, "rev-list", "--first-parent", "--reverse",
                "--format=%H%x00%s%x00%cs", f"{good.commit}..{bad.commit}", where=where)
     builds = [good]
@@ -182,8 +182,8 @@ def _commit_range(good: Build, bad: Build, repo: Path) -> list[Build]:
         builds.append(Build("commit", f"commit:{sha}", sha[:10], commit=sha,
                             subject=f"{subject[:80]} ({date})"))
     if builds[-1].commit != bad.commit:
-        raise RunnerError(f"{bad.label} is not on the first-parent line from {good.label}",
-                          where=where, fix="bisect along the branch the bad commit is on")
+        raise BadInput(f"{bad.label} is not on the first-parent line from {good.label}",
+                       where=where, fix="bisect along the branch the bad commit is on")
     return builds
 
 
@@ -202,8 +202,8 @@ def backwards_note(good: Build, bad: Build) -> str | None:
 def candidates(good: Build, bad: Build, sources: Sources) -> list[Build]:
     """The builds from `good` to `bad`, both included, in that order."""
     if good.spec == bad.spec:
-        raise RunnerError("the good and the bad build are the same", where="--good/--bad",
-                          fix="name two different builds")
+        raise BadInput("the good and the bad build are the same", where="--good/--bad",
+                       fix="name two different builds")
     if good.kind != bad.kind or good.kind not in ("wheels", "commit"):
         # two unrelated builds: nothing lies between them, the answer is the bad one
         return [good, bad]
@@ -217,8 +217,8 @@ def parse_range(text: str, sources: Sources, where: str = "--range") -> list[Bui
     """`A..B`: every build from A to B (trend); `wheels:3.10.0..3.13.0` for short."""
     a, dots, b = text.partition("..")
     if not dots or not a or not b:
-        raise RunnerError(f"{text!r} is not a range", where=where,
-                          fix="use A..B, e.g. wheels:3.10.0..wheels:3.13.0")
+        raise BadInput(f"{text!r} is not a range", where=where,
+                       fix="use A..B, e.g. wheels:3.10.0..wheels:3.13.0")
     if ":" not in b:
         b = f"{a.partition(':')[0]}:{b}"
     return candidates(parse_build(a, sources, where), parse_build(b, sources, where), sources)

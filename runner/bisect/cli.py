@@ -26,7 +26,7 @@ from runner.cli.grammar import (
 from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
-DEFAULT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
+BISECT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
 
 
 def _sample_spec(args: argparse.Namespace, profile) -> str:
@@ -39,7 +39,7 @@ def _sample_spec(args: argparse.Namespace, profile) -> str:
             and args.test.startswith("accuracy") and ranges:
         ids = list(ranges)
     else:
-        ids = chosen_ids(args.count, args.samples, args.ids, None, DEFAULT_COUNT)
+        ids = chosen_ids(args.count, args.samples, args.ids, None, BISECT_COUNT)
     if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
         raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
                           f"ranges were set for, not {len(ids)}", where="--count",
@@ -92,10 +92,10 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
 
 
 def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -> None:
-    from runner.bisect.measure import dry_run_lines
+    from runner.bisect.measure import build_dry_run_lines
     from runner.bisect.report import write_reports
 
-    lines = dry_run_lines(plan, index, builds[index]) if index is not None else []
+    lines = build_dry_run_lines(plan, index, builds[index]) if index is not None else []
     paths = write_reports(out, state, lines)
     print(paths[0].read_text(), end="")
     print(f"\nwrote {out / (state['command'] + '.json')}, "
@@ -162,7 +162,7 @@ def cmd_trend(ctx: CommandContext) -> int:
 
 def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     add_profile(p, DEFAULT_PROFILE)
-    add_samples(p, DEFAULT_COUNT, count_note)
+    add_samples(p, BISECT_COUNT, count_note)
     add_find_links(p)
     shared(p, "--pre", action="store_true",
            help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.paths import PACKAGE_DIR, cache_dir
 from runner.base.progress import echo
 from runner.bisect.builds import COMPILER_PACKAGE, RUNTIME_PACKAGE, Build, Sources
 
-EXECUTORS = ("venv", "docker")
+BUILD_EXECUTORS = ("venv", "docker")
 MARKER = "build.json"
 PKGCI_REPO, PKGCI_WORKFLOW = "iree-org/iree", "pkgci.yml"
 PKGCI_ARTIFACT = "linux_x86_64_release_packages"
@@ -186,9 +186,9 @@ def _python() -> str:
 def plan_setup(build: Build, sources: Sources, executor: str = "venv",
                from_source: bool = False) -> Setup:
     """What making this build's environment takes, without doing any of it."""
-    if executor not in EXECUTORS:
-        raise RunnerError(f"unknown install mode {executor!r}", where="--install",
-                          fix=f"use one of {', '.join(EXECUTORS)}")
+    if executor not in BUILD_EXECUTORS:
+        raise BadInput(f"unknown install mode {executor!r}", where="--install",
+                       fix=f"use one of {', '.join(BUILD_EXECUTORS)}")
     if executor == "docker" or build.kind == "source" or from_source:
         return _plan_image(build, sources, from_source)
     if build.kind == "build-dir":
@@ -240,23 +240,23 @@ def _plan_image(build: Build, sources: Sources, from_source: bool) -> Setup:
 
     if build.kind == "commit":
         if not from_source:
-            raise RunnerError("per-commit packages install into a venv, not the harness image",
-                              where="--install docker",
-                              fix="drop --install docker, or add --build to build each commit "
-                              "from source in the harness image")
+            raise BadInput("per-commit packages install into a venv, not the harness image",
+                           where="--install docker",
+                           fix="drop --install docker, or add --build to build each commit "
+                           "from source in the harness image")
         spec = f"source:{build.commit}"
     elif build.kind == "wheels":
         if from_source:
-            raise RunnerError("--build builds commits from source", where="--build",
-                              fix="use commit:<sha> builds with --repo, or drop --build")
+            raise BadInput("--build builds commits from source", where="--build",
+                           fix="use commit:<sha> builds with --repo, or drop --build")
         spec = build.spec
     else:
         spec = build.spec
     url = sources.find_links if build.kind == "wheels" else None
     if url and "://" not in url:
-        raise RunnerError("the harness image installs wheels from a find-links URL, not a "
-                          "directory", where="--find-links",
-                          fix="serve the directory over http, or use --install venv")
+        raise BadInput("the harness image installs wheels from a find-links URL, not a "
+                       "directory", where="--find-links",
+                       fix="serve the directory over http, or use --install venv")
     source = parse_source(spec, find_links=url, where=build.spec)
     argv = ["runner", "image", "build", "--iree", source.spec]
     if url:

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json
 from runner.base.steps import Steps, StepStatus
 from runner.bisect.builds import Build
 
-SCHEMA = 1
+LEDGER_SCHEMA = 1
 
 
 def inputs_key(inputs: dict[str, Any]) -> str:
@@ -37,14 +37,14 @@ class Ledger:
             try:
                 self.state = json.loads(path.read_text())
             except (OSError, ValueError) as e:
-                raise RunnerError(f"cannot read: {e}", where=str(path),
-                                  fix="remove it to start over, or use another --out") from e
+                raise BadInput(f"cannot read: {e}", where=str(path),
+                               fix="remove it to start over, or use another --out") from e
             if self.state.get("key") != key or self.state.get("command") != command:
-                raise RunnerError(f"{path.parent} holds a {self.state.get('command', '?')} "
-                                  "of other inputs", where=str(path),
-                                  fix="use a new --out DIR (or the same arguments to resume)")
+                raise BadInput(f"{path.parent} holds a {self.state.get('command', '?')} "
+                               "of other inputs", where=str(path),
+                               fix="use a new --out DIR (or the same arguments to resume)")
         self.resumed = bool(self.state.get("steps"))
-        self.state.update(schema=SCHEMA, command=command, key=key, inputs=inputs, argv=argv)
+        self.state.update(schema=LEDGER_SCHEMA, command=command, key=key, inputs=inputs, argv=argv)
         self.state.setdefault("started", time.time())
         table = {str(s["index"]): {"key": s.get("build"), "status": StepStatus.FINISHED, **s}
                  for s in self.state.setdefault("steps", [])}

@@ -262,7 +262,7 @@ def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, An
     return result
 
 
-def dry_run_lines(plan: MeasurePlan, index: int, build: Build) -> list[str]:
+def build_dry_run_lines(plan: MeasurePlan, index: int, build: Build) -> list[str]:
     """The exact commands measuring `build` would run (its setup when not cached yet)."""
     setup = plan_setup(build, plan.sources, plan.executor, plan.from_source)
     lines = [f"# {build.spec}: environment ({setup.executor})"]

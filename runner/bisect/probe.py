@@ -71,13 +71,14 @@ def _dispatch_count(result, compiler) -> int:
 
 def _dispatches(compiled, out: Path, calls: int) -> dict[str, Any]:
     """Each stage's profile into dispatches.json; what probe.json keeps of it."""
+    from runner.base.errors import recorded_name
     from runner.base.fileio import atomic_write_json
     from runner.bench.stages import profile_stages
 
     try:
         profiles = profile_stages(compiled, out / "dispatches", calls)
     except Exception as e:  # an optional measurement: recorded, never the build's verdict
-        return {"status": "error", "note": f"{type(e).__name__}: {e}"}
+        return {"status": "error", "note": f"{recorded_name(e)}: {e}"}
     atomic_write_json(out / DISPATCHES_FILE, profiles)
     stages = {stage: {"status": p["status"], "note": p.get("note"),
                       "dispatch_ms_per_call": p.get("per_call_ms", {}).get("dispatch_sum"),
@@ -181,9 +182,11 @@ def _record_failure(out: Path, start: float, error: BaseException,
     """The stage the probe was in and what ended it, into probe.json. The traceback's
     frames are cleared here: they hold the IREE runtime's objects, which must be freed
     while the runtime still is, not by the interpreter's shutdown (a crash there)."""
+    from runner.base.errors import recorded_name
+
     path = out / PROBE_FILE
     state = json.loads(path.read_text()) if path.is_file() else {"stage": "import"}
-    state.update(ok=False, error=f"{type(error).__name__}: {error}",
+    state.update(ok=False, error=f"{recorded_name(error)}: {error}",
                  traceback=traceback.format_exc()[-4000:],
                  seconds=round(time.perf_counter() - start, 3))
     if interrupted:

@@ -14,8 +14,8 @@ from typing import Any
 from runner.base.fileio import atomic_write_text
 from runner.base.mdtable import md_table
 from runner.base.progress import duration
-from runner.base.shellscript import Script, Var
-from runner.batch.reproduce import rerun_argv
+from runner.base.shellscript import Script
+from runner.batch.reproduce import HERE, OUT, rerun_argv
 from runner.bench import dispatch_report as dr
 from runner.model.images import decode_png
 from runner.report.charts import series_chart
@@ -23,7 +23,6 @@ from runner.report.html import CSS, e
 from runner.report.markdown import code, esc, fence
 from runner.report.thumbs import data_uri, thumbnail_png
 
-OUT, HERE = Var("out"), Var("here")
 ICON = {"good": "✅ good", "bad": "❌ BAD", "skip": "⚪ skip"}
 # What a trend draws, one chart each: (point key, title, axis, scale)
 TREND_SERIES = (("fid", "FID", "FID (lower is better)", 1.0),
@@ -304,7 +303,7 @@ def _dispatches_html(points: list[dict[str, Any]]) -> str:
 
 # ----------------------------------------------------------------------------- script
 
-def reproduce_script(state: dict[str, Any], setup_lines: list[str]) -> str:
+def bisect_reproduce_script(state: dict[str, Any], setup_lines: list[str]) -> str:
     """Re-runs the command into a new out dir; the culprit's (or first build's) setup
     commands as comments, to rebuild its environment by hand."""
     script = Script()
@@ -335,6 +334,6 @@ def write_reports(out: Path, state: dict[str, Any], setup_lines: list[str]) -> l
     paths = [out / f"{name}.md", out / "report.html", out / "reproduce.sh"]
     atomic_write_text(paths[0], md)
     atomic_write_text(paths[1], html)
-    atomic_write_text(paths[2], reproduce_script(state, setup_lines))
+    atomic_write_text(paths[2], bisect_reproduce_script(state, setup_lines))
     paths[2].chmod(0o755)
     return paths

@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.base.outcome import Outcome
 from runner.base.progress import duration, echo
 from runner.bench.dispatch_diff import compare_stages
 from runner.bisect.builds import Build
-from runner.bisect.judge import BAD, GOOD, SKIP, TestSpec, Verdict, image_diffs, judge
+from runner.bisect.judge import BuildVerdict, TestSpec, image_diffs, judge_build
 from runner.bisect.ledger import Ledger
 from runner.bisect.measure import (
     MeasurePlan,
     ScoredImages,
+    build_dry_run_lines,
     dispatch_note,
     dispatch_profiles,
-    dry_run_lines,
     measure,
 )
 
@@ -44,19 +45,20 @@ class Bisection:
 
     @property
     def first_bad(self) -> int:
-        return min((i for i, v in self.verdicts.items() if v == BAD), default=len(self.builds) - 1)
+        return min((i for i, v in self.verdicts.items() if v == Outcome.BAD),
+                   default=len(self.builds) - 1)
 
     @property
     def last_good(self) -> int:
         hi = self.first_bad
-        return max((i for i, v in self.verdicts.items() if v == GOOD and i < hi), default=0)
+        return max((i for i, v in self.verdicts.items() if v == Outcome.GOOD and i < hi), default=0)
 
     def untested(self) -> list[int]:
         return [i for i in range(self.last_good + 1, self.first_bad) if i not in self.verdicts]
 
     def skipped(self) -> list[int]:
         return [i for i in range(self.last_good + 1, self.first_bad)
-                if self.verdicts.get(i) == SKIP]
+                if self.verdicts.get(i) == Outcome.SKIP]
 
     def next(self) -> int | None:
         """The untested build nearest the middle (the lower one of two as near)."""
@@ -105,11 +107,11 @@ class Stepper:
         assert step is not None
         return step["measurement"]
 
-    def run(self, index: int, reference: int | None, why: str = "") -> Verdict:
+    def run(self, index: int, reference: int | None, why: str = "") -> BuildVerdict:
         build = self.builds[index]
         done = self.ledger.finished(index, build)
         if done is not None:
-            verdict = Verdict(**done["verdict"])
+            verdict = BuildVerdict(**done["verdict"])
             echo(f"{self.name}: {build.label}: {verdict.state.upper()} (from "
                  f"{self.ledger.path.name}, not run again): {verdict.metric}")
             return verdict
@@ -117,7 +119,7 @@ class Stepper:
         echo(f"{self.name}: step {self.order}: {build.label}{why} ...")
         m = measure(self.plan, index, build, self.backbones, self.scored)
         ref = self.measurement(reference) if reference is not None else None
-        verdict = judge(self.plan.test, ref, m)
+        verdict = judge_build(self.plan.test, ref, m)
         self.ledger.record(index, build, m["seconds"], label=build.label, order=self.order,
                            verdict=verdict.to_dict(), measurement=m)
         echo(f"{self.name}: step {self.order}: {build.label}: {verdict.state.upper()}: "
@@ -125,16 +127,16 @@ class Stepper:
         return verdict
 
 
-def _check_ends(stepper: Stepper, test: TestSpec, n: int) -> Verdict:
+def _check_ends(stepper: Stepper, test: TestSpec, n: int) -> BuildVerdict:
     builds = stepper.builds
     good = stepper.run(0, None, " (the good end: the reference)")
-    if good.state != GOOD:
-        what = "cannot be measured" if good.state == SKIP else f"fails {test.text}"
+    if good.state != Outcome.GOOD:
+        what = "cannot be measured" if good.state == Outcome.SKIP else f"fails {test.text}"
         raise RunnerError(f"the good build {builds[0].label} {what}: {good.metric}",
                           where="--good", fix="pick a good build that passes the test "
                           "(see builds/000-*/ in --out for its logs)")
     bad = stepper.run(n - 1, 0, " (the bad end)")
-    if bad.state == SKIP:
+    if bad.state == Outcome.SKIP:
         raise RunnerError(f"the bad build {builds[-1].label} cannot be measured: {bad.metric}",
                           where="--bad", fix="pick a bad build that installs and compiles")
     return bad
@@ -161,8 +163,8 @@ def bisect(req: BisectRequest) -> dict[str, Any]:
             else ""))
     stepper = Stepper(ledger, plan, builds)
     bad = _check_ends(stepper, plan.test, len(builds))
-    state.verdicts.update({0: GOOD, len(builds) - 1: bad.state})
-    if bad.state == GOOD:
+    state.verdicts.update({0: Outcome.GOOD, len(builds) - 1: bad.state})
+    if bad.state == Outcome.GOOD:
         answer = {"no_change": True, "text": f"{builds[-1].label} passes {plan.test.text} "
                   f"like {builds[0].label}: no build between them changed it"}
     else:
@@ -206,7 +208,7 @@ def evidence(test: TestSpec, last_good: dict[str, Any], culprit: dict[str, Any]
     """What changed from the last good build to the first bad one, in the test's terms
     and in every other number both measured."""
     out: dict[str, Any] = {"against": last_good["build"]["spec"],
-                           "verdict": judge(test, last_good, culprit).to_dict()}
+                           "verdict": judge_build(test, last_good, culprit).to_dict()}
     if last_good.get("probe", {}).get("run") and culprit.get("probe", {}).get("run"):
         good_dir, bad_dir = Path(last_good["dir"]), Path(culprit["dir"])
         out["changed_samples"] = image_diffs(good_dir, bad_dir)
@@ -251,6 +253,6 @@ def _print_dry_run(plan: MeasurePlan, builds: list[Build]) -> None:
         mark = " (good)" if i == 0 else " (bad)" if i == len(builds) - 1 else ""
         print(f"{i:4d}  {b.spec}{mark}" + (f"  {b.subject}" if b.subject else ""))
     print("# the first step: measure the good build (the reference)")
-    for line in dry_run_lines(plan, 0, builds[0]):
+    for line in build_dry_run_lines(plan, 0, builds[0]):
         print(line)
     sys.stdout.flush()

@@ -14,15 +14,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from runner.base.outcome import Outcome
 from runner.base.progress import echo
 from runner.bench.dispatch_diff import compare_stages
 from runner.bisect.builds import Build
 from runner.bisect.judge import sample_digests
 from runner.bisect.ledger import Ledger
-from runner.bisect.measure import MeasurePlan, dispatch_note, dispatch_profiles, dry_run_lines
+from runner.bisect.measure import (
+    MeasurePlan,
+    build_dry_run_lines,
+    dispatch_note,
+    dispatch_profiles,
+)
 from runner.bisect.search import Stepper
 
-STATE = "trend.json"
+TREND_STATE = "trend.json"
 
 
 @dataclass(frozen=True)
@@ -82,14 +88,14 @@ def _dispatch_point(p: dict[str, Any], m: dict[str, Any],
 
 def trend(req: TrendRequest) -> dict[str, Any]:
     plan = req.plan
-    ledger = Ledger(plan.out / STATE, "trend", req.inputs, req.argv)
+    ledger = Ledger(plan.out / TREND_STATE, "trend", req.inputs, req.argv)
     builds = ledger.candidates or req.builds
     if req.dry_run:
         print(f"# {len(builds)} builds:")
         for i, b in enumerate(builds):
             print(f"{i:4d}  {b.spec}" + (f"  {b.subject}" if b.subject else ""))
         print("# the first step:")
-        for line in dry_run_lines(plan, 0, builds[0]):
+        for line in build_dry_run_lines(plan, 0, builds[0]):
             print(line)
         return ledger.state
     ledger.set_candidates(builds)
@@ -100,7 +106,7 @@ def trend(req: TrendRequest) -> dict[str, Any]:
     reference = None
     for i in range(len(builds)):
         verdict = stepper.run(i, reference)
-        if reference is None and verdict.state != "skip":
+        if reference is None and verdict.state != Outcome.SKIP:
             reference = i  # the first build that could be measured is the reference
     points, previous = [], None
     profiled: tuple[str, dict[str, Any]] | None = None  # the last build with a profile

@@ -24,10 +24,11 @@ from typing import Any
 
 from runner.base.errors import EXIT_CODES
 from runner.base.outdir import Rerun
+from runner.batch.executor_for import EXECUTORS
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
-EXAMPLES, EXITS = "examples:", "exit codes:"
+EXAMPLES_HEADING, EXITS = "examples:", "exit codes:"
 
 # `runner --help`, for someone who has not read the code: what the tool does, the three
 # workflows people come for (each as real commands), then every command under the workflow it
@@ -40,7 +41,7 @@ benchmarks, and records every run so it can be reproduced. With no GPU it runs t
 tiny-sdxl model on CPU (profiles `tiny` and `cpu`); real SDXL is the same code with a lab
 profile (mi300x, mi325x, mi355x)."""
 
-VALIDATE, LAB, MLPERF, MODELS, TOOLS = (
+VALIDATE, LAB, MLPERF_COMMANDS, MODELS, TOOL_COMMANDS = (
     "validate an IREE build before a golden update",
     "a lab accuracy or benchmark run",
     "an MLPerf submission",
@@ -62,7 +63,7 @@ WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "runner run --profile mi325x --out runs/acc",
         "runner bench --profile mi325x --batch-size 1,2,4 --cpd 1,2 --out runs/bench",
     )),
-    (MLPERF, (
+    (MLPERF_COMMANDS, (
         "runner mlperf --profile mi325x --scenario singlestream,offline,server "
         "--mode submission --out runs/lg-sub --dry-run",
         "runner mlperf --profile mi325x --scenario singlestream,offline,server "
@@ -88,16 +89,16 @@ COMMAND_GROUPS: dict[str, str] = {
     "bench": LAB,
     "gpu-check": LAB,
     "history": LAB,
-    "mlperf": MLPERF,
+    "mlperf": MLPERF_COMMANDS,
     "export": MODELS,
     "fetch": MODELS,
     "compile": MODELS,
     "generate": MODELS,
-    "calibrate": TOOLS,
-    "oracle": TOOLS,
-    "completion": TOOLS,
+    "calibrate": TOOL_COMMANDS,
+    "oracle": TOOL_COMMANDS,
+    "completion": TOOL_COMMANDS,
 }
-OTHER = "other commands"  # a command missing from COMMAND_GROUPS still shows, here
+OTHER_COMMANDS = "other commands"  # a command missing from COMMAND_GROUPS still shows, here
 
 
 def workflows_text() -> str:
@@ -149,13 +150,13 @@ def grouped_commands(subparsers: argparse._SubParsersAction
     """(heading, [(command, its help)]) in COMMAND_GROUPS' order; registered commands only."""
     summaries = command_summaries(subparsers)
     groups: dict[str, list[tuple[str, str]]] = {
-        h: [] for h in [*dict.fromkeys(COMMAND_GROUPS.values()), OTHER]}
+        h: [] for h in [*dict.fromkeys(COMMAND_GROUPS.values()), OTHER_COMMANDS]}
     for name, heading in COMMAND_GROUPS.items():
         if name in summaries:
             groups[heading].append((name, summaries[name]))
     for name, text in summaries.items():
         if name not in COMMAND_GROUPS:
-            groups[OTHER].append((name, text))
+            groups[OTHER_COMMANDS].append((name, text))
     return [(h, cmds) for h, cmds in groups.items() if cmds]
 
 
@@ -204,7 +205,7 @@ def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = 
     """Examples, what --out means here (when the command has one) and the exit codes,
     appended to the parser's help; the description and epilog keep their line breaks."""
     _DOCUMENTED[parser] = Documented(tuple(examples), out)
-    parts = [EXAMPLES, *(f"  {e}" for e in examples)]
+    parts = [EXAMPLES_HEADING, *(f"  {e}" for e in examples)]
     if out:
         parts += ["", f"--out: {out}"]
     spec = parser.get_default("out_spec")
@@ -260,7 +261,7 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
     for path, sub in walk(parser):
         name = "runner " + " ".join(path)
         epilog = sub.epilog or ""
-        if EXAMPLES not in epilog or f"  runner {path[0]}" not in epilog:
+        if EXAMPLES_HEADING not in epilog or f"  runner {path[0]}" not in epilog:
             problems.append(f"{name}: no example in its help (runner.cli.grammar.document)")
         if EXITS not in epilog:
             problems.append(f"{name}: no exit codes in its help (runner.cli.grammar.document)")
@@ -601,7 +602,6 @@ def add_no_score(p: argparse.ArgumentParser, note: str = "") -> None:
            f"ranges){note}")
 
 
-EXECUTORS = ("local", "docker", "slurm")
 
 
 def add_executor(p: Any, default: str | None = "local", note: str = "") -> None:

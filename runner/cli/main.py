@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     recorded as interrupted, and it exits with 128 + the signal's number."""
     from runner.base.procs import ProcessGuard, become_subreaper
     from runner.base.signals import exit_code, raised_as_interrupted, signal_name
-    from runner.cli.output import how_to_go_on, start
+    from runner.cli.output import how_to_go_on, start_command
 
     real = argv is None  # this process is the command (not a test calling it in-process)
     guard: ProcessGuard | None = None
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 return parsed
             parser, ctx = parsed
             try:
-                ctx = start(parser, ctx)
+                ctx = start_command(parser, ctx)
             except (RunnerError, OSError) as e:
                 return _reported(e, ctx.args.command)
             code = _run(ctx, guard, real)

@@ -136,7 +136,7 @@ def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:
                 action.required = False
 
 
-def start(root: argparse.ArgumentParser, ctx: CommandContext) -> CommandContext:
+def start_command(root: argparse.ArgumentParser, ctx: CommandContext) -> CommandContext:
     """Claims the command's out dir (a no-op for a command without one, or when its --out
     is optional and not given). Returns the command to run (`--resume DIR`: with the
     recorded flags and command line), its `attempt` the claim, or None."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.paths import ASSETS_DIR
 from runner.inputs.jsonfile import read_json as read_checked_json
 from runner.inputs.limits import MiB
@@ -59,14 +59,14 @@ class Architecture:
                    int(self.text_encoder_2.get("max_position_embeddings", 77)))
 
 
-def read_json(path: Path) -> dict:
+def read_checkpoint_json(path: Path) -> dict:
     """A checkpoint's JSON (configs, model_index.json, tokenizer files) through the bounded
     reader: a JSON object, not too deep, finite numbers."""
     if not path.exists():
-        raise RunnerError("file missing", where=str(path),
-                          fix="a diffusers-format SDXL checkpoint has model_index.json, "
-                          "text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, unet/, "
-                          "vae/ and scheduler/ (save_pretrained writes them)")
+        raise BadInput("file missing", where=str(path),
+                       fix="a diffusers-format SDXL checkpoint has model_index.json, "
+                       "text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, unet/, "
+                       "vae/ and scheduler/ (save_pretrained writes them)")
     return read_checked_json(path, max_bytes=64 * MiB, what="checkpoint file")
 
 
@@ -90,30 +90,31 @@ def _check_fields(configs: dict[str, dict], root: Path) -> None:
         config = configs[name]
         for key in INT_FIELDS.get(name, ()):
             if not _positive(config.get(key)):
-                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
-                                  fix="use the checkpoint's own config.json, unedited")
+                raise BadInput(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                               fix="use the checkpoint's own config.json, unedited")
         for key in OPTIONAL_INT_FIELDS.get(name, ()):
             if config.get(key) is not None and not _positive(config[key]):
-                raise RunnerError(f"`{key}` must be a positive integer", where=f"{where}: {key}",
-                                  fix="use the checkpoint's own config.json, unedited")
+                raise BadInput(f"`{key}` must be a positive integer", where=f"{where}: {key}",
+                               fix="use the checkpoint's own config.json, unedited")
     blocks = configs["vae"].get("block_out_channels")
     if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(_positive, blocks))):
-        raise RunnerError("`block_out_channels` must list positive integers",
-                          where=f"{root / 'vae' / 'config.json'}: block_out_channels",
-                          fix="use the checkpoint's own config.json, unedited")
+        raise BadInput("`block_out_channels` must list positive integers",
+                       where=f"{root / 'vae' / 'config.json'}: block_out_channels",
+                       fix="use the checkpoint's own config.json, unedited")
 
 
 def load_architecture(root: Path) -> Architecture:
     """The configs under a diffusers-format directory, checked to be SDXL-shaped."""
     index_path = root / "model_index.json"
-    index = read_json(index_path)
+    index = read_checkpoint_json(index_path)
     if index.get("_class_name") != PIPELINE_CLASS:
-        raise RunnerError(f"a {index.get('_class_name')!r} checkpoint, not SDXL "
-                          f"({PIPELINE_CLASS})", where=str(index_path),
-                          fix="point --from at an SDXL base 1.0 checkpoint; SD 1.x/2.x "
-                          "(one text encoder, 768/1024-d cross attention) cannot run this "
-                          "pipeline")
-    configs = {name: read_json(root / name / file) for name, file in CONFIG_FILES.items()}
+        raise BadInput(f"a {index.get('_class_name')!r} checkpoint, not SDXL "
+                       f"({PIPELINE_CLASS})", where=str(index_path),
+                       fix="point --from at an SDXL base 1.0 checkpoint; SD 1.x/2.x "
+                       "(one text encoder, 768/1024-d cross attention) cannot run this "
+                       "pipeline")
+    configs = {name: read_checkpoint_json(root / name / file)
+               for name, file in CONFIG_FILES.items()}
     _check_fields(configs, root)
     arch = Architecture(**configs)
     check_architecture(arch, root)
@@ -126,28 +127,28 @@ def check_architecture(arch: Architecture, root: Path) -> None:
     unet = arch.unet
     where = str(root / "unet" / "config.json")
     if unet.get("cross_attention_dim") != arch.embed_dim:
-        raise RunnerError(f"cross_attention_dim {unet.get('cross_attention_dim')} is not the "
-                          f"two text encoders' hidden sizes summed ({arch.embed_dim})",
-                          where=where, fix="this is not an SDXL UNet (SD 1.x has 768, "
-                          "SD 2.x 1024; SDXL 2048)")
+        raise BadInput(f"cross_attention_dim {unet.get('cross_attention_dim')} is not the "
+                       f"two text encoders' hidden sizes summed ({arch.embed_dim})",
+                       where=where, fix="this is not an SDXL UNet (SD 1.x has 768, "
+                       "SD 2.x 1024; SDXL 2048)")
     if unet.get("addition_embed_type") != "text_time":
-        raise RunnerError(f"addition_embed_type is {unet.get('addition_embed_type')!r}, SDXL "
-                          "has 'text_time'", where=where, fix="use an SDXL base checkpoint")
+        raise BadInput(f"addition_embed_type is {unet.get('addition_embed_type')!r}, SDXL "
+                       "has 'text_time'", where=where, fix="use an SDXL base checkpoint")
     expected = arch.pooled_dim + 6 * int(unet.get("addition_time_embed_dim") or 0)
     if unet.get("projection_class_embeddings_input_dim") != expected:
-        raise RunnerError("projection_class_embeddings_input_dim "
-                          f"{unet.get('projection_class_embeddings_input_dim')} != pooled "
-                          f"{arch.pooled_dim} + 6 x addition_time_embed_dim ({expected})",
-                          where=where, fix="use an SDXL base checkpoint (the refiner differs)")
+        raise BadInput("projection_class_embeddings_input_dim "
+                       f"{unet.get('projection_class_embeddings_input_dim')} != pooled "
+                       f"{arch.pooled_dim} + 6 x addition_time_embed_dim ({expected})",
+                       where=where, fix="use an SDXL base checkpoint (the refiner differs)")
     if unet.get("in_channels") != 4 or arch.vae.get("latent_channels") != 4:
-        raise RunnerError("expected 4 latent channels (unet in_channels, vae latent_channels)",
-                          where=where, fix="use an SDXL base 1.0 checkpoint")
+        raise BadInput("expected 4 latent channels (unet in_channels, vae latent_channels)",
+                       where=where, fix="use an SDXL base 1.0 checkpoint")
     sched = arch.scheduler
     if sched.get("prediction_type", "epsilon") != "epsilon":
-        raise RunnerError(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
-                          "step assumes epsilon prediction",
-                          where=str(root / "scheduler" / "scheduler_config.json"),
-                          fix="use an SDXL base 1.0 checkpoint (epsilon prediction)")
+        raise BadInput(f"prediction_type {sched.get('prediction_type')!r}: the baked Euler "
+                       "step assumes epsilon prediction",
+                       where=str(root / "scheduler" / "scheduler_config.json"),
+                       fix="use an SDXL base 1.0 checkpoint (epsilon prediction)")
 
 
 def with_vae(arch: Architecture, vae: dict, where: str) -> Architecture:
@@ -155,17 +156,17 @@ def with_vae(arch: Architecture, vae: dict, where: str) -> Architecture:
     4-channel latents to the same image size (one upsampling per block but the last)."""
     blocks = vae.get("block_out_channels")
     if not (isinstance(blocks, list) and 0 < len(blocks) <= 16 and all(map(_positive, blocks))):
-        raise RunnerError("`block_out_channels` must list positive integers",
-                          where=f"{where}: block_out_channels",
-                          fix="use the VAE's own config.json, unedited")
+        raise BadInput("`block_out_channels` must list positive integers",
+                       where=f"{where}: block_out_channels",
+                       fix="use the VAE's own config.json, unedited")
     if vae.get("_class_name", "AutoencoderKL") != "AutoencoderKL":
-        raise RunnerError(f"a {vae.get('_class_name')!r}, not an AutoencoderKL", where=where,
-                          fix="name the vae/ folder of an SDXL-compatible diffusers VAE")
+        raise BadInput(f"a {vae.get('_class_name')!r}, not an AutoencoderKL", where=where,
+                       fix="name the vae/ folder of an SDXL-compatible diffusers VAE")
     if vae.get("latent_channels") != 4 or len(blocks) != len(arch.vae["block_out_channels"]):
-        raise RunnerError(f"this VAE takes {vae.get('latent_channels')}-channel latents "
-                          f"through {len(blocks)} blocks; the model's take 4 channels through "
-                          f"{len(arch.vae['block_out_channels'])}", where=where,
-                          fix="use a VAE made for SDXL (e.g. madebyollin/sdxl-vae-fp16-fix)")
+        raise BadInput(f"this VAE takes {vae.get('latent_channels')}-channel latents "
+                       f"through {len(blocks)} blocks; the model's take 4 channels through "
+                       f"{len(arch.vae['block_out_channels'])}", where=where,
+                       fix="use a VAE made for SDXL (e.g. madebyollin/sdxl-vae-fp16-fix)")
     return replace(arch, vae=vae)
 
 
@@ -173,10 +174,10 @@ def check_prompt_length(length: int, arch: Architecture, where: str) -> int:
     """A prompt length both text encoders have positions for."""
     positions = arch.prompt_positions
     if not 2 <= length <= positions:
-        raise RunnerError(f"prompts of {length} tokens, but the text encoders have "
-                          f"{positions} positions", where=where,
-                          fix=f"use 2 to {positions} tokens (SDXL base pads to 77; IREE CI's "
-                          "and AMD's artifacts take 64)")
+        raise BadInput(f"prompts of {length} tokens, but the text encoders have "
+                       f"{positions} positions", where=where,
+                       fix=f"use 2 to {positions} tokens (SDXL base pads to 77; IREE CI's "
+                       "and AMD's artifacts take 64)")
     return length
 
 

@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_text
 from runner.config.architecture import (
     Architecture,
     check_prompt_length,
     load_architecture,
-    read_json,
+    read_checkpoint_json,
     with_vae,
 )
 from runner.inputs.limits import MiB, read_text
@@ -73,12 +73,12 @@ def _weights(directory: Path, sub: str, dtype: str) -> tuple[Path, str | None]:
     if full.is_file():
         return full, None
     if half.is_file():
-        raise RunnerError("only fp16 weights, and the export was asked for fp32",
-                          where=str(half), fix="export with --dtype fp16, or add the "
-                          f"full-precision {full.name}")
-    raise RunnerError(f"the {sub} weights are missing", where=str(full),
-                      fix=f"copy the {sub}/ folder completely (safetensors; pickled .bin "
-                      "weights are not read)")
+        raise BadInput("only fp16 weights, and the export was asked for fp32",
+                       where=str(half), fix="export with --dtype fp16, or add the "
+                       f"full-precision {full.name}")
+    raise BadInput(f"the {sub} weights are missing", where=str(full),
+                   fix=f"copy the {sub}/ folder completely (safetensors; pickled .bin "
+                   "weights are not read)")
 
 
 def vae_weights_dtype(dtype: str, vae_dtype: str) -> str:
@@ -113,10 +113,10 @@ def open_vae(root: Path, dtype: str, vae_dtype: str) -> VaeFiles:
            "diffusion_pytorch_model[.fp16].safetensors), e.g. a copy of "
            "madebyollin/sdxl-vae-fp16-fix")
     if not root.is_dir():
-        raise RunnerError("VAE directory not found", where=str(root), fix=fix)
+        raise BadInput("VAE directory not found", where=str(root), fix=fix)
     if not (root / "config.json").is_file():  # (an empty or half-copied directory)
-        raise RunnerError("file missing", where=str(root / "config.json"), fix=fix)
-    config = read_json(root / "config.json")
+        raise BadInput("file missing", where=str(root / "config.json"), fix=fix)
+    config = read_checkpoint_json(root / "config.json")
     weights, variant = _weights(root, "vae", vae_weights_dtype(dtype, vae_dtype))
     check_safetensors(weights)
     return VaeFiles(root, config, weights, variant)
@@ -128,9 +128,9 @@ def open_checkpoint(root: Path, dtype: str, max_length: int | None = None,
     `max_length` overrides the checkpoint's prompt length (`prompt_length`)."""
     root = resolved(root, str(root))
     if not root.is_dir():
-        raise RunnerError("checkpoint directory not found", where=str(root),
-                          fix="pass --from a local diffusers-format SDXL directory "
-                          "(e.g. a copy of stabilityai/stable-diffusion-xl-base-1.0)")
+        raise BadInput("checkpoint directory not found", where=str(root),
+                       fix="pass --from a local diffusers-format SDXL directory "
+                       "(e.g. a copy of stabilityai/stable-diffusion-xl-base-1.0)")
     arch = load_architecture(root)
     weights, variants = {}, {}
     for sub in WEIGHT_STEMS:
@@ -139,15 +139,15 @@ def open_checkpoint(root: Path, dtype: str, max_length: int | None = None,
         check_safetensors(weights[sub])
     vocabs = [tokenizer_files(root / d) for d in TOKENIZER_DIRS]
     if vocabs[0][0] != vocabs[1][0]:
-        raise RunnerError("tokenizer and tokenizer_2 have different vocabularies; the runner "
-                          "encodes both prompts with one", where=str(root / "tokenizer_2"),
-                          fix="SDXL's two CLIP tokenizers share one vocabulary: check the copy")
+        raise BadInput("tokenizer and tokenizer_2 have different vocabularies; the runner "
+                       "encodes both prompts with one", where=str(root / "tokenizer_2"),
+                       fix="SDXL's two CLIP tokenizers share one vocabulary: check the copy")
     length = (check_prompt_length(max_length, arch, "--max-length") if max_length
-              else prompt_length(root, arch))
+              else checkpoint_prompt_length(root, arch))
     return Checkpoint(root, arch, weights, variants, length)
 
 
-def prompt_length(root: Path, arch: Architecture) -> int:
+def checkpoint_prompt_length(root: Path, arch: Architecture) -> int:
     """The tokens a prompt is padded and truncated to: the tokenizers' `model_max_length`,
     which diffusers' StableDiffusionXLPipeline pads to (77 for SDXL base 1.0), so the
     exported pipeline encodes prompts exactly as the reference does; without one, the text
@@ -156,14 +156,14 @@ def prompt_length(root: Path, arch: Architecture) -> int:
     for name in TOKENIZER_DIRS:
         path = root / name / TOKENIZER_CONFIG
         if path.is_file():
-            value = read_json(path).get("model_max_length")
+            value = read_checkpoint_json(path).get("model_max_length")
             if isinstance(value, int | float) and value < _NO_LENGTH:
                 lengths[path] = int(value)
     if len(set(lengths.values())) > 1:
         (a, la), (b, lb) = lengths.items()
-        raise RunnerError(f"the tokenizers pad prompts to different lengths: {la} here, "
-                          f"{lb} in {b}", where=f"{a}: model_max_length",
-                          fix="SDXL's two tokenizers share one length; check the copy")
+        raise BadInput(f"the tokenizers pad prompts to different lengths: {la} here, "
+                       f"{lb} in {b}", where=f"{a}: model_max_length",
+                       fix="SDXL's two tokenizers share one length; check the copy")
     if not lengths:
         return arch.prompt_positions
     path, length = next(iter(lengths.items()))
@@ -176,23 +176,23 @@ def tokenizer_files(directory: Path) -> tuple[dict, list[str]]:
     vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
     if vocab_path.is_file() and merges_path.is_file():
         merges = read_text(merges_path, max_bytes=64 * MiB, what="merges file").splitlines()
-        return (_vocab(read_json(vocab_path), vocab_path),
+        return (_vocab(read_checkpoint_json(vocab_path), vocab_path),
                 [m for m in merges if m and not m.startswith("#version")])
     fast = directory / "tokenizer.json"
     if not fast.is_file():
-        raise RunnerError("no CLIP tokenizer files", where=str(directory),
-                          fix="the folder needs vocab.json + merges.txt, or tokenizer.json")
-    model = read_json(fast).get("model")
+        raise BadInput("no CLIP tokenizer files", where=str(directory),
+                       fix="the folder needs vocab.json + merges.txt, or tokenizer.json")
+    model = read_checkpoint_json(fast).get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
-        raise RunnerError("tokenizer.json holds no BPE model", where=str(fast),
-                          fix="use the CLIP tokenizer SDXL ships")
+        raise BadInput("tokenizer.json holds no BPE model", where=str(fast),
+                       fix="use the CLIP tokenizer SDXL ships")
     raw_merges = model.get("merges", [])
     ok = isinstance(raw_merges, list) and all(
         isinstance(m, str) or (isinstance(m, list) and all(isinstance(p, str) for p in m))
         for m in raw_merges)
     if not ok:
-        raise RunnerError("`model.merges` must list merges (strings or string pairs)",
-                          where=f"{fast}: model.merges", fix="use the CLIP tokenizer SDXL ships")
+        raise BadInput("`model.merges` must list merges (strings or string pairs)",
+                       where=f"{fast}: model.merges", fix="use the CLIP tokenizer SDXL ships")
     merges = [m if isinstance(m, str) else " ".join(m) for m in raw_merges]
     return _vocab(model.get("vocab"), fast), merges
 
@@ -201,12 +201,12 @@ def _vocab(vocab: object, path: Path) -> dict:
     """A BPE vocabulary: token -> non-negative integer id."""
     if not isinstance(vocab, dict) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vocab.values()):
-        raise RunnerError("the vocabulary must map tokens to integer ids", where=str(path),
-                          fix="use the CLIP tokenizer SDXL ships")
+        raise BadInput("the vocabulary must map tokens to integer ids", where=str(path),
+                       fix="use the CLIP tokenizer SDXL ships")
     return vocab
 
 
-def write_tokenizer(source: Path, out_dir: Path) -> None:
+def convert_tokenizer(source: Path, out_dir: Path) -> None:
     """The runner's tokenizer reads CLIP's two-file format; write it from either format."""
     vocab, merges = tokenizer_files(source)
     atomic_write_text(out_dir / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")

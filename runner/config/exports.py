@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
 from runner.config.mlperf_data import NEGATIVE_PROMPT
@@ -37,7 +37,7 @@ SOURCE_PREFIXES = ("checkpoint:", "seeded:")
 # `seeded:sdxl`: SDXL base 1.0's architecture; `seeded:tiny`: the embedded model's (minutes
 # less to export and run: the seeded path, spec-written weights included, on a laptop).
 SEEDED_MODELS = ("sdxl", "tiny")
-SEED = 20251123
+SEEDED_SEED = 20251123
 # A seeded export's weights, as a spec (names, shapes, dtypes, init rules, the seed) the
 # `.irpa` files are written from (runner.model.seeded_weights): beside model.json.
 WEIGHTS_SPEC = "weights.spec.json"
@@ -84,12 +84,12 @@ class ExportSource:
         if kind == "seeded":
             if value not in SEEDED_MODELS:
                 known = ", ".join("seeded:" + m for m in SEEDED_MODELS)
-                raise RunnerError(f"unknown seeded model {value!r}", where=where,
-                                  fix=f"use one of {known}")
+                raise BadInput(f"unknown seeded model {value!r}", where=where,
+                               fix=f"use one of {known}")
             return cls(None, value, dtype, vae_dtype=vae_dtype, vae_from=vae)
         if kind != "checkpoint" or not value:
-            raise RunnerError(f"{ref!r} names no export source", where=where,
-                              fix="use checkpoint:<diffusers dir> or seeded:sdxl")
+            raise BadInput(f"{ref!r} names no export source", where=where,
+                           fix="use checkpoint:<diffusers dir> or seeded:sdxl")
         return cls(_path(value, base), None, dtype, vae_dtype=vae_dtype, vae_from=vae)
 
     @property
@@ -196,7 +196,7 @@ def export_key(source: ExportSource) -> str | None:
     """The content key, or None when the checkpoint (or the `vae_from` directory) is not on
     this machine (a dry run can still print what it would do)."""
     if source.seeded:
-        inputs = {"seeded": source.seeded, "seed": SEED,
+        inputs = {"seeded": source.seeded, "seed": SEEDED_SEED,
                   "files": hash_files(_seeded_files(source.seeded), ASSETS_DIR),
                   "max_length": prompt_length(source)}
     else:
@@ -303,7 +303,7 @@ def exported_model(ref: str, base: Path, where: str, dtype: str = "float16",
     if len(made_elsewhere) == 1:
         return ModelConfig.load(made_elsewhere[0])
     if made_elsewhere:
-        raise RunnerError(
+        raise BadInput(
             f"{len(made_elsewhere)} exports of {source.ref} ({source.dtype}) are in the "
             f"export cache and this machine cannot tell which one is current (no "
             f"{exporter_missing()} here to compute the export key): "

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.fields import Fields, dataclass_keys, rules
 
 # Compute partitions per physical GPU for each `rocm-smi --setcomputepartition` mode.
@@ -61,40 +61,40 @@ def parse_device_ids(spec: str | int | list | tuple, where: str) -> tuple[int, .
     ids: list[int] = []
     _collect_ids(spec, where, ids, top=spec)
     if not ids:
-        raise RunnerError("no device IDs given", where=where, fix=_ID_FIX)
+        raise BadInput("no device IDs given", where=where, fix=_ID_FIX)
     seen: set[int] = set()
     for i in ids:
         if i in seen:
-            raise RunnerError(f"device {i} is listed twice in {_show(spec)}", where=where,
-                              fix="list each device ID once")
+            raise BadInput(f"device {i} is listed twice in {_show(spec)}", where=where,
+                           fix="list each device ID once")
         seen.add(i)
     return tuple(ids)
 
 
 def _collect_ids(spec: Any, where: str, out: list[int], top: Any) -> None:
     if isinstance(spec, bool):  # YAML `yes`/`true` is not a device
-        raise RunnerError(f"{spec!r} is not a device ID", where=where, fix=_ID_FIX)
+        raise BadInput(f"{spec!r} is not a device ID", where=where, fix=_ID_FIX)
     if isinstance(spec, int):
         if spec < 0:
-            raise RunnerError(f"device ID {spec} is negative", where=where, fix=_ID_FIX)
+            raise BadInput(f"device ID {spec} is negative", where=where, fix=_ID_FIX)
         out.append(spec)
     elif isinstance(spec, str):
         if not spec.strip():
-            raise RunnerError("the device list is empty", where=where, fix=_ID_FIX)
+            raise BadInput("the device list is empty", where=where, fix=_ID_FIX)
         for token in (t.strip() for t in spec.split(",")):
             _collect_token(token, where, out, top)
     elif isinstance(spec, (list, tuple)):
         for item in spec:
             if isinstance(item, (list, tuple)):
-                raise RunnerError(f"nested list {_show(item)} in {_show(top)}", where=where,
-                                  fix=_ID_FIX)
+                raise BadInput(f"nested list {_show(item)} in {_show(top)}", where=where,
+                               fix=_ID_FIX)
             _collect_ids(item, where, out, top)
     else:
-        raise RunnerError(f"{_show(spec)} ({type(spec).__name__}) is not a device list",
-                          where=where, fix=_ID_FIX)
+        raise BadInput(f"{_show(spec)} ({type(spec).__name__}) is not a device list",
+                       where=where, fix=_ID_FIX)
     if len(out) > MAX_DEVICE_IDS:
-        raise RunnerError(f"{_show(top)} names more than {MAX_DEVICE_IDS} devices", where=where,
-                          fix="check the range bounds")
+        raise BadInput(f"{_show(top)} names more than {MAX_DEVICE_IDS} devices", where=where,
+                       fix="check the range bounds")
 
 
 def _collect_token(token: str, where: str, out: list[int], top: Any) -> None:
@@ -105,19 +105,19 @@ def _collect_token(token: str, where: str, out: list[int], top: Any) -> None:
     if m:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
-            raise RunnerError(f"range '{token}' in {_show(top)} runs backwards", where=where,
-                              fix=f"write it low to high: {hi}-{lo}")
+            raise BadInput(f"range '{token}' in {_show(top)} runs backwards", where=where,
+                           fix=f"write it low to high: {hi}-{lo}")
         if hi - lo + 1 + len(out) > MAX_DEVICE_IDS:
-            raise RunnerError(f"range '{token}' names more than {MAX_DEVICE_IDS} devices",
-                              where=where, fix="check the range bounds")
+            raise BadInput(f"range '{token}' names more than {MAX_DEVICE_IDS} devices",
+                           where=where, fix="check the range bounds")
         out.extend(range(lo, hi + 1))
         return
     if token.startswith("-") and _ID.fullmatch(token[1:]):
-        raise RunnerError(f"device ID {token} in {_show(top)} is negative", where=where,
-                          fix=_ID_FIX)
+        raise BadInput(f"device ID {token} in {_show(top)} is negative", where=where,
+                       fix=_ID_FIX)
     what = "an empty entry" if not token else f"'{token}'"
-    raise RunnerError(f"{what} in {_show(top)} is not a device ID or range", where=where,
-                      fix=_ID_FIX)
+    raise BadInput(f"{what} in {_show(top)} is not a device ID or range", where=where,
+                   fix=_ID_FIX)
 
 
 def format_device_ids(ids: Iterable[int]) -> str:
@@ -160,8 +160,8 @@ def partition_command(partition: str) -> list[str]:
     """
     mode = partition.lower()
     if mode not in PARTITIONS:
-        raise RunnerError(f"unknown partition mode {partition!r}", where="partition",
-                          fix=f"use one of {', '.join(PARTITIONS)}")
+        raise BadInput(f"unknown partition mode {partition!r}", where="partition",
+                       fix=f"use one of {', '.join(PARTITIONS)}")
     return ["rocm-smi", "--setcomputepartition", mode.upper()]
 
 
@@ -258,9 +258,9 @@ class LayoutSpec:
         """Read a `layout:` mapping; `where` is the profile path that errors should point at,
         `set_fields` the fields a `--set layout.X=V` gave (errors then name that)."""
         if not isinstance(raw, Mapping):
-            raise RunnerError(f"the layout section must be a mapping, not {type(raw).__name__}",
-                              where=f"{where}: layout",
-                              fix="write `layout:` followed by indented `key: value` lines")
+            raise BadInput(f"the layout section must be a mapping, not {type(raw).__name__}",
+                           where=f"{where}: layout",
+                           fix="write `layout:` followed by indented `key: value` lines")
         values = dict(raw)
         given_backend = values.pop("backend", None)
         src = _Source(where, values, {f: f"--set layout.{f}" for f in set_fields})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.paths import MLPERF_DATA_DIR
 from runner.inputs.captions import read_captions
 
@@ -27,7 +27,7 @@ class Captions:
 
     def __getitem__(self, qsl_idx: int) -> str:
         if not 0 <= qsl_idx < len(self.texts):
-            raise RunnerError(
+            raise BadInput(
                 f"sample {qsl_idx} is out of range: the file has {len(self.texts)} captions",
                 where=str(self.path),
                 fix="use sample ids below the number of caption rows",
@@ -45,11 +45,11 @@ def load_latent(path: Path = LATENT_FILE) -> np.ndarray:
     try:
         latent = np.load(path)
     except (OSError, ValueError) as e:
-        raise RunnerError(f"cannot read the latent: {e}", where=str(path),
-                          fix="pass MLPerf's latents.npy (1x4x128x128 float32)") from e
+        raise BadInput(f"cannot read the latent: {e}", where=str(path),
+                       fix="pass MLPerf's latents.npy (1x4x128x128 float32)") from e
     if latent.ndim != 4 or latent.shape[:2] != (1, 4):
-        raise RunnerError(f"latent has shape {latent.shape}, expected 1x4xHxW", where=str(path),
-                          fix="use MLPerf's latents.pt (or the shipped one)")
+        raise BadInput(f"latent has shape {latent.shape}, expected 1x4xHxW", where=str(path),
+                       fix="use MLPerf's latents.pt (or the shipped one)")
     return latent.astype(np.float32)
 
 
@@ -57,9 +57,9 @@ def fixed_latent(size: int, path: Path = LATENT_FILE) -> np.ndarray:
     """The MLPerf latent at `size` x `size`: the top-left crop for models smaller than SDXL."""
     latent = load_latent(path)
     if size > latent.shape[2] or size > latent.shape[3]:
-        raise RunnerError(f"latent is {latent.shape[2]}x{latent.shape[3]}, model needs {size}",
-                          where=str(path),
-                          fix="use the latent of the model's image size (the model config's)")
+        raise BadInput(f"latent is {latent.shape[2]}x{latent.shape[3]}, model needs {size}",
+                       where=str(path),
+                       fix="use the latent of the model's image size (the model config's)")
     return np.ascontiguousarray(latent[:, :, :size, :size])
 
 

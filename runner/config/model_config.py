@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.fields import Fields, read, rules, values
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
@@ -23,7 +23,7 @@ REQUIRED_FUNCTIONS = {
     "host_loop": ("encode_prompts", "run_initialize", "run_forward", "decode"),
     "produce_image_latents": ("encode_prompts", "produce_image_latents", "decode"),
 }
-DTYPES = ("float32", "float16")
+DTYPE_NAMES = ("float32", "float16")
 SHORT_DTYPES = {"float32": "fp32", "float16": "fp16"}
 
 
@@ -67,7 +67,7 @@ class Submodel:
 class ModelConfig:
     path: Path
     name: str
-    dtype: str = field(metadata=rules(choices=DTYPES))
+    dtype: str = field(metadata=rules(choices=DTYPE_NAMES))
     # An export-backed config may have no batch size yet: `runner compile` adds them.
     batch_sizes: tuple[int, ...] = field(metadata=rules(minimum=1, example="[1, 2]"))
     image_size: int = field(metadata=rules(minimum=1))
@@ -94,7 +94,7 @@ class ModelConfig:
     # The precision the VAE decodes in, whatever `dtype` the rest has: float32 is MLPerf's
     # reference (diffusers upcasts SDXL's VAE, `force_upcast`); float16 is IREE CI's and
     # AMD's. A config without the key decodes in float32, as every export before it did.
-    vae_dtype: str = field(default="float32", metadata=rules(choices=DTYPES))
+    vae_dtype: str = field(default="float32", metadata=rules(choices=DTYPE_NAMES))
     # An export whose VAE came from a diffusers VAE directory of its own (`--vae-from`),
     # not the checkpoint's (an fp16-safe VAE): its path, for the export's cache key.
     vae_from: str | None = None
@@ -127,10 +127,10 @@ class ModelConfig:
 
     def check_scorable(self) -> None:
         if self.no_scoring:
-            raise RunnerError(f"scoring refused for model {self.name}: {self.no_scoring}",
-                              where=f"{self.path}: no_scoring",
-                              fix="score a profile with real weights (e.g. mi325x with a "
-                              "local SDXL checkpoint); use this one for throughput and compiles")
+            raise BadInput(f"scoring refused for model {self.name}: {self.no_scoring}",
+                           where=f"{self.path}: no_scoring",
+                           fix="score a profile with real weights (e.g. mi325x with a "
+                           "local SDXL checkpoint); use this one for throughput and compiles")
 
     def mlir_sources(self, submodel: str, batch: int) -> list[str]:
         sub = self.submodels[submodel]

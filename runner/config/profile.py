@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.iree_flags import rocm_chip_flag, spelled_for
 from runner.base.iree_tools import CompilerInfo
 from runner.base.paths import ASSETS_DIR, CONFIGS_DIR
+from runner.config.exports import DTYPES as MODEL_DTYPES  # `--dtype` words, as exports reads them
 from runner.config.layout import LayoutSpec
 from runner.config.model_config import ModelConfig
 from runner.inputs.fields import Fields, check_keys, dataclass_keys, rules, unknown_key, values
@@ -49,8 +50,6 @@ EXPORT_SOURCES = ("checkpoint:", "seeded:")  # models exported on demand (runner
 # `vae_dtype`: what the VAE decodes in (default fp32, MLPerf's reference); `vae_from`: a
 # diffusers-format VAE directory an export decodes with instead of the model's own.
 MODEL_KEYS = ("source", "dtype", "vae_dtype", "vae_from")
-MODEL_DTYPES = {"fp16": "float16", "fp32": "float32", "float16": "float16",
-                "float32": "float32"}
 _SHORTHANDS = {"model": "source"}  # section -> the key a bare value stands for
 
 
@@ -86,9 +85,9 @@ def profile_dirs() -> list[Path]:
             continue
         path = Path(entry).expanduser()
         if not path.is_dir():
-            raise RunnerError(f"{entry!r} is not a directory", where=f"${PROFILE_PATH_ENV}",
-                              fix="list directories of profile YAML files, separated by "
-                              f"{os.pathsep!r}, or unset it")
+            raise BadInput(f"{entry!r} is not a directory", where=f"${PROFILE_PATH_ENV}",
+                           fix="list directories of profile YAML files, separated by "
+                           f"{os.pathsep!r}, or unset it")
         dirs.append(path)
     return [*dirs, CONFIGS_DIR]
 
@@ -115,40 +114,40 @@ def profile_path(name_or_path: str, extending: Path | None = None, where: str = 
 
 
 def _not_a_profile(name_or_path: str, path: Path, known: list[str], where: str
-                   ) -> RunnerError:
+                   ) -> BadInput:
     """What a `--profile` value that names no profile is instead (a directory, a file that
     is not YAML, a path that is not there, a misspelled name), and what is expected."""
     expected = "a profile name or a profile's .yaml/.yml file"
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.y*ml"))
-        return RunnerError(f"{name_or_path!r} is a directory, not a profile", where=where,
-                           fix=f"give {expected}"
-                           + (f", e.g. {path / inside[0]}" if inside else ""))
+        return BadInput(f"{name_or_path!r} is a directory, not a profile", where=where,
+                        fix=f"give {expected}"
+                        + (f", e.g. {path / inside[0]}" if inside else ""))
     if path.is_file():
-        return RunnerError(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
-                           ".yaml or .yml file)", where=where, fix=f"give {expected}")
+        return BadInput(f"{name_or_path!r} is a file, but not a profile YAML (a profile is a "
+                        ".yaml or .yml file)", where=where, fix=f"give {expected}")
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        return RunnerError(f"unknown profile {name_or_path!r}: no such file", where=where,
-                           fix=no_such_path(path).fix)
+        return BadInput(f"unknown profile {name_or_path!r}: no such file", where=where,
+                        fix=no_such_path(path).fix)
     names = ", ".join(known) or "(none: the shipped profiles are missing; reinstall the runner)"
     close = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.6)
     searched = os.environ.get(PROFILE_PATH_ENV) or "not set"
-    return RunnerError(f"unknown profile {name_or_path!r}", where=where,
-                       fix=(f"did you mean {close[0]}? " if close else "")
-                       + f"use one of {names}, or a path to a profile YAML; a name is looked "
-                       f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
-                       f"({CONFIGS_DIR})")
+    return BadInput(f"unknown profile {name_or_path!r}", where=where,
+                    fix=(f"did you mean {close[0]}? " if close else "")
+                    + f"use one of {names}, or a path to a profile YAML; a name is looked "
+                    f"up in ${PROFILE_PATH_ENV} ({searched}), then in the shipped profiles "
+                    f"({CONFIGS_DIR})")
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
-        raise RunnerError("profile `extends` loops back on itself", where=str(path),
-                          fix="make one profile in the chain extend a profile that does not "
-                          "extend it back")
+        raise BadInput("profile `extends` loops back on itself", where=str(path),
+                       fix="make one profile in the chain extend a profile that does not "
+                       "extend it back")
     raw = read_yaml(path, what="profile") or {}
     if not isinstance(raw, dict):
-        raise RunnerError("a profile must be a YAML mapping", where=str(path),
-                          fix="write `key: value` lines, e.g. `extends: cpu` (see configs/)")
+        raise BadInput("a profile must be a YAML mapping", where=str(path),
+                       fix="write `key: value` lines, e.g. `extends: cpu` (see configs/)")
     check_profile_keys(raw, str(path))
     parent = raw.pop("extends", None)
     if parent is None:
@@ -161,8 +160,8 @@ def _parent_path(parent: Any, path: Path) -> Path:
     a YAML file relative to this one."""
     where = f"{path}: extends"
     if not isinstance(parent, str) or not parent:
-        raise RunnerError("`extends` must name a profile", where=where,
-                          fix="e.g. extends: cpu, or extends: other.yaml")
+        raise BadInput("`extends` must name a profile", where=where,
+                       fix="e.g. extends: cpu, or extends: other.yaml")
     if Path(parent).suffix in (".yaml", ".yml"):
         found = inside(parent, path.parent, where, absolute_ok=True)
         if found.is_file():
@@ -181,8 +180,8 @@ def set_field(raw: dict, dotted: str, value: Any) -> None:
             node[key] = _expanded(key, node[key])
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise RunnerError(f"`{dotted}`: `{key}` is not a mapping", where="--set",
-                              fix=f"set `{key}` itself: --set {key}=VALUE")
+            raise BadInput(f"`{dotted}`: `{key}` is not a mapping", where="--set",
+                           fix=f"set `{key}` itself: --set {key}=VALUE")
     if leaf in _SHORTHANDS and node is raw and leaf in node \
             and (isinstance(node[leaf], dict) or isinstance(value, dict)):
         node[leaf] = {**_expanded(leaf, node[leaf]), **_expanded(leaf, value)}
@@ -250,8 +249,8 @@ def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
     names = ([m.strip().lower() for m in items] if isinstance(items, list | tuple)
              and all(isinstance(m, str) for m in items) else [])
     if not names or not set(names) <= set(METRICS):
-        raise RunnerError(f"metrics {value!r}", where=where,
-                          fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
+        raise BadInput(f"metrics {value!r}", where=where,
+                       fix="use fid, clip or fid,clip (default: both, as MLPerf scores)")
     return tuple(m for m in METRICS if m in names)
 
 
@@ -430,18 +429,18 @@ def check_override(dotted: str, path: Path) -> None:
     where = f"--set (profile {path})"
     parts = dotted.split(".")
     if not all(p.strip() for p in parts):
-        raise RunnerError(f"`--set {dotted}=...` has an empty key", where=where,
-                          fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
+        raise BadInput(f"`--set {dotted}=...` has an empty key", where=where,
+                       fix="write --set SECTION.KEY=VALUE, e.g. --set target.chip=gfx950")
     schema = profile_schema()
     if parts[0] == "extends":
-        raise RunnerError("`extends` is resolved before overrides apply", where=where,
-                          fix="pass the other profile with --profile")
+        raise BadInput("`extends` is resolved before overrides apply", where=where,
+                       fix="pass the other profile with --profile")
     if parts[0] not in schema:
         raise unknown_key(parts[0], [k for k in schema if k != "extends"], where)
     keys = schema[parts[0]]
     if keys is None and len(parts) > 1:
-        raise RunnerError(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
-                          where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
+        raise BadInput(f"`{parts[0]}` holds a value, not a section with `{parts[1]}`",
+                       where=f"{where}: {dotted}", fix=f"use --set {parts[0]}=VALUE")
     if keys is not None and len(parts) > 1 and parts[1] not in keys:
         raise unknown_key(parts[1], keys, where, parts[0])
 
@@ -468,7 +467,7 @@ def _blame_set(error: RunnerError, path: Path, overridden: tuple[str, ...]) -> R
         return error
     for dotted in overridden:
         if field == dotted or field.startswith(f"{dotted}."):
-            return RunnerError(error.message, where=f"--set {field}", fix=error.fix)
+            return BadInput(error.message, where=f"--set {field}", fix=error.fix)
     return error
 
 
@@ -558,11 +557,11 @@ def _model_path(model_ref: str, path: Path, where: str, vae_dtype: str | None = 
         name = model_ref.removeprefix("builtin:")
         model_path = BUILTIN_VAE_VARIANTS.get((name, vae_dtype or ""), BUILTIN_MODELS.get(name))
         if model_path is None:
-            raise RunnerError(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
-                              fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
+            raise BadInput(f"unknown builtin model {model_ref!r}", where=f"{where}: model",
+                           fix=f"use one of {', '.join('builtin:' + k for k in BUILTIN_MODELS)}")
     else:
         model_path = inside(model_ref, path.parent, f"{where}: model", absolute_ok=True)
     if not model_path.is_file():
-        raise RunnerError(f"model config not found at {model_path}", where=f"{where}: model",
-                          fix="run `runner export tiny` or fix the path")
+        raise BadInput(f"model config not found at {model_path}", where=f"{where}: model",
+                       fix="run `runner export tiny` or fix the path")
     return model_path

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlparse, urlunparse
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ServiceUnreachable, StepFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.paths import BUILTIN, builtin_path, cache_dir
 
@@ -42,7 +42,7 @@ SAS_PARAMS = frozenset({"sig", "se", "st", "sp", "sv", "sr", "spr", "srt", "ss",
                         "skoid", "sktid", "skt", "ske", "sks", "skv", "saoid", "suoid",
                         "scid", "sdd", "ses", "rscc", "rscd", "rsce", "rscl", "rsct"})
 CHUNK = 1 << 20
-TIMEOUT_S = 60.0
+DOWNLOAD_TIMEOUT_S = 60.0
 _revalidated: set[str] = set()  # cache keys HEAD-checked by this process
 
 
@@ -195,7 +195,7 @@ def _read_meta(path: Path) -> CachedBlob | None:
 def _request(url: str, method: str = "GET", headers: dict[str, str] | None = None):
     req = urllib.request.Request(url, method=method, headers={
         "User-Agent": "iree-sdxl-runner", "x-ms-version": "2021-08-06", **(headers or {})})
-    return urllib.request.urlopen(req, timeout=TIMEOUT_S)
+    return urllib.request.urlopen(req, timeout=DOWNLOAD_TIMEOUT_S)
 
 
 def head(url: str) -> RemoteInfo | None:
@@ -207,11 +207,11 @@ def head(url: str) -> RemoteInfo | None:
         if e.code in (405, 501):
             return None
         if e.code == 404:
-            raise RunnerError(f"{redact_url(url)}: not found on the server (HTTP 404)",
-                              fix="check the URL; a golden that was never uploaded reads "
-                              "this way") from e
-        raise RunnerError(f"{redact_url(url)}: HTTP {e.code} {e.reason}",
-                          fix="check the URL and your access to it") from e
+            raise ServiceUnreachable(f"{redact_url(url)}: not found on the server (HTTP 404)",
+                                     fix="check the URL; a golden that was never uploaded reads "
+                                     "this way") from e
+        raise ServiceUnreachable(f"{redact_url(url)}: HTTP {e.code} {e.reason}",
+                                 fix="check the URL and your access to it") from e
 
 
 @contextlib.contextmanager
@@ -234,9 +234,9 @@ def fetch(url: str, *, where: str | None = None, offline_mode: bool | None = Non
     if offline(offline_mode):
         if path.is_file():
             return path
-        raise RunnerError(f"{shown} is not in the download cache and the runner is offline",
-                          where=where, fix=f"fetch it on a connected machine (it goes to "
-                          f"{path}), or unset {OFFLINE_ENV} / drop --offline")
+        raise BadInput(f"{shown} is not in the download cache and the runner is offline",
+                       where=where, fix=f"fetch it on a connected machine (it goes to "
+                       f"{path}), or unset {OFFLINE_ENV} / drop --offline")
     key = cache_key(url)
     if path.is_file() and (not revalidate or key in _revalidated):
         return path
@@ -249,9 +249,9 @@ def fetch(url: str, *, where: str | None = None, offline_mode: bool | None = Non
                 print(f"warning: cannot revalidate {shown} ({e}); using the cached copy",
                       file=sys.stderr)
                 return path
-            raise RunnerError(f"cannot reach {shown}: {e}", where=where,
-                              fix=f"check the network, or set {OFFLINE_ENV}=1 to use only "
-                              "cached artifacts") from e
+            raise ServiceUnreachable(f"cannot reach {shown}: {e}", where=where,
+                                     fix=f"check the network, or set {OFFLINE_ENV}=1 to use only "
+                                     "cached artifacts") from e
         if cached is not None and (remote is None or cached.remote.same_blob(remote)):
             _revalidated.add(key)
             return path
@@ -312,10 +312,10 @@ def _download(url: str, path: Path, remote: RemoteInfo | None, *, attempts: int,
                 time.sleep(min(0.5 * attempt, 2.0))
     else:
         got = part.stat().st_size if part.is_file() else 0
-        raise RunnerError(f"download of {shown} failed after {attempts} attempts "
-                          f"({got} bytes kept): {redact_text(str(last_error), url)}",
-                          where=where, fix="run the command again: it resumes from the "
-                          "partial file")
+        raise ServiceUnreachable(f"download of {shown} failed after {attempts} attempts "
+                                 f"({got} bytes kept): {redact_text(str(last_error), url)}",
+                                 where=where, fix="run the command again: it resumes from the "
+                                 "partial file")
     md5 = _md5_file(part)
     expected = remote.content_md5 if remote else None
     if expected:
@@ -323,10 +323,10 @@ def _download(url: str, path: Path, remote: RemoteInfo | None, *, attempts: int,
         if got_b64 != expected:
             part.unlink(missing_ok=True)
             meta_path(part).unlink(missing_ok=True)
-            raise RunnerError(f"{shown}: MD5 mismatch (server says {expected}, the "
-                              f"download is {got_b64}); the download was discarded",
-                              where=where, fix="run it again; if it persists the blob on "
-                              "the server is corrupt or was replaced mid-download")
+            raise StepFailed(f"{shown}: MD5 mismatch (server says {expected}, the "
+                             f"download is {got_b64}); the download was discarded",
+                             where=where, fix="run it again; if it persists the blob on "
+                             "the server is corrupt or was replaced mid-download")
     os.replace(part, path)
     meta_path(part).unlink(missing_ok=True)
     _write_meta(path, url, md5, remote)
@@ -351,8 +351,8 @@ def _get_into(url: str, part: Path, offset: int, headers: dict[str, str],
         if e.code == 416 and offset:  # the partial file is not a prefix of this blob
             part.unlink(missing_ok=True)
             raise _ShortRead("server refused the range; restarting") from e
-        raise RunnerError(f"{redact_url(url)}: HTTP {e.code} {e.reason}",
-                          fix="check the URL and your access to it") from e
+        raise ServiceUnreachable(f"{redact_url(url)}: HTTP {e.code} {e.reason}",
+                                 fix="check the URL and your access to it") from e
     with resp:
         if resp.status == 206:
             mode = "ab"
@@ -392,9 +392,9 @@ def _md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def resolve(ref: str, *, base_dir: Path | None = None, where: str | None = None,
-            download: bool = True, offline_mode: bool | None = None,
-            must_exist: bool = True) -> Path:
+def resolve_source(ref: str, *, base_dir: Path | None = None, where: str | None = None,
+                   download: bool = True, offline_mode: bool | None = None,
+                   must_exist: bool = True) -> Path:
     """Any reference to a local path: URLs fetched through the cache (or, with
     `download=False`, their cache path), `file://` URLs, `builtin:` files the runner ships,
     and paths relative to `base_dir` (a test file's directory)."""
@@ -412,8 +412,8 @@ def resolve(ref: str, *, base_dir: Path | None = None, where: str | None = None,
         if not path.is_absolute() and base_dir is not None:
             path = Path(os.path.abspath(base_dir / path))  # no `..` in printed commands
     if must_exist and not path.is_file():
-        raise RunnerError(f"file not found: {path}", where=where,
-                          fix="fix the reference, or fetch the artifact first")
+        raise BadInput(f"file not found: {path}", where=where,
+                       fix="fix the reference, or fetch the artifact first")
     return path
 
 
@@ -424,15 +424,15 @@ def local_source(ref: str, where: str, must_exist: bool = True) -> Path:
     elif "://" in ref:
         path = download_path(ref)
         if must_exist and not path.is_file():
-            raise RunnerError(f"{redact_url(ref)} is not in the download cache", where=where,
-                              fix=f"fetch it (`python -m runner.config.sources URL`; it goes to "
-                              f"{path}), or point the field at a local file")
+            raise BadInput(f"{redact_url(ref)} is not in the download cache", where=where,
+                           fix=f"fetch it (`python -m runner.config.sources URL`; it goes to "
+                           f"{path}), or point the field at a local file")
         return path
     else:
         path = Path(ref).expanduser()
     if must_exist and not path.is_file():
-        raise RunnerError(f"file not found: {path}", where=where,
-                          fix="fix the path, or run `runner export tiny` for the tiny model")
+        raise BadInput(f"file not found: {path}", where=where,
+                       fix="fix the path, or run `runner export tiny` for the tiny model")
     return path
 
 
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for url in args.urls:
-            print(resolve(url, offline_mode=args.offline))
+            print(resolve_source(url, offline_mode=args.offline))
     except RunnerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

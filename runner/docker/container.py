@@ -40,17 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
-from runner.config.layout import Worker, format_device_ids
+from runner.base.errors import BadInput, ToolFailed
+from runner.config.layout import BACKENDS, Worker, format_device_ids
 from runner.docker.engine import connect
+from runner.docker.image import LABEL
 
-BACKENDS = ("hip", "cuda", "cpu")
 ROCM_DEVICES = ("/dev/kfd", "/dev/dri")
 ROCM_GROUPS = ("video", "render")
 # With --ipc host the container uses the host's /dev/shm and the engine ignores --shm-size;
 # it is kept so the line still gives the HIP runtime room if someone drops --ipc host.
 ROCM_SHM_SIZE = "16G"
-LABEL = "org.iree-sdxl-runner."
 # Mount targets that would hide the image's own software or the system's.
 _PROTECTED = ("/opt/venv", "/opt/iree", "/opt/runner", "/usr", "/bin", "/sbin", "/lib",
               "/lib64", "/etc", "/proc", "/sys", "/dev", "/boot", "/var/lib/docker")
@@ -95,9 +94,9 @@ def backend_of(worker: Worker) -> str:
         return scheme
     if scheme.startswith("local"):
         return "cpu"
-    raise RunnerError(f"worker {worker.name}: no container mapping for device "
-                      f"{worker.device_uri!r}", where="worker.device_uri",
-                      fix="use the hip, cuda or cpu backend")
+    raise BadInput(f"worker {worker.name}: no container mapping for device "
+                   f"{worker.device_uri!r}", where="worker.device_uri",
+                   fix="use the hip, cuda or cpu backend")
 
 
 def worker_container_spec(
@@ -126,15 +125,15 @@ def worker_container_spec(
     """
     backend = backend or backend_of(worker)
     if backend not in BACKENDS:
-        raise RunnerError(f"unknown backend {backend!r}", where="backend",
-                          fix=f"use one of {', '.join(BACKENDS)}")
+        raise BadInput(f"unknown backend {backend!r}", where="backend",
+                       fix=f"use one of {', '.join(BACKENDS)}")
     env = dict(worker.env)
     if backend == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = "0"
     for key, value in (extra_env or {}).items():
         if key in _VISIBILITY[backend]:
-            raise RunnerError(f"{key} is set per worker to confine it to its device",
-                              where=f"env: {key}", fix=f"remove {key} from the extra env")
+            raise BadInput(f"{key} is set per worker to confine it to its device",
+                           where=f"env: {key}", fix=f"remove {key} from the extra env")
         env[key] = value
     cpus = format_device_ids(sorted(worker.cpu_affinity)) if worker.cpu_affinity else None
     mems = None
@@ -160,27 +159,27 @@ def make_spec(image: str, command: Sequence[str], backend: str, *, device_id: in
     `planned`: a dry run's, only printed: a mount's host path need not exist yet (the run
     makes it), everything else is checked as for a container that starts."""
     if backend not in BACKENDS:
-        raise RunnerError(f"unknown backend {backend!r}", where="backend",
-                          fix=f"use one of {', '.join(BACKENDS)}")
+        raise BadInput(f"unknown backend {backend!r}", where="backend",
+                       fix=f"use one of {', '.join(BACKENDS)}")
     if not command or not all(isinstance(a, str) for a in command):
-        raise RunnerError("the container command must be a non-empty list of strings",
-                          where="command", fix="pass the command as an argv list")
+        raise BadInput("the container command must be a non-empty list of strings",
+                       where="command", fix="pass the command as an argv list")
     if backend in ("hip", "cuda") and (device_id is None or device_id < 0):
-        raise RunnerError(f"a {backend} container needs a device ID", where="device_id",
-                          fix="pass the worker's device ID (`runner plan` shows them)")
+        raise BadInput(f"a {backend} container needs a device ID", where="device_id",
+                       fix="pass the worker's device ID (`runner plan` shows them)")
     env = dict(env or {})
     for key, value in env.items():
         if not _ENV_KEY.fullmatch(key) or "\0" in value:
-            raise RunnerError(f"{key!r} is not a valid environment variable", where=f"env: {key}",
-                              fix="use letters, digits and _ for names; no NUL in values")
+            raise BadInput(f"{key!r} is not a valid environment variable", where=f"env: {key}",
+                           fix="use letters, digits and _ for names; no NUL in values")
     if name is not None and not _NAME.fullmatch(name):
-        raise RunnerError(f"{name!r} is not a valid container name", where="name",
-                          fix="letters, digits, _ . - (starting with a letter or digit)")
+        raise BadInput(f"{name!r} is not a valid container name", where="name",
+                       fix="letters, digits, _ . - (starting with a letter or digit)")
     for cpuset, what in ((cpuset_cpus, "cpuset_cpus"), (cpuset_mems, "cpuset_mems")):
         if cpuset is not None and not re.fullmatch(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*",
                                                    cpuset):
-            raise RunnerError(f"{cpuset!r} is not a cpuset list", where=what,
-                              fix="write it like 0-3,8")
+            raise BadInput(f"{cpuset!r} is not a cpuset list", where=what,
+                           fix="write it like 0-3,8")
     return ContainerSpec(
         image=image, command=tuple(command), backend=backend, device_id=device_id, env=env,
         mounts=_mounts(mounts, must_exist=not planned), cpuset_cpus=cpuset_cpus,
@@ -197,21 +196,21 @@ def _mounts(given: Sequence[Mount | tuple[str, bool]], must_exist: bool = True
         path = os.path.normpath(str(mount.path))
         where = f"mount {mount.path}"
         if not os.path.isabs(path):
-            raise RunnerError("mount paths must be absolute (they are mounted at the same path "
-                              "inside)", where=where, fix=f"use {os.path.abspath(path)}")
+            raise BadInput("mount paths must be absolute (they are mounted at the same path "
+                           "inside)", where=where, fix=f"use {os.path.abspath(path)}")
         if any(c in path for c in ",\n\0"):
-            raise RunnerError("mount paths may not contain commas or newlines", where=where,
-                              fix="move the run directory to a plain path")
+            raise BadInput("mount paths may not contain commas or newlines", where=where,
+                           fix="move the run directory to a plain path")
         if path == "/" or any(path == p or path.startswith(p + "/") for p in _PROTECTED):
-            raise RunnerError("mounting there would hide the image's own files", where=where,
-                              fix="keep run directories, models and caches elsewhere")
+            raise BadInput("mounting there would hide the image's own files", where=where,
+                           fix="keep run directories, models and caches elsewhere")
         if must_exist and not os.path.exists(path):
-            raise RunnerError("the host path does not exist", where=where,
-                              fix="create it first (docker would otherwise create it as root)")
+            raise BadInput("the host path does not exist", where=where,
+                           fix="create it first (docker would otherwise create it as root)")
         previous = out.get(path)
         if previous is not None and previous.read_only != mount.read_only:
-            raise RunnerError("mounted twice, read-only and read-write", where=where,
-                              fix="mount it once")
+            raise BadInput("mounted twice, read-only and read-write", where=where,
+                           fix="mount it once")
         out[path] = Mount(path, mount.read_only)
     return tuple(out.values())
 
@@ -234,8 +233,8 @@ def numa_node_cpus(node: int) -> str:
     try:
         return path.read_text().strip()
     except OSError:
-        raise RunnerError(f"NUMA node {node} does not exist on this host", where=str(path),
-                          fix="turn layout.numa off, or check `numactl --hardware`") from None
+        raise BadInput(f"NUMA node {node} does not exist on this host", where=str(path),
+                       fix="turn layout.numa off, or check `numactl --hardware`") from None
 
 
 # --------------------------------------------------------------------------- the two forms
@@ -345,14 +344,14 @@ def start(spec: ContainerSpec, client: Any = None) -> Any:
         # registry: a worker must run the image that was built, never a namesake.
         client.images.get(spec.image)
     except ImageNotFound:
-        raise RunnerError(f"image {spec.image} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --iree ...`") from None
+        raise BadInput(f"image {spec.image} is not in the docker engine", where="image",
+                       fix="build it with `runner image build --iree ...`") from None
     try:
         return client.containers.run(**run_kwargs(spec))
     except APIError as e:
-        raise RunnerError(f"docker could not start {spec.name or spec.image}: "
-                          f"{e.explanation or e}", where=spec.name or "container",
-                          fix=f"try by hand: {run_command_text(spec)}") from e
+        raise ToolFailed(f"docker could not start {spec.name or spec.image}: "
+                         f"{e.explanation or e}", where=spec.name or "container",
+                         fix=f"try by hand: {run_command_text(spec)}") from e
 
 
 def wait(container: Any, timeout: float | None = None) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import ServiceUnreachable, ToolFailed
 from runner.base.paths import DOCKER_SETUP_SCRIPT
 
 # Builds stream for minutes between log lines (pip downloading a 300 MB wheel, ninja linking
@@ -22,8 +22,8 @@ def _docker():
     try:
         import docker
     except ImportError as e:
-        raise RunnerError("the docker SDK is not installed", where="python: import docker",
-                          fix="pip install -e '.[docker]'") from e
+        raise ToolFailed("the docker SDK is not installed", where="python: import docker",
+                         fix="pip install -e '.[docker]'") from e
     return docker
 
 
@@ -40,7 +40,7 @@ def connect(timeout: float = 120.0) -> Any:
         client = docker.from_env(timeout=int(timeout))
         client.ping()
     except Exception as e:  # DockerException, requests' ConnectionError, socket errors
-        raise RunnerError(
+        raise ServiceUnreachable(
             f"no docker engine answers at {host}: {_short(e)}",
             where="DOCKER_HOST" if "DOCKER_HOST" in os.environ else "docker engine",
             fix=f"run `sudo bash {DOCKER_SETUP_SCRIPT}` (installs docker.io and starts "

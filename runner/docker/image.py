@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, StepFailed, ToolFailed
 from runner.base.fileio import sha256_file
 from runner.base.paths import DOCKERFILES_DIR, PACKAGE_DIR, PROJECT_FILES_DIR, cache_dir
 from runner.docker.buildenv import BuildNetwork, host_build_network, mask
@@ -58,7 +58,7 @@ HAL_DRIVERS = {"local-sync": "LOCAL_SYNC", "local-task": "LOCAL_TASK", "hip": "H
                "cuda": "CUDA", "vulkan": "VULKAN"}
 # The lab default: CPU for host-side checks, ROCm/HIP for the MI300-series GPUs.
 DEFAULT_BACKENDS = ("llvm-cpu", "rocm")
-DEFAULT_DRIVERS = ("local-sync", "local-task", "hip")
+IMAGE_HAL_DRIVERS = ("local-sync", "local-task", "hip")
 
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/+=-]*)?")
 _TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -100,7 +100,7 @@ class ImageSource:
     git_url: str | None = None
     build_dir: Path | None = None
     backends: tuple[str, ...] = DEFAULT_BACKENDS
-    drivers: tuple[str, ...] = DEFAULT_DRIVERS
+    drivers: tuple[str, ...] = IMAGE_HAL_DRIVERS
 
 
 def parse_source(spec: str, *, find_links: str | None = None, git_url: str | None = None,
@@ -113,11 +113,11 @@ def parse_source(spec: str, *, find_links: str | None = None, git_url: str | Non
     build = parse_build_spec(spec, where, kinds=FLAVORS)
     flavor = build.kind
     if flavor != "wheels" and find_links:
-        raise RunnerError("--find-links applies to wheels: builds only", where="--find-links",
-                          fix=f"drop --find-links, or name a wheels:VERSION build with {where}")
+        raise BadInput("--find-links applies to wheels: builds only", where="--find-links",
+                       fix=f"drop --find-links, or name a wheels:VERSION build with {where}")
     if flavor != "source" and (git_url or backends or drivers):
-        raise RunnerError("--git-url, --backends and --drivers apply to source: builds only",
-                          where=where, fix=f"drop them, or use source:<sha> instead of {spec}")
+        raise BadInput("--git-url, --backends and --drivers apply to source: builds only",
+                       where=where, fix=f"drop them, or use source:<sha> instead of {spec}")
     if flavor == "wheels":
         if find_links is not None:
             _check_url(find_links, "--find-links")
@@ -129,27 +129,27 @@ def parse_source(spec: str, *, find_links: str | None = None, git_url: str | Non
         return ImageSource("source", build.text, commit=build.commit, git_url=url,
                            backends=_names(backends or DEFAULT_BACKENDS, TARGET_BACKENDS,
                                            "--backends"),
-                           drivers=_names(drivers or DEFAULT_DRIVERS, HAL_DRIVERS, "--drivers"))
+                           drivers=_names(drivers or IMAGE_HAL_DRIVERS, HAL_DRIVERS, "--drivers"))
     return ImageSource("build-dir", build.text, build_dir=build.path)
 
 
 def _check_url(url: str, where: str) -> None:
     host = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://([^/]*)", url)
     if host and "@" in host.group(1):
-        raise RunnerError(f"{mask(url)} carries credentials", where=where,
-                          fix="put credentials in pip's config (passed to builds as a secret), "
-                          "not in a build arg")
+        raise BadInput(f"{mask(url)} carries credentials", where=where,
+                       fix="put credentials in pip's config (passed to builds as a secret), "
+                       "not in a build arg")
     if not _URL.fullmatch(url):
-        raise RunnerError(f"{mask(url)!r} is not a plain http(s) URL", where=where,
-                          fix="use e.g. https://iree.dev/pip-release-links.html")
+        raise BadInput(f"{mask(url)!r} is not a plain http(s) URL", where=where,
+                       fix="use e.g. https://iree.dev/pip-release-links.html")
 
 
 def _names(given: tuple[str, ...], known: dict[str, str], where: str) -> tuple[str, ...]:
     out = []
     for name in given:
         if name not in known:
-            raise RunnerError(f"unknown name {name!r}", where=where,
-                              fix=f"use a comma list of: {', '.join(known)}")
+            raise BadInput(f"unknown name {name!r}", where=where,
+                           fix=f"use a comma list of: {', '.join(known)}")
         if name not in out:
             out.append(name)
     return tuple(out)
@@ -213,11 +213,11 @@ class BuildResult:
 def assemble_dockerfile(flavor: str) -> str:
     """dockerfiles/<flavor>.Dockerfile with its `# runner:include` lines expanded."""
     if flavor not in FLAVORS:
-        raise RunnerError(f"unknown flavor {flavor!r}", fix=f"use one of {', '.join(FLAVORS)}")
+        raise BadInput(f"unknown flavor {flavor!r}", fix=f"use one of {', '.join(FLAVORS)}")
     top = DOCKERFILES_DIR / f"{flavor}.Dockerfile"
     if not top.is_file():
-        raise RunnerError(f"{top} is missing", where=str(top),
-                          fix="the runner's installation is incomplete: reinstall it")
+        raise StepFailed(f"{top} is missing", where=str(top),
+                         fix="the runner's installation is incomplete: reinstall it")
     header = (f"# Assembled by runner.docker.image from dockerfiles/{flavor}.Dockerfile; "
               "edit that, not this.\n")
     return header + _expand(top, depth=0)
@@ -225,16 +225,16 @@ def assemble_dockerfile(flavor: str) -> str:
 
 def _expand(path: Path, depth: int) -> str:
     if depth > 4:
-        raise RunnerError("`# runner:include` nests too deep", where=str(path),
-                          fix="include fragments that do not include each other in a loop")
+        raise BadInput("`# runner:include` nests too deep", where=str(path),
+                       fix="include fragments that do not include each other in a loop")
     out = []
     for line in path.read_text().splitlines(keepends=True):
         m = re.fullmatch(r"# runner:include (\S+)\s*", line)
         if m:
             part = (DOCKERFILES_DIR / m.group(1)).resolve()
             if not part.is_relative_to(DOCKERFILES_DIR.resolve()) or not part.is_file():
-                raise RunnerError(f"include {m.group(1)!r} is not a file in dockerfiles/",
-                                  where=str(path), fix="name a fragment in dockerfiles/")
+                raise BadInput(f"include {m.group(1)!r} is not a file in dockerfiles/",
+                               where=str(path), fix="name a fragment in dockerfiles/")
             out.append(f"# >>> {m.group(1)}\n{_expand(part, depth + 1)}# <<< {m.group(1)}\n")
         else:
             out.append(line)
@@ -321,8 +321,8 @@ def validate_tag(tag: str, where: str = "--tag") -> str:
         name, _, version = tag.rpartition(":") if ":" in last else (tag, "", "")
         ok = bool(_NAME.fullmatch(name) and (not version or _TAG_PART.fullmatch(version)))
     if not ok:
-        raise RunnerError(f"{tag!r} is not a valid image reference", where=where,
-                          fix="use NAME[:TAG] with a lower-case name, e.g. my-runner:dev")
+        raise BadInput(f"{tag!r} is not a valid image reference", where=where,
+                       fix="use NAME[:TAG] with a lower-case name, e.g. my-runner:dev")
     return tag
 
 
@@ -387,8 +387,8 @@ def _base_image_id(client: Any, base_image: str, required: bool) -> str | None:
             return None
         setup = "run scripts/docker_setup.sh, which imports it" \
             if base_image == DEFAULT_BASE_IMAGE else f"`docker pull {base_image}` first"
-        raise RunnerError(f"base image {base_image} is not in the docker engine",
-                          where="--base-image", fix=setup) from None
+        raise BadInput(f"base image {base_image} is not in the docker engine",
+                       where="--base-image", fix=setup) from None
 
 
 def _build_args(source: ImageSource, base_image: str) -> dict[str, str]:
@@ -479,9 +479,9 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
         if (files / name).is_file():
             shutil.copy2(files / name, project / name)
     if not (project / "pyproject.toml").is_file():
-        raise RunnerError(f"{files} has no pyproject.toml", where=str(files),
-                          fix="name a runner project (pyproject.toml and runner/), or "
-                          "reinstall the runner")
+        raise BadInput(f"{files} has no pyproject.toml", where=str(files),
+                       fix="name a runner project (pyproject.toml and runner/), or "
+                       "reinstall the runner")
     # The shipped files' links (a checkout's runner/assets/) are staged as what they name.
     _copy_tree(package, project / "runner", notes,
                [(os.path.realpath(package), project / "runner")],
@@ -498,8 +498,8 @@ def _stage(ctx: Path, source: ImageSource, network: BuildNetwork,
         (ctx / "ccache").mkdir()
         if ccache_dir is not None:
             if not ccache_dir.is_dir():
-                raise RunnerError(f"{ccache_dir} is not a directory", where="--ccache-dir",
-                                  fix="give an existing ccache directory, or leave it out")
+                raise BadInput(f"{ccache_dir} is not a directory", where="--ccache-dir",
+                               fix="give an existing ccache directory, or leave it out")
             _copy_tree(ccache_dir, ctx / "ccache", notes,
                        [(os.path.realpath(ccache_dir), ctx / "ccache")], skip=False)
     if source.flavor == "build-dir":
@@ -698,14 +698,14 @@ def _stream_build(client: Any, plan: BuildPlan, say: Progress) -> str | None:
                 image_id = chunk["aux"].get("ID", image_id)
             elif "error" in chunk:
                 detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                raise RunnerError(
+                raise ToolFailed(
                     f"docker build failed at {step}\n  {detail.strip()}\n  last log lines:\n"
                     + "\n".join(f"    {x}" for x in tail),
                     where=str(plan.dockerfile),
                     fix=f"the context is kept; reproduce with: {reproduce}")
     except (APIError, DockerException) as e:
-        raise RunnerError(f"docker build failed at {step}: {e}", where=str(plan.dockerfile),
-                          fix=f"reproduce with: {reproduce}") from e
+        raise ToolFailed(f"docker build failed at {step}: {e}", where=str(plan.dockerfile),
+                         fix=f"reproduce with: {reproduce}") from e
     return image_id
 
 
@@ -720,8 +720,8 @@ def image_info(ref: str, *, client: Any = None, provenance: bool = True) -> dict
     try:
         image = client.images.get(ref)
     except ImageNotFound:
-        raise RunnerError(f"image {ref} is not in the docker engine", where="image",
-                          fix="build it with `runner image build --iree ...`") from None
+        raise BadInput(f"image {ref} is not in the docker engine", where="image",
+                       fix="build it with `runner image build --iree ...`") from None
     attrs = image.attrs
     info: dict[str, Any] = {
         "ref": ref,
@@ -743,14 +743,14 @@ def read_image_file(client: Any, image: str, path: str) -> Any:
         chunks, _ = container.get_archive(path)
         data = b"".join(chunks)
     except Exception as e:
-        raise RunnerError(f"{path} is not in image {image}: {e}", where=image,
-                          fix="rebuild the image with `runner image build`") from e
+        raise StepFailed(f"{path} is not in image {image}: {e}", where=image,
+                         fix="rebuild the image with `runner image build`") from e
     finally:
         container.remove(force=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = tar.next()
         f = tar.extractfile(member) if member else None
         if f is None:
-            raise RunnerError(f"{path} in image {image} is not a file", where=image,
-                              fix="rebuild the image with `runner image build`")
+            raise StepFailed(f"{path} in image {image} is not a file", where=image,
+                             fix="rebuild the image with `runner image build`")
         return json.loads(f.read().decode())

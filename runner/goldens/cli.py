@@ -114,8 +114,8 @@ def cmd_check(ctx: CommandContext) -> int:
     return report.exit_code
 
 
-def cmd_generate(ctx: CommandContext) -> int:
-    from runner.goldens.generate import generate
+def cmd_goldens_generate(ctx: CommandContext) -> int:
+    from runner.goldens.generate import generate_goldens
     from runner.goldens.versioning import parse_target
 
     args = ctx.args
@@ -126,7 +126,7 @@ def cmd_generate(ctx: CommandContext) -> int:
         print("\n".join(generate_plan(_tests(args), to, Path(args.out),
                                       _options(args, out=None))))
         return 0
-    written = generate(_tests(args), to, Path(args.out), _options(args, out=None),
+    written = generate_goldens(_tests(args), to, Path(args.out), _options(args, out=None),
                        attempt=ctx.attempt)
     print(f"{len(written)} new goldens in {args.out}; next: `runner goldens upload "
           f"{args.out} --container-url ...`, then `runner goldens bump ... --to {args.to}`",
@@ -259,7 +259,8 @@ def _selection(p: argparse.ArgumentParser) -> None:
            help="add --iree-codegen-tuning-spec-path=PATH to every compile (default: none)")
 
 
-EXAMPLES = {  # each subcommand's help examples (runner.cli.grammar.document adds exit codes)
+# each subcommand's help examples (runner.cli.grammar.document adds exit codes)
+GOLDENS_EXAMPLES = {
     "check": ("runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens",
               "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "
               "gfx942 --dry-run",
@@ -305,7 +306,7 @@ def register(subparsers) -> argparse.ArgumentParser:
             Rerun(RESUMES, "each test whose new outputs were written is not run again",
                   ("manifest.json",)))
     add_dry_run(p, "each test's commands and the blobs it would write")
-    p.set_defaults(func=cmd_generate)
+    p.set_defaults(func=cmd_goldens_generate)
 
     p = sub.add_parser("bump", help="rename expected outputs to the new version in the JSONs "
                        "(every other byte kept)")
@@ -342,6 +343,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():
-        document(parser, *EXAMPLES[name])
-    document(goldens, *(examples[0] for examples in EXAMPLES.values()))
+        document(parser, *GOLDENS_EXAMPLES[name])
+    document(goldens, *(examples[0] for examples in GOLDENS_EXAMPLES.values()))
     return goldens

@@ -27,7 +27,7 @@ from runner.goldens.testfile import GoldenTest
 from runner.goldens.versioning import Version, bump_source
 from runner.model.tensors import TensorSpec, write_tensor
 
-MANIFEST = "manifest.json"
+GOLDENS_MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def generate_plan(tests: list[GoldenTest], to: Version | str, out: Path, opts: C
             new_source, bump = bump_source(ref.source, to, ref.where)
             lines.append(f"# writes {out / bump.new_name} ({test.name} output {i} -> "
                          f"{redact_url(new_source)})")
-    lines.append(f"# and {out / MANIFEST}")
+    lines.append(f"# and {out / GOLDENS_MANIFEST}")
     return lines
 
 
@@ -101,7 +101,7 @@ def _kept(key: str, out: Path, attempt) -> list[NewGolden] | None:
     return None
 
 
-def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
+def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
              *, echo: bool = True, attempt=None) -> list[NewGolden]:
     """Runs every test (failures against the old goldens are expected and only reported).
     `attempt` (the out dir's record, runner/base/outdir.py) keeps the tests an interrupted
@@ -157,6 +157,6 @@ def generate(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckO
                     print(f"note: {note}")
         if attempt is not None:
             attempt.mark(key, [g.to_dict() for g in mine])
-    atomic_write_json(out / MANIFEST, {"to": str(to), "iree": iree_provenance(),
-                                       "goldens": [g.to_dict() for g in written]})
+    atomic_write_json(out / GOLDENS_MANIFEST, {"to": str(to), "iree": iree_provenance(),
+                                               "goldens": [g.to_dict() for g in written]})
     return written

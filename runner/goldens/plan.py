@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.fileio import sha256_file
 from runner.base.iree_flags import rocm_chip_flag
 from runner.base.iree_tools import CompilerInfo, found_path
 from runner.base.paths import cache_dir
-from runner.config.sources import is_url, resolve
+from runner.config.sources import is_url, resolve_source
 from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
 from runner.goldens.thresholds import Thresholds
@@ -97,8 +97,8 @@ def _ref(ref: str, base_dir: Path, at: str, opts: CheckOptions) -> Path:
     """Fetches through the cache, or (dry run) names the path it would be read from; a
     local reference outside the test's directory is refused unread (runner.inputs.paths)."""
     suite_ref(ref, base_dir, at)
-    return resolve(ref, base_dir=base_dir, where=at, download=not opts.dry_run,
-                   offline_mode=opts.offline, must_exist=not opts.dry_run)
+    return resolve_source(ref, base_dir=base_dir, where=at, download=not opts.dry_run,
+                          offline_mode=opts.offline, must_exist=not opts.dry_run)
 
 
 def _golden(test: GoldenTest, ref: TensorRef, opts: CheckOptions, notes: list[str]
@@ -128,10 +128,10 @@ def tuner_spec(test: GoldenTest, opts: CheckOptions) -> tuple[Path | None, str |
     if opts.dry_run:
         return test.base_dir / ref, (f"tuner file {ref} for {opts.sku} not found (looked in "
                                      f"{', '.join(map(str, dirs))}); pass --tuner-dir")
-    raise RunnerError(f"tuner file {ref!r} for SKU {opts.sku} not found in "
-                      f"{', '.join(map(str, dirs))}", where=at,
-                      fix="pass --tuner-dir DIR (where IREE CI keeps its specs), another "
-                      "--sku, or --tuning-spec PATH")
+    raise BadInput(f"tuner file {ref!r} for SKU {opts.sku} not found in "
+                   f"{', '.join(map(str, dirs))}", where=at,
+                   fix="pass --tuner-dir DIR (where IREE CI keeps its specs), another "
+                   "--sku, or --tuning-spec PATH")
 
 
 def uses_parameters(mlir: Path) -> bool:
@@ -170,8 +170,8 @@ def splat_weights(mlir: Path, compiler: CompilerInfo, dry_run: bool = False
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
-        raise RunnerError(f"cannot make splat weights: {proc.stderr.strip()[-2000:]}",
-                          where=str(mlir), fix="give the test weights (`real_weights`)")
+        raise ToolFailed(f"cannot make splat weights: {proc.stderr.strip()[-2000:]}",
+                         where=str(mlir), fix="give the test weights (`real_weights`)")
     tmp.replace(path)
     return path, command
 
@@ -191,7 +191,7 @@ def _dump_paths(test: GoldenTest, flags: tuple[str, ...], which: str) -> list[st
     return out
 
 
-def stats_path(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> Path:
+def compile_stats_path(mlir: Path, flags: tuple[str, ...], compiler: CompilerInfo) -> Path:
     """The statistics file of (mlir, flags, compiler): keyed like the vmfb it describes, so
     it is reused exactly while that vmfb is."""
     key = compile_key(mlir, flags, compiler)[:32] if mlir.is_file() else \
@@ -222,7 +222,7 @@ def _module_flags(test: GoldenTest, module: ModuleDef, mlir: Path, opts: CheckOp
             flags.append(f"{TUNING_SPEC_FLAG}={opts.tuning_spec.resolve()}")
     if not module.stats:
         return flags, None
-    stats = stats_path(mlir, tuple(flags), compiler)
+    stats = compile_stats_path(mlir, tuple(flags), compiler)
     return [*flags, f"{STATS_FORMAT_FLAG}=json", f"{STATS_FILE_FLAG}={stats}"], stats
 
 
@@ -329,8 +329,8 @@ def check_spec(spec: Path) -> None:
     proc = subprocess.run([opt, str(spec), "-o", "/dev/null"], capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
-        raise RunnerError(f"tuning spec does not parse:\n{proc.stderr.strip()[-1500:]}",
-                          where=str(spec), fix="fix the spec (iree-opt must accept it)")
+        raise ToolFailed(f"tuning spec does not parse:\n{proc.stderr.strip()[-1500:]}",
+                         where=str(spec), fix="fix the spec (iree-opt must accept it)")
 
 
 def placeholder(c: CompileResult) -> CompileResult:
@@ -364,5 +364,5 @@ def dispatch_count(stats: Path) -> int:
         raw = json.loads(stats.read_text())
         return int(raw["stream-aggregate"]["execution"]["dispatch-count"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunnerError(f"cannot read the dispatch count: {e}", where=str(stats),
-                          fix=f"compile with {STATS_FORMAT_FLAG}=json") from e
+        raise ToolFailed(f"cannot read the dispatch count: {e}", where=str(stats),
+                         fix=f"compile with {STATS_FORMAT_FLAG}=json") from e

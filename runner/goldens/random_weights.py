@@ -21,7 +21,7 @@ import re
 import time
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import sha256_file
 from runner.base.paths import cache_dir
 from runner.base.progress import Progress
@@ -40,16 +40,16 @@ def parameters(mlir: Path) -> list[tuple[str, list[int], object]]:
     try:
         text = mlir.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise RunnerError(f"cannot read the module's MLIR: {e}", where=str(mlir),
-                          fix="check the test's MLIR path") from e
+        raise BadInput(f"cannot read the module's MLIR: {e}", where=str(mlir),
+                       fix="check the test's MLIR path") from e
     found = []
     with ir.Context(), ir.Location.unknown():
         try:
             module = ir.Module.parse(text)
         except Exception as e:  # the bindings raise MLIRError (an Exception) on bad IR
-            raise RunnerError(f"cannot parse the MLIR: {str(e)[:500]}", where=str(mlir),
-                              fix="use MLIR this IREE can read (`iree-opt FILE` shows why "
-                              "not)") from e
+            raise BadInput(f"cannot parse the MLIR: {str(e)[:500]}", where=str(mlir),
+                           fix="use MLIR this IREE can read (`iree-opt FILE` shows why "
+                           "not)") from e
         for op in module.body.operations:
             if not isinstance(op, util_d.GlobalOp) or op.initial_value is None:
                 continue
@@ -77,12 +77,12 @@ def _numpy_dtype(element_type: object, name: str, where: str):
     for kind, dtype in floats:
         if isinstance(element_type, kind):
             return dtype
-    raise RunnerError(f"parameter {name!r} has element type {element_type}, which IREE CI's "
-                      "random weights do not generate either", where=where,
-                      fix="give the test a `url` archive instead")
+    raise BadInput(f"parameter {name!r} has element type {element_type}, which IREE CI's "
+                   "random weights do not generate either", where=where,
+                   fix="give the test a `url` archive instead")
 
 
-def generate(mlir: Path, seed: int, out: Path, where: str) -> int:
+def generate_random_weights(mlir: Path, seed: int, out: Path, where: str) -> int:
     """Writes the archive for (mlir, seed) to `out`; returns how many parameters it holds."""
     rt = import_held("iree.runtime")
     import numpy as np
@@ -117,7 +117,7 @@ def random_weights(mlir: Path, seed: int, where: str, dry_run: bool = False) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f"{path.stem}.{time.monotonic_ns()}.tmp.irpa")
     try:
-        generate(mlir, seed, scratch, where)
+        generate_random_weights(mlir, seed, scratch, where)
         scratch.replace(path)
     finally:
         scratch.unlink(missing_ok=True)

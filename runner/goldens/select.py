@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.inputs.expression import check_expression
 
 ENV_BACKEND, ENV_ROCM_CHIP, ENV_SKU = "BACKEND", "ROCM_CHIP", "SKU"
@@ -38,7 +38,7 @@ class Expression:
         check_expression(text, self._tokens, where)  # bounded before the recursive parse
         self._pos = 0
         if not self._tokens:
-            raise RunnerError("empty expression", where=where, fix="e.g. \"hip and gfx942\"")
+            raise BadInput("empty expression", where=where, fix="e.g. \"hip and gfx942\"")
         self._tree = self._or()
         if self._pos != len(self._tokens):
             raise self._error(f"unexpected {self._tokens[self._pos]!r}")
@@ -177,8 +177,8 @@ def backend_name(value: str | None, where: str) -> str | None:
         return None
     backend = {"hip": "rocm"}.get(value.lower(), value.lower())
     if backend not in ("cpu", "rocm"):
-        raise RunnerError(f"unknown backend {value!r}", where=where,
-                          fix="use cpu or rocm (hip)")
+        raise BadInput(f"unknown backend {value!r}", where=where,
+                       fix="use cpu or rocm (hip)")
     return backend
 
 
@@ -192,20 +192,20 @@ def select(tests: Iterable[tuple[T, str]], selection: Selection, where: Iterable
         return kept
     places = ", ".join(str(p) for p in where)
     if not tests:
-        raise RunnerError("no tests here", where=places,
-                          fix="point at IREE CI test JSON files or their directory")
+        raise BadInput("no tests here", where=places,
+                       fix="point at IREE CI test JSON files or their directory")
     markers = sorted({m for t, _ in tests for m in t.markers})
     if selection.marker is not None:
         unknown = sorted(selection.marker.names() - set(markers))
-        raise RunnerError(
+        raise BadInput(
             f"no test has markers matching {selection.marker.text!r}"
             + (f" ({', '.join(unknown)}: no test has it)" if unknown else ""),
             where=f"{selection.marker.where} ({places})",
             fix=f"the tests here have markers: {', '.join(markers)}")
     if selection.keyword is not None:
-        raise RunnerError(f"no test name matches {selection.keyword.text!r}",
-                          where=f"{selection.keyword.where} ({places})",
-                          fix="names here: " + ", ".join(sorted(t.name for t, _ in tests)))
-    raise RunnerError(f"no test matches the selection ({selection.describe()})", where=places,
-                      fix="check --model, --submodel, --backend, --rocm-chip, --sku (or "
-                      f"BACKEND, ROCM_CHIP, SKU); markers here: {', '.join(markers)}")
+        raise BadInput(f"no test name matches {selection.keyword.text!r}",
+                       where=f"{selection.keyword.where} ({places})",
+                       fix="names here: " + ", ".join(sorted(t.name for t, _ in tests)))
+    raise BadInput(f"no test matches the selection ({selection.describe()})", where=places,
+                   fix="check --model, --submodel, --backend, --rocm-chip, --sku (or "
+                   f"BACKEND, ROCM_CHIP, SKU); markers here: {', '.join(markers)}")

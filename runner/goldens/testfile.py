@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.fields import Fields
@@ -33,9 +33,11 @@ from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import is_inside, no_such_path
 from runner.model.tensors import TensorSpec
 
-BACKENDS = ("cpu", "rocm")
+# The backends IREE CI's test suite names its files and flags by (`*_rocm.json`,
+# `rocm_compiler_flags`), which are not the runner's own (config.layout.BACKENDS: hip, ...).
+SUITE_BACKENDS = ("cpu", "rocm")
 DEFAULT_DEVICES = {"cpu": "local-task", "rocm": "hip"}
-KINDS = ("quality", "compstat", "benchmark")
+GOLDEN_KINDS = ("quality", "compstat", "benchmark")
 QUALITY_FIELDS = fields.QUALITY
 REGRESSION_FIELDS = fields.REGRESSION
 # A `modules/<name>.json` file: what to compile, nothing to run.
@@ -45,7 +47,7 @@ _REGRESSION_MARKERS = REGRESSION_FIELDS - QUALITY_FIELDS
 # What IREE CI's regression runner appends to the per-backend flags.
 REGRESSION_TARGET_FLAGS = {"cpu": ("--iree-hal-target-backends=llvm-cpu",),
                            "rocm": ("--iree-hal-target-backends=rocm",)}
-CHIP_FLAGS = ("--iree-rocm-target=", "--iree-hip-target=")
+ROCM_CHIP_FLAGS = ("--iree-rocm-target=", "--iree-hip-target=")
 # Markers that name the hardware a torch_models test is for.
 BACKEND_MARKERS = {"cpu": "cpu", "local-task": "cpu", "local-sync": "cpu", "hip": "rocm",
                    "rocm": "rocm"}
@@ -115,7 +117,7 @@ class ModuleDef:
     def chip(self) -> str | None:
         """The ROCm chip the module's own flags compile for, if any."""
         return next((f.split("=", 1)[1] for f in reversed(self.compiler_flags)
-                     if f.startswith(CHIP_FLAGS)), None)
+                     if f.startswith(ROCM_CHIP_FLAGS)), None)
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def _read_json(path: Path) -> dict:
 def _split_name(stem: str) -> tuple[str, str | None]:
     """`punet_int8_fp16_rocm` -> (`punet_int8_fp16`, `rocm`), as IREE CI splits it."""
     head, _, tail = stem.rpartition("_")
-    return (head, tail) if head and tail in BACKENDS else (stem, None)
+    return (head, tail) if head and tail in SUITE_BACKENDS else (stem, None)
 
 
 def _backend(raw: dict, suffix: str | None, flags: tuple[str, ...], where: str) -> str:
@@ -266,9 +268,9 @@ def _backend(raw: dict, suffix: str | None, flags: tuple[str, ...], where: str) 
     if any(f in ("--iree-hal-target-device=local", "--iree-hal-target-backends=llvm-cpu")
            for f in flags):
         return "cpu"
-    raise RunnerError("cannot tell the backend", where=where,
-                      fix="name the file <submodel>_cpu.json or <submodel>_rocm.json, or set "
-                      '"device" ("local-task" or "hip")')
+    raise BadInput("cannot tell the backend", where=where,
+                   fix="name the file <submodel>_cpu.json or <submodel>_rocm.json, or set "
+                   '"device" ("local-task" or "hip")')
 
 
 def layout(raw: dict) -> str:
@@ -312,15 +314,15 @@ def load_test_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> list[Golde
     where = str(path)
     kind = layout(raw)
     if kind == "benchmark":
-        raise RunnerError("this is a benchmark file, not a quality test", where=where,
-                          fix="check it with `runner bench goldens`")
+        raise BadInput("this is a benchmark file, not a quality test", where=where,
+                       fix="check it with `runner bench goldens`")
     if kind == "module":
         raise _module_file_error(path)
     if kind == "torch":
         test = _torch_test(path, raw, module_dirs)
         if test.kind == "benchmark":
-            raise RunnerError("this is a benchmark test", where=f"{path}: type",
-                              fix="check it with `runner bench goldens`")
+            raise BadInput("this is a benchmark test", where=f"{path}: type",
+                           fix="check it with `runner bench goldens`")
         return [test]
     if kind == "regression":
         return _regression_tests(path, raw)
@@ -394,7 +396,7 @@ def _regression_tests(path: Path, raw: dict) -> list[GoldenTest]:
     extra = {k: v for k, v in raw.items() if k not in REGRESSION_FIELDS}
     unknown = _entry_unknown(f, REGRESSION_FIELDS, "IREE CI's test_model_threshold.py")
     tests = []
-    for backend in BACKENDS:
+    for backend in SUITE_BACKENDS:
         if backend == "cpu" and f.flag("rocm_tests_only"):
             continue
         flags = (*f.texts(f"{backend}_compiler_flags"), *REGRESSION_TARGET_FLAGS[backend])
@@ -420,22 +422,22 @@ def _module_def(ref: object, where: str, path: Path, module_dirs: tuple[Path, ..
     """A `modules/<name>.json` named as IREE CI names it: relative to its module directory
     (`sdxl/modules/clip_cpu` under `torch_models/`)."""
     if not isinstance(ref, str) or not ref.strip():
-        raise RunnerError("a module is named by a string like sdxl/modules/clip_cpu",
-                          where=where, fix='write "modules": ["<model>/modules/<name>"]')
+        raise BadInput("a module is named by a string like sdxl/modules/clip_cpu",
+                       where=where, fix='write "modules": ["<model>/modules/<name>"]')
     bases = [*module_dirs, *path.resolve().parents][: len(module_dirs) + 4]
     candidates = [(b / ref).with_suffix(".json") for b in bases]
     # A name that leads out of the directory it is looked up in is never followed.
     found = next((c for c, b in zip(candidates, bases, strict=True)
                   if c.is_file() and is_inside(c, b)), None)
     if found is None and any(c.is_file() for c in candidates):
-        raise RunnerError(f"module name {ref[:120]!r} leads outside the directories it is "
-                          "looked up in", where=where,
-                          fix="name the module relative to its module directory, without `..`")
+        raise BadInput(f"module name {ref[:120]!r} leads outside the directories it is "
+                       "looked up in", where=where,
+                       fix="name the module relative to its module directory, without `..`")
     if found is None:
-        raise RunnerError(f"module file {ref}.json not found (looked at "
-                          f"{', '.join(map(str, candidates))})", where=where,
-                          fix="fix the module name, or pass --module-dir DIR (IREE CI's "
-                          "--module-directory, where `<model>/modules/` lives)")
+        raise BadInput(f"module file {ref}.json not found (looked at "
+                       f"{', '.join(map(str, candidates))})", where=where,
+                       fix="fix the module name, or pass --module-dir DIR (IREE CI's "
+                       "--module-directory, where `<model>/modules/` lives)")
     raw = _read_json(found)
     f = Fields(raw, str(found))
     unknown = fields.unknown(raw, MODULE_FIELDS, str(found), "IREE CI's torch_models runner")
@@ -458,9 +460,9 @@ def _torch_backend(path: Path, markers: tuple[str, ...], device: str | None,
     try:
         return _backend({}, None, flags, f"{path}: markers")
     except RunnerError as e:
-        raise RunnerError("cannot tell the backend from the markers, run_args or the "
-                          "module's flags", where=f"{path}: markers",
-                          fix='add a marker "cpu" or "hip"') from e
+        raise BadInput("cannot tell the backend from the markers, run_args or the "
+                       "module's flags", where=f"{path}: markers",
+                       fix='add a marker "cpu" or "hip"') from e
 
 
 def _run_args(f: Fields) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:
@@ -557,10 +559,10 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
     where = str(path)
     f = Fields(raw, where)
     kind = raw.get("type")
-    if kind not in KINDS:
+    if kind not in GOLDEN_KINDS:
         raise f.error("type", f"unknown test type {kind!r}" if "type" in raw
                       else "missing required field `type`",
-                      fix=f"set \"type\" to one of {', '.join(KINDS)}")
+                      fix=f"set \"type\" to one of {', '.join(GOLDEN_KINDS)}")
     markers = f.texts("markers")
     if "markers" not in raw:
         raise f.missing("markers", '["cpu"] (or ["hip", "gfx942"], ...)')
@@ -622,9 +624,9 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
     if kind == "torch":
         test = _torch_test(path, raw, module_dirs)
         if test.kind != "benchmark":
-            raise RunnerError(f"this is a {test.kind} test, not a benchmark",
-                              where=f"{path}: type",
-                              fix="check it with `runner goldens check`")
+            raise BadInput(f"this is a {test.kind} test, not a benchmark",
+                           where=f"{path}: type",
+                           fix="check it with `runner goldens check`")
         golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
         factor = DEFAULT_TOLERANCE_FACTOR if test.tolerance_factor is None \
             else test.tolerance_factor
@@ -698,9 +700,9 @@ def find_test_files(paths: list[Path], model: str | None = None, where: str | No
         folder = path / model if model and (path / model).is_dir() else path
         found = sorted(folder.glob("*.json")) or sorted(folder.glob("*/*.json"))
         if not found:
-            raise RunnerError("no test files (*.json) here", where=str(folder),
-                              fix="point at IREE CI test JSON files or the directory holding "
-                              "them (e.g. goldens/tiny)")
+            raise BadInput("no test files (*.json) here", where=str(folder),
+                           fix="point at IREE CI test JSON files or the directory holding "
+                           "them (e.g. goldens/tiny)")
         files.extend(found)
     return files
 
@@ -729,6 +731,6 @@ def load_tests(paths: list[Path], selection: Selection | None = None,
                 continue
             found.append((test, test.submodel))
     if not found and benchmarks:
-        raise RunnerError("only benchmark tests here", where=str(benchmarks[0].parent),
-                          fix="check them with `runner bench goldens`")
+        raise BadInput("only benchmark tests here", where=str(benchmarks[0].parent),
+                       fix="check them with `runner bench goldens`")
     return select(found, selection, paths)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.model.tensors import TensorSpec
 
 DEFAULT_ATOL = {"f16": 1e-3, "f32": 1e-4, "f64": 1e-4, "bf16": 1e-2}
@@ -45,19 +45,19 @@ class Thresholds:
             if key.startswith("expected_") and key.endswith("_threshold"):
                 dtype = key.removeprefix("expected_").removesuffix("_threshold")
                 if dtype not in DEFAULT_ATOL:
-                    raise RunnerError(f"unknown threshold type {dtype!r} in {arg!r}",
-                                      where=where, fix=f"use one of {sorted(DEFAULT_ATOL)}")
+                    raise BadInput(f"unknown threshold type {dtype!r} in {arg!r}",
+                                   where=where, fix=f"use one of {sorted(DEFAULT_ATOL)}")
                 atol[dtype] = _number(value, arg, where)
             elif key == "expected_rtol":
                 rtol = _number(value, arg, where)
             elif key == "equality_mode":
                 mode = value.strip('"')
                 if mode not in ("approximate", "exact"):
-                    raise RunnerError(f"unknown equality mode in {arg!r}", where=where,
-                                      fix="use approximate or exact")
+                    raise BadInput(f"unknown equality mode in {arg!r}", where=where,
+                                   fix="use approximate or exact")
             elif not eq and key.startswith("expected"):
-                raise RunnerError(f"{arg!r} has no value", where=where,
-                                  fix=f"write it as {arg}=VALUE")
+                raise BadInput(f"{arg!r} has no value", where=where,
+                               fix=f"write it as {arg}=VALUE")
             else:
                 rest.append(arg)
         return cls(atol, rtol, mode, tuple(rest))
@@ -71,11 +71,11 @@ def _number(value: str, arg: str, where: str) -> float:
     try:
         number = float(value.strip().rstrip("fF"))
     except ValueError as e:
-        raise RunnerError(f"cannot read the number in {arg!r}", where=where,
-                          fix="write it as --expected_f16_threshold=0.02f or =0.02") from e
+        raise BadInput(f"cannot read the number in {arg!r}", where=where,
+                       fix="write it as --expected_f16_threshold=0.02f or =0.02") from e
     if not math.isfinite(number) or number < 0:
-        raise RunnerError(f"threshold in {arg!r} must be a finite number >= 0", where=where,
-                          fix="e.g. --expected_f32_threshold=0.001")
+        raise BadInput(f"threshold in {arg!r} must be a finite number >= 0", where=where,
+                       fix="e.g. --expected_f32_threshold=0.001")
     return number
 
 

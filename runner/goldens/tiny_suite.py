@@ -37,7 +37,7 @@ from runner.model.tensors import TensorSpec, write_tensor
 
 SUITE_DIR = GOLDENS_DIR / "tiny"
 TORCH_SUITE_DIR = GOLDENS_DIR / "tiny-torch"
-VERSION = "v1.0"
+SUITE_VERSION = "v1.0"
 PROMPT_ID = 0
 UNET_STEP = 10
 CPU_FLAGS = ("--iree-hal-target-device=local",
@@ -75,7 +75,7 @@ def _test_json(out: Path, submodel: str, inputs: list[np.ndarray],
 
 
 def build_tiny_suite(out: Path = SUITE_DIR, prompt_id: int = PROMPT_ID,
-                     version: str = VERSION) -> list[Path]:
+                     version: str = SUITE_VERSION) -> list[Path]:
     """Runs the tiny pipeline on IREE (CPU) and writes the three tests and their blobs."""
     refuse_package_write(out, "build_tiny_suite: out")
     profile = load_profile("tiny")

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, ServiceUnreachable, ToolFailed
 from runner.config.sources import redact_text, redact_url
-from runner.goldens.generate import MANIFEST
+from runner.goldens.generate import GOLDENS_MANIFEST
 from runner.inputs.jsonfile import read_json
 from runner.inputs.paths import inside
 
@@ -51,10 +51,10 @@ class Container:
         host = parts.hostname or ""
         segments = [s for s in unquote(parts.path).split("/") if s]
         if parts.scheme != "https" or ".blob." not in host or not segments:
-            raise RunnerError(f"not an Azure container URL: {redact_url(url)}",
-                              where="--container-url",
-                              fix="use https://<account>.blob.core.windows.net/<container>"
-                              "[/<path>][?<SAS>]")
+            raise BadInput(f"not an Azure container URL: {redact_url(url)}",
+                           where="--container-url",
+                           fix="use https://<account>.blob.core.windows.net/<container>"
+                           "[/<path>][?<SAS>]")
         return cls(host.split(".")[0], segments[0], "/".join(segments[1:]),
                    parts.query or None, url)
 
@@ -80,9 +80,9 @@ def _md5(path: Path) -> str:
 
 def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
     if not folder.is_dir():
-        raise RunnerError("not a directory", where=str(folder),
-                          fix="pass the --out directory of `runner goldens generate`")
-    manifest = folder / MANIFEST
+        raise BadInput("not a directory", where=str(folder),
+                       fix="pass the --out directory of `runner goldens generate`")
+    manifest = folder / GOLDENS_MANIFEST
     items = []
     if manifest.is_file():
         goldens = read_json(manifest, what="goldens manifest").get("goldens")
@@ -90,19 +90,19 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
                 isinstance(g, dict) and all(isinstance(g.get(k), str)
                                             for k in ("file", "md5_b64", "new_source"))
                 for g in goldens):
-            raise RunnerError("`goldens` must list {file, md5_b64, new_source} entries",
-                              where=f"{manifest}: goldens",
-                              fix="run `runner goldens generate` again")
+            raise BadInput("`goldens` must list {file, md5_b64, new_source} entries",
+                           where=f"{manifest}: goldens",
+                           fix="run `runner goldens generate` again")
         for i, g in enumerate(goldens):
             path = inside(g["file"], folder, f"{manifest}: goldens[{i}].file",
                           absolute_ok=False)
             if not path.is_file():
-                raise RunnerError("a file the manifest lists is missing", where=str(path),
-                                  fix="run `runner goldens generate` into this directory again")
+                raise BadInput("a file the manifest lists is missing", where=str(path),
+                               fix="run `runner goldens generate` into this directory again")
             md5 = _md5(path)
             if md5 != g["md5_b64"]:
-                raise RunnerError("file changed since generate wrote it (MD5 differs)",
-                                  where=str(path), fix="run `goldens generate` again")
+                raise BadInput("file changed since generate wrote it (MD5 differs)",
+                               where=str(path), fix="run `goldens generate` again")
             target = urlparse(g["new_source"])
             prefix = f"/{container.name}/"
             if (target.scheme == "https" and target.hostname
@@ -118,8 +118,8 @@ def plan_uploads(folder: Path, container: Container) -> list[UploadItem]:
             items.append(UploadItem(path, "/".join(p for p in (container.prefix, rel) if p),
                                     _md5(path)))
     if not items:
-        raise RunnerError("nothing to upload", where=str(folder),
-                          fix="pass the --out of `runner goldens generate`")
+        raise BadInput("nothing to upload", where=str(folder),
+                       fix="pass the --out of `runner goldens generate`")
     return items
 
 
@@ -160,9 +160,9 @@ def upload(folder: Path, container_url: str, *, execute: bool = False,
     elif shutil.which("az"):
         _upload_az(items, container, overwrite)
     else:
-        raise RunnerError("neither the azure-storage-blob package nor the `az` CLI is "
-                          "available", fix="pip install azure-storage-blob azure-identity, "
-                          "or install the Azure CLI and `az login`")
+        raise ToolFailed("neither the azure-storage-blob package nor the `az` CLI is "
+                         "available", fix="pip install azure-storage-blob azure-identity, "
+                         "or install the Azure CLI and `az login`")
     return items
 
 
@@ -181,10 +181,10 @@ def _upload_az(items: list[UploadItem], container: Container, overwrite: bool) -
                               text=True, check=False, env={**os.environ, **env})
         if proc.returncode != 0:
             message = redact_text(proc.stderr.strip()[-1500:], container.url)
-            raise RunnerError(f"az upload of {item.file.name} failed: {message}",
-                              where=container.blob_url(item.blob),
-                              fix="check `az login` / the SAS permissions; an existing "
-                              "blob is only replaced with --overwrite")
+            raise ToolFailed(f"az upload of {item.file.name} failed: {message}",
+                             where=container.blob_url(item.blob),
+                             fix="check `az login` / the SAS permissions; an existing "
+                             "blob is only replaced with --overwrite")
         print(f"uploaded {container.blob_url(item.blob)}", file=sys.stderr)
 
 
@@ -210,8 +210,8 @@ def _upload_sdk(items: list[UploadItem], container: Container,
                 client.upload_blob(f, overwrite=overwrite, content_settings=ContentSettings(
                     content_md5=base64.b64decode(item.md5_b64)))
         except AzureError as e:
-            raise RunnerError(f"upload failed: {redact_text(str(e), container.url)}",
-                              where=container.blob_url(item.blob),
-                              fix="check the credentials and the SAS permissions; an existing "
-                              "blob is only replaced with --overwrite") from e
+            raise ServiceUnreachable(f"upload failed: {redact_text(str(e), container.url)}",
+                                     where=container.blob_url(item.blob),
+                                     fix="check the credentials and the SAS permissions; an "
+                                     "existing blob is only replaced with --overwrite") from e
         print(f"uploaded {container.blob_url(item.blob)}", file=sys.stderr)

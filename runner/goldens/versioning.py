@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.goldens.testfile import tensor_fields
 from runner.inputs.jsonfile import parse_json
 
@@ -46,8 +46,8 @@ def parse_target(text: str) -> Version | str:
         return NEXT
     match = _TARGET_RE.match(text.strip())
     if not match:
-        raise RunnerError(f"cannot read version {text!r}", where="--to",
-                          fix="write it as v7.0, v7, or `next`")
+        raise BadInput(f"cannot read version {text!r}", where="--to",
+                       fix="write it as v7.0, v7, or `next`")
     return Version(int(match.group(1)), int(match.group(2)) if match.group(2) else None)
 
 
@@ -94,8 +94,8 @@ def bump_name(name: str, to: Version | str, where: str = "--to") -> Bump:
             new = Version(new.major, 0)  # keep the file's `vN.M` style
     if old is not None:
         if new.key() <= old.key():
-            raise RunnerError(f"{name} is at {old}; {new} is not a newer version", where=where,
-                              fix=f"bump to a version above {old} (or use --to next)")
+            raise BadInput(f"{name} is at {old}; {new} is not a newer version", where=where,
+                           fix=f"bump to a version above {old} (or use --to next)")
         match = _VERSION_RE.search(stem)
         assert match is not None
         return Bump(name, stem[:match.start()] + str(new) + ext, old, new)
@@ -108,8 +108,8 @@ def bump_source(source: str, to: Version | str, where: str = "--to") -> tuple[st
     path = parsed.path if parsed.scheme in ("http", "https", "file") else source
     name = PurePosixPath(path).name
     if not name:
-        raise RunnerError(f"no file name in {source!r}", where=where,
-                          fix="give the source a file name, e.g. .../clip_out0_v1.0.bin")
+        raise BadInput(f"no file name in {source!r}", where=where,
+                       fix="give the source a file name, e.g. .../clip_out0_v1.0.bin")
     bump = bump_name(name, to, where)
     head = path[: len(path) - len(name)]
     if parsed.scheme in ("http", "https", "file"):
@@ -122,8 +122,8 @@ def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[
     or `expected_outputs[].url` in the torch layout), nothing else changed."""
     raw = parse_json(text, where, what="test file")
     if not isinstance(raw, dict):
-        raise RunnerError("a test file must hold a JSON object", where=where,
-                          fix="point at IREE CI test JSON files")
+        raise BadInput("a test file must hold a JSON object", where=where,
+                       fix="point at IREE CI test JSON files")
     (in_field, in_key), (out_field, out_key) = tensor_fields(raw)
     outputs = [o.get(out_key) for o in raw.get(out_field) or [] if isinstance(o, dict)]
     inputs = {i.get(in_key) for i in raw.get(in_field) or [] if isinstance(i, dict)}
@@ -134,17 +134,17 @@ def bump_file_text(text: str, where: str, to: Version | str) -> tuple[str, list[
         seen.add(source)
         field_where = f"{where}: {out_field}[{i}].{out_key}"
         if source in inputs:
-            raise RunnerError("this output is also an input; bumping it textually would "
-                              "change the input too", where=field_where,
-                              fix="edit the file by hand")
+            raise BadInput("this output is also an input; bumping it textually would "
+                           "change the input too", where=field_where,
+                           fix="edit the file by hand")
         new_source, bump = bump_source(source, to, field_where)
         literal = json.dumps(source)
         variants = {literal, literal.replace("/", "\\/")}
         found = sum(text.count(v) for v in variants)
         if found == 0:
-            raise RunnerError("cannot find the source's exact text in the file", where=field_where,
-                              fix="write the source as a plain JSON string (no escapes) to "
-                              "bump it")
+            raise BadInput("cannot find the source's exact text in the file", where=field_where,
+                           fix="write the source as a plain JSON string (no escapes) to "
+                           "bump it")
         for v in variants:
             escaped = v != literal
             new_literal = json.dumps(new_source)

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import gpu_info, shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.signals import exit_code, signal_name
 from runner.base.steps import StepStatus
 from runner.gpucheck import plan, steps, summary
 from runner.gpucheck.device import runs_profile
-from runner.gpucheck.plan import CARRY_KIND, MANIFEST, REPORT, SUMMARY, Step, shown
+from runner.gpucheck.plan import CARRY_KIND, CARRY_MANIFEST, REPORT, RESULTS_SUMMARY, Step, shown
 from runner.inputs.jsonfile import read_json
 
 Say = Callable[[str], None]
@@ -74,8 +74,8 @@ def prepare(request: PrepareRequest) -> int:
     if request.dry_run:
         for step in todo:
             print(f"# {step.name}\n{shown(step.argv, env)}", file=out)
-        print(f"# then write {shellscript.quote(str(carry / plan.USER_CONF))}, "
-              f"{shellscript.quote(str(carry / MANIFEST))} (the plan) and "
+        print(f"# then write {shellscript.quote(str(carry / plan.SHORT_USER_CONF))}, "
+              f"{shellscript.quote(str(carry / CARRY_MANIFEST))} (the plan) and "
               f"{shellscript.quote(str(carry / plan.NOTES))}", file=out)
         return 0
     carry.mkdir(parents=True, exist_ok=True)
@@ -86,20 +86,20 @@ def prepare(request: PrepareRequest) -> int:
         t0 = time.monotonic()
         code = _to_stderr(step.argv, {**os.environ, **env})
         if code != 0:
-            raise RunnerError(f"step {step.name!r} exited {code}", where=shown(step.argv),
-                              fix="see its output above; the carry keeps what finished, and "
-                              "the same prepare again reuses the compile cache")
+            raise StepFailed(f"step {step.name!r} exited {code}", where=shown(step.argv),
+                             fix="see its output above; the carry keeps what finished, and "
+                             "the same prepare again reuses the compile cache")
         done.append({"step": step.name, "command": shown(step.argv),
                      "seconds": round(time.monotonic() - t0, 1)})
     exports = carry / "cache" / "exports"
-    atomic_write_text(carry / plan.USER_CONF, plan.user_conf_text(manifest))
+    atomic_write_text(carry / plan.SHORT_USER_CONF, plan.user_conf_text(manifest))
     manifest.update(
         compiled=done, created=summary.now(), seconds=round(time.monotonic() - started, 1),
         seeded_exports=sorted(d.name for d in exports.glob("*")
                               if (d / "weights.spec.json").is_file()),
         wheels=sorted(p.name for p in (carry / "wheels").glob("*.whl")),
         bytes=sum(p.stat().st_size for p in carry.rglob("*") if p.is_file()))
-    atomic_write_json(carry / MANIFEST, manifest)
+    atomic_write_json(carry / CARRY_MANIFEST, manifest)
     atomic_write_text(carry / plan.NOTES, plan.notes_text(manifest))
     say(f"carry ready: {carry} ({manifest['bytes'] / 1e6:.1f} MB); on the GPU machine: "
         f"runner gpu-check run --carry {shellscript.quote(str(carry))} --out results")
@@ -127,16 +127,16 @@ def read_manifest(carry_arg: str) -> tuple[Path, dict]:
     carry = Path(carry_arg).absolute()
     fix = "give --carry the directory `runner gpu-check prepare --out DIR` wrote (copied whole)"
     if not carry.is_dir():
-        raise RunnerError("no such directory", where=f"--carry {carry}", fix=fix)
-    if not (carry / MANIFEST).is_file():
-        raise RunnerError(f"not a GPU check carry: it has no {MANIFEST}",
-                          where=f"--carry {carry}", fix=fix)
-    manifest = read_json(carry / MANIFEST, where=f"--carry {carry / MANIFEST}",
+        raise BadInput("no such directory", where=f"--carry {carry}", fix=fix)
+    if not (carry / CARRY_MANIFEST).is_file():
+        raise BadInput(f"not a GPU check carry: it has no {CARRY_MANIFEST}",
+                       where=f"--carry {carry}", fix=fix)
+    manifest = read_json(carry / CARRY_MANIFEST, where=f"--carry {carry / CARRY_MANIFEST}",
                          what="GPU check manifest")
     if manifest.get("kind") != CARRY_KIND or not isinstance(manifest.get("steps"), list):
-        raise RunnerError(f"{MANIFEST} is not one `runner gpu-check prepare` wrote (kind "
-                          f"{manifest.get('kind')!r}, no plan)", where=f"--carry {carry}",
-                          fix=fix + "; a carry of scripts/gpu_check.sh: prepare it again")
+        raise BadInput(f"{CARRY_MANIFEST} is not one `runner gpu-check prepare` wrote (kind "
+                       f"{manifest.get('kind')!r}, no plan)", where=f"--carry {carry}",
+                       fix=fix + "; a carry of scripts/gpu_check.sh: prepare it again")
     return carry, manifest
 
 
@@ -155,7 +155,7 @@ def _device(step: Step, manifest: dict, record: dict[str, Any]) -> None:
     t0 = time.monotonic()
     try:
         info = gpu_info.query()
-    except gpu_info.ToolFailed as e:
+    except ToolFailed as e:
         step.status, step.note = steps.FAILED, str(e)
         record["gpu"] = {"tool_error": str(e)}
         return
@@ -185,7 +185,7 @@ def run(request: RunRequest) -> int:
                     f"{shown(list(gpu_info.ROCM))}" if step.kind == plan.DEVICE
                     else shown(step.argv, env))
             print(f"# {step.name}\n{text}", file=out)
-        print(f"# then write {shellscript.quote(str(results / SUMMARY))} and "
+        print(f"# then write {shellscript.quote(str(results / RESULTS_SUMMARY))} and "
               f"{shellscript.quote(str(results / REPORT))}", file=out)
         return 0
     old = _old(results) if request.resumed else {}
@@ -251,7 +251,7 @@ def _steps(todo: list[Step], previous: dict[str, dict], runner: steps.StepRunner
 
 def _old(results: Path) -> dict:
     """The summary of the check being resumed ({} where it wrote none)."""
-    if not (results / SUMMARY).is_file():
+    if not (results / RESULTS_SUMMARY).is_file():
         return {}
-    return read_json(results / SUMMARY, where=str(results / SUMMARY),
+    return read_json(results / RESULTS_SUMMARY, where=str(results / RESULTS_SUMMARY),
                      what="GPU check summary")

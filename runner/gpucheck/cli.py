@@ -23,7 +23,7 @@ def cmd_prepare(ctx: CommandContext) -> int:
                                   args.tiny_count or TINY_COUNT))
 
 
-def cmd_run(ctx: CommandContext) -> int:
+def cmd_gpu_check_run(ctx: CommandContext) -> int:
     from runner.gpucheck.check import RunRequest, run
 
     args = ctx.args
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             Rerun(REFUSES, "every step that passed, or found a batch too large or a "
                   "profiler missing, and whose files are there", ("gpu_check.json",)))
     add_dry_run(r, "every step's command")
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_gpu_check_run)
     document(r, "runner gpu-check run --carry carry --out results",
              "runner gpu-check run --carry carry --out results --budget 480",
              "runner gpu-check run --resume results",

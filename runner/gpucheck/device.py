@@ -25,7 +25,9 @@ NVIDIA_SM = {"a100": 80, "ampere": 80, "a10": 86, "rtx3090ti": 86, "l4": 89, "l4
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DeviceFit:
+    """Whether this machine's GPU runs the code the profile was compiled for."""
+
     ok: bool | None  # None: could not be told (the note says why)
     note: str
 
@@ -39,31 +41,31 @@ def compute_capability(gpu: Gpu) -> int | None:
     return next((NVIDIA_SM[w] for w in words if w in NVIDIA_SM), None)
 
 
-def runs_profile(backend: str, chip: str, info: GpuInfo) -> Verdict:
+def runs_profile(backend: str, chip: str, info: GpuInfo) -> DeviceFit:
     """Whether device 0 runs code compiled for (backend, chip)."""
     if backend not in TOOLS:
-        return Verdict(None, f"a {backend} profile: no GPU to check")
+        return DeviceFit(None, f"a {backend} profile: no GPU to check")
     if info.tool is None or not info.gpus:
-        return Verdict(None, f"not checked: {info.note or 'no GPU listed'}")
+        return DeviceFit(None, f"not checked: {info.note or 'no GPU listed'}")
     if info.tool != TOOLS[backend]:
-        return Verdict(False, f"the profile is compiled for {backend} ({chip}), but this "
-                       f"machine's GPU is listed by {info.tool}: {info.line()}")
+        return DeviceFit(False, f"the profile is compiled for {backend} ({chip}), but this "
+                         f"machine's GPU is listed by {info.tool}: {info.line()}")
     gpu = info.gpus[0]
     if backend == "hip":
         if not gpu.arch or not chip.startswith("gfx"):
-            return Verdict(None, f"not checked: rocm-smi gives no gfx target for {gpu.name}")
+            return DeviceFit(None, f"not checked: rocm-smi gives no gfx target for {gpu.name}")
         ok = gpu.arch == chip
-        return Verdict(ok, f"{gpu.name} is {gpu.arch}; the profile's code is for {chip}")
+        return DeviceFit(ok, f"{gpu.name} is {gpu.arch}; the profile's code is for {chip}")
     want = re.fullmatch(r"sm_(\d+)", chip)
     have = compute_capability(gpu)
     if want is None or have is None:
-        return Verdict(None, f"not checked: the compute capability of {gpu.name} or of "
-                       f"{chip} is unknown")
+        return DeviceFit(None, f"not checked: the compute capability of {gpu.name} or of "
+                         f"{chip} is unknown")
     need = int(want.group(1))
     if have < need:
-        return Verdict(False, f"{gpu.name} (compute capability {have / 10:.1f}) cannot run "
-                       f"{chip} code, which needs {need / 10:.1f} or newer")
+        return DeviceFit(False, f"{gpu.name} (compute capability {have / 10:.1f}) cannot run "
+                         f"{chip} code, which needs {need / 10:.1f} or newer")
     how = ("" if have == need else
            f"; the CUDA driver compiles the profile's PTX for its sm_{have}")
-    return Verdict(True, f"{gpu.name} (compute capability {have / 10:.1f}) runs {chip} "
-                   f"code{how}")
+    return DeviceFit(True, f"{gpu.name} (compute capability {have / 10:.1f}) runs {chip} "
+                     f"code{how}")

@@ -25,15 +25,14 @@ from typing import Any
 import runner
 from runner.base import shellscript
 
-MANIFEST = "gpu_check.json"  # in the carry: what prepare made, and the plan
-SUMMARY = "gpu_check.json"  # in the results: every step, and what they measured
+CARRY_MANIFEST = "gpu_check.json"  # in the carry: what prepare made, and the plan
+RESULTS_SUMMARY = "gpu_check.json"  # in the results: every step, and what they measured
 REPORT = "gpu_check.md"
-USER_CONF = "mlperf-short.conf"  # in the carry: the short MLPerf test's LoadGen settings
+SHORT_USER_CONF = "mlperf-short.conf"  # in the carry: the short MLPerf test's LoadGen settings
 NOTES = "README.txt"  # in the carry: how to run it on the GPU machine
 CARRY_KIND = "gpu_check_carry"
 RESULTS_KIND = "gpu_check_results"
 VAE_DTYPES = ("fp32", "fp16")
-SHORT_DTYPES = {"float32": "fp32", "float16": "fp16"}
 SDXL_BATCH_SIZES = (1, 8)  # an export made on demand has every size; these two are the check's
 TINY_COUNT = 32  # the tiny images compared by default: the tiny profile's accuracy samples 0-31
 BENCH_STAGES = ("clip", "unet_step", "vae")  # one UNet step: 20 of them make the pipeline
@@ -133,6 +132,7 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     from runner.base.errors import RunnerError
     from runner.batch.run import validate_ids
     from runner.bench.stages import stage_roles
+    from runner.config.model_config import SHORT_DTYPES
     from runner.config.profile import load_profile
 
     profile = load_profile(profile_name)
@@ -185,7 +185,7 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
         "python": ".".join(map(str, sys.version_info[:3])),
         "wheels_python": python if wheels else None,
         "mlperf": {"min_query_count": queries, "min_duration_s": seconds,
-                   "user_conf": USER_CONF},
+                   "user_conf": SHORT_USER_CONF},
         "steps": plan_steps(sorted(set(sizes)), list(VAE_DTYPES), main_dtype)}
     return steps, manifest
 
@@ -286,7 +286,7 @@ def plan_run(carry: Path, manifest: dict, results: Path, site: Path | None) -> l
         kind, name = planned["kind"], planned["name"]
         params = {k: planned[k] for k in ("vae_dtype", "batch_size") if k in planned}
         if kind == DEVICE:
-            steps.insert(0, Step(name, kind, outputs=[str(results / SUMMARY)]))
+            steps.insert(0, Step(name, kind, outputs=[str(results / RESULTS_SUMMARY)]))
         elif kind in (BENCH, LADDER, DISPATCHES):
             out = results / name.replace(" ", "-")
             steps.append(Step(name, kind, _bench(manifest, out, params["vae_dtype"],

@@ -26,14 +26,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from runner.base import gpu_holders
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ToolFailed
 from runner.base.procs import ProcessGuard
 from runner.base.steps import StepStatus
 from runner.gpucheck.plan import DISPATCHES, LADDER, MLPERF, Step, shown
 from runner.inputs.jsonfile import read_json
 
 MIN_START_S = 30.0  # a step is not started with less budget than this left
-STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this long
+STEP_STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this long
 # A step's verdict, in words of the check's own; a step still going, or stopped by a signal,
 # is in the words of every resumable record (runner/base/steps.py).
 PASSED, FAILED, NOT_NEEDED, SKIPPED_BUDGET = "passed", "failed", "not needed", "skipped: budget"
@@ -52,7 +52,7 @@ class StepRunner:
 
     def __init__(self, budget: float, logs: Path, env: dict[str, str],
                  say: Callable[[str], None], min_start: float = MIN_START_S,
-                 grace: float = STOP_GRACE_S):
+                 grace: float = STEP_STOP_GRACE_S):
         self.budget, self.logs, self.env, self.say = budget, logs, env, say
         self.min_start, self.grace = min_start, grace
         self.started = time.monotonic()
@@ -99,7 +99,7 @@ class StepRunner:
         finally:
             step.seconds = round(time.monotonic() - t0, 2)
             step.gpu_holders = _holders_after(before)
-        judge(step)
+        judge_step(step)
         if step.status == FAILED and not step.note:
             step.note = f"exited {step.exit_code}: see {log.name}"
         return step
@@ -120,7 +120,7 @@ class StepRunner:
         return proc.returncode
 
 
-def judge(step: Step) -> None:
+def judge_step(step: Step) -> None:
     """What a finished command means for its kind of step (module docstring)."""
     if step.kind == LADDER and step.status == FAILED and step.log:
         text = _tail(Path(step.log))
@@ -193,7 +193,7 @@ def load_own(path: Path) -> dict | None:
 def _holders() -> gpu_holders.Snapshot | str:
     try:
         return gpu_holders.snapshot()
-    except gpu_holders.ToolFailed as e:
+    except ToolFailed as e:
         return f"no snapshot: {e}"
 
 
@@ -201,8 +201,8 @@ def _holders_after(before: gpu_holders.Snapshot | str) -> dict:
     if isinstance(before, str):
         return {"tool": None, "note": before, "leaks": []}
     try:
-        found = gpu_holders.check(before)
-    except gpu_holders.ToolFailed as e:
+        found = gpu_holders.check_leaks(before)
+    except ToolFailed as e:
         return {"tool": before.tool, "note": f"no check: {e}", "leaks": []}
     return {"tool": found.tool, "note": " ".join(found.lines()),
             "leaks": [asdict(p) for p in found.leaks]}

@@ -22,7 +22,7 @@ from runner.gpucheck.plan import (
     LADDER,
     MLPERF,
     REPORT,
-    SUMMARY,
+    RESULTS_SUMMARY,
     TINY_COUNT,
     Step,
 )
@@ -141,7 +141,7 @@ def write(results: Path, summary: dict, final: bool) -> None:
     steps = [as_dict(s) for s in summary["steps"]]
     summary = dict(summary, steps=steps, written=now(),
                    **measured(results, summary["manifest"], steps))
-    atomic_write_json(results / SUMMARY, summary)
+    atomic_write_json(results / RESULTS_SUMMARY, summary)
     if final:
         atomic_write_text(results / REPORT, report(summary))
 

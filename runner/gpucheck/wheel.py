@@ -43,7 +43,7 @@ def stage(project: Path) -> None:
     shutil.copytree(PACKAGE_DIR, project / "runner", ignore=_SKIP)
 
 
-def build(out: Path) -> Path:
+def build_wheel(out: Path) -> Path:
     """The wheel, written into `out` (replacing an older one of the runner there)."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="runner-wheel-") as tmp:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, metavar="DIR")
     args = parser.parse_args(argv)
     try:
-        wheel = build(Path(args.out))
+        wheel = build_wheel(Path(args.out))
     except RunnerError as e:
         print(e, file=sys.stderr)
         return 1

@@ -26,33 +26,33 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.outdir import RECORD, read_record
 from runner.history.model import Metric, Result
 
 MAX_JSON_BYTES = 64 << 20
 TOP_DISPATCHES = 40  # per profiled stage: the rest is a tail of microsecond dispatches
-RUN, BENCH, BENCH_GOLDENS, MLPERF, VALIDATE, GOLDENS_CHECK = (
+RUN_CMD, BENCH_CMD, BENCH_GOLDENS_CMD, MLPERF_CMD, VALIDATE_CMD, GOLDENS_CHECK_CMD = (
     "run", "bench", "bench goldens", "mlperf", "validate", "goldens check")
-RECORDED = (RUN, BENCH, BENCH_GOLDENS, MLPERF, VALIDATE, GOLDENS_CHECK)
+RECORDED = (RUN_CMD, BENCH_CMD, BENCH_GOLDENS_CMD, MLPERF_CMD, VALIDATE_CMD, GOLDENS_CHECK_CMD)
 # The file only that command writes, for a directory without an attempt record.
-MARKERS = ((VALIDATE, "validate.json"), (MLPERF, "mlperf.json"), (RUN, "run.json"),
-           (BENCH, "bench.json"), (GOLDENS_CHECK, "junit.xml"))
+MARKERS = ((VALIDATE_CMD, "validate.json"), (MLPERF_CMD, "mlperf.json"), (RUN_CMD, "run.json"),
+           (BENCH_CMD, "bench.json"), (GOLDENS_CHECK_CMD, "junit.xml"))
 HOST_ARM = "host"  # a bench layout run with this host's IREE (runner.bench.sweep)
-FIX = "pass the --out of a run, bench, bench goldens, mlperf, validate or goldens check"
+OUT_FIX = "pass the --out of a run, bench, bench goldens, mlperf, validate or goldens check"
 
 
 def _json(path: Path) -> Any:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
-            raise RunnerError("larger than any file the runner writes", where=str(path),
-                              fix=FIX)
+            raise BadInput("larger than any file the runner writes", where=str(path),
+                           fix=OUT_FIX)
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RunnerError("missing: the command did not finish writing its results",
-                          where=str(path), fix=FIX) from None
+        raise BadInput("missing: the command did not finish writing its results",
+                       where=str(path), fix=OUT_FIX) from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RunnerError(f"cannot be read: {e}", where=str(path), fix=FIX) from None
+        raise BadInput(f"cannot be read: {e}", where=str(path), fix=OUT_FIX) from None
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -82,36 +82,36 @@ def _time(text: Any) -> datetime | None:
     return when
 
 
-def command_of(out: Path) -> str:
+def recorded_command(out: Path) -> str:
     """Which command wrote `out` (see the module docstring)."""
     record = read_record(out)
     if record is not None:
         command = str(record["command"])
         if command not in RECORDED:
-            raise RunnerError(f"`runner {command}` keeps no results for the history",
-                              where=str(out / RECORD), fix=FIX)
+            raise BadInput(f"`runner {command}` keeps no results for the history",
+                           where=str(out / RECORD), fix=OUT_FIX)
         return command
     for command, marker in MARKERS:
         if (out / marker).is_file():
-            if command == BENCH and _obj(_json(out / marker)).get("kind") == "bench-goldens":
-                return BENCH_GOLDENS
+            if command == BENCH_CMD and _obj(_json(out / marker)).get("kind") == "bench-goldens":
+                return BENCH_GOLDENS_CMD
             return command
-    raise RunnerError("holds no results of a command the history records (looked for "
-                      f"{RECORD}, {', '.join(m for _, m in MARKERS)})", where=str(out), fix=FIX)
+    raise BadInput("holds no results of a command the history records (looked for "
+                   f"{RECORD}, {', '.join(m for _, m in MARKERS)})", where=str(out), fix=OUT_FIX)
 
 
 def extract(out: Path, command: str | None = None) -> list[Result]:
     """The results of the command that wrote `out` (one per IREE build it measured)."""
     out = Path(os.path.abspath(Path(out).expanduser()))
     if not out.is_dir():
-        raise RunnerError("not a directory", where=str(out), fix=FIX)
-    command = command or command_of(out)
+        raise BadInput("not a directory", where=str(out), fix=OUT_FIX)
+    command = command or recorded_command(out)
     base = _Base.of(out, command)
     try:
         return READERS[command](out, base)
     except (KeyError, TypeError, AttributeError, IndexError) as e:
-        raise RunnerError(f"not results as the runner writes them ({type(e).__name__}: {e})",
-                          where=str(out), fix=FIX) from None
+        raise BadInput(f"not results as the runner writes them ({type(e).__name__}: {e})",
+                       where=str(out), fix=OUT_FIX) from None
 
 
 class _Base:
@@ -420,5 +420,5 @@ def _goldens_check(out: Path, base: _Base) -> list[Result]:
 
 
 READERS: dict[str, Callable[[Path, _Base], list[Result]]] = {
-    RUN: _run, BENCH: _bench, BENCH_GOLDENS: _bench_goldens, MLPERF: _mlperf,
-    VALIDATE: _validate, GOLDENS_CHECK: _goldens_check}
+    RUN_CMD: _run, BENCH_CMD: _bench, BENCH_GOLDENS_CMD: _bench_goldens, MLPERF_CMD: _mlperf,
+    VALIDATE_CMD: _validate, GOLDENS_CHECK_CMD: _goldens_check}

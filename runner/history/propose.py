@@ -26,7 +26,7 @@ import numpy as np
 from runner.base.errors import RunnerError
 from runner.goldens.testfile import BenchmarkTest, layout
 from runner.history.changes import detect
-from runner.history.extract import BENCH_GOLDENS
+from runner.history.extract import BENCH_GOLDENS_CMD
 from runner.history.model import Result
 from runner.history.series import Point, Series, series_of
 
@@ -83,7 +83,7 @@ def time_golden(values: list[float]) -> tuple[float, float]:
 
 
 def _series(results: list[Result], test: str, sku: str, metric: str) -> Series | None:
-    chosen = [s for s in series_of(results) if s.command == BENCH_GOLDENS and s.sku == sku
+    chosen = [s for s in series_of(results) if s.command == BENCH_GOLDENS_CMD and s.sku == sku
               and s.metric == metric and s.subject == test]
     if not chosen:
         return None

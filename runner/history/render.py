@@ -21,7 +21,7 @@ from runner.history.series import Series
 from runner.report.html import CSS, _table, e
 from runner.report.markdown import esc
 
-SCHEMA = "iree-sdxl-runner/history/1"
+HISTORY_SCHEMA = "iree-sdxl-runner/history/1"
 HEADLINE = ("fid", "clip", "samples_per_s")  # shown per result when no metric is asked for
 MAX_CHARTS = 60
 CHART_POINTS = 250  # the newest results a chart draws (all of them are in history.json)
@@ -54,13 +54,13 @@ def _row(r: Result, names: tuple[str, ...]) -> list[str]:
             _headline(r, names)]
 
 
-HEADER = ["finished (UTC)", "command", "profile", "machine", "device", "IREE", "verdict",
-          "metrics"]
+HISTORY_HEADER = ["finished (UTC)", "command", "profile", "machine", "device", "IREE", "verdict",
+                  "metrics"]
 
 
 def to_json(store: str, query: dict[str, Any], results: list[Result],
             changes: list[Change]) -> dict[str, Any]:
-    return {"schema": SCHEMA, "store": store, "query": query, "count": len(results),
+    return {"schema": HISTORY_SCHEMA, "store": store, "query": query, "count": len(results),
             "results": [r.to_dict() for r in results],
             "changes": [c.to_dict() for c in changes]}
 
@@ -82,7 +82,7 @@ def markdown(store: str, results: list[Result], changes: list[Change],
     lines += change_lines(changes) or ["none found"]
     shown = results[-newest:][::-1]
     lines += ["", f"### Results (newest {len(shown)})", "",
-              *md_table(HEADER, [[esc(c) for c in _row(r, names)] for r in shown])]
+              *md_table(HISTORY_HEADER, [[esc(c) for c in _row(r, names)] for r in shown])]
     return "\n".join(lines) + "\n"
 
 
@@ -201,7 +201,8 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
                      f"{chart(s, by_series.get(id(s), []))}</figure>")
     shown = results[-newest:][::-1]
     parts += [f"<h2>Results (newest {len(shown)})</h2>",
-              _table([e(h) for h in HEADER], [[e(c) for c in _row(r, names)] for r in shown]),
+              _table([e(h) for h in HISTORY_HEADER],
+                     [[e(c) for c in _row(r, names)] for r in shown]),
               "</main>"]
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"/>'
             f"<title>History: {len(results)} results</title><style>{CSS}{HISTORY_CSS}"

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.history import schema
 from runner.history.model import Metric, Result
 from runner.history.url import POSTGRES, SQLITE, StoreURL
@@ -40,7 +40,7 @@ LOCK_KEY = 0x5D1C_4E57  # pg_advisory_xact_lock key of this runner's migrations
 INSERT_CHUNK = 500  # metrics per executemany
 
 
-class StoreUnavailable(RunnerError):
+class StoreUnavailable(ServiceUnreachable):
     """The store could not be opened or written: a command's results then stay in its out
     dir (`runner history import DIR` adds them later)."""
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.paths import cache_dir
 from runner.config.sources import redact_url
 
@@ -21,8 +21,8 @@ ENV = "RUNNER_RESULTS_URL"
 DEFAULT_FILE = ("history", "results.sqlite")
 SQLITE, POSTGRES = "sqlite", "postgresql"
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
-FIX = ("pass --results sqlite:////abs/path.sqlite, a file path, or "
-       "postgresql://USER:PASSWORD@HOST:PORT/DB (or set $RUNNER_RESULTS_URL)")
+STORE_URL_FIX = ("pass --results sqlite:////abs/path.sqlite, a file path, or "
+                 "postgresql://USER:PASSWORD@HOST:PORT/DB (or set $RUNNER_RESULTS_URL)")
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,18 @@ def resolve(given: str | None = None) -> StoreURL:
     scheme, sep, rest = text.partition("://")
     if not sep:  # a path
         if "\n" in text or "\0" in text:
-            raise RunnerError("not a results store path or URL", where=where, fix=FIX)
+            raise BadInput("not a results store path or URL", where=where, fix=STORE_URL_FIX)
         path = Path(os.path.abspath(Path(text).expanduser()))
         return StoreURL(f"sqlite:///{path}", SQLITE, path)
     scheme = scheme.lower()
     if scheme == "sqlite":
         path_text = rest[1:] if rest.startswith("/") else rest
         if not path_text or path_text.startswith(":memory:"):
-            raise RunnerError("an SQLite store must be a file (an in-memory one is gone when "
-                              "the command ends)", where=where, fix=FIX)
+            raise BadInput("an SQLite store must be a file (an in-memory one is gone when "
+                           "the command ends)", where=where, fix=STORE_URL_FIX)
         path = Path(os.path.abspath(Path(path_text.split("?", 1)[0]).expanduser()))
         return StoreURL(f"sqlite:///{path}", SQLITE, path)
     if scheme in _POSTGRES_SCHEMES:
         return StoreURL(f"postgresql+psycopg://{rest}", POSTGRES)
-    raise RunnerError(f"the results store `{redact_url(text)}` is neither SQLite nor "
-                      "PostgreSQL", where=where, fix=FIX)
+    raise BadInput(f"the results store `{redact_url(text)}` is neither SQLite nor "
+                   "PostgreSQL", where=where, fix=STORE_URL_FIX)

@@ -29,7 +29,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 # dataclasses.field(metadata=...) keys `read` honours; see `rules`.
 _RULES = "runner.inputs.fields"
@@ -80,9 +80,9 @@ class Fields:
         """How to give `key` the value `value`, as the file writes it."""
         return f"{self.path(key)}: {value}"
 
-    def error(self, key: str, message: str, fix: str) -> RunnerError:
+    def error(self, key: str, message: str, fix: str) -> BadInput:
         """The one error every config reader raises: where (file and field), what, fix."""
-        return RunnerError(message, where=self.where_of(key), fix=fix)
+        return BadInput(message, where=self.where_of(key), fix=fix)
 
     def within(self, key: str, raw: Mapping[str, Any]) -> Fields:
         """Reads of the mapping `raw` found at `key`."""
@@ -90,7 +90,7 @@ class Fields:
 
     # --- keys -------------------------------------------------------------------------
 
-    def unknown(self, key: Any, known: Iterable[str]) -> RunnerError:
+    def unknown(self, key: Any, known: Iterable[str]) -> BadInput:
         """The error for `key`, not one of `known`: the closest known key, and all of them."""
         known = sorted(known)
         close = difflib.get_close_matches(str(key), known, n=1)
@@ -108,14 +108,14 @@ class Fields:
 
     # --- values -----------------------------------------------------------------------
 
-    def wrong(self, key: str, want: str, example: Any = None) -> RunnerError:
+    def wrong(self, key: str, want: str, example: Any = None) -> BadInput:
         """The error for `key`'s value (None when absent), which is not `want` (`a list of
         strings`)."""
         fix = (f"use e.g. {self.setting(key, example)}" if example is not None
                else f"give `{key}` as {want}")
         return self.error(key, f"`{key}` must be {want}, not {_show(self.raw.get(key))}", fix)
 
-    def missing(self, key: str, example: Any = None) -> RunnerError:
+    def missing(self, key: str, example: Any = None) -> BadInput:
         return self.error(key, f"missing required field `{key}`",
                           fix=f"add {self.setting(key, example)}" if example is not None
                           else f"add `{self.path(key)}`")
@@ -321,7 +321,7 @@ def read(cls: Any, raw: Any, where: str | None, section: str = "", **given: Any)
     return cls(**values(cls, raw, where, section, skip=given), **given)
 
 
-def unknown_key(key: Any, known: Iterable[str], where: str, section: str = "") -> RunnerError:
+def unknown_key(key: Any, known: Iterable[str], where: str, section: str = "") -> BadInput:
     """The error for `key` in `section` (a dotted path, "" at the top) of the file `where`."""
     return Fields({}, where, section).unknown(key, known)
 

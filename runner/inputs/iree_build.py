@@ -20,14 +20,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 KINDS = ("wheels", "commit", "source", "build-dir")
 # What a harness image is built from (`image build`, and validate's and bench's builds):
 # `commit:` names PkgCI's packages, which bisect and trend install into venvs.
 IMAGE_KINDS = ("wheels", "source", "build-dir")
-GRAMMAR = "wheels:VERSION | commit:SHA | source:SHA | build-dir:DIR"
-EXAMPLES = ("wheels:3.13.0", "commit:1a2b3c4d5e", "source:1a2b3c4d5e",
+BUILD_GRAMMAR = "wheels:VERSION | commit:SHA | source:SHA | build-dir:DIR"
+BUILD_EXAMPLES = ("wheels:3.13.0", "commit:1a2b3c4d5e", "source:1a2b3c4d5e",
             "build-dir:../iree-build")
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
@@ -81,22 +81,22 @@ def parse_build_spec(text: str, where: str, kinds: tuple[str, ...] = KINDS) -> B
     """`text` as a build of one of `kinds`; `where` names the flag (`--iree`, `--good`)."""
     kind, colon, value = text.partition(":")
     if not colon and _SHA.fullmatch(text):
-        raise RunnerError(f"{text!r} is a commit, but built how?", where=where,
-                          fix=f"write source:{text} (built from source)"
-                          + (f" or commit:{text} (PkgCI's packages of it)"
-                             if "commit" in kinds else ""))
+        raise BadInput(f"{text!r} is a commit, but built how?", where=where,
+                       fix=f"write source:{text} (built from source)"
+                       + (f" or commit:{text} (PkgCI's packages of it)"
+                          if "commit" in kinds else ""))
     if not colon or kind not in KINDS or not value:
-        raise RunnerError(f"{text!r} is not an IREE build", where=where,
-                          fix=f"use {grammar(kinds)}, e.g. "
-                          + ", ".join(e for e in EXAMPLES if e.split(":")[0] in kinds))
+        raise BadInput(f"{text!r} is not an IREE build", where=where,
+                       fix=f"use {grammar(kinds)}, e.g. "
+                       + ", ".join(e for e in BUILD_EXAMPLES if e.split(":")[0] in kinds))
     if kind not in kinds:
-        raise RunnerError(f"{kind}: builds cannot be used with {where}", where=where,
-                          fix=_instead(kind, value, where, kinds))
+        raise BadInput(f"{kind}: builds cannot be used with {where}", where=where,
+                       fix=_instead(kind, value, where, kinds))
     if kind == "wheels":
         if not VERSION.fullmatch(value):
-            raise RunnerError(f"{value!r} is not a wheel version", where=where,
-                              fix="use a PEP 440 release such as 3.13.0 or a nightly such as "
-                              "3.14.0rc20250601")
+            raise BadInput(f"{value!r} is not a wheel version", where=where,
+                           fix="use a PEP 440 release such as 3.13.0 or a nightly such as "
+                           "3.14.0rc20250601")
         return BuildSpec(kind, value)
     if kind in ("commit", "source"):
         return BuildSpec(kind, validate_commit(value, where))
@@ -104,8 +104,8 @@ def parse_build_spec(text: str, where: str, kinds: tuple[str, ...] = KINDS) -> B
 
 
 def grammar(kinds: tuple[str, ...] = KINDS) -> str:
-    """The spellings of `kinds`, as GRAMMAR writes them."""
-    return " | ".join(g for g in GRAMMAR.split(" | ") if g.split(":")[0] in kinds)
+    """The spellings of `kinds`, as BUILD_GRAMMAR writes them."""
+    return " | ".join(g for g in BUILD_GRAMMAR.split(" | ") if g.split(":")[0] in kinds)
 
 
 def validate_commit(value: str, where: str = "source") -> str:
@@ -115,9 +115,9 @@ def validate_commit(value: str, where: str = "source") -> str:
     bad = (not _REF.fullmatch(value) or ".." in value or "//" in value or "@{" in value
            or value.endswith((".", "/", ".lock")) or "/." in value)
     if bad:
-        raise RunnerError(f"{value!r} is neither a commit SHA nor a safe git ref", where=where,
-                          fix="give 7-40 hex digits, or a tag/branch made of letters, digits "
-                          "and . _ - / + (no '..', no leading '-')")
+        raise BadInput(f"{value!r} is neither a commit SHA nor a safe git ref", where=where,
+                       fix="give 7-40 hex digits, or a tag/branch made of letters, digits "
+                       "and . _ - / + (no '..', no leading '-')")
     return value
 
 
@@ -125,14 +125,14 @@ def build_tree(value: str, where: str) -> Path:
     """An IREE CMake build tree with Python bindings, resolved."""
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise RunnerError(f"build tree {value!r} is not a directory", where=where,
-                          fix="give the CMake build directory of an IREE build "
-                          "(the one holding tools/iree-compile)")
+        raise BadInput(f"build tree {value!r} is not a directory", where=where,
+                       fix="give the CMake build directory of an IREE build "
+                       "(the one holding tools/iree-compile)")
     missing = [p for p in TREE_REQUIRED if not (path / p).exists()]
     if missing:
-        raise RunnerError(f"{path} is not an IREE build tree with Python bindings: missing "
-                          f"{', '.join(missing)}", where=where,
-                          fix="configure with -DIREE_BUILD_PYTHON_BINDINGS=ON and build it")
+        raise BadInput(f"{path} is not an IREE build tree with Python bindings: missing "
+                       f"{', '.join(missing)}", where=where,
+                       fix="configure with -DIREE_BUILD_PYTHON_BINDINGS=ON and build it")
     return path.resolve()
 
 
@@ -140,9 +140,9 @@ def version_key(version: str, where: str = "wheels") -> tuple:
     """PEP 440 order for the versions IREE publishes: 3.4.0rc20250101 < 3.4.0 < 3.4.1."""
     m = _PEP440.fullmatch(version)
     if m is None:
-        raise RunnerError(f"{version!r} is not a PEP 440 version", where=where,
-                          fix="use a release such as 3.13.0 or a nightly such as "
-                          "3.14.0rc20250601")
+        raise BadInput(f"{version!r} is not a PEP 440 version", where=where,
+                       fix="use a release such as 3.13.0 or a nightly such as "
+                       "3.14.0rc20250601")
     release = tuple(int(x) for x in m["release"].split("."))
     release += (0,) * (4 - len(release))
     pre = (_PRE_RANK[m["pre"]], int(m["pre_n"])) if m["pre"] else (3, 0)

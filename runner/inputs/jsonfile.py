@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.inputs.limits import (
     INT64_MAX,
     INT64_MIN,
@@ -91,12 +91,12 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH, what: str = "f
         data = json.loads(text, parse_constant=marker.constant, parse_float=marker.float,
                           parse_int=marker.int)
     except RecursionError:
-        raise RunnerError(f"the {what} is nested too deeply", where=where,
-                          fix="a real file is nested a few levels; check its contents"
-                          ) from None
+        raise BadInput(f"the {what} is nested too deeply", where=where,
+                       fix="a real file is nested a few levels; check its contents"
+                       ) from None
     except ValueError as e:  # JSONDecodeError: says line and column, quotes no content
-        raise RunnerError(f"the {what} is not valid JSON: {e}", where=where,
-                          fix=f"check the {what}'s syntax") from None
+        raise BadInput(f"the {what} is not valid JSON: {e}", where=where,
+                       fix=f"check the {what}'s syntax") from None
     check_depth(data, where, max_depth)
     if marker.found:
         refuse_bad_numbers(data, where, what)
@@ -113,8 +113,8 @@ def read_json(path: Path, where: str | None = None, *, kind: type | None = dict,
     if kind is not None and not isinstance(data, kind):
         want = "a JSON object" if kind is dict else "a JSON list" if kind is list \
             else kind.__name__
-        raise RunnerError(f"the {what} must hold {want}, not {_json_type(data)}", where=where,
-                          fix=f"check that this is the {what} meant")
+        raise BadInput(f"the {what} must hold {want}, not {_json_type(data)}", where=where,
+                       fix=f"check that this is the {what} meant")
     return data
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 MiB = 1 << 20
 MAX_CONFIG_BYTES = 16 * MiB  # profiles, model configs, test-suite JSON, run records
@@ -32,15 +32,15 @@ def read_bytes(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG
                 size += len(chunk)
             data = b"".join(chunks)
     except IsADirectoryError as e:
-        raise RunnerError(f"cannot read the {what}: it is a directory", where=where,
-                          fix=f"pass the {what} itself") from e
+        raise BadInput(f"cannot read the {what}: it is a directory", where=where,
+                       fix=f"pass the {what} itself") from e
     except OSError as e:  # missing, permissions, a symlink loop (ELOOP), an I/O error
-        raise RunnerError(f"cannot read the {what}: {e.strerror or e}", where=where,
-                          fix="check the path and its permissions") from e
+        raise BadInput(f"cannot read the {what}: {e.strerror or e}", where=where,
+                       fix="check the path and its permissions") from e
     if len(data) > max_bytes:
-        raise RunnerError(f"the {what} is larger than {max_bytes // MiB or max_bytes} "
-                          f"{'MiB' if max_bytes >= MiB else 'bytes'}", where=where,
-                          fix=f"check that this is the {what} meant; a real one is far smaller")
+        raise BadInput(f"the {what} is larger than {max_bytes // MiB or max_bytes} "
+                       f"{'MiB' if max_bytes >= MiB else 'bytes'}", where=where,
+                       fix=f"check that this is the {what} meant; a real one is far smaller")
     return data
 
 
@@ -52,9 +52,9 @@ def decode_utf8(data: bytes, where: str, what: str = "file") -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise RunnerError(f"the {what} is not UTF-8 text (byte 0x{data[e.start]:02x} at line "
-                          f"{line}, column {column})", where=where,
-                          fix="save it as UTF-8") from e
+        raise BadInput(f"the {what} is not UTF-8 text (byte 0x{data[e.start]:02x} at line "
+                       f"{line}, column {column})", where=where,
+                       fix="save it as UTF-8") from e
 
 
 def read_text(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG_BYTES,
@@ -62,8 +62,8 @@ def read_text(path: Path, where: str | None = None, max_bytes: int = MAX_CONFIG_
     where = where or str(path)
     text = decode_utf8(read_bytes(path, where, max_bytes, what), where, what)
     if "\x00" in text:
-        raise RunnerError(f"the {what} holds a NUL character: not a text file", where=where,
-                          fix=f"pass the {what} itself")
+        raise BadInput(f"the {what} holds a NUL character: not a text file", where=where,
+                       fix=f"pass the {what} itself")
     return text
 
 
@@ -84,8 +84,8 @@ def check_depth(obj: Any, where: str, limit: int = MAX_DEPTH) -> None:
         else:
             continue
         if depth > limit:
-            raise RunnerError(f"nested more than {limit} levels deep", where=where,
-                              fix="a real file is nested a few levels; check its contents")
+            raise BadInput(f"nested more than {limit} levels deep", where=where,
+                           fix="a real file is nested a few levels; check its contents")
         stack.extend((child, depth + 1) for child in children)
 
 
@@ -93,21 +93,21 @@ def _check_text(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise RunnerError(f"a string holds an unpaired surrogate (U+{ord(text[e.start]):04X})",
-                          where=where, fix="write text as UTF-8") from None
+        raise BadInput(f"a string holds an unpaired surrogate (U+{ord(text[e.start]):04X})",
+                       where=where, fix="write text as UTF-8") from None
 
 
 def finite(value: float, where: str) -> float:
     if not math.isfinite(value):
-        raise RunnerError(f"{value} is not a finite number", where=where,
-                          fix="write a plain number (no NaN or Infinity)")
+        raise BadInput(f"{value} is not a finite number", where=where,
+                       fix="write a plain number (no NaN or Infinity)")
     return value
 
 
 def int64(value: int, where: str) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
-        raise RunnerError(f"an integer of {value.bit_length()} bits is out of range",
-                          where=where, fix="integers must fit in 64 bits (signed)")
+        raise BadInput(f"an integer of {value.bit_length()} bits is out of range",
+                       where=where, fix="integers must fit in 64 bits (signed)")
     return value
 
 
@@ -162,9 +162,9 @@ def refuse_bad_numbers(data: Any, where: str, what: str = "file") -> None:
             at = f" ({node.position})" if node.position else ""
             allowed = INT_RANGE if node.integer else FLOAT_RANGE
             field = field_path(path) if path else ""
-            raise RunnerError(f"the {what} holds a number out of range{at}: {node.problem()}; "
-                              f"allowed: {allowed}", where=f"{where}: {field}" if field else where,
-                              fix="write a plain number in that range (no NaN or Infinity)")
+            raise BadInput(f"the {what} holds a number out of range{at}: {node.problem()}; "
+                           f"allowed: {allowed}", where=f"{where}: {field}" if field else where,
+                           fix="write a plain number in that range (no NaN or Infinity)")
         if isinstance(node, dict):
             stack.extend((v, [*path, str(k)]) for k, v in reversed(node.items()))
         elif isinstance(node, list | tuple):

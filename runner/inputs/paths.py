@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.paths import ASSETS_DIR, BUILTIN, builtin_path
 
 
@@ -33,8 +33,8 @@ def resolved(path: Path, where: str) -> Path:
     try:
         return Path(path).expanduser().resolve()
     except (OSError, RuntimeError) as e:
-        raise RunnerError(f"cannot resolve the path: {e}", where=where,
-                          fix="check for a symlink that points at itself or a loop") from e
+        raise BadInput(f"cannot resolve the path: {e}", where=where,
+                       fix="check for a symlink that points at itself or a loop") from e
 
 
 def is_inside(path: Path, base: Path) -> bool:
@@ -53,15 +53,15 @@ def inside(ref: str, base: Path, where: str, *, absolute_ok: bool) -> Path:
     if expanded.is_absolute():
         if absolute_ok:
             return expanded
-        raise RunnerError(f"an absolute path ({_shown(ref)}) where a path relative to "
-                          f"{base} is meant", where=where,
-                          fix="name the file relative to the file that refers to it, or by "
-                          "URL; files outside it are refused")
+        raise BadInput(f"an absolute path ({_shown(ref)}) where a path relative to "
+                       f"{base} is meant", where=where,
+                       fix="name the file relative to the file that refers to it, or by "
+                       "URL; files outside it are refused")
     path = Path(os.path.abspath(base / expanded))
     if not is_inside(path, base):
-        raise RunnerError(f"the path {_shown(ref)} leads outside {base}", where=where,
-                          fix="name a file inside that directory (no `..` out of it, no "
-                          "symlink out of it)")
+        raise BadInput(f"the path {_shown(ref)} leads outside {base}", where=where,
+                       fix="name a file inside that directory (no `..` out of it, no "
+                       "symlink out of it)")
     return path
 
 
@@ -96,13 +96,13 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
         path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(ref).expanduser()
     path = Path(os.path.abspath(base / path))
     if not (is_inside(path, base) or _in_runner_assets(path)):
-        raise RunnerError(f"the reference {_shown(ref)} leads outside {base}", where=where,
-                          fix="test files may name files inside their own directory (or by "
-                          "URL); a file elsewhere is refused, never read")
+        raise BadInput(f"the reference {_shown(ref)} leads outside {base}", where=where,
+                       fix="test files may name files inside their own directory (or by "
+                       "URL); a file elsewhere is refused, never read")
 
 
 def no_such_path(path: Path, where: str | None = None, what: str = "file or directory"
-                 ) -> RunnerError:
+                 ) -> BadInput:
     """The error for a path the user named that is not there, with the likeliest fix: the
     name beside it that is closest (a typo), else what its directory holds, else that the
     directory is missing too."""
@@ -125,4 +125,4 @@ def no_such_path(path: Path, where: str | None = None, what: str = "file or dire
             fix = f"check the name; {parent} holds: {shown}"
         else:
             fix = f"check the path; {parent} is empty"
-    return RunnerError(f"{path}: no such {what}", where=where, fix=fix)
+    return BadInput(f"{path}: no such {what}", where=where, fix=fix)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 import re
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
+from runner.inputs.cliargs import MAX_COUNT  # queries/samples too: far above any SDXL run's
 
 # Keys LoadGen reads with strtod (see loadgen/test_settings_internal.cc). `target_latency`
 # is a double for SingleStream/MultiStream and an integer for Server: checked as decimal.
 DECIMAL_KEYS = frozenset({"accuracy_log_probability", "target_latency_percentile",
                           "target_qps", "target_latency"})
 DAY_MS = 24 * 3600 * 1000
-MAX_COUNT = 10_000_000  # queries/samples: far above any SDXL submission (5000 min queries)
 # key -> (lowest, highest) for integer settings; the rest: 0 .. 2^64-1 (seeds), flags 0/1.
 INT_RANGES = {
     "min_duration": (0, DAY_MS), "max_duration": (0, 7 * DAY_MS),
@@ -50,30 +50,30 @@ def conf_value(key: str, value: str, where: str) -> str:
     """The checked value of setting `key` (canonical decimal spelling), or RunnerError."""
     if key in DECIMAL_KEYS:
         if not _DECIMAL.match(value):
-            raise RunnerError(f"value {value[:40]!r} of {key} is not a number in decimal "
-                              "notation", where=where,
-                              fix=f"write {key} like 0.5 or 2e-3 (no hex, nan or inf)")
+            raise BadInput(f"value {value[:40]!r} of {key} is not a number in decimal "
+                           "notation", where=where,
+                           fix=f"write {key} like 0.5 or 2e-3 (no hex, nan or inf)")
         number = float(value)
         lo, hi = DECIMAL_RANGES[key]
         if not (math.isfinite(number) and lo <= number <= hi):
-            raise RunnerError(f"{key} = {value} is out of range", where=where,
-                              fix=f"use a value from {lo:g} to {hi:g}")
+            raise BadInput(f"{key} = {value} is out of range", where=where,
+                           fix=f"use a value from {lo:g} to {hi:g}")
         return value
     if not _INTEGER.match(value):
-        raise RunnerError(f"value {value[:40]!r} of {key} is not a number in plain decimal "
-                          "digits (LoadGen would read it as another number)", where=where,
-                          fix=f"write {key} in decimal digits, e.g. "
-                          f"{'600000' if 'duration' in key else '1'} (no sign, exponent, hex "
-                          "or leading zero)")
+        raise BadInput(f"value {value[:40]!r} of {key} is not a number in plain decimal "
+                       "digits (LoadGen would read it as another number)", where=where,
+                       fix=f"write {key} in decimal digits, e.g. "
+                       f"{'600000' if 'duration' in key else '1'} (no sign, exponent, hex "
+                       "or leading zero)")
     number = int(value)
     if len(value) > 1 and value.startswith("0"):
-        raise RunnerError(f"{key} = {value} has a leading zero (LoadGen reads it as octal)",
-                          where=where, fix=f"write {number}")
+        raise BadInput(f"{key} = {value} has a leading zero (LoadGen reads it as octal)",
+                       where=where, fix=f"write {number}")
     lo, hi = INT_RANGES.get(key, (0, UINT64_MAX))
     if not lo <= number <= hi:
         unit = " ms" if "duration" in key else ""
-        raise RunnerError(f"{key} = {value}{unit} is out of range", where=where,
-                          fix=f"use {lo} to {hi}{unit}"
-                          + (" (a test must end)" if "duration" in key or "count" in key
-                             else ""))
+        raise BadInput(f"{key} = {value}{unit} is out of range", where=where,
+                       fix=f"use {lo} to {hi}{unit}"
+                       + (" (a test must end)" if "duration" in key or "count" in key
+                          else ""))
     return value

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.limits import (
     INT64_MAX,
     INT64_MIN,
@@ -40,7 +40,7 @@ from runner.inputs.limits import (
     refuse_bad_numbers,
 )
 
-FIX = "write plain YAML: mappings, lists, strings, numbers, true/false (no anchors or tags)"
+YAML_FIX = "write plain YAML: mappings, lists, strings, numbers, true/false (no anchors or tags)"
 
 
 class _Refused(yaml.YAMLError):
@@ -152,18 +152,18 @@ def _flow_depth_ok(text: str) -> bool:
 def parse_yaml(text: str, where: str, what: str = "file") -> Any:
     """YAML text -> JSON-shaped data (None for an empty document), or RunnerError."""
     if not _flow_depth_ok(text):
-        raise RunnerError(f"the {what} is nested more than {MAX_DEPTH} levels deep",
-                          where=where, fix=FIX)
+        raise BadInput(f"the {what} is nested more than {MAX_DEPTH} levels deep",
+                       where=where, fix=YAML_FIX)
     loader = None
     try:
         loader = BoundedLoader(text)  # its reader refuses non-printable characters here
         data = loader.get_single_data()
         found_bad = loader.found_bad
     except yaml.YAMLError as e:
-        raise RunnerError(f"cannot read the {what}: {_message(e)}", where=where,
-                          fix=FIX) from None
+        raise BadInput(f"cannot read the {what}: {_message(e)}", where=where,
+                       fix=YAML_FIX) from None
     except RecursionError:
-        raise RunnerError(f"the {what} is nested too deeply", where=where, fix=FIX) from None
+        raise BadInput(f"the {what} is nested too deeply", where=where, fix=YAML_FIX) from None
     finally:
         if loader is not None:
             loader.dispose()

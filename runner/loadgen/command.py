@@ -20,13 +20,13 @@ from runner.loadgen.conf import MLPERF_SAMPLES
 from runner.loadgen.logs import ACCURACY_LOG
 from runner.loadgen.report import write_reports
 from runner.loadgen.run import (
-    RECORD,
+    MLPERF_RECORD,
     WORK_DIR,
     MlperfRequest,
     Prepared,
     dry_run_text,
     execute,
-    prepare,
+    prepare_loadgen,
 )
 from runner.loadgen.session import TestOutcome
 from runner.loadgen.submission import check_tree, code_readme, rules_not_met, write_tree
@@ -161,7 +161,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
     from runner.base.provenance import runner_provenance
     from runner.batch.run import plan_for
 
-    prepared = prepare(request)
+    prepared = prepare_loadgen(request)
     if dry_run:
         layout = request.profile.layout
         compiled = executor.compiler(request.out / WORK_DIR, dry_run=True)(
@@ -187,7 +187,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
     if failure is None and prepared.submission is not None:
         record["submission"] = _submission(prepared, record)
     record["status"] = _status(record)
-    atomic_write_json(request.out / RECORD, record)
+    atomic_write_json(request.out / MLPERF_RECORD, record)
     paths = write_reports(request.out, record)
     for o in outcomes:
         s = o.summary

@@ -36,7 +36,9 @@ RESULT_FIELD = {"Offline": "result_samples_per_second",
 
 
 @dataclass(frozen=True)
-class Check:
+class ComplianceCheck:
+    """One compliance test's verification, as MLPerf's verify_*.txt words it."""
+
     name: str  # accuracy | performance
     passed: bool
     text: str  # the verify_*.txt content
@@ -45,7 +47,7 @@ class Check:
 @dataclass(frozen=True)
 class Verification:
     test: str
-    checks: tuple[Check, ...]
+    checks: tuple[ComplianceCheck, ...]
 
     @property
     def passed(self) -> bool:
@@ -56,7 +58,8 @@ class Verification:
                 "checks": {c.name: {"passed": c.passed, "text": c.text} for c in self.checks}}
 
 
-def check_accuracy(reference_log: Path, test_log: Path, shape: tuple[int, int, int]) -> Check:
+def check_accuracy(reference_log: Path, test_log: Path, shape: tuple[int, int, int]
+                   ) -> ComplianceCheck:
     """TEST01's accuracy check over every record of both logs (sha256 of each image)."""
     lines = ["Verifying accuracy. This might take a while...", "Reading accuracy mode results..."]
     try:
@@ -83,7 +86,7 @@ def check_accuracy(reference_log: Path, test_log: Path, shape: tuple[int, int, i
                 mismatched += 1
                 bad.append(qsl_idx)
     except RunnerError as e:
-        return Check("accuracy", False, "\n".join([*lines, f"TEST FAIL: {e}"]) + "\n")
+        return ComplianceCheck("accuracy", False, "\n".join([*lines, f"TEST FAIL: {e}"]) + "\n")
     passed = mismatched == 0 and matched > 0
     lines += [f"num_acc_log_entries = {acc_entries}",
               f"num_acc_log_duplicate_keys = {acc_duplicates}",
@@ -98,7 +101,7 @@ def check_accuracy(reference_log: Path, test_log: Path, shape: tuple[int, int, i
     if not matched:
         lines.append("no sampled record to compare (raise accuracy_log_sampling_target)")
     lines.append("TEST PASS" if passed else "TEST FAIL")
-    return Check("accuracy", passed, "\n".join(lines) + "\n")
+    return ComplianceCheck("accuracy", passed, "\n".join(lines) + "\n")
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _threshold(reference: float, scenario: str) -> float:
         else THRESHOLD
 
 
-def check_performance(reference: Score, test: Score, test_name: str) -> Check:
+def check_performance(reference: Score, test: Score, test_name: str) -> ComplianceCheck:
     """TEST01 (both directions) or TEST04 (not faster) against the performance run."""
     lines = ["Verifying performance."]
     fail = None
@@ -143,7 +146,8 @@ def check_performance(reference: Score, test: Score, test_name: str) -> Check:
     if fail is None and (reference.value is None or test.value is None):
         fail = "a log has no result"
     if fail is not None:
-        return Check("performance", False, "\n".join([*lines, f"TEST FAIL: {fail}"]) + "\n")
+        return ComplianceCheck("performance", False,
+                               "\n".join([*lines, f"TEST FAIL: {fail}"]) + "\n")
     assert reference.value is not None and test.value is not None
     ref, got = reference.value, test.value
     if test_name == "TEST04" and reference.scenario == "SingleStream":
@@ -155,7 +159,7 @@ def check_performance(reference: Score, test: Score, test_name: str) -> Check:
     else:
         passed = ref * (1 - threshold) <= got <= ref * (1 + threshold)
     lines.append("TEST PASS" if passed else "TEST FAIL: Test score invalid")
-    return Check("performance", passed, "\n".join(lines) + "\n")
+    return ComplianceCheck("performance", passed, "\n".join(lines) + "\n")
 
 
 def verify(test: str, test_dir: Path, performance_dir: Path, accuracy_dir: Path | None,

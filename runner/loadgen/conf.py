@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.config.profile import MLPERF_SAMPLES as MLPERF_SAMPLES  # the QSL: 5000 captions
 from runner.inputs.limits import read_text
 from runner.inputs.userconf import conf_value
@@ -87,24 +87,24 @@ def parse_conf_text(text: str, where: str) -> list[ConfLine]:
         at = f"{where}:{number}"
         name, eq, value = (part.strip() for part in line.partition("="))
         if not eq or not name or not value or " " in name or " " in value:
-            raise RunnerError(f"expected `model.scenario.key = value`, got {raw.strip()!r}",
-                              where=at, fix=f"e.g. `{MODEL}.Offline.target_qps = 4`")
+            raise BadInput(f"expected `model.scenario.key = value`, got {raw.strip()!r}",
+                           where=at, fix=f"e.g. `{MODEL}.Offline.target_qps = 4`")
         parts = name.rsplit(".", 2)  # a model name may hold dots (wan-2.2-t2v-a14b)
         if len(parts) != 3 or not all(parts):
-            raise RunnerError(f"key {name!r} is not model.scenario.key", where=at,
-                              fix=f"e.g. `{MODEL}.Server.target_qps` or `*.*.min_duration`")
+            raise BadInput(f"key {name!r} is not model.scenario.key", where=at,
+                           fix=f"e.g. `{MODEL}.Server.target_qps` or `*.*.min_duration`")
         model, scenario, key = parts
         if scenario not in SCENARIO_NAMES:
-            raise RunnerError(f"unknown scenario {scenario!r} in {name!r}", where=at,
-                              fix=f"use one of {', '.join(SCENARIO_NAMES)}")
+            raise BadInput(f"unknown scenario {scenario!r} in {name!r}", where=at,
+                           fix=f"use one of {', '.join(SCENARIO_NAMES)}")
         if key not in KNOWN_KEYS:
-            raise RunnerError(f"LoadGen has no setting {key!r} (it would ignore it silently)",
-                              where=at, fix=f"use one of {', '.join(sorted(KNOWN_KEYS))}")
+            raise BadInput(f"LoadGen has no setting {key!r} (it would ignore it silently)",
+                           where=at, fix=f"use one of {', '.join(sorted(KNOWN_KEYS))}")
         value = conf_value(key, value, at)  # typed as LoadGen reads it (runner.inputs)
         entry = ConfLine(model, scenario, key, value, at)
         if name in seen and seen[name].value != value:
-            raise RunnerError(f"{name} is set twice: {seen[name].value} at {seen[name].where} "
-                              f"and {value} here", where=at, fix="keep one of the two lines")
+            raise BadInput(f"{name} is set twice: {seen[name].value} at {seen[name].where} "
+                           f"and {value} here", where=at, fix="keep one of the two lines")
         seen[name] = entry
         out.append(entry)
     return out
@@ -172,9 +172,9 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
     """
     for line in user_lines:
         if line.key in AUDIT_ONLY_KEYS:
-            raise RunnerError(f"{line.name} belongs in an audit.config, not a user.conf",
-                              where=line.where,
-                              fix="drop the line; compliance tests set it through --compliance")
+            raise BadInput(f"{line.name} belongs in an audit.config, not a user.conf",
+                           where=line.where,
+                           fix="drop the line; compliance tests set it through --compliance")
     mine = [line for line in user_lines if applies(line, scenario)]
     from_flags = flag_settings(flags, scenario)
     for line in mine:
@@ -183,9 +183,9 @@ def merged_user_conf(scenario: str, mlperf: Any, user_lines: list[ConfLine], fla
                     "min_duration": "--min-duration",
                     "min_query_count": "--min-query-count",
                     "target_qps": QPS_FLAGS.get(scenario, "")}[line.key]
-            raise RunnerError(f"{flag} sets {line.key} = {from_flags[line.key]} but the "
-                              f"user.conf says {line.value}", where=line.where,
-                              fix=f"drop {flag} or the user.conf line")
+            raise BadInput(f"{flag} sets {line.key} = {from_flags[line.key]} but the "
+                           f"user.conf says {line.value}", where=line.where,
+                           fix=f"drop {flag} or the user.conf line")
     values = profile_settings(mlperf, scenario)
     for key in sorted({line.key for line in mine}):
         values[key] = effective_value(mine, scenario, key) or ""
@@ -206,8 +206,8 @@ def audit_text(test: str, audit_conf: Path | None) -> str:
         return AUDIT_CONFIGS[test]
     lines = read_conf(audit_conf, "audit.config")
     if not any(line.key == "mode" for line in lines):
-        raise RunnerError(f"an audit.config for {test} must set the mode (2: performance)",
-                          where=str(audit_conf), fix="add `*.*.mode = 2`")
+        raise BadInput(f"an audit.config for {test} must set the mode (2: performance)",
+                       where=str(audit_conf), fix="add `*.*.mode = 2`")
     return Path(audit_conf).read_text(encoding="utf-8")
 
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
-SUMMARY = "mlperf_log_summary.txt"
+SUMMARY_LOG = "mlperf_log_summary.txt"
 DETAIL = "mlperf_log_detail.txt"
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 TRACE = "mlperf_log_trace.json"
-LOG_FILES = (SUMMARY, DETAIL, ACCURACY_LOG, TRACE)
+LOG_FILES = (SUMMARY_LOG, DETAIL, ACCURACY_LOG, TRACE)
 _PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
 _COUNT = re.compile(r"^(No|\d+) (warnings?|errors?|ERRORS?) encountered", re.IGNORECASE)
 
@@ -99,8 +99,8 @@ def parse_summary(path: Path) -> Summary:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        raise RunnerError(f"cannot read LoadGen's summary: {e}", where=str(path),
-                          fix="the LoadGen test did not finish; see mlperf_log_detail.txt") from e
+        raise BadInput(f"cannot read LoadGen's summary: {e}", where=str(path),
+                       fix="the LoadGen test did not finish; see mlperf_log_detail.txt") from e
     fields: dict[str, str] = {}
     constraints: dict[str, bool] = {}
     recommendations: list[str] = []
@@ -139,9 +139,9 @@ def parse_summary(path: Path) -> Summary:
     if "Scenario" not in fields:  # an accuracy-mode summary: only the error counts
         facts = detail_facts(Path(path).with_name(DETAIL))
         if "effective_scenario" not in facts:
-            raise RunnerError("not a LoadGen summary (no `Scenario :` line, no detail log "
-                              "beside it)", where=str(path),
-                              fix="point at a LoadGen test's output directory")
+            raise BadInput("not a LoadGen summary (no `Scenario :` line, no detail log "
+                           "beside it)", where=str(path),
+                           fix="point at a LoadGen test's output directory")
         fields["Scenario"] = facts["effective_scenario"]
         fields["Mode"] = facts.get("effective_test_mode", "")
     rate = (fields.get("Samples per second") or fields.get("Completed samples per second")

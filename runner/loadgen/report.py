@@ -14,8 +14,8 @@ from runner.base.fileio import atomic_write_bytes
 from runner.base.mdtable import md_table
 from runner.report.html import CSS, _table, e
 from runner.report.markdown import esc
+from runner.report.write import REPORT_HTML, RESULTS_JSON, SUMMARY_MD
 
-RESULTS_JSON, SUMMARY_MD, REPORT_HTML = "results.json", "summary.md", "report.html"
 PERCENTILES = ("p50", "p90", "p95", "p99", "p99.9")
 
 

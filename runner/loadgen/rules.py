@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
 DIVISIONS = ("closed", "open")
@@ -116,7 +116,7 @@ def round_for_seeds(seeds: dict[str, int], loadgen_version: str) -> Round:
     for r in ROUNDS.values():
         if all(seeds.get(k) == v for k, v in r.seeds.items()):
             return r
-    raise RunnerError(
+    raise BadInput(
         f"the installed LoadGen {loadgen_version} embeds RNG seeds {seeds} of no MLPerf round "
         f"the runner knows ({', '.join(ROUNDS)})", where="mlcommons-loadgen",
         fix="install the LoadGen of a known round (pip install 'mlcommons-loadgen>=6.0,<7') "
@@ -146,16 +146,16 @@ def check_scenarios(rules: Round, system_type: str, scenarios: list[str],
     set it accepts: every required one, nothing it does not know."""
     if system_type not in rules.scenarios:
         takes = " or ".join(repr(t) for t in rules.scenarios)
-        raise RunnerError(f"MLPerf {rules.version} takes no stable-diffusion-xl result from a "
-                          f"{system_type!r} system", where=where,
-                          fix=f"set mlperf.system.system_type to {takes} "
-                          "(--set mlperf.system.system_type=...)")
+        raise BadInput(f"MLPerf {rules.version} takes no stable-diffusion-xl result from a "
+                       f"{system_type!r} system", where=where,
+                       fix=f"set mlperf.system.system_type to {takes} "
+                       "(--set mlperf.system.system_type=...)")
     missing = [s for s in rules.required_scenarios(system_type) if s not in scenarios]
     extra = [s for s in scenarios if s not in rules.allowed_scenarios(system_type)]
     if missing or extra:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"{', '.join(extra)} not accepted"] if extra else [])
-        raise RunnerError(
+        raise BadInput(
             f"MLPerf {rules.version} {system_type} SDXL submission: {'; '.join(problems)}",
             where="--scenario", fix="run --scenario " + ",".join(
                 s.lower() for s in rules.required_scenarios(system_type)))

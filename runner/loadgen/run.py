@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_text, sha256_file
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import Profile
@@ -37,12 +37,12 @@ from runner.loadgen.conf import (
     read_conf,
 )
 from runner.loadgen.rules import COMPLIANCE_TESTS, Round, check_scenarios, installed_round
-from runner.loadgen.session import TestOutcome, TestSpec, planned_settings
+from runner.loadgen.session import LoadgenTest, TestOutcome, planned_settings
 from runner.loadgen.system import SystemDescription, check_name, describe_system
 
 WORK_DIR = "work"
 USER_CONF = "user.conf"
-RECORD = "mlperf.json"
+MLPERF_RECORD = "mlperf.json"
 READY_POLL_S = 0.1
 EXIT_WAIT_S = 30.0
 
@@ -81,7 +81,7 @@ class Prepared:
     scenarios: tuple[str, ...]  # LoadGen's spelling: SingleStream | Offline | Server
     compliance: tuple[str, ...]
     user_conf_text: str
-    tests: tuple[TestSpec, ...]
+    tests: tuple[LoadgenTest, ...]
     total: int  # QSL size
     performance_count: int
     batcher_limit_s: float | None  # Server's; the other scenarios never hold a sample
@@ -91,62 +91,62 @@ class Prepared:
 
 def _scenarios(request: MlperfRequest) -> tuple[str, ...]:
     if not request.scenarios:
-        raise RunnerError("no scenario given", where="--scenario",
-                          fix=f"use {', '.join(SCENARIOS.values())} (comma-separated for "
-                          "several)")
+        raise BadInput("no scenario given", where="--scenario",
+                       fix=f"use {', '.join(SCENARIOS.values())} (comma-separated for "
+                       "several)")
     out: list[str] = []
     for name in request.scenarios:
         scenario = SCENARIOS.get(name.lower())  # MLPerf's Offline, as any case of it
         if scenario is None:
-            raise RunnerError(f"unknown scenario {name!r}", where="--scenario",
-                              fix=f"use one of {', '.join(SCENARIOS.values())} (any case)")
+            raise BadInput(f"unknown scenario {name!r}", where="--scenario",
+                           fix=f"use one of {', '.join(SCENARIOS.values())} (any case)")
         if scenario in out:
-            raise RunnerError(f"scenario {name!r} is given twice", where="--scenario",
-                              fix="name each scenario once")
+            raise BadInput(f"scenario {name!r} is given twice", where="--scenario",
+                           fix="name each scenario once")
         out.append(scenario)
     return tuple(out)
 
 
 def _compliance(request: MlperfRequest, rules: Round | None) -> tuple[str, ...]:
     if request.mode not in MODES:
-        raise RunnerError(f"unknown mode {request.mode!r}", where="--mode",
-                          fix=f"use one of {', '.join(MODES)}")
+        raise BadInput(f"unknown mode {request.mode!r}", where="--mode",
+                       fix=f"use one of {', '.join(MODES)}")
     given = request.compliance
     unknown = [t for t in given or () if t not in COMPLIANCE_TESTS]
     if unknown:
-        raise RunnerError(f"unknown compliance test {unknown[0]!r}", where="--compliance",
-                          fix=f"SDXL's required tests are {', '.join(COMPLIANCE_TESTS)}")
+        raise BadInput(f"unknown compliance test {unknown[0]!r}", where="--compliance",
+                       fix=f"SDXL's required tests are {', '.join(COMPLIANCE_TESTS)}")
     if given and request.mode != "submission":
-        raise RunnerError("compliance tests are verified against the same command's accuracy "
-                          "and performance logs", where="--compliance",
-                          fix="use --mode submission")
+        raise BadInput("compliance tests are verified against the same command's accuracy "
+                       "and performance logs", where="--compliance",
+                       fix="use --mode submission")
     if rules is None:
         return ()
     if given is None:
         return rules.compliance
     missing = [t for t in rules.compliance if t not in given]
     if missing:
-        raise RunnerError(f"an MLPerf {rules.version} SDXL submission needs "
-                          f"{', '.join(rules.compliance)}; missing {', '.join(missing)}",
-                          where="--compliance",
-                          fix=f"use --compliance {','.join(rules.compliance)} (the default)")
+        raise BadInput(f"an MLPerf {rules.version} SDXL submission needs "
+                       f"{', '.join(rules.compliance)}; missing {', '.join(missing)}",
+                       where="--compliance",
+                       fix=f"use --compliance {','.join(rules.compliance)} (the default)")
     return tuple(t for t in rules.compliance if t in given)
 
 
 def _tests(request: MlperfRequest, scenarios: tuple[str, ...], compliance: tuple[str, ...]
-           ) -> tuple[TestSpec, ...]:
+           ) -> tuple[LoadgenTest, ...]:
     stray = [t for t in request.audit_confs if t not in compliance]
     if stray:
-        raise RunnerError(f"--audit-conf {stray[0]}=... names no compliance test of this "
-                          "command", where="--audit-conf",
-                          fix=f"use one of {', '.join(compliance) or '(none: --mode submission)'}")
+        raise BadInput(f"--audit-conf {stray[0]}=... names no compliance test of this "
+                       "command", where="--audit-conf",
+                       fix=f"use one of {', '.join(compliance) or '(none: --mode submission)'}")
     tests = []
     for scenario in scenarios:
         if request.mode in ("accuracy", "submission"):
-            tests.append(TestSpec("accuracy", scenario, "accuracy"))
+            tests.append(LoadgenTest("accuracy", scenario, "accuracy"))
         if request.mode in ("performance", "submission"):
-            tests.append(TestSpec("performance", scenario, "performance"))
-        tests += [TestSpec(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
+            tests.append(LoadgenTest("performance", scenario, "performance"))
+        tests += [LoadgenTest(t, scenario, "performance", audit_text(t, request.audit_confs.get(t)))
                   for t in compliance]
     return tuple(tests)
 
@@ -162,8 +162,8 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     where = f"{request.profile.path}: mlperf"
     division = request.division or mlperf.division
     if division is None:
-        raise RunnerError("no division for the submission", where="--division",
-                          fix="pass --division closed|open or set mlperf.division")
+        raise BadInput("no division for the submission", where="--division",
+                       fix="pass --division closed|open or set mlperf.division")
     submitter = check_name(request.submitter or mlperf.submitter, "submitter",
                            "--submitter" if request.submitter else f"{where}.submitter")
     system = describe_system(rules, request.profile, division, submitter, request.nodes,
@@ -173,7 +173,7 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     return SubmissionPlan(rules, division, submitter, system)
 
 
-def prepare(request: MlperfRequest) -> Prepared:
+def prepare_loadgen(request: MlperfRequest) -> Prepared:
     """Checks the whole request and computes LoadGen's settings; writes and starts nothing."""
     scenarios = _scenarios(request)
     submission = _submission(request, scenarios) if request.mode == "submission" else None
@@ -183,20 +183,20 @@ def prepare(request: MlperfRequest) -> Prepared:
     captions = load_captions(request.captions or CAPTIONS_FILE)
     total = flags.count if flags.count is not None else MLPERF_SAMPLES
     if not 1 <= total <= len(captions):
-        raise RunnerError(f"--count {total} is outside 1..{len(captions)} (the captions file "
-                          f"{captions.path})", where="--count",
-                          fix=f"use --count 1..{len(captions)}")
+        raise BadInput(f"--count {total} is outside 1..{len(captions)} (the captions file "
+                       f"{captions.path})", where="--count",
+                       fix=f"use --count 1..{len(captions)}")
     if flags.time_s is not None and flags.time_s <= 0:
-        raise RunnerError("--min-duration must be positive (seconds)", where="--min-duration",
-                          fix="e.g. --min-duration 600 (MLPerf's 10 minutes)")
+        raise BadInput("--min-duration must be positive (seconds)", where="--min-duration",
+                       fix="e.g. --min-duration 600 (MLPerf's 10 minutes)")
     for scenario, qps in (("Offline", flags.offline_qps), ("Server", flags.server_qps)):
         flag = QPS_FLAGS[scenario]
         if qps is not None and qps <= 0:
-            raise RunnerError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 2.5")
+            raise BadInput(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 2.5")
         if qps is not None and scenario not in scenarios:  # it would set nothing
-            raise RunnerError(f"{flag} is the {scenario} scenario's, which --scenario does "
-                              f"not run ({', '.join(scenarios)})", where=flag,
-                              fix=f"drop {flag}, or add {scenario.lower()} to --scenario")
+            raise BadInput(f"{flag} is the {scenario} scenario's, which --scenario does "
+                           f"not run ({', '.join(scenarios)})", where=flag,
+                           fix=f"drop {flag}, or add {scenario.lower()} to --scenario")
     user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
     text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
                                     str(request.user_conf) if request.user_conf else None)
@@ -205,23 +205,23 @@ def prepare(request: MlperfRequest) -> Prepared:
     counts = {effective_value(merged, scenario, "performance_sample_count_override")
               for scenario in scenarios}
     if len(counts) != 1:
-        raise RunnerError("the scenarios' performance sample counts differ "
-                          f"({', '.join(sorted(c or 'default' for c in counts))}); one QSL "
-                          "serves every test", where=str(request.user_conf or "--count"),
-                          fix="set performance_sample_count_override for all scenarios")
+        raise BadInput("the scenarios' performance sample counts differ "
+                       f"({', '.join(sorted(c or 'default' for c in counts))}); one QSL "
+                       "serves every test", where=str(request.user_conf or "--count"),
+                       fix="set performance_sample_count_override for all scenarios")
     (count_text,) = counts
     performance_count = int(float(count_text)) if count_text else min(total, MLPERF_SAMPLES)
     if not 1 <= performance_count <= total:
-        raise RunnerError(f"performance sample count {performance_count} must be within the "
-                          f"QSL's {total} samples", where=str(request.user_conf or "--count"),
-                          fix="lower performance_sample_count_override or raise --count")
+        raise BadInput(f"performance sample count {performance_count} must be within the "
+                       f"QSL's {total} samples", where=str(request.user_conf or "--count"),
+                       fix="lower performance_sample_count_override or raise --count")
     for spec in tests:
         same = spec.audit and effective_value(parse_conf_text(spec.audit, spec.name),
                                               spec.scenario, "performance_issue_same_index")
         if same and int(float(same)) >= performance_count:
-            raise RunnerError(f"{spec.name} issues sample {same} only, but the performance "
-                              f"set has {performance_count} samples", where="--count",
-                              fix="use --count 4 or more")
+            raise BadInput(f"{spec.name} issues sample {same} only, but the performance "
+                           f"set has {performance_count} samples", where="--count",
+                           fix="use --count 4 or more")
     limit_ms = request.profile.mlperf.batcher_limit_ms
     settings = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -282,8 +282,8 @@ def _wait_ready(work: Path, expected: int, execution) -> None:
         alive = execution.poll()
         ready = len(list((work / TASKS_DIR).glob("*.stats.json")))
         if not alive:
-            raise RunnerError("every worker died while loading its modules; no LoadGen test "
-                              "ran", where=str(work / "logs"), fix="read the worker logs there")
+            raise StepFailed("every worker died while loading its modules; no LoadGen test "
+                             "ran", where=str(work / "logs"), fix="read the worker logs there")
         if ready and ready + len(execution.result().deaths) >= expected:
             return
         time.sleep(READY_POLL_S)
@@ -407,7 +407,7 @@ def execute(prepared: Prepared, executor, attempt=None
     return outcomes, failure
 
 
-def _run_one(prepared: Prepared, spec: TestSpec, execution, batch_size: int) -> TestOutcome:
+def _run_one(prepared: Prepared, spec: LoadgenTest, execution, batch_size: int) -> TestOutcome:
     """One test's process, while this process watches the workers: a dead worker's batches
     go back to the queue; when none is left alive, the test is told so (marker file)."""
     from runner.batch.executors import stop_workers

@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.progress import Progress
 from runner.base.signals import exit_at_once, handlers_ready, start_child, work_done
 from runner.batch.lifeline import die_with_parent
 from runner.config.sources import redact_secrets
 from runner.loadgen.conf import MODEL
-from runner.loadgen.logs import SUMMARY, Summary, parse_summary
+from runner.loadgen.logs import SUMMARY_LOG, Summary, parse_summary
 from runner.loadgen.sut import QueueSUT
 
 # The TestSettings a test's record and the dry run show: the ones every scenario reads,
@@ -50,13 +50,13 @@ SCENARIO_FIELDS = {
     "SingleStream": ("single_stream_expected_latency_ns",
                      "single_stream_target_latency_percentile"),
 }
-TASK, RECORD = "loadgen_task.json", "sut.json"
+TASK, SUT_RECORD = "loadgen_task.json", "sut.json"
 TRACE_MEMORY = "RUNNER_LOADGEN_TRACE_MEMORY"  # set: the test's Python heap peak is recorded
 DRIVER_PID_ENV = "RUNNER_DRIVER_PID"  # the test process ends with the driver that started it
 
 
 @dataclass(frozen=True)
-class TestSpec:
+class LoadgenTest:
     """One LoadGen test: `name` is its directory (accuracy, performance, TEST01, TEST04)."""
 
     name: str
@@ -72,7 +72,7 @@ class TestSpec:
 
 @dataclass(frozen=True)
 class TestOutcome:
-    spec: TestSpec
+    spec: LoadgenTest
     log_dir: Path
     seconds: float
     summary: Summary | None
@@ -86,7 +86,7 @@ class TestOutcome:
                 "summary": self.summary.to_dict() if self.summary else None, "sut": self.sut}
 
 
-def _settings(spec: TestSpec):
+def _settings(spec: LoadgenTest):
     import mlperf_loadgen as lg
 
     settings = lg.TestSettings()
@@ -94,27 +94,27 @@ def _settings(spec: TestSpec):
     return settings
 
 
-def _set_mode(settings, spec: TestSpec) -> None:
+def _set_mode(settings, spec: LoadgenTest) -> None:
     import mlperf_loadgen as lg
 
     settings.mode = (lg.TestMode.AccuracyOnly if spec.mode == "accuracy"
                      else lg.TestMode.PerformanceOnly)
 
 
-def loadgen_settings(spec: TestSpec, user_conf: Path):
+def loadgen_settings(spec: LoadgenTest, user_conf: Path):
     """LoadGen's TestSettings in the test's own process: built-in SDXL rules and the
     user.conf (`conf_type=1`, once per process), then the mode; StartTest applies the
     audit.config on top."""
     settings = _settings(spec)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 1)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
-                          fix="check its lines against LoadGen's user.conf keys")
+        raise BadInput(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                       fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     return settings
 
 
-def planned_settings(spec: TestSpec, user_conf: Path, audit: Path | None) -> dict[str, Any]:
+def planned_settings(spec: LoadgenTest, user_conf: Path, audit: Path | None) -> dict[str, Any]:
     """What LoadGen will use in the test, computed here for any number of tests.
 
     LoadGen loads its built-in rules only on the first `FromConfig(..., conf_type=1)` of a
@@ -126,15 +126,15 @@ def planned_settings(spec: TestSpec, user_conf: Path, audit: Path | None) -> dic
     settings.FromConfig("", MODEL, spec.scenario, 0)
     rc = settings.FromConfig(str(user_conf), MODEL, spec.scenario, 2)
     if rc != 0:
-        raise RunnerError(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
-                          fix="check its lines against LoadGen's user.conf keys")
+        raise BadInput(f"LoadGen refused the user.conf (error {rc})", where=str(user_conf),
+                       fix="check its lines against LoadGen's user.conf keys")
     _set_mode(settings, spec)
     if audit is not None:
         rc = settings.FromConfig(str(audit), "*", spec.scenario, 2)
         if rc != 0:
-            raise RunnerError(f"LoadGen refused the audit.config (error {rc})",
-                              where=str(audit),
-                              fix="use MLPerf's shipped audit.config (drop --audit-conf)")
+            raise BadInput(f"LoadGen refused the audit.config (error {rc})",
+                           where=str(audit),
+                           fix="use MLPerf's shipped audit.config (drop --audit-conf)")
     return describe_settings(settings, spec.scenario)
 
 
@@ -146,12 +146,12 @@ def describe_settings(settings, scenario: str) -> dict[str, Any]:
     return out
 
 
-def run_test(task: dict[str, Any]) -> dict[str, Any]:
+def run_loadgen_test(task: dict[str, Any]) -> dict[str, Any]:
     """In the test's own process: LoadGen over a QueueSUT; LoadGen's logs land in the log
     dir even when the workers fail. Returns the SUT's record of the test."""
     import mlperf_loadgen as lg
 
-    spec = TestSpec(**task["spec"])
+    spec = LoadgenTest(**task["spec"])
     log_dir = Path(task["log_dir"])
     settings = loadgen_settings(spec, Path(task["user_conf"]))
     audit = log_dir / "audit.config"
@@ -194,7 +194,7 @@ def run_test(task: dict[str, Any]) -> dict[str, Any]:
             "failure": sut.failure}
 
 
-def start_test(spec: TestSpec, work_dir: Path, user_conf: Path, log_dir: Path, total: int,
+def start_test(spec: LoadgenTest, work_dir: Path, user_conf: Path, log_dir: Path, total: int,
                performance_count: int, batch_size: int, batcher_limit_s: float | None
                ) -> subprocess.Popen:
     """Starts the test's process; its record lands in `log_dir`/sut.json."""
@@ -208,15 +208,15 @@ def start_test(spec: TestSpec, work_dir: Path, user_conf: Path, log_dir: Path, t
                        env={**os.environ, DRIVER_PID_ENV: str(os.getpid())})
 
 
-def read_outcome(spec: TestSpec, log_dir: Path, rc: int, deaths: list[dict[str, Any]]
+def read_outcome(spec: LoadgenTest, log_dir: Path, rc: int, deaths: list[dict[str, Any]]
                  ) -> TestOutcome:
     """The ended test's outcome, from its record and LoadGen's summary."""
     try:
-        record = json.loads((log_dir / RECORD).read_text())
+        record = json.loads((log_dir / SUT_RECORD).read_text())
     except (OSError, ValueError):
         record = {"seconds": 0.0, "sut": {}, "failure": f"the LoadGen test process exited "
                   f"({rc}) without its record; see the messages above"}
-    summary_path = log_dir / SUMMARY
+    summary_path = log_dir / SUMMARY_LOG
     summary = parse_summary(summary_path) if summary_path.is_file() else None
     return TestOutcome(spec, log_dir, record["seconds"], summary,
                        {**record["sut"], "deaths": deaths}, record["failure"])
@@ -231,12 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     # Ends with `runner mlperf`, which always starts it as its own child.
     die_with_parent(int(os.environ.get(DRIVER_PID_ENV, "0")), only_child=True)
     try:
-        record = run_test(json.loads(task_file.read_text()))
+        record = run_loadgen_test(json.loads(task_file.read_text()))
     except RunnerError as e:
         print(f"error: {redact_secrets(str(e))}", file=sys.stderr, flush=True)
         work_done()
         return 2
-    atomic_write_json(task_file.with_name(RECORD), record)
+    atomic_write_json(task_file.with_name(SUT_RECORD), record)
     work_done()  # the record is whole: a signal now cannot undo the test
     return 0
 

@@ -35,12 +35,12 @@ from typing import Any
 from runner.base.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
 from runner.config.mlperf_data import load_review_ids
 from runner.loadgen.conf import MODEL
-from runner.loadgen.logs import ACCURACY_LOG, DETAIL, SUMMARY, detail_values, parse_summary
+from runner.loadgen.logs import ACCURACY_LOG, DETAIL, SUMMARY_LOG, detail_values, parse_summary
 from runner.loadgen.rules import Round
 from runner.model.images import write_png
 from runner.rundir.mlperf_log import iter_log_samples
 
-LOGS = (SUMMARY, DETAIL)
+LOGS = (SUMMARY_LOG, DETAIL)
 ACCURACY_TXT = "accuracy.txt"
 MEASUREMENTS = "measurements.json"
 IMAGES_DIR = "images"
@@ -172,15 +172,15 @@ def expected_files(plan, scenarios: tuple[str, ...], compliance: tuple[str, ...]
         out.update({
             f"{d}/{MEASUREMENTS}": "measurements", f"{d}/README.md": "how to reproduce",
             f"{d}/user.conf": "LoadGen user.conf",
-            f"{d}/accuracy/{SUMMARY}": "AccuracyOnly", f"{d}/accuracy/{DETAIL}": "log",
+            f"{d}/accuracy/{SUMMARY_LOG}": "AccuracyOnly", f"{d}/accuracy/{DETAIL}": "log",
             f"{d}/accuracy/{ACCURACY_LOG}": "truncated log",
             f"{d}/accuracy/{ACCURACY_TXT}": "accuracy script output and hash",
             f"{d}/accuracy/{IMAGES_DIR}/{CAPTIONS_TXT}": "captions of the accuracy images",
-            f"{d}/performance/run_1/{SUMMARY}": "PerformanceOnly",
+            f"{d}/performance/run_1/{SUMMARY_LOG}": "PerformanceOnly",
             f"{d}/performance/run_1/{DETAIL}": "log"})
         for test in compliance:
             out[f"{d}/{test}/verify_performance.txt"] = "verification"
-            out[f"{d}/{test}/performance/run_1/{SUMMARY}"] = "PerformanceOnly"
+            out[f"{d}/{test}/performance/run_1/{SUMMARY_LOG}"] = "PerformanceOnly"
             out[f"{d}/{test}/performance/run_1/{DETAIL}"] = "log"
             if test == "TEST01":
                 out[f"{d}/{test}/verify_accuracy.txt"] = "verification"
@@ -215,7 +215,7 @@ def check_tree(root: Path, plan, scenarios: tuple[str, ...], compliance: tuple[s
         path = root / rel
         if not path.is_file():
             problems.append(f"missing {rel} ({what})")
-        elif path.name == SUMMARY:
+        elif path.name == SUMMARY_LOG:
             summary = parse_summary(path)
             scenario = rel.split("/")[5]
             if summary.scenario != scenario:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.fileio import sha256_file
+from runner.base.gpu_info import nvidia_csv
 from runner.config.model_config import precision_text
 from runner.loadgen.rules import DIVISIONS, SYSTEM_TYPES, Round
 
@@ -37,12 +38,12 @@ _NAMED_ELSEWHERE = {"division": "--division / mlperf.division",
 
 def check_name(value: str | None, what: str, where: str) -> str:
     if value is None:
-        raise RunnerError(f"no {what} for the submission tree", where=where,
-                          fix=f"give the {what} (letters, digits, . _ + -)")
+        raise BadInput(f"no {what} for the submission tree", where=where,
+                       fix=f"give the {what} (letters, digits, . _ + -)")
     if not _NAME.match(value):
-        raise RunnerError(f"{what} {value!r} is not a plain name: it names a directory of "
-                          "the submission tree", where=where,
-                          fix="use letters, digits and . _ + - (at most 100), no spaces")
+        raise BadInput(f"{what} {value!r} is not a plain name: it names a directory of "
+                       "the submission tree", where=where,
+                       fix="use letters, digits and . _ + - (at most 100), no spaces")
     return value
 
 
@@ -174,17 +175,24 @@ def _run(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def parse_nvidia_smi(text: str) -> dict[str, Any]:
-    """`nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader`."""
-    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
-    if not rows or len(rows[0]) < 3:
+NVIDIA_QUERY = ("name", "memory.total", "clocks.max.sm")
+
+
+def nvidia_facts(text: str) -> dict[str, Any]:
+    """`nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader`
+    (units kept: MLPerf's fields are free text); {} where it cannot be read."""
+    try:
+        rows = nvidia_csv(text, NVIDIA_QUERY)
+    except ToolFailed:
         return {}
-    name, memory, clock = rows[0][:3]
-    return {"accelerator_model_name": name, "accelerator_memory_capacity": memory,
-            "accelerator_frequency": clock, "gpus_seen": len(rows)}
+    if not rows:
+        return {}
+    return {"accelerator_model_name": rows[0]["name"],
+            "accelerator_memory_capacity": rows[0]["memory.total"],
+            "accelerator_frequency": rows[0]["clocks.max.sm"], "gpus_seen": len(rows)}
 
 
-def parse_rocm_smi(text: str) -> dict[str, Any]:
+def rocm_facts(text: str) -> dict[str, Any]:
     """`rocm-smi --showproductname --showmeminfo vram --json`: one object per card
     (`Card series`, `VRAM Total Memory (B)`, ...); keys matched loosely, as their spelling
     varies across ROCm releases."""
@@ -214,12 +222,11 @@ def accelerator_facts(profile) -> dict[str, Any]:
                 **{f: "N/A" for f in ACCELERATOR_FIELDS}}
     facts: dict[str, Any] = {}
     if backend == "hip":
-        facts = parse_rocm_smi(_run(["rocm-smi", "--showproductname", "--showmeminfo", "vram",
+        facts = rocm_facts(_run(["rocm-smi", "--showproductname", "--showmeminfo", "vram",
                                      "--json"]) or "")
     elif backend == "cuda":
-        facts = parse_nvidia_smi(_run(["nvidia-smi",
-                                       "--query-gpu=name,memory.total,clocks.max.sm",
-                                       "--format=csv,noheader"]) or "")
+        facts = nvidia_facts(_run(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_QUERY)}",
+                                   "--format=csv,noheader"]) or "")
     facts.pop("gpus_seen", None)
     facts["accelerators_per_node"] = layout.gpus or len(layout.devices)
     return facts
@@ -272,13 +279,13 @@ def describe_system(rules: Round, profile, division: str, submitter: str, nodes:
     system_id = check_name(given.pop("id", None), "system id (mlperf.system.id)", where)
     unknown = sorted(k for k in given if k not in rules.system_fields)
     if unknown:
-        raise RunnerError(f"mlperf.system has key(s) MLPerf {rules.version}'s systems JSON "
-                          f"does not know: {', '.join(unknown)}", where=where,
-                          fix=f"use {', '.join(rules.system_fields)}")
+        raise BadInput(f"mlperf.system has key(s) MLPerf {rules.version}'s systems JSON "
+                       f"does not know: {', '.join(unknown)}", where=where,
+                       fix=f"use {', '.join(rules.system_fields)}")
     clash = [k for k in _NAMED_ELSEWHERE if k in given]
     if clash:
-        raise RunnerError(f"mlperf.system.{clash[0]} is set from the command", where=where,
-                          fix=f"use {_NAMED_ELSEWHERE[clash[0]]}")
+        raise BadInput(f"mlperf.system.{clash[0]} is set from the command", where=where,
+                       fix=f"use {_NAMED_ELSEWHERE[clash[0]]}")
     layout = profile.layout
     values: dict[str, tuple[Any, str]] = {}
 
@@ -302,22 +309,22 @@ def describe_system(rules: Round, profile, division: str, submitter: str, nodes:
     put(given, "profile")
     missing = [f for f in rules.system_fields if f not in values]
     if missing:
-        raise RunnerError(
+        raise BadInput(
             f"the MLPerf {rules.version} system description lacks {len(missing)} field(s) "
             f"that nothing detects: {', '.join(missing)}", where=where,
             fix="give them in the profile's mlperf.system section or with "
             f"--set mlperf.system.{missing[0]}=VALUE (\"N/A\" where a field does not apply)")
     system_type = values["system_type"][0]
     if system_type not in SYSTEM_TYPES:
-        raise RunnerError(f"system_type {system_type!r} is not one of MLPerf's",
-                          where=f"{where}.system_type", fix=f"use {' or '.join(SYSTEM_TYPES)}")
+        raise BadInput(f"system_type {system_type!r} is not one of MLPerf's",
+                       where=f"{where}.system_type", fix=f"use {' or '.join(SYSTEM_TYPES)}")
     status = str(values["status"][0])
     if status.lower() not in rules.system_statuses:
-        raise RunnerError(f"status {status!r} is not one of MLPerf's", where=f"{where}.status",
-                          fix=f"use {' or '.join(rules.system_statuses)}")
+        raise BadInput(f"status {status!r} is not one of MLPerf's", where=f"{where}.status",
+                       fix=f"use {' or '.join(rules.system_statuses)}")
     if division not in DIVISIONS:
-        raise RunnerError(f"unknown division {division!r}", where="--division",
-                          fix=f"use {' or '.join(DIVISIONS)}")
+        raise BadInput(f"unknown division {division!r}", where="--division",
+                       fix=f"use {' or '.join(DIVISIONS)}")
     return SystemDescription(system_id, {f: values[f][0] for f in rules.system_fields},
                              {f: values[f][1] for f in rules.system_fields})
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import cache_dir
@@ -78,10 +78,10 @@ def _run_compiler(argv: list[str], mlir: Path) -> subprocess.CompletedProcess:
         if isinstance(done, subprocess.CompletedProcess):
             return done
         echo(f"warning: iree-compile of {mlir.name} {done} (attempt {attempt} of 2)")
-    raise RunnerError(f"iree-compile did not finish within {limit:.0f}s, twice (or hung: no "
-                      f"CPU used for {stall:.0f}s)", where=str(mlir),
-                      fix="raise RUNNER_COMPILE_TIMEOUT (and RUNNER_COMPILE_STALL), or "
-                      f"reproduce: {shlex.join(argv)}")
+    raise ToolFailed(f"iree-compile did not finish within {limit:.0f}s, twice (or hung: no "
+                     f"CPU used for {stall:.0f}s)", where=str(mlir),
+                     fix="raise RUNNER_COMPILE_TIMEOUT (and RUNNER_COMPILE_STALL), or "
+                     f"reproduce: {shlex.join(argv)}")
 
 
 def _compile_once(argv: list[str], limit: float, stall: float
@@ -196,8 +196,8 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     compiler = compiler or compiler_info()
     if not mlir.is_file():
         if not dry_run:
-            raise RunnerError("MLIR file not found", where=str(mlir),
-                              fix="run `runner export tiny`, or fix the model config's `mlir`")
+            raise BadInput("MLIR file not found", where=str(mlir),
+                           fix="run `runner export tiny`, or fix the model config's `mlir`")
         key, shard = "<key: sha256 of the MLIR, flags and compiler>", "<key[:2]>"
         mlir_sha256 = ""
     else:
@@ -223,9 +223,9 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
-                          f"{compiler_errors(proc.stderr)}", where=str(mlir),
-                          fix=f"reproduce with: {shlex.join(command)}")
+        raise ToolFailed(f"iree-compile failed (exit {proc.returncode}):\n"
+                         f"{compiler_errors(proc.stderr)}", where=str(mlir),
+                         fix=f"reproduce with: {shlex.join(command)}")
     tmp.replace(vmfb)
     result = CompileResult(str(mlir), str(vmfb), key, False, seconds, command, sha256_file(vmfb),
                            _named(compiler))
@@ -277,9 +277,9 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
     """The vmfb of `mlir` compiled on another machine with the flags this request gives that
     machine's compiler; see the module doc."""
     if not mlir.is_file():
-        raise RunnerError("MLIR file not found", where=str(mlir),
-                          fix="carry the model's files with the compile cache (`runner "
-                          "compile --out DIR` gathers both)")
+        raise BadInput("MLIR file not found", where=str(mlir),
+                       fix="carry the model's files with the compile cache (`runner "
+                       "compile --out DIR` gathers both)")
     digest = sha256_file(mlir)
     matches = []
     for entry in _entries(digest):
@@ -295,7 +295,7 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
 
         command = ["iree-compile", str(mlir), *flags_for(nominal_compiler()), "-o",
                    f"{mlir.stem}.vmfb"]
-        raise RunnerError(
+        raise ToolFailed(
             f"no iree-compile on this machine, and the compile cache ({vmfb_dir()}) holds no "
             f"vmfb of {mlir.name} (sha256 {digest[:16]}...) compiled with these flags",
             where=str(mlir),
@@ -306,7 +306,7 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
     if len(matches) > 1:
         names = "; ".join(f"{_named(c)} (vmfb/{e['key'][:2]}/{e['key'][:12]}...)"
                           for e, c, _ in matches)
-        raise RunnerError(
+        raise ToolFailed(
             f"no iree-compile on this machine, and the compile cache holds {len(matches)} "
             f"vmfbs of {mlir.name} with these flags, by different compilers: {names}",
             where=str(vmfb_dir()),
@@ -317,9 +317,9 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
     vmfb = vmfb_path(entry["key"])
     actual = sha256_file(vmfb)
     if entry.get("vmfb_sha256") and actual != entry["vmfb_sha256"]:
-        raise RunnerError("the carried vmfb is not the file its compiler wrote (sha256 "
-                          "differs from the cache entry's)", where=str(vmfb),
-                          fix="copy the compile cache again")
+        raise StepFailed("the carried vmfb is not the file its compiler wrote (sha256 "
+                         "differs from the cache entry's)", where=str(vmfb),
+                         fix="copy the compile cache again")
     recorded = entry.get("command")
     command = [str(c) for c in recorded] if isinstance(recorded, list) else []
     return CompileResult(str(mlir), str(vmfb), entry["key"], True, 0.0, command, actual,
@@ -338,6 +338,6 @@ def scheduling_statistics(result: CompileResult, flags: tuple[str, ...],
             "--compile-to=executable-sources", "-o", os.devnull]
     proc = _run_compiler(argv, mlir)
     if proc.returncode != 0:
-        raise RunnerError(f"iree-compile failed (exit {proc.returncode}):\n"
-                          f"{compiler_errors(proc.stderr)}", where=str(mlir),
-                          fix=f"reproduce with: {shlex.join(argv)}")
+        raise ToolFailed(f"iree-compile failed (exit {proc.returncode}):\n"
+                         f"{compiler_errors(proc.stderr)}", where=str(mlir),
+                         fix=f"reproduce with: {shlex.join(argv)}")

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.iree_tools import compiler_here
 from runner.base.progress import Progress, echo
 from runner.config.model_config import ModelConfig
@@ -66,7 +66,7 @@ def missing_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int
                if batch not in model.sizes_for(name)]
     if missing and model.source is None:
         name, batch = missing[0]
-        raise RunnerError(
+        raise BadInput(
             f"no {name} artifact for batch size {batch} (the model has "
             f"{list(model.sizes_for(name))})", where=f"{model.path}: batch_sizes",
             fix="choose a layout batch size the model was exported for, or export it "
@@ -93,11 +93,11 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
             (source.checkpoint, "checkpoint", "model=checkpoint:DIR", "an SDXL base 1.0 copy"),
             (source.vae_from, "VAE", "model.vae_from=DIR", "a VAE directory")):
         if path is not None and not path.is_dir():
-            raise RunnerError(f"the {what} directory {path} is not here: the model is exported "
-                              f"from it for batch size {batch_size}",
-                              where=f"{where}: {field.split('=')[0]}",
-                              fix=f"put {copy} (diffusers format) there, or name yours with "
-                              f"--set {field}")
+            raise BadInput(f"the {what} directory {path} is not here: the model is exported "
+                           f"from it for batch size {batch_size}",
+                           where=f"{where}: {field.split('=')[0]}",
+                           fix=f"put {copy} (diffusers format) there, or name yours with "
+                           f"--set {field}")
     if dry_run:
         say(shlex.join(export_command(source, [batch_size], [vae_batch_size])))
         open_sources(source)  # every file checked as the export checks it, writing nothing
@@ -186,13 +186,13 @@ def _check_exported(profile: Profile) -> None:
     then = (f"export it with `{export}` (or let `runner compile --profile {profile.name}` or "
             "`runner run` export it on demand)")
     if source.checkpoint is not None and not source.checkpoint.is_dir():
-        raise RunnerError(
+        raise BadInput(
             f"profile {profile.name}'s model is exported from the checkpoint directory "
             f"{source.checkpoint}, which is not here; runner fetch downloads nothing for it",
             where=f"{profile.path}: model ({model.source})",
             fix="put a diffusers-format SDXL checkpoint there, or name yours with `--set "
             f"model=checkpoint:DIR`; then {then}")
-    raise RunnerError(
+    raise BadInput(
         f"profile {profile.name}'s model ({model.source}) is not exported yet; runner fetch "
         "downloads nothing for it", where=f"{profile.path}: model", fix=then)
 

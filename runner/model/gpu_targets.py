@@ -105,7 +105,7 @@ def _save(compiler: CompilerInfo, answers: dict[str, bool]) -> None:
     atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
 
 
-def probe(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
+def probe_chip(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
     """Whether `compiler` compiles for the chip: True, False, or None when the probe says
     nothing about the chip (e.g. this compiler does not know the flag itself: the real
     compile then reports that)."""
@@ -135,7 +135,7 @@ def known_targets(compiler: CompilerInfo, backend: str, prefix: str) -> list[str
     todo = [c for c in CANDIDATES[backend] if f"{prefix}{c}" not in answers]
     if todo:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            found = pool.map(lambda c: probe(compiler, ChipFlag(backend, prefix, c)), todo)
+            found = pool.map(lambda c: probe_chip(compiler, ChipFlag(backend, prefix, c)), todo)
             new = {f"{prefix}{c}": ok for c, ok in zip(todo, found, strict=True)
                    if ok is not None}
         _save(compiler, new)
@@ -153,7 +153,7 @@ def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str)
     answers = _load(compiler)
     known = answers.get(target.flag)
     if known is None:
-        known = probe(compiler, target)
+        known = probe_chip(compiler, target)
         if known is None:
             return  # the probe could not tell: the compile itself says what is wrong
         _save(compiler, {target.flag: known})

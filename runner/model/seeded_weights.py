@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_text, sha256_file
 from runner.base.progress import Progress, echo
 from runner.base.signals import import_held
@@ -48,7 +48,7 @@ from runner.inputs.paths import inside
 FORMAT = "iree-sdxl-runner seeded weights 1"
 GENERATOR = "pcg64-uniform-float32-blocks"
 BLOCK = 1 << 22  # elements per independently seeded stream
-DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+NUMPY_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 SPEC_MAX_BYTES = 64 << 20  # SDXL's spec is ~0.6 MB
 # Beside the export directories (in $RUNNER_CACHE_DIR/exports/, or a carry's): a hard link to
 # each archive written from a spec, named by its sha256. Exports that differ only in the
@@ -61,8 +61,10 @@ _METADATA_PREFIX = "PYTORCH:"
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """One tensor: `init` is `constant` (`a`: the value) or `uniform` (over [a, b))."""
+class SeededTensor:
+    """One tensor of seeded weights and how its values are made: `init` is `constant`
+    (`a`: the value) or `uniform` (over [a, b)). (model.tensors.TensorSpec is another thing:
+    a test's shape and IREE type.)"""
 
     name: str
     shape: tuple[int, ...]
@@ -77,7 +79,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.count * DTYPES[self.dtype].itemsize
+        return self.count * NUMPY_DTYPES[self.dtype].itemsize
 
     def row(self) -> list:
         rule = [self.init, self.a] if self.init == "constant" else [self.init, self.a, self.b]
@@ -87,7 +89,7 @@ class TensorSpec:
 @dataclass(frozen=True)
 class WeightsSpec:
     seed: int
-    archives: dict[str, tuple[TensorSpec, ...]]  # archive file name -> its tensors
+    archives: dict[str, tuple[SeededTensor, ...]]  # archive file name -> its tensors
 
     def nbytes(self, archive: str) -> int:
         return sum(t.nbytes for t in self.archives[archive])
@@ -138,13 +140,13 @@ def derive_rule(values: np.ndarray, scratch: np.ndarray | None = None
 
 
 def tensor_spec(name: str, values: np.ndarray, scratch: np.ndarray | None = None
-                ) -> TensorSpec:
+                ) -> SeededTensor:
     dtype = np.dtype(values.dtype).name
-    if dtype not in DTYPES:
-        raise RunnerError(f"seeded weights are float32 or float16; {name} is {dtype}",
-                          where=name, fix="export the seeded model in fp16 or fp32")
-    return TensorSpec(name, tuple(int(d) for d in values.shape), dtype,
-                      *derive_rule(values, scratch))
+    if dtype not in NUMPY_DTYPES:
+        raise BadInput(f"seeded weights are float32 or float16; {name} is {dtype}",
+                       where=name, fix="export the seeded model in fp16 or fp32")
+    return SeededTensor(name, tuple(int(d) for d in values.shape), dtype,
+                        *derive_rule(values, scratch))
 
 
 # --- generating values ------------------------------------------------------------------
@@ -155,7 +157,7 @@ def _stream(seed: int, name: str, block: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, block, *words])))
 
 
-def _fill(t: TensorSpec, seed: int, flat: np.ndarray, block: int,
+def _fill(t: SeededTensor, seed: int, flat: np.ndarray, block: int,
           scratch: np.ndarray | None) -> None:
     """Block `block` of tensor `t` into `flat` (its flat output array); a float16 tensor's
     float32 values go through `scratch` (at least BLOCK float32s), a float32 tensor's are
@@ -170,21 +172,21 @@ def _fill(t: TensorSpec, seed: int, flat: np.ndarray, block: int,
         flat[start:stop] = u  # float16: IEEE round to nearest even
 
 
-def _blocks(t: TensorSpec) -> int:
+def _blocks(t: SeededTensor) -> int:
     return 0 if t.init == "constant" else -(-t.count // BLOCK)
 
 
-def generate(tensors: tuple[TensorSpec, ...], seed: int, *, workers: int | None = None,
-             on_bytes: Callable[[int], None] = lambda n: None,
-             out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+def generate_seeded(tensors: tuple[SeededTensor, ...], seed: int, *, workers: int | None = None,
+                    on_bytes: Callable[[int], None] = lambda n: None,
+                    out: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """Every tensor's values (in its dtype and shape), blocks filled by a thread pool
     (numpy releases the GIL in both the generator and the arithmetic); `on_bytes` is called
     from this thread as blocks complete. Each thread keeps one float32 block to generate
     float16 values in, rather than a new 16 MB array per block. `out`: C-contiguous arrays
     of the tensors' shapes and dtypes to fill (a model's own storage) instead of new ones."""
-    arrays = out if out is not None else [np.empty(t.shape, DTYPES[t.dtype]) for t in tensors]
+    arrays = out if out is not None else [np.empty(t.shape, NUMPY_DTYPES[t.dtype]) for t in tensors]
     for t, arr in zip(tensors, arrays, strict=True):
-        if arr.shape != t.shape or arr.dtype != DTYPES[t.dtype] or not arr.flags.c_contiguous:
+        if arr.shape != t.shape or arr.dtype != NUMPY_DTYPES[t.dtype] or not arr.flags.c_contiguous:
             raise ValueError(f"{t.name}: no room for its values in a {arr.dtype} "
                              f"{arr.shape} array")
         if t.init == "constant":
@@ -195,7 +197,7 @@ def generate(tensors: tuple[TensorSpec, ...], seed: int, *, workers: int | None 
             for b in range(_blocks(t))]
     local = threading.local()
 
-    def run(job: tuple[TensorSpec, np.ndarray, int]) -> int:
+    def run(job: tuple[SeededTensor, np.ndarray, int]) -> int:
         t, flat, b = job
         scratch = None
         if flat.dtype != np.float32:
@@ -211,15 +213,15 @@ def generate(tensors: tuple[TensorSpec, ...], seed: int, *, workers: int | None 
     return arrays
 
 
-def _metadata(t: TensorSpec) -> str:
-    dtype = DTYPES[t.dtype]
+def _metadata(t: SeededTensor) -> str:
+    dtype = NUMPY_DTYPES[t.dtype]
     return _METADATA_PREFIX + json.dumps({
         "type": "Tensor", "dtype": t.dtype, "shape": list(t.shape),
         "dtype_desc": {"class_name": "dtype", "is_complex": False, "is_floating_point": True,
                        "is_signed": True, "itemsize": dtype.itemsize}})
 
 
-def write_archive(tensors: tuple[TensorSpec, ...], arrays: list[np.ndarray], path: Path,
+def write_archive(tensors: tuple[SeededTensor, ...], arrays: list[np.ndarray], path: Path,
                   expected_sha256: str | None = None) -> str:
     """The `.irpa` of `tensors` holding `arrays` (from `generate`), written by IREE's own
     archive writer next to `path` and moved in place only when complete (and, when given,
@@ -238,17 +240,17 @@ def write_archive(tensors: tuple[TensorSpec, ...], arrays: list[np.ndarray], pat
         os.chmod(tmp, 0o644)  # IREE's 0640 would hide the weights from other users
         digest = sha256_file(tmp)
         if expected_sha256 is not None and digest != expected_sha256:
-            raise RunnerError(
+            raise StepFailed(
                 f"the weights written from the spec are not the exported file (sha256 "
                 f"{digest[:16]}..., model.json records {expected_sha256[:16]}...)",
                 where=str(path), fix="export again (`runner export sdxl --seeded`), or carry "
                 "the .irpa itself; the spec and model.json must come from the same export")
         os.replace(tmp, path)
     except OSError as e:
-        raise RunnerError(f"cannot write the weights: {e.strerror or e}", where=str(path),
-                          fix=f"make room for {sum(a.nbytes for a in arrays) / 1e9:.1f} GB "
-                          "there and make it writable (or set $RUNNER_CACHE_DIR to a disk "
-                          "that is)") from e
+        raise StepFailed(f"cannot write the weights: {e.strerror or e}", where=str(path),
+                         fix=f"make room for {sum(a.nbytes for a in arrays) / 1e9:.1f} GB "
+                         "there and make it writable (or set $RUNNER_CACHE_DIR to a disk "
+                         "that is)") from e
     finally:
         tmp.unlink(missing_ok=True)
     return digest
@@ -262,8 +264,8 @@ def write_spec(spec: WeightsSpec, path: Path) -> None:
 
 def _field(ok: bool, where: str, what: str) -> None:
     if not ok:
-        raise RunnerError(f"the weights spec is damaged: {what}", where=where,
-                          fix="export it again (`runner export sdxl --seeded`)")
+        raise BadInput(f"the weights spec is damaged: {what}", where=where,
+                       fix="export it again (`runner export sdxl --seeded`)")
 
 
 def read_spec(path: Path) -> WeightsSpec:
@@ -290,11 +292,11 @@ def _number(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _tensor(row: Any, where: str) -> TensorSpec:
+def _tensor(row: Any, where: str) -> SeededTensor:
     """`[name, shape, dtype, [init, a(, b)]]`, each part checked."""
     ok = isinstance(row, list) and len(row) == 4
     name, shape, dtype, rule = row if ok else ("", [], "", [])
-    ok = ok and isinstance(name, str) and bool(name) and dtype in DTYPES
+    ok = ok and isinstance(name, str) and bool(name) and dtype in NUMPY_DTYPES
     ok = ok and isinstance(shape, list) and all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
     ok = ok and isinstance(rule, list) and (
@@ -302,7 +304,7 @@ def _tensor(row: Any, where: str) -> TensorSpec:
     ok = ok and all(_number(x) for x in rule[1:])
     _field(ok, where, f"a tensor entry is not [name, shape, dtype, rule]: {str(row)[:120]}")
     _field(math.prod(shape) < 1 << 40, where, f"{name}: shape {shape} is not a weight's")
-    return TensorSpec(name, tuple(shape), dtype, rule[0], *(float(x) for x in rule[1:]))
+    return SeededTensor(name, tuple(shape), dtype, rule[0], *(float(x) for x in rule[1:]))
 
 
 # --- writing what a model lacks ---------------------------------------------------------
@@ -330,20 +332,20 @@ def missing_weights(model: ModelConfig) -> tuple[WeightsSpec | None, list[Missin
     where = f"{model.path}: weights_spec"
     spec_path = inside(model.weights_spec, model.base_dir, where, absolute_ok=False)
     if not spec_path.is_file():
-        raise RunnerError(f"{absent[0]} is missing and so is its spec {spec_path.name}",
-                          where=str(spec_path), fix="carry the export's weights.spec.json "
-                          "(`runner compile --out DIR` does), or export again")
+        raise BadInput(f"{absent[0]} is missing and so is its spec {spec_path.name}",
+                       where=str(spec_path), fix="carry the export's weights.spec.json "
+                       "(`runner compile --out DIR` does), or export again")
     recorded = model.files.get(model.weights_spec)
     if recorded and sha256_file(spec_path) != recorded:
-        raise RunnerError("the weights spec is not the one this export wrote (sha256 differs "
-                          "from model.json's)", where=str(spec_path),
-                          fix="carry the export's own model.json and weights.spec.json together")
+        raise BadInput("the weights spec is not the one this export wrote (sha256 differs "
+                       "from model.json's)", where=str(spec_path),
+                       fix="carry the export's own model.json and weights.spec.json together")
     spec = read_spec(spec_path)
     out = []
     for name in absent:
         if name not in spec.archives:
-            raise RunnerError(f"{name} is missing and the spec does not describe it",
-                              where=str(spec_path), fix="export again")
+            raise BadInput(f"{name} is missing and the spec does not describe it",
+                           where=str(spec_path), fix="export again")
         out.append(MissingWeights(name, Path(model.resolve(name)), spec.nbytes(name),
                                   len(spec.archives[name]), model.files.get(name)))
     return spec, out
@@ -355,9 +357,9 @@ def _locked(directory: Path) -> Iterator[None]:
     try:
         lock = open(directory / ".weights.lock", "w")  # noqa: SIM115 (held while yielding)
     except OSError as e:
-        raise RunnerError(f"cannot write in {directory}: {e.strerror}", where=str(directory),
-                          fix="make the export directory writable, or copy it (with "
-                          "$RUNNER_CACHE_DIR) to a disk that is") from e
+        raise StepFailed(f"cannot write in {directory}: {e.strerror}", where=str(directory),
+                         fix="make the export directory writable, or copy it (with "
+                         "$RUNNER_CACHE_DIR) to a disk that is") from e
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
@@ -397,7 +399,7 @@ def ensure_weights(model: ModelConfig, *, dry_run: bool = False,
                     continue
                 bar.start_item(m.archive)
                 tensors = spec.archives[m.archive]
-                arrays = generate(tensors, spec.seed, on_bytes=on_bytes)
+                arrays = generate_seeded(tensors, spec.seed, on_bytes=on_bytes)
                 write_archive(tensors, arrays, m.path, m.sha256)
                 del arrays
                 _share(m)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_bytes
 from runner.base.signals import import_held
 from runner.inputs.limits import INT64_MAX
@@ -78,19 +78,19 @@ class TensorSpec:
         text = value.strip()
         match = _VALUE_RE.match(text)
         if not match or match.group(2) not in _IREE_TO_NUMPY:
-            raise RunnerError(f"cannot read tensor type {value!r}", where=where,
-                              fix="spell it as iree-run-module does: <d0>x<d1>x...x<type>, "
-                              f"type one of {', '.join(sorted(_IREE_TO_NUMPY))}, e.g. "
-                              "2x64x2048xf16")
+            raise BadInput(f"cannot read tensor type {value!r}", where=where,
+                           fix="spell it as iree-run-module does: <d0>x<d1>x...x<type>, "
+                           f"type one of {', '.join(sorted(_IREE_TO_NUMPY))}, e.g. "
+                           "2x64x2048xf16")
         digits = [d for d in match.group(1).split("x") if d]
         name = _IREE_TO_NUMPY[match.group(2)]
         nbytes = 2 if name == "bf16" else np.dtype(name).itemsize
         for d in digits:  # the byte count must fit in int64 (numpy's sizes would wrap)
             nbytes *= int(d) if len(d) <= 19 else INT64_MAX + 1
             if nbytes > INT64_MAX or len(d) > 19:
-                raise RunnerError(f"tensor type {value[:80]!r} is larger than any file can "
-                                  "hold (its byte count overflows 64 bits)", where=where,
-                                  fix="check the shape's dimensions")
+                raise BadInput(f"tensor type {value[:80]!r} is larger than any file can "
+                               "hold (its byte count overflows 64 bits)", where=where,
+                               fix="check the shape's dimensions")
         return cls(tuple(int(d) for d in digits), match.group(2))
 
     @classmethod
@@ -125,8 +125,8 @@ def tensor_format(path: Path) -> str:
 
 def _check_spec(array: np.ndarray, spec: TensorSpec | None, path: Path) -> np.ndarray:
     if spec is not None and not TensorSpec.of(array).same_as(spec):
-        raise RunnerError(f"file holds a {TensorSpec.of(array)} tensor, the test says {spec}",
-                          where=str(path), fix="fix the test's `value`, or the file")
+        raise BadInput(f"file holds a {TensorSpec.of(array)} tensor, the test says {spec}",
+                       where=str(path), fix="fix the test's `value`, or the file")
     return array
 
 
@@ -134,31 +134,31 @@ def read_tensor(path: Path, spec: TensorSpec | None = None) -> np.ndarray:
     """Reads one tensor; a raw `.bin` needs `spec` and must be exactly its size."""
     fmt = tensor_format(path)
     if not path.is_file():
-        raise RunnerError("tensor file not found", where=str(path),
-                          fix="check the path (a test's inputs are downloaded by `runner "
-                          "goldens check`)")
+        raise BadInput("tensor file not found", where=str(path),
+                       fix="check the path (a test's inputs are downloaded by `runner "
+                       "goldens check`)")
     if fmt == ".npy":
         try:
             array = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise RunnerError(f"not a readable .npy file: {e}", where=str(path),
-                              fix="fetch or write the file again") from e
+            raise BadInput(f"not a readable .npy file: {e}", where=str(path),
+                           fix="fetch or write the file again") from e
         if array.dtype.kind == "V":  # bf16 has no .npy type code: numpy stores raw 2 bytes
             if spec is None or spec.np_dtype.itemsize != array.dtype.itemsize:
-                raise RunnerError(f"the .npy holds untyped {array.dtype.itemsize}-byte "
-                                  "values (how numpy stores bf16)", where=str(path),
-                                  fix='give the entry a "value" such as "1x4xbf16"')
+                raise BadInput(f"the .npy holds untyped {array.dtype.itemsize}-byte "
+                               "values (how numpy stores bf16)", where=str(path),
+                               fix='give the entry a "value" such as "1x4xbf16"')
             array = array.view(spec.np_dtype)
         return _check_spec(array, spec, path)
     if fmt == ".irpa":
         return _check_spec(_read_irpa(path), spec, path)
     if spec is None:
-        raise RunnerError("a raw .bin tensor needs a shape and type", where=str(path),
-                          fix='give the entry a "value" such as "1x4x128x128xf16"')
+        raise BadInput("a raw .bin tensor needs a shape and type", where=str(path),
+                       fix='give the entry a "value" such as "1x4x128x128xf16"')
     size = path.stat().st_size
     if size != spec.nbytes:
-        raise RunnerError(f"file has {size} bytes, a {spec} tensor has {spec.nbytes}",
-                          where=str(path), fix="the blob or the test's `value` is wrong")
+        raise BadInput(f"file has {size} bytes, a {spec} tensor has {spec.nbytes}",
+                       where=str(path), fix="the blob or the test's `value` is wrong")
     return np.fromfile(path, dtype=spec.np_dtype).reshape(spec.shape)
 
 
@@ -170,21 +170,21 @@ def _read_irpa(path: Path) -> np.ndarray:
         index.load(str(path))
         entries = list(index.items())
     except (RuntimeError, ValueError) as e:
-        raise RunnerError(f"not a readable .irpa archive: {e}", where=str(path),
-                          fix="fetch or export the file again") from e
+        raise BadInput(f"not a readable .irpa archive: {e}", where=str(path),
+                       fix="fetch or export the file again") from e
     if len(entries) != 1:
-        raise RunnerError(f"a tensor .irpa holds exactly one entry, this one has "
-                          f"{len(entries)}: {[k for k, _ in entries][:5]}", where=str(path),
-                          fix="IREE's test assets store one input or result per .irpa file")
+        raise BadInput(f"a tensor .irpa holds exactly one entry, this one has "
+                       f"{len(entries)}: {[k for k, _ in entries][:5]}", where=str(path),
+                       fix="IREE's test assets store one input or result per .irpa file")
     key, entry = entries[0]
     try:
         array = rt.parameter_index_entry_as_numpy_ndarray(entry)
     except (ValueError, KeyError) as e:
         array = _bf16_entry(entry, rt)  # IREE's helper has no bf16; turbine writes it
         if array is None:
-            raise RunnerError(f"entry {key!r} has no tensor metadata IREE can read: {e}",
-                              where=str(path), fix="write the archive with IREE's "
-                              "iree.runtime.ParameterIndex") from e
+            raise BadInput(f"entry {key!r} has no tensor metadata IREE can read: {e}",
+                           where=str(path), fix="write the archive with IREE's "
+                           "iree.runtime.ParameterIndex") from e
     return np.array(array, copy=True)
 
 

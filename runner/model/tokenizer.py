@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.jsonfile import read_json
 from runner.inputs.limits import MiB, read_text
 
@@ -70,7 +70,7 @@ class TokenizerFiles:
         files = cls(directory / "vocab.json", directory / "merges.txt")
         for path in (files.vocab, files.merges):
             if not path.is_file():
-                raise RunnerError(
+                raise BadInput(
                     "CLIP tokenizer file missing",
                     where=str(path),
                     fix="point the model config's `tokenizer_dir` at a directory holding the "
@@ -86,16 +86,16 @@ class ClipTokenizer:
     def __init__(self, files: TokenizerFiles, max_length: int, pad_token: str = EOS):
         vocab = read_json(files.vocab, max_bytes=64 * MiB, what="tokenizer vocabulary")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()):
-            raise RunnerError("the vocabulary must map tokens to integer ids",
-                              where=str(files.vocab),
-                              fix="use the checkpoint's own tokenizer/vocab.json")
+            raise BadInput("the vocabulary must map tokens to integer ids",
+                           where=str(files.vocab),
+                           fix="use the checkpoint's own tokenizer/vocab.json")
         self.vocab: dict[str, int] = vocab
         lines = read_text(files.merges, max_bytes=64 * MiB, what="merges file").splitlines()
         merges = [tuple(line.split()) for line in lines if line and not line.startswith("#")]
         self.ranks = {pair: i for i, pair in enumerate(merges)}
         for token in (BOS, EOS, pad_token):
             if token not in self.vocab:
-                raise RunnerError(
+                raise BadInput(
                     f"token {token!r} is not in the vocabulary",
                     where=str(files.vocab),
                     fix="use a CLIP vocabulary, or set `pad_token` to a token it holds",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from html import escape
 
 from runner.accuracy.verdict import RangeCheck
-from runner.report.collect import WorkerReport, number
+from runner.report.collect import WorkerReport, score_text
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
@@ -79,8 +79,8 @@ def range_bar(check: RangeCheck, width: int = 520) -> str:
     parts = [
         f'<svg class="range" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'role="img" {FONT}>',
-        f"<title>{escape(check.metric)} {number(check.value)}; range [{number(check.low)}, "
-        f"{number(check.high)}]</title>",
+        f"<title>{escape(check.metric)} {score_text(check.value)}; "
+        f"range [{score_text(check.low)}, {score_text(check.high)}]</title>",
         f'<rect x="{left}" y="{track_y}" width="{right - left}" height="{track_h}" rx="7" '
         'fill="#eaeef2"/>',
         f'<rect x="{bx0:.1f}" y="{track_y}" width="{bx1 - bx0:.1f}" height="{track_h}" '
@@ -90,7 +90,7 @@ def range_bar(check: RangeCheck, width: int = 520) -> str:
         parts.append(f'<line x1="{x(v):.1f}" y1="{track_y - 5}" x2="{x(v):.1f}" '
                      f'y2="{track_y + track_h + 5}" stroke="#1a7f37" stroke-width="2"/>')
     # bounds below the track; the upper one drops a row if the two would overlap
-    low_label, high_label = f"low {number(check.low)}", f"high {number(check.high)}"
+    low_label, high_label = f"low {score_text(check.low)}", f"high {score_text(check.high)}"
     la, l0, l1 = _placed(x(check.low), low_label, left, right, "end")
     ha, h0, h1 = _placed(x(check.high), high_label, left, right, "start")
     high_row = 92 if (h0 < l1 + 6 and l0 < h1 + 6) else 78
@@ -104,7 +104,7 @@ def range_bar(check: RangeCheck, width: int = 520) -> str:
         y = track_y - 10
         parts.append(f'<path d="M{px:.1f} {y - 4} V{y} H{nx:.1f} V{y - 4}" fill="none" '
                      f'stroke="{dot}" stroke-width="1.5"/>')
-    value_label = f"{check.metric} {number(check.value)}"
+    value_label = f"{check.metric} {score_text(check.value)}"
     va, v0, v1 = _placed(px, value_label, left, right, "middle", size=13)
     parts.append(_text(_label_at(va, v0, v1), 22, value_label, va, size=13, fill=dot,
                        weight="bold"))

@@ -100,7 +100,9 @@ class Scores:
 
 
 @dataclass(frozen=True)
-class Batch:
+class BatchSpan:
+    """When one batch of a worker ran (its timeline bar), not the queue's batch of work."""
+
     start: float  # epoch seconds
     end: float
     samples: int
@@ -117,7 +119,7 @@ class WorkerReport:
     samples: int
     busy_s: float  # inside batches
     load_s: float
-    batches: tuple[Batch, ...]
+    batches: tuple[BatchSpan, ...]
     stage_ms: Mapping[str, float] = field(default_factory=dict)
 
     @property
@@ -240,7 +242,7 @@ def label_parts(label: str) -> tuple[str, str]:
     return head[:1].upper() + head[1:], rest.strip()
 
 
-def number(value: float | None) -> str:
+def score_text(value: float | None) -> str:
     """Scores and bounds at the precision MLPerf's ranges are written with."""
     if value is None:
         return "-"
@@ -345,7 +347,7 @@ def _stats(run_dir: Path, manifest: RunManifest) -> dict[str, dict[str, Any]]:
 
 
 def _worker(name: str, stats: dict[str, Any]) -> WorkerReport:
-    batches = tuple(Batch(float(b["start"]), float(b["end"]), int(b.get("samples", 0)))
+    batches = tuple(BatchSpan(float(b["start"]), float(b["end"]), int(b.get("samples", 0)))
                     for b in stats.get("batches", []) if "start" in b and "end" in b)
     stage_ms = {s: 1e3 * v["seconds"] / v["calls"]
                 for s, v in (stats.get("stage_times") or {}).items()
@@ -475,8 +477,8 @@ def _range_check(metric: str, check: RangeCheck | None, scores: Scores | None, n
         why = scores.not_scored_note(metric) if scores else f"not scored: {note}"
         return Check(name, title, "skip", why)
     where = "in" if check.passed else "outside"
-    message = (f"{metric} {number(check.value)} {where} [{number(check.low)}, "
-               f"{number(check.high)}]: {margin_text(check)}")
+    message = (f"{metric} {score_text(check.value)} {where} [{score_text(check.low)}, "
+               f"{score_text(check.high)}]: {margin_text(check)}")
     notes = "\n".join(f"note: {label}" for label in (scores.labels if scores else ()))
     if scores is not None and scores.subset:
         # The ranges hold for another sample set: shown, never judged (see accuracy.verdict).
@@ -597,6 +599,6 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
         argv=tuple(str(a) for a in manifest.argv))
 
 
-def finite(value: float | None) -> float | None:
+def json_finite(value: float | None) -> float | None:
     """JSON has no inf/nan: identical images have PSNR inf, written as null."""
     return None if value is None or not math.isfinite(value) else value

@@ -20,7 +20,7 @@ from runner.report.collect import (
     Sample,
     label_parts,
     margin_text,
-    number,
+    score_text,
 )
 from runner.report.junit import xml_text
 from runner.report.markdown import layout_line
@@ -168,8 +168,8 @@ def _scores(r: RunReport) -> str:
         cards.append(
             f'<div class="score"><h3>{e(m.metric)} <span class="st {state}">'
             f"{shown}</span></h3>{range_bar(m)}"
-            f"<p><b>{e(number(m.value))}</b> against [{e(number(m.low))}, "
-            f"{e(number(m.high))}]: {e(margin_text(m))}</p></div>")
+            f"<p><b>{e(score_text(m.value))}</b> against [{e(score_text(m.low))}, "
+            f"{e(score_text(m.high))}]: {e(margin_text(m))}</p></div>")
     return ('<section id="scores"><h2>Accuracy</h2><div class="scores">' + "".join(cards)
             + "</div>"
             f'<p class="muted">{s.n} samples scored ({e(s.sample_ids)}; the ranges hold for '

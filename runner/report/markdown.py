@@ -15,7 +15,7 @@ from runner.report.collect import (
     RunReport,
     label_parts,
     margin_text,
-    number,
+    score_text,
 )
 
 ICONS = {PASS: "✅", FAIL: "❌", SUBSET: "🔹"}
@@ -108,7 +108,8 @@ def markdown(report: RunReport) -> str:
     rows: list[list[object]]  # each table below, reused
     if s is not None:
         rows = [[metric, "—", "—", "—", f"⚪ {esc(s.not_scored_note(metric))}"] if m is None
-                else [m.metric, f"**{number(m.value)}**", f"[{number(m.low)}, {number(m.high)}]",
+                else [m.metric, f"**{score_text(m.value)}**",
+                      f"[{score_text(m.low)}, {score_text(m.high)}]",
                       margin_text(m), "⚪ not judged (subset)" if s.subset
                       else "✅ PASS" if m.passed else "❌ FAIL"]
                 for metric, m in (("FID", s.fid), ("CLIP", s.clip))]

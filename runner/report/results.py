@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.accuracy.verdict import RangeCheck
-from runner.report.collect import RunReport, finite
+from runner.report.collect import RunReport, json_finite
 
 SCHEMA = "iree-sdxl-runner/report/1"
 
@@ -20,7 +20,7 @@ def _range(check: RangeCheck | None) -> dict[str, Any] | None:
 def _finite(obj: Any) -> Any:
     """JSON has no inf/nan (identical images have PSNR inf): those become null."""
     if isinstance(obj, float):
-        return finite(obj)
+        return json_finite(obj)
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -39,7 +39,7 @@ from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.rundir.manifest import RunManifest
 
 MANIFEST = "run.json"
-LOCK = "run.lock"
+RUN_LOCK = "run.lock"
 SAMPLE_IDS = "sample_ids.txt"
 REPRODUCE = "reproduce.sh"
 LOGS_DIR = "logs"
@@ -75,7 +75,7 @@ class RunDir:
 
     def __init__(self, path: Path | str):
         self.path = Path(os.path.abspath(Path(path).expanduser()))
-        self._lock = DirLock(self.path / LOCK, "run")
+        self._lock = DirLock(self.path / RUN_LOCK, "run")
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -87,7 +87,7 @@ class RunDir:
 
     @property
     def lock_path(self) -> Path:
-        return self.path / LOCK
+        return self.path / RUN_LOCK
 
     @property
     def logs(self) -> Path:

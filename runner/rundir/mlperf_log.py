@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.jsonfile import decoder as json_decoder
 
 LOG_NAME = "mlperf_log_accuracy.json"
@@ -341,8 +341,8 @@ def truncation(path: Path) -> str | None:
             f.seek(max(0, size - 64))
             tail = f.read().rstrip()
     except OSError as e:
-        raise RunnerError(f"cannot read the accuracy log: {e.strerror or e}",
-                          where=str(path), fix="check the path and its permissions") from e
+        raise BadInput(f"cannot read the accuracy log: {e.strerror or e}",
+                       where=str(path), fix="check the path and its permissions") from e
     if not head.startswith(b"["):
         return "it is not a JSON list" if head else "it is empty"
     if not tail.endswith(b"]"):
@@ -373,8 +373,8 @@ def _records(path: Path) -> Iterator[dict]:
                         if pos >= len(buf):
                             break  # need more text (an empty log used to spin here)
                         if buf[pos] != "[":
-                            raise RunnerError("not a JSON list", where=str(path),
-                                              fix=REWRITE)
+                            raise BadInput("not a JSON list", where=str(path),
+                                           fix=REWRITE)
                         started, pos = True, pos + 1
                         continue
                     if pos < len(buf) and buf[pos] == "]":
@@ -382,21 +382,21 @@ def _records(path: Path) -> Iterator[dict]:
                     try:
                         obj, end = decoder.raw_decode(buf, pos)
                     except RecursionError:
-                        raise RunnerError("a record is nested too deeply",
-                                          where=str(path), fix=REWRITE) from None
+                        raise BadInput("a record is nested too deeply",
+                                       where=str(path), fix=REWRITE) from None
                     except ValueError as e:
                         if not isinstance(e, json.JSONDecodeError):
-                            raise RunnerError(f"a record holds a number out of range: {e}",
-                                              where=str(path), fix=REWRITE) from None
+                            raise BadInput(f"a record holds a number out of range: {e}",
+                                           where=str(path), fix=REWRITE) from None
                         break  # need more text
                     yield obj
                     pos = end
                 if not chunk:
-                    raise RunnerError("truncated accuracy log", where=str(path),
-                                      fix=TRUNCATED_FIX)
+                    raise BadInput("truncated accuracy log", where=str(path),
+                                   fix=TRUNCATED_FIX)
     except UnicodeDecodeError as e:
-        raise RunnerError(f"the accuracy log is not ASCII JSON (byte 0x{e.object[e.start]:02x})",
-                          where=str(path), fix=TRUNCATED_FIX) from None
+        raise BadInput(f"the accuracy log is not ASCII JSON (byte 0x{e.object[e.start]:02x})",
+                       where=str(path), fix=TRUNCATED_FIX) from None
 
 
 def iter_log_samples(path: Path, image_shape: tuple[int, int, int],
@@ -410,20 +410,20 @@ def iter_log_samples(path: Path, image_shape: tuple[int, int, int],
         data_hex = record.get("data") if isinstance(record, dict) else None
         if not (isinstance(qsl_idx, int) and not isinstance(qsl_idx, bool) and qsl_idx >= 0
                 and isinstance(data_hex, str)):
-            raise RunnerError(f"bad record (qsl_idx {str(qsl_idx)[:20]}): it needs an integer "
-                              "qsl_idx and a hex `data` string", where=str(path),
-                              fix=REWRITE)
+            raise BadInput(f"bad record (qsl_idx {str(qsl_idx)[:20]}): it needs an integer "
+                           "qsl_idx and a hex `data` string", where=str(path),
+                           fix=REWRITE)
         try:
             data = bytes.fromhex(data_hex)
         except ValueError as e:
-            raise RunnerError(f"bad record for sample {qsl_idx}: {e}", where=str(path),
-                              fix=REWRITE) from e
+            raise BadInput(f"bad record for sample {qsl_idx}: {e}", where=str(path),
+                           fix=REWRITE) from e
         if qsl_idx in seen and not keep_duplicates:
             continue
         seen.add(qsl_idx)
         if len(data) != expected:
-            raise RunnerError(f"sample {qsl_idx} has {len(data)} bytes, expected {expected} "
-                              f"for {image_shape} uint8 images", where=str(path),
-                              fix="score it with the profile of the model that made it "
-                              "(--profile)")
+            raise BadInput(f"sample {qsl_idx} has {len(data)} bytes, expected {expected} "
+                           f"for {image_shape} uint8 images", where=str(path),
+                           fix="score it with the profile of the model that made it "
+                           "(--profile)")
         yield qsl_idx, np.frombuffer(data, np.uint8).reshape(image_shape)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, StepFailed
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
 from runner.inputs.paths import is_inside
 from runner.model.images import decode_png, encode_png, png_text
@@ -147,9 +147,9 @@ class SampleStore:
         try:
             atomic_write_bytes(self.path(qsl_idx), encode_png(image, text, PNG_LEVEL))
         except OSError as e:
-            raise RunnerError(f"cannot write sample {qsl_idx}: {e}", where=str(self.dir),
-                              fix="free disk space, then `runner run --resume` this run dir; "
-                              "finished samples are kept") from e
+            raise StepFailed(f"cannot write sample {qsl_idx}: {e}", where=str(self.dir),
+                             fix="free disk space, then `runner run --resume` this run dir; "
+                             "finished samples are kept") from e
         self.failed_path(qsl_idx).unlink(missing_ok=True)  # an earlier attempt's failure
         return record
 
@@ -161,9 +161,9 @@ class SampleStore:
         try:
             atomic_write_json(self.failed_path(failure.qsl_idx), failure.to_dict())
         except OSError as e:
-            raise RunnerError(f"cannot record failed sample {failure.qsl_idx}: {e}",
-                              where=str(self.dir), fix="free disk space, then `runner run "
-                              "--resume` this run dir; finished samples are kept") from e
+            raise StepFailed(f"cannot record failed sample {failure.qsl_idx}: {e}",
+                             where=str(self.dir), fix="free disk space, then `runner run "
+                             "--resume` this run dir; finished samples are kept") from e
 
     def failures(self, ids: Iterable[int] | None = None) -> dict[int, SampleFailure]:
         """The failed samples' records (of `ids` when given), by qsl_idx."""
@@ -191,8 +191,8 @@ class SampleStore:
         try:
             return _record(png_text(self._bytes(self.path(qsl_idx))))
         except (OSError, ValueError, KeyError, NotRegularSample) as e:
-            raise RunnerError(f"unreadable sample metadata: {e}", where=str(self.path(qsl_idx)),
-                              fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
+            raise BadInput(f"unreadable sample metadata: {e}", where=str(self.path(qsl_idx)),
+                           fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
 
     def read(self, qsl_idx: int) -> Loaded:
         """Decodes and verifies one sample; a corrupt one, or one that is not a regular file
@@ -205,8 +205,8 @@ class SampleStore:
             raise CorruptSample(qsl_idx, str(e), path, self.quarantine(qsl_idx),
                                 self.run_dir) from None
         except OSError as e:
-            raise RunnerError(f"cannot read sample: {e}", where=str(path),
-                              fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
+            raise BadInput(f"cannot read sample: {e}", where=str(path),
+                           fix=f"`runner run --resume {self.run_dir}` regenerates it") from e
         try:
             image = decode_png(data, checksum=False)  # the sha256 below is the check
             record = _record(png_text(data))
@@ -226,10 +226,10 @@ class SampleStore:
         samples/ directory: never through a symlink (O_NOFOLLOW), never a fifo or device."""
         if not self._dir_checked:
             if self.dir.is_symlink() or not is_inside(self.dir, self.run_dir):
-                raise RunnerError("samples/ is a symlink or leads out of the run dir",
-                                  where=str(self.dir),
-                                  fix="samples are files inside the run dir; move the real "
-                                  "directory there")
+                raise BadInput("samples/ is a symlink or leads out of the run dir",
+                               where=str(self.dir),
+                               fix="samples are files inside the run dir; move the real "
+                               "directory there")
             self._dir_checked = True
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -247,10 +247,10 @@ class SampleStore:
             try:
                 return decode_png(self._bytes(self.path(qsl_idx)))
             except (OSError, NotRegularSample, *MALFORMED) as e:
-                raise RunnerError(f"unreadable sample: {type(e).__name__}: {e}",
-                                  where=str(self.path(qsl_idx)),
-                                  fix=f"`runner run --resume {self.run_dir}` regenerates it"
-                                  ) from e
+                raise BadInput(f"unreadable sample: {type(e).__name__}: {e}",
+                               where=str(self.path(qsl_idx)),
+                               fix=f"`runner run --resume {self.run_dir}` regenerates it"
+                               ) from e
         return self.read(qsl_idx).image
 
     def quarantine(self, qsl_idx: int) -> Path | None:

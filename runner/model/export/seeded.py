@@ -12,9 +12,9 @@ from torch import nn
 
 from runner.base.errors import RunnerError
 from runner.model.seeded_weights import (
-    TensorSpec,
+    SeededTensor,
     WeightsSpec,
-    generate,
+    generate_seeded,
     tensor_spec,
     write_archive,
 )
@@ -39,7 +39,7 @@ def seed_modules(modules: dict[str, nn.Module], seed: int) -> WeightsSpec:
     """`modules` (archive file name -> module) get the values their spec generates, tensor
     by tensor, written over torch's in the modules' own storage (a full-size model is never
     held twice, nor allocated again); returns the spec."""
-    archives: dict[str, tuple[TensorSpec, ...]] = {}
+    archives: dict[str, tuple[SeededTensor, ...]] = {}
     states = {archive: _saveable(module) for archive, module in modules.items()}
     largest = max((t.numel() for state in states.values() for t in state.values()), default=0)
     scratch = np.empty(largest)  # float64: every tensor's statistics computed in it
@@ -49,12 +49,12 @@ def seed_modules(modules: dict[str, nn.Module], seed: int) -> WeightsSpec:
         for spec, t in zip(tensors, state.values(), strict=True):
             if not t.is_contiguous():
                 t.data = t.data.contiguous()
-            generate((spec,), seed, out=[t.detach().numpy()])  # into the module's storage
+            generate_seeded((spec,), seed, out=[t.detach().numpy()])  # into the module's storage
         archives[archive] = tensors
     return WeightsSpec(seed, archives)
 
 
-def save_seeded_weights(module: nn.Module, tensors: tuple[TensorSpec, ...], path: Path) -> str:
+def save_seeded_weights(module: nn.Module, tensors: tuple[SeededTensor, ...], path: Path) -> str:
     """The `.irpa` of a seeded module through the spec's own writer: byte for byte what
     `ensure_weights` writes from the spec on any other machine. Returns its sha256."""
     state = _saveable(module)

@@ -29,7 +29,7 @@ from runner.base.fileio import atomic_write_text
 from runner.base.signals import import_held
 from runner.config.checkpoint import Checkpoint, VaeFiles, open_checkpoint, open_vae
 from runner.config.exports import (
-    SEED,
+    SEEDED_SEED,
     SEEDED_TOKENIZER,
     STEPS,
     WEIGHTS_SPEC,
@@ -50,7 +50,7 @@ from runner.model.seeded_weights import ensure_weights, write_spec
 
 STAGING = ".staging"  # inside the export directory: new files before they are moved in
 STAGED = "staged.json"  # in it: the export key, and each file finished there
-LOCK = ".export.lock"
+EXPORT_LOCK = ".export.lock"
 
 
 @contextlib.contextmanager
@@ -58,7 +58,7 @@ def _locked(out: Path) -> Iterator[None]:
     """One exporter per export directory across processes (a file inside it: an export
     writes nothing beside its --out)."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK, "w") as lock:
+    with open(out / EXPORT_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -235,13 +235,13 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
            log: Callable[[str], None], ckpt, vae_files) -> None:
     """Builds the modules and writes into the staging dir every file not in `reuse` (the
     files of the verified export already in place) nor staged already."""
-    from runner.config.checkpoint import write_tokenizer
+    from runner.config.checkpoint import convert_tokenizer
     from runner.model.export import exporter, sdxl_model, seeded
 
     start = time.perf_counter()
     vae = None if vae_files is None else sdxl_model.load_vae(vae_files.root, vae_files.variant)
     if ckpt is None:
-        modules = sdxl_model.build_seeded(arch, SEED, source.dtype, STEPS, source.vae_dtype,
+        modules = sdxl_model.build_seeded(arch, SEEDED_SEED, source.dtype, STEPS, source.vae_dtype,
                                           vae)
     else:
         modules = sdxl_model.load_checkpoint(arch, ckpt.root, ckpt.variants, source.dtype,
@@ -259,7 +259,7 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
     tokenizer_files = ("tokenizer/vocab.json", "tokenizer/merges.txt")
     if any(needed(f) for f in tokenizer_files):
         tokenizer = SEEDED_TOKENIZER if ckpt is None else ckpt.root / "tokenizer"
-        write_tokenizer(tokenizer, staging.dir / "tokenizer")
+        convert_tokenizer(tokenizer, staging.dir / "tokenizer")
         for f in tokenizer_files:
             staging.written(f)
     named = modules.named()
@@ -267,7 +267,7 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
     spec = None
     if ckpt is None:  # seeded: weights from a spec derived from torch's init (see seeded.py)
         t0 = time.perf_counter()
-        spec = seeded.seed_modules({names[n]["weights"]: m for n, m in named.items()}, SEED)
+        spec = seeded.seed_modules({names[n]["weights"]: m for n, m in named.items()}, SEEDED_SEED)
         if needed(WEIGHTS_SPEC):
             write_spec(spec, staging.dir / WEIGHTS_SPEC)
             staging.written(WEIGHTS_SPEC)

@@ -11,6 +11,7 @@ from runner.config.architecture import TINY_LATENT_SIZE as LATENT_SIZE
 from runner.config.architecture import TINY_POOLED as POOLED
 from runner.config.architecture import sdxl_architecture
 from runner.config.architecture import tiny_architecture as architecture
+from runner.config.exports import STEPS  # MLPerf's, as the SDXL export's
 from runner.model.export.sdxl_model import SdxlModules, build_seeded
 from runner.model.export.sdxl_model import scheduler as euler_scheduler
 
@@ -19,9 +20,8 @@ from runner.model.export.sdxl_model import scheduler as euler_scheduler
 __all__ = ["HIDDEN_1", "HIDDEN_2", "IMAGE_SIZE", "LATENT_SIZE", "POOLED", "architecture",
            "build", "scheduler"]
 
-SEED = 20251122
+TINY_SEED = 20251122
 VOCAB_MERGES = 510  # 512 byte symbols + 510 merges + BOS + EOS = 1024 ids
-STEPS = 20
 
 
 def scheduler(steps: int = STEPS):
@@ -31,4 +31,4 @@ def scheduler(steps: int = STEPS):
 
 def build(bos: int, eos: int, vocab_size: int, max_length: int) -> SdxlModules:
     """Seeded construction: the same call always gives the same weights."""
-    return build_seeded(architecture(bos, eos, vocab_size, max_length), SEED, "float32", STEPS)
+    return build_seeded(architecture(bos, eos, vocab_size, max_length), TINY_SEED, "float32", STEPS)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError, clear_frames
+from runner.base.errors import BadInput, StepFailed, clear_frames
 from runner.base.signals import deferred, import_held
 
 
@@ -61,9 +61,9 @@ class IreeSession:
         try:
             self.device = rt.get_driver(driver).create_default_device()
         except (RuntimeError, ValueError) as e:
-            raise RunnerError(f"cannot open IREE device driver {driver!r}: {e}",
-                              fix="check the profile's `target.driver` and that the device "
-                              "is visible to this process") from e
+            raise StepFailed(f"cannot open IREE device driver {driver!r}: {e}",
+                             fix="check the profile's `target.driver` and that the device "
+                             "is visible to this process") from e
         self.driver = driver
         self.instance = rt.VmInstance()
         # iree.runtime has no type information: its contexts and modules are Any.
@@ -79,22 +79,22 @@ class IreeSession:
         modules = [rt.create_hal_module(self.instance, self.device)]
         if files.weights is not None:
             if not files.weights.is_file():
-                raise RunnerError("weights file not found", where=str(files.weights),
-                                  fix="export or download the submodel's parameters (.irpa)")
+                raise BadInput("weights file not found", where=str(files.weights),
+                               fix="export or download the submodel's parameters (.irpa)")
             index = rt.ParameterIndex()
             try:
                 index.load(str(files.weights))
             except (RuntimeError, ValueError) as e:
-                raise RunnerError(f"not a readable .irpa archive: {e}",
-                                  where=str(files.weights),
-                                  fix="fetch or export the weights again") from e
+                raise BadInput(f"not a readable .irpa archive: {e}",
+                               where=str(files.weights),
+                               fix="fetch or export the weights again") from e
             provider = index.create_provider(scope="model")
             modules.append(rt.create_io_parameters_module(self.instance, provider))
         loaded = []
         for vmfb in files.vmfbs:
             if not vmfb.is_file():
-                raise RunnerError("compiled module not found", where=str(vmfb),
-                                  fix="recompile it (`runner compile`)")
+                raise BadInput("compiled module not found", where=str(vmfb),
+                               fix="recompile it (`runner compile`)")
             try:
                 # A copy, read once: `VmModule.mmap` opens the file for writing, which fails
                 # on the read-only cache mount a worker container gets. With external
@@ -102,15 +102,15 @@ class IreeSession:
                 # under the GIL: `close` releases it last.
                 loaded.append(rt.VmModule.copy_buffer(self.instance, vmfb.read_bytes()))
             except (OSError, RuntimeError, ValueError) as e:
-                raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
-                                  fix="recompile it (`runner compile`)") from e
+                raise BadInput(f"not a loadable IREE module: {e}", where=str(vmfb),
+                               fix="recompile it (`runner compile`)") from e
         try:
             context = rt.VmContext(self.instance, modules=[*modules, *loaded])
         except (RuntimeError, ValueError) as e:
-            raise RunnerError(f"cannot link submodel {files.name!r}: {e}",
-                              where=", ".join(map(str, files.vmfbs)),
-                              fix="check that the weights match the module and that every "
-                              "imported module is listed") from e
+            raise StepFailed(f"cannot link submodel {files.name!r}: {e}",
+                             where=", ".join(map(str, files.vmfbs)),
+                             fix="check that the weights match the module and that every "
+                             "imported module is listed") from e
         self._contexts[files.name] = (context, loaded)
 
     def close(self) -> None:
@@ -153,8 +153,8 @@ class IreeSession:
                 self._functions.append(function)
                 return function
         exported = sorted({f for m in modules for f in m.function_names})
-        raise RunnerError(f"module has no function {name!r} (it exports {exported})",
-                          where=where, fix="name a function the compiled module exports")
+        raise BadInput(f"module has no function {name!r} (it exports {exported})",
+                       where=where, fix="name a function the compiled module exports")
 
 
 @dataclass
@@ -168,15 +168,15 @@ class IreeFunction:
 
     def _call(self, *args: np.ndarray) -> tuple[np.ndarray, ...]:
         if self.invoker is None:
-            raise RunnerError(f"{self.name} called after its IREE session was closed",
-                              fix="call it inside the session's `with` block; a runner bug")
+            raise StepFailed(f"{self.name} called after its IREE session was closed",
+                             fix="call it inside the session's `with` block; a runner bug")
         try:
             result = self.invoker(*args)
         except (RuntimeError, ValueError) as e:
             shapes = ", ".join(f"{a.shape}:{a.dtype}" for a in args)
-            raise RunnerError(f"calling {self.name}({shapes}) failed: {e}",
-                              fix="check the model config's batch size, dtype and sizes "
-                              "against the compiled module") from e
+            raise StepFailed(f"calling {self.name}({shapes}) failed: {e}",
+                             fix="check the model config's batch size, dtype and sizes "
+                             "against the compiled module") from e
         results = result if isinstance(result, tuple | list) else (result,)
         # Copies, not views: a view into device memory outliving the session (e.g. held
         # by a traceback) crashes the interpreter when it is garbage-collected.
