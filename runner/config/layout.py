@@ -362,7 +362,40 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
             raise src.error("gpus", "gpus does not apply to the cpu backend",
                             fix=f"{src.removal('gpus')} (cpu devices come from layout.devices)")
 
-    partition = get("partition")
+    partition = _partition(backend, gpus, get("partition"), src)
+
+    raw_devices = get("devices")
+    if raw_devices is None:
+        devices = _default_devices(backend, gpus, partition, src)
+    else:
+        devices = parse_device_ids(raw_devices, src.where("devices"))
+    _check_device_range(backend, gpus, partition, devices, src)
+
+    cpd = _positive_int(src, "cpd", get("cpd", 1), 1)
+    batch_size, vae_batch_size = _batch_sizes(get("batch_size"), get("vae_batch_size"), src)
+
+    numa = False if get("numa") is None else _flag(src, "numa", get("numa"))
+    if numa and backend != "hip":
+        raise src.error("numa", f"NUMA pinning is mapped for hip GPUs only, not {backend}",
+                        fix=src.removal("numa"))
+    if numa and gpus is None:
+        raise src.error("numa", "NUMA pinning needs layout.gpus to map device IDs to GPUs",
+                        fix=f"add {src.setting('gpus', 8)}, or {src.removal('numa')}")
+
+    cores, allow_oversubscribe = _cpu_options(backend, get("cores_per_device"),
+                                              get("allow_oversubscribe"), src)
+
+    return LayoutSpec(
+        backend=backend, gpus=gpus, partition=partition, devices=devices, cpd=cpd,
+        batch_size=batch_size, vae_batch_size=vae_batch_size, numa=numa,
+        cores_per_device=cores, allow_oversubscribe=allow_oversubscribe,
+        where=src.prefix, origins=src.origins,
+    )
+
+
+def _partition(backend: str, gpus: int | None, partition: Any, src: _Source) -> str | None:
+    """The GPUs' partition mode, lower-cased: only hip GPUs have one, and it needs their
+    count; a hip layout with GPUs and no mode is in the mode a node boots in (spx)."""
     if partition is not None:
         if backend != "hip":
             raise src.error("partition", f"partition modes exist only on the hip backend, "
@@ -378,52 +411,37 @@ def _build(backend: str, values: dict[str, Any], src: _Source, prefix: str | Non
                             fix=f"add {src.setting('gpus', 8)} (MI300X/MI325X)")
     elif backend == "hip" and gpus is not None:
         partition = "spx"  # the mode a node boots in; stated in the plan's notes
+    return partition
 
-    raw_devices = get("devices")
-    if raw_devices is None:
-        devices = _default_devices(backend, gpus, partition, src)
-    else:
-        devices = parse_device_ids(raw_devices, src.where("devices"))
-    _check_device_range(backend, gpus, partition, devices, src)
 
-    cpd = _positive_int(src, "cpd", get("cpd", 1), 1)
-    if get("batch_size") is None:
+def _batch_sizes(batch: Any, vae: Any, src: _Source) -> tuple[int, int]:
+    """The batch size (required) and the VAE's, which is the batch size's when not given
+    and never larger: the VAE decodes the latents of one batch."""
+    if batch is None:
         raise src.error("batch_size", "batch_size is required",
                         fix=f"add {src.setting('batch_size', 32)} (the MLPerf recipe's)")
-    batch_size = _positive_int(src, "batch_size", get("batch_size"), 32)
-    vae = get("vae_batch_size")
+    batch_size = _positive_int(src, "batch_size", batch, 32)
     vae_batch_size = batch_size if vae is None else _positive_int(src, "vae_batch_size", vae, 1)
     if vae_batch_size > batch_size:
         raise src.error("vae_batch_size", f"vae_batch_size {vae_batch_size} is larger than "
                         f"batch_size {batch_size}: the VAE decodes the latents of one batch",
                         fix=f"use {src.setting('vae_batch_size', batch_size)} or less")
+    return batch_size, vae_batch_size
 
-    numa = False if get("numa") is None else _flag(src, "numa", get("numa"))
-    if numa and backend != "hip":
-        raise src.error("numa", f"NUMA pinning is mapped for hip GPUs only, not {backend}",
-                        fix=src.removal("numa"))
-    if numa and gpus is None:
-        raise src.error("numa", "NUMA pinning needs layout.gpus to map device IDs to GPUs",
-                        fix=f"add {src.setting('gpus', 8)}, or {src.removal('numa')}")
 
-    cores = get("cores_per_device")
+def _cpu_options(backend: str, cores: Any, over: Any, src: _Source) -> tuple[int | None, bool]:
+    """The cpu backend's own settings, refused on any other: cores per device, and whether
+    the devices may share cores."""
     if cores is not None:
         cores = _positive_int(src, "cores_per_device", cores, 1)
         if backend != "cpu":
             raise src.error("cores_per_device", "cores_per_device applies to the cpu backend "
                             "only", fix=src.removal("cores_per_device"))
-    over = get("allow_oversubscribe")
     allow_oversubscribe = False if over is None else _flag(src, "allow_oversubscribe", over)
     if allow_oversubscribe and backend != "cpu":
         raise src.error("allow_oversubscribe", "allow_oversubscribe applies to the cpu "
                         "backend only", fix=src.removal("allow_oversubscribe"))
-
-    return LayoutSpec(
-        backend=backend, gpus=gpus, partition=partition, devices=devices, cpd=cpd,
-        batch_size=batch_size, vae_batch_size=vae_batch_size, numa=numa,
-        cores_per_device=cores, allow_oversubscribe=allow_oversubscribe,
-        where=src.prefix, origins=src.origins,
-    )
+    return cores, allow_oversubscribe
 
 
 def _default_devices(backend: str, gpus: int | None, partition: str | None,
@@ -623,6 +641,35 @@ def _first(count: int) -> str:
     return "0" if count == 1 else f"0-{count - 1}"
 
 
+def _gpu_notes(layout: LayoutSpec) -> list[str]:
+    """What a GPU plan's reader must know and the runner cannot check or change: the
+    partition mode the node must be in, how each worker sees its one device, and what
+    NUMA pinning assumes."""
+    notes: list[str] = []
+    if layout.backend == "hip":
+        if layout.partition is not None and layout.gpus is not None:
+            mode = layout.partition.upper()
+            count = visible_device_count(layout.gpus, layout.partition)
+            notes.append(
+                f"partition mode {mode} is a system setting the runner never changes: the "
+                f"node must already be in it (`{' '.join(partition_command(mode))}`, as "
+                f"root; `rocm-smi --showcomputepartition` shows the current mode); "
+                f"{layout.gpus} GPUs x {PARTITIONS[layout.partition]} = {count} device IDs")
+        else:
+            notes.append("no layout.gpus/partition given: device IDs are not checked against "
+                         "the node's partition mode")
+        notes.append("each worker gets ROCR_VISIBLE_DEVICES=<id> and HIP_VISIBLE_DEVICES=0 "
+                     "(HIP indexes within what ROCr exposes) and opens hip://0")
+        if layout.numa:
+            notes.append(f"NUMA pinning assumes {NUMA_NODES} NUMA nodes with the GPUs split "
+                         "evenly (MI300X: GPUs 0-3 on node 0, 4-7 on node 1); check with "
+                         "`rocm-smi --showtoponuma`")
+    if layout.backend == "cuda":
+        notes.append("each worker gets CUDA_VISIBLE_DEVICES=<id> and opens cuda://0 (the "
+                     "one GPU it sees)")
+    return notes
+
+
 def plan_workers(layout: LayoutSpec, available_cores: tuple[int, ...] | None = None,
                  *, where: str | None = None) -> Plan:
     """Expand a layout into its workers, in AMD's order: every device for slot 0, then slot 1.
@@ -643,28 +690,7 @@ def plan_workers(layout: LayoutSpec, available_cores: tuple[int, ...] | None = N
         if layout.allow_oversubscribe:
             notes.append("allow_oversubscribe is on: devices may share cores, so timings "
                          "are not comparable with a run that does not")
-    if layout.backend == "hip":
-        if layout.partition is not None and layout.gpus is not None:
-            mode = layout.partition.upper()
-            count = visible_device_count(layout.gpus, layout.partition)
-            notes.append(
-                f"partition mode {mode} is a system setting the runner never changes: the "
-                f"node must already be in it (`{' '.join(partition_command(mode))}`, as "
-                f"root; `rocm-smi --showcomputepartition` shows the current mode); "
-                f"{layout.gpus} GPUs x {PARTITIONS[layout.partition]} = {count} device IDs")
-        else:
-            notes.append("no layout.gpus/partition given: device IDs are not checked against "
-                         "the node's partition mode")
-        notes.append("each worker gets ROCR_VISIBLE_DEVICES=<id> and HIP_VISIBLE_DEVICES=0 "
-                     "(HIP indexes within what ROCr exposes) and opens hip://0")
-        if layout.numa:
-            notes.append(f"NUMA pinning assumes {NUMA_NODES} NUMA nodes with the GPUs split "
-                         "evenly (MI300X: GPUs 0-3 on node 0, 4-7 on node 1); check with "
-                         "`rocm-smi --showtoponuma`")
-
-    if layout.backend == "cuda":
-        notes.append("each worker gets CUDA_VISIBLE_DEVICES=<id> and opens cuda://0 (the "
-                     "one GPU it sees)")
+    notes += _gpu_notes(layout)
     names_width = max(3, len(str(layout.worker_count - 1)))
     workers: list[Worker] = []
     index = 0

@@ -8,6 +8,7 @@ relative to the config file, or URLs that the artifact cache fetches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +143,7 @@ class ModelConfig:
             raise RunnerError("model config must be a mapping", where=where,
                               fix=f"write `key: value` fields {REF}")
         check_keys(raw, (*dataclass_keys(cls, skip=_NOT_TOP_LEVEL), "tokenizer"), where)
-
-        def need(key: str, kind: type | tuple[type, ...]) -> Any:
-            if key not in raw:
-                raise RunnerError(f"missing field `{key}`", where=where,
-                                  fix=f"add `{key}` (see runner/assets/tiny/model.json)")
-            if not isinstance(raw[key], kind):
-                raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
-                                  where=where, fix=f"give `{key}` as {REF} does")
-            return raw[key]
-
+        need = partial(_need, raw, where)
         dtype = need("dtype", str)
         if dtype not in DTYPES:
             raise RunnerError(f"`dtype` {dtype!r} is not one of {DTYPES}", where=where,
@@ -167,53 +159,15 @@ class ModelConfig:
                                                         for b in batch_sizes):
             raise RunnerError("`batch_sizes` must list positive integers", where=where,
                               fix="e.g. batch_sizes: [1, 2]")
-        submodels = {}
-        for name, sub in need("submodels", dict).items():
-            if not isinstance(sub, dict) or "mlir" not in sub:
-                raise RunnerError(f"submodel `{name}` needs an `mlir` field",
-                                  where=f"{where}: submodels.{name}",
-                                  fix=f"add the submodel's MLIR path {REF}")
-            check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
-            at = f"{where}: submodels.{name}"
-            submodels[name] = Submodel(
-                name, _typed(sub, "mlir", str, at), _typed(sub, "weights", str | None, at),
-                tuple(_typed(sub, "extra_mlir", list[str], at) or ()),
-                _typed(sub, "vmfb", str | None, at),
-                tuple(_typed(sub, "batch_sizes", list[int], at) or ()))
-        functions = {}
-        for role, ref in need("functions", dict).items():
-            sub, _, fn = str(ref).partition(".")
-            if not isinstance(ref, str) or sub not in submodels or not fn:
-                raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
-                                  f"of a known submodel ({', '.join(submodels)})",
-                                  where=f"{where}: functions.{role}",
-                                  fix=f"write it as <submodel>.<function>, e.g. "
-                                  f"{next(iter(submodels), 'clip')}.main")
-            functions[role] = (sub, fn)
+        submodels = _submodels(need("submodels", dict), where)
+        functions = _functions(need("functions", dict), submodels, where)
         missing = [r for r in REQUIRED_FUNCTIONS[denoise] if r not in functions]
         if missing:
             raise RunnerError(f"denoise mode {denoise!r} needs functions {missing}",
                               where=f"{where}: functions", fix=f"add {', '.join(missing)} {REF}")
         tok = need("tokenizer", dict)
-        check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
-        pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
-                     or ("<|endoftext|>", "!"))
-        if len(pads) != 2:
-            raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
-                              where=f"{where}: tokenizer.pad_tokens",
-                              fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
-        _typed(tok, "dir", str | None, f"{where}: tokenizer")
-        for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from",
-                    "weights_spec"):
-            _typed(raw, key, str | None, where)
-        vae_dtype = raw.get("vae_dtype") or "float32"
-        if vae_dtype not in DTYPES:
-            raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
-                              where=f"{where}: vae_dtype", fix="use float32 or float16")
-        files = raw.get("files") or {}
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise RunnerError("`files` must map file names to sha256 digests",
-                              where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
+        pads = _pad_tokens(tok, where)
+        vae_dtype, files = _optional_fields(raw, where)
         return cls(
             path=path, name=need("name", str), dtype=dtype,
             batch_sizes=tuple(batch_sizes), image_size=need("image_size", int),
@@ -226,6 +180,82 @@ class ModelConfig:
             files=files, vae_dtype=vae_dtype, vae_from=raw.get("vae_from"),
             weights_spec=raw.get("weights_spec"),
         )
+
+
+def _need(raw: dict, where: str, key: str, kind: type | tuple[type, ...]) -> Any:
+    """A field every model config has, of its type."""
+    if key not in raw:
+        raise RunnerError(f"missing field `{key}`", where=where,
+                          fix=f"add `{key}` (see runner/assets/tiny/model.json)")
+    if not isinstance(raw[key], kind):
+        raise RunnerError(f"field `{key}` has the wrong type ({type(raw[key]).__name__})",
+                          where=where, fix=f"give `{key}` as {REF} does")
+    return raw[key]
+
+
+def _pad_tokens(tok: dict, where: str) -> tuple[str, ...]:
+    """The `tokenizer` section checked; the two encoders' pad tokens (CLIP's by default)."""
+    check_keys(tok, TOKENIZER_KEYS, where, "tokenizer")
+    pads = tuple(_typed(tok, "pad_tokens", list[str], f"{where}: tokenizer")
+                 or ("<|endoftext|>", "!"))
+    if len(pads) != 2:
+        raise RunnerError("`tokenizer.pad_tokens` must name two tokens (one per encoder)",
+                          where=f"{where}: tokenizer.pad_tokens",
+                          fix='e.g. pad_tokens: ["<|endoftext|>", "!"]')
+    _typed(tok, "dir", str | None, f"{where}: tokenizer")
+    return pads
+
+
+def _optional_fields(raw: dict, where: str) -> tuple[str, dict[str, str]]:
+    """The optional top-level fields checked (each a string when given); the VAE's dtype
+    (float32 when not given) and the files' sha256 digests by name."""
+    for key in ("source", "no_scoring", "export_key", "vae_dtype", "vae_from",
+                "weights_spec"):
+        _typed(raw, key, str | None, where)
+    vae_dtype = raw.get("vae_dtype") or "float32"
+    if vae_dtype not in DTYPES:
+        raise RunnerError(f"`vae_dtype` {vae_dtype!r} is not one of {DTYPES}",
+                          where=f"{where}: vae_dtype", fix="use float32 or float16")
+    files = raw.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise RunnerError("`files` must map file names to sha256 digests",
+                          where=f"{where}.files", fix="e.g. files: {clip.irpa: <sha256>}")
+    return vae_dtype, files
+
+
+def _submodels(raw: dict, where: str) -> dict[str, Submodel]:
+    """The `submodels` section: each compiled module's MLIR (or prebuilt vmfb) and weights."""
+    submodels = {}
+    for name, sub in raw.items():
+        if not isinstance(sub, dict) or "mlir" not in sub:
+            raise RunnerError(f"submodel `{name}` needs an `mlir` field",
+                              where=f"{where}: submodels.{name}",
+                              fix=f"add the submodel's MLIR path {REF}")
+        check_keys(sub, dataclass_keys(Submodel, skip=("name",)), where, f"submodels.{name}")
+        at = f"{where}: submodels.{name}"
+        submodels[name] = Submodel(
+            name, _typed(sub, "mlir", str, at), _typed(sub, "weights", str | None, at),
+            tuple(_typed(sub, "extra_mlir", list[str], at) or ()),
+            _typed(sub, "vmfb", str | None, at),
+            tuple(_typed(sub, "batch_sizes", list[int], at) or ()))
+    return submodels
+
+
+def _functions(raw: dict, submodels: dict[str, Submodel], where: str
+               ) -> dict[str, tuple[str, str]]:
+    """The `functions` section: each pipeline role's (submodel, function), the submodel
+    one of `submodels`."""
+    functions = {}
+    for role, ref in raw.items():
+        sub, _, fn = str(ref).partition(".")
+        if not isinstance(ref, str) or sub not in submodels or not fn:
+            raise RunnerError(f"function `{role}` = {ref!r} does not name `<submodel>.<fn>` "
+                              f"of a known submodel ({', '.join(submodels)})",
+                              where=f"{where}: functions.{role}",
+                              fix=f"write it as <submodel>.<function>, e.g. "
+                              f"{next(iter(submodels), 'clip')}.main")
+        functions[role] = (sub, fn)
+    return functions
 
 
 def _typed(raw: dict, key: str, kind: Any, where: str) -> Any:
