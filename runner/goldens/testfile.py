@@ -618,18 +618,11 @@ def _tensor_refs(specs: tuple[ArgSpec, ...]) -> tuple[TensorRef, ...] | None:
     return tuple(refs)
 
 
-def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenTest:
+def _torch_modules(f: _Fields, raw: dict, kind: str, path: Path,
+                   module_dirs: tuple[Path, ...]) -> tuple[ModuleDef, ...]:
+    """The modules a torch-layout test names: a compstat test names one (`module`), the
+    others a list (`modules`); each resolved beside the test or in `module_dirs`."""
     where = str(path)
-    f = _Fields(raw, where)
-    kind = raw.get("type")
-    if kind not in KINDS:
-        raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
-                          else "missing required field `type`", where=f"{where}: type",
-                          fix=f"set \"type\" to one of {', '.join(KINDS)}")
-    markers = f.texts("markers")
-    if "markers" not in raw:
-        raise RunnerError("missing required field `markers`", where=f"{where}: markers",
-                          fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
     names_field = "module" if kind == "compstat" else "modules"
     if kind == "compstat":
         names = [raw["module"]] if raw.get("module") is not None else []
@@ -642,9 +635,24 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
                           fix=f'add "{names_field}": '
                           + ('"<model>/modules/<name>"' if kind == "compstat"
                              else '["<model>/modules/<name>"]'))
-    modules = tuple(_module_def(n, f"{where}: {names_field}"
-                                + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
-                    for i, n in enumerate(names))
+    return tuple(_module_def(n, f"{where}: {names_field}"
+                             + ("" if kind == "compstat" else f"[{i}]"), path, module_dirs)
+                 for i, n in enumerate(names))
+
+
+def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenTest:
+    where = str(path)
+    f = _Fields(raw, where)
+    kind = raw.get("type")
+    if kind not in KINDS:
+        raise RunnerError(f"unknown test type {kind!r}" if "type" in raw
+                          else "missing required field `type`", where=f"{where}: type",
+                          fix=f"set \"type\" to one of {', '.join(KINDS)}")
+    markers = f.texts("markers")
+    if "markers" not in raw:
+        raise RunnerError("missing required field `markers`", where=f"{where}: markers",
+                          fix='add "markers": ["cpu"] (or ["hip", "gfx942"], ...)')
+    modules = _torch_modules(f, raw, kind, path, module_dirs)
     reader = "IREE CI's torch_models runner"
     unknown = [*fields.unknown(raw, fields.TORCH_COMMON | fields.TORCH_BY_KIND[kind], where,
                                reader, fields.TORCH_ANY_KIND),
@@ -681,32 +689,38 @@ def _torch_test(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> GoldenT
     )
 
 
+def _torch_benchmark(path: Path, raw: dict, module_dirs: tuple[Path, ...]) -> BenchmarkTest:
+    """A torch-layout benchmark test as a `BenchmarkTest`: its golden time holds for any
+    SKU, and its inputs' shapes are kept up to the first that is not a tensor type."""
+    test = _torch_test(path, raw, module_dirs)
+    if test.kind != "benchmark":
+        raise RunnerError(f"this is a {test.kind} test, not a benchmark",
+                          where=f"{path}: type",
+                          fix="check it with `runner goldens check`")
+    golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
+    factor = DEFAULT_TOLERANCE_FACTOR if test.tolerance_factor is None \
+        else test.tolerance_factor
+    shapes = []
+    for spec in test.input_specs:
+        try:
+            shapes.append(TensorSpec.parse(spec.value or "", f"{spec.where}.value"))
+        except RunnerError:
+            break
+    return BenchmarkTest(
+        path=path, model=test.model, submodel=test.submodel, backend=test.backend,
+        inputs=tuple(shapes), function=test.run_function,
+        benchmark_flags=test.benchmark_flags, device=test.device, golden_time_ms=golden,
+        golden_time_tolerance_multiplier={ANY_SKU: factor} if golden else {},
+        golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
+        time_statistic="min", markers=test.markers, unknown=test.unknown)
+
+
 def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> BenchmarkTest:
     """Either layout's benchmark file as one `BenchmarkTest`."""
     raw = _read_json(path)
     kind = layout(raw)
     if kind == "torch":
-        test = _torch_test(path, raw, module_dirs)
-        if test.kind != "benchmark":
-            raise RunnerError(f"this is a {test.kind} test, not a benchmark",
-                              where=f"{path}: type",
-                              fix="check it with `runner goldens check`")
-        golden = {} if test.golden_time_ms is None else {ANY_SKU: test.golden_time_ms}
-        factor = DEFAULT_TOLERANCE_FACTOR if test.tolerance_factor is None \
-            else test.tolerance_factor
-        shapes = []
-        for spec in test.input_specs:
-            try:
-                shapes.append(TensorSpec.parse(spec.value or "", f"{spec.where}.value"))
-            except RunnerError:
-                break
-        return BenchmarkTest(
-            path=path, model=test.model, submodel=test.submodel, backend=test.backend,
-            inputs=tuple(shapes), function=test.run_function,
-            benchmark_flags=test.benchmark_flags, device=test.device, golden_time_ms=golden,
-            golden_time_tolerance_multiplier={ANY_SKU: factor} if golden else {},
-            golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
-            time_statistic="min", markers=test.markers, unknown=test.unknown)
+        return _torch_benchmark(path, raw, module_dirs)
     if kind != "benchmark":
         raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
                           fix="check it with `runner goldens check`")
