@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -30,6 +30,9 @@ from runner.base.paths import cache_dir
 from runner.config.profile import Profile
 from runner.docker.in_image import ImageCompiler, run_in_image, standalone_profile
 from runner.model.compiled_model import CompiledModel
+
+if TYPE_CHECKING:
+    from runner.docker.image import BuildResult, ImageSource
 
 STATE = "validate.json"
 RUN = "run"
@@ -94,20 +97,10 @@ class Validation:
             atomic_write_json(self.out / STATE, self.state)
 
 
-def validate(req: ValidateRequest) -> int:
-    """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
-    accuracy or goldens fail (saying which), or a subset with `require_full`."""
+def _image(req: ValidateRequest, ledger: Validation, source: ImageSource) -> BuildResult:
+    """The harness image of the IREE under test, built or found cached; a dry run prints
+    the command that would build it."""
     from runner.docker.image import DEFAULT_BASE_IMAGE, build_image
-
-    # Absolute: paths under it go into containers, which do not share our cwd.
-    req = dataclasses.replace(req, out=Path(os.path.abspath(req.out)))
-    out = req.out
-    source = check_inputs(req)
-    if not req.dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-    ledger = Validation(out, req.dry_run)
-    ledger.state.update({"iree": req.iree, "profile": req.profile.name, "argv": req.argv,
-                         "samples": len(req.sample_ids)})
 
     built = build_image(source, dry_run=req.dry_run,
                         base_image=req.base_image or DEFAULT_BASE_IMAGE)
@@ -118,7 +111,15 @@ def validate(req: ValidateRequest) -> int:
     print(f"validate: image {built.tag} ({state})", file=sys.stderr)
     if req.dry_run:
         print(image["build_command"])
+    return built
 
+
+def _compile(req: ValidateRequest, ledger: Validation, built: BuildResult
+             ) -> Callable[[Any, int, int], CompiledModel]:
+    """The profile's modules compiled inside the image (a step skipped while its inputs are
+    unchanged), and the compile function the run takes: it returns those modules, so the
+    run never compiles with the host's IREE."""
+    out = req.out
     profile_file = out / "profile.yaml"
     standalone = standalone_profile(req.profile)
     if not req.dry_run:
@@ -139,6 +140,24 @@ def validate(req: ValidateRequest) -> int:
     def compile_fn(_profile, _batch, _vae) -> CompiledModel:
         return CompiledModel.from_dict(json.loads(compiled_file.read_text()))
 
+    return compile_fn
+
+
+def validate(req: ValidateRequest) -> int:
+    """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
+    accuracy or goldens fail (saying which), or a subset with `require_full`."""
+    # Absolute: paths under it go into containers, which do not share our cwd.
+    req = dataclasses.replace(req, out=Path(os.path.abspath(req.out)))
+    out = req.out
+    source = check_inputs(req)
+    if not req.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+    ledger = Validation(out, req.dry_run)
+    ledger.state.update({"iree": req.iree, "profile": req.profile.name, "argv": req.argv,
+                         "samples": len(req.sample_ids)})
+
+    built = _image(req, ledger, source)
+    compile_fn = _compile(req, ledger, built)
     run_dir = out / RUN
     verdict = _run_and_score(req, ledger, built.tag, run_dir, compile_fn)
     passed = verdict.get("passed", False)
@@ -210,21 +229,26 @@ def _signed(delta: float | None) -> str:
     return "not scored in both" if delta is None else f"{delta:+.6f}"
 
 
+def _print_run_and_score(req: ValidateRequest, run_dir: Path, executor) -> None:
+    """A dry run's run and score step: each worker's container command, then the
+    aggregate and score commands that follow them."""
+    from runner.batch.run import plan_for
+
+    for worker in plan_for(req.profile).workers:
+        print(executor.describe(run_dir, worker, run_dir / "workers" / f"{worker.name}.json"))
+    print(f"runner aggregate {run_dir}")
+    print(f"runner score {run_dir}")
+
+
 def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: Path,
                    compile_fn) -> dict:
-    from runner.batch.run import plan_for
     from runner.lifecycle import Lifecycle, executor_for
     from runner.rundir.directory import RunDir
 
     run_dir = RunDir(run_dir).path  # absolute: mounted into every worker container
     executor = executor_for("docker", req.profile, image=tag)
     if req.dry_run:
-        plan = plan_for(req.profile)
-        for worker in plan.workers:
-            print(executor.describe(run_dir, worker,  # type: ignore[attr-defined]
-                                    run_dir / "workers" / f"{worker.name}.json"))
-        print(f"runner aggregate {run_dir}")
-        print(f"runner score {run_dir}")
+        _print_run_and_score(req, run_dir, executor)
         return {}
     compiled = json.loads((req.out / "compiled.json").read_text())
 
