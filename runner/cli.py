@@ -493,61 +493,8 @@ def build_parser() -> RunnerParser:
     document(p, "runner plan --profile mi325x", "runner plan --profile mi325x --partition spx",
              "runner plan --profile mi325x --cpd 2 --json")
 
-    p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
-    add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
-    add_layout(p)
-    add_samples(p, note="; on --resume, as recorded: other samples are an error",
-                from_profile=True)
-    add_require_full(p)
-    add_metrics(p)
-    add_captions(p)
-    add_executor(p, None, "; on --resume, as recorded")
-    add_image(p)
-    add_slurm(p)
-    add_out(p, "the run directory to create", RUN_RERUN, own_resume=True)
-    p.add_argument("--rescore", action="store_true",
-                   help="with --resume of a complete run: score it again, rewrite reports")
-    add_no_score(p, "; the run stops after aggregation")
-    add_results(p)
-    add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
-                "command")
-    p.set_defaults(func=cmd_run)
-    document(p, "runner run --profile cpu --count 32 --out runs/main",
-             "runner run --profile cpu --count 4 --out runs/smoke   # a subset: not judged, "
-             "exit 0",
-             "runner run --profile cpu --count 4 --out runs/smoke --dry-run",
-             "runner run --resume runs/main",
-             "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
-             "--out /shared/runs/acc",
-             out="the run directory: run.json, samples/, the MLPerf log, scores, reports")
-
-    p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
-                       "run, score, then goldens v{n+1}; resumable")
-    add_iree(p, required=True, kinds=IMAGE_KINDS,
-             note=" (commit: is bisect's and trend's; build a commit with source:)")
-    add_profile(p)
-    add_layout(p)
-    add_samples(p, from_profile=True)
-    add_require_full(p)
-    add_metrics(p)
-    p.add_argument("--goldens", metavar="SUITE",
-                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
-    add_golden_version(p, required=False, default="next")
-    p.add_argument("--baseline", metavar="DIR",
-                   help="an earlier validate's --out to compare against (default: none)")
-    add_base_image(p, DEFAULT_BASE_IMAGE)
-    add_results(p)
-    add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
-            Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
-                  "image, compile, the run's finished samples, score, goldens",
-                  ("validate.json",)))
-    add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
-    p.set_defaults(func=cmd_validate)
-    document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
-             "--goldens goldens/tiny --to v2.0 --out runs/validate",
-             "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
-             out="the validate directory: validate.json, validate.md, run/ (with its "
-             "reports), goldens/")
+    _register_run(sub)
+    _register_validate(sub)
 
     p = sub.add_parser("aggregate", help="write a run's MLPerf accuracy log and review images")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir")
@@ -597,6 +544,69 @@ def build_parser() -> RunnerParser:
         assert isinstance(command, RunnerParser)  # add_parser makes its parent's class
         _PARSERS[command.prog] = command
     return parser
+
+
+def _register_run(sub) -> None:
+    """`runner run`: the per-device batch run, the command most users start with; its
+    flags are the layout's, the samples', the executor's and the out dir's."""
+    p = sub.add_parser("run", help="per-device batch run: workers, resume, aggregated dataset")
+    add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
+    add_layout(p)
+    add_samples(p, note="; on --resume, as recorded: other samples are an error",
+                from_profile=True)
+    add_require_full(p)
+    add_metrics(p)
+    add_captions(p)
+    add_executor(p, None, "; on --resume, as recorded")
+    add_image(p)
+    add_slurm(p)
+    add_out(p, "the run directory to create", RUN_RERUN, own_resume=True)
+    p.add_argument("--rescore", action="store_true",
+                   help="with --resume of a complete run: score it again, rewrite reports")
+    add_no_score(p, "; the run stops after aggregation")
+    add_results(p)
+    add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
+                "command")
+    p.set_defaults(func=cmd_run)
+    document(p, "runner run --profile cpu --count 32 --out runs/main",
+             "runner run --profile cpu --count 4 --out runs/smoke   # a subset: not judged, "
+             "exit 0",
+             "runner run --profile cpu --count 4 --out runs/smoke --dry-run",
+             "runner run --resume runs/main",
+             "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
+             "--out /shared/runs/acc",
+             out="the run directory: run.json, samples/, the MLPerf log, scores, reports")
+
+
+def _register_validate(sub) -> None:
+    """`runner validate`: an IREE build judged end to end, from its image to new goldens."""
+    p = sub.add_parser("validate", help="an IREE build end to end: image, compile, accuracy "
+                       "run, score, then goldens v{n+1}; resumable")
+    add_iree(p, required=True, kinds=IMAGE_KINDS,
+             note=" (commit: is bisect's and trend's; build a commit with source:)")
+    add_profile(p)
+    add_layout(p)
+    add_samples(p, from_profile=True)
+    add_require_full(p)
+    add_metrics(p)
+    p.add_argument("--goldens", metavar="SUITE",
+                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
+    add_golden_version(p, required=False, default="next")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="an earlier validate's --out to compare against (default: none)")
+    add_base_image(p, DEFAULT_BASE_IMAGE)
+    add_results(p)
+    add_out(p, "validate directory: validate.json/.md, the run dir, goldens",
+            Rerun(RESUMES, "each step whose inputs are unchanged and whose outputs are there: "
+                  "image, compile, the run's finished samples, score, goldens",
+                  ("validate.json",)))
+    add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
+    p.set_defaults(func=cmd_validate)
+    document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
+             "--goldens goldens/tiny --to v2.0 --out runs/validate",
+             "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
+             out="the validate directory: validate.json, validate.md, run/ (with its "
+             "reports), goldens/")
 
 
 _PARSERS: dict[str, RunnerParser] = {}  # prog -> its parser, for usage errors
