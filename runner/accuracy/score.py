@@ -120,10 +120,10 @@ class _Batch:
     inputs: dict[str, Any]  # each metric's input tensor on the device, by `Metric.name`
 
 
-R = TypeVar("R", covariant=True)
+_R = TypeVar("_R", covariant=True)
 
 
-class Metric(ABC, Generic[R]):
+class Metric(ABC, Generic[_R]):
     """One score over the samples, fed batch by batch and computed once (the shape of
     torchmetrics' `Metric`), so that `score_samples` is one loop whatever is scored and each
     metric's state and arithmetic live in one place. `prepare` runs on the loader thread,
@@ -140,7 +140,7 @@ class Metric(ABC, Generic[R]):
         """Takes in one batch's samples (under torch.no_grad())."""
 
     @abstractmethod
-    def compute(self) -> R:
+    def compute(self) -> _R:
         """The score over every sample taken in."""
 
 
