@@ -21,11 +21,13 @@ import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from runner.accuracy.backbones import Backbones
 from runner.accuracy.evaluate import (
+    ScorePlan,
     open_backbones,
     plan_scoring,
     reference_statistics,
@@ -33,8 +35,9 @@ from runner.accuracy.evaluate import (
     run_scores,
     scoring_lines,
 )
-from runner.accuracy.frechet import load_statistics, save_statistics
+from runner.accuracy.frechet import FidStatistics, load_statistics, save_statistics
 from runner.accuracy.samples import format_ids, open_source, parse_ids
+from runner.accuracy.score import AccuracyResult
 from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.paths import (
@@ -44,7 +47,7 @@ from runner.base.paths import (
     checkout_dir,
     refuse_package_write,
 )
-from runner.config.mlperf_data import load_captions
+from runner.config.mlperf_data import Captions, load_captions
 from runner.config.profile import METRICS
 
 STATS_NAME = "fid_statistics.npz"
@@ -128,6 +131,56 @@ def calibrate_plan(run_dir: Path, out: Path, *, profile: str | None = None,
     return [*lines, f"# would write {', '.join(map(str, written))}"]
 
 
+def _new_statistics(ref_plan: ScorePlan, backbones: Backbones, captions: Captions, path: Path,
+                    source: str,
+                    batch_size: int, progress: bool) -> tuple[FidStatistics, dict[str, Any]]:
+    """FID reference statistics of the reference run's images, written to `path` with what
+    they came from (the Inception's fingerprint among it, which scoring checks), and read
+    back as any statistics file is."""
+    ref_result = run_scores(ref_plan, backbones, captions, None, batch_size, progress)
+    stats_meta = {
+        "written_by": "runner calibrate", "source": source,
+        "samples": format_ids(ref_result.sample_ids), "n": ref_result.n,
+        "fid_weights": backbones.info.fid_weights,
+        "fid_fingerprint": backbones.info.fid_fingerprint,
+        "backbones": backbones.info.label,
+    }
+    assert ref_result.mu is not None and ref_result.sigma is not None  # FID was scored
+    save_statistics(path, ref_result.mu, ref_result.sigma, stats_meta)
+    return load_statistics(path), stats_meta
+
+
+def _accuracy_section(backbones: Backbones, stats_ref: str, samples: str,
+                      fid_range: tuple[float, float], clip_range: tuple[float, float]
+                      ) -> dict[str, Any]:
+    """The profile's `accuracy:` section: the ranges, and everything they hold only with
+    (the backbones, the reference statistics, the samples scored)."""
+    return {
+        "backbones": backbones.info.mode,
+        **({"seed": backbones.info.seed} if backbones.info.mode == "seeded" else {}),
+        "fid_statistics": stats_ref,
+        "samples": samples,
+        "fid": list(fid_range),
+        "clip": list(clip_range),
+    }
+
+
+def _snippet(section: dict[str, Any], run_label: str, result: AccuracyResult,
+             fid_percent: float, clip_percent: float, backbones: Backbones,
+             notes: tuple[str, ...]) -> str:
+    """The profile's `accuracy:` section as YAML, under comment lines that say what its
+    ranges were calibrated on and how wide they are, so a reader of the profile can tell
+    where its numbers came from."""
+    header = (f"# Calibrated by `runner calibrate` on {run_label} ({result.n} samples):\n"
+              f"# FID {result.fid!r} +/- {fid_percent}%, CLIP {result.clip!r} +/- "
+              f"{clip_percent}%.\n")
+    if backbones.info.mode == "seeded":
+        header += f"# {backbones.info.label}.\n"
+    header += "".join(f"# {line}\n" for line in notes)
+    return header + yaml.safe_dump({"accuracy": section}, sort_keys=False,
+                                   default_flow_style=None, width=100)
+
+
 def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
               reference_run: Path | None = None, fid_percent: float = MLPERF_FID_PERCENT,
               clip_percent: float = MLPERF_CLIP_PERCENT, fid_weights=None, clip_weights=None,
@@ -140,22 +193,13 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
     out = Path(out)
     prof, captions, probe, ref_plan = _prepare(run_dir, profile, reference_run)
     backbones = backbones or open_backbones(probe, fid_weights, clip_weights, device)
-    stats_meta = {}
     if ref_plan is not None:
-        ref_result = run_scores(ref_plan, backbones, captions, None, batch_size, progress)
-        stats_meta = {
-            "written_by": "runner calibrate", "source": reference_label or str(reference_run),
-            "samples": format_ids(ref_result.sample_ids), "n": ref_result.n,
-            "fid_weights": backbones.info.fid_weights,
-            "fid_fingerprint": backbones.info.fid_fingerprint,
-            "backbones": backbones.info.label,
-        }
         stats_path = out / STATS_NAME
-        assert ref_result.mu is not None and ref_result.sigma is not None  # FID was scored
-        save_statistics(stats_path, ref_result.mu, ref_result.sigma, stats_meta)
-        reference = load_statistics(stats_path)
+        reference, stats_meta = _new_statistics(ref_plan, backbones, captions, stats_path,
+                                                reference_label or str(reference_run),
+                                                batch_size, progress)
     else:
-        reference = reference_statistics(probe)
+        reference, stats_meta = reference_statistics(probe), {}
         assert reference.path is not None  # statistics read from a file record it
         stats_path = Path(reference.path)
     result = run_scores(probe, backbones, captions, reference, batch_size, progress)
@@ -165,23 +209,10 @@ def calibrate(run_dir: Path, out: Path, *, profile: str | None = None,
     clip_range = percent_range(result.clip, clip_percent)
     samples = format_ids(result.sample_ids)
     stats_ref = builtin_ref(stats_path)
-    section = {
-        "backbones": backbones.info.mode,
-        **({"seed": backbones.info.seed} if backbones.info.mode == "seeded" else {}),
-        "fid_statistics": stats_ref,
-        "samples": samples,
-        "fid": list(fid_range),
-        "clip": list(clip_range),
-    }
+    section = _accuracy_section(backbones, stats_ref, samples, fid_range, clip_range)
     run_label = source_label or str(run_dir)
-    header = (f"# Calibrated by `runner calibrate` on {run_label} ({result.n} samples):\n"
-              f"# FID {result.fid!r} +/- {fid_percent}%, CLIP {result.clip!r} +/- "
-              f"{clip_percent}%.\n")
-    if backbones.info.mode == "seeded":
-        header += f"# {backbones.info.label}.\n"
-    header += "".join(f"# {line}\n" for line in notes)
-    atomic_write_text(out / SNIPPET_NAME, header + yaml.safe_dump(
-        {"accuracy": section}, sort_keys=False, default_flow_style=None, width=100))
+    atomic_write_text(out / SNIPPET_NAME, _snippet(section, run_label, result, fid_percent,
+                                                   clip_percent, backbones, notes))
     atomic_write_json(out / RECORD_NAME, {
         "command": command, "run": run_label,
         "reference_run": reference_label or (reference_run and str(reference_run)),

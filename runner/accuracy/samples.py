@@ -167,6 +167,22 @@ def _recorded_profile(meta: dict) -> str | None:
     return meta.get("profile")
 
 
+def _generated_hashes(run_dir: Path, meta: dict) -> dict[int, str]:
+    """The sha256 `runner generate` recorded of each sample's PNG, by qsl_idx (empty when
+    it recorded none): every sample it was asked for, written or not."""
+    entries = meta.get("samples")
+    if not isinstance(entries, list):
+        raise BadInput("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
+                       fix="point at a directory `runner generate` wrote, or make it "
+                       "again")
+    try:
+        return {int(e["qsl_idx"]): str(e.get("sha256", "")) for e in entries}
+    except (KeyError, TypeError, ValueError) as e:
+        raise BadInput(f"bad sample entry: {e}",
+                       where=f"{run_dir / GENERATE_META}: samples",
+                       fix="make the directory again with `runner generate`") from e
+
+
 def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> SampleSource:
     """The images of `run_dir` (or of `log`). A run dir's samples are verified up front
     (a corrupt one is moved aside, and then counts as missing); `verify=False` (a dry run)
@@ -199,17 +215,7 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
     elif (run_dir / GENERATE_META).is_file():
         meta = _read_json(run_dir / GENERATE_META)
         profile = _recorded_profile(meta)
-        entries = meta.get("samples")
-        if not isinstance(entries, list):
-            raise BadInput("no `samples` list", where=f"{run_dir / GENERATE_META}: samples",
-                           fix="point at a directory `runner generate` wrote, or make it "
-                           "again")
-        try:
-            hashes = {int(e["qsl_idx"]): str(e.get("sha256", "")) for e in entries}
-        except (KeyError, TypeError, ValueError) as e:
-            raise BadInput(f"bad sample entry: {e}",
-                           where=f"{run_dir / GENERATE_META}: samples",
-                           fix="make the directory again with `runner generate`") from e
+        hashes = _generated_hashes(run_dir, meta)
         requested = tuple(sorted(hashes))
         if log is None:
             present = tuple(i for i in requested

@@ -11,9 +11,10 @@ wins, as in MLPerf's accuracy script).
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -116,51 +117,159 @@ class _Batch:
 
     ids: list[int]
     texts: list[str]
-    inception_input: Any  # N x 3 x 299 x 299 in [-1, 1], on the device (None: no FID)
-    clip_input: Any  # N x 3 x 224 x 224, normalised, on the device (None: no CLIP)
+    inputs: dict[str, Any]  # each metric's input tensor on the device, by `ScoreMetric.name`
 
 
-def _prepared_batches(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
-                      settings: ScoreSettings, backbones: Backbones, counts: dict[str, int]
-                      ) -> Iterator[_Batch]:
-    """Checks, deduplicates (first wins, as MLPerf) and batches the samples, and runs the
-    preprocessing of both networks; on the loader thread, ahead of the forward passes."""
-    import torch
+_R = TypeVar("_R", covariant=True)
 
-    seen: set[int] = set()
-    size = settings.image_size
-    ids: list[int] = []
-    images: list[np.ndarray] = []
 
-    def prepared() -> _Batch:
+class ScoreMetric(ABC, Generic[_R]):
+    """One score over the samples, fed batch by batch and computed once (the shape of
+    torchmetrics' `Metric`), so that `score_samples` is one loop whatever is scored and each
+    metric's state and arithmetic live in one place. `prepare` runs on the loader thread,
+    ahead of `update`'s forward pass on the scoring thread."""
+
+    name: ClassVar[str]  # its key in ScoreSettings.metrics and in _Batch.inputs
+
+    @abstractmethod
+    def prepare(self, images: np.ndarray) -> Any:
+        """The network's input for an N x H x W x 3 uint8 stack, on the device."""
+
+    @abstractmethod
+    def update(self, batch: _Batch) -> None:
+        """Takes in one batch's samples (under torch.no_grad())."""
+
+    @abstractmethod
+    def compute(self) -> _R:
+        """The score over every sample taken in."""
+
+
+@dataclass(frozen=True)
+class FidScore:
+    mu: np.ndarray  # the generated images' Inception statistics
+    sigma: np.ndarray
+    frechet: FrechetResult | None  # None: no reference statistics (calibration)
+    check: FrechetResult | None  # the other method's distance, when cross-checking
+    cached: bool  # every Fréchet distance came from runner.accuracy.frechet_cache
+
+
+class FidMetric(ScoreMetric[FidScore]):
+    """Inception features folded into float64 running moments (memory independent of N),
+    then the Fréchet distance of those against the reference statistics."""
+
+    name = "fid"
+
+    def __init__(self, backbones: Backbones, reference: FidStatistics | None,
+                 settings: ScoreSettings):
+        self._backbones = backbones
+        self._reference = reference
+        self._settings = settings
+        self._moments = RunningMoments(FEATURE_DIMS)
+
+    def prepare(self, images: np.ndarray) -> Any:
+        pixels = images_to_unit_float(images).to(self._backbones.device)
+        return self._backbones.inception.prepare(pixels)
+
+    def update(self, batch: _Batch) -> None:
+        features = self._backbones.inception.features(
+            batch.inputs[self.name]).double().cpu().numpy()
+        if not np.isfinite(features).all():
+            bad = [i for i, f in zip(batch.ids, features, strict=True)
+                   if not np.isfinite(f).all()]
+            raise StepFailed(f"Inception features are not finite for samples "
+                             f"{bad[:10]}",
+                             fix="check the FID weights file (NaN/Inf weights?)")
+        self._moments.update(features)
+
+    def compute(self) -> FidScore:
+        mu, sigma = self._moments.mean, self._moments.covariance()
+        reference, settings = self._reference, self._settings
+        if reference is None:
+            return FidScore(mu, sigma, None, None, False)
+        others = [m for m in FRECHET if m != settings.frechet]
+        methods = [settings.frechet, *others[: int(settings.cross_check)]]
+        with Progress("Fréchet distance", len(methods), enabled=settings.progress,
+                      eta=False) as step:
+            # MLPerf's order: reference statistics first, generated second.
+            pair = FrechetPair(reference.mu, reference.sigma, mu, sigma)
+            results, cached = [], []
+            for method in methods:
+                step.start_item(f"{method}, {FEATURE_DIMS}-d")
+                result, was_cached = pair.distance(method)
+                results.append(result)
+                cached.append(was_cached)
+                step.advance()
+        return FidScore(mu, sigma, results[0], results[1] if len(results) > 1 else None,
+                        all(cached))
+
+
+@dataclass(frozen=True)
+class ClipScore:
+    mean: float  # MLPerf's number: np.mean of the per-sample floats
+    per_sample: tuple[float, ...]
+
+
+class ClipMetric(ScoreMetric[ClipScore]):
+    """One CLIP image-caption score per sample, averaged as MLPerf does."""
+
+    name = "clip"
+
+    def __init__(self, backbones: Backbones):
+        self._backbones = backbones
+        self._scores: list[float] = []
+
+    def prepare(self, images: np.ndarray) -> Any:
+        return self._backbones.clip.pixels(images).to(self._backbones.device)
+
+    def update(self, batch: _Batch) -> None:
+        self._scores.extend(self._backbones.clip.scores_of_pixels(batch.inputs[self.name],
+                                                                  batch.texts).tolist())
+
+    def compute(self) -> ClipScore:
+        return ClipScore(float(np.mean(self._scores)), tuple(self._scores))
+
+
+class _Batcher:
+    """Checks, deduplicates (first wins, as MLPerf) and batches the samples, and runs every
+    metric's preprocessing; on the loader thread, ahead of the forward passes. It counts the
+    duplicates it skipped, to be read once its batches are consumed."""
+
+    def __init__(self, captions: CaptionLookup, settings: ScoreSettings,
+                 metrics: list[ScoreMetric[Any]]):
+        self._captions = captions
+        self._settings = settings
+        self._metrics = metrics
+        self.duplicates = 0
+
+    def batches(self, samples: Iterable[tuple[int, np.ndarray]]) -> Iterator[_Batch]:
+        seen: set[int] = set()
+        size = self._settings.image_size
+        ids: list[int] = []
+        images: list[np.ndarray] = []
+        for qsl_idx, image in samples:
+            qsl_idx = int(qsl_idx)
+            if qsl_idx in seen:
+                self.duplicates += 1
+                continue
+            seen.add(qsl_idx)
+            check_image(qsl_idx, image, size)
+            size = size or tuple(image.shape[:2])
+            self._captions[qsl_idx]  # a caption file too short fails here, before any compute
+            ids.append(qsl_idx)
+            images.append(image)
+            if len(images) == self._settings.batch_size:
+                yield self._prepared(ids, images)
+                ids, images = [], []
+        if images:
+            yield self._prepared(ids, images)
+
+    def _prepared(self, ids: list[int], images: list[np.ndarray]) -> _Batch:
+        import torch
+
         stacked = np.stack(images)
         with torch.no_grad():
-            fid_input = clip_input = None
-            if "fid" in settings.metrics:
-                pixels = images_to_unit_float(stacked).to(backbones.device)
-                fid_input = backbones.inception.prepare(pixels)
-            if "clip" in settings.metrics:
-                clip_input = backbones.clip.pixels(stacked).to(backbones.device)
-            batch = _Batch(list(ids), [captions[i] for i in ids], fid_input, clip_input)
-        ids.clear()
-        images.clear()
-        return batch
-
-    for qsl_idx, image in samples:
-        qsl_idx = int(qsl_idx)
-        if qsl_idx in seen:
-            counts["duplicates"] += 1
-            continue
-        seen.add(qsl_idx)
-        check_image(qsl_idx, image, size)
-        size = size or tuple(image.shape[:2])
-        captions[qsl_idx]  # a caption file too short fails here, before any compute
-        ids.append(qsl_idx)
-        images.append(image)
-        if len(images) == settings.batch_size:
-            yield prepared()
-    if images:
-        yield prepared()
+            inputs = {metric.name: metric.prepare(stacked) for metric in self._metrics}
+        return _Batch(ids, [self._captions[i] for i in ids], inputs)
 
 
 def reader_jobs(device: str) -> int | None:
@@ -172,15 +281,9 @@ def reader_jobs(device: str) -> int | None:
     return 1 if device == "cpu" else None
 
 
-def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
-                  settings: ScoreSettings, backbones: Backbones,
-                  reference: FidStatistics | None, total: int | None = None
-                  ) -> AccuracyResult:
-    """On a GPU, reading, decoding, checking and preprocessing run on a loader thread (and
-    the sample store's reader threads) a bounded number of batches ahead, so the forward
-    passes never wait for them; memory holds a few batches whatever N is."""
-    import torch
-
+def _check_settings(settings: ScoreSettings, backbones: Backbones,
+                    reference: FidStatistics | None) -> None:
+    """Fails on settings that cannot score, before any sample is read."""
     if settings.batch_size < 1:
         raise BadInput(f"batch size {settings.batch_size}", where="--batch-size",
                        fix="use 1 or more")
@@ -196,65 +299,65 @@ def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLo
                              fix="load the backbones with the metrics to score")
     if reference is not None and fid_scored:
         check_statistics_backbone(reference, backbones.info)
+
+
+def _feed(batches: Iterable[_Batch], metrics: list[ScoreMetric[Any]], progress: Progress
+          ) -> list[int]:
+    """Feeds every batch to every metric, on this (the scoring) thread; the ids scored, in
+    order."""
+    import torch
+
+    ids: list[int] = []
+    for batch in batches:
+        with torch.no_grad():
+            for metric in metrics:
+                metric.update(batch)
+        ids.extend(batch.ids)
+        progress.update(len(ids))
+    progress.finish()
+    return ids
+
+
+def score_samples(samples: Iterable[tuple[int, np.ndarray]], captions: CaptionLookup,
+                  settings: ScoreSettings, backbones: Backbones,
+                  reference: FidStatistics | None, total: int | None = None
+                  ) -> AccuracyResult:
+    """On a GPU, reading, decoding, checking and preprocessing run on a loader thread (and
+    the sample store's reader threads) a bounded number of batches ahead, so the forward
+    passes never wait for them; memory holds a few batches whatever N is."""
+    _check_settings(settings, backbones, reference)
+    fid_scored = "fid" in settings.metrics
+    fid = FidMetric(backbones, reference, settings) if fid_scored else None
+    clip = ClipMetric(backbones) if "clip" in settings.metrics else None
+    metrics: list[ScoreMetric[Any]] = [m for m in (fid, clip) if m is not None]
     # A 1024x1024 image passes through 12 MB float tensors; fresh mmap()s for each cost
     # page faults worth ~10% of the forward passes on CPU (see keep_freed_memory).
     keep_freed_memory()
     start = time.perf_counter()
-    moments = RunningMoments(FEATURE_DIMS) if fid_scored else None
-    ids: list[int] = []
-    clip_scores: list[float] = []
-    counts = {"duplicates": 0}
-    progress = Progress("scoring", total, unit="images", enabled=settings.progress)
     depth = settings.prefetch if settings.prefetch is not None else (
         0 if backbones.device == "cpu" else 2)  # see reader_jobs
-    batches = prefetch(_prepared_batches(samples, captions, settings, backbones, counts), depth)
-    for batch in batches:
-        with torch.no_grad():
-            if moments is not None:
-                features = backbones.inception.features(
-                    batch.inception_input).double().cpu().numpy()
-                if not np.isfinite(features).all():
-                    bad = [i for i, f in zip(batch.ids, features, strict=True)
-                           if not np.isfinite(f).all()]
-                    raise StepFailed(f"Inception features are not finite for samples "
-                                     f"{bad[:10]}",
-                                     fix="check the FID weights file (NaN/Inf weights?)")
-                moments.update(features)
-            if clip_scored:
-                clip_scores.extend(backbones.clip.scores_of_pixels(batch.clip_input,
-                                                                   batch.texts).tolist())
-        ids.extend(batch.ids)
-        progress.update(len(ids))
-    progress.finish()
+    progress = Progress("scoring", total, unit="images", enabled=settings.progress)
+    batcher = _Batcher(captions, settings, metrics)
+    ids = _feed(prefetch(batcher.batches(samples), depth), metrics, progress)
     if len(ids) < (2 if fid_scored else 1):
         raise BadInput(f"{len(ids)} image(s) to score"
                        + ("; FID needs at least 2" if fid_scored else ""),
                        fix="check the run dir holds the run's images")
     seconds = time.perf_counter() - start
-    mu, sigma = (moments.mean, moments.covariance()) if moments is not None else (None, None)
-    fid = check = None
-    if reference is not None and mu is not None and sigma is not None:
-        others = [m for m in FRECHET if m != settings.frechet]
-        methods = [settings.frechet, *others[: int(settings.cross_check)]]
-        with Progress("Fréchet distance", len(methods), enabled=settings.progress,
-                      eta=False) as step:
-            # MLPerf's order: reference statistics first, generated second.
-            pair = FrechetPair(reference.mu, reference.sigma, mu, sigma)
-            results, cached = [], []
-            for method in methods:
-                step.start_item(f"{method}, {FEATURE_DIMS}-d")
-                result, was_cached = pair.distance(method)
-                results.append(result)
-                cached.append(was_cached)
-                step.advance()
-        fid, check = results[0], (results[1] if len(results) > 1 else None)
+    fid_score = None if fid is None else fid.compute()
+    clip_score = None if clip is None else clip.compute()
+    frechet = None if fid_score is None else fid_score.frechet
     return AccuracyResult(
-        fid=None if fid is None else fid.value,
-        clip=float(np.mean(clip_scores)) if clip_scored else None, n=len(ids),
-        sample_ids=tuple(ids), duplicates=counts["duplicates"], clip_per_sample=tuple(clip_scores),
-        frechet=fid, frechet_check=check, backbones=backbones.info,
+        fid=None if frechet is None else frechet.value,
+        clip=None if clip_score is None else clip_score.mean, n=len(ids),
+        sample_ids=tuple(ids), duplicates=batcher.duplicates,
+        clip_per_sample=() if clip_score is None else clip_score.per_sample,
+        frechet=frechet, frechet_check=None if fid_score is None else fid_score.check,
+        backbones=backbones.info,
         statistics_path=None if reference is None else reference.path,
         statistics_sha256=None if reference is None else reference.sha256,
         batch_size=settings.batch_size, device=backbones.device,
-        seconds=seconds, frechet_seconds=time.perf_counter() - start - seconds, mu=mu,
-        sigma=sigma, frechet_cached=fid is not None and all(cached))
+        seconds=seconds, frechet_seconds=time.perf_counter() - start - seconds,
+        mu=None if fid_score is None else fid_score.mu,
+        sigma=None if fid_score is None else fid_score.sigma,
+        frechet_cached=fid_score is not None and fid_score.cached)

@@ -79,6 +79,48 @@ def aggregate_plan(run_dir: Path, allow_incomplete: bool = False) -> list[str]:
             f"review image(s) into {run_dir / REVIEW_DIR}/"]
 
 
+def _write_log(run_dir: Path, store: SampleStore, present: list[int], jobs: int | None,
+               progress: bool) -> tuple[list[dict], PositionalLog, int]:
+    """The accuracy log of the samples, each read and written in its place on the reading
+    threads (all of one image size, which one log holds); each sample's dataset.json
+    record in the order of `present`, the closed log, and a sample's size in bytes."""
+    records: list[dict] = []
+    shape = store.read(present[0]).image.shape if present else (0,)
+    size = int(np.prod(shape))
+    with PositionalLog(run_dir / LOG_NAME, present, size) as log:
+
+        def write(loaded: Loaded) -> dict:
+            if loaded.image.shape != shape:
+                qsl_idx = loaded.record.qsl_idx
+                raise RunnerError(
+                    f"sample {qsl_idx} is {_dims(loaded.image.shape)} but sample "
+                    f"{present[0]} is {_dims(shape)}: one accuracy log holds one image "
+                    "size", where=str(store.path(qsl_idx)),
+                    fix="aggregate the samples of one profile only")
+            log.write(loaded.record.qsl_idx, loaded.image)
+            return loaded.record.to_dict()
+
+        with Progress("aggregate", len(present), unit="samples",
+                      enabled=progress) as shown:
+            for _, record in store.iter_mapped(present, write, jobs):
+                records.append(record)
+                shown.update(len(records))
+    return records, log, size
+
+
+def _copy_review_images(run_dir: Path, store: SampleStore, present: list[int]) -> list[str]:
+    """The review samples among those aggregated, copied as PNGs into the run's review
+    dir (for a person to look at); their file names."""
+    review, aggregated = [], set(present)
+    for qsl_idx in load_review_ids():
+        if qsl_idx in aggregated:
+            target = run_dir / REVIEW_DIR / f"{qsl_idx:05d}.png"
+            target.parent.mkdir(exist_ok=True)
+            shutil.copyfile(store.path(qsl_idx), target)
+            review.append(target.name)
+    return review
+
+
 def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = None,
               sample_ids: Iterable[int] | None = None, progress: bool = True
               ) -> AggregateResult:
@@ -91,29 +133,9 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     keep_freed_memory()
     store = SampleStore(run_dir)
     present, missing, failed = samples_to_aggregate(run_dir, allow_incomplete, sample_ids)
-    records: list[dict] = []
     start = time.perf_counter()
     try:
-        shape = store.read(present[0]).image.shape if present else (0,)
-        size = int(np.prod(shape))
-        with PositionalLog(run_dir / LOG_NAME, present, size) as log:
-
-            def write(loaded: Loaded) -> dict:
-                if loaded.image.shape != shape:
-                    qsl_idx = loaded.record.qsl_idx
-                    raise RunnerError(
-                        f"sample {qsl_idx} is {_dims(loaded.image.shape)} but sample "
-                        f"{present[0]} is {_dims(shape)}: one accuracy log holds one image "
-                        "size", where=str(store.path(qsl_idx)),
-                        fix="aggregate the samples of one profile only")
-                log.write(loaded.record.qsl_idx, loaded.image)
-                return loaded.record.to_dict()
-
-            with Progress("aggregate", len(present), unit="samples",
-                          enabled=progress) as shown:
-                for _, record in store.iter_mapped(present, write, jobs):
-                    records.append(record)
-                    shown.update(len(records))
+        records, log, size = _write_log(run_dir, store, present, jobs, progress)
         stats = log.stats()
     except CorruptSample as first:
         # Find (and move aside) every other bad file now, so one resume fixes them all.
@@ -126,15 +148,9 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
             fix=f"`runner run --resume {run_dir}` regenerates them, then aggregate again"
         ) from first
     seconds = time.perf_counter() - start
-    review, aggregated = [], set(present)
-    for qsl_idx in load_review_ids():
-        if qsl_idx in aggregated:
-            target = run_dir / REVIEW_DIR / f"{qsl_idx:05d}.png"
-            target.parent.mkdir(exist_ok=True)
-            shutil.copyfile(store.path(qsl_idx), target)
-            review.append(target.name)
     result = AggregateResult(str(run_dir / LOG_NAME), stats.records, stats.bytes,
-                             size * len(present), seconds, review, log.direct)
+                             size * len(present), seconds,
+                             _copy_review_images(run_dir, store, present), log.direct)
     atomic_write_json(run_dir / DATASET, {"samples": records, "missing": missing,
                                           "failed": [f.to_dict() for f in failed.values()],
                                           "aggregate": asdict(result)})

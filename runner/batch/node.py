@@ -112,13 +112,11 @@ def check_shared_files(compiled: CompiledModel, captions: Path) -> None:
                 "on a filesystem every node mounts at the same path")
 
 
-def run_node(run_dir: Path, job_index: int) -> int:
-    run = RunDir(run_dir)
-    run_dir = run.path
-    task = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
-    key = node_key(job_index, task)
+def _starting_state(key: str, job_index: int, task: int) -> dict[str, Any]:
+    """The node's record as it starts: which Slurm job, array task, host and incarnation
+    it is, so a run's report can tell its nodes (and a requeued one's restarts) apart."""
     env = os.environ
-    state: dict[str, Any] = {
+    return {
         "key": key, "job_index": job_index, "array_task": task,
         "array_job_id": env.get("SLURM_ARRAY_JOB_ID"), "slurm_job_id": env.get("SLURM_JOB_ID"),
         "hostname": socket.gethostname(), "nodelist": env.get("SLURM_JOB_NODELIST"),
@@ -126,6 +124,37 @@ def run_node(run_dir: Path, job_index: int) -> int:
         "restart_count": int(env.get("SLURM_RESTART_COUNT", "0") or 0), "pid": os.getpid(),
         "state": "starting", "started_at": _now(), "started": time.time(),
     }
+
+
+def _worker_pool(run: RunDir, key: str, state: dict[str, Any]) -> WorkerPool:
+    """The pool of this node's workers, planned on the cores Slurm gave it, each to take
+    batches from the run's shared queue; what they are is added to the node's `state`."""
+    manifest = run.load()
+    profile = recorded_profile(manifest.profile_config, manifest.profile_path,
+                               manifest.layout, str(run.manifest_path))
+    options = SlurmOptions.from_dict(manifest.slurm_options)
+    cores, how = allocated_cores()
+    plan = node_plan(profile, key, cores)
+    compiled = CompiledModel.from_dict(manifest.compiled)
+    captions = Path(manifest.captions)
+    check_shared_files(compiled, captions)
+    launcher = executor_for(options.node_executor, profile, image=options.image,
+                            captions=captions)
+    state.update(cores=list(cores), cores_from=how, layout=plan.layout.to_dict(),
+                 plan=plan.to_dict(), workers=[w.name for w in plan.workers],
+                 executor=options.node_executor)
+    print(f"node {key} on {state['hostname']}: {len(plan.workers)} worker(s) on cores "
+          f"{list(cores)} ({how})", file=sys.stderr, flush=True)
+    return WorkerPool(run.path, plan, compiled, manifest.captions,
+                      launcher, set(manifest.sample_ids))  # type: ignore[arg-type]
+
+
+def run_node(run_dir: Path, job_index: int) -> int:
+    run = RunDir(run_dir)
+    run_dir = run.path
+    task = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
+    key = node_key(job_index, task)
+    state = _starting_state(key, job_index, task)
     write_node_state(run_dir, key, state)
     signal.signal(signal.SIGTERM, _on_sigterm)
     queue = WorkQueue(run_dir)
@@ -140,24 +169,7 @@ def run_node(run_dir: Path, job_index: int) -> int:
         return code
 
     try:
-        manifest = run.load()
-        profile = recorded_profile(manifest.profile_config, manifest.profile_path,
-                                   manifest.layout, str(run.manifest_path))
-        options = SlurmOptions.from_dict(manifest.slurm_options)
-        cores, how = allocated_cores()
-        plan = node_plan(profile, key, cores)
-        compiled = CompiledModel.from_dict(manifest.compiled)
-        captions = Path(manifest.captions)
-        check_shared_files(compiled, captions)
-        launcher = executor_for(options.node_executor, profile, image=options.image,
-                                captions=captions)
-        state.update(cores=list(cores), cores_from=how, layout=plan.layout.to_dict(),
-                     plan=plan.to_dict(), workers=[w.name for w in plan.workers],
-                     executor=options.node_executor)
-        print(f"node {key} on {state['hostname']}: {len(plan.workers)} worker(s) on cores "
-              f"{list(cores)} ({how})", file=sys.stderr, flush=True)
-        pool = WorkerPool(run_dir, plan, compiled, manifest.captions,
-                          launcher, set(manifest.sample_ids))  # type: ignore[arg-type]
+        pool = _worker_pool(run, key, state)
         state.update(state="running", worker_commands=pool.commands)
         write_node_state(run_dir, key, state)
         watch([pool])

@@ -37,7 +37,7 @@ from runner.config.mlperf_data import load_captions
 from runner.config.sources import redact_secrets
 from runner.model.compiled_model import CompiledModel
 from runner.model.pipeline.loader import open_pipeline
-from runner.model.pipeline.sdxl import SampleFailures
+from runner.model.pipeline.sdxl import SampleFailures, SdxlPipeline
 from runner.rundir.store import SampleFailure, SampleStore, SampleWriter
 
 TASKS_DIR = "workers"
@@ -65,15 +65,11 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
-def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> int:
-    """`driver_gone` is set when the watchdog found the driver's heartbeat stopped (it
-    then stops this process as SIGTERM would)."""
-    task = json.loads(task_file.read_text())
-    run_dir, worker = Path(task["run_dir"]), task["worker"]
-    name = worker["name"]
-    device = f"{worker['device_uri']}#{worker['device_id']}"
-    # Ends with its driver: at once when it is our parent, else once its heartbeat stops.
-    lifeline = task.get("lifeline")
+def _end_with_driver(lifeline: dict | None, name: str, driver_gone: threading.Event | None
+                     ) -> None:
+    """Ends this worker with its driver: at once when the driver is our parent, else once
+    its heartbeat stops (then as SIGTERM would, `driver_gone` set first), so no worker
+    outlives the run that started it."""
     if lifeline:
         die_with_parent(int(lifeline["driver"]["pid"]))
     def stop() -> None:
@@ -82,6 +78,37 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
         os.kill(os.getpid(), signal.SIGTERM)
 
     watch_driver(lifeline, lambda message: log(f"{name}: {message}"), stop=stop)
+
+
+def _generate_into(writer: SampleWriter, pipeline: SdxlPipeline, ids: list[int], prompts: list[str],
+                   name: str, device: str) -> float:
+    """One pipeline batch generated and handed to the writer, a sample that failed recorded
+    as failed (the batch's others are kept); the seconds spent waiting on the writer."""
+    failed: dict[int, str] = {}
+    fix = ""
+    try:
+        images = pipeline.generate(prompts)
+    except SampleFailures as e:
+        images, failed, fix = e.images, e.failed, e.fix or ""
+        log(f"{name}: {len(failed)} sample(s) failed: {e}")
+    waited = time.perf_counter()
+    for n, (qsl_idx, image) in enumerate(zip(ids, images, strict=True)):
+        if n in failed:
+            writer.fail(SampleFailure(qsl_idx, name, device, failed[n], fix))
+        else:
+            writer.put(qsl_idx, image, name, device)
+    return time.perf_counter() - waited
+
+
+def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> int:
+    """`driver_gone` is set when the watchdog found the driver's heartbeat stopped (it
+    then stops this process as SIGTERM would)."""
+    task = json.loads(task_file.read_text())
+    run_dir, worker = Path(task["run_dir"]), task["worker"]
+    name = worker["name"]
+    device = f"{worker['device_uri']}#{worker['device_id']}"
+    lifeline = task.get("lifeline")
+    _end_with_driver(lifeline, name, driver_gone)
     record_worker(run_dir, name, lifeline)
     if worker.get("cpu_affinity"):
         os.sched_setaffinity(0, worker["cpu_affinity"])
@@ -118,20 +145,8 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
                 t0 = time.time()
                 for lo in range(0, len(todo), compiled.batch_size):
                     ids = todo[lo : lo + compiled.batch_size]
-                    failed: dict[int, str] = {}
-                    fix = ""
-                    try:
-                        images = pipeline.generate([captions[prompt[i]] for i in ids])
-                    except SampleFailures as e:
-                        images, failed, fix = e.images, e.failed, e.fix or ""
-                        log(f"{name}: {len(failed)} sample(s) failed: {e}")
-                    waited = time.perf_counter()
-                    for n, (qsl_idx, image) in enumerate(zip(ids, images, strict=True)):
-                        if n in failed:
-                            writer.fail(SampleFailure(qsl_idx, name, device, failed[n], fix))
-                        else:
-                            writer.put(qsl_idx, image, name, device)
-                    stats["store_wait_seconds"] += time.perf_counter() - waited
+                    stats["store_wait_seconds"] += _generate_into(
+                        writer, pipeline, ids, [captions[prompt[i]] for i in ids], name, device)
                 writer.after(functools.partial(batch_written, batch, len(todo), t0))
     log(f"{name}: queue empty, exiting")
     return 0

@@ -15,6 +15,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from runner.bench import stages as st
 from runner.bench import throughput as tp
 from runner.bench.report import markdown
 from runner.bench.result import ABResult, BenchOptions, BenchReport
+from runner.config.layout import Plan
 from runner.config.profile import Profile
 from runner.model.compiled_model import CompiledModel, compile_model
 
@@ -92,12 +94,40 @@ class _Stages:
         return self.out / "stages" / f"bs{bs}"
 
 
-def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
-              echo: Callable[[str], None] = print, attempt: Any = None) -> BenchReport:
-    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out.
-    `attempt` (the out dir's record, runner/base/outdir.py): an interrupted bench's
-    finished layouts and stage latencies are kept, not measured again."""
-    start = time.perf_counter()
+@dataclass(frozen=True)
+class _StageCase:
+    """A runnable layout whose first worker's device view a batch size's stage benchmarks
+    (and A/B arms) run in: a layout case with its profile and plan known to be there."""
+
+    label: str
+    profile: Profile
+    plan: Plan
+
+    @property
+    def batch_size(self) -> int:
+        return self.profile.layout.batch_size
+
+    @property
+    def vae_batch_size(self) -> int:
+        return self.profile.layout.vae_batch_size
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What a bench will do, settled from its options and profile before anything runs, so
+    that every refusal comes before any work and each phase reads only its part."""
+
+    out: Path  # "<out>" in a dry run without --out
+    cases: list[tp.LayoutCase]  # every layout asked for, skipped ones included
+    sample_ids: list[int]  # the throughput runs' samples (none without throughput)
+    # Stages, A/B and spec dumps measure this host's IREE: only host-only benches have any.
+    stage_cases: dict[int, _StageCase]  # by batch size, the first runnable layout using it
+
+
+def plan_bench(profile: Profile, out: Path | None, opts: BenchOptions, attempt: Any = None
+               ) -> BenchPlan:
+    """The bench's plan; refuses options that cannot go together, an out dir already
+    holding a bench, a bad tuning spec and a sweep with nothing runnable."""
     if out is None:
         if not opts.dry_run:
             raise BadInput("--out DIR is required (runs, inputs and reports go there)",
@@ -107,6 +137,23 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if not opts.dry_run and attempt is None and (out / BENCH_JSON).exists():
         raise BadInput("this directory already holds a bench", where=str(out),
                        fix="pass another --out")
+    _refuse_conflicts(opts)
+    if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
+        tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
+    cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
+                            list(opts.batch_sizes), list(opts.vae_batch_sizes))
+    _refuse_all_skipped(profile, cases)
+    stage_cases: dict[int, _StageCase] = {}
+    for c in cases if opts.host_only else []:
+        if c.profile is not None and c.plan is not None:
+            stage_cases.setdefault(c.profile.layout.batch_size,
+                                   _StageCase(c.label, c.profile, c.plan))
+    return BenchPlan(out, cases, list(opts.sample_ids) if opts.throughput else [],
+                     stage_cases)
+
+
+def _refuse_conflicts(opts: BenchOptions) -> None:
+    """Options that contradict each other, refused before any work."""
     if not opts.host_only and (opts.ab_tuning_spec or opts.dump_tuning_specs):
         raise BadInput("--ab-tuning-spec and --dump-tuning-specs use this host's IREE and "
                        "devices", where="--iree/--image/--executor",
@@ -118,28 +165,46 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
     if opts.executor == "slurm" and opts.slurm is None:
         raise BadInput("--executor slurm needs Slurm options", where="runner bench",
                        fix="pass --nodes and --slurm-partition with --executor slurm")
-    if opts.ab_tuning_spec is not None:  # a bad spec fails now, not after the layout runs
-        tuning.ab_profiles(profile, opts.ab_tuning_spec, dry_run=opts.dry_run)
-    ids = list(opts.sample_ids) if opts.throughput else []
-    report = BenchReport(profile.name, profile.model.name, opts, out, versions(),
+
+
+def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
+              echo: Callable[[str], None] = print, attempt: Any = None) -> BenchReport:
+    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out.
+    `attempt` (the out dir's record, runner/base/outdir.py): an interrupted bench's
+    finished layouts and stage latencies are kept, not measured again."""
+    start = time.perf_counter()
+    plan = plan_bench(profile, out, opts, attempt)
+    report = BenchReport(profile.name, profile.model.name, opts, plan.out, versions(),
                          precision={"dtype": profile.model.dtype,
                                     "vae_dtype": profile.model.vae_dtype})
-    cases = tp.layout_cases(profile, list(opts.devices), list(opts.cpds),
-                            list(opts.batch_sizes), list(opts.vae_batch_sizes))
-    _refuse_all_skipped(profile, cases)
-    # Stages, A/B and spec dumps measure this host's IREE: only for host-only benches.
-    runnable = [c for c in cases if c.plan is not None] if opts.host_only else []
-    shared = _Stages(out, opts.dry_run, attempt)
 
     def emit(line: str) -> None:
         report.commands.append(line)
         echo(line)
 
-    # 1. Throughput: every (IREE build, layout) combination.
+    _throughput(plan, opts, report, emit, attempt)
+    _stage_latencies(plan, profile, opts, report, _Stages(plan.out, opts.dry_run, attempt),
+                     emit)
+    _beside_in_run(report, plan.stage_cases)
+    if opts.dump_tuning_specs:  # the final tuning specs, dumped into the out dir
+        report.tuning_specs = _dump(profile, plan.stage_cases, plan.out, opts, emit)
+    report.seconds = time.perf_counter() - start
+    if not opts.dry_run:
+        atomic_write_json(plan.out / BENCH_JSON, report.to_dict())
+        atomic_write_text(plan.out / BENCH_MD, markdown(report))
+        _say(f"reports: {plan.out / BENCH_JSON}, {plan.out / BENCH_MD}")
+    return report
+
+
+def _throughput(plan: BenchPlan, opts: BenchOptions, report: BenchReport,
+                emit: Callable[[str], None], attempt: Any) -> None:
+    """Phase 1: every (IREE build, layout) combination run (or printed) into the report's
+    layouts; a bench without it still names its skipped layouts in a dry run."""
+    out, ids = plan.out, plan.sample_ids
     if opts.throughput:
         report.arms = sweep.make_arms(opts.iree, opts.image, opts.executor, out, opts.dry_run,
                                       emit)
-        combos = sweep.combinations(report.arms, cases, out, list(opts.run_argv),
+        combos = sweep.combinations(report.arms, plan.cases, out, list(opts.run_argv),
                                     opts.executor, opts.slurm)
         if opts.dry_run:
             for combo in combos:
@@ -154,7 +219,7 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
             report.layouts = sweep.run_combinations(combos, ids, opts.slurm, out, attempt)
         tp.mark_best(report.layouts)
     elif opts.dry_run:
-        for case in cases:
+        for case in plan.cases:
             if case.plan is None:
                 emit(f"# layout {case.label}: skipped: {case.skip_reason}")
     if not opts.host_only and opts.stages:
@@ -165,39 +230,26 @@ def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
                             "--executor slurm compare (measure them on a node with "
                             "`runner bench --no-throughput`)")
 
-    # 2. Stage latencies (and the A/B arms) per batch size the runnable layouts use.
-    per_batch: dict[int, tp.LayoutCase] = {}
-    for case in runnable:
-        per_batch.setdefault(case.profile.layout.batch_size, case)  # type: ignore[union-attr]
+
+def _stage_latencies(plan: BenchPlan, profile: Profile, opts: BenchOptions,
+                     report: BenchReport, shared: _Stages, emit: Callable[[str], None]
+                     ) -> None:
+    """Phase 2: stage latencies, and the A/B arms, at each batch size the runnable layouts
+    use; the A/B's arm without the spec stands for the stages when it is the profile."""
     if opts.ab_tuning_spec is not None:
         report.ab = ABResult(str(opts.ab_tuning_spec))
-    for bs, case in per_batch.items():
-        if opts.ab_tuning_spec is None:
+    for bs, case in plan.stage_cases.items():
+        if report.ab is None:
             if opts.stages:
-                report.stages += _run(_plans(case, case.profile, shared,  # type: ignore[arg-type]
-                                             shared.input_dir(bs), opts, emit, ""), opts, "",
-                                      shared)
+                report.stages += _run(_plans(case, case.profile, shared, shared.input_dir(bs),
+                                             opts, emit, ""), opts, "", shared)
             continue
-        assert report.ab is not None
         without, with_spec, same = _ab(profile, case, shared, opts, emit)
         report.ab.without += without
         report.ab.with_spec += with_spec
         if opts.stages:
             report.stages += without if same else _run(_plans(
                 case, profile, shared, shared.input_dir(bs), opts, emit, ""), opts, "", shared)
-
-    _beside_in_run(report, per_batch)
-
-    # 3. Final tuning specs, dumped into the out dir.
-    if opts.dump_tuning_specs:
-        report.tuning_specs = _dump(profile, per_batch, out, opts, emit)
-
-    report.seconds = time.perf_counter() - start
-    if not opts.dry_run:
-        atomic_write_json(out / BENCH_JSON, report.to_dict())
-        atomic_write_text(out / BENCH_MD, markdown(report))
-        _say(f"reports: {out / BENCH_JSON}, {out / BENCH_MD}")
-    return report
 
 
 def _refuse_all_skipped(profile: Profile, cases: list[tp.LayoutCase]) -> None:
@@ -213,21 +265,20 @@ def _refuse_all_skipped(profile: Profile, cases: list[tp.LayoutCase]) -> None:
                    "shows the profile's own layout)")
 
 
-def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path,
+def _plans(case: _StageCase, profile: Profile, shared: _Stages, out_dir: Path,
            opts: BenchOptions, emit: Callable[[str], None], label: str,
            inputs_from: CompiledModel | None = None) -> list[st.StagePlan]:
     """The stage benchmarks of `profile` at the case's batch sizes, as the case's first
     worker sees the device; a dry run prints them (and the compiles they need)."""
-    lay = case.profile.layout  # type: ignore[union-attr]
-    worker = case.plan.workers[0]  # type: ignore[union-attr]
-    compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run,
-                             say=emit)
+    worker = case.plan.workers[0]
+    compiled = compile_model(profile, case.batch_size, case.vae_batch_size,
+                             dry_run=opts.dry_run, say=emit)
     plans = st.plan_stages(compiled, out_dir, opts.settings, worker=worker,
                            inputs=shared.inputs(inputs_from or compiled),
                            only=opts.stage_filter)
     if opts.dry_run:
-        emit(f"# stages{label} at batch {lay.batch_size} (inputs recorded from one pipeline "
-             f"pass into {shared.input_dir(lay.batch_size)})")
+        emit(f"# stages{label} at batch {case.batch_size} (inputs recorded from one pipeline "
+             f"pass into {shared.input_dir(case.batch_size)})")
         for c in compiled.compiled:
             emit(shlex.join(c.command))
         missing = dp.unavailable() if opts.settings.dispatch_calls else None
@@ -244,14 +295,14 @@ def _plans(case: tp.LayoutCase, profile: Profile, shared: _Stages, out_dir: Path
     return plans
 
 
-def _beside_in_run(report: BenchReport, per_batch: dict[int, tp.LayoutCase]) -> None:
+def _beside_in_run(report: BenchReport, per_batch: dict[int, _StageCase]) -> None:
     """Each stage's in-run ms/call: the mean per call of the worker whose device view the
     stage ran in, inside its layout's run (none without a throughput run)."""
     def in_run(result: st.StageResult) -> st.StageResult:
         case = per_batch.get(result.batch_size)
         run = next((r for r in report.layouts if case is not None and r.label == case.label
                     and r.iree == tp.HOST_IREE and r.status == "ok"), None)
-        if case is None or case.plan is None or run is None:
+        if case is None or run is None:
             return result
         first = case.plan.workers[0].name
         worker = next((w for w in run.per_worker if w.worker == first), None)
@@ -285,7 +336,7 @@ def _only_needed(profile: Profile, stage_filter: tuple[str, ...]) -> Profile:
     return dataclasses.replace(profile, model=model)
 
 
-def _ab(profile: Profile, case: tp.LayoutCase, shared: _Stages, opts: BenchOptions,
+def _ab(profile: Profile, case: _StageCase, shared: _Stages, opts: BenchOptions,
         emit: Callable[[str], None]
         ) -> tuple[list[st.StageResult], list[st.StageResult], bool]:
     """Both arms at the case's batch size, stage by stage A then B, so drift in the
@@ -295,11 +346,10 @@ def _ab(profile: Profile, case: tp.LayoutCase, shared: _Stages, opts: BenchOptio
     assert spec is not None
     without, with_spec = tuning.ab_profiles(profile, spec, dry_run=opts.dry_run)
     with_spec = _only_needed(with_spec, opts.stage_filter)
-    lay = case.profile.layout  # type: ignore[union-attr]
-    base = compile_model(without, lay.batch_size, lay.vae_batch_size, dry_run=opts.dry_run)
-    own = compile_model(profile, lay.batch_size, lay.vae_batch_size, dry_run=True)
+    base = compile_model(without, case.batch_size, case.vae_batch_size, dry_run=opts.dry_run)
+    own = compile_model(profile, case.batch_size, case.vae_batch_size, dry_run=True)
     same = [c.key for c in base.compiled] == [c.key for c in own.compiled]
-    ab_dir = shared.out / "ab" / f"bs{lay.batch_size}"
+    ab_dir = shared.out / "ab" / f"bs{case.batch_size}"
     a = _plans(case, without, shared, ab_dir / "without", opts, emit, " (A/B: without spec)",
                inputs_from=base)
     b = _plans(case, with_spec, shared, ab_dir / "with", opts, emit,
@@ -310,7 +360,7 @@ def _ab(profile: Profile, case: tp.LayoutCase, shared: _Stages, opts: BenchOptio
         a_res += _run([pa], opts, " (A/B: without spec)", shared)
         b_res += _run([pb], opts, f" (A/B: with {spec.name})", shared)
     return a_res, b_res, same
-def _dump(profile: Profile, per_batch: dict[int, tp.LayoutCase], out: Path,
+def _dump(profile: Profile, per_batch: dict[int, _StageCase], out: Path,
           opts: BenchOptions, emit: Callable[[str], None]) -> list[str]:
     arms = []
     if opts.ab_tuning_spec is not None:

@@ -385,6 +385,40 @@ def check_benchmark(bench: BenchmarkTest, opts: GoldenOptions,
     return result
 
 
+def _compiled_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo
+                        ) -> tuple[bm.BenchCommand, list[str], Path | None, Path | None]:
+    """The benchmark's modules compiled and its iree-benchmark-module command: an
+    end-to-end file names its modules, a torch-layout one is its module test's, any other
+    is compiled as the quality test of the same submodel. Also the compile commands, the
+    compile statistics and the main vmfb (None where there are none to read)."""
+    main_vmfb: Path | None = None
+    if "modules" in bench.extra:
+        modules, weights, commands = _e2e(bench, opts, compiler)
+        stats = None
+    elif bench.module_test is not None:
+        built = compile_quality(bench.module_test, opts, compiler)
+        main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
+        return _torch_command(built, opts), commands, stats, main_vmfb
+    else:
+        test = quality_test_for(bench, opts)
+        built = compile_quality(test, opts, compiler)
+        main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
+        weights = [built.weights] if built.weights else []
+        # The function may live in the pipeline module (produce_image_latents); a dry
+        # run cannot look, so it assumes the quality test's own function does.
+        loaded = [v for v, m in zip(built.vmfbs, test.modules, strict=True) if m.load]
+        in_pipeline = len(loaded) > 1 and bench.function == test.run_function
+        modules = list(bm.modules_for(loaded, bench.function,
+                                      f"{bench.path}: function_run",
+                                      fallback=len(loaded) if in_pipeline else 1))
+    cmd = bm.command(device=opts.device or bench.device, modules=modules,
+                     function=bench.function, inputs=[str(s) for s in bench.inputs],
+                     parameters=weights,
+                     flags=bm.with_overrides(bench.benchmark_flags, opts.repetitions,
+                                             opts.min_time, opts.warmup))
+    return cmd, commands, stats, main_vmfb
+
+
 def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo,
                    result: GoldenResult) -> None:
     ignore = bench.extra.get("specific_chip_to_ignore") or []
@@ -395,38 +429,13 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
     if not has_goldens(bench, opts.sku):
         result.notes.append(f"no goldens for sku {opts.sku} (the file has "
                             f"{sorted(bench.golden_time_ms)}): measured only")
-    main_vmfb: Path | None = None
     try:
         if bench.unset and not opts.dry_run:
-            raise BadInput(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
-                           "CI's runner passes the string None (--device=None, "
-                           "--function=None) and iree-benchmark-module fails",
-                           where=str(bench.path), fix="set both fields in the file")
-        if "modules" in bench.extra:
-            modules, weights, commands = _e2e(bench, opts, compiler)
-            stats = None
-        elif bench.module_test is not None:
-            built = compile_quality(bench.module_test, opts, compiler)
-            main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
-            cmd = _torch_command(built, opts)
-        else:
-            test = quality_test_for(bench, opts)
-            built = compile_quality(test, opts, compiler)
-            main_vmfb, stats, commands = built.vmfbs[0], built.stats, list(built.commands)
-            weights = [built.weights] if built.weights else []
-            # The function may live in the pipeline module (produce_image_latents); a dry
-            # run cannot look, so it assumes the quality test's own function does.
-            loaded = [v for v, m in zip(built.vmfbs, test.modules, strict=True) if m.load]
-            in_pipeline = len(loaded) > 1 and bench.function == test.run_function
-            modules = list(bm.modules_for(loaded, bench.function,
-                                          f"{bench.path}: function_run",
-                                          fallback=len(loaded) if in_pipeline else 1))
-        if bench.module_test is None:
-            cmd = bm.command(device=opts.device or bench.device, modules=modules,
-                             function=bench.function, inputs=[str(s) for s in bench.inputs],
-                             parameters=weights,
-                             flags=bm.with_overrides(bench.benchmark_flags, opts.repetitions,
-                                                     opts.min_time, opts.warmup))
+            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
+                              "CI's runner passes the string None (--device=None, "
+                              "--function=None) and iree-benchmark-module fails",
+                              where=str(bench.path), fix="set both fields in the file")
+        cmd, commands, stats, main_vmfb = _compiled_benchmark(bench, opts, compiler)
         result.commands.extend(commands)
         result.commands.append(cmd.text())
         if opts.dry_run:

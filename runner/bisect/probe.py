@@ -30,7 +30,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported at run time only once the build's runtime imports
+    from runner.config.profile import Profile
 
 PROBE_FILE = "probe.json"
 DISPATCHES_FILE = "dispatches.json"
@@ -89,6 +92,22 @@ def _dispatches(compiled, out: Path, calls: int) -> dict[str, Any]:
     return {"status": "ok", "file": DISPATCHES_FILE, "calls": calls, "stages": stages}
 
 
+def _run_passes(profile: Profile, ids: list[int], out: Path, passes: int) -> dict[str, Any]:
+    """The samples generated `passes` times (the first into `out`): each pass's seconds, and
+    whether every pass made the same images, which a build that is not deterministic fails."""
+    from runner.model.generate import generate
+
+    seconds, digests = [], []
+    for k in range(passes):
+        result = generate(profile, ids, out if k == 0 else out / f"pass{k + 1}")
+        seconds.append(round(result.seconds, 4))
+        manifest = json.loads((result.out / "manifest.json").read_text())
+        digests.append([s["sha256"] for s in manifest["samples"]])
+    return {"samples": len(ids), "seconds": seconds,
+            "samples_per_s": [len(ids) / max(s, 1e-9) for s in seconds],
+            "repeatable": all(d == digests[0] for d in digests[1:])}
+
+
 def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: bool,
           dispatch_calls: int = 0) -> dict[str, Any]:
     state: dict[str, Any] = {"stage": "import", "ok": False, "pid": os.getpid()}
@@ -102,7 +121,6 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
     from runner.base.provenance import iree_provenance
     from runner.config.profile import load_profile
     from runner.model.compiled_model import compile_model
-    from runner.model.generate import generate
 
     compiler = compiler_info()
     state.update(iree=iree_provenance(), compiler={"path": compiler.path,
@@ -128,15 +146,7 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
     if passes:
         state["stage"] = "run"
         _write(out, state)
-        seconds, digests = [], []
-        for k in range(passes):
-            result = generate(profile, ids, out if k == 0 else out / f"pass{k + 1}")
-            seconds.append(round(result.seconds, 4))
-            manifest = json.loads((result.out / "manifest.json").read_text())
-            digests.append([s["sha256"] for s in manifest["samples"]])
-        state["run"] = {"samples": len(ids), "seconds": seconds,
-                        "samples_per_s": [len(ids) / max(s, 1e-9) for s in seconds],
-                        "repeatable": all(d == digests[0] for d in digests[1:])}
+        state["run"] = _run_passes(profile, ids, out, passes)
     if dispatch_calls:
         state["stage"] = "dispatches"
         _write(out, state)

@@ -276,14 +276,7 @@ def plan_build(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
         labels = _labels(source, base_image, base_id, project_dir)
         digest = _inputs_hash(staging, build_args, labels, base_image, base_id)
         labels[LABEL + "inputs-sha256"] = digest
-        # Named by hash and owner: two builds of the same inputs at once must not delete
-        # each other's context, and a context whose owner has exited is cleared here.
-        stem = f"{source.flavor}-{digest[:12]}"
-        _clear_stale_contexts(contexts, stem)
-        final = contexts / f"{stem}-{os.getpid()}"
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
+        final = _publish_context(staging, f"{source.flavor}-{digest[:12]}")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -292,6 +285,19 @@ def plan_build(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
                      inputs_hash=digest, tag=content_tag(source, digest),
                      extra_tags=tuple(t for t in tags if t != content_tag(source, digest)),
                      proxies=dict(network.proxies), notes=tuple(notes))
+
+
+def _publish_context(staging: Path, stem: str) -> Path:
+    """Renames a staged context to its name beside it. Named by hash and owner: two builds
+    of the same inputs at once must not delete each other's context, and a context whose
+    owner has exited is cleared here."""
+    contexts = staging.parent
+    _clear_stale_contexts(contexts, stem)
+    final = contexts / f"{stem}-{os.getpid()}"
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
+    return final
 
 
 def _clear_stale_contexts(contexts: Path, stem: str) -> None:

@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import CompilerInfo, compiler_info, found_path
@@ -57,6 +58,9 @@ from runner.goldens.testfile import THRESHOLD_ARG_PREFIXES, GoldenTest, TensorRe
 from runner.goldens.thresholds import compare
 from runner.model.compile import CompileResult
 from runner.model.tensors import read_tensor, tensor_format, write_tensor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # run_args the in-process run reads; any other sends the run through iree-run-module.
 IN_PROCESS_RUN_ARGS = ("--function=", "--device=", *THRESHOLD_ARG_PREFIXES)
@@ -196,6 +200,28 @@ def _run_steps(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo,
                           "runner xfails it before compiling")
         return
     out = _test_dir(opts, test)
+    compiled = _compile_all(p, compiler, opts, on_phase, result)
+    if compiled is None:
+        return
+    run = test.runs and not opts.compile_only
+    vmfbs = [c.vmfb for c, m in zip(compiled, p.modules, strict=True) if m.module.load]
+    if run:
+        result.tool = tool_reason(p)
+        result.commands.append(run_module_command(p, vmfbs, out, opts.device))
+        if result.tool:
+            result.notes.append(f"run through iree-run-module itself: {result.tool}")
+    if p.expect_compile_failure:
+        result.notes.append(f"IREE CI expects this compile to fail on {opts.rocm_chip} "
+                            "(compile_chip_expecting_to_fail) and does not compile it")
+    if not opts.dry_run:
+        _run_verdict(p, compiled, vmfbs, bool(run), opts, on_phase, result, out)
+
+
+def _compile_all(p: TestPlan, compiler: CompilerInfo, opts: CheckOptions,
+                 on_phase: Callable[[str], None], result: TestResult
+                 ) -> list[CompileResult] | None:
+    """The plan's modules compiled (and its splat weights made), their commands and times
+    recorded; None when a compile fails, which is then the test's verdict."""
     compiled: list[CompileResult] = []
     try:
         for m in p.modules:
@@ -207,22 +233,19 @@ def _run_steps(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo,
     except RunnerError as e:
         result.compile_seconds = sum(c.seconds for c in compiled)
         result.status, result.phase, result.message = "failed", "compile", str(e)
-        return
+        return None
     result.commands[:0] = [c.command for c in compiled]
     result.compile_seconds = sum(c.seconds for c in compiled)
     result.compile_cached = all(c.cached for c in compiled)
-    run = test.runs and not opts.compile_only
-    vmfbs = [c.vmfb for c, m in zip(compiled, p.modules, strict=True) if m.module.load]
-    if run:
-        result.tool = tool_reason(p)
-        result.commands.append(run_module_command(p, vmfbs, out, opts.device))
-        if result.tool:
-            result.notes.append(f"run through iree-run-module itself: {result.tool}")
-    if p.expect_compile_failure:
-        result.notes.append(f"IREE CI expects this compile to fail on {opts.rocm_chip} "
-                            "(compile_chip_expecting_to_fail) and does not compile it")
-    if opts.dry_run:
-        return
+    return compiled
+
+
+def _run_verdict(p: TestPlan, compiled: list[CompileResult], vmfbs: list[str], run: bool,
+                 opts: CheckOptions, on_phase: Callable[[str], None], result: TestResult,
+                 out: Path | None) -> None:
+    """The verdict once compiled: a compstat test's statistics, a test IREE CI skips or
+    xfails before running (never run here either), or the run and its comparison."""
+    test = p.test
     if test.kind == "compstat":
         _compstat(p, compiled[0], result)
     elif test.compile_only and not opts.compile_only:
@@ -386,6 +409,33 @@ def _kill_group(proc) -> None:
     proc.join()
 
 
+def _compare_outputs(p: TestPlan, result: TestResult, expected: list[np.ndarray | None],
+                     actual: Sequence[np.ndarray], out: Path | None) -> None:
+    """The test's verdict on what its function returned: each output with an expected
+    value compared within the plan's thresholds; a failing output is kept in `out`."""
+    test = p.test
+    if expected and len(expected) != len(actual):
+        # iree-run-module: "expected N list elements but M provided"
+        result.status, result.phase = "failed", "compare"
+        result.message = (f"{len(expected)} expected outputs but {test.run_function} "
+                          f"returned {len(actual)} results (iree-run-module fails this too)")
+        return
+    result.outputs = [compare(i, redact_url(ref.source), exp, act, p.thresholds)
+                      for i, (ref, exp, act) in enumerate(zip(test.outputs, expected,
+                                                              actual, strict=False))
+                      if exp is not None]
+    failed = [o for o in result.outputs if not o.passed]
+    if out is not None:
+        for o in failed:
+            write_tensor(out / f"actual_output{o.index}.npy", actual[o.index])
+    result.phase = "compare"
+    if failed:
+        result.status = "failed"
+        result.message = "\n".join(o.describe() for o in failed)
+    else:
+        result.status = "passed"
+
+
 def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
                      out: Path | None) -> None:
     from runner.model.pipeline.iree_session import IreeSession, ModuleFiles
@@ -424,26 +474,7 @@ def _run_and_compare(p: TestPlan, vmfbs: list[Path], result: TestResult,
         session.close()
     result.run_seconds = time.perf_counter() - start
     result.actual = actual
-    if expected and len(expected) != len(actual):
-        # iree-run-module: "expected N list elements but M provided"
-        result.status, result.phase = "failed", "compare"
-        result.message = (f"{len(expected)} expected outputs but {test.run_function} "
-                          f"returned {len(actual)} results (iree-run-module fails this too)")
-        return
-    result.outputs = [compare(i, redact_url(ref.source), exp, act, p.thresholds)
-                      for i, (ref, exp, act) in enumerate(zip(test.outputs, expected,
-                                                              actual, strict=False))
-                      if exp is not None]
-    failed = [o for o in result.outputs if not o.passed]
-    if out is not None:
-        for o in failed:
-            write_tensor(out / f"actual_output{o.index}.npy", actual[o.index])
-    result.phase = "compare"
-    if failed:
-        result.status = "failed"
-        result.message = "\n".join(o.describe() for o in failed)
-    else:
-        result.status = "passed"
+    _compare_outputs(p, result, expected, actual, out)
 
 
 def check(tests: list[GoldenTest], opts: CheckOptions, *, echo: bool = True) -> CheckReport:

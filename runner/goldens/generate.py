@@ -23,6 +23,7 @@ from runner.config.sources import redact_url
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
 from runner.goldens.report import console_line
+from runner.goldens.result import TestResult
 from runner.goldens.testfile import GoldenTest
 from runner.goldens.versioning import Version, bump_source
 from runner.model.tensors import TensorSpec, write_tensor
@@ -101,6 +102,39 @@ def _kept(key: str, out: Path, attempt) -> list[NewGolden] | None:
     return None
 
 
+def _new_goldens(test: GoldenTest, result: TestResult, to: Version | str, out: Path,
+                 key: str, echo: bool) -> list[NewGolden]:
+    """Each output the test's run produced, written as its new golden under the bumped
+    name, with how far it moved from the old one (the run's comparison against it)."""
+    mine: list[NewGolden] = []
+    for i, ref in enumerate(test.outputs):
+        new_source, bump = bump_source(ref.source, to, ref.where)
+        array = result.actual[i]
+        spec = ref.spec
+        if spec is not None and not TensorSpec.of(array).same_as(spec):
+            raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
+                              where=f"{test.path}: outputs[{i}].value",
+                              fix="fix the test's output type, or the model that changed "
+                              "its shape")
+        path = write_tensor(out / bump.new_name, array, key=f"output{i}")
+        change = None
+        old = next((o for o in result.outputs if o.index == i), None)
+        if old is not None:
+            change = {"max_abs": old.max_abs, "mean_abs": old.mean_abs,
+                      "max_rel": old.max_rel, "over_threshold": old.mismatches}
+        note = bump.describe() if bump.unversioned else None
+        golden = NewGolden(test.name, i, ref.source, new_source, path, str(
+            TensorSpec.of(array)), sha256_file(path), _md5_b64(path), note, change)
+        mine.append(golden)
+        if echo:
+            moved = (f"; vs old: max_abs {change['max_abs']:.3g}, "
+                     f"mean_abs {change['mean_abs']:.3g}" if change else "")
+            print(f"wrote {path}  ({test.name} output {i}{moved})")
+            if note:
+                print(f"note: {note}")
+    return mine
+
+
 def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts: CheckOptions,
              *, echo: bool = True, attempt=None) -> list[NewGolden]:
     """Runs every test (failures against the old goldens are expected and only reported).
@@ -128,33 +162,8 @@ def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts
             raise RunnerError(f"{test.name} did not produce outputs ({result.status} in "
                               f"{result.phase}): {result.message}", where=str(test.path),
                               fix="fix the test or the compiler, then generate again")
-        mine: list[NewGolden] = []
-        for i, ref in enumerate(test.outputs):
-            new_source, bump = bump_source(ref.source, to, ref.where)
-            array = result.actual[i]
-            spec = ref.spec
-            if spec is not None and not TensorSpec.of(array).same_as(spec):
-                raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
-                                  where=f"{test.path}: outputs[{i}].value",
-                                  fix="fix the test's output type, or the model that changed "
-                                  "its shape")
-            path = write_tensor(out / bump.new_name, array, key=f"output{i}")
-            change = None
-            old = next((o for o in result.outputs if o.index == i), None)
-            if old is not None:
-                change = {"max_abs": old.max_abs, "mean_abs": old.mean_abs,
-                          "max_rel": old.max_rel, "over_threshold": old.mismatches}
-            note = bump.describe() if bump.unversioned else None
-            golden = NewGolden(test.name, i, ref.source, new_source, path, str(
-                TensorSpec.of(array)), sha256_file(path), _md5_b64(path), note, change)
-            written.append(golden)
-            mine.append(golden)
-            if echo:
-                moved = (f"; vs old: max_abs {change['max_abs']:.3g}, "
-                         f"mean_abs {change['mean_abs']:.3g}" if change else "")
-                print(f"wrote {path}  ({test.name} output {i}{moved})")
-                if note:
-                    print(f"note: {note}")
+        mine = _new_goldens(test, result, to, out, key, echo)
+        written += mine
         if attempt is not None:
             attempt.mark(key, [g.to_dict() for g in mine])
     atomic_write_json(out / GOLDENS_MANIFEST, {"to": str(to), "iree": iree_provenance(),

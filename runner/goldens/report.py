@@ -76,6 +76,23 @@ def junit_xml(report: CheckReport) -> bytes:
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
+def _compstat_section(compstats: list[TestResult]) -> list[str]:
+    """The compile-statistics tests' table: each statistic measured against its golden,
+    which it must not exceed."""
+    lines = ["", "## Compile statistics (each must be <= its golden)", "",
+             "| test | status | dispatch count | golden | delta | binary size (B) "
+             "| golden | delta |", "|---|---|---|---|---|---|---|---|"]
+    for r in compstats:
+        cells = []
+        for name in ("dispatch_count", "binary_size"):
+            s = next((s for s in r.stats if s.name == name), None)
+            cells += ["-", "-", "-"] if s is None else [
+                str(s.measured), "-" if s.golden is None else str(s.golden),
+                "-" if s.delta is None else f"{s.delta:+d}"]
+        lines.append(f"| {r.test.name} | {LABELS[r.status]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(report: CheckReport) -> str:
     c = report.compiler
     counts = ", ".join(f"{n} {s}" for s, n in report.counts().items())
@@ -104,17 +121,7 @@ def markdown(report: CheckReport) -> str:
             head = "| | | | "
     compstats = [r for r in report.results if r.test.kind == "compstat"]
     if compstats:
-        lines += ["", "## Compile statistics (each must be <= its golden)", "",
-                  "| test | status | dispatch count | golden | delta | binary size (B) "
-                  "| golden | delta |", "|---|---|---|---|---|---|---|---|"]
-        for r in compstats:
-            cells = []
-            for name in ("dispatch_count", "binary_size"):
-                s = next((s for s in r.stats if s.name == name), None)
-                cells += ["-", "-", "-"] if s is None else [
-                    str(s.measured), "-" if s.golden is None else str(s.golden),
-                    "-" if s.delta is None else f"{s.delta:+d}"]
-            lines.append(f"| {r.test.name} | {LABELS[r.status]} | " + " | ".join(cells) + " |")
+        lines += _compstat_section(compstats)
     warned = [r for r in report.results if r.warnings]
     if warned:
         lines += ["", "## Warnings", ""]

@@ -125,12 +125,43 @@ def plan_steps(sizes: list[int], vae_dtypes: list[str], main_dtype: str) -> list
     return steps
 
 
+def _tiny_cpu_step(tiny_cpu: Path, tiny_count: int) -> PrepareStep:
+    """The tiny model run on this CPU, the reference the device's images are checked
+    against; resumed where an earlier prepare left its run (of the same count)."""
+    from runner.batch.run import validate_ids
+
+    validate_ids(list(range(tiny_count)), "--tiny-count")
+    resumed = (tiny_cpu / "run.json").is_file()
+    if resumed:
+        _same_tiny_count(tiny_cpu, tiny_count)
+    return PrepareStep("tiny on this CPU", runner_argv(
+        "run", "--resume", str(tiny_cpu)) if resumed else runner_argv(
+        "run", "--profile", "tiny", "--count", str(tiny_count), "--no-score",
+        "--out", str(tiny_cpu)))
+
+
+def _wheel_steps(wheels: Path, python: str, version: str | None) -> list[PrepareStep]:
+    """Downloading the wheels a worker needs, pinned to the versions here (the runtime to
+    this one, so the GPU machine runs what compiled), and building the runner's own."""
+    pins = [f"iree-base-runtime=={version}" if version else "iree-base-runtime"]
+    for dist in CARRIED_DISTS[1:]:
+        try:
+            pins.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pins.append(dist)
+    platforms = [a for p in WHEEL_PLATFORMS for a in ("--platform", p)]
+    return [PrepareStep("wheels", [
+                sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+                "--python-version", python, *platforms, "-d", str(wheels), *pins]),
+            PrepareStep("runner wheel", [
+                sys.executable, "-m", "runner.gpucheck.wheel", "--out", str(wheels)])]
+
+
 def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
                  python: str, wheels: bool, tiny_count: int = TINY_COUNT
                  ) -> tuple[list[PrepareStep], dict]:
     """The commands `prepare` runs and the manifest it writes (less what only running tells)."""
     from runner.base.errors import RunnerError
-    from runner.batch.run import validate_ids
     from runner.bench.stages import stage_roles
     from runner.config.model_config import SHORT_DTYPES
     from runner.config.profile import load_profile
@@ -151,29 +182,10 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     sets = tiny_sets(profile.target.backend, profile.target.chip)
     steps.append(PrepareStep("compile tiny", runner_argv("compile", "--profile", "tiny", *sets,
                                                          "--out", str(cache))))
-    validate_ids(list(range(tiny_count)), "--tiny-count")
-    tiny_cpu = carry / "tiny-cpu"
-    resumed = (tiny_cpu / "run.json").is_file()
-    if resumed:
-        _same_tiny_count(tiny_cpu, tiny_count)
-    steps.append(PrepareStep("tiny on this CPU", runner_argv(
-        "run", "--resume", str(tiny_cpu)) if resumed else runner_argv(
-        "run", "--profile", "tiny", "--count", str(tiny_count), "--no-score",
-        "--out", str(tiny_cpu))))
+    steps.append(_tiny_cpu_step(carry / "tiny-cpu", tiny_count))
     version = runtime_version()
     if wheels:
-        pins = [f"iree-base-runtime=={version}" if version else "iree-base-runtime"]
-        for dist in CARRIED_DISTS[1:]:
-            try:
-                pins.append(f"{dist}=={importlib.metadata.version(dist)}")
-            except importlib.metadata.PackageNotFoundError:
-                pins.append(dist)
-        platforms = [a for p in WHEEL_PLATFORMS for a in ("--platform", p)]
-        steps.append(PrepareStep("wheels", [
-            sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
-            "--python-version", python, *platforms, "-d", str(carry / "wheels"), *pins]))
-        steps.append(PrepareStep("runner wheel", [
-            sys.executable, "-m", "runner.gpucheck.wheel", "--out", str(carry / "wheels")]))
+        steps += _wheel_steps(carry / "wheels", python, version)
     main_dtype = SHORT_DTYPES.get(model.vae_dtype, "fp32")
     queries, seconds = MLPERF_SHORT["cpu" if profile.target.backend == "cpu" else "gpu"]
     manifest = {

@@ -157,6 +157,19 @@ def _holders_cell(found: dict) -> str:
     return "none" if not leaks else ", ".join(f"pid {p['pid']}" for p in leaks)
 
 
+def _dispatch_section(d: dict) -> list[str]:
+    """Each stage's share of time in dispatches and its top kinds; or, when the step made
+    no profile, its status and note, so the report says why."""
+    row = d.get("row")
+    if row and row["dispatch_share"]:
+        return md_table(["stage", "dispatch share", "top kinds"],
+                        [[s, f"{100 * share:.0f}%", ", ".join(
+                            f"{k} {100 * (sh or 0):.0f}%" for k, sh in
+                            row["top_kinds"].get(s, []))]
+                         for s, share in row["dispatch_share"].items()])
+    return [f"- {d.get('status', 'not run')}" + (f": {d['note']}" if d.get("note") else "")]
+
+
 def report(summary: dict) -> str:
     m = summary["manifest"]
     gpu = summary.get("gpu") or {}
@@ -191,18 +204,7 @@ def report(summary: dict) -> str:
     lines += md_table(["published value", "number", "measured / published"],
                       [[k, v, f"{rate / v:.2f}" if rate and "per_gpu" in k else "-"]
                        for k, v in PUBLISHED["values"].items()])
-    lines += ["", "## Dispatch profile", ""]
-    d = summary.get("dispatches") or {}
-    row = d.get("row")
-    if row and row["dispatch_share"]:
-        lines += md_table(["stage", "dispatch share", "top kinds"],
-                          [[s, f"{100 * share:.0f}%", ", ".join(
-                              f"{k} {100 * (sh or 0):.0f}%" for k, sh in
-                              row["top_kinds"].get(s, []))]
-                           for s, share in row["dispatch_share"].items()])
-    else:
-        lines.append(f"- {d.get('status', 'not run')}"
-                     + (f": {d['note']}" if d.get("note") else ""))
+    lines += ["", "## Dispatch profile", "", *_dispatch_section(summary.get("dispatches") or {})]
     holders = [s.get("gpu_holders") or {} for s in summary["steps"]]
     skipped = next((h["note"] for h in holders if h.get("tool") is None and h.get("note")), "")
     lines += ["", "## Steps", ""] + ([f"GPU holders: {skipped}", ""] if skipped else [])

@@ -9,6 +9,7 @@ then the results.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 from runner.base.mdtable import md_table
 from runner.history.changes import Change
 from runner.history.model import Result
-from runner.history.series import Series
+from runner.history.series import Point, Series
 from runner.report.html import CSS, _table, e
 from runner.report.markdown import esc
 
@@ -97,6 +98,57 @@ def _scale(lo: float, hi: float) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
+def _band(bands: list[tuple[float | None, float | None]], x: Callable[[int], float],
+          y: Callable[[float], float], lo: float, hi: float) -> list[str]:
+    """The band shaded per result, not as one rectangle: a golden's change moves it; an
+    open side reaches the plot's edge."""
+    pw = W - LEFT - RIGHT
+    parts = []
+    for i, (b_lo, b_hi) in enumerate(bands):
+        if b_lo is None and b_hi is None:
+            continue
+        top, bottom = y(b_hi if b_hi is not None else hi), y(b_lo if b_lo is not None else lo)
+        half = pw / max(len(bands) - 1, 1) / 2
+        x0, x1 = max(LEFT, x(i) - half), min(LEFT + pw, x(i) + half)
+        parts.append(f'<rect x="{x0:.1f}" y="{top:.1f}" width="{x1 - x0:.1f}" '
+                     f'height="{max(bottom - top, 0.5):.1f}" fill="{BAND}"/>')
+    return parts
+
+
+def _line_and_points(pts: Sequence[Point], x: Callable[[int], float],
+                     y: Callable[[float], float]) -> list[str]:
+    """The series' line, and a point per result with its date, build and value; a failed
+    verdict's point red."""
+    path = " ".join(f"{'M' if i == 0 else 'L'}{x(i):.1f},{y(p.value):.1f}"
+                    for i, p in enumerate(pts))
+    parts = [f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>']
+    for i, p in enumerate(pts):
+        fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}">'
+                     f"<title>{e(f'{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}')}</title>"
+                     "</circle>")
+    return parts
+
+
+def _x_ticks(pts: Sequence[Point], changes: list[Change], x: Callable[[int], float],
+             bottom: float) -> list[str]:
+    """Date and build under the first and last results and each change point, a tick
+    left out where it would crowd the one before."""
+    ticks: list[int] = []
+    for i in sorted({0, *(c.index for c in changes), len(pts) - 1}):
+        if not ticks or x(i) - x(ticks[-1]) >= TICK_GAP:
+            ticks.append(i)
+    parts = []
+    for i in ticks:
+        p = pts[i]
+        anchor = "start" if i == 0 else "end" if i == len(pts) - 1 else "middle"
+        parts.append(f'<text x="{x(i):.1f}" y="{bottom + 15}" text-anchor="{anchor}" '
+                     f'font-size="10" fill="#57606a">{e(f"{p.when:%Y-%m-%d}")}</text>'
+                     f'<text x="{x(i):.1f}" y="{bottom + 28}" text-anchor="{anchor}" '
+                     f'font-size="10" fill="#57606a">{e(p.build[:28])}</text>')
+    return parts
+
+
 def chart(series: Series, changes: list[Change]) -> str:
     """One series as an inline SVG: value per result (x: results in time order, ticks with
     the date and build), its band shaded, failed verdicts red, change points marked."""
@@ -124,14 +176,7 @@ def chart(series: Series, changes: list[Change]) -> str:
              f'viewBox="0 0 {W} {H}" role="img" aria-label="{e(series.label)}">',
              f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#ffffff" '
              'stroke="#d0d7de"/>']
-    for i, (b_lo, b_hi) in enumerate(bands):  # the band, per result (goldens change)
-        if b_lo is None and b_hi is None:
-            continue
-        top, bottom = y(b_hi if b_hi is not None else hi), y(b_lo if b_lo is not None else lo)
-        half = pw / max(len(pts) - 1, 1) / 2
-        x0, x1 = max(LEFT, x(i) - half), min(LEFT + pw, x(i) + half)
-        parts.append(f'<rect x="{x0:.1f}" y="{top:.1f}" width="{x1 - x0:.1f}" '
-                     f'height="{max(bottom - top, 0.5):.1f}" fill="{BAND}"/>')
+    parts += _band(bands, x, y, lo, hi)
     for g in sorted(set(goldens)):
         if not lo <= g <= hi:
             continue
@@ -140,31 +185,14 @@ def chart(series: Series, changes: list[Change]) -> str:
     for v in (lo + (hi - lo) * k / 4 for k in range(5)):
         parts.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
                      f'font-size="10" fill="#57606a">{e(f"{v:.4g}")}</text>')
-    path = " ".join(f"{'M' if i == 0 else 'L'}{x(i):.1f},{y(v):.1f}"
-                    for i, v in enumerate(values))
-    parts.append(f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>')
-    for i, p in enumerate(pts):
-        fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
-        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}">'
-                     f"<title>{e(f'{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}')}</title>"
-                     "</circle>")
+    parts += _line_and_points(pts, x, y)
     for c in changes:
         cx = (x(c.index - 1) + x(c.index)) / 2
         parts.append(f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" y2="{TOP + ph}" '
                      f'stroke="{STEP}" stroke-width="1.5" stroke-dasharray="5 3"/>'
                      f'<text x="{cx + 3:.1f}" y="{TOP + 12}" font-size="11" fill="{STEP}">'
                      f"{e(f'{c.relative:+.1%}')}</text>")
-    ticks: list[int] = []
-    for i in sorted({0, *(c.index for c in changes), len(pts) - 1}):
-        if not ticks or x(i) - x(ticks[-1]) >= TICK_GAP:
-            ticks.append(i)
-    for i in ticks:
-        p = pts[i]
-        anchor = "start" if i == 0 else "end" if i == len(pts) - 1 else "middle"
-        parts.append(f'<text x="{x(i):.1f}" y="{TOP + ph + 15}" text-anchor="{anchor}" '
-                     f'font-size="10" fill="#57606a">{e(f"{p.when:%Y-%m-%d}")}</text>'
-                     f'<text x="{x(i):.1f}" y="{TOP + ph + 28}" text-anchor="{anchor}" '
-                     f'font-size="10" fill="#57606a">{e(p.build[:28])}</text>')
+    parts += _x_ticks(pts, changes, x, TOP + ph)
     parts.append("</svg>")
     return "".join(parts)
 

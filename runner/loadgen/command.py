@@ -154,6 +154,28 @@ def _submission(prepared: Prepared, record: dict[str, Any]) -> dict[str, Any]:
                                            prepared.compliance)}
 
 
+def _print_verdicts(outcomes: list[TestOutcome], record: dict[str, Any], paths: list[Path]
+                    ) -> None:
+    """Each test's result, then accuracy, compliance and the submission tree's problems,
+    then the status and where the reports are: what to read first, on stdout."""
+    for o in outcomes:
+        s = o.summary
+        rate = f", {s.samples_per_second:.3f} samples/s" if s and s.samples_per_second else ""
+        print(f"{o.spec.key}: {(s.result or 'log written') if s else 'no summary'}{rate}"
+              + (f" ({'; '.join(s.reasons)})" if s and not s.valid and s.reasons else ""))
+    for scenario, accuracy in (record.get("accuracy") or {}).items():
+        for line in accuracy.get("lines", []):
+            print(f"{scenario}: {line}")
+    for v in record.get("compliance", []):
+        print(f"{v['test']}: {'PASS' if v['passed'] else 'FAIL'}")
+    submission = record.get("submission") or {}
+    for line in submission.get("problems", []):
+        print(f"submission tree: {line}")
+    for line in submission.get("rules_not_met", []):
+        print(f"MLPerf {submission['round']} rule not met: {line}")
+    print(f"status: {record['status']}; reports: {', '.join(str(p) for p in paths)}")
+
+
 def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=None) -> int:
     """0 when every test is VALID, accuracy passes, compliance verifies and a submission's
     tree conforms and meets the round's rules; 1 otherwise. `attempt`: the out dir's
@@ -188,23 +210,7 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
         record["submission"] = _submission(prepared, record)
     record["status"] = _status(record)
     atomic_write_json(request.out / MLPERF_RECORD, record)
-    paths = write_reports(request.out, record)
-    for o in outcomes:
-        s = o.summary
-        rate = f", {s.samples_per_second:.3f} samples/s" if s and s.samples_per_second else ""
-        print(f"{o.spec.key}: {(s.result or 'log written') if s else 'no summary'}{rate}"
-              + (f" ({'; '.join(s.reasons)})" if s and not s.valid and s.reasons else ""))
-    for scenario, accuracy in (record.get("accuracy") or {}).items():
-        for line in accuracy.get("lines", []):
-            print(f"{scenario}: {line}")
-    for v in record.get("compliance", []):
-        print(f"{v['test']}: {'PASS' if v['passed'] else 'FAIL'}")
-    submission = record.get("submission") or {}
-    for line in submission.get("problems", []):
-        print(f"submission tree: {line}")
-    for line in submission.get("rules_not_met", []):
-        print(f"MLPerf {submission['round']} rule not met: {line}")
-    print(f"status: {record['status']}; reports: {', '.join(str(p) for p in paths)}")
+    _print_verdicts(outcomes, record, write_reports(request.out, record))
     if failure:
         raise RunnerError(failure, where=str(request.out / WORK_DIR / "logs"),
                           fix="read the worker logs; LoadGen's logs so far are kept in "

@@ -95,6 +95,18 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _scenario_from_detail(path: Path) -> dict[str, str]:
+    """The Scenario and Mode fields of an accuracy-mode summary, which holds only the error
+    counts, from the detail log beside it."""
+    facts = detail_facts(path.with_name(DETAIL))
+    if "effective_scenario" not in facts:
+        raise BadInput("not a LoadGen summary (no `Scenario :` line, no detail log "
+                       "beside it)", where=str(path),
+                       fix="point at a LoadGen test's output directory")
+    return {"Scenario": facts["effective_scenario"],
+            "Mode": facts.get("effective_test_mode", "")}
+
+
 def parse_summary(path: Path) -> Summary:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -137,13 +149,7 @@ def parse_summary(path: Path) -> Summary:
         elif (m := _PERCENTILE.match(key)) is not None:
             latency[f"p{float(m.group(1)):g}"] = float(value)
     if "Scenario" not in fields:  # an accuracy-mode summary: only the error counts
-        facts = detail_facts(Path(path).with_name(DETAIL))
-        if "effective_scenario" not in facts:
-            raise BadInput("not a LoadGen summary (no `Scenario :` line, no detail log "
-                           "beside it)", where=str(path),
-                           fix="point at a LoadGen test's output directory")
-        fields["Scenario"] = facts["effective_scenario"]
-        fields["Mode"] = facts.get("effective_test_mode", "")
+        fields.update(_scenario_from_detail(Path(path)))
     rate = (fields.get("Samples per second") or fields.get("Completed samples per second")
             or fields.get("QPS w/o loadgen overhead"))  # SingleStream: one sample per query
     return Summary(str(path), fields["Scenario"], fields.get("Mode", ""),

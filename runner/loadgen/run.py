@@ -29,6 +29,7 @@ from runner.loadgen.conf import (
     MODES,
     QPS_FLAGS,
     SCENARIOS,
+    ConfLine,
     Flags,
     audit_text,
     effective_value,
@@ -173,6 +174,34 @@ def _submission(request: MlperfRequest, scenarios: tuple[str, ...]) -> Submissio
     return SubmissionPlan(rules, division, submitter, system)
 
 
+def _performance_count(request: MlperfRequest, merged: list[ConfLine],
+                       scenarios: tuple[str, ...], tests: tuple[LoadgenTest, ...], total: int
+                       ) -> int:
+    """The performance set's size, which every scenario must agree on (one QSL serves every
+    test), within the QSL and holding the sample each compliance audit issues."""
+    counts = {effective_value(merged, scenario, "performance_sample_count_override")
+              for scenario in scenarios}
+    if len(counts) != 1:
+        raise BadInput("the scenarios' performance sample counts differ "
+                       f"({', '.join(sorted(c or 'default' for c in counts))}); one QSL "
+                       "serves every test", where=str(request.user_conf or "--count"),
+                       fix="set performance_sample_count_override for all scenarios")
+    (count_text,) = counts
+    performance_count = int(float(count_text)) if count_text else min(total, MLPERF_SAMPLES)
+    if not 1 <= performance_count <= total:
+        raise BadInput(f"performance sample count {performance_count} must be within the "
+                       f"QSL's {total} samples", where=str(request.user_conf or "--count"),
+                       fix="lower performance_sample_count_override or raise --count")
+    for spec in tests:
+        same = spec.audit and effective_value(parse_conf_text(spec.audit, spec.name),
+                                              spec.scenario, "performance_issue_same_index")
+        if same and int(float(same)) >= performance_count:
+            raise BadInput(f"{spec.name} issues sample {same} only, but the performance "
+                           f"set has {performance_count} samples", where="--count",
+                           fix="use --count 4 or more")
+    return performance_count
+
+
 def prepare_loadgen(request: MlperfRequest) -> Prepared:
     """Checks the whole request and computes LoadGen's settings; writes and starts nothing."""
     scenarios = _scenarios(request)
@@ -201,27 +230,8 @@ def prepare_loadgen(request: MlperfRequest) -> Prepared:
     text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
                                     str(request.user_conf) if request.user_conf else None)
                    for scenario in scenarios)
-    merged = parse_conf_text(text, "merged user.conf")
-    counts = {effective_value(merged, scenario, "performance_sample_count_override")
-              for scenario in scenarios}
-    if len(counts) != 1:
-        raise BadInput("the scenarios' performance sample counts differ "
-                       f"({', '.join(sorted(c or 'default' for c in counts))}); one QSL "
-                       "serves every test", where=str(request.user_conf or "--count"),
-                       fix="set performance_sample_count_override for all scenarios")
-    (count_text,) = counts
-    performance_count = int(float(count_text)) if count_text else min(total, MLPERF_SAMPLES)
-    if not 1 <= performance_count <= total:
-        raise BadInput(f"performance sample count {performance_count} must be within the "
-                       f"QSL's {total} samples", where=str(request.user_conf or "--count"),
-                       fix="lower performance_sample_count_override or raise --count")
-    for spec in tests:
-        same = spec.audit and effective_value(parse_conf_text(spec.audit, spec.name),
-                                              spec.scenario, "performance_issue_same_index")
-        if same and int(float(same)) >= performance_count:
-            raise BadInput(f"{spec.name} issues sample {same} only, but the performance "
-                           f"set has {performance_count} samples", where="--count",
-                           fix="use --count 4 or more")
+    performance_count = _performance_count(request, parse_conf_text(text, "merged user.conf"),
+                                           scenarios, tests, total)
     limit_ms = request.profile.mlperf.batcher_limit_ms
     settings = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -370,7 +380,6 @@ def execute(prepared: Prepared, executor, attempt=None
         return [kept[spec.key] for spec in prepared.tests], None
     lc = _work_run(prepared, executor, attempt is not None and attempt.resumed)
     work = lc.run.path
-    outcomes: list[TestOutcome] = []
     try:
         atomic_write_text(out / USER_CONF, prepared.user_conf_text)
         queue = WorkQueue(work)
@@ -379,19 +388,7 @@ def execute(prepared: Prepared, executor, attempt=None
         assert execution is not None  # fill=False always starts the workers
         try:
             _wait_ready(work, len(lc.plan.workers), execution)
-            for spec in prepared.tests:
-                if spec.key in kept:
-                    print(f"LoadGen {spec.key}: kept from an earlier attempt (its logs "
-                          "are complete)", file=sys.stderr, flush=True)
-                    outcomes.append(kept[spec.key])
-                    continue
-                shutil.rmtree(out / spec.key, ignore_errors=True)  # a cut-short test's logs
-                outcome = _run_one(prepared, spec, execution, lc.plan.layout.batch_size)
-                outcomes.append(outcome)
-                if outcome.failure:
-                    break
-                if attempt is not None:
-                    attempt.mark(f"test:{spec.key}", {"files": _log_files(out / spec.key)})
+            outcomes = _run_tests(prepared, execution, lc.plan.layout.batch_size, kept, attempt)
         except BaseException:
             queue.close()
             execution.stop()  # a signal or an error: the workers stop now, and are waited for
@@ -405,6 +402,29 @@ def execute(prepared: Prepared, executor, attempt=None
     finally:
         lc.close()
     return outcomes, failure
+
+
+def _run_tests(prepared: Prepared, execution, batch_size: int,
+               kept: dict[str, TestOutcome], attempt) -> list[TestOutcome]:
+    """Each test in turn on the started workers, up to the first that fails; a test an
+    earlier attempt finished is kept rather than run again, and each one finished is
+    recorded in `attempt`, so that an interrupted run resumes after it."""
+    out = prepared.request.out
+    outcomes: list[TestOutcome] = []
+    for spec in prepared.tests:
+        if spec.key in kept:
+            print(f"LoadGen {spec.key}: kept from an earlier attempt (its logs "
+                  "are complete)", file=sys.stderr, flush=True)
+            outcomes.append(kept[spec.key])
+            continue
+        shutil.rmtree(out / spec.key, ignore_errors=True)  # a cut-short test's logs
+        outcome = _run_one(prepared, spec, execution, batch_size)
+        outcomes.append(outcome)
+        if outcome.failure:
+            break
+        if attempt is not None:
+            attempt.mark(f"test:{spec.key}", {"files": _log_files(out / spec.key)})
+    return outcomes
 
 
 def _run_one(prepared: Prepared, spec: LoadgenTest, execution, batch_size: int) -> TestOutcome:

@@ -270,22 +270,12 @@ class SystemDescription:
     sources: dict[str, str]  # field -> detected | layout | profile | command | runner
 
 
-def describe_system(rules: Round, profile, division: str, submitter: str, nodes: int,
-                    out_dir: Path, iree: dict[str, Any], runner_info: dict[str, Any]
-                    ) -> SystemDescription:
-    """The systems JSON for this run; every missing field named at once."""
-    where = f"{profile.path}: mlperf.system"
-    given = dict(profile.mlperf.system or {})
-    system_id = check_name(given.pop("id", None), "system id (mlperf.system.id)", where)
-    unknown = sorted(k for k in given if k not in rules.system_fields)
-    if unknown:
-        raise BadInput(f"mlperf.system has key(s) MLPerf {rules.version}'s systems JSON "
-                       f"does not know: {', '.join(unknown)}", where=where,
-                       fix=f"use {', '.join(rules.system_fields)}")
-    clash = [k for k in _NAMED_ELSEWHERE if k in given]
-    if clash:
-        raise BadInput(f"mlperf.system.{clash[0]} is set from the command", where=where,
-                       fix=f"use {_NAMED_ELSEWHERE[clash[0]]}")
+def _sourced_values(profile, nodes: int, out_dir: Path, iree: dict[str, Any],
+                    runner_info: dict[str, Any], command: dict[str, Any],
+                    given: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """Each systems-JSON field's value and where it came from (the description says so):
+    detected, then the runner's, the layout's, the command's and the profile's, each
+    overriding the ones before; an empty value sets nothing."""
     layout = profile.layout
     values: dict[str, tuple[Any, str]] = {}
 
@@ -305,8 +295,29 @@ def describe_system(rules: Round, profile, division: str, submitter: str, nodes:
                       f"; model {profile.model.name} ("
                       f"{precision_text(profile.model.dtype, profile.model.vae_dtype)})")},
         "layout")
-    put({"division": division, "submitter": submitter}, "command")
+    put(command, "command")
     put(given, "profile")
+    return values
+
+
+def describe_system(rules: Round, profile, division: str, submitter: str, nodes: int,
+                    out_dir: Path, iree: dict[str, Any], runner_info: dict[str, Any]
+                    ) -> SystemDescription:
+    """The systems JSON for this run; every missing field named at once."""
+    where = f"{profile.path}: mlperf.system"
+    given = dict(profile.mlperf.system or {})
+    system_id = check_name(given.pop("id", None), "system id (mlperf.system.id)", where)
+    unknown = sorted(k for k in given if k not in rules.system_fields)
+    if unknown:
+        raise BadInput(f"mlperf.system has key(s) MLPerf {rules.version}'s systems JSON "
+                       f"does not know: {', '.join(unknown)}", where=where,
+                       fix=f"use {', '.join(rules.system_fields)}")
+    clash = [k for k in _NAMED_ELSEWHERE if k in given]
+    if clash:
+        raise BadInput(f"mlperf.system.{clash[0]} is set from the command", where=where,
+                       fix=f"use {_NAMED_ELSEWHERE[clash[0]]}")
+    values = _sourced_values(profile, nodes, out_dir, iree, runner_info,
+                             {"division": division, "submitter": submitter}, given)
     missing = [f for f in rules.system_fields if f not in values]
     if missing:
         raise BadInput(

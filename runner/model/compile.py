@@ -272,6 +272,23 @@ def cached_compilers() -> list[tuple[str, str]]:
     return sorted(found)
 
 
+def _carried_matches(digest: str, flags_for: FlagsFor
+                     ) -> list[tuple[dict, CompilerInfo]]:
+    """The cache entries of the MLIR with this sha256 whose compiler, given the flags this
+    request gives it, made a vmfb that is still in the cache: what may stand for a compile
+    on a machine without the compiler."""
+    matches = []
+    for entry in _entries(digest):
+        raw = entry.get("compiler")
+        if not isinstance(raw, dict) or not isinstance(entry.get("key"), str):
+            continue
+        compiler = CompilerInfo("iree-compile", str(raw.get("version")), str(raw.get("commit")))
+        if (_key(digest, flags_for(compiler), compiler) == entry["key"]
+                and vmfb_path(entry["key"]).is_file()):
+            matches.append((entry, compiler))
+    return matches
+
+
 def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
                        ) -> CompileResult:
     """The vmfb of `mlir` compiled on another machine with the flags this request gives that
@@ -281,15 +298,7 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
                        fix="carry the model's files with the compile cache (`runner "
                        "compile --out DIR` gathers both)")
     digest = sha256_file(mlir)
-    matches = []
-    for entry in _entries(digest):
-        raw = entry.get("compiler")
-        if not isinstance(raw, dict) or not isinstance(entry.get("key"), str):
-            continue
-        compiler = CompilerInfo("iree-compile", str(raw.get("version")), str(raw.get("commit")))
-        flags = flags_for(compiler)
-        if _key(digest, flags, compiler) == entry["key"] and vmfb_path(entry["key"]).is_file():
-            matches.append((entry, compiler, flags))
+    matches = _carried_matches(digest, flags_for)
     if not matches:
         from runner.base.iree_tools import nominal_compiler
 
@@ -305,15 +314,15 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
             + f"`{shlex.join(command)}`; or install iree-base-compiler here")
     if len(matches) > 1:
         names = "; ".join(f"{_named(c)} (vmfb/{e['key'][:2]}/{e['key'][:12]}...)"
-                          for e, c, _ in matches)
-        raise ToolFailed(
+                          for e, c in matches)
+        raise RunnerError(
             f"no iree-compile on this machine, and the compile cache holds {len(matches)} "
             f"vmfbs of {mlir.name} with these flags, by different compilers: {names}",
             where=str(vmfb_dir()),
             fix="carry one compiler's modules (`runner compile --out DIR` on the machine that "
             "compiles, DIR as $RUNNER_CACHE_DIR here), or put the compiler that should "
             "decide on this machine (`runner --iree-tools DIR`, or PATH)")
-    entry, compiler, flags = matches[0]
+    entry, compiler = matches[0]
     vmfb = vmfb_path(entry["key"])
     actual = sha256_file(vmfb)
     if entry.get("vmfb_sha256") and actual != entry["vmfb_sha256"]:

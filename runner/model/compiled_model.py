@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from runner.base.errors import BadInput
-from runner.base.iree_tools import compiler_here
+from runner.base.iree_tools import CompilerInfo, compiler_here
 from runner.base.progress import Progress, echo
 from runner.config.model_config import ModelConfig
 from runner.config.profile import Profile
@@ -105,27 +105,13 @@ def with_batch_sizes(model: ModelConfig, batch_size: int, vae_batch_size: int, *
     return ModelConfig.load(ensure_export(source, [batch_size], [vae_batch_size]))
 
 
-def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
-                  *, dry_run: bool = False, say: Callable[[str], None] = print
-                  ) -> CompiledModel:
-    """The profile's modules at these batch sizes, compiled through the cache (with no
-    iree-compile here: the ones a carried cache holds, runner.model.compile), and the
-    weights they load (a seeded export's written from its spec where they are missing);
-    a model from the export cache exports missing batch sizes first (a dry run `say`s the
-    export command)."""
-    vae_batch_size = vae_batch_size or batch_size
-    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run,
-                             say=say, where=str(profile.path))
-    decode_submodel = model.functions["decode"][0]
-    compiler = compiler_here()
-    if compiler is not None:  # a chip the compiler does not know: said of the profile's key
-        check_gpu_target(profile.target.device_flags(compiler), compiler,
-                         f"{profile.path}: target.chip")
-    hint = (f"runner compile --profile {profile.name} --batch-sizes {batch_size} --out DIR"
-            if vae_batch_size == batch_size else "")
+def _submodel_files(profile: Profile, model: ModelConfig, batches: dict[str, int],
+                    compiler: CompilerInfo | None, hint: str, dry_run: bool
+                    ) -> tuple[list[ModuleFiles], list[CompileResult]]:
+    """Each submodel's vmfbs at its batch size (given, or each of its MLIR sources compiled
+    through the cache) and its weights file, unchecked: a seeded export's missing weights
+    are written only after; and the compiles, to say where their modules came from."""
     modules, results = [], []
-    batches = {name: vae_batch_size if name == decode_submodel else batch_size
-               for name in model.submodels}
     todo = sum(len(model.mlir_sources(name, batches[name]))
                for name, sub in model.submodels.items() if not sub.vmfb)
     with Progress("compile", todo, unit="modules", rate=False, steps=False,
@@ -149,10 +135,33 @@ def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None 
                     progress.advance()
                     results.append(result)
                     vmfbs.append(Path(result.vmfb))
-            # checked below, once a seeded export's missing weights are written
             weights = (local_source(model.resolve(sub.weights), f"{where}.weights", False)
                        if sub.weights else None)
             modules.append(ModuleFiles(name, tuple(vmfbs), weights))
+    return modules, results
+
+
+def compile_model(profile: Profile, batch_size: int, vae_batch_size: int | None = None,
+                  *, dry_run: bool = False, say: Callable[[str], None] = print
+                  ) -> CompiledModel:
+    """The profile's modules at these batch sizes, compiled through the cache (with no
+    iree-compile here: the ones a carried cache holds, runner.model.compile), and the
+    weights they load (a seeded export's written from its spec where they are missing);
+    a model from the export cache exports missing batch sizes first (a dry run `say`s the
+    export command)."""
+    vae_batch_size = vae_batch_size or batch_size
+    model = with_batch_sizes(profile.model, batch_size, vae_batch_size, dry_run=dry_run,
+                             say=say, where=str(profile.path))
+    decode_submodel = model.functions["decode"][0]
+    compiler = compiler_here()
+    if compiler is not None:  # a chip the compiler does not know: said of the profile's key
+        check_gpu_target(profile.target.device_flags(compiler), compiler,
+                         f"{profile.path}: target.chip")
+    hint = (f"runner compile --profile {profile.name} --batch-sizes {batch_size} --out DIR"
+            if vae_batch_size == batch_size else "")
+    batches = {name: vae_batch_size if name == decode_submodel else batch_size
+               for name in model.submodels}
+    modules, results = _submodel_files(profile, model, batches, compiler, hint, dry_run)
     elsewhere = sorted({r.compiled_by for r in results if r.elsewhere})
     if elsewhere:
         echo(f"no iree-compile on this machine: {model.name}'s modules were compiled elsewhere "

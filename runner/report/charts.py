@@ -7,7 +7,7 @@ whole parses with a strict XML parser, which is how the tests check nothing is b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 from runner.accuracy.verdict import RangeCheck
@@ -57,6 +57,18 @@ def _label_at(anchor: str, x0: float, x1: float) -> float:
     return {"start": x0, "end": x1, "middle": (x0 + x1) / 2}[anchor]
 
 
+def _bound_labels(check: RangeCheck, low_x: float, high_x: float, left: float, right: float
+                  ) -> list[str]:
+    """The range's bounds labelled below the track; the upper one drops a row if the two
+    would overlap (a narrow range)."""
+    low_label, high_label = f"low {score_text(check.low)}", f"high {score_text(check.high)}"
+    la, l0, l1 = _placed(low_x, low_label, left, right, "end")
+    ha, h0, h1 = _placed(high_x, high_label, left, right, "start")
+    high_row = 92 if (h0 < l1 + 6 and l0 < h1 + 6) else 78
+    return [_text(_label_at(la, l0, l1), 78, low_label, la, fill="#1a7f37"),
+            _text(_label_at(ha, h0, h1), high_row, high_label, ha, fill="#1a7f37")]
+
+
 def range_bar(check: RangeCheck, width: int = 520) -> str:
     """The score against its range: the band between the bounds, each bound labelled, the
     measured point (green inside, red outside) and a bracket from it to the nearest bound."""
@@ -89,13 +101,7 @@ def range_bar(check: RangeCheck, width: int = 520) -> str:
     for v in (check.low, check.high):
         parts.append(f'<line x1="{x(v):.1f}" y1="{track_y - 5}" x2="{x(v):.1f}" '
                      f'y2="{track_y + track_h + 5}" stroke="#1a7f37" stroke-width="2"/>')
-    # bounds below the track; the upper one drops a row if the two would overlap
-    low_label, high_label = f"low {score_text(check.low)}", f"high {score_text(check.high)}"
-    la, l0, l1 = _placed(x(check.low), low_label, left, right, "end")
-    ha, h0, h1 = _placed(x(check.high), high_label, left, right, "start")
-    high_row = 92 if (h0 < l1 + 6 and l0 < h1 + 6) else 78
-    parts.append(_text(_label_at(la, l0, l1), 78, low_label, la, fill="#1a7f37"))
-    parts.append(_text(_label_at(ha, h0, h1), high_row, high_label, ha, fill="#1a7f37"))
+    parts += _bound_labels(check, x(check.low), x(check.high), left, right)
     # bracket from the point to the nearest bound: the margin (or the miss)
     near = check.low if abs(check.value - check.low) <= abs(check.value - check.high) \
         else check.high
@@ -213,6 +219,25 @@ def progress_chart(workers: Sequence[WorkerReport], width: int = 880, height: in
     return "".join(parts)
 
 
+def _series_line(labels: Sequence[str], values: Sequence[float | None],
+                 x: Callable[[float], float], y: Callable[[float], float]) -> list[str]:
+    """The values as one line, broken where a value is missing (a build that could not be
+    measured, which no line may bridge), and a point with its label at each value."""
+    d, pen = [], "M"
+    for i, v in enumerate(values):
+        if v is None or not math.isfinite(v):
+            pen = "M"
+            continue
+        d.append(f"{pen}{x(i):.1f} {y(v):.1f}")
+        pen = "L"
+    parts = [f'<path d="{" ".join(d)}" fill="none" stroke="{color(0)}" stroke-width="2"/>']
+    for i, v in enumerate(values):
+        if v is not None and math.isfinite(v):
+            parts.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="4" fill="{color(0)}">'
+                         f"<title>{escape(labels[i])}: {v:.6g}</title></circle>")
+    return parts
+
+
 def series_chart(labels: Sequence[str], values: Sequence[float | None], title: str,
                  y_title: str, marks: Sequence[int] = (), width: int = 880,
                  height: int = 240) -> str:
@@ -254,18 +279,7 @@ def series_chart(labels: Sequence[str], values: Sequence[float | None], title: s
     parts.append(f'<text x="14" y="{(y0 + y1) / 2:.1f}" font-size="11" fill="#57606a" '
                  f'text-anchor="middle" transform="rotate(-90 14 {(y0 + y1) / 2:.1f})">'
                  f"{escape(y_title)}</text>")
-    d, pen = [], "M"
-    for i, v in enumerate(values):
-        if v is None or not math.isfinite(v):
-            pen = "M"
-            continue
-        d.append(f"{pen}{x(i):.1f} {y(v):.1f}")
-        pen = "L"
-    parts.append(f'<path d="{" ".join(d)}" fill="none" stroke="{color(0)}" stroke-width="2"/>')
-    for i, v in enumerate(values):
-        if v is not None and math.isfinite(v):
-            parts.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="4" fill="{color(0)}">'
-                         f"<title>{escape(labels[i])}: {v:.6g}</title></circle>")
+    parts += _series_line(labels, values, x, y)
     if marks:
         parts.append(_text(x1, height - 8, "dashed: the image bytes changed at this build",
                            "end", size=10, fill=FAIL_COLOR))

@@ -535,6 +535,27 @@ def _survival(names: list[str], deaths: list[Death], workers: dict[str, WorkerRe
 # -- entry point -------------------------------------------------------------------------------
 
 
+def _every_worker(manifest: RunManifest, stats: dict[str, dict[str, Any]], deaths: list[Death]
+                  ) -> tuple[list[str], dict[str, WorkerReport]]:
+    """The run's worker names (planned ones first, then any that reported or died), and a
+    report of each by name, sorted: one with zeros for a worker killed before its first
+    batch, which wrote no stats, so that no worker goes missing from the report."""
+    plan = manifest.plan
+    workers = {name: _worker(name, s) for name, s in sorted(stats.items())}
+    names = [] if manifest.executor == "slurm" else [
+        str(w["name"]) for w in plan.get("workers", []) if "name" in w]
+    for name in [*workers, *(d.worker for d in deaths)]:
+        if name not in names:
+            names.append(name)
+    planned = {str(w.get("name")): w for w in plan.get("workers", [])}
+    for name in names:
+        if name not in workers and not name.startswith("node "):
+            w = planned.get(name, {})
+            device = f"{w['device_uri']}#{w['device_id']}" if "device_uri" in w else "?"
+            workers[name] = WorkerReport(name, device, 0, 0.0, 0.0, ())
+    return names, {name: workers[name] for name in sorted(workers)}
+
+
 def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAULT
             ) -> RunReport:
     run_dir = Path(run_dir)
@@ -547,20 +568,8 @@ def collect(run_dir: Path, against: Path | None = None, worst: int = WORST_DEFAU
     unexpected = sorted(on_disk - set(requested_ids))
     plan = manifest.plan
     stats = _stats(run_dir, manifest)
-    workers = {name: _worker(name, s) for name, s in sorted(stats.items())}
     deaths = _deaths(manifest)
-    names = [] if manifest.executor == "slurm" else [
-        str(w["name"]) for w in plan.get("workers", []) if "name" in w]
-    for name in [*workers, *(d.worker for d in deaths)]:
-        if name not in names:
-            names.append(name)
-    planned = {str(w.get("name")): w for w in plan.get("workers", [])}
-    for name in names:  # a worker killed before its first batch wrote no stats
-        if name not in workers and not name.startswith("node "):
-            w = planned.get(name, {})
-            device = f"{w['device_uri']}#{w['device_id']}" if "device_uri" in w else "?"
-            workers[name] = WorkerReport(name, device, 0, 0.0, 0.0, ())
-    workers = {name: workers[name] for name in sorted(workers)}
+    names, workers = _every_worker(manifest, stats, deaths)
     scores, note = read_scores(run_dir)
     captions = _captions(manifest)
     gallery, kind = _gallery(run_dir, done, captions, scores)

@@ -93,6 +93,29 @@ def headline(report: RunReport) -> str:
             f"{report.done}/{report.requested} samples")
 
 
+def _run_rows(r: RunReport) -> list[list[object]]:
+    """The run's facts, one per row: how it was laid out, which IREE and image ran it, on
+    what host and when; Slurm and the plan's notes only where there are any."""
+    t = r.timing
+    rows: list[list[object]] = [
+        ["layout", esc(layout_line(r))],
+        ["IREE compiler", iree_line(r.iree.get("iree.compiler"))],
+        ["IREE runtime", iree_line(r.iree.get("iree.runtime"))],
+        ["iree-compile", code(r.iree.get("iree-compile") or "not found")],
+        ["harness image", image_line(r)],
+        ["throughput", throughput_line(r)],
+        ["worker deaths", deaths_line(r)],
+        ["host", esc(f"{r.host.get('hostname', '?')}, {r.host.get('platform', '?')}, "
+                     f"Python {r.host.get('python', '?')}")],
+        ["started / finished", esc(f"{t.started_at or '?'} / {t.finished_at or '?'}")]]
+    if r.slurm:
+        rows.append(["Slurm", esc(f"{r.slurm.get('version', '?')}: {r.slurm.get('jobs')} "
+                                  f"job(s), {r.slurm.get('nodes')} node task(s)")])
+    if r.plan_notes:
+        rows.append(["plan notes", esc("; ".join(r.plan_notes))])
+    return rows
+
+
 def markdown(report: RunReport) -> str:
     r, s = report, report.scores
     lines = [headline(r), ""]
@@ -118,23 +141,7 @@ def markdown(report: RunReport) -> str:
                   f"{s.n} samples scored ({esc(s.sample_ids)}; ranges set for "
                   f"{esc(s.ranges_samples)}); backbones: {esc(s.backbones)}.",
                   f"MLPerf line: {code(s.mlperf_line)}", ""]
-    t = r.timing
-    rows = [["layout", esc(layout_line(r))],
-            ["IREE compiler", iree_line(r.iree.get("iree.compiler"))],
-            ["IREE runtime", iree_line(r.iree.get("iree.runtime"))],
-            ["iree-compile", code(r.iree.get("iree-compile") or "not found")],
-            ["harness image", image_line(r)],
-            ["throughput", throughput_line(r)],
-            ["worker deaths", deaths_line(r)],
-            ["host", esc(f"{r.host.get('hostname', '?')}, {r.host.get('platform', '?')}, "
-                         f"Python {r.host.get('python', '?')}")],
-            ["started / finished", esc(f"{t.started_at or '?'} / {t.finished_at or '?'}")]]
-    if r.slurm:
-        rows.append(["Slurm", esc(f"{r.slurm.get('version', '?')}: {r.slurm.get('jobs')} "
-                                  f"job(s), {r.slurm.get('nodes')} node task(s)")])
-    if r.plan_notes:
-        rows.append(["plan notes", esc("; ".join(r.plan_notes))])
-    lines += ["### Run", "", *md_table(["", ""], rows), ""]
+    lines += ["### Run", "", *md_table(["", ""], _run_rows(r)), ""]
     if r.workers:
         rows = [[esc(w.name), esc(w.device), w.samples, f"{w.busy_s:.2f}",
                  f"{w.samples_per_s:.3f}", f"{w.load_s:.2f}",

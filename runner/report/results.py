@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.accuracy.verdict import RangeCheck
-from runner.report.collect import RunReport, json_finite
+from runner.report.collect import ComparisonReport, RunReport, Scores, WorkerReport, json_finite
 
 SCHEMA = "iree-sdxl-runner/report/1"
 
@@ -28,6 +28,38 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def _scores(s: Scores) -> dict[str, Any]:
+    """The scores with their ranges, and all that makes them comparable or not: how many
+    samples, which backbones and versions, the labels that set them apart from MLPerf's."""
+    return {
+        "verdict": s.state,
+        "fid": _range(s.fid), "clip": _range(s.clip),
+        "not_scored": [m.lower() for m in s.not_scored],
+        "n": s.n, "sample_ids": s.sample_ids, "ranges_samples": s.ranges_samples,
+        "subset": s.subset, "comparable_with_mlperf": not s.labels,
+        "labels": list(s.labels), "backbones": s.backbones,
+        "backbones_mode": s.backbones_mode, "profile": s.profile,
+        "mlperf_line": s.mlperf_line, "seconds": s.seconds, "device": s.device,
+        "versions": dict(s.versions)}
+
+
+def _worker(w: WorkerReport) -> dict[str, Any]:
+    """One worker's throughput and time per stage, and each of its batches' start and end:
+    what a reader needs to see where its time went."""
+    return {"worker": w.name, "device": w.device, "samples": w.samples,
+            "busy_s": w.busy_s, "load_s": w.load_s,
+            "samples_per_s": w.samples_per_s, "stage_ms": dict(w.stage_ms),
+            "batches": [{"start": b.start, "end": b.end, "samples": b.samples}
+                        for b in w.batches]}
+
+
+def _comparison(c: ComparisonReport) -> dict[str, Any]:
+    """The comparison with another run: its summary, the samples only one side has, and
+    the worst-differing samples."""
+    return {"against": c.against, "summary": dict(c.summary), "only_here": c.only_here,
+            "only_there": c.only_there, "worst": [p.diff.to_dict() for p in c.worst]}
+
+
 def results(report: RunReport) -> dict[str, Any]:
     r, s, t = report, report.scores, report.timing
     compiler, runtime = r.iree.get("iree.compiler") or {}, r.iree.get("iree.runtime") or {}
@@ -45,16 +77,7 @@ def results(report: RunReport) -> dict[str, Any]:
                     "message": c.message, "details": c.details} for c in r.checks],
         "samples": {"requested": r.requested, "done": r.done, "missing": list(r.missing),
                     "unexpected": list(r.unexpected), "status": r.status},
-        "scores": None if s is None else {
-            "verdict": s.state,
-            "fid": _range(s.fid), "clip": _range(s.clip),
-            "not_scored": [m.lower() for m in s.not_scored],
-            "n": s.n, "sample_ids": s.sample_ids, "ranges_samples": s.ranges_samples,
-            "subset": s.subset, "comparable_with_mlperf": not s.labels,
-            "labels": list(s.labels), "backbones": s.backbones,
-            "backbones_mode": s.backbones_mode, "profile": s.profile,
-            "mlperf_line": s.mlperf_line, "seconds": s.seconds, "device": s.device,
-            "versions": dict(s.versions)},
+        "scores": None if s is None else _scores(s),
         "not_scored_reason": r.score_note or None,
         "versions": {
             "iree_compiler": {k: compiler.get(k) for k in ("version", "commit", "file")},
@@ -76,22 +99,12 @@ def results(report: RunReport) -> dict[str, Any]:
                     "attempts": t.attempts, "wall_s": t.wall_s, "total_s": t.total_s,
                     "samples_last_attempt": t.samples, "samples_per_s": t.samples_per_s,
                     "scoring_s": s.seconds if s else None},
-        "workers": [{"worker": w.name, "device": w.device, "samples": w.samples,
-                     "busy_s": w.busy_s, "load_s": w.load_s,
-                     "samples_per_s": w.samples_per_s, "stage_ms": dict(w.stage_ms),
-                     "batches": [{"start": b.start, "end": b.end, "samples": b.samples}
-                                 for b in w.batches]} for w in r.workers],
+        "workers": [_worker(w) for w in r.workers],
         "deaths": [{"worker": d.worker, "exit_code": d.exit_code, "requeued": d.requeued,
                     "attempt": d.attempt, "log_tail": d.log_tail} for d in r.deaths],
         "gallery": {"kind": r.gallery_kind, "ids": [g.qsl_idx for g in r.gallery]},
-        "comparison": None,
+        "comparison": None if r.comparison is None else _comparison(r.comparison),
         "reproduce": r.reproduce,
         "argv": list(r.argv),
     }
-    if r.comparison is not None:
-        c = r.comparison
-        out["comparison"] = {
-            "against": c.against, "summary": dict(c.summary), "only_here": c.only_here,
-            "only_there": c.only_there,
-            "worst": [p.diff.to_dict() for p in c.worst]}
     return _finite(out)

@@ -230,13 +230,11 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
     return out / "model.json"
 
 
-def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
-           batch_sizes: list[int], vae_batch_sizes: list[int], max_length: int,
-           log: Callable[[str], None], ckpt, vae_files) -> None:
-    """Builds the modules and writes into the staging dir every file not in `reuse` (the
-    files of the verified export already in place) nor staged already."""
-    from runner.config.checkpoint import convert_tokenizer
-    from runner.model.export import exporter, sdxl_model, seeded
+def _build_modules(source: ExportSource, arch, log: Callable[[str], None], ckpt, vae_files):
+    """The SDXL modules in torch: seeded (from torch's init) or from the checkpoint, with
+    the VAE of `vae_files` where given; warns of an fp16 VAE whose config says it
+    overflows in fp16."""
+    from runner.model.export import sdxl_model
 
     start = time.perf_counter()
     vae = None if vae_files is None else sdxl_model.load_vae(vae_files.root, vae_files.variant)
@@ -252,6 +250,31 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
         log("export: warning: this VAE's config says `force_upcast: true`: diffusers decodes "
             "it in fp32 because its fp16 decode overflows (SDXL base's does); samples whose "
             "decode is not finite fail. An fp16-safe VAE: --vae-from DIR")
+    return modules
+
+
+def _write_weights(module, file: str, spec, staging: _Staging) -> None:
+    """One module's weights into the staging dir: as torch holds them, or (a seeded export)
+    the values its spec derives, whose digest is kept for the export's record."""
+    from runner.model.export import exporter, seeded
+
+    if spec is None:
+        exporter.save_weights(module, staging.dir / file)
+    else:
+        staging.digests[file] = seeded.save_seeded_weights(
+            module, spec.archives[file], staging.dir / file)
+    staging.written(file)
+
+
+def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
+           batch_sizes: list[int], vae_batch_sizes: list[int], max_length: int,
+           log: Callable[[str], None], ckpt, vae_files) -> None:
+    """Builds the modules and writes into the staging dir every file not in `reuse` (the
+    files of the verified export already in place) nor staged already."""
+    from runner.config.checkpoint import convert_tokenizer
+    from runner.model.export import exporter, seeded
+
+    modules = _build_modules(source, arch, log, ckpt, vae_files)
 
     def needed(name: str) -> bool:
         return name not in reuse and not staging.has(name)
@@ -276,12 +299,7 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
     for name, module in named.items():
         file = names[name]["weights"]
         if needed(file):
-            if spec is None:
-                exporter.save_weights(module, staging.dir / file)
-            else:
-                staging.digests[file] = seeded.save_seeded_weights(
-                    module, spec.archives[file], staging.dir / file)
-            staging.written(file)
+            _write_weights(module, file, spec, staging)
             log(f"export: {file} written")
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
