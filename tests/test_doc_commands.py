@@ -437,7 +437,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "--out runs/lg-sub": (
         GPU, "tests/test_loadgen.py::test_mi325x_dry_run_prints_the_settings_of_every_test"),
     "runner mlperf --profile cpu --scenario offline --mode performance --count 16 "
-    "--min-duration 2 --min-query-count 16 --out runs/lg-perf": (
+    "--min-duration 0.1 --min-query-count 16 --out runs/lg-perf": (
         LONG, "tests/test_loadgen.py::test_every_help_example_is_short_and_shows_progress"),
     # Slurm
     "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "

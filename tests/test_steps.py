@@ -86,19 +86,19 @@ def test_a_step_that_raises_is_recorded_and_run_again():
 def test_validate_keeps_a_step_an_older_validate_json_holds_done(tmp_path):
     """validate.json as runners before one vocabulary wrote it (`done`): its steps are kept
     on a rerun, and a step recorded now says `finished`."""
-    from runner.validate import STATE, Validation
+    from runner.validate import VALIDATE_STATE, Validation
 
     made = tmp_path / "compiled.json"
     made.write_text("{}")
     old = {"steps": {"compile": {"key": "k", "status": "done", "seconds": 1.0,
                                  "detail": {"vmfbs": ["a.vmfb"]}}}}
-    (tmp_path / STATE).write_text(json.dumps(old))
+    (tmp_path / VALIDATE_STATE).write_text(json.dumps(old))
     ledger = Validation(tmp_path, dry_run=False)
     kept = ledger.step("compile", "k", [made], lambda: pytest.fail("run again"))
     assert kept == {"vmfbs": ["a.vmfb"], "skipped": True}
     made.unlink()  # its output gone: run again
     assert ledger.step("compile", "k", [made], lambda: {"vmfbs": []}) == {"vmfbs": []}
-    step = json.loads((tmp_path / STATE).read_text())["steps"]["compile"]
+    step = json.loads((tmp_path / VALIDATE_STATE).read_text())["steps"]["compile"]
     assert step["status"] == "finished" and step["detail"] == {"vmfbs": []}
 
 

@@ -138,7 +138,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_dry_run(p, "the compile and worker commands and LoadGen's settings")
     add_results(p)
     document(p, "runner mlperf --profile cpu --scenario offline --mode performance "
-             "--count 16 --min-duration 2 --min-query-count 16 --out runs/lg-perf",
+             "--count 16 --min-duration 0.1 --min-query-count 16 --out runs/lg-perf",
              "runner mlperf --profile mi325x --scenario singlestream,offline,server "
              "--mode submission --out runs/lg-sub --dry-run",
              "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
