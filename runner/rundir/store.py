@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from runner.base.closing import Closes
 from runner.base.errors import BadInput, RunnerError, StepFailed
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
 from runner.inputs.paths import is_inside
@@ -332,7 +333,7 @@ def _record(text: dict[str, str]) -> SampleRecord:
     return SampleRecord(int(text["qsl_idx"]), text["sha256"], text["worker"], text["device"])
 
 
-class SampleWriter:
+class SampleWriter(Closes):
     """Encodes, hashes and writes samples on a background thread, so a worker's generation
     thread never waits on disk (only when `max_pending` writes are already queued, i.e. the
     disk is slower than generation).
@@ -385,9 +386,3 @@ class SampleWriter:
             self._queue.put(None)
             self._thread.join()
         self._raise()
-
-    def __enter__(self) -> SampleWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
