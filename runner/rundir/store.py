@@ -33,7 +33,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,8 @@ class SampleRecord:
     device: str
 
     def to_dict(self) -> dict:
-        return {"qsl_idx": self.qsl_idx, "sha256": self.sha256, "worker": self.worker,
-                "device": self.device}
+        """Every field, in the order declared (the JSON's key order)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class SampleFailure:
     fix: str
 
     def to_dict(self) -> dict:
-        return {"qsl_idx": self.qsl_idx, "worker": self.worker, "device": self.device,
-                "error": self.error, "fix": self.fix}
+        """Every field, in the order declared (the JSON's key order)."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict) -> SampleFailure:
