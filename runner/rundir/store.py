@@ -65,6 +65,12 @@ def pixel_sha256(image: np.ndarray) -> str:
     return hashlib.sha256(contiguous).hexdigest()  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
 
 
+def _fields_dict(record: Any) -> dict:
+    """A sample's record (SampleRecord, SampleFailure) as its JSON: every field, in the order
+    declared, which is the key order of the files written."""
+    return asdict(record)
+
+
 @dataclass(frozen=True)
 class SampleRecord:
     qsl_idx: int
@@ -72,9 +78,7 @@ class SampleRecord:
     worker: str
     device: str
 
-    def to_dict(self) -> dict:
-        """Every field, in the order declared (the JSON's key order)."""
-        return asdict(self)
+    to_dict = _fields_dict
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,7 @@ class SampleFailure:
     error: str
     fix: str
 
-    def to_dict(self) -> dict:
-        """Every field, in the order declared (the JSON's key order)."""
-        return asdict(self)
+    to_dict = _fields_dict
 
     @classmethod
     def from_dict(cls, raw: dict) -> SampleFailure:
