@@ -142,8 +142,15 @@ def test_resume_is_one_meaning():
     (["goldens", "upload", "D", "--container-url", BASE, "--execute"],
      "upload uploads; --dry-run prints the plan"),
     (["goldens", "compare-steps", "--prompt-id", "0"], "use --samples ID"),
+    (["generate", "--prompts", "4", "--out", "x"], "use --count N"),
+    (["run", "--allow-subset"], "use no flag"),
+    (["bench", "--golden-repetitions", "3"], "use --repetitions"),
+    (["bench", "goldens", "--golden-warmup", "0"], "use --warmup"),
+    (["score", "RUN", "--batch-size", "16"], "use --images-per-pass N"),
 ])
 def test_old_spellings_are_refused_in_one_line_naming_the_new(argv, says, capsys):
+    """An old flag spelling (registered with `renamed`) is refused in one line naming what to
+    use instead; the cases of every command stand in this one table."""
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
