@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from repo_support import REPO
 from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
 
@@ -30,7 +31,6 @@ from runner.cli.grammar import (
 )
 from runner.cli.main import build_parser, main
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDENS = REPO / "goldens"
 
 
