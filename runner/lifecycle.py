@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
+from runner.base.closing import Closes
 from runner.base.errors import BadInput, StepFailed, recorded_name
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
@@ -88,7 +89,7 @@ class Completed:
         return self.score.verdict.exit_code if self.score is not None else 0
 
 
-class Lifecycle:
+class Lifecycle(Closes):
     """One run dir, driven by this process, which holds its lock until `close()`."""
 
     def __init__(self, run: RunDir, manifest: RunManifest, profile: Profile,
@@ -97,12 +98,6 @@ class Lifecycle:
         self.executor = executor
         self.plan = plan or plan_for(profile)
         self.attempt: Attempt | None = None
-
-    def __enter__(self) -> Lifecycle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self.run.unlock()

@@ -407,37 +407,41 @@ def runner(args: list[str], log: Path) -> int:
                {"PYTHONPATH": str(REPO), "RUNNER_CACHE_DIR": str(cache)}, log)
 
 
-def ours_check(folder: Path, out: Path, extra: Sequence[str] = ()) -> dict[str, Verdict]:
-    code = runner(["goldens", "check", str(folder), "--out", str(out), *extra],
-                  out.with_suffix(".log"))
-    results = out / "results.json"
-    if code == 2 or not results.is_file():
+def _ours(command: list[str], folder: Path, out: Path, extra: Sequence[str], results: str,
+          key: str, numbers: Callable[[dict], dict]) -> dict[str, Verdict]:
+    """Runs one of our golden commands on `folder` into `out` and reads its verdicts alike,
+    whichever it is: each test's status, `numbers` of its record (in the list `key` of the
+    file `results`) and message; a refusal (exit 2, or no results file) is one "*" verdict
+    holding the log's tail."""
+    code = runner([*command, str(folder), "--out", str(out), *extra], out.with_suffix(".log"))
+    path = out / results
+    if code == 2 or not path.is_file():
         return {"*": Verdict("refused", message=out.with_suffix(".log").read_text()[-300:])}
-    found = {}
-    for r in json.loads(results.read_text())["results"]:
-        numbers = {s["name"]: s["measured"] for s in r["compile_stats"]}
-        found[r["name"].rsplit("/", 1)[1]] = Verdict(ours_status(r["status"]), numbers,
-                                                     r["message"][:300])
-    return found
+    return {r["name"].rsplit("/", 1)[1]: Verdict(ours_status(r["status"]), numbers(r),
+                                                 r["message"][:300])
+            for r in json.loads(path.read_text())[key]}
+
+
+def ours_check(folder: Path, out: Path, extra: Sequence[str] = ()) -> dict[str, Verdict]:
+    return _ours(["goldens", "check"], folder, out, extra, "results.json", "results",
+                 lambda r: {s["name"]: s["measured"] for s in r["compile_stats"]})
+
+
+def _bench_numbers(r: dict) -> dict:
+    """A bench record's numbers: each check's measured value and limit, the dispatch count and
+    the module's size where measured."""
+    numbers = {c["name"]: c["measured"] for c in r["checks"]}
+    numbers.update({f"{c['name']}_limit": c["limit"] for c in r["checks"]})
+    if r["dispatch_count"] is not None:
+        numbers["dispatch_count"] = r["dispatch_count"]
+    if r["size_bytes"] is not None:
+        numbers["size_bytes"] = r["size_bytes"]
+    return numbers
 
 
 def ours_bench(folder: Path, out: Path, extra: list[str]) -> dict[str, Verdict]:
-    code = runner(["bench", "goldens", str(folder), "--out", str(out), *extra],
-                  out.with_suffix(".log"))
-    results = out / "bench.json"
-    if code == 2 or not results.is_file():
-        return {"*": Verdict("refused", message=out.with_suffix(".log").read_text()[-300:])}
-    found = {}
-    for r in json.loads(results.read_text())["goldens"]:
-        numbers = {c["name"]: c["measured"] for c in r["checks"]}
-        numbers.update({f"{c['name']}_limit": c["limit"] for c in r["checks"]})
-        if r["dispatch_count"] is not None:
-            numbers["dispatch_count"] = r["dispatch_count"]
-        if r["size_bytes"] is not None:
-            numbers["size_bytes"] = r["size_bytes"]
-        found[r["name"].rsplit("/", 1)[1]] = Verdict(ours_status(r["status"]), numbers,
-                                                     r["message"][:300])
-    return found
+    return _ours(["bench", "goldens"], folder, out, extra, "bench.json", "goldens",
+                 _bench_numbers)
 
 
 @dataclass

@@ -40,7 +40,6 @@ from runner.model.compiled_model import CompiledModel, compile_model  # noqa: E4
 pytest_plugins = ("suite_cost", "watchdog")
 
 
-REPO = Path(__file__).resolve().parent.parent
 # 3.11.0's tiny-model images are 1 LSB off the other two's (which make the same bytes)
 WHEEL_VERSIONS = ("3.11.0", "3.12.0", "3.13.0")
 

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.docker.engine import connect
 from runner.docker.image import BuildResult, build_image, parse_source
 
-REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "docker_setup.sh"
 WHEEL_VERSION = "3.13.0"
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.cli.main import main
 
-REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "goldens" / "tiny-bench" / "tiny_bmm_spec_cpu.mlir"
 COMMON = ["--profile", "tiny", "--no-throughput", "--stage", "clip", "--repetitions", "2",
           "--min-time", "0.02s"]

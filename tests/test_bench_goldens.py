@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import (
@@ -21,7 +21,6 @@ from runner.cli.main import main
 from runner.goldens.testfile import load_benchmark_file
 from runner.history.extract import extract
 
-REPO = Path(__file__).resolve().parent.parent
 FIXTURES = (REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models"
             / "benchmarks" / "sdxl")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from cli_support import Ran, cli
 from host_support import host_build_tree
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.outcome import Outcome
@@ -26,7 +27,6 @@ from runner.bisect.builds import Sources, parse_build, version_key
 from runner.bisect.judge import parse_test
 from runner.bisect.search import Bisection
 
-REPO = Path(__file__).resolve().parent.parent
 SHA = re.compile(r"\b[0-9a-f]{40}\b")
 
 

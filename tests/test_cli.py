@@ -131,21 +131,6 @@ def test_one_default_profile_and_resume_only_where_there_is_an_out(capsys):
                                                         "validate")), path
 
 
-@pytest.mark.parametrize("argv, new", [
-    (["generate", "--prompts", "4", "--out", "x"], "use --count N"),
-    (["run", "--allow-subset"], "use no flag"),
-    (["bench", "--golden-repetitions", "3"], "use --repetitions"),
-    (["bench", "goldens", "--golden-warmup", "0"], "use --warmup"),
-    (["score", "RUN", "--batch-size", "16"], "use --images-per-pass N"),
-])
-def test_old_spellings_are_refused_naming_the_new_one(argv, new, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "is no longer accepted" in err and new in err
-
-
 def test_version_names_every_iree_and_where_it_comes_from():
     proc = cli("--version")
     assert proc.returncode == 0, proc.stderr

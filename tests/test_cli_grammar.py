@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from repo_support import REPO
 from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
 
@@ -30,7 +31,6 @@ from runner.cli.grammar import (
 )
 from runner.cli.main import build_parser, main
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDENS = REPO / "goldens"
 
 
@@ -142,8 +142,15 @@ def test_resume_is_one_meaning():
     (["goldens", "upload", "D", "--container-url", BASE, "--execute"],
      "upload uploads; --dry-run prints the plan"),
     (["goldens", "compare-steps", "--prompt-id", "0"], "use --samples ID"),
+    (["generate", "--prompts", "4", "--out", "x"], "use --count N"),
+    (["run", "--allow-subset"], "use no flag"),
+    (["bench", "--golden-repetitions", "3"], "use --repetitions"),
+    (["bench", "goldens", "--golden-warmup", "0"], "use --warmup"),
+    (["score", "RUN", "--batch-size", "16"], "use --images-per-pass N"),
 ])
 def test_old_spellings_are_refused_in_one_line_naming_the_new(argv, says, capsys):
+    """An old flag spelling (registered with `renamed`) is refused in one line naming what to
+    use instead; the cases of every command stand in this one table."""
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2

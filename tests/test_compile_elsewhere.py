@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import Ran, cli
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
@@ -26,7 +27,6 @@ from runner.base.paths import cache_dir
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 # What a worker needs (pyproject's `dependencies`), and nothing of the compiler or torch.
 RUNTIME_ONLY = (f"iree-base-runtime=={version('iree-base-runtime')}", "numpy>=1.26",
                 "pyyaml>=6", "regex>=2023", "shtab>=1.7")

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.base.iree_tools import tool_path
 from runner.base.paths import cache_dir
@@ -25,7 +26,6 @@ from runner.bench import dispatch_profile as dp
 from runner.bench.dispatch_diff import compare_profiles, compare_stages
 from runner.cli.main import main
 
-REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "goldens" / "tiny-bench" / "tiny_bmm_spec_cpu.mlir"
 HOSTILE = "out $(touch pwned) 'q\" dir"  # a user's --out reaches commands and files
 CALLS = 5  # tests/conftest.py's tiny_dispatch_bench (its bench.json says so, checked)

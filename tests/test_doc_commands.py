@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 from lab_support import lab_home
+from repo_support import REPO
 from test_slurm import slurm_cluster  # noqa: F401
 
 from runner.base.paths import cache_dir
 from runner.cli.doc import examples
 from runner.cli.main import build_parser
 
-REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
 CONTINUATION = re.compile(r"\s*\\\n\s*")
 

@@ -22,7 +22,8 @@ from runner.cli.main import build_parser
 pytest.importorskip("mkdocs")
 pytest.importorskip("material")
 
-REPO = Path(__file__).resolve().parent.parent
+from repo_support import REPO
+
 PAGES = ["index", "quickstart", "task-mi325x-accuracy", "task-validate-commit",
          "task-mlperf-submission", "task-find-breaking-build", "install", "runs", "layouts",
          "images", "goldens", "validate", "bench", "accuracy", "mlperf", "sdxl", "slurm",

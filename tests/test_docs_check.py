@@ -5,13 +5,8 @@ command that does not exist, a stale provenance table."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from script_support import load_script
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 measured = load_script("measured")
 docs_check = load_script("docs_check")

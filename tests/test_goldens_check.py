@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_support import REPO
 
 from runner.base.iree_tools import tool_path
 from runner.cli.main import main
@@ -21,7 +22,6 @@ from runner.goldens.testfile import load_test_file, load_tests
 from runner.history.extract import extract
 from runner.model.tensors import TensorSpec, read_tensor, write_tensor
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
 QUALITY = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
     "quality_tests"

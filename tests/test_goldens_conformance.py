@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
@@ -29,7 +30,6 @@ from runner.goldens.testfile import (
     load_test_file,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDENS = REPO / "goldens"
 TINY_TORCH = GOLDENS / "tiny-torch"
 TINY = GOLDENS / "tiny"

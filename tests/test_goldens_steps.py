@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_support import REPO
 
 from runner.cli.main import main
 from runner.model.tensors import TensorSpec, read_tensor
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
 # diffusers' scheduler trips a numpy 2 deprecation that is not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

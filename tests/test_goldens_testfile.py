@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.goldens.select import Selection, backend_name
@@ -16,7 +17,6 @@ from runner.goldens.testfile import (
     load_tests,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 SUITES = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models"
 QUALITY = SUITES / "quality_tests"
 SDXL_FILES = sorted((QUALITY / "sdxl").glob("*.json"))

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.cli.main import main
@@ -19,7 +20,6 @@ from runner.config.sources import download_path
 from runner.goldens.select import Expression, Selection
 from runner.goldens.testfile import load_benchmark_file, load_test_file, load_tests
 
-REPO = Path(__file__).resolve().parent.parent
 TORCH = REPO / "tests" / "fixtures" / "iree-test-suites" / "torch_models"
 SDXL = TORCH / "sdxl"
 TINY_TORCH = REPO / "goldens" / "tiny-torch"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.cli.main import main
@@ -22,7 +22,6 @@ from runner.goldens.versioning import (
 )
 from runner.model.tensors import TensorSpec, read_tensor
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "goldens" / "tiny"
 QUALITY = REPO / "tests" / "fixtures" / "iree-test-suites" / "sharktank_models" / \
     "quality_tests" / "sdxl"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import cli, start_runner
+from repo_support import REPO
 from shared_work import copy_of, shared_dir
 
 from runner.base import gpu_info
@@ -27,7 +28,6 @@ from runner.base.errors import ToolFailed
 from runner.gpucheck import plan, steps, summary
 from runner.gpucheck.device import runs_profile
 
-REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_info"
 HOSTILE = 'a b$(touch x)"\'q\nz'
 

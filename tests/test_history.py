@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from history_support import PASSWORD, postgres  # noqa: F401
+from repo_support import REPO
 
 from runner.cli.main import main
 from runner.history.changes import (
@@ -38,7 +39,6 @@ from runner.history.series import series_of
 from runner.history.store import Query, open_store
 from runner.history.url import resolve
 
-REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "history" / "bench-goldens"
 TINY_BENCH = REPO / "goldens" / "tiny-bench"
 T0 = datetime(2026, 10, 1, 2, 0)

@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from history_support import PASSWORD, postgres, store_url  # noqa: F401
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.history import schema
@@ -22,7 +22,6 @@ from runner.history.model import Metric, Result
 from runner.history.store import MIGRATIONS, Query, StoreUnavailable, open_store
 from runner.history.url import resolve
 
-REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 11, 1, 8, 0)
 
 

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.paths import ASSETS_DIR, PACKAGE_DIR
 
-REPO = Path(__file__).resolve().parent.parent
 # The project's source tree: what `pip wheel` / an sdist needs.
 SOURCE_TREE = ("pyproject.toml", "README.md", "runner", "configs", "dockerfiles", "goldens",
                "scripts")

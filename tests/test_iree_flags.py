@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.iree_flags import RENAMES, Spelling, known_flags, spelled_for
@@ -15,7 +16,6 @@ from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.config.profile import load_profile
 from runner.model.compile import compile_mlir
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "runner" / "assets" / "tiny"
 PROFILES = sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
 SUBMODELS = ("clip", "unet", "unet_pipeline", "vae")

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import tomllib
 from cli_support import cli
+from repo_support import REPO
 
 from runner.base.iree_range import NEWEST, OLDEST, range_lines, release, verdict
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def requirements() -> dict[str, list[str]]:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from cli_support import Ran, cli
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import REPORTED, find_tool, json_lines
 
-REPO = Path(__file__).resolve().parent.parent
 BARE_PATH = "/usr/bin:/bin"  # system dirs: no IREE tool, no venv bin dir
 
 

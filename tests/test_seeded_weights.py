@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from host_support import tmpfs
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.base.fileio import sha256_file
@@ -33,7 +34,6 @@ from runner.model.seeded_weights import (
     write_spec,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 SPEC = WeightsSpec(7, {
     "clip.irpa": (SeededTensor("clip.w", (3, 5), "float32", "uniform", -0.25, 0.5),
                   SeededTensor("clip.norm", (5,), "float32", "constant", 1.0)),

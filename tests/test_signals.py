@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_support import STOP_SIGNALS, cli
 from host_support import host_build_tree
+from repo_support import REPO
 from signal_battery import (
     MORE_SEEDS,
     Command,
@@ -34,7 +35,6 @@ from runner.cli.grammar import walk
 from runner.cli.main import build_parser
 from runner.rundir.directory import RunDir
 
-REPO = Path(__file__).resolve().parent.parent
 TINY_GOLDENS = REPO / "goldens" / "tiny"
 
 

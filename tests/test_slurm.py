@@ -26,6 +26,7 @@ import pytest
 from cli_support import cli
 from docker_support import build_tree, docker_client  # noqa: F401
 from host_support import wait_for
+from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.batch.aggregate import aggregate
@@ -46,7 +47,6 @@ from runner.rundir.store import SampleStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
-REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "slurm_setup.sh"
 COUNT = 24
 NODES = 2

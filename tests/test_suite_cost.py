@@ -9,13 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_support import REPO
 from script_support import load_script
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 suite_cost = load_script("suite_cost")
 

@@ -7,11 +7,9 @@ suite, with mypy's own messages."""
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from repo_support import REPO
 
 
 @pytest.mark.slow

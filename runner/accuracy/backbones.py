@@ -52,11 +52,11 @@ FID_WEIGHTS = BackboneWeights(
     url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
         "pt_inception-2015-12-05-6726825d.pth",
     env="RUNNER_FID_WEIGHTS", flag="--fid-weights")
+# OpenAI publishes each CLIP checkpoint under its own sha256: the digest is spelled once.
+_CLIP_SHA256 = "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af"
 CLIP_WEIGHTS = BackboneWeights(
-    what="CLIP ViT-B-32 openai weights", name="ViT-B-32.pt",
-    sha256="40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af",
-    url="https://openaipublic.azureedge.net/clip/models/"
-        "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
+    what="CLIP ViT-B-32 openai weights", name="ViT-B-32.pt", sha256=_CLIP_SHA256,
+    url=f"https://openaipublic.azureedge.net/clip/models/{_CLIP_SHA256}/ViT-B-32.pt",
     env="RUNNER_CLIP_WEIGHTS", flag="--clip-weights")
 
 

@@ -42,7 +42,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,21 @@ def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str
     for path in sorted(set(old_files) & set(new_files)):
         if old_files[path] != new_files[path]:
             out.append(f"{path}: changed since the attempt started")
+    return out
+
+
+def without_option(argv: Sequence[str], option: str) -> list[str]:
+    """`argv` without `option VALUE` / `option=VALUE`, wherever it stands: a recorded command
+    line re-run elsewhere (`--out`) or kept without what is no input (`--results`)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
     return out
 
 

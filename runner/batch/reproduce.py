@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.base.outdir import without_option
 from runner.base.shellscript import Script, Var, join
 
 OUT, HERE, IMAGE_ID = Var("out"), Var("here"), Var("image_id")
@@ -17,16 +18,7 @@ OUT, HERE, IMAGE_ID = Var("out"), Var("here"), Var("image_id")
 
 def rerun_argv(argv: Sequence[str]) -> list[str]:
     """The recorded argv without its `--out DIR` / `--out=DIR`: the script passes its own."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--out":
-            skip = True
-        elif not arg.startswith("--out="):
-            out.append(arg)
-    return out
+    return without_option(argv, "--out")
 
 
 def _image(script: Script, image: Mapping[str, Any]) -> None:

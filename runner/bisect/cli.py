@@ -160,6 +160,17 @@ def cmd_trend(ctx: CommandContext) -> int:
     return EXIT_OK
 
 
+def _judged_builds(p: argparse.ArgumentParser, func: Any, record: str, test_help: str,
+                   count_note: str, out_what: str, kept: str, **test: Any) -> None:
+    """What bisect and trend take alike once their builds are named, in this order (their
+    help's): the --test that judges each build, the steps' flags (`_common`), and an out dir
+    that resumes from its record (`record`: each finished step is kept, as `kept` says)."""
+    shared(p, "--test", metavar="KIND", help=test_help, **test)
+    _common(p, count_note)
+    add_out(p, out_what, Rerun(RESUMES, kept, (record,)))
+    p.set_defaults(func=func)
+
+
 def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     add_profile(p, DEFAULT_PROFILE)
     add_samples(p, BISECT_COUNT, count_note)
@@ -195,14 +206,12 @@ def register(subparsers) -> None:
                    help="the last build known good: wheels:VERSION, commit:SHA, source:SHA or "
                    "build-dir:DIR (the older one)")
     p.add_argument("--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
-    shared(p, "--test", required=True, metavar="KIND",
-           help="images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
-           "| goldens:SUITE | script:CMD")
-    _common(p, "; accuracy: the profile's sample set")
-    add_out(p, "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/",
-            Rerun(RESUMES, "every finished step: its build is judged again from bisect.json, "
-                  "not run", ("bisect.json",)))
-    p.set_defaults(func=cmd_bisect)
+    _judged_builds(p, cmd_bisect, "bisect.json",
+                   "images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
+                   "| goldens:SUITE | script:CMD", "; accuracy: the profile's sample set",
+                   "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/",
+                   "every finished step: its build is judged again from bisect.json, not run",
+                   required=True)
     document(p, "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images "
              "--profile tiny --count 2 --out runs/bisect",
              "runner bisect --good commit:<sha> --bad commit:<sha> --repo ~/iree --test "
@@ -223,15 +232,13 @@ def register(subparsers) -> None:
     p.add_argument("--range", metavar="A..B",
                    help="every build from A to B, e.g. wheels:3.10.0..wheels:3.13.0 (default: "
                    "the builds listed)")
-    shared(p, "--test", default="images", metavar="KIND",
-           help="what is measured and judged against the first build: images | pixels:TOL | "
-           "accuracy | throughput:PCT | compile | compstat | goldens:SUITE | script:CMD "
-           "(default: images)")
-    _common(p, "")
-    add_out(p, "trend dir: trend.json/.md, report.html, reproduce.sh, builds/",
-            Rerun(RESUMES, "every finished step: its build's numbers are read from trend.json, "
-                  "not measured again", ("trend.json",)))
-    p.set_defaults(func=cmd_trend)
+    _judged_builds(p, cmd_trend, "trend.json",
+                   "what is measured and judged against the first build: images | pixels:TOL "
+                   "| accuracy | throughput:PCT | compile | compstat | goldens:SUITE | "
+                   "script:CMD (default: images)", "",
+                   "trend dir: trend.json/.md, report.html, reproduce.sh, builds/",
+                   "every finished step: its build's numbers are read from trend.json, not "
+                   "measured again", default="images")
     document(p, "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 "
              "--out runs/trend",
              "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t",

@@ -115,15 +115,7 @@ def without_results(argv: list[str]) -> list[str]:
     """The command line as recorded (attempt.json, run.json, reproduce.sh): without
     `--results URL`, which says where results are recorded, not what the work is, and whose
     URL may carry a password."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--results":
-            skip = True
-        elif not arg.startswith("--results="):
-            out.append(arg)
-    return out
+    return outdir.without_option(argv, "--results")
 
 
 def lenient_if_resuming(root: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -58,17 +58,18 @@ class Expression:
         return token
 
     def _or(self) -> tuple:
-        node = self._and()
-        while self._peek() == "or":
-            self._take()
-            node = ("or", node, self._and())
-        return node
+        return self._chain("or", self._and)
 
     def _and(self) -> tuple:
-        node = self._not()
-        while self._peek() == "and":
+        return self._chain("and", self._not)
+
+    def _chain(self, op: str, operand: Callable[[], tuple]) -> tuple:
+        """`operand (op operand)*`, grouped from the left: `or` and `and` are parsed alike,
+        each over the next tighter level (which is what makes `and` bind tighter)."""
+        node = operand()
+        while self._peek() == op:
             self._take()
-            node = ("and", node, self._not())
+            node = (op, node, operand())
         return node
 
     def _not(self) -> tuple:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
@@ -32,6 +33,17 @@ def cmd_gpu_check_run(ctx: CommandContext) -> int:
                           resumed=bool(attempt is not None and attempt.resumed)))
 
 
+def _step(p: argparse.ArgumentParser, func: Callable[[CommandContext], int], out_what: str,
+          rule: str, keeps: str, dry_run: str, *examples: str, out: str) -> None:
+    """How both gpu-check steps end: an --out whose record is gpu_check.json (`rule`:
+    RESUMES or REFUSES, keeping `keeps`), a --dry-run showing `dry_run`, the handler, and
+    the examples, in that order (their help's)."""
+    add_out(p, out_what, Rerun(rule, keeps, ("gpu_check.json",)))
+    add_dry_run(p, dry_run)
+    p.set_defaults(func=func)
+    document(p, *examples, out=out)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     check = subparsers.add_parser(
         "gpu-check", help="compile here, run there: what the runner measures on a GPU machine "
@@ -55,30 +67,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"images (default: {TINY_COUNT})")
     p.add_argument("--no-wheels", action="store_true",
                    help="carry no wheels (the GPU machine has the IREE runtime and LoadGen)")
-    add_out(p, "the carry: cache/ (compiled modules and exports, as $RUNNER_CACHE_DIR), "
-            "tiny-cpu/, wheels/, mlperf-short.conf, gpu_check.json (the plan) and README.txt",
-            Rerun(RESUMES, "every compiled module and the CPU's tiny run: only what is "
-                  "missing is made", ("gpu_check.json",)))
-    add_dry_run(p, "every command")
-    p.set_defaults(func=cmd_prepare)
-    document(p, "runner gpu-check prepare --profile h100-seeded --out carry",
-             "runner gpu-check prepare --profile h100-seeded --out carry --dry-run",
-             "runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels --out carry-cpu",
-             out="the carry directory, copied whole to the GPU machine")
+    _step(p, cmd_prepare, "the carry: cache/ (compiled modules and exports, as "
+          "$RUNNER_CACHE_DIR), tiny-cpu/, wheels/, mlperf-short.conf, gpu_check.json (the plan) "
+          "and README.txt", RESUMES, "every compiled module and the CPU's tiny run: only what "
+          "is missing is made", "every command",
+          "runner gpu-check prepare --profile h100-seeded --out carry",
+          "runner gpu-check prepare --profile h100-seeded --out carry --dry-run",
+          "runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels --out carry-cpu",
+          out="the carry directory, copied whole to the GPU machine")
 
     r = sub.add_parser("run", help="run a carry's check (no compiler, no network)")
     r.add_argument("--carry", required=True, metavar="DIR",
                    help="the directory `runner gpu-check prepare` wrote")
     r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
-    add_out(r, "the results: gpu_check.json, gpu_check.md, each step's output and logs/",
-            Rerun(REFUSES, "every step that passed, or found a batch too large or a "
-                  "profiler missing, and whose files are there", ("gpu_check.json",)))
-    add_dry_run(r, "every step's command")
-    r.set_defaults(func=cmd_gpu_check_run)
-    document(r, "runner gpu-check run --carry carry --out results",
-             "runner gpu-check run --carry carry --out results --budget 480",
-             "runner gpu-check run --resume results",
-             out="the results directory")
+    _step(r, cmd_gpu_check_run,
+          "the results: gpu_check.json, gpu_check.md, each step's output and logs/", REFUSES,
+          "every step that passed, or found a batch too large or a profiler missing, and "
+          "whose files are there", "every step's command",
+          "runner gpu-check run --carry carry --out results",
+          "runner gpu-check run --carry carry --out results --budget 480",
+          "runner gpu-check run --resume results",
+          out="the results directory")
     document(check, "runner gpu-check prepare --profile h100-seeded --out carry",
              "runner gpu-check run --carry carry --out results")

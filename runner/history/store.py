@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from runner.base.closing import Closes
 from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.history import schema
 from runner.history.model import Metric, Result
@@ -140,18 +141,12 @@ def known_revisions() -> list[str]:
     return sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("0*.py"))
 
 
-class Store:
+class Store(Closes):
     """An open results store (`open_store`); `close()` or `with` releases it."""
 
     def __init__(self, url: StoreURL, engine: sa.Engine):
         self.url, self.engine = url, engine
         self._writer = engine.execution_options(history_write=True)
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -31,6 +31,13 @@ from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
 from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
 
+# Each scenario's QPS flag, which user.conf writes as that scenario's target_qps and the
+# profile holds as mlperf.<the flag's name>: (scenario, flag, what the QPS is to it).
+_QPS_FLAGS = (
+    ("Offline", "--offline-expected-qps", "expected QPS, which sizes its one query"),
+    ("Server", "--server-target-qps", "target QPS, the rate LoadGen issues queries at"),
+)
+
 
 def _split(items: list[str]) -> tuple[str, ...]:
     """`--scenario a,b --scenario c` -> (a, b, c)."""
@@ -116,14 +123,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "ends once N queries and --min-duration are done. Offline issues one query "
                    "of N samples, MLPerf's 5000 for SDXL by default, so a short performance "
                    "run sets it, e.g. 16 (default: the user.conf's, else MLPerf's)")
-    p.add_argument("--offline-expected-qps", type=RATE, metavar="QPS",
-                   help="the Offline scenario's expected QPS, which sizes its one query "
-                   "(user.conf's Offline target_qps; default: the profile's "
-                   "mlperf.offline_expected_qps)")
-    p.add_argument("--server-target-qps", type=RATE, metavar="QPS",
-                   help="the Server scenario's target QPS, the rate LoadGen issues queries at "
-                   "(user.conf's Server target_qps; default: the profile's "
-                   "mlperf.server_target_qps)")
+    for scenario, flag, what in _QPS_FLAGS:
+        p.add_argument(flag, type=RATE, metavar="QPS",
+                       help=f"the {scenario} scenario's {what} (user.conf's {scenario} "
+                       f"target_qps; default: the profile's mlperf.{flag[2:].replace('-', '_')})")
     renamed(p, "--qps", "--offline-expected-qps QPS or --server-target-qps QPS",
             "one flag per scenario")
     add_layout(p)

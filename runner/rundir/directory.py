@@ -70,6 +70,18 @@ def not_a_run_dir(path: Path) -> RunnerError:
     return RunnerError("not a run dir (no run.json)", where=str(path), fix=fix)
 
 
+class _Entry:
+    """One of a run dir's fixed entries, read as an attribute (`run.logs`): its path below
+    that run dir. The layout is a table of names (MANIFEST, LOGS_DIR, ...), each joined to
+    the run's path in this one place."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir, owner: object = None) -> Path:
+        return run.path / self.name
+
+
 class RunDir:
     """One run directory, always by its absolute path."""
 
@@ -81,25 +93,11 @@ class RunDir:
         return f"RunDir({str(self.path)!r})"
 
     # --- layout -----------------------------------------------------------------------
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / MANIFEST
-
-    @property
-    def lock_path(self) -> Path:
-        return self.path / RUN_LOCK
-
-    @property
-    def logs(self) -> Path:
-        return self.path / LOGS_DIR
-
-    @property
-    def compile_dir(self) -> Path:
-        return self.path / COMPILE_DIR
-
-    @property
-    def reproduce_path(self) -> Path:
-        return self.path / REPRODUCE
+    manifest_path = _Entry(MANIFEST)
+    lock_path = _Entry(RUN_LOCK)
+    logs = _Entry(LOGS_DIR)
+    compile_dir = _Entry(COMPILE_DIR)
+    reproduce_path = _Entry(REPRODUCE)
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{name}.log"

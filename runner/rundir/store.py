@@ -33,12 +33,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from runner.base.closing import Closes
 from runner.base.errors import BadInput, RunnerError, StepFailed
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
 from runner.inputs.paths import is_inside
@@ -64,6 +65,12 @@ def pixel_sha256(image: np.ndarray) -> str:
     return hashlib.sha256(contiguous).hexdigest()  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
 
 
+def _fields_dict(record: Any) -> dict:
+    """A sample's record (SampleRecord, SampleFailure) as its JSON: every field, in the order
+    declared, which is the key order of the files written."""
+    return asdict(record)
+
+
 @dataclass(frozen=True)
 class SampleRecord:
     qsl_idx: int
@@ -71,9 +78,7 @@ class SampleRecord:
     worker: str
     device: str
 
-    def to_dict(self) -> dict:
-        return {"qsl_idx": self.qsl_idx, "sha256": self.sha256, "worker": self.worker,
-                "device": self.device}
+    to_dict = _fields_dict
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,7 @@ class SampleFailure:
     error: str
     fix: str
 
-    def to_dict(self) -> dict:
-        return {"qsl_idx": self.qsl_idx, "worker": self.worker, "device": self.device,
-                "error": self.error, "fix": self.fix}
+    to_dict = _fields_dict
 
     @classmethod
     def from_dict(cls, raw: dict) -> SampleFailure:
@@ -332,7 +335,7 @@ def _record(text: dict[str, str]) -> SampleRecord:
     return SampleRecord(int(text["qsl_idx"]), text["sha256"], text["worker"], text["device"])
 
 
-class SampleWriter:
+class SampleWriter(Closes):
     """Encodes, hashes and writes samples on a background thread, so a worker's generation
     thread never waits on disk (only when `max_pending` writes are already queued, i.e. the
     disk is slower than generation).
@@ -385,9 +388,3 @@ class SampleWriter:
             self._queue.put(None)
             self._thread.join()
         self._raise()
-
-    def __enter__(self) -> SampleWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,23 @@
+"""`with` over an object that has a `close()`: one protocol for the run dir's driver, the
+sample writer and the results store, each of which must release what it holds (a lock, a
+writer thread, a database engine) however the block ends."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+_C = TypeVar("_C", bound="Closes")
+
+
+class Closes:
+    """A base whose `with` block ends in `close()`, on success or on an error alike (the
+    error still propagates). A subclass defines `close()`."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
