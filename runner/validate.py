@@ -105,6 +105,7 @@ def validate(req: ValidateRequest) -> int:
     Raises:
         BadInput: an IREE build, goldens suite, version or baseline that is wrong.
         StepFailed: the image build, compile, run or score could not finish.
+        ToolFailed: a tool it ran (docker, iree-compile) failed.
     """
     from runner.docker.image import DEFAULT_BASE_IMAGE, build_image
 
