@@ -46,7 +46,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -448,4 +448,79 @@ def _remove_empty(path: Path) -> None:
         pass  # something is in there: keep it
 
 
-__all__ = ["Completed", "Lifecycle", "execute_run", "executor_for", "watch"]
+def run_profile(profile: Profile | str, out: Path | str,
+                sample_ids: Sequence[int] | None = None, *, score: bool = True,
+                captions: Path | str | None = None, executor: Executor | None = None,
+                require_full: bool = False, argv: Sequence[str] | None = None) -> Completed:
+    """Runs a profile's samples into a new run dir, end to end, as `runner run` does.
+
+    Compiles (through the compile cache), creates the run dir and its `run.json`, runs the
+    workers until every sample is stored, aggregates MLPerf's accuracy log, scores FID/CLIP
+    against the profile's ranges (unless `score` is False) and writes the reports
+    (summary.md, results.json, junit.xml, report.html). `runner run --resume OUT` resumes it.
+
+    Args:
+        profile: a `Profile` (`runner.config.profile.load_profile`) or a profile's name or
+            path, e.g. `"cpu"`: the tiny model on the CPU.
+        out: the run dir to create; it must not hold a run already.
+        sample_ids: the MLPerf caption indices to generate (default: `0..count-1`, the
+            profile's `count`).
+        score: score and judge FID/CLIP (False is `runner run --no-score`).
+        captions: MLPerf's captions TSV (default: the copy shipped with the runner).
+        executor: where the workers run (default: local processes).
+        require_full: a subset of the samples the ranges were set for fails (exit code 1)
+            instead of being labelled "not judged".
+        argv: the command line `run.json` and `reproduce.sh` record (default: the
+            `runner run` line asking for the same profile file and samples).
+
+    Returns:
+        The `Completed` run: `aggregate` (the dataset), `score` (the verdict, None when not
+        scored), `reports` (the files written) and `exit_code` (1 when the verdict fails).
+
+    Raises:
+        BadInput: a wrong profile, sample id or captions file, or an `out` holding a run.
+        StepFailed: a compile, a worker or the score could not finish.
+        RunnerError: samples failed (the message has the first one's reason and fix).
+        IncompleteRun: the workers stopped with samples missing (resume the run dir).
+    """
+    from runner.batch.run import validate_ids
+    from runner.config.profile import load_profile
+
+    profile = load_profile(profile) if isinstance(profile, str) else profile
+    captions = Path(captions) if captions is not None else None
+    ids = validate_ids(list(range(profile.count)) if sample_ids is None else list(sample_ids),
+                       "sample_ids", captions)
+    argv = _run_argv(profile, ids, captions, score) if argv is None else argv
+    with Lifecycle.create(out, profile, ids, list(argv), executor or LocalExecutor(),
+                          captions=captions, score=score) as lc:
+        _check_outcome(lc, lc.execute())
+        return lc.complete(require_full=require_full)
+
+
+def _run_argv(profile: Profile, ids: list[int], captions: Path | None, score: bool
+              ) -> list[str]:
+    """The `runner run` command line asking for this profile file and these samples."""
+    from runner.accuracy.samples import format_ids
+
+    return ["run", "--profile", str(profile.path), "--samples", format_ids(ids),
+            *(["--captions", str(captions)] if captions else []),
+            *([] if score else ["--no-score"])]
+
+
+def _check_outcome(lc: Lifecycle, outcome: RunOutcome) -> None:
+    """Failed or missing samples raised as errors, after the reports say so."""
+    from runner.base.errors import IncompleteRun
+    from runner.rundir.store import failures_error
+
+    if outcome.failed:
+        lc.report()
+        raise failures_error(outcome.failed, outcome.requested, str(lc.run.path),
+                             "no dataset is written and the run is not scored")
+    if not outcome.complete:
+        lc.report()
+        raise IncompleteRun(f"run incomplete: {outcome.done}/{outcome.requested} samples",
+                            where=str(lc.run.path),
+                            fix=f"finish it with `runner run --resume {lc.run.path}`")
+
+
+__all__ = ["Completed", "Lifecycle", "execute_run", "executor_for", "run_profile", "watch"]

@@ -85,8 +85,28 @@ class Validation:
 
 
 def validate(req: ValidateRequest) -> int:
-    """0 when every step passed, for a dry run, and for a subset (not judged); 1 when
-    accuracy or goldens fail (saying which), or a subset with `require_full`."""
+    """Validates an IREE build end to end, as `runner validate` does, resuming in `req.out`.
+
+    Builds (or reuses) the harness image with `req.iree`, compiles the profile inside it,
+    runs the samples in its containers and scores them; on PASS, with `req.goldens`, checks
+    the suite and generates its next version. Writes validate.json, validate.md and the
+    run dir `run/`; a step whose inputs are unchanged and outputs kept is skipped.
+
+    Args:
+        req: the build (`wheels:<ver>`, `source:<sha>`, `build-dir:<path>`), the `Profile`,
+            the sample ids, the out dir, the recorded argv, and optionally the goldens
+            suite and version, a baseline validate dir, the base image, `dry_run` (print
+            every command, run nothing) and `require_full`.
+
+    Returns:
+        0 when every step passed, for a dry run and for a subset (not judged); 1 when
+        accuracy or goldens fail (saying which), or a subset with `require_full`.
+
+    Raises:
+        BadInput: an IREE build, goldens suite, version or baseline that is wrong.
+        StepFailed: the image build, compile, run or score could not finish.
+        ToolFailed: a tool it ran (docker, iree-compile) failed.
+    """
     from runner.docker.image import DEFAULT_BASE_IMAGE, build_image
 
     # Absolute: paths under it go into containers, which do not share our cwd.

@@ -7,3 +7,7 @@ InceptionV3 and CLIP ViT-B-32, pretrained or seeded), `inception`, `clip_score`,
 `oracle_runs`, `cli`. Importing this package imports no torch; the heavy modules load it
 when used.
 """
+
+__all__ = ["backbones", "calibrate", "cli", "clip_score", "compare", "diffusers_reference",
+           "evaluate", "frechet", "frechet_cache", "inception", "oracle_runs", "samples",
+           "score", "settings", "verdict"]

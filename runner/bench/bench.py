@@ -169,9 +169,25 @@ def _refuse_conflicts(opts: BenchOptions) -> None:
 
 def run_bench(profile: Profile, out: Path | None, opts: BenchOptions,
               echo: Callable[[str], None] = print, attempt: Any = None) -> BenchReport:
-    """Measures (or, with `opts.dry_run`, prints) everything; writes bench.json/.md to out.
-    `attempt` (the out dir's record, runner/base/outdir.py): an interrupted bench's
-    finished layouts and stage latencies are kept, not measured again."""
+    """Benchmarks a profile, as `runner bench` does; writes bench.json and bench.md to out.
+
+    Args:
+        profile: the `Profile` (`runner.config.profile.load_profile`).
+        out: the bench's directory (None only with `opts.dry_run`).
+        opts: samples, layout sweep, throughput and/or stage latencies, `dry_run` (print
+            the commands, run nothing), executor or IREE builds.
+        echo: called with each command line the bench runs.
+        attempt: the out dir's record (runner/base/outdir.py): an interrupted bench's
+            finished layouts and stage latencies are kept, not measured again.
+
+    Returns:
+        The `BenchReport` (`exit_code`: 1 when a layout run, stage benchmark or A/B
+            arm failed or stopped short, else 0).
+
+    Raises:
+        BadInput: options that do not go together, an out dir holding a bench, a bad
+            tuning spec, or a sweep with nothing runnable.
+    """
     start = time.perf_counter()
     plan = plan_bench(profile, out, opts, attempt)
     report = BenchReport(profile.name, profile.model.name, opts, plan.out, versions(),

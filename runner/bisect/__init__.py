@@ -14,3 +14,15 @@ script's exit code as IREE's script does.
 - search.py: the bisection itself, resumable from its out dir; trend.py: every build;
 - report.py: bisect.json/.md, trend.json/.md, report.html and reproduce.sh.
 """
+
+from runner.base.lazy import lazy_exports
+
+# The entry points, each imported from its module when first used.
+_ENTRIES = {
+    "bisect": "search",
+    "BisectRequest": "search",
+}
+__getattr__ = lazy_exports(__name__, _ENTRIES)
+
+__all__ = ["BisectRequest", "bisect", "builds", "cli", "envs", "judge", "ledger", "measure",
+           "probe", "report", "search", "trend"]

@@ -143,7 +143,19 @@ def _check_ends(stepper: Stepper, test: TestSpec, n: int) -> BuildVerdict:
 
 
 def bisect(req: BisectRequest) -> dict[str, Any]:
-    """Runs (or resumes) the bisection; returns the state written to bisect.json."""
+    """Finds the first bad build, as `runner bisect` does; resumes from `req.plan.out`.
+
+    Args:
+        req: the good and bad builds, the `MeasurePlan` (test, profile, samples, out),
+            the recorded argv and inputs, the candidates and `dry_run`.
+
+    Returns:
+        The state written to bisect.json (its `answer`: first bad build or no change).
+
+    Raises:
+        RunnerError: the good end fails its test or cannot be measured, or the bad end
+            cannot be measured (each build's logs are under `builds/` in the out dir).
+    """
     plan = req.plan
     ledger = Ledger(plan.out / STATE, "bisect", req.inputs, req.argv)
     builds = ledger.candidates or req.candidates

@@ -7,3 +7,5 @@ CLI reference.
 Imports nothing itself: a package's cli.py imports `runner.cli.grammar`, which runs this
 file first, and `main` imports those cli.py files, so an import here would be a cycle.
 """
+
+__all__ = ["context", "doc", "grammar", "main", "output", "validate"]

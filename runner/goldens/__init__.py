@@ -17,3 +17,7 @@
 - `steps`: per-stage IREE vs PyTorch error; `tiny_suite`: builds `goldens/tiny{,-torch}/`
 - `cli`: `register(subparsers)` adds `runner goldens ...`
 """
+
+__all__ = ["check", "cli", "fields", "generate", "plan", "random_weights", "report",
+           "result", "select", "steps", "testfile", "thresholds", "tiny_suite", "upload",
+           "versioning"]

@@ -7,3 +7,5 @@ that gets the most valuable numbers first, and writes gpu_check.json and gpu_che
 (summary.py). device.py says whether the GPU found runs the code the profile compiled.
 docs/gpu-check.md describes both commands.
 """
+
+__all__ = ["check", "cli", "device", "plan", "steps", "summary", "wheel"]

@@ -7,3 +7,31 @@ wrote, used at the end of a command and by `runner history import`) -> `store` (
 default, PostgreSQL for a lab; schema migrations in `migrations/`) -> `query` -> `changes`
 (change points per series) and `propose` (goldens) -> `render` (JSON, Markdown, HTML).
 """
+
+from runner.base.lazy import lazy_exports
+
+# The entry points, each imported from its module when first used.
+_ENTRIES = {
+    "open_store": "store",
+    "Query": "store",
+    "resolve": "url",
+}
+__getattr__ = lazy_exports(__name__, _ENTRIES)
+
+__all__ = [
+    "Query",
+    "changes",
+    "cli",
+    "extract",
+    "migrations",
+    "model",
+    "open_store",
+    "propose",
+    "record",
+    "render",
+    "resolve",
+    "schema",
+    "series",
+    "store",
+    "url",
+]

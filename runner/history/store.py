@@ -313,8 +313,19 @@ def _result(row: Any, metrics: list[Metric]) -> Result:
 
 
 def open_store(url: StoreURL, upgrade: bool = True) -> Store:
-    """The store at `url`, at schema HEAD (created or migrated unless `upgrade` is False).
-    Raises StoreUnavailable (a RunnerError) when it cannot be reached or read."""
+    """Opens the results store that `runner history` reads and every command writes.
+
+    Args:
+        url: the store (`runner.history.url.resolve`: a SQLite path, `sqlite:///...` or
+            `postgresql://...`; None is $RUNNER_RESULTS or the default).
+        upgrade: create the schema or migrate it to HEAD when it is older.
+
+    Returns:
+        The open `Store` (`add(result)`, `query(Query(...))`); close it, or use `with`.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached, read or migrated.
+    """
     try:
         engine = _sqlite_engine(url) if url.kind == SQLITE else _postgres_engine(url)
     except sa.exc.ArgumentError as e:

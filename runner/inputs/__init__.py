@@ -23,3 +23,6 @@ as a traceback, hangs, or grows memory without end.
 - `paths`: references read from a file resolve inside the directory they are relative to;
   a path the user named that is not there is answered with the likeliest fix.
 """
+
+__all__ = ["captions", "cliargs", "expression", "fields", "iree_build", "jsonfile",
+           "limits", "paths", "safetensors", "userconf", "yamlfile"]
