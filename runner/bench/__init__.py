@@ -20,35 +20,11 @@
 from runner.base.lazy import lazy_exports
 
 # The entry points, each imported from its module when first used.
-_ENTRIES = {
-    "run_bench": "bench",
-    "plan_bench": "bench",
-    "BenchOptions": "result",
-    "BenchSettings": "stages",
-}
+_ENTRIES = {"run_bench": "bench", "plan_bench": "bench", "BenchOptions": "result",
+            "BenchSettings": "stages"}
 __getattr__ = lazy_exports(__name__, _ENTRIES)
 
-__all__ = [
-    "BenchOptions",
-    "BenchSettings",
-    "bench",
-    "benchmark_module",
-    "capability",
-    "cli",
-    "dispatch_diff",
-    "dispatch_names",
-    "dispatch_profile",
-    "dispatch_replay",
-    "dispatch_report",
-    "dispatch_trace",
-    "goldens",
-    "ireeperf",
-    "plan_bench",
-    "report",
-    "result",
-    "run_bench",
-    "stages",
-    "sweep",
-    "throughput",
-    "tuning",
-]
+__all__ = ["BenchOptions", "BenchSettings", "bench", "benchmark_module", "capability", "cli",
+           "dispatch_diff", "dispatch_names", "dispatch_profile", "dispatch_replay",
+           "dispatch_report", "dispatch_trace", "goldens", "ireeperf", "plan_bench",
+           "report", "result", "run_bench", "stages", "sweep", "throughput", "tuning"]

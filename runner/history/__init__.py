@@ -11,27 +11,8 @@ default, PostgreSQL for a lab; schema migrations in `migrations/`) -> `query` ->
 from runner.base.lazy import lazy_exports
 
 # The entry points, each imported from its module when first used.
-_ENTRIES = {
-    "open_store": "store",
-    "Query": "store",
-    "resolve": "url",
-}
+_ENTRIES = {"open_store": "store", "Query": "store", "resolve": "url"}
 __getattr__ = lazy_exports(__name__, _ENTRIES)
 
-__all__ = [
-    "Query",
-    "changes",
-    "cli",
-    "extract",
-    "migrations",
-    "model",
-    "open_store",
-    "propose",
-    "record",
-    "render",
-    "resolve",
-    "schema",
-    "series",
-    "store",
-    "url",
-]
+__all__ = ["Query", "changes", "cli", "extract", "migrations", "model", "open_store", "propose",
+           "record", "render", "resolve", "schema", "series", "store", "url"]

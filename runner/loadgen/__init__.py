@@ -15,31 +15,9 @@ command as one call, `mlperf(...)`), cli.py (`runner mlperf`).
 from runner.base.lazy import lazy_exports
 
 # The entry points, each imported from its module when first used.
-_ENTRIES = {
-    "mlperf": "entry",
-    "run_mlperf": "command",
-    "MlperfRequest": "run",
-    "Flags": "conf",
-}
+_ENTRIES = {"mlperf": "entry", "run_mlperf": "command", "MlperfRequest": "run", "Flags": "conf"}
 __getattr__ = lazy_exports(__name__, _ENTRIES)
 
-__all__ = [
-    "Flags",
-    "MlperfRequest",
-    "batcher",
-    "cli",
-    "command",
-    "compliance",
-    "conf",
-    "entry",
-    "logs",
-    "mlperf",
-    "report",
-    "rules",
-    "run",
-    "run_mlperf",
-    "session",
-    "submission",
-    "sut",
-    "system",
-]
+__all__ = ["Flags", "MlperfRequest", "batcher", "cli", "command", "compliance", "conf", "entry",
+           "logs", "mlperf", "report", "rules", "run", "run_mlperf", "session",
+           "submission", "sut", "system"]
