@@ -47,3 +47,14 @@ def test_counts_lines_of_functions_and_methods_and_leaves_out_package_data(tmp_p
     assert (found["over_50"], found["over_100"]) == (3, 1)
     assert found["public_top_level_names"] == 2  # long, short (not __all__, not _C)
     assert found["modules_with_all_names"] == ["pkg.mod"]
+
+
+def test_the_before_and_after_table_measures_a_revision_and_this_checkout():
+    """docs/CONTRIBUTING.md's table: a revision's runner/ (git archive) beside this one."""
+    done = subprocess.run([sys.executable, str(SCRIPTS / "code_metrics.py"), "--compare",
+                           "HEAD"], capture_output=True, text=True, check=True)
+    rows = done.stdout.splitlines()
+    assert rows[0] == "| | before (HEAD) | after |" and len(rows) == 9
+    over_100 = next(r for r in rows if r.startswith("| functions over 100 lines |"))
+    assert over_100.split("|")[3].strip() == "0"
+    assert rows[-1].startswith("| the README's test command | ") and " min (" in rows[-1]
