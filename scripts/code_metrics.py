@@ -9,7 +9,7 @@ nested functions and methods are counted on their own, and inside their enclosin
     python scripts/code_metrics.py             # runner/ of this checkout
     python scripts/code_metrics.py PACKAGE_DIR
     python scripts/code_metrics.py --compare REV   # a Markdown table: REV's runner/ and this
-                                                   # one's, with each one's measured suite time
+                                                   # one's
 
 The table is docs/CONTRIBUTING.md's "Before and after" (its rows as the script prints them).
 """
@@ -142,9 +142,9 @@ ROWS = (("functions over 50 lines", "over_50"), ("functions over 100 lines", "ov
 
 
 def at_revision(rev: str, into: Path) -> Path:
-    """`rev`'s runner/ and docs/measurements.json written under `into` (git archive)."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "runner",
-                              "docs/measurements.json"], capture_output=True, check=True)
+    """`rev`'s runner/ written under `into` (git archive)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "runner"],
+                             capture_output=True, check=True)
     tar = into / "rev.tar"
     tar.write_bytes(archive.stdout)
     with tarfile.open(tar) as f:
@@ -152,30 +152,17 @@ def at_revision(rev: str, into: Path) -> Path:
     return into
 
 
-def suite_minutes(measurements: Path) -> str:
-    """The full suite's measured wall minutes and where (the `suite_full` record)."""
-    record = json.loads(measurements.read_text())["records"].get("suite_full") or {}
-    result, machine = record.get("result") or {}, record.get("machine") or {}
-    if "wall_min" not in result:
-        return "not measured"
-    return (f"{result['wall_min']} min ({result.get('passed')} passed; "
-            f"{machine.get('cores')}-core {machine.get('cpu')}, {record.get('commit')})")
-
-
 def compare(rev: str) -> str:
     """The Markdown table of `rev` against this checkout."""
     with tempfile.TemporaryDirectory() as tmp:
-        old = at_revision(rev, Path(tmp))
-        before, after = measure(old / "runner"), measure(REPO / "runner")
-        suite_before = suite_minutes(old / "docs" / "measurements.json")
-    suite_after = suite_minutes(REPO / "docs" / "measurements.json")
+        before = measure(at_revision(rev, Path(tmp)) / "runner")
+    after = measure(REPO / "runner")
 
     def shown(value: object) -> str:
         return str(len(value)) if isinstance(value, list) else str(value)
 
     lines = [f"| | before ({rev}) | after |", "| --- | --- | --- |"]
     lines += [f"| {label} | {shown(before[key])} | {shown(after[key])} |" for label, key in ROWS]
-    lines.append(f"| the README's test command | {suite_before} | {suite_after} |")
     return "\n".join(lines)
 
 
