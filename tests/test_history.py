@@ -207,6 +207,46 @@ def test_history_filters(nightlies_store, capsys):
     assert "`yesterday` is not a date" in capsys.readouterr().err
 
 
+def test_a_selection_that_matches_nothing_is_bad_input_naming_what_the_store_holds(
+        nightlies_store, capsys):
+    """A typo in a cron line read "0 result(s)" and exit 0, as "no regression" does. Each
+    filter that alone matches nothing is named with what the store holds for it."""
+    def refused(*flags: str) -> str:
+        assert main(["history", "--results", nightlies_store, *flags]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and "Traceback" not in out.err
+        return out.err
+
+    err = refused("--metric", "bogus")
+    assert "--metric bogus matches no result in the store" in err
+    assert "fix: --metric: the store holds fid, stage_ms" in err
+    err = refused("--profile", "nosuch", "--machine", "lab-1")
+    assert "--profile nosuch matches no result" in err and "holds cpu, tiny" in err
+    assert "--machine" not in err.split("fix:")[0].split("matches")[0]  # lab-1 matches alone
+    assert "--since 2026-12-08 00:00 is after --until" in refused(
+        "--since", "2026-12-08", "--until", "2026-12-01")
+    err = refused("--since", "2028-01-01")  # the newest result: night 99, 2027-01-08
+    assert "--since: the store holds 2026-10-01 02:00 to 2027-01-08 02:00" in err
+    assert "together none" in refused("--machine", "ci-9", "--iree", "3.12.0")
+
+
+def test_a_release_is_found_by_the_name_pip_gives_it_and_the_one_its_wheel_reports(tmp_path,
+                                                                                     capsys):
+    """pip installs IREE 3.13.0; its wheels report 3.13.0rc20261016, which the store keeps."""
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(resolve(url)) as store:
+        for i, build in enumerate(["3.12.0rc20260917", "3.13.0rc20261016", "3.13.0rc20261016"]):
+            store.add(nightly(i, 10.0 + i, build))
+
+    def count(*flags: str) -> int:
+        assert main(["history", "--results", url, "--json", *flags]) in (0, 1)
+        return json.loads(capsys.readouterr().out)["count"]
+
+    assert count("--iree", "3.13.0") == count("--iree", "3.13.0rc20261016") == 2
+    assert count("--iree", "3.12.0..3.13.0") == 3
+    assert main(["history", "--results", url, "--iree", "3.13"]) == 2  # not a release: exact
+
+
 # --- history import ------------------------------------------------------------------------
 
 

@@ -102,10 +102,14 @@ def _query(args: argparse.Namespace):
 
 def _in_range(results: list, spec: str) -> list:
     """Results from the first that measured build A to the last that measured build B."""
+    from runner.history.store import release_candidates
+
     a, _, b = spec.partition("..")
 
     def hit(r: Any, v: str) -> bool:
+        release = release_candidates(v) is not None
         return (bool(v) and v in (r.compiler_version, r.runtime_version, r.build)) or (
+            release and (r.compiler_version or r.runtime_version).startswith(v + "rc")) or (
             len(v) >= 7 and (r.compiler_commit or r.runtime_commit).startswith(v))
 
     starts = [i for i, r in enumerate(results) if hit(r, a)]
@@ -121,15 +125,19 @@ def _in_range(results: list, spec: str) -> list:
 def cmd_history(ctx: CommandContext) -> int:
     from runner.history import render
     from runner.history.changes import detect_all
+    from runner.history.selection import check_dates, refuse_empty
     from runner.history.series import series_of
-    from runner.history.store import opened
+    from runner.history.store import Query, opened
     from runner.history.url import resolve
 
     args = ctx.args
     url = resolve(args.results)
     query = _query(args)
+    check_dates(query.since, query.until)
     with opened(url) as store:
         results = store.query(query)
+        if not results and query != Query(limit=query.limit):
+            raise refuse_empty(store, query)
     if args.iree and ".." in args.iree:
         results = _in_range(results, args.iree)
     if args.limit:

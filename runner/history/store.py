@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -281,9 +282,26 @@ def _conditions(q: Query) -> list[Any]:
     if q.until:
         out.append(r.c.finished_at <= q.until)
     if q.versions:
-        out.append(sa.or_(*[sa.or_(r.c.compiler_version == v, r.c.runtime_version == v,
-                                   r.c.compiler_commit.like(_like(v) + "%", escape="\\"),
-                                   r.c.build == v) for v in q.versions]))
+        out.append(sa.or_(*[sa.or_(*_version_conditions(v)) for v in q.versions]))
+    return out
+
+
+def release_candidates(version: str) -> str | None:
+    """The versions a release's own wheels report, as a LIKE pattern: pip installs IREE
+    3.13.0 as `3.13.0`, and its wheels say `3.13.0rc20261016`. None for anything else."""
+    return f"{_like(version)}rc%" if re.fullmatch(r"\d+\.\d+\.\d+", version) else None
+
+
+def _version_conditions(v: str) -> list[Any]:
+    """A build as named: its version as the wheel reports it or as pip names it (a
+    release), a commit prefix, or the build spec as asked for."""
+    r = schema.results
+    out = [r.c.compiler_version == v, r.c.runtime_version == v, r.c.build == v,
+           r.c.compiler_commit.like(_like(v) + "%", escape="\\")]
+    pattern = release_candidates(v)
+    if pattern is not None:
+        out += [r.c.compiler_version.like(pattern, escape="\\"),
+                r.c.runtime_version.like(pattern, escape="\\")]
     return out
 
 
