@@ -68,7 +68,8 @@ def test_sweep_runs_each_layout_and_reports_the_best(sweep):
             # A worker the other one beat to every batch did no work: its rate is 0.
             rate = w["samples"] / busy if busy > 0 else 0.0
             assert w["samples_per_s"] == pytest.approx(rate, rel=1e-2)
-            assert set(w["stage_ms"]) == {"clip", "unet", "vae"}
+            # ... and timed no stage (the same race as its rate's).
+            assert set(w["stage_ms"]) == ({"clip", "unet", "vae"} if w["samples"] else set())
         over = lay["overhead"]
         assert over["fraction"] == pytest.approx(
             1 - sum(w["busy_s"] for w in workers) / (2 * lay["wall_s"]), abs=1e-3)
