@@ -78,9 +78,12 @@ def killed_run(tmp_path_factory) -> Path:
     """A real worker death: w001 SIGKILLed after the first sample; w000 finishes its work."""
     run_dir = tmp_path_factory.mktemp("report") / "killed"
     proc = start_runner("run", "--profile", "cpu", "--count", "8", "--no-score", "--out", run_dir)
-    pid_file = run_dir / "workers" / "w001.pid"
+    pid_file, log = run_dir / "workers" / "w001.pid", run_dir / "logs" / "w001.log"
     deadline = time.monotonic() + 300
-    while not (pid_file.is_file() and SampleStore(run_dir).done_ids()):
+    # Killed once it has loaded its modules (what its log tail then shows) and a sample is
+    # stored: w000 alone may store the first while w001 still loads, under load.
+    while not (pid_file.is_file() and SampleStore(run_dir).done_ids() and log.is_file()
+               and "modules loaded" in log.read_text(errors="replace")):
         assert time.monotonic() < deadline and proc.poll() is None, "run never started"
         time.sleep(0.05)
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
