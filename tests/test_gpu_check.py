@@ -390,6 +390,73 @@ def test_the_published_anchors_are_the_docs_ones():
     assert summary.PUBLISHED["values"]["h200_qct_8gpu_offline_samples_per_s"] == 19.19
 
 
+def _finished(tmp_path: Path, manifest: dict, rate: float = 2.16) -> tuple[str, str]:
+    """gpu_check.md and gpu_check.json of a check whose steps wrote what `runner mlperf` and
+    `runner run` write (the MLPerf test's rate; the tiny runs' timings, 0.9 samples/s on the
+    device and 0.6 on the carry's CPU), with the device step's exit code unset as `run`
+    leaves it: it runs no command."""
+    results, carry = tmp_path / "results", tmp_path / "carry"
+    for run_dir, tiny_rate in ((results / "tiny-device", 0.9), (carry / "tiny-cpu", 0.6)):
+        run_dir.mkdir(parents=True)
+        (run_dir / "results.json").write_text(json.dumps(
+            {"timings": {"samples_per_s": tiny_rate}}))
+    lg = results / "mlperf-offline" / "results.json"
+    lg.parent.mkdir(parents=True)
+    lg.write_text(json.dumps({"tests": [{"mode": "performance", "scenario": "Offline", "summary": {
+        "samples_per_second": rate, "valid": False, "reasons": ["min_duration"]}}]}))
+    done = [plan.Step("device", plan.DEVICE, status="passed"),
+            plan.Step("mlperf offline", plan.MLPERF, outputs=[str(lg)], status="passed",
+                      exit_code=0, seconds=31.5, params={"batch_size": 1}),
+            plan.Step("tiny on the device", plan.TINY, status="failed", exit_code=None)]
+    summary.write(results, {"manifest": manifest, "carry": str(carry), "steps": done,
+                            "status": "failed", "budget_s": 480.0, "device": None},
+                  final=True)
+    return ((results / "gpu_check.md").read_text(), (results / "gpu_check.json").read_text())
+
+
+SDXL_H200 = {"profile": "h100-seeded", "model": "sdxl-seeded-sdxl", "image_size": 1024,
+             "backend": "cuda", "chip": "sm_90", "tiny_count": 32}
+
+
+def test_published_rates_stand_only_beside_sdxl_at_full_size_on_a_gpu(tmp_path):
+    """MLPerf's published SDXL rates (per GPU) divide a check's rate only where it ran SDXL
+    at 1024x1024 on a GPU; a CPU check, a smaller model or a carry that does not say its
+    model's size gets a line saying why they are left out. Every check sets the tiny model's
+    rate on the device beside the same run on the carry's CPU."""
+    md, _ = _finished(tmp_path / "sdxl", SDXL_H200)
+    assert "| h200_offline_samples_per_s_per_gpu | 2.4 | 0.90 |" in md  # 2.16 / 2.40
+    assert "| mi325x_iree_offline_images_per_s_per_gpu | 2.32 | 0.93 |" in md
+    assert "0.900 samples/s on the device, 0.600 on the CPU" in md and "CPU 1.50" in md
+    cases = {"ran on a CPU": dict(SDXL_H200, backend="cpu", chip="host"),
+             "makes 128x128 images": dict(SDXL_H200, model="tiny-sdxl", image_size=128),
+             "does not record its model's image size": {
+                 k: v for k, v in SDXL_H200.items() if k != "image_size"}}
+    for i, (why, manifest) in enumerate(cases.items()):
+        md, record = _finished(tmp_path / str(i), manifest)
+        assert "measured / published" not in md and "| 2.4 |" not in md, why
+        assert "- left out: MLPerf's published rates are SDXL's at 1024x1024 on GPUs, and " \
+            in md and why in md
+        assert why in json.loads(record)["published_left_out"]
+        assert "device / CPU 1.50" in md
+        assert json.loads(record)["tiny_samples_per_s"] == {
+            "device": 0.9, "cpu": 0.6, "device_over_cpu": 1.5}
+
+
+def test_no_summary_says_none(tmp_path):
+    """Nothing the check writes reads Python's None: the device step runs no command, so its
+    exit code is "-"; a step with no rate, a missing tiny run and an unknown device alike."""
+    md, record = _finished(tmp_path / "a", SDXL_H200)
+    assert "None" not in md and "None" not in record
+    assert "| device | passed | - |" in md and "| tiny on the device | failed | - |" in md
+    shutil.rmtree(tmp_path / "a" / "carry" / "tiny-cpu")
+    results = tmp_path / "a" / "results"
+    again = json.loads((results / "gpu_check.json").read_text())
+    summary.write(results, again, final=True)
+    md = (results / "gpu_check.md").read_text()
+    assert "None" not in md and "None" not in (results / "gpu_check.json").read_text()
+    assert "not measured: the carry's CPU run wrote no rate" in md
+
+
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 TINY_COUNT = 4  # the carry's tiny comparison: samples 0-3 (the check's default is 32)
 
@@ -421,7 +488,7 @@ def test_prepare_then_run_on_this_cpu(cpu_carry, tmp_path):
     copy_of(cpu_carry, carry)
     manifest = json.loads((carry / "gpu_check.json").read_text())
     assert manifest["batch_sizes"] == [1, 2] and manifest["vae_dtypes"] == ["fp32", "fp16"]
-    assert manifest["tiny_count"] == TINY_COUNT
+    assert manifest["tiny_count"] == TINY_COUNT and manifest["image_size"] == 128
     assert (carry / "cache" / "vmfb").is_dir() and (carry / "tiny-cpu" / "run.json").is_file()
     assert "min_query_count = 4" in (carry / "mlperf-short.conf").read_text()
     notes = (carry / "README.txt").read_text()
@@ -455,8 +522,11 @@ def test_prepare_then_run_on_this_cpu(cpu_carry, tmp_path):
     assert 0 < done["dispatches"]["row"]["dispatch_share"]["vae"] <= 1
     md = (results / "gpu_check.md").read_text()
     assert "within 1 LSB" in md and f"bs1: {ratio:.3f}" in md and f"{rate:.3f} samples/s" in md
-    assert "published, not measured" in md and "19.19" in md and "2.4" in md
-    assert f"| h200_offline_samples_per_s_per_gpu | 2.4 | {rate / 2.4:.2f} |" in md
+    assert "published, not measured" in md and "measured / published" not in md
+    assert "left out: MLPerf's published rates are SDXL's" in md and "ran on a CPU" in md
+    tiny = done["tiny_samples_per_s"]
+    assert tiny["device"] > 0 and tiny["cpu"] > 0 and "None" not in md
+    assert f"device / CPU {tiny['device'] / tiny['cpu']:.2f}" in md
     # the same --out again is refused, naming --resume; --resume of a finished check has
     # nothing left to do
     refused = cli("gpu-check", "run", "--carry", carry, "--out", results, env=env())

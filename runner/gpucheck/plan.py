@@ -190,6 +190,7 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     queries, seconds = MLPERF_SHORT["cpu" if profile.target.backend == "cpu" else "gpu"]
     manifest = {
         "kind": CARRY_KIND, "profile": profile_name, "model": model.name,
+        "image_size": model.image_size,  # which published rates compare (runner.gpucheck.summary)
         "backend": profile.target.backend, "chip": profile.target.chip,
         "batch_sizes": sorted(set(sizes)), "vae_dtypes": list(VAE_DTYPES),
         "stages": [s for s, _ in stage_roles(model.functions) if s in BENCH_STAGES],

@@ -1,9 +1,12 @@
 """The check's results: gpu_check.json after every step, gpu_check.md at the end.
 
 What the steps measured is read from the files they wrote (bench.json, results.json,
-compare.json), so the summary holds no number a command did not write. MLPerf's published
-results are shown beside the measured ones, labelled as published (PUBLISHED; the docs'
-measurements file holds the same values, which tests/test_gpu_check.py holds it to).
+compare.json), so the summary holds no number a command did not write. A rate is only set
+beside one of the same model: MLPerf's published results (PUBLISHED, labelled as published;
+the docs' measurements file holds the same values, which tests/test_gpu_check.py holds it
+to) are SDXL's at 1024x1024 on GPUs, so they stand beside a check of that model on a GPU
+alone; every check also sets the tiny model's rate on the device beside the same tiny run on
+the CPU that prepared the carry (`runner run --profile tiny`, the same samples).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ PUBLISHED: dict[str, Any] = {
         "mi325x_node_offline_samples_per_s": 18.6,
     },
 }
+SDXL_IMAGE_SIZE = 1024  # MLPerf's SDXL makes 1024x1024 images: the published rates' model
 
 
 def now() -> str:
@@ -68,7 +72,8 @@ def _tiny(results: Path, manifest: dict) -> dict[str, Any]:
     within = (s.get("common") == expected and s.get("max_abs") is not None
               and s["max_abs"] <= 1 and not cmp.get("only_a") and not cmp.get("only_b"))
     return {"verdict": "within 1 LSB" if within else
-            f"differs: max |d| {s.get('max_abs')} over {s.get('common')} of {expected}",
+            f"differs: max |d| {_cell(s.get('max_abs'))} over {_cell(s.get('common'))} of "
+            f"{expected}",
             "common": s.get("common"), "identical": s.get("identical"),
             "max_abs": s.get("max_abs"), "min_psnr": s.get("min_psnr")}
 
@@ -106,10 +111,43 @@ def _mlperf(step: dict) -> dict[str, Any] | None:
     return None
 
 
-def measured(results: Path, manifest: dict, steps: list[dict]) -> dict[str, Any]:
-    """What the steps measured, from their files: the tiny verdict, one row per bench that
-    passed (throughput at the first batch size per VAE precision, then the largest batch
-    that fit), the MLPerf test's rate, and the dispatch profile's outcome."""
+def not_published_model(manifest: dict) -> str | None:
+    """Why MLPerf's published rates do not compare with this check's (None: they do): they
+    are SDXL's at full size on GPUs, and a tiny or CPU rate divided by them means nothing."""
+    size, backend = manifest.get("image_size"), manifest.get("backend")
+    if backend == "cpu":
+        return "this check ran on a CPU"
+    if size is None:
+        return "the carry does not record its model's image size (prepare it again)"
+    if size != SDXL_IMAGE_SIZE:
+        return (f"this check's model, {manifest.get('model') or '?'}, makes {size}x{size} "
+                "images")
+    return None
+
+
+def _run_rate(run_dir: Path) -> float | None:
+    """A `runner run`'s samples/s, from the results.json it wrote."""
+    found = _load(run_dir / "results.json") or {}
+    rate = (found.get("timings") or {}).get("samples_per_s")
+    return rate if isinstance(rate, int | float) and rate > 0 else None
+
+
+def tiny_rates(results: Path, carry: str | None) -> dict[str, float | None]:
+    """The tiny model's samples/s on the device and on the CPU that prepared the carry: the
+    same command on the same samples, so their ratio is the device's speed against a CPU's
+    (None where a run is missing)."""
+    device = _run_rate(results / "tiny-device")
+    cpu = _run_rate(Path(carry) / "tiny-cpu") if carry else None
+    return {"device": device, "cpu": cpu,
+            "device_over_cpu": round(device / cpu, 4) if device and cpu else None}
+
+
+def measured(results: Path, manifest: dict, steps: list[dict], carry: str | None = None
+             ) -> dict[str, Any]:
+    """What the steps measured, from their files: the tiny verdict and rates (against the
+    carry's CPU run), one row per bench that passed (throughput at the first batch size per
+    VAE precision, then the largest batch that fit), the MLPerf test's rate, and the
+    dispatch profile's outcome."""
     rows = [r for s in steps if s["kind"] in (BENCH, LADDER) and s["status"] == PASSED
             for r in [_bench_row(s)] if r is not None]
     fit = [s for s in steps if s["kind"] == LADDER]
@@ -119,8 +157,9 @@ def measured(results: Path, manifest: dict, steps: list[dict]) -> dict[str, Any]
     dispatches = next(({"status": s["status"], "note": s.get("note", ""),
                         "row": _bench_row(s) if s["status"] == PASSED else None}
                        for s in steps if s["kind"] == DISPATCHES), None)
-    return {"tiny": _tiny(results, manifest), "bench": rows, "largest_batch": largest,
-            "mlperf": mlperf, "dispatches": dispatches,
+    return {"tiny": _tiny(results, manifest), "tiny_samples_per_s": tiny_rates(results, carry),
+            "published_left_out": not_published_model(manifest),
+            "bench": rows, "largest_batch": largest, "mlperf": mlperf, "dispatches": dispatches,
             "vae_fp16_over_fp32": vae_ratios(rows)}
 
 
@@ -140,7 +179,7 @@ def write(results: Path, summary: dict, final: bool) -> None:
     end, with what the steps measured, gpu_check.md."""
     steps = [as_dict(s) for s in summary["steps"]]
     summary = dict(summary, steps=steps, written=now(),
-                   **measured(results, summary["manifest"], steps))
+                   **measured(results, summary["manifest"], steps, summary.get("carry")))
     atomic_write_json(results / RESULTS_SUMMARY, summary)
     if final:
         atomic_write_text(results / REPORT, report(summary))
@@ -148,6 +187,12 @@ def write(results: Path, summary: dict, final: bool) -> None:
 
 def _ms(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, int | float) else "-"
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: a value nothing recorded (the device step runs no command, so has no
+    exit code) reads "-", never Python's None."""
+    return "-" if value is None else value
 
 
 def _holders_cell(found: dict) -> str:
@@ -163,7 +208,7 @@ def _dispatch_section(d: dict) -> list[str]:
     row = d.get("row")
     if row and row["dispatch_share"]:
         return md_table(["stage", "dispatch share", "top kinds"],
-                        [[s, f"{100 * share:.0f}%", ", ".join(
+                        [[s, "-" if share is None else f"{100 * share:.0f}%", ", ".join(
                             f"{k} {100 * (sh or 0):.0f}%" for k, sh in
                             row["top_kinds"].get(s, []))]
                          for s, share in row["dispatch_share"].items()])
@@ -173,8 +218,8 @@ def _dispatch_section(d: dict) -> list[str]:
 def report(summary: dict) -> str:
     m = summary["manifest"]
     gpu = summary.get("gpu") or {}
-    lines = [f"# GPU check: {m['profile']} ({m.get('model', '')})", "",
-             f"- device: {summary.get('device', 'unknown')}",
+    lines = [f"# GPU check: {m['profile']} ({m.get('model') or '?'})", "",
+             f"- device: {summary.get('device') or 'unknown'}",
              f"- runs the profile's code: {gpu.get('verdict', 'not checked')}",
              f"- status: {summary['status']} (budget {summary['budget_s']:.0f}s)",
              f"- IREE runtime {m.get('iree_runtime') or '?'}, compiled for {m['backend']} "
@@ -184,7 +229,7 @@ def report(summary: dict) -> str:
              "## Throughput and stage latencies (measured)", ""]
     stages = list(m.get("stages", BENCH_STAGES))
     lines += md_table(["VAE", "batch", "images/s", *(f"{s} ms" for s in stages)],
-                      [[r["vae_dtype"], r["batch_size"], _ms(r["images_per_s"]),
+                      [[_cell(r["vae_dtype"]), _cell(r["batch_size"]), _ms(r["images_per_s"]),
                         *(_ms(r["stage_ms"].get(s)) for s in stages)]
                        for r in summary["bench"]] or [["-"] * 3])
     lines += ["", "Stage ms: the median of `runner bench`'s repetitions.", ""]
@@ -194,22 +239,42 @@ def report(summary: dict) -> str:
     lines += ["", "## MLPerf Offline, short performance test (measured)", ""]
     mlperf = summary.get("mlperf")
     lines += ([f"- {mlperf['samples_per_s']:.3f} samples/s on one device (batch "
-               f"{mlperf['batch_size']}, VAE {mlperf['vae_dtype']}); LoadGen: "
+               f"{_cell(mlperf['batch_size'])}, VAE {_cell(mlperf['vae_dtype'])}); LoadGen: "
                + ("VALID" if mlperf["valid"] else
                   "INVALID (" + "; ".join(mlperf["reasons"] or ["short"]) + ")")]
               if mlperf else ["- not measured"])
-    lines += ["", "## MLPerf anchors (published, not measured)", "",
-              f"Source: {PUBLISHED['source']}", ""]
-    rate = mlperf["samples_per_s"] if mlperf else None
-    lines += md_table(["published value", "number", "measured / published"],
-                      [[k, v, f"{rate / v:.2f}" if rate and "per_gpu" in k else "-"]
-                       for k, v in PUBLISHED["values"].items()])
+    lines += _references(summary, mlperf)
     lines += ["", "## Dispatch profile", "", *_dispatch_section(summary.get("dispatches") or {})]
     holders = [s.get("gpu_holders") or {} for s in summary["steps"]]
     skipped = next((h["note"] for h in holders if h.get("tool") is None and h.get("note")), "")
     lines += ["", "## Steps", ""] + ([f"GPU holders: {skipped}", ""] if skipped else [])
     lines += md_table(["step", "status", "exit", "seconds", "GPU holders left", "note"],
-                      [[s["name"], s["status"], s.get("exit_code"), s.get("seconds"),
-                        _holders_cell(h), s.get("note", "")]
+                      [[s["name"], s["status"], _cell(s.get("exit_code")),
+                        _cell(s.get("seconds")), _holders_cell(h), s.get("note", "")]
                        for s, h in zip(summary["steps"], holders, strict=True)])
     return "\n".join(lines) + "\n"
+
+
+def _references(summary: dict, mlperf: dict | None) -> list[str]:
+    """The rates set beside a reference of the same model: the tiny model on the device
+    against the carry's CPU run, then MLPerf's published SDXL rates, only where this check's
+    model is SDXL at full size on a GPU (else a line saying why they are left out)."""
+    tiny = summary.get("tiny_samples_per_s") or {}
+    lines = ["", "## The tiny model, device against CPU (measured)", ""]
+    if tiny.get("device_over_cpu") is not None:
+        lines.append(f"- {tiny['device']:.3f} samples/s on the device, {tiny['cpu']:.3f} on "
+                     "the CPU that prepared the carry (the same `runner run --profile tiny` "
+                     f"samples): device / CPU {tiny['device_over_cpu']:.2f}")
+    else:
+        lines.append("- not measured: " + ("the device's tiny run" if tiny.get("device") is None
+                                           else "the carry's CPU run") + " wrote no rate")
+    lines += ["", "## MLPerf anchors (published, not measured)", ""]
+    why_not = summary.get("published_left_out")
+    if why_not:
+        return [*lines, "- left out: MLPerf's published rates are SDXL's at "
+                f"{SDXL_IMAGE_SIZE}x{SDXL_IMAGE_SIZE} on GPUs, and {why_not}"]
+    rate = mlperf["samples_per_s"] if mlperf else None
+    return [*lines, f"Source: {PUBLISHED['source']}", "", *md_table(
+        ["published value", "number", "measured / published"],
+        [[k, v, f"{rate / v:.2f}" if rate and "per_gpu" in k else "-"]
+         for k, v in PUBLISHED["values"].items()])]
