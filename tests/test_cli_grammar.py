@@ -20,8 +20,10 @@ from test_goldens_upload import BASE, generated
 from runner.base.outdir import REFUSES, Rerun
 from runner.cli.grammar import (
     GRAMMAR,
+    PROFILE_COUNT,
     add_layout,
     add_out,
+    add_samples,
     document,
     grammar_problems,
     help_problems,
@@ -30,6 +32,7 @@ from runner.cli.grammar import (
     walk,
 )
 from runner.cli.main import build_parser, main
+from runner.inputs.cliargs import COUNT
 
 GOLDENS = REPO / "goldens"
 
@@ -79,6 +82,69 @@ def test_the_grammar_rule_fails_on_each_kind_of_drift():
     assert not [p for p in grammar_problems(_toy(("plan", add_layout),
                                                  ("bench", lambda p: add_layout(p, True))))
                 if "shapes" in p or "not defined once" in p]
+
+
+def test_the_grammar_rule_holds_one_default_per_option():
+    """Issue 48's drift in miniature: --count defaulting to the profile's count in one
+    command and to 4 in another (by its help, or by a value parsed in its place) is named;
+    the same default everywhere is not."""
+    def own_count(p):
+        shared(p, "--count", type=COUNT, default=4, help="samples 0..N-1 (default: 4)")
+
+    def count_of_4(p):
+        shared(p, "--count", type=COUNT, default=4, help=f"samples (default: {PROFILE_COUNT})")
+
+    problems = grammar_problems(_toy(("run", add_samples), ("bisect", own_count)))
+    assert [p for p in problems if p.startswith("--count")] == [
+        f"--count in runner bisect says its default is '4'; everywhere it is {PROFILE_COUNT} "
+        "(runner.cli.grammar.ONE_DEFAULT)"]
+    problems = grammar_problems(_toy(("run", add_samples), ("bisect", count_of_4)))
+    assert f"--count in runner bisect defaults to 4, not None: {PROFILE_COUNT} is filled in " \
+        "by the command" in problems
+    assert not [p for p in grammar_problems(_toy(("run", add_samples), ("bench", add_samples)))
+                if p.startswith("--count")]
+
+
+# Each command that takes --count, its dry run's arguments and the line that shows how many
+# samples it would make: with a profile whose `count` is 3, every one makes 3.
+COUNT_DRY_RUNS = {
+    "run": ([], "# runner run: 3 samples of profile three"),
+    "bench": ([], "--count 3 --out"),
+    "mlperf": (["--scenario", "offline", "--mode", "performance"],
+               "QSL 3 samples, performance set 3"),
+    "generate": ([], "# then 3 prompts"),
+    "oracle": ([], "# oracle: 3 images (0-2)"),
+    "validate": (["--iree", "wheels:3.13.0", "--goldens", "GOLDENS", "--to", "v2.0"],
+                 "- profile: `three`, 3 samples"),
+    "bisect": (["--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test", "images"],
+               "--samples 0-2 --out"),
+    "trend": (["wheels:3.12.0", "wheels:3.13.0"], "--samples 0-2 --out"),
+}
+
+
+def test_every_command_that_takes_count_has_a_default_case():
+    taking = {c.removeprefix("runner ") for c, a in options_of(build_parser())
+              if "--count" in a.option_strings}
+    assert taking == set(COUNT_DRY_RUNS)
+
+
+@pytest.mark.parametrize("command", sorted(COUNT_DRY_RUNS))
+def test_count_defaults_to_the_profiles_count_in_every_command(command, tmp_path, request):
+    """--count left out makes the profile's `count` samples, in each command that takes it
+    (`bench` made 32, `bisect` and `trend` 4, `generate` 4, `mlperf` MLPerf's 5000 on any
+    profile): a dry run with a profile of count 3 shows 3, and writes nothing."""
+    if command == "validate":
+        request.getfixturevalue("docker_client")
+    profile = tmp_path / "three.yaml"
+    profile.write_text("name: three\nextends: cpu\ncount: 3\n")
+    args, expected = COUNT_DRY_RUNS[command]
+    out = tmp_path / "out"
+    argv = [command, *[str(GOLDENS / "tiny") if a == "GOLDENS" else a for a in args],
+            "--profile", str(profile), "--out", str(out), "--dry-run"]
+    proc = cli(*argv, env=dict(os.environ, RUNNER_CACHE_DIR=str(tmp_path / "cache")))
+    assert proc.returncode == 0, proc.stderr
+    assert expected in proc.stdout, proc.stdout
+    assert not out.exists()
 
 
 def test_the_help_rule_wants_every_default_and_cpd_spelled_out():

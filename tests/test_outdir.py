@@ -217,7 +217,7 @@ def test_an_attempts_inputs_are_read_off_its_commands_parser():
     assert {"command", "image_command", "goldens_command", "bench_command"} <= choosers
     assert GRAMMAR.keys() >= NOT_INPUTS
     added = argparse.Namespace(**dict.fromkeys(choosers, "x"), func=print, prog="runner x",
-                               out_spec=object(), default_count=7)
+                               out_spec=object())
     commands = [(path, sub) for path, sub in walk(root) if sub.get_default("out_spec")]
     assert ("bench",) in [path for path, _ in commands]  # a command of commands itself
     for path, sub in commands:

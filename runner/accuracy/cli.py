@@ -144,12 +144,12 @@ def cmd_oracle(ctx: CommandContext) -> int:
 
     args = ctx.args
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
-    ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
+    profile = profile_from_args(args)
+    ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     if args.dry_run:
-        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args), ids,
-                                    perturbation)))
+        print("\n".join(oracle_plan(Path(args.out), profile, ids, perturbation)))
         return 0
-    out = oracle_run(Path(args.out), profile_from_args(args), ids, perturbation)
+    out = oracle_run(Path(args.out), profile, ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
 
@@ -218,7 +218,7 @@ def register(subparsers) -> None:
     add_out(p, "directory for manifest.json and images/",
             Rerun(RESUMES, "nothing: it is one short process, its images are made again",
                   ("manifest.json",)))
-    add_samples(p, 32)
+    add_samples(p)
     add_profile(p, default="tiny")
     p.add_argument("--guidance", type=SCALE, help="replace the guidance scale (default: "
                    "the model's, 8.0)")

@@ -102,7 +102,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     if args.profile or args.set or args.metrics or layout_overrides(args):
         args.profile = args.profile or m.profile_path
         requested = profile_from_args(args)
-    ids = (sample_ids(args, Path(m.captions))
+    ids = (sample_ids(args, Path(m.captions), len(m.sample_ids))
            if args.ids or args.samples or args.count is not None else None)
     lc.check_request(requested, ids)
     # A complete run whose samples fail their sha256 (moved aside) is resumed like any other.
@@ -195,8 +195,7 @@ def register(subparsers) -> None:
                               help="per-device batch run: workers, resume, aggregated dataset")
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
     add_layout(p)
-    add_samples(p, note="; on --resume, as recorded: other samples are an error",
-                from_profile=True)
+    add_samples(p, note="; on --resume, as recorded: other samples are an error")
     add_require_full(p)
     add_metrics(p)
     add_captions(p)

@@ -39,7 +39,6 @@ from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
 
 STAGE_REPETITIONS = 5
-BENCH_COUNT = 32
 JUDGED = ("passed", "failed", "error")  # a golden that was measured and judged (or broke)
 
 
@@ -114,7 +113,7 @@ def cmd_bench(ctx: CommandContext) -> int:
     args = ctx.args
     profile = profile_from_args(args, layout=("partition",))
     spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
-    ids = chosen_ids(args.count, args.samples, args.ids, None, BENCH_COUNT)
+    ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     sweep = {k: tuple(getattr(args, k) or (None,))
              for k in ("devices", "cpd", "batch_size", "vae_batch_size")}
     opts = BenchOptions(
@@ -194,7 +193,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
     add_profile(bench)
     add_layout(bench, sweep=True)
-    add_samples(bench, BENCH_COUNT, " per layout")
+    add_samples(bench, " per layout")
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
     add_executor(r, "local", "; local and docker: one run after another on this host, "
                  "slurm: one Slurm job per combination, all at once")

@@ -26,8 +26,6 @@ from runner.cli.grammar import (
 from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
-BISECT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
-
 
 def _sample_spec(args: argparse.Namespace, profile) -> str:
     """The samples as one id spec; `accuracy` defaults to (and needs) the profile's set."""
@@ -39,7 +37,7 @@ def _sample_spec(args: argparse.Namespace, profile) -> str:
             and args.test.startswith("accuracy") and ranges:
         ids = list(ranges)
     else:
-        ids = chosen_ids(args.count, args.samples, args.ids, None, BISECT_COUNT)
+        ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
         raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
                           f"ranges were set for, not {len(ids)}", where="--count",
@@ -173,7 +171,7 @@ def _judged_builds(p: argparse.ArgumentParser, func: Any, record: str, test_help
 
 def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     add_profile(p, DEFAULT_PROFILE)
-    add_samples(p, BISECT_COUNT, count_note)
+    add_samples(p, count_note)
     add_find_links(p)
     shared(p, "--pre", action="store_true",
            help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
@@ -208,7 +206,8 @@ def register(subparsers) -> None:
     p.add_argument("--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
     _judged_builds(p, cmd_bisect, "bisect.json",
                    "images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
-                   "| goldens:SUITE | script:CMD", "; accuracy: the profile's sample set",
+                   "| goldens:SUITE | script:CMD",
+                   "; each build makes them; accuracy: the profile's sample set",
                    "bisect dir: bisect.json/.md, report.html, reproduce.sh, builds/",
                    "every finished step: its build is judged again from bisect.json, not run",
                    required=True)
@@ -235,7 +234,7 @@ def register(subparsers) -> None:
     _judged_builds(p, cmd_trend, "trend.json",
                    "what is measured and judged against the first build: images | pixels:TOL "
                    "| accuracy | throughput:PCT | compile | compstat | goldens:SUITE | "
-                   "script:CMD (default: images)", "",
+                   "script:CMD (default: images)", "; each build makes them",
                    "trend dir: trend.json/.md, report.html, reproduce.sh, builds/",
                    "every finished step: its build's numbers are read from trend.json, not "
                    "measured again", default="images")

@@ -122,6 +122,7 @@ options shared by the commands that take them (one spelling, one meaning everywh
                        the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
                        which samples (MLPerf qsl_idx): 0..N-1, ranges like 0-31, or a file
+                       (default everywhere: the profile's `count`, 5000 or 32)
   --iree BUILD         an IREE build: wheels:VERSION, source:SHA, build-dir:DIR (bisect
                        and trend also take commit:SHA, PkgCI's packages of a commit)
   --executor local|docker|slurm
@@ -304,7 +305,8 @@ def grammar_problems(parser: argparse.ArgumentParser) -> list[str]:
     """Every way the CLI's options break "one name, one meaning"; [] when none does:
     an option two commands take that is not GRAMMAR's one definition (`shared`), one
     definition in two shapes (dest, type, choices, nargs) beyond its declared variants, one
-    dest under two flags, and a GRAMMAR entry no command takes."""
+    dest under two flags, a GRAMMAR entry no command takes, and an option of ONE_DEFAULT
+    whose help or value says another default."""
     problems: list[str] = []
     uses: dict[str, list[tuple[str, argparse.Action]]] = {}
     dests: dict[str, set[str]] = {}
@@ -333,6 +335,24 @@ def grammar_problems(parser: argparse.ArgumentParser) -> list[str]:
     unused = sorted(set(GRAMMAR) - set(uses))
     if unused:
         problems.append(f"GRAMMAR entries no command takes: {', '.join(unused)}")
+    return problems + default_problems(uses)
+
+
+def default_problems(uses: dict[str, list[tuple[str, argparse.Action]]]) -> list[str]:
+    """Each use of a ONE_DEFAULT option (`uses`: flag -> (command, action)) whose help does
+    not say that default, or whose parsed value is not None (the command fills it in from
+    the profile, so a resume can still tell "not given" apart)."""
+    problems = []
+    for flag, default in ONE_DEFAULT.items():
+        for command, action in uses.get(flag, []):
+            said = re.search(r"default: (.*)", " ".join((action.help or "").split()))
+            if not said or not said.group(1).startswith(default):
+                shown = said.group(1).rstrip(")") if said else "nothing"
+                problems.append(f"{flag} in {command} says its default is {shown!r}; "
+                                f"everywhere it is {default} (runner.cli.grammar.ONE_DEFAULT)")
+            elif action.default is not None:
+                problems.append(f"{flag} in {command} defaults to {action.default!r}, not "
+                                f"None: {default} is filled in by the command")
     return problems
 
 
@@ -521,7 +541,7 @@ def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     if sweep:
         shared(g, "--devices", variant=variant, action="append", metavar="IDS",
                help="device IDs as in `runner run` (0-1, 0,2); repeat the flag for variants: "
-               "--devices 0 --devices 0-1 (default: the profile's)")
+               "--devices 0 --devices 0-1 (default: the profile's layout.devices)")
     else:
         shared(g, "--devices", metavar="IDS",
                help="device IDs: 0-63, 0,2,4, 0-3,8-11 (default: the profile's layout.devices)")
@@ -538,41 +558,54 @@ def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:
            "layout.vae_batch_size when smaller)")
 
 
-# The help of a command whose samples default to the profile's `count` (runner.config.profile;
-# tests/test_profile.py checks the list against the shipped profiles).
+# What --count defaults to wherever a command takes it: the profile's `count`, the samples a
+# plain `runner run` makes (runner.config.profile; tests/test_profile.py checks the list
+# against the shipped profiles). One default for one flag: `runner bench`, `bisect`, `trend`,
+# `mlperf`, `generate` and `oracle` make as many as `runner run` unless told otherwise.
 PROFILE_COUNT = ("the profile's `count`: MLPerf's 5000 on mi300x, mi325x, mi355x, h100 and "
                  "h100-seeded, 32 on the others")
 
 
-def add_samples(p: argparse.ArgumentParser, default_count: int = 32, note: str = "",
-                choose: bool = True, from_profile: bool = False) -> None:
+# What an option defaults to in every command that takes it, as its help says: one meaning is
+# one default too, so a command whose own default would differ takes a flag of another name.
+# `grammar_problems` holds every use to it (tests/test_cli_grammar.py).
+ONE_DEFAULT: dict[str, str] = {
+    "--count": PROFILE_COUNT,
+    "--partition": "the profile's layout.partition",
+    "--devices": "the profile's layout.devices",
+    "--cpd": "the profile's layout.cpd",
+    "--batch-size": "the profile's layout.batch_size",
+    "--vae-batch-size": "the batch size, or the profile's layout.vae_batch_size",
+    "--metrics": "the profile's accuracy.metrics",
+    "--captions": "the copy shipped with the runner",
+}
+
+
+def add_samples(p: argparse.ArgumentParser, note: str = "", choose: bool = True) -> None:
     """The one way samples are chosen: --count N, --samples SPEC or --ids FILE (`choose=False`:
-    --count alone, where LoadGen picks from the first N). --count's default is left None so
-    a resume can tell "not given" apart; `args.default_count` holds the number to use then
-    (`from_profile`: the command passes the profile's `count` instead)."""
+    --count alone, where LoadGen picks from the first N). --count defaults to the profile's
+    `count` (PROFILE_COUNT) in every command; its value is left None so a resume can tell
+    "not given" apart, and the command passes the profile's `count` to `sample_ids`."""
     what = p.add_mutually_exclusive_group()
-    default = PROFILE_COUNT if from_profile else default_count
     shared(what, "--count", type=COUNT, default=None, metavar="N",
-           help=f"samples 0..N-1 (MLPerf qsl_idx; default: {default}{note})")
+           help=f"samples 0..N-1 (MLPerf qsl_idx; default: {PROFILE_COUNT}{note})")
     if choose:
         shared(what, "--samples", metavar="SPEC",
                help="sample ids (MLPerf qsl_idx) as ranges, e.g. 0-31 or 0,5,10-19 (default: "
                "--count's)")
         shared(what, "--ids", metavar="FILE",
                help="file of sample ids, whitespace-separated (default: --count's)")
-    p.set_defaults(default_count=default_count)
     renamed(p, "--prompts", "--count N")
     renamed(p, "--prompt-id", "--samples ID")
 
 
-def sample_ids(args: argparse.Namespace, captions: Path | None,
-               default_count: int | None = None) -> list[int]:
-    """The samples add_samples' flags chose: --count N, --samples SPEC or --ids FILE
-    (`default_count` stands in for the command's own default, e.g. the profile's `count`)."""
+def sample_ids(args: argparse.Namespace, captions: Path | None, profile_count: int
+               ) -> list[int]:
+    """The samples add_samples' flags chose: --count N, --samples SPEC or --ids FILE, else
+    0..`profile_count`-1 (the profile's `count`)."""
     from runner.accuracy.samples import chosen_ids
 
-    return chosen_ids(args.count, args.samples, args.ids, captions,
-                      default_count or args.default_count)
+    return chosen_ids(args.count, args.samples, args.ids, captions, profile_count)
 
 
 def add_metrics(p: argparse.ArgumentParser) -> None:

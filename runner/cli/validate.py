@@ -50,7 +50,7 @@ def register(subparsers) -> None:
              note=" (commit: is bisect's and trend's; build a commit with source:)")
     add_profile(p)
     add_layout(p)
-    add_samples(p, from_profile=True)
+    add_samples(p)
     add_require_full(p)
     add_metrics(p)
     p.add_argument("--goldens", metavar="SUITE",

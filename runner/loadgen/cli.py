@@ -28,7 +28,7 @@ from runner.cli.grammar import (
 )
 from runner.config.overrides import profile_from_args
 from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
-from runner.loadgen.conf import MLPERF_SAMPLES, MODES, SCENARIOS, Flags
+from runner.loadgen.conf import MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
 
 # Each scenario's QPS flag, which user.conf writes as that scenario's target_qps and the
@@ -112,8 +112,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--audit-conf", action="append", metavar="TEST=FILE",
                    help="replaces a compliance test's shipped audit.config (MLPerf's own); "
                    "a result run so is not a valid submission (default: the shipped ones)")
-    add_samples(p, MLPERF_SAMPLES, "; the QSL, and the performance sample count",
-                choose=False)
+    add_samples(p, note="; the QSL, and the performance sample count", choose=False)
     p.add_argument("--min-duration", type=TEST_SECONDS, metavar="S",
                    help="LoadGen's minimum test duration in seconds, e.g. 2 (written to "
                    "user.conf as min_duration in milliseconds, 2000; default: the user.conf's, "

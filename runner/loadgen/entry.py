@@ -32,7 +32,8 @@ def mlperf(profile: Profile | str, out: Path | str, scenarios: Sequence[str], mo
         scenarios: LoadGen scenarios, run in this order: `singlestream`, `offline`,
             `server` (any case).
         mode: `accuracy`, `performance` or `submission`.
-        count: the QSL size and performance sample count (default: MLPerf's 5000).
+        count: the QSL size and performance sample count (default: the profile's `count`,
+            as `runner run`: MLPerf's 5000 in the SDXL lab profiles, 32 in the tiny ones).
         compliance: TEST01/TEST04 tests to run (default: the round's for a submission,
             none otherwise).
         score: score the accuracy logs' images (False is `--no-score`).

@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,17 +202,32 @@ def _performance_count(request: MlperfRequest, merged: list[ConfLine],
     return performance_count
 
 
+def _count_of(request: MlperfRequest, user_lines: list[ConfLine]) -> Flags:
+    """The flags with --count's default filled in: the QSL is the profile's `count`, as
+    `runner run` makes (MLPerf's 5000 in the SDXL lab profiles, which a submission's rules
+    ask for; 32 in the tiny ones, a short run), and so is the performance set, written as
+    --count N would write it, unless the user.conf sets it."""
+    flags = request.flags
+    if flags.count is not None or any(
+            line.key == "performance_sample_count_override" for line in user_lines):
+        return flags
+    return replace(flags, count=request.profile.count)
+
+
 def prepare_loadgen(request: MlperfRequest) -> Prepared:
     """Checks the whole request and computes LoadGen's settings; writes and starts nothing."""
     scenarios = _scenarios(request)
     submission = _submission(request, scenarios) if request.mode == "submission" else None
     compliance = _compliance(request, submission.rules if submission else None)
     tests = _tests(request, scenarios, compliance)
-    flags = request.flags
     captions = load_captions(request.captions or CAPTIONS_FILE)
-    total = flags.count if flags.count is not None else MLPERF_SAMPLES
+    user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
+    flags = _count_of(request, user_lines)
+    total = flags.count if flags.count is not None else request.profile.count
     if not 1 <= total <= len(captions):
-        raise BadInput(f"--count {total} is outside 1..{len(captions)} (the captions file "
+        given = f"--count {total}" if request.flags.count is not None else \
+            f"the profile's count, {total},"
+        raise BadInput(f"{given} is outside 1..{len(captions)} (the captions file "
                        f"{captions.path})", where="--count",
                        fix=f"use --count 1..{len(captions)}")
     if flags.time_s is not None and flags.time_s <= 0:
@@ -226,7 +241,6 @@ def prepare_loadgen(request: MlperfRequest) -> Prepared:
             raise BadInput(f"{flag} is the {scenario} scenario's, which --scenario does "
                            f"not run ({', '.join(scenarios)})", where=flag,
                            fix=f"drop {flag}, or add {scenario.lower()} to --scenario")
-    user_lines = read_conf(request.user_conf, "user.conf") if request.user_conf else []
     text = "".join(merged_user_conf(scenario, request.profile.mlperf, user_lines, flags,
                                     str(request.user_conf) if request.user_conf else None)
                    for scenario in scenarios)

@@ -86,7 +86,8 @@ def cmd_generate(ctx: CommandContext) -> int:
     from runner.model.generate import generate, generate_commands
 
     args = ctx.args
-    profile, ids = profile_from_args(args), sample_ids(args, None)
+    profile = profile_from_args(args)
+    ids = sample_ids(args, None, profile.count)
     if args.dry_run:
         print("\n".join(generate_commands(profile, ids, Path(args.out))))
         return EXIT_OK
@@ -122,7 +123,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
-    add_samples(p, 4)
+    add_samples(p)
     add_out(p, "directory for manifest.json and images/",
             Rerun(RESUMES, "nothing: it is one short process, its images are made again",
                   ("manifest.json",)))
