@@ -159,7 +159,7 @@ MAIN_JOB = {
     "runner history import runs/main --dry-run": "would record: run ",
     "runner history import runs/main": "already there: run runs/main",
     "runner history --since 7d": "## History: 1 result(s)",
-    "runner history --profile cpu --metric stage_ms --since 30d": "stage_ms unet ",
+    "runner history --profile-match cpu --metric stage_ms --since 30d": "stage_ms unet ",
     "runner history --metric fid --metric clip --json": '"name": "clip"',
     "runner history --out runs/history": "runs/history/history.html",
     # bench goldens records one run: propose has its dispatch counts, and a time at 1 run
@@ -594,7 +594,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     # The results store
     "export RUNNER_RESULTS_URL=postgresql://runner:PASSWORD@db.lab:5432/results": (
         LAB_DB, "tests/test_history_store.py::test_two_writers_at_once_both_land_whole"),
-    "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
+    "runner history --iree-match 3.12.0..3.13.0 --machine 'mi325x-*' --results "
     "postgresql://lab@db.lab/results": (LAB_DB, "tests/test_history.py::test_history_filters"),
     "runner history import runs/nightly-* --results postgresql://lab@db.lab/results": (
         LAB_DB, "tests/test_history.py::"

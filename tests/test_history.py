@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import cli
 from history_support import PASSWORD, postgres  # noqa: F401
 from repo_support import REPO
 
@@ -167,8 +168,8 @@ def nightlies_store(tmp_path) -> str:
 
 def test_history_lists_charts_and_flags_the_regression(nightlies_store, tmp_path, capsys):
     out = tmp_path / "report"
-    code = main(["history", "--results", nightlies_store, "--profile", "cpu", "--out", str(out),
-                 "--json"])
+    code = main(["history", "--results", nightlies_store, "--profile-match", "cpu", "--out",
+                 str(out), "--json"])
     assert code == 1  # a regression was found
     record = json.loads(capsys.readouterr().out)
     assert record["count"] == 40
@@ -193,9 +194,9 @@ def test_history_filters(nightlies_store, capsys):
         return [r["key"] for r in json.loads(capsys.readouterr().out)["results"]]
 
     assert keys("--machine", "ci-*") == ["run-unet-99"]
-    assert len(keys("--iree", "3.12.0")) == 25
-    assert len(keys("--iree", commit("3.13.0")[:7])) == 16
-    assert len(keys("--iree", "3.12.0..3.13.0", "--profile", "cpu")) == 40
+    assert len(keys("--iree-match", "3.12.0")) == 25
+    assert len(keys("--iree-match", commit("3.13.0")[:7])) == 16
+    assert len(keys("--iree-match", "3.12.0..3.13.0", "--profile-match", "cpu")) == 40
     assert len(keys("--since", "2026-10-31", "--until", "2026-11-05")) == 6
     assert len(keys("--limit", "5")) == 5
     assert main(["history", "--results", nightlies_store, "--json", "--metric", "stage_ms",
@@ -220,14 +221,14 @@ def test_a_selection_that_matches_nothing_is_bad_input_naming_what_the_store_hol
     err = refused("--metric", "bogus")
     assert "--metric bogus matches no result in the store" in err
     assert "fix: --metric: the store holds fid, stage_ms" in err
-    err = refused("--profile", "nosuch", "--machine", "lab-1")
-    assert "--profile nosuch matches no result" in err and "holds cpu, tiny" in err
+    err = refused("--profile-match", "nosuch", "--machine", "lab-1")
+    assert "--profile-match nosuch matches no result" in err and "holds cpu, tiny" in err
     assert "--machine" not in err.split("fix:")[0].split("matches")[0]  # lab-1 matches alone
     assert "--since 2026-12-08 00:00 is after --until" in refused(
         "--since", "2026-12-08", "--until", "2026-12-01")
     err = refused("--since", "2028-01-01")  # the newest result: night 99, 2027-01-08
     assert "--since: the store holds 2026-10-01 02:00 to 2027-01-08 02:00" in err
-    assert "together none" in refused("--machine", "ci-9", "--iree", "3.12.0")
+    assert "together none" in refused("--machine", "ci-9", "--iree-match", "3.12.0")
 
 
 def test_a_release_is_found_by_the_name_pip_gives_it_and_the_one_its_wheel_reports(tmp_path,
@@ -242,9 +243,23 @@ def test_a_release_is_found_by_the_name_pip_gives_it_and_the_one_its_wheel_repor
         assert main(["history", "--results", url, "--json", *flags]) in (0, 1)
         return json.loads(capsys.readouterr().out)["count"]
 
-    assert count("--iree", "3.13.0") == count("--iree", "3.13.0rc20261016") == 2
-    assert count("--iree", "3.12.0..3.13.0") == 3
-    assert main(["history", "--results", url, "--iree", "3.13"]) == 2  # not a release: exact
+    assert count("--iree-match", "3.13.0") == count("--iree-match", "3.13.0rc20261016") == 2
+    assert count("--iree-match", "3.12.0..3.13.0") == 3
+    assert main(["history", "--results", url, "--iree-match", "3.13"]) == 2  # not a release: exact
+
+
+def test_history_filters_are_named_as_filters(nightlies_store, capsys):
+    """Elsewhere --profile loads a profile and --iree installs a build; history's filters of
+    the same things are --profile-match and --iree-match, and the old spellings are refused
+    naming them, before the store is read."""
+    for old, new in (("--profile", "--profile-match GLOB"),
+                     ("--iree", "--iree-match VERSION|COMMIT|A..B")):
+        proc = cli("history", "--results", nightlies_store, old, "cpu")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert f"{old} is no longer accepted: use {new}" in proc.stderr
+    assert main(["history", "--results", nightlies_store, "--json", "--profile-match", "c*",
+                 "--iree-match", "3.12.0"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["count"] == 25
 
 
 # --- history import ------------------------------------------------------------------------

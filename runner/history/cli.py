@@ -18,11 +18,11 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_dry_run,
-    add_iree,
     add_json,
     add_out,
     add_results,
     document,
+    renamed,
     shared,
 )
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
@@ -55,8 +55,9 @@ def parse_when(text: str, flag: str, end_of_day: bool = False) -> datetime:
 
 def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("which results (each narrows; default: all)")
-    shared(g, "--profile", metavar="NAME", help="only results of this profile (a name or "
-           "glob, e.g. mi325x; default: every profile)")
+    g.add_argument("--profile-match", metavar="GLOB",
+                   help="only results of a profile this matches (a name or glob, e.g. mi325x "
+                   "or 'mi3*'; default: every profile)")
     g.add_argument("--command", metavar="CMD", dest="result_command",
                    choices=["run", "bench", "bench goldens", "mlperf", "validate",
                             "goldens check"],
@@ -69,14 +70,20 @@ def _filters(p: argparse.ArgumentParser) -> None:
     shared(g, "--stage", variant="pattern", metavar="GLOB",
            help="only numbers of this stage, layout, golden test or dispatch (a glob: "
            "unet, 'unet*', 'clip bs1', 'tiny-bench/*'; default: all)")
-    add_iree(g, note=", a version (3.13.0) or commit prefix as recorded, or a range A..B of "
-             "them in the history's order (default: every build)")
+    g.add_argument("--iree-match", metavar="VERSION|COMMIT|A..B",
+                   help="only results of an IREE build this matches: a version (3.13.0, or "
+                   "the 3.13.0rc20261016 its wheels report) or commit prefix as recorded, or a "
+                   "range A..B of them in the history's order (default: every build)")
     _since(g)
     g.add_argument("--until", metavar="DATE",
                    help="only results that finished on or before this date (a date alone: "
                    "to its end; default: now)")
     _machine(g)
     shared(g, "--sku", help="only benchmark goldens of this SKU (default: every SKU)")
+    # A filter is named as one: elsewhere --profile loads a profile and --iree installs a build.
+    for old, new in (("--profile", "--profile-match GLOB"),
+                     ("--iree", "--iree-match VERSION|COMMIT|A..B")):
+        renamed(p, old, new, f"history selects results; {old} elsewhere names what to run")
 
 
 def _since(g: Any) -> None:
@@ -92,12 +99,14 @@ def _machine(g: Any) -> None:
 def _query(args: argparse.Namespace):
     from runner.history.store import Query
 
-    return Query(profile=args.profile, command=args.result_command, machine=args.machine,
+    return Query(profile=args.profile_match, command=args.result_command, machine=args.machine,
                  sku=args.sku, metrics=tuple(args.metric or ()), subject=args.stage,
                  since=parse_when(args.since, "--since") if args.since else None,
                  until=parse_when(args.until, "--until", True) if args.until else None,
-                 versions=() if not args.iree or ".." in args.iree else (args.iree,),
-                 limit=None if args.iree and ".." in args.iree else args.limit or None)
+                 versions=() if not args.iree_match or ".." in args.iree_match
+                 else (args.iree_match,),
+                 limit=None if args.iree_match and ".." in args.iree_match
+                 else args.limit or None)
 
 
 def _in_range(results: list, spec: str) -> list:
@@ -116,7 +125,8 @@ def _in_range(results: list, spec: str) -> list:
     ends = [i for i, r in enumerate(results) if hit(r, b)]
     if not starts or not ends:
         missing = a if not starts else b
-        raise RunnerError(f"no result in the selection measured `{missing}`", where="--iree",
+        raise RunnerError(f"no result in the selection measured `{missing}`",
+                          where="--iree-match",
                           fix="name a version or commit the history holds (`runner history "
                           "--json` lists them)")
     return results[starts[0]:ends[-1] + 1]
@@ -138,14 +148,15 @@ def cmd_history(ctx: CommandContext) -> int:
         results = store.query(query)
         if not results and query != Query(limit=query.limit):
             raise refuse_empty(store, query)
-    if args.iree and ".." in args.iree:
-        results = _in_range(results, args.iree)
+    if args.iree_match and ".." in args.iree_match:
+        results = _in_range(results, args.iree_match)
     if args.limit:
         results = results[-args.limit:]
     series = series_of(results)
     changes = detect_all(series, min_change=args.min_change)
-    shown = {"profile": args.profile, "command": args.result_command, "metric": args.metric,
-             "stage": args.stage, "iree": args.iree, "since": args.since, "until": args.until,
+    shown = {"profile": args.profile_match, "command": args.result_command,
+             "metric": args.metric, "stage": args.stage, "iree": args.iree_match,
+             "since": args.since, "until": args.until,
              "machine": args.machine, "sku": args.sku, "limit": args.limit,
              "min_change": args.min_change}
     record = render.to_json(url.shown(), shown, results, changes)
@@ -288,10 +299,10 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
             Rerun(RESUMES, "nothing: the history is read again and the reports rewritten"),
             required=False, default="none: Markdown on the console")
     p.set_defaults(func=cmd_history)
-    document(p, "runner history --profile cpu --metric stage_ms --since 30d",
+    document(p, "runner history --profile-match cpu --metric stage_ms --since 30d",
              "runner history --metric fid --metric clip --json",
              "runner history --out runs/history",
-             "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
+             "runner history --iree-match 3.12.0..3.13.0 --machine 'mi325x-*' --results "
              "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
              "(each series over builds and dates, bands and change points drawn)")

@@ -1,6 +1,6 @@
 """A history selection that matches nothing is bad input, said with what the store holds.
 
-A cron line's typo (`--metric fdi`, `--profile mi325`, `--since` after `--until`) once read
+A cron line's typo (`--metric fdi`, `--profile-match mi325`, `--since` after `--until`) once read
 "0 result(s)" and exit 0, which a scheduler takes for "no regression". So a selection that
 holds no result is refused (exit 2), naming each filter that alone matches nothing and what
 the store does hold for it, so the fix is in the message.
@@ -15,9 +15,9 @@ from runner.base.errors import BadInput
 from runner.history.store import Query, Store
 
 # Each filter: its Query field and the flag that sets it.
-FLAGS = {"profile": "--profile", "command": "--command", "machine": "--machine",
-         "sku": "--sku", "metrics": "--metric", "subject": "--stage", "versions": "--iree",
-         "since": "--since", "until": "--until"}
+FLAGS = {"profile": "--profile-match", "command": "--command", "machine": "--machine",
+         "sku": "--sku", "metrics": "--metric", "subject": "--stage",
+         "versions": "--iree-match", "since": "--since", "until": "--until"}
 SHOWN = 12  # known values listed per filter
 
 
