@@ -193,7 +193,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
     add_profile(bench)
     add_layout(bench, sweep=True)
-    add_samples(bench, " per layout")
+    add_samples(bench, "; each layout makes them")
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
     add_executor(r, "local", "; local and docker: one run after another on this host, "
                  "slurm: one Slurm job per combination, all at once")
