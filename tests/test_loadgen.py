@@ -144,6 +144,25 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_the_qsl_is_the_profiles_count_unless_a_flag_or_the_user_conf_says(tmp_path, capsys):
+    """Without --count, the QSL and the performance set are the profile's `count` (tiny: 32,
+    where it was MLPerf's 5000 on any profile), written into the user.conf as --count would
+    write it; a user.conf that sets the performance set keeps it, without a contradiction."""
+    out = tmp_path / "dry"
+    perf = ("--profile", "tiny", "--scenario", "offline", "--mode", "performance")
+    assert mlperf(*perf, "--out", str(out), "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "QSL 32 samples, performance set 32" in text
+    assert "stable-diffusion-xl.Offline.performance_sample_count_override = 32" in text
+    conf = tmp_path / "user.conf"
+    conf.write_text("*.*.performance_sample_count_override = 8\n")
+    assert mlperf(*perf, "--user-conf", str(conf), "--out", str(out), "--dry-run") == 0
+    assert "QSL 32 samples, performance set 8" in capsys.readouterr().out
+    assert mlperf(*perf, "--count", "16", "--out", str(out), "--dry-run") == 0
+    assert "QSL 16 samples, performance set 16" in capsys.readouterr().out
+    assert not out.exists()
+
+
 def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
     """Every test of the command, not only the first, gets (and prints) MLPerf's settings:
     the round's seeds, SDXL's 20 s Server target latency, the user.conf's duration and
