@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from runner.base.errors import RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import compiler_info
 from runner.base.provenance import iree_provenance
+from runner.base.steps import StepStatus
 from runner.config.sources import redact_url
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
@@ -92,14 +94,12 @@ def _test_key(test: GoldenTest, compiler) -> str:
 
 def _kept(key: str, out: Path, attempt) -> list[NewGolden] | None:
     """The outputs an interrupted attempt wrote for this test, every file as written."""
-    recorded = attempt.done(key) if attempt is not None and attempt.resumed else None
-    if recorded is None:
+    if attempt is None or not attempt.resumed:
         return None
-    goldens = [NewGolden.from_dict(raw, out) for raw in recorded]
-    if all(g.file.is_file() and sha256_file(g.file) == g.sha256 for g in goldens):
-        return goldens
-    attempt.forget(key)
-    return None
+    recorded = attempt.kept(key, lambda detail: all(
+        g.file.is_file() and sha256_file(g.file) == g.sha256
+        for g in (NewGolden.from_dict(raw, out) for raw in detail)))
+    return None if recorded is None else [NewGolden.from_dict(raw, out) for raw in recorded]
 
 
 def _new_goldens(test: GoldenTest, result: TestResult, to: Version | str, out: Path,
@@ -156,6 +156,7 @@ def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts
                 print(f"kept  {test.name}: its outputs from an earlier attempt",
                       file=sys.stderr)
             continue
+        start = time.perf_counter()
         result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
                                         require_goldens=False), compiler)
         if not result.actual:
@@ -165,7 +166,8 @@ def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts
         mine = _new_goldens(test, result, to, out, key, echo)
         written += mine
         if attempt is not None:
-            attempt.mark(key, [g.to_dict() for g in mine])
+            attempt.record_part(key, StepStatus.FINISHED, time.perf_counter() - start,
+                                [g.to_dict() for g in mine])
     atomic_write_json(out / GOLDENS_MANIFEST, {"to": str(to), "iree": iree_provenance(),
                                                "goldens": [g.to_dict() for g in written]})
     return written
