@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import sha256_file
 from runner.base.steps import StepStatus
 from runner.bench import benchmark_module as bm
@@ -144,10 +144,10 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
     out: dict[str, tuple[Path, ...]] = {}
     for stage, role in roles:
         if role not in sink:
-            raise RunnerError(f"the pipeline pass never called {role}",
-                              where=f"{compiled.model_config}: functions.{role}",
-                              fix=f"name the function the pipeline calls for {role} in the "
-                              "model config, or drop --stage for it")
+            raise BadInput(f"the pipeline pass never called {role}",
+                           where=f"{compiled.model_config}: functions.{role}",
+                           fix=f"name the function the pipeline calls for {role} in the "
+                           "model config, or drop --stage for it")
         out[role] = tuple(write_tensor(out_dir / stage / f"input{i}.npy", a)
                           for i, a in enumerate(sink[role]))
     return out
@@ -167,8 +167,8 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
     roles = stage_roles(config.functions)
     unknown = sorted(set(only) - {stage for stage, _ in roles})
     if unknown:
-        raise RunnerError(f"unknown stage(s) {unknown} for model {config.name}",
-                          where="--stage", fix=f"use {', '.join(s for s, _ in roles)}")
+        raise BadInput(f"unknown stage(s) {unknown} for model {config.name}",
+                       where="--stage", fix=f"use {', '.join(s for s, _ in roles)}")
     for stage, role in roles:
         if only and stage not in only:
             continue

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_OK, RunnerError
+from runner.base.errors import EXIT_OK, BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
@@ -41,9 +41,9 @@ def _sample_spec(args: argparse.Namespace, profile) -> str:
     else:
         ids = chosen_ids(args.count, args.samples, args.ids, None, BISECT_COUNT)
     if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
-        raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
-                          f"ranges were set for, not {len(ids)}", where="--count",
-                          fix=f"drop --count/--samples (or use --samples {format_ids(ranges)})")
+        raise BadInput(f"accuracy is judged on the {len(ranges)} samples the profile's "
+                       f"ranges were set for, not {len(ids)}", where="--count",
+                       fix=f"drop --count/--samples (or use --samples {format_ids(ranges)})")
     return format_ids(ids)
 
 
@@ -62,8 +62,8 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
     test = parse_test(test_text)
     repo = Path(args.repo).resolve() if args.repo else None
     if repo is not None and not (repo / ".git").exists():
-        raise RunnerError(f"{args.repo} is not a git checkout", where="--repo",
-                          fix="pass a clone of iree-org/iree")
+        raise BadInput(f"{args.repo} is not a git checkout", where="--repo",
+                       fix="pass a clone of iree-org/iree")
     sources = Sources(check_find_links(args.find_links), args.pre, repo)
     profile = profile_from_args(args)
     args.test = test_text
@@ -139,17 +139,17 @@ def cmd_trend(ctx: CommandContext) -> int:
 
     args = ctx.args
     if bool(args.builds) == bool(args.range):
-        raise RunnerError("give the builds, or --range A..B (one of them)", where="runner trend",
-                          fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
-                          "--range wheels:3.10.0..wheels:3.13.0")
+        raise BadInput("give the builds, or --range A..B (one of them)", where="runner trend",
+                       fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
+                       "--range wheels:3.10.0..wheels:3.13.0")
     plan, sources, inputs = _plan(args, args.test, trend=True)
     if args.range:
         builds = parse_range(args.range, sources)
     else:
         builds = [parse_build(b, sources, "BUILD") for b in args.builds]
         if len({b.spec for b in builds}) != len(builds):
-            raise RunnerError("a build is listed twice", where="BUILD",
-                              fix="list each build once")
+            raise BadInput("a build is listed twice", where="BUILD",
+                           fix="list each build once")
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import compiler_info
 from runner.base.provenance import iree_provenance
@@ -112,10 +112,10 @@ def _new_goldens(test: GoldenTest, result: TestResult, to: Version | str, out: P
         array = result.actual[i]
         spec = ref.spec
         if spec is not None and not TensorSpec.of(array).same_as(spec):
-            raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
-                              where=f"{test.path}: outputs[{i}].value",
-                              fix="fix the test's output type, or the model that changed "
-                              "its shape")
+            raise BadInput(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
+                           where=f"{test.path}: outputs[{i}].value",
+                           fix="fix the test's output type, or the model that changed "
+                           "its shape")
         path = write_tensor(out / bump.new_name, array, key=f"output{i}")
         change = None
         old = next((o for o in result.outputs if o.index == i), None)
@@ -160,9 +160,9 @@ def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts
         result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
                                         require_goldens=False), compiler)
         if not result.actual:
-            raise RunnerError(f"{test.name} did not produce outputs ({result.status} in "
-                              f"{result.phase}): {result.message}", where=str(test.path),
-                              fix="fix the test or the compiler, then generate again")
+            raise StepFailed(f"{test.name} did not produce outputs ({result.status} in "
+                             f"{result.phase}): {result.message}", where=str(test.path),
+                             fix="fix the test or the compiler, then generate again")
         mine = _new_goldens(test, result, to, out, key, echo)
         written += mine
         if attempt is not None:
