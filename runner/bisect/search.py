@@ -142,8 +142,8 @@ def _check_ends(stepper: Stepper, test: TestSpec, n: int) -> BuildVerdict:
     return bad
 
 
-def bisect(req: BisectRequest) -> dict[str, Any]:
-    """Finds the first bad build, as `runner bisect` does; resumes from `req.plan.out`.
+def run_bisection(req: BisectRequest) -> dict[str, Any]:
+    """The first bad build of a request `runner.bisect.bisect` made; resumes from its out.
 
     Args:
         req: the good and bad builds, the `MeasurePlan` (test, profile, samples, out),
@@ -153,7 +153,7 @@ def bisect(req: BisectRequest) -> dict[str, Any]:
         The state written to bisect.json (its `answer`: first bad build or no change).
 
     Raises:
-        RunnerError: the good end fails its test or cannot be measured, or the bad end
+        BadInput: the good end fails its test or cannot be measured, or the bad end
             cannot be measured (each build's logs are under `builds/` in the out dir).
     """
     plan = req.plan
