@@ -57,9 +57,10 @@ _SHARED: list[pytest.TempPathFactory] = []  # share_timings
 def done_keys(out: Path) -> set[str]:
     """The parts an attempt recorded as finished (runner/base/outdir.py)."""
     try:
-        return set(json.loads((out / RECORD).read_text()).get("done", {}))
+        steps = json.loads((out / RECORD).read_text()).get("steps", {})
     except (OSError, ValueError):
         return set()
+    return {name for name, step in steps.items() if step.get("status") == "finished"}
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,22 @@ FAIL on one of its scores)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from pathlib import Path
 
+import pytest
 from cli_support import cli
 
 from runner.accuracy.verdict import judge
 from runner.base.errors import (
     ERROR_KINDS,
     EXIT_BAD_INPUT,
+    BadInput,
     IncompleteRun,
     RunnerError,
+    StepFailed,
     ToolFailed,
     recorded_name,
 )
@@ -152,6 +156,62 @@ def test_every_kind_of_error_exits_2_and_is_recorded_as_before():
     assert (failed.returncode, failed.output) == (1, "error: ...")
     text = (Path(__file__).resolve().parent.parent / "docs" / "failure-modes.md").read_text()
     assert all(f"`{kind.__name__}`" in text for kind in ERROR_KINDS)
+
+
+PACKAGE = Path(__file__).resolve().parent.parent / "runner"
+
+
+def bare_raises(source: str, name: str = "<source>") -> list[str]:
+    """Each `raise RunnerError(...)` in `source` (as `RunnerError` or `errors.RunnerError`):
+    an error that says no kind, so a caller cannot tell a typo from a tool that failed."""
+    out = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            func = node.exc.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if called == "RunnerError":
+                out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_every_error_the_runner_raises_is_one_of_the_kinds():
+    assert bare_raises("raise RunnerError('x')\nraise errors.RunnerError('y')\n"
+                       "raise BadInput('z')\nraise RunnerError\n") == [
+        "<source>:1", "<source>:2"]
+    found = [hit for path in sorted(PACKAGE.rglob("*.py"))
+             if path != PACKAGE / "base" / "errors.py"
+             for hit in bare_raises(path.read_text(encoding="utf-8"),
+                                    str(path.relative_to(PACKAGE.parent)))]
+    assert found == [], "raise BadInput, StepFailed, ToolFailed or ServiceUnreachable:\n" + \
+        "\n".join(found)
+
+
+def test_errors_say_their_kind_as_they_are_raised(tmp_path):
+    """One real site per kind: a flag given wrong, the tools the user installed, a
+    benchmark's unreadable result, a program that failed, an out dir another driver holds."""
+    from runner.base.dirlock import DirLock
+    from runner.base.iree_flags import known_flags
+    from runner.base.iree_tools import find_tool, json_lines
+    from runner.bench.benchmark_module import parse_benchmark_json
+    from runner.config.overrides import profile_overrides
+
+    with pytest.raises(BadInput, match="is not KEY=VALUE"):
+        profile_overrides(["target.chip"])
+    with pytest.raises(BadInput, match="not found"):
+        find_tool("iree-no-such-tool")
+    with pytest.raises(StepFailed, match="not Google Benchmark JSON output"):
+        parse_benchmark_json("{}", "bench.json")
+    with pytest.raises(StepFailed, match=r"failed \(exit 1\)"):
+        list(json_lines(["false"], "false"))
+    with pytest.raises(ToolFailed, match="--help-list-hidden` failed"):
+        known_flags("false")
+    held = DirLock(tmp_path / "attempt.lock", "out dir")
+    held.lock()
+    try:
+        with pytest.raises(BadInput, match="another driver holds this out dir"):
+            DirLock(tmp_path / "attempt.lock", "out dir").lock()
+    finally:
+        held.unlock()
 
 
 def test_a_lab_profile_picks_its_sku_and_chip_for_iree_cis_goldens():

@@ -42,12 +42,13 @@ def test_a_new_attempt_is_recorded_before_anything_else(tmp_path):
     assert record["command"] == "bench" and record["argv"] == ["bench", "--count", "4"]
     assert record["inputs"] == {"--count": 4} and record["status"] == "running"
     assert record["cwd"] == os.getcwd() and (out / LOCK).is_file()
-    attempt.mark("layout:a", {"samples_per_s": 1.5})
+    attempt.record_part("layout:a", FINISHED, 2.0, {"samples_per_s": 1.5})
     (out / "bench.json").write_text("{}")
     attempt.end_with(0)
     record = json.loads((out / RECORD).read_text())
     assert record["status"] == FINISHED and record["attempts"][-1]["exit_code"] == 0
-    assert record["done"] == {"layout:a": {"samples_per_s": 1.5}}
+    assert record["steps"] == {"layout:a": {"key": "layout:a", "status": "finished",
+                                            "seconds": 2.0, "detail": {"samples_per_s": 1.5}}}
     assert not (out / LOCK).exists()
 
 
@@ -116,12 +117,16 @@ def test_a_resuming_command_keeps_what_it_marked(tmp_path):
     out = tmp_path / "o"
     first = claim(out, "goldens generate", {}, [], GOES_ON)
     (out / "x.bin").write_bytes(b"x")
-    first.mark("test:a", ["x.bin"])
+    first.record_part("test:a", FINISHED, 1.0, ["x.bin"])
+    first.record_part("test:b", FAILED, 1.0, ["y.bin"])
     first.end(FAILED, error="boom")
     second = claim(out, "goldens generate", {}, [], GOES_ON)
-    assert second.resumed and second.done("test:a") == ["x.bin"] and second.done("test:b") is None
-    second.forget("test:a")
-    assert second.done("test:a") is None
+    assert second.resumed and second.kept("test:a") == ["x.bin"]
+    assert second.kept("test:b") is None and second.kept("test:c") is None
+    assert second.kept("test:a", lambda files: (out / files[0]).is_file()) == ["x.bin"]
+    (out / "x.bin").unlink()  # its output gone: done again, and no longer recorded finished
+    assert second.kept("test:a", lambda files: (out / files[0]).is_file()) is None
+    assert second.kept("test:a") is None
     second.end_with(0)
     record = json.loads((out / RECORD).read_text())
     assert [a["status"] for a in record["attempts"]] == [FAILED, FINISHED]

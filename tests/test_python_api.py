@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import json
 import os
 import re
 import subprocess
@@ -14,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_support import host_build_tree
 
 from runner.base.paths import cache_dir
 
@@ -41,6 +44,8 @@ def test_every_python_example_of_the_page_runs(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), RUNNER_PROGRESS="off",
                RUNNER_RESULTS_URL=str(tmp_path / "results.sqlite"),
                RUNNER_CACHE_DIR=str(cache_dir()))
+    for tree in ("iree-build-good", "iree-build-bad"):  # the bisect example's two builds
+        host_build_tree(tmp_path / tree)
     for number, code in enumerate(found, 1):
         done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)
@@ -51,6 +56,30 @@ def test_every_python_example_of_the_page_runs(tmp_path):
             assert "exit code: 0" in done.stdout, where + done.stdout[-2000:]
     assert (tmp_path / "runs" / "first" / "summary.md").is_file()
     assert (tmp_path / "results.db").is_file()
+    bisected = json.loads((tmp_path / "runs" / "bisect" / "bisect.json").read_text())
+    assert bisected["answer"]["first_bad"] == f"build-dir:{tmp_path / 'iree-build-bad'}"
+    assert (tmp_path / "runs" / "bisect" / "reproduce.sh").is_file()
+
+
+ENTRIES = ("runner.lifecycle.run_profile", "runner.validate.validate", "runner.bench.run_bench",
+           "runner.loadgen.mlperf", "runner.bisect.bisect", "runner.history.open_store")
+
+
+def test_each_workflow_entry_says_its_arguments_and_what_it_returns():
+    """The page's table, one function per workflow: each is there, in the table, and its
+    Google-style docstring names every parameter under Args and has a Returns section."""
+    page = PAGE.read_text(encoding="utf-8")
+    for dotted in ENTRIES:
+        module, _, name = dotted.rpartition(".")
+        function = getattr(importlib.import_module(module), name)
+        assert f"`{dotted}(" in page, f"{dotted}: not in docs/python.md's table"
+        doc = inspect.getdoc(function) or ""
+        assert "Args:" in doc and "Returns:" in doc, f"{dotted}: no Args/Returns"
+        args = doc.split("Args:")[1].split("Returns:")[0]
+        named = set(re.findall(r"^    (\w+)(?: \(.*\))?:", args, re.M))
+        missing = [p for p in inspect.signature(function).parameters if p not in named]
+        assert missing == [], f"{dotted}: Args does not name {missing}"
+        assert doc.split("Returns:")[1].strip(), f"{dotted}: Returns says nothing"
 
 
 def test_each_package_all_names_its_modules_and_entry_points():
@@ -86,3 +115,21 @@ def test_a_lazy_name_that_is_not_there_is_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = runner.bench.nothing  # type: ignore[attr-defined]
+
+
+def test_bisect_from_plain_arguments_dry_run_writes_nothing(tmp_path, capsys):
+    """`runner.bisect.bisect` checks the builds and lists them from its arguments, as
+    `runner bisect --dry-run` does, and writes nothing (the profile file included)."""
+    from runner.base.errors import BadInput
+    from runner.bisect import bisect
+
+    good, bad = host_build_tree(tmp_path / "good"), host_build_tree(tmp_path / "bad")
+    out = tmp_path / "runs" / "bisect"
+    state = bisect(f"build-dir:{good}", f"build-dir:{bad}", profile="cpu", out=out,
+                   test="script:true", count=2, dry_run=True)
+    assert "answer" not in state and not out.exists()
+    printed = capsys.readouterr().out
+    assert f"0  build-dir:{good} (good)" in printed and f"1  build-dir:{bad} (bad)" in printed
+    with pytest.raises(BadInput, match="not a directory"):
+        bisect(f"build-dir:{tmp_path / 'none'}", f"build-dir:{bad}", profile="cpu", out=out,
+               dry_run=True)

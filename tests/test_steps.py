@@ -5,11 +5,16 @@ finished steps a rerun skips."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+from cli_support import cli
+from repo_support import REPO
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, RunnerError
-from runner.base.outdir import RESUMES, Rerun, claim
+from runner.base.iree_tools import compiler_info
+from runner.base.outdir import RECORD, RESUMES, Rerun, claim
 from runner.base.signals import Interrupted
 from runner.base.steps import Steps, StepStatus
 
@@ -40,10 +45,11 @@ def test_how_an_attempt_ended():
 def test_a_driver_that_died_running_is_resumed_as_interrupted(tmp_path):
     rule = Rerun(RESUMES, "each finished test")
     first = claim(tmp_path / "out", "generate", {}, [], rule)
-    first.mark("test:a")
+    first.record_part("test:a", StepStatus.FINISHED, 1.0, {"files": {}})
     first.release()  # SIGKILL: the record still says running
     second = claim(tmp_path / "out", "generate", {}, [], rule)
-    assert second.previous_status is StepStatus.INTERRUPTED and second.done("test:a")
+    assert second.previous_status is StepStatus.INTERRUPTED
+    assert second.kept("test:a") == {"files": {}}
     second.end(StepStatus.FINISHED)
 
 
@@ -121,3 +127,41 @@ def test_bisect_steps_of_an_older_file_are_kept_and_the_list_stays(tmp_path):
     assert [(s["index"], s["build"], s["status"]) for s in steps] == [
         (0, good.spec, "finished"), (1, bad.spec, "finished")]
     assert steps[1]["key"] == bad.spec and steps[1]["seconds"] == 3.0
+
+
+RELEASE_GOLDENS = Path(__file__).parent / "fixtures" / "release_goldens_generate"
+RELEASE_CHECKOUT = "/tmp/base-2215d2b"  # where the release ran the command (its cwd)
+RELEASE_COMPILER = "3.13.0rc20261016@89ece87b89852100c0a4ac3d515e14842d090967"
+
+
+def test_an_attempt_of_the_release_resumes_from_its_done_parts(tmp_path):
+    """The out dir a `runner goldens generate goldens/tiny --to next -k "not vae"` of the
+    release before parts were steps (2215d2b) left, its attempt.json holding `done`: a rerun
+    into it keeps the test whose outputs are still as recorded, generates again the one
+    whose output is gone, and records both as steps."""
+    out = tmp_path / "gen"
+    shutil.copytree(RELEASE_GOLDENS, out)
+    compiler = compiler_info()
+    # Moved here: this checkout's goldens/tiny and this machine's compiler, as the release
+    # ran with them (the inputs and test keys otherwise differ, which is refused or re-run).
+    record = (out / RECORD).read_text().replace(RELEASE_CHECKOUT, str(REPO))
+    (out / RECORD).write_text(record.replace(RELEASE_COMPILER,
+                                             f"{compiler.version}@{compiler.commit}"))
+    assert "done" in json.loads((out / RECORD).read_text())
+    kept_bytes = (out / "clip_out0_v2.0.bin").read_bytes()
+    (out / "unet_out0_v2.0.bin").unlink()
+    ran = cli("goldens", "generate", "goldens/tiny", "--to", "next", "-k", "not vae",
+              "--out", out, cwd=REPO)
+    assert ran.returncode == 0, ran.stderr
+    assert "kept  tiny/clip_cpu" in ran.stderr and "kept  tiny/unet_cpu" not in ran.stderr
+    assert "unet_out0_v2.0.bin" in ran.stdout and "clip_out0_v2.0.bin" not in ran.stdout
+    assert (out / "clip_out0_v2.0.bin").read_bytes() == kept_bytes
+    record = json.loads((out / RECORD).read_text())
+    assert "done" not in record and len(record["attempts"]) == 2
+    steps = {name.split(":")[1]: step for name, step in record["steps"].items()}
+    assert set(steps) == {"tiny/clip_cpu", "tiny/unet_cpu"}
+    assert {step["status"] for step in steps.values()} == {"finished"}
+    assert steps["tiny/clip_cpu"]["seconds"] is None  # as the release recorded it: no time
+    assert steps["tiny/unet_cpu"]["seconds"] >= 0
+    assert [g["file"] for g in steps["tiny/clip_cpu"]["detail"]] == [
+        "clip_out0_v2.0.bin", "clip_out1_v2.0.bin"]

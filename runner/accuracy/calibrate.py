@@ -38,7 +38,7 @@ from runner.accuracy.evaluate import (
 from runner.accuracy.frechet import FidStatistics, load_statistics, save_statistics
 from runner.accuracy.samples import format_ids, open_source, parse_ids
 from runner.accuracy.score import AccuracyResult
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.paths import (
     ASSETS_DIR,
@@ -85,7 +85,7 @@ def percent_range(value: float, percent: float) -> tuple[float, float]:
     """value -/+ percent of |value| (MLPerf's rule; |value| so a negative score from seeded
     backbones still gets low < high)."""
     if percent < 0:
-        raise RunnerError(f"percent {percent} is negative", fix="use a percentage >= 0")
+        raise BadInput(f"percent {percent} is negative", fix="use a percentage >= 0")
     delta = abs(value) * percent / 100.0
     return (value - delta, value + delta)
 
@@ -106,9 +106,9 @@ def _prepare(run_dir: Path, profile: str | None, reference_run: Path | None,
     probe = _plan(run_dir, prof, captions, verify)
     ref_plan = None if reference_run is None else _plan(reference_run, prof, captions, verify)
     if ref_plan is not None and set(ref_plan.ids) & set(probe.ids):
-        raise RunnerError(f"the reference run shares {len(set(ref_plan.ids) & set(probe.ids))} "
-                          "samples with the calibrated run", where=str(reference_run),
-                          fix="use disjoint prompts: identical images make FID ~0")
+        raise BadInput(f"the reference run shares {len(set(ref_plan.ids) & set(probe.ids))} "
+                       "samples with the calibrated run", where=str(reference_run),
+                       fix="use disjoint prompts: identical images make FID ~0")
     return prof, captions, probe, ref_plan
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import StepFailed
 
 MODEL_NAME = "ViT-B-32"
 PRETRAINED_TAG = "openai"
@@ -69,8 +69,8 @@ class ClipScorer:
         features = features.float()
         norms = features.norm(dim=-1, keepdim=True)
         if not bool(norms.isfinite().all()) or bool((norms == 0).any()):
-            raise RunnerError(f"CLIP {what} embedding is zero or not finite",
-                              fix="check the CLIP weights file (NaN/Inf weights?) and the inputs")
+            raise StepFailed(f"CLIP {what} embedding is zero or not finite",
+                             fix="check the CLIP weights file (NaN/Inf weights?) and the inputs")
         return features / norms
 
     def image_embeddings(self, images: np.ndarray):
@@ -103,7 +103,7 @@ def cosine_scores(image_features, text_features) -> np.ndarray:
     """100 x the float32 dot product of normalised embeddings, one (1 x D) @ (D x 1) product
     per sample as MLPerf computes it, widened to float64 before the x100."""
     if image_features.shape != text_features.shape:
-        raise RunnerError(f"{image_features.shape[0]} images but {text_features.shape[0]} "
-                          "captions", fix="score images and captions of the same sample ids")
+        raise StepFailed(f"{image_features.shape[0]} images but {text_features.shape[0]} "
+                         "captions", fix="score images and captions of the same sample ids")
     sim = (image_features[:, None, :] @ text_features[:, :, None]).reshape(-1)
     return 100 * sim.cpu().numpy().astype(np.float64)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from runner.accuracy.samples import SampleSource, format_ids, open_source
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json
 
 BATCH = 16
@@ -145,9 +145,9 @@ def _common(run_a: Path, run_b: Path, log_a: Path | None = None, log_b: Path | N
     ids_a, ids_b = _ids(src_a), _ids(src_b)
     common = sorted(ids_a & ids_b)
     if not common:
-        raise RunnerError("the two runs have no sample ids in common",
-                          where=f"{src_a.location} vs {src_b.location}",
-                          fix="compare runs made for overlapping samples (--count/--samples)")
+        raise BadInput("the two runs have no sample ids in common",
+                       where=f"{src_a.location} vs {src_b.location}",
+                       fix="compare runs made for overlapping samples (--count/--samples)")
     return src_a, src_b, ids_a, ids_b, common
 
 
@@ -175,9 +175,9 @@ def compare_runs(run_a: Path, run_b: Path, image_shape: tuple[int, int, int] | N
         a = np.stack([get_a(i) for i in ids])
         b = np.stack([get_b(i) for i in ids])
         if a.shape != b.shape:
-            raise RunnerError(f"images differ in shape: {a.shape[1:]} vs {b.shape[1:]}",
-                              where=f"{src_a.location} vs {src_b.location}",
-                              fix="compare runs of the same model (the same image size)")
+            raise BadInput(f"images differ in shape: {a.shape[1:]} vs {b.shape[1:]}",
+                           where=f"{src_a.location} vs {src_b.location}",
+                           fix="compare runs of the same model (the same image size)")
         psnr, ssim = _metrics(a, b)
         absdiff = np.abs(a.astype(np.int16) - b.astype(np.int16))
         for k, qsl_idx in enumerate(ids):

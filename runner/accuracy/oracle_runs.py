@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.accuracy.samples import format_ids
-from runner.base.errors import BadInput, RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.fileio import atomic_write_json, sha256_bytes
 from runner.config.mlperf_data import load_captions
 from runner.config.profile import Profile
@@ -41,8 +41,8 @@ def _check_oracle(profile: Profile) -> None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        raise RunnerError("the PyTorch oracle needs the [export] extra: no torch",
-                          fix="pip install -e '.[export]'")
+        raise ToolFailed("the PyTorch oracle needs the [export] extra: no torch",
+                         fix="pip install -e '.[export]'")
     if profile.model.name != "tiny-sdxl":
         raise BadInput(f"the oracle runs the tiny model only, not {profile.model.name}",
                        where="--profile", fix="use the tiny or cpu profile")
@@ -71,8 +71,8 @@ def make_oracle(profile: Profile, perturbation: Perturbation = Perturbation()):
 
         from runner.model.export.oracle import TorchOracle
     except ImportError as e:
-        raise RunnerError(f"the PyTorch oracle needs the [export] extra: {e}",
-                          fix="pip install -e '.[export]'") from e
+        raise ToolFailed(f"the PyTorch oracle needs the [export] extra: {e}",
+                         fix="pip install -e '.[export]'") from e
     oracle = TorchOracle(profile.model)
     if perturbation.guidance_scale is not None:
         oracle.config = dataclasses.replace(oracle.config,

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 # A takeover guard older than this was left by a driver that died during the takeover,
 # which takes milliseconds; an unreadable lock older than this was never finished.
@@ -105,8 +105,8 @@ class DirLock:
             os.close(fd)
             self._holder = me
             return me
-        raise RunnerError(f"could not take the {self.what}'s lock (it keeps changing hands)",
-                          where=str(self.path), fix="retry when the other driver is done")
+        raise BadInput(f"could not take the {self.what}'s lock (it keeps changing hands)",
+                       where=str(self.path), fix="retry when the other driver is done")
 
     def _take_over_if_stale(self, me: LockHolder) -> None:
         holder = self.holder()
@@ -118,7 +118,7 @@ class DirLock:
             time.sleep(0.1)  # its writer is between create and write
             return
         if not unreadable and (holder.host != me.host or alive(holder)):
-            raise RunnerError(
+            raise BadInput(
                 f"another driver holds this {self.what}: {holder.text()}",
                 where=str(self.path),
                 fix=("wait for it to finish, or stop it" if holder.host == me.host else

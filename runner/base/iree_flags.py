@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from runner.base.errors import BadInput, RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.iree_range import release
 from runner.base.iree_tools import CompilerInfo
 
@@ -86,15 +86,15 @@ def known_flags(compiler_path: str) -> frozenset[str]:
         proc = subprocess.run([compiler_path, "--help-list-hidden"], capture_output=True,
                               text=True, timeout=HELP_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise RunnerError(f"cannot list the flags of `{compiler_path}`: {e}",
-                          where=compiler_path,
-                          fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE "
-                          "build; `runner --version` shows which tools are found where") from e
+        raise ToolFailed(f"cannot list the flags of `{compiler_path}`: {e}",
+                         where=compiler_path,
+                         fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE "
+                         "build; `runner --version` shows which tools are found where") from e
     if proc.returncode != 0:
-        raise RunnerError(f"`{compiler_path} --help-list-hidden` failed "
-                          f"(exit {proc.returncode}): {proc.stderr.strip()[:300]}",
-                          where=compiler_path,
-                          fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build")
+        raise ToolFailed(f"`{compiler_path} --help-list-hidden` failed "
+                         f"(exit {proc.returncode}): {proc.stderr.strip()[:300]}",
+                         where=compiler_path,
+                         fix="point --iree-tools (or $IREE_TOOL_PATH) at a working IREE build")
     return frozenset(re.findall(r"^\s+(--?[A-Za-z0-9][\w.-]*)", proc.stdout, re.M))
 
 

@@ -48,7 +48,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import BadInput, RunnerError, ToolFailed
+from runner.base.errors import BadInput, RunnerError, StepFailed, ToolFailed
 from runner.base.signals import import_held
 
 TOOL_PATH_ENV = "IREE_TOOL_PATH"
@@ -220,9 +220,10 @@ def find_tool(name: str) -> Tool:
         path, package = found
         return Tool(name, path, package, f"{skipped}, not on PATH; the installed {package} "
                     "package's own copy")
-    # A RunnerError, not ToolFailed: the dispatch measurements read a ToolFailed raised while
-    # they run a tool as "this driver cannot", and a tool missing is not that.
-    raise RunnerError(
+    # BadInput (the IREE the user installed or named), not ToolFailed: the dispatch
+    # measurements read a ToolFailed raised while they run a tool as "this driver cannot",
+    # and a tool missing is not that.
+    raise BadInput(
         f"`{name}` not found: {skipped}, not on PATH, and no installed IREE package ships it",
         where=name,
         fix="pip install iree-base-compiler iree-base-runtime (the `runner` venv's packages "
@@ -255,18 +256,18 @@ def json_lines(argv: list[str], where: str) -> Iterator[Any]:
                         row = json.loads(line)
                     except ValueError as e:
                         proc.kill()
-                        raise RunnerError(f"{argv[0]} wrote a line that is not JSON: {e}",
-                                          where=where, fix=f"run `{shown}` by hand; make the "
-                                          "file again if it is damaged") from e
+                        raise StepFailed(f"{argv[0]} wrote a line that is not JSON: {e}",
+                                         where=where, fix=f"run `{shown}` by hand; make the "
+                                         "file again if it is damaged") from e
                     yield row
         finally:
             proc.stdout.close()
             rc = proc.wait()
         errors.seek(0)
         err = errors.read()
-    if rc != 0:
-        raise RunnerError(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
-                          fix=f"reproduce with: {shown}")
+    if rc != 0:  # StepFailed, not ToolFailed: reading a file is no "this driver cannot"
+        raise StepFailed(f"{argv[0]} failed (exit {rc}): {err.strip()[-1000:]}", where=where,
+                         fix=f"reproduce with: {shown}")
 
 
 def found_path(name: str) -> str | None:
@@ -331,10 +332,10 @@ def _compiler_at(path: str) -> CompilerInfo:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False,
                              timeout=VERSION_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
-        raise RunnerError(f"`{path} --version` did not answer in {VERSION_TIMEOUT_S} s",
-                          where=path, fix="point --iree-tools (or $IREE_TOOL_PATH) at a working "
-                          "IREE build's tools; `runner --version` shows which tools are found "
-                          "where") from e
+        raise ToolFailed(f"`{path} --version` did not answer in {VERSION_TIMEOUT_S} s",
+                         where=path, fix="point --iree-tools (or $IREE_TOOL_PATH) at a working "
+                         "IREE build's tools; `runner --version` shows which tools are found "
+                         "where") from e
     match = re.search(r"compiler version (\S+)(?: @ (\w+))?", out.stdout + out.stderr)
     if out.returncode != 0 or not match:
         raise ToolFailed(f"`{path} --version` failed: {out.stderr.strip()[:300]}", where=path,

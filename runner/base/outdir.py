@@ -29,9 +29,13 @@ ends. The attempt's end is recorded in runner/base/steps.py's words (`StepStatus
 `finished` (the command ran to its verdict), `failed` (an error, exit 2), `incomplete` (exit
 3), `interrupted` (a signal); a driver killed with SIGKILL leaves `running`, which the next
 attempt, holding the lock, reads as interrupted.
-Finished parts of an attempt a command can keep (a bench layout, an MLPerf test, a golden
-test's outputs) are marked in the record as they finish (`OutDir.mark`), so a resume knows
-them without trusting a half-written file.
+Parts of an attempt a command can keep (a bench layout, an MLPerf test, a golden test's
+outputs) are steps of the record (`OutDir.steps`, runner/base/steps.py), recorded as they end
+(`OutDir.record_part`), so a resume knows them without trusting a half-written file; a part
+is kept where it finished and its outputs are still as recorded (`OutDir.kept`), like every
+other record's steps. A part's name is its step key: it names all the part's inputs beyond
+the attempt's own, which `claim` compares. A record written before parts were steps (its
+`done`: part -> what was kept) is read as finished steps.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +54,7 @@ from typing import Any
 from runner.base.dirlock import DirLock
 from runner.base.errors import EXIT_BAD_INPUT, BadInput
 from runner.base.fileio import atomic_write_bytes, atomic_write_json
-from runner.base.steps import StepStatus
+from runner.base.steps import Steps, StepStatus
 
 RECORD = "attempt.json"
 LOCK = "attempt.lock"
@@ -226,19 +230,21 @@ class OutDir:
         """How the attempt before this one ended (None for a new out dir)."""
         return StepStatus.read(self.record.get("previous_status")) if self.resumed else None
 
-    def done(self, key: str) -> Any:
-        """What an attempt recorded for a finished part `key` (None: not finished)."""
-        return self.record.get("done", {}).get(key)
+    @property
+    def steps(self) -> Steps:
+        """The attempt's parts as steps (the record's `steps`, saved as each is recorded)."""
+        return Steps(self.record.setdefault("steps", {}), self._save)
 
-    def mark(self, key: str, value: Any = True) -> None:
-        """Records the part `key` as finished, with what a resume needs to keep it."""
-        self.record.setdefault("done", {})[key] = value
-        self._save()
+    def kept(self, part: str, still_there: Callable[[Any], bool] = lambda detail: True) -> Any:
+        """What an earlier attempt recorded for `part` (its `detail`), where the part
+        finished and `still_there` finds its outputs as that detail says; None: do it (again)
+        and `record_part` it."""
+        step = self.steps.kept(part, part, lambda step: still_there(step.get("detail")))
+        return None if step is None else step.get("detail")
 
-    def forget(self, key: str) -> None:
-        """A finished part that is no longer there as recorded: done again."""
-        if self.record.get("done", {}).pop(key, None) is not None:
-            self._save()
+    def record_part(self, part: str, status: StepStatus, seconds: float, detail: Any) -> None:
+        """Records how `part` ended, with what a resume needs to keep it (`detail`)."""
+        self.steps.record(part, part, status, seconds, detail=detail)
 
     def end(self, status: StepStatus, **fields: Any) -> None:
         """Records how this attempt ended and releases the out dir. A new attempt that
@@ -273,8 +279,8 @@ class OutDir:
     def _untouched(self) -> bool:
         if self.found is None or self.dry_run:
             return False
-        before = json.loads(self.found[0] or b"{}").get("done") or {}
-        return before == self.record.get("done") and _fingerprint(self.path) == self.found[1]
+        before = steps_of(json.loads(self.found[0] or b"{}"))
+        return before == self.record.get("steps") and _fingerprint(self.path) == self.found[1]
 
     def _put_back(self) -> None:
         """The record as the attempt found it (the attempt did nothing to record)."""
@@ -352,7 +358,7 @@ def claim(path: Path, command: str, inputs: Mapping[str, Any] | None, argv: list
 def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: str,
          dry_run: bool) -> OutDir:
     record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd, **now,
-              "status": StepStatus.RUNNING, "attempts": [_attempt()], "done": {}}
+              "status": StepStatus.RUNNING, "attempts": [_attempt()], "steps": {}}
     out = OutDir(path, command, record, resumed=False, dry_run=dry_run,
                  created=not path.exists())
     if dry_run:
@@ -368,6 +374,18 @@ def _new(path: Path, command: str, now: dict[str, Any], argv: list[str], cwd: st
         out.release()
         raise
     return out
+
+
+def steps_of(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A record's parts as steps; a record of a runner before parts were steps keeps them as
+    `done` (part -> its detail), each one finished, in a time it did not record."""
+    steps = record.get("steps")
+    if isinstance(steps, dict):
+        return steps
+    done = record.get("done")
+    return {part: {"key": part, "status": StepStatus.FINISHED, "seconds": None,
+                   "detail": detail}
+            for part, detail in (done.items() if isinstance(done, dict) else ())}
 
 
 def _fingerprint(path: Path) -> dict[str, tuple[int, int]]:
@@ -406,7 +424,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
     if record is None:  # an out dir of this command from before attempt records
         record = {"schema": ATTEMPT_SCHEMA, "command": command, "argv": list(argv), "cwd": cwd,
                   **(now or inputs_record({}, cwd)), "status": StepStatus.FINISHED, "attempts": [],
-                  "done": {}}
+                  "steps": {}}
     elif now is not None:
         diffs = differences(record, now)
         if diffs:
@@ -444,6 +462,7 @@ def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: b
     record["previous_status"] = status.settled()
     record["status"] = StepStatus.RUNNING
     record.setdefault("attempts", []).append(_attempt())
-    record.setdefault("done", {})
+    record["steps"] = steps_of(record)
+    record.pop("done", None)
     out._save()
     return out

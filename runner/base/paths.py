@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 ASSETS_DIR = PACKAGE_DIR / "assets"
@@ -76,7 +76,7 @@ def refuse_package_write(path: Path, where: str) -> None:
     except (OSError, RuntimeError):  # a link loop: judged by the path as named
         target = named
     if named.is_relative_to(PACKAGE_DIR) or target.is_relative_to(PACKAGE_DIR):
-        raise RunnerError(f"{path} is inside the installed runner package ({PACKAGE_DIR})",
-                          where=where,
-                          fix="write to a directory of your own: pass --out DIR (the shipped "
-                          "files are regenerated from a source checkout)")
+        raise BadInput(f"{path} is inside the installed runner package ({PACKAGE_DIR})",
+                       where=where,
+                       fix="write to a directory of your own: pass --out DIR (the shipped "
+                       "files are regenerated from a source checkout)")

@@ -95,6 +95,21 @@ class Steps:
             return None
         return step if StepStatus.read(step.get("status")) is StepStatus.FINISHED else None
 
+    def kept(self, name: str, key: str,
+             done: Callable[[dict[str, Any]], bool] = lambda step: True) -> dict[str, Any] | None:
+        """What a rerun does with the step `name`, for every record alike: the step where it
+        finished with inputs `key` and `done` finds its outputs as recorded (keep it), else
+        None (run it). A finished step whose outputs are gone or changed is dropped from the
+        table, so a rerun cut short before recording it again never finds it finished."""
+        step = self.finished(name, key)
+        if step is None:
+            return None
+        if done(step):
+            return step
+        del self.table[name]
+        self.save()
+        return None
+
     def record(self, name: str, key: str, status: StepStatus, seconds: float,
                **fields: Any) -> dict[str, Any]:
         """Records the step `name` (replacing an earlier one) and saves the table."""
@@ -110,8 +125,8 @@ class Steps:
         inputs `key` where `done` accepts it (its outputs are still there), else `fn()`,
         recorded as finished or a dry run; one that raises is recorded failed or interrupted
         (with the error), and the error goes on."""
-        step = self.finished(name, key)
-        if step is not None and done(step):
+        step = self.kept(name, key, done)
+        if step is not None:
             if say:
                 print(f"{say}: {name}: up to date, skipped", file=sys.stderr)
             return step.get("detail", {}), True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.progress import Progress
 from runner.config.mlperf_data import load_review_ids
@@ -62,9 +62,9 @@ def samples_to_aggregate(run_dir: Path, allow_incomplete: bool = False,
     if failed and not allow_incomplete:
         raise failures_error(failed, len(requested), str(run_dir), "no dataset is written")
     if missing and not allow_incomplete:
-        raise RunnerError(f"{len(missing)} of {len(requested)} samples are missing "
-                          f"(first: {missing[:5]})", where=str(run_dir),
-                          fix=f"`runner run --resume {run_dir}` completes them")
+        raise StepFailed(f"{len(missing)} of {len(requested)} samples are missing "
+                         f"(first: {missing[:5]})", where=str(run_dir),
+                         fix=f"`runner run --resume {run_dir}` completes them")
     return sorted(set(requested) - set(missing)), missing, failed
 
 
@@ -92,7 +92,7 @@ def _write_log(run_dir: Path, store: SampleStore, present: list[int], jobs: int 
         def write(loaded: Loaded) -> dict:
             if loaded.image.shape != shape:
                 qsl_idx = loaded.record.qsl_idx
-                raise RunnerError(
+                raise BadInput(
                     f"sample {qsl_idx} is {_dims(loaded.image.shape)} but sample "
                     f"{present[0]} is {_dims(shape)}: one accuracy log holds one image "
                     "size", where=str(store.path(qsl_idx)),
@@ -140,7 +140,7 @@ def aggregate(run_dir: Path, allow_incomplete: bool = False, jobs: int | None = 
     except CorruptSample as first:
         # Find (and move aside) every other bad file now, so one resume fixes them all.
         bad = sorted(set(present) - store.verified_ids(present, report=lambda _: None))
-        raise RunnerError(
+        raise StepFailed(
             f"{len(bad)} corrupt sample(s) (qsl_idx {bad[:20]}) moved aside to "
             f"{store.dir / CORRUPT_DIR}; no accuracy log written. First: sample "
             f"{first.qsl_idx} is corrupt ({first.reason}), kept as {first.moved_to}",

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runner.base.errors import EXIT_INCOMPLETE, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_INCOMPLETE, EXIT_OK, BadInput
 from runner.base.outdir import REFUSES, Rerun
 from runner.batch.status import format_status, run_status
 from runner.cli.context import CommandContext
@@ -67,9 +67,9 @@ def cmd_run(ctx: CommandContext) -> int:
     # (while compiling) was given its recorded command line again (runner/cli/output.py).
     own = bool(args.resume) and RunDir(args.resume).exists()
     if own and args.dry_run:
-        raise RunnerError("--dry-run prints a new run's commands", where="--dry-run",
-                          fix=f"drop --dry-run (`runner status {args.resume}` shows where the "
-                          "run stands)")
+        raise BadInput("--dry-run prints a new run's commands", where="--dry-run",
+                       fix=f"drop --dry-run (`runner status {args.resume}` shows where the "
+                       "run stands)")
     if own:
         lc = Lifecycle.open(args.resume)
     else:

@@ -113,7 +113,7 @@ class DockerExecutor:
 
     def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
         """The image is in the docker engine (where the workers and the compile run)."""
-        from runner.base.errors import RunnerError
+        from runner.base.errors import BadInput, RunnerError
         from runner.docker.engine import connect
         from runner.docker.image import image_info
 
@@ -126,9 +126,9 @@ class DockerExecutor:
         try:
             image_info(self.image, client=client, provenance=False)
         except RunnerError as e:
-            raise RunnerError(e.message, where="--image",
-                              fix="build it with `runner image build`, `docker pull` it, or "
-                              "pass an image the engine has (`docker images`)") from None
+            raise BadInput(e.message, where="--image",
+                           fix="build it with `runner image build`, `docker pull` it, or "
+                           "pass an image the engine has (`docker images`)") from None
         return []
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:

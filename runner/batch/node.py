@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, StepFailed
 from runner.batch.cluster import (
     SlurmOptions,
     node_key,
@@ -106,7 +106,7 @@ def check_shared_files(compiled: CompiledModel, captions: Path) -> None:
     paths.append(captions)
     for path in paths:
         if not Path(path).is_file():
-            raise RunnerError(
+            raise StepFailed(
                 f"not visible on node {socket.gethostname()}", where=str(path),
                 fix="the compile cache ($RUNNER_CACHE_DIR), model files and captions must be "
                 "on a filesystem every node mounts at the same path")

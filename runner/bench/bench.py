@@ -21,6 +21,7 @@ from typing import Any
 
 from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json, atomic_write_text, sha256_file
+from runner.base.steps import StepStatus
 from runner.bench import dispatch_profile as dp
 from runner.bench import dispatch_replay, sweep, tuning
 from runner.bench import stages as st
@@ -74,19 +75,23 @@ class _Stages:
     def _capture(self, compiled: CompiledModel) -> dict[str, tuple[Path, ...]]:
         bs = compiled.batch_size
         _say(f"recording stage inputs from one pipeline pass at batch {bs}")
+        start = time.perf_counter()
         inputs = st.capture_inputs(compiled, self.input_dir(bs))
         if self.attempt is not None:
-            self.attempt.mark(f"inputs:bs{bs}", {role: {str(p): sha256_file(p) for p in paths}
-                                                 for role, paths in inputs.items()})
+            self.attempt.record_part(f"inputs:bs{bs}", StepStatus.FINISHED,
+                                     time.perf_counter() - start,
+                                     {role: {str(p): sha256_file(p) for p in paths}
+                                      for role, paths in inputs.items()})
         return inputs
 
     def _kept_inputs(self, bs: int) -> dict[str, tuple[Path, ...]] | None:
         """The inputs an interrupted attempt recorded, while every file is as written."""
-        recorded = self.attempt.done(f"inputs:bs{bs}") if self.attempt else None
-        if not recorded or not self.attempt.resumed:
+        if not self.attempt or not self.attempt.resumed:
             return None
-        if any(not Path(p).is_file() or sha256_file(Path(p)) != digest
-               for files in recorded.values() for p, digest in files.items()):
+        recorded = self.attempt.kept(f"inputs:bs{bs}", lambda detail: all(
+            Path(p).is_file() and sha256_file(Path(p)) == digest
+            for files in detail.values() for p, digest in files.items()))
+        if recorded is None:
             return None
         return {role: tuple(Path(p) for p in files) for role, files in recorded.items()}
 

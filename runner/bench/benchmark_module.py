@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.base.errors import RunnerError, ToolFailed
+from runner.base.errors import BadInput, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.iree_tools import tool_path
 from runner.base.signals import import_held
@@ -78,28 +78,30 @@ class Latency:
 def _ms(row: dict, where: str) -> float:
     unit = row.get("time_unit", "ns")
     if unit not in _UNIT_MS or not isinstance(row.get("real_time"), int | float):
-        raise RunnerError(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
-                          where=where, fix="use an iree-benchmark-module that writes "
-                          "--benchmark_format=json (IREE 3.x)")
+        raise StepFailed(f"benchmark row {row.get('name')!r} has no real_time in a known unit",
+                         where=where, fix="use an iree-benchmark-module that writes "
+                         "--benchmark_format=json (IREE 3.x)")
     return float(row["real_time"]) * _UNIT_MS[unit]
 
 
 def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     """The latency in `iree-benchmark-module --benchmark_format=json` output."""
+    # StepFailed, not ToolFailed: a profiled run reads a ToolFailed as "profiling is not
+    # available here", and an unreadable result is the measurement's failure, not that.
     try:
         rows = json.loads(text)["benchmarks"]
     except (ValueError, KeyError, TypeError) as e:
-        raise RunnerError(f"not Google Benchmark JSON output: {e}", where=where,
-                          fix="run iree-benchmark-module with --benchmark_format=json") from e
+        raise StepFailed(f"not Google Benchmark JSON output: {e}", where=where,
+                         fix="run iree-benchmark-module with --benchmark_format=json") from e
     if len(rows) and rows[0].get("error_occurred"):
-        raise RunnerError(f"benchmark failed: {rows[0].get('error_message')}", where=where,
-                          fix="run the printed iree-benchmark-module command by hand to see it "
-                          "fail")
+        raise StepFailed(f"benchmark failed: {rows[0].get('error_message')}", where=where,
+                         fix="run the printed iree-benchmark-module command by hand to see it "
+                         "fail")
     runs = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
     if not runs:
-        raise RunnerError("the output holds no benchmark runs", where=where,
-                          fix="run the printed iree-benchmark-module command by hand; check "
-                          "--benchmark-flag values")
+        raise StepFailed("the output holds no benchmark runs", where=where,
+                         fix="run the printed iree-benchmark-module command by hand; check "
+                         "--benchmark-flag values")
     times = sorted(_ms(r, where) for r in runs)
     aggregates = {r.get("aggregate_name"): _ms(r, where) for r in rows
                   if r.get("run_type") == "aggregate"}
@@ -161,9 +163,9 @@ def exported_functions(vmfb: Path) -> set[str]:
         module = rt.VmModule.wrap_buffer(rt.VmInstance(), mapped, close_buffer=True)
         return set(module.function_names)
     except (OSError, RuntimeError, ValueError) as e:
-        raise RunnerError(f"not a loadable IREE module: {e}", where=str(vmfb),
-                          fix="compile it again with the IREE that runs it "
-                          "(`runner compile`)") from e
+        raise BadInput(f"not a loadable IREE module: {e}", where=str(vmfb),
+                       fix="compile it again with the IREE that runs it "
+                       "(`runner compile`)") from e
 
 
 def modules_for(vmfbs: Sequence[Path], function: str, where: str,
@@ -179,5 +181,5 @@ def modules_for(vmfbs: Sequence[Path], function: str, where: str,
         if function in exported_functions(Path(vmfb)):
             return tuple(vmfbs[: i + 1])
     known = sorted(set().union(*(exported_functions(Path(v)) for v in vmfbs)))
-    raise RunnerError(f"no module exports {function!r} (they export {known})", where=where,
-                      fix="name a function the compiled modules export")
+    raise BadInput(f"no module exports {function!r} (they export {known})", where=where,
+                   fix="name a function the compiled modules export")

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.batch.cluster import SLURM_FLAGS
@@ -69,10 +69,10 @@ def _golden_target(args: argparse.Namespace) -> tuple[str, str, str]:
     if chosen.sku:
         return chosen.sku, chip, given
     if target.golden_sku is None:
-        raise RunnerError(f"profile {name} names no SKU for its {target.backend} target, so "
-                          "no benchmark golden can be chosen", where="--sku",
-                          fix="pass --sku (IREE CI's name of this machine: mi300, mi325, "
-                          "mi355, cpu) or set target.sku in the profile")
+        raise BadInput(f"profile {name} names no SKU for its {target.backend} target, so "
+                       "no benchmark golden can be chosen", where="--sku",
+                       fix="pass --sku (IREE CI's name of this machine: mi300, mi325, "
+                       "mi355, cpu) or set target.sku in the profile")
     return target.golden_sku, chip, f"profile {name}'s target"
 
 
@@ -98,8 +98,8 @@ def _slurm(args: argparse.Namespace):
         return slurm_options(args)
     given = [SLURM_FLAGS[f] for f in given_slurm_options(args) if f != "image"]  # docker too
     if given:
-        raise RunnerError(f"{given[0]} is a Slurm option", where=given[0],
-                          fix="add --executor slurm")
+        raise BadInput(f"{given[0]} is a Slurm option", where=given[0],
+                       fix="add --executor slurm")
     return None
 
 
@@ -159,11 +159,11 @@ def cmd_goldens(ctx: CommandContext) -> int:
     print(f"{len(results)} benchmark goldens: {json.dumps(counts, sort_keys=True)}",
           file=sys.stderr)
     if not args.dry_run and not any(r.status in JUDGED for r in results):
-        raise RunnerError(f"no benchmark golden was judged (sku {sku}): "
-                          + "; ".join(f"{r.name}: {r.status} {r.message}".strip()
-                                      for r in results), where="--sku/--rocm-chip",
-                          fix="check goldens this machine's SKU and chip have (each line says "
-                          "why its test was not judged)")
+        raise BadInput(f"no benchmark golden was judged (sku {sku}): "
+                       + "; ".join(f"{r.name}: {r.status} {r.message}".strip()
+                                   for r in results), where="--sku/--rocm-chip",
+                       fix="check goldens this machine's SKU and chip have (each line says "
+                       "why its test was not judged)")
     return code
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError, ToolFailed
+from runner.base.errors import RunnerError, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.iree_tools import json_lines, tool_path
 from runner.bench import benchmark_module as bm
@@ -176,10 +176,10 @@ def _names(data: mmap.mmap, payload: dict[str, Any], where: str) -> tuple[str, .
     lengths = [struct.unpack_from("<H", raw, first + _META_RECORD * i + _NAME_LENGTH_AT)[0]
                for i in range(count)] if first >= 0 else []
     if sum(lengths) != storage or not count:
-        raise RunnerError("the replay's executable metadata is not in the layout this "
-                          "runner reads (IREE 3.13's)", where=where,
-                          fix="use IREE 3.13's runtime tools, or read the replay with "
-                          f"`{DUMP_TOOL} --format=text`")
+        raise StepFailed("the replay's executable metadata is not in the layout this "
+                         "runner reads (IREE 3.13's)", where=where,
+                         fix="use IREE 3.13's runtime tools, or read the replay with "
+                         f"`{DUMP_TOOL} --format=text`")
     names, at = [], len(raw) - storage
     for n in lengths:
         names.append(raw[at:at + n].decode("utf-8", "replace"))
@@ -230,9 +230,9 @@ def _decode(rows: Iterable[dict[str, Any]], data: mmap.mmap, where: str) -> Reco
         elif op == "device.queue_execute" and depth > 0:
             counts.update(recorded.get(payload["command_buffer_id"], []))
     if not scopes:
-        raise RunnerError(f"the replay has no `{SCOPE}` scope", where=where,
-                          fix="record it with iree-benchmark-module (it marks its timed "
-                          "calls)")
+        raise StepFailed(f"the replay has no `{SCOPE}` scope", where=where,
+                         fix="record it with iree-benchmark-module (it marks its timed "
+                         "calls)")
     return Recording(executables, counts, scopes)
 
 
@@ -260,8 +260,8 @@ def workload_argv(recording: Recording, w: Workload, exe_file: Path, device: str
     """`iree-benchmark-executable` for one workload (bare tool name, as printed): the timed
     run, or (`timed=False`) one quick submission that sizes its batch."""
     if any(n == _WHOLE for n in w.bindings):
-        raise RunnerError("a dispatch binds a whole buffer of unrecorded size",
-                          where=recording.name(w), fix="time it with the HAL profiler")
+        raise StepFailed("a dispatch binds a whole buffer of unrecorded size",
+                         where=recording.name(w), fix="time it with the HAL profiler")
     e = recording.executables[w.executable]
     return [EXECUTABLE_TOOL, f"--device={device}", *runtime_flags,
             f"--executable_format={e.format}", f"--executable_file={exe_file}",
@@ -307,8 +307,8 @@ def measure_replay(command: bm.BenchCommand, directory: Path, unprofiled_ms: flo
         return {**base, "status": "error", "note": str(e)}
     try:
         if not recording.counts:
-            raise RunnerError("the recorded call ran no dispatch", where=str(replay),
-                              fix="check the stage's function with iree-run-module")
+            raise StepFailed("the recorded call ran no dispatch", where=str(replay),
+                             fix="check the stage's function with iree-run-module")
         times, commands = _time_workloads(recording, replay, directory, device,
                                           _runtime_flags(command), command, timeout,
                                           host_prefix)
@@ -360,8 +360,8 @@ def _run_one(argv: list[str], name: str, tool: str, device: str, command: bm.Ben
                               text=True, check=False, timeout=timeout,
                               env={**os.environ, **command.env})
     except subprocess.TimeoutExpired:
-        raise RunnerError(f"{EXECUTABLE_TOOL} ran past {timeout}s", where=name,
-                          fix="reproduce with: " + shlex.join(argv)) from None
+        raise ToolFailed(f"{EXECUTABLE_TOOL} ran past {timeout}s", where=name,
+                         fix="reproduce with: " + shlex.join(argv)) from None
     if proc.returncode != 0:
         raise _Unavailable(capability.failed(tool, device, REPLAY_MECHANISM, proc.returncode,
                                              proc.stderr or proc.stdout))

@@ -431,10 +431,10 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
                             f"{sorted(bench.golden_time_ms)}): measured only")
     try:
         if bench.unset and not opts.dry_run:
-            raise RunnerError(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
-                              "CI's runner passes the string None (--device=None, "
-                              "--function=None) and iree-benchmark-module fails",
-                              where=str(bench.path), fix="set both fields in the file")
+            raise BadInput(f"{' and '.join(f'`{k}`' for k in bench.unset)} not set: IREE "
+                           "CI's runner passes the string None (--device=None, "
+                           "--function=None) and iree-benchmark-module fails",
+                           where=str(bench.path), fix="set both fields in the file")
         cmd, commands, stats, main_vmfb = _compiled_benchmark(bench, opts, compiler)
         result.commands.extend(commands)
         result.commands.append(cmd.text())

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import ToolFailed
 from runner.base.iree_tools import json_lines
 
 PROFILE_TOOL = "iree-profile"
@@ -134,10 +134,10 @@ def decode(rows: Iterable[dict[str, Any]]) -> Capture:
         kind = row.get("record_type")
         if kind == "schema":
             if row.get("format") != "ireeperf-jsonl":
-                raise RunnerError(f"not an ireeperf-jsonl export: {row.get('format')!r}",
-                                  where=f"{PROFILE_TOOL} export",
-                                  fix="use the iree-profile of the IREE build that captured "
-                                  "the profile (3.12 or newer)")
+                raise ToolFailed(f"not an ireeperf-jsonl export: {row.get('format')!r}",
+                                 where=f"{PROFILE_TOOL} export",
+                                 fix="use the iree-profile of the IREE build that captured "
+                                 "the profile (3.12 or newer)")
             schema = int(row.get("schema_version", 0))
         elif kind == HOST_EVENT and row.get("valid", True):
             spans.append(_span(row, int(row["start_host_time_ns"]),

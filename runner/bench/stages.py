@@ -14,6 +14,7 @@ in-run ms/call beside each stage's, so a gap between the harness and IREE's own 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import sha256_file
+from runner.base.steps import StepStatus
 from runner.bench import benchmark_module as bm
 from runner.bench import dispatch_profile as dp
 from runner.bench import dispatch_replay
@@ -142,10 +144,10 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
     out: dict[str, tuple[Path, ...]] = {}
     for stage, role in roles:
         if role not in sink:
-            raise RunnerError(f"the pipeline pass never called {role}",
-                              where=f"{compiled.model_config}: functions.{role}",
-                              fix=f"name the function the pipeline calls for {role} in the "
-                              "model config, or drop --stage for it")
+            raise BadInput(f"the pipeline pass never called {role}",
+                           where=f"{compiled.model_config}: functions.{role}",
+                           fix=f"name the function the pipeline calls for {role} in the "
+                           "model config, or drop --stage for it")
         out[role] = tuple(write_tensor(out_dir / stage / f"input{i}.npy", a)
                           for i, a in enumerate(sink[role]))
     return out
@@ -165,8 +167,8 @@ def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings,
     roles = stage_roles(config.functions)
     unknown = sorted(set(only) - {stage for stage, _ in roles})
     if unknown:
-        raise RunnerError(f"unknown stage(s) {unknown} for model {config.name}",
-                          where="--stage", fix=f"use {', '.join(s for s, _ in roles)}")
+        raise BadInput(f"unknown stage(s) {unknown} for model {config.name}",
+                       where="--stage", fix=f"use {', '.join(s for s, _ in roles)}")
     for stage, role in roles:
         if only and stage not in only:
             continue
@@ -214,12 +216,16 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
             continue
         print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}) ...",
               file=sys.stderr, flush=True)
+        start = time.perf_counter()
         try:
             latency = bm.run_benchmark(p.command, p.raw_out, settings.timeout)
         except RunnerError as e:
             results.append(StageResult(p.stage, p.function, p.batch_size, None,
                                        p.command.text(), str(e), p.view))
             print(f"  failed: {e}", file=sys.stderr, flush=True)
+            if attempt is not None:
+                attempt.record_part(_stage_key(p), StepStatus.FAILED,
+                                    time.perf_counter() - start, {"error": str(e)})
             continue
         print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions",
               file=sys.stderr, flush=True)
@@ -229,8 +235,9 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
                                    p.command.text(), view=p.view, dispatches=dispatches,
                                    dispatch_times=times))
         if attempt is not None:
-            attempt.mark(_stage_key(p), {"sha256": sha256_file(p.raw_out),
-                                         "dispatches": dispatches, "dispatch_times": times})
+            attempt.record_part(_stage_key(p), StepStatus.FINISHED, time.perf_counter() - start,
+                                {"sha256": sha256_file(p.raw_out), "dispatches": dispatches,
+                                 "dispatch_times": times})
     return results
 
 
@@ -245,9 +252,9 @@ def _kept(plan: StagePlan, attempt: Any
     measure both."""
     if attempt is None or not attempt.resumed:
         return None
-    recorded = attempt.done(_stage_key(plan))
-    digest = recorded.get("sha256") if isinstance(recorded, dict) else None
-    if not digest or not plan.raw_out.is_file() or sha256_file(plan.raw_out) != digest:
+    recorded = attempt.kept(_stage_key(plan), lambda detail: plan.raw_out.is_file() and (
+        sha256_file(plan.raw_out) == detail.get("sha256")))
+    if recorded is None:
         return None
     return (bm.parse_benchmark_json(plan.raw_out.read_text(), str(plan.raw_out)),
             recorded.get("dispatches"), recorded.get("dispatch_times"))

@@ -28,6 +28,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.errors import BadInput, RunnerError
+from runner.base.steps import StepStatus
 from runner.batch.cluster import SlurmOptions, slurm_flags
 from runner.batch.executor_for import EXECUTORS
 from runner.batch.executors import Execution, Executor, LocalExecutor, watch
@@ -211,14 +212,11 @@ def _kept(c: Combination, out: Path, attempt: Any) -> tp.LayoutResult | None:
     the rest look faster)."""
     if attempt is None or not attempt.resumed:
         return None
-    key = _layout_key(c, out)
-    recorded = attempt.done(key)
-    if recorded and (c.run_dir / RUN_MANIFEST).is_file():
+    recorded = attempt.kept(_layout_key(c, out), lambda _: (c.run_dir / RUN_MANIFEST).is_file())
+    if recorded is not None:
         print(f"bench: layout {c.case.label} ({c.arm.spec}): kept from the interrupted "
               "attempt", file=sys.stderr, flush=True)
         return tp.LayoutResult.from_dict(recorded)
-    if recorded:
-        attempt.forget(key)
     if c.run_dir.exists():
         print(f"bench: layout {c.case.label} ({c.arm.spec}): the interrupted attempt's run "
               f"is measured again from its start ({c.run_dir} removed)", file=sys.stderr,
@@ -243,8 +241,11 @@ def run_combinations(combos: list[Combination], ids: list[int],
 
     def finish(started: _Started, c: Combination) -> None:
         _finish(started)
-        if attempt is not None and out is not None and started.result.status == "ok":
-            attempt.mark(_layout_key(c, out), started.result.to_dict())
+        if attempt is not None and out is not None:
+            status = {"ok": StepStatus.FINISHED, "incomplete": StepStatus.INCOMPLETE}.get(
+                started.result.status, StepStatus.FAILED)
+            attempt.record_part(_layout_key(c, out), status, started.result.wall_s,
+                                started.result.to_dict())
 
     try:
         for c in combos:

@@ -11,6 +11,7 @@ script's exit code as IREE's script does.
 - envs.py: one isolated, cached environment per build (a venv, or the harness image);
 - probe.py: what runs inside a build's environment (compile, generate, statistics);
 - judge.py: the test kinds and the verdict of one build against the good one;
+- request.py: what bisect and trend are asked, from plain arguments, and `bisect(...)`;
 - search.py: the bisection itself, resumable from its out dir; trend.py: every build;
 - report.py: bisect.json/.md, trend.json/.md, report.html and reproduce.sh.
 """
@@ -19,10 +20,11 @@ from runner.base.lazy import lazy_exports
 
 # The entry points, each imported from its module when first used.
 _ENTRIES = {
-    "bisect": "search",
+    "bisect": "request",
+    "run_bisection": "search",
     "BisectRequest": "search",
 }
 __getattr__ = lazy_exports(__name__, _ENTRIES)
 
 __all__ = ["BisectRequest", "bisect", "builds", "cli", "envs", "judge", "ledger", "measure",
-           "probe", "report", "search", "trend"]
+           "probe", "report", "request", "run_bisection", "search", "trend"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_OK, RunnerError
+from runner.base.errors import EXIT_OK, BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
@@ -27,134 +27,64 @@ from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
 
-def _sample_spec(args: argparse.Namespace, profile) -> str:
-    """The samples as one id spec; `accuracy` defaults to (and needs) the profile's set."""
-    from runner.accuracy.samples import chosen_ids, format_ids
-    from runner.accuracy.settings import accuracy_settings
-
-    ranges = accuracy_settings(profile).samples if profile.accuracy else None
-    if not args.ids and not args.samples and args.count is None \
-            and args.test.startswith("accuracy") and ranges:
-        ids = list(ranges)
-    else:
-        ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
-    if args.test.startswith("accuracy") and ranges and set(ids) != set(ranges):
-        raise RunnerError(f"accuracy is judged on the {len(ranges)} samples the profile's "
-                          f"ranges were set for, not {len(ids)}", where="--count",
-                          fix=f"drop --count/--samples (or use --samples {format_ids(ranges)})")
-    return format_ids(ids)
+def _steps_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags bisect and trend share, as the library's arguments."""
+    return {"count": args.count, "samples": args.samples, "ids": args.ids,
+            "find_links": args.find_links, "pre": args.pre, "repo": args.repo,
+            "build_from_source": args.build, "install": args.install,
+            "base_image": args.base_image}
 
 
-def _plan(args: argparse.Namespace, test_text: str, trend: bool):
-    """The shared MeasurePlan and the inputs that key the out dir's state."""
-    import yaml
+def _show(out: Path, command: str) -> None:
+    """The report as `runner bisect`/`runner trend` ends: its Markdown, and what it wrote."""
+    from runner.bisect.report import report_files
 
-    from runner.base.fileio import atomic_write_text
-    from runner.bench.dispatch_profile import DEFAULT_CALLS
-    from runner.bisect.builds import Sources, check_find_links
-    from runner.bisect.judge import parse_test
-    from runner.bisect.ledger import inputs_key
-    from runner.bisect.measure import MeasurePlan
-    from runner.docker.in_image import standalone_profile
-
-    test = parse_test(test_text)
-    repo = Path(args.repo).resolve() if args.repo else None
-    if repo is not None and not (repo / ".git").exists():
-        raise RunnerError(f"{args.repo} is not a git checkout", where="--repo",
-                          fix="pass a clone of iree-org/iree")
-    sources = Sources(check_find_links(args.find_links), args.pre, repo)
-    profile = profile_from_args(args)
-    args.test = test_text
-    samples = _sample_spec(args, profile)
-    out = Path(os.path.abspath(args.out))
-    standalone = standalone_profile(profile)
-    profile_file = out / "profile.yaml"
-    if not args.dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(profile_file, yaml.safe_dump(standalone, sort_keys=True))
-    executor = "docker" if args.build else args.install
-    plan = MeasurePlan(out, profile, profile_file, samples, test, sources, executor,
-                       args.build, args.base_image, passes=2 if trend else test.passes,
-                       compstat=trend or test.kind == "compstat",
-                       score=trend and profile.accuracy is not None, cwd=os.getcwd(),
-                       dispatch_calls=DEFAULT_CALLS if trend or test.kind == "throughput"
-                       else 0)
-    inputs: dict[str, Any] = {
-        "test": test.text, "profile": profile.name, "profile_key": inputs_key(standalone),
-        "samples": samples, "executor": executor, "build_from_source": args.build,
-        "find_links": sources.find_links, "pre": sources.pre,
-        "repo": str(repo) if repo else None}
-    if test.kind == "script":
-        inputs["cwd"] = os.getcwd()
-    return plan, sources, inputs
-
-
-def _finish(out: Path, state: dict[str, Any], plan, index: int | None, builds) -> None:
-    from runner.bisect.measure import build_dry_run_lines
-    from runner.bisect.report import write_reports
-
-    lines = build_dry_run_lines(plan, index, builds[index]) if index is not None else []
-    paths = write_reports(out, state, lines)
+    paths = report_files(out, command)
     print(paths[0].read_text(), end="")
-    print(f"\nwrote {out / (state['command'] + '.json')}, "
-          f"{', '.join(str(p) for p in paths)}", file=sys.stderr)
+    print(f"\nwrote {out / (command + '.json')}, {', '.join(str(p) for p in paths)}",
+          file=sys.stderr)
 
 
 def cmd_bisect(ctx: CommandContext) -> int:
-    from runner.bisect.builds import backwards_note, candidates, parse_build
-    from runner.bisect.envs import plan_setup
-    from runner.bisect.search import BisectRequest, bisect
+    from runner.bisect.request import bisect
 
     args = ctx.args
-    plan, sources, inputs = _plan(args, args.test, trend=False)
-    good = parse_build(args.good, sources, "--good")
-    bad = parse_build(args.bad, sources, "--bad")
-    note = backwards_note(good, bad)
-    if note:
-        print(f"warning: {note}", file=sys.stderr, flush=True)
-    plan_setup(good, sources, plan.executor, plan.from_source)  # refuses a bad pairing now
-    inputs.update(good=good.spec, bad=bad.spec)
-    from runner.bisect.ledger import Ledger
-
-    state_file = plan.out / "bisect.json"
-    resumed = (Ledger(state_file, "bisect", inputs, ctx.argv).candidates
-               if state_file.is_file() else None)
-    builds = resumed or candidates(good, bad, sources)
-    state = bisect(BisectRequest(good, bad, plan, ctx.argv, inputs, builds, args.dry_run))
-    if args.dry_run:
-        return EXIT_OK
-    answer = state["answer"]
-    culprit = next((i for i, b in enumerate(builds) if b.spec == answer.get("first_bad")),
-                   None)
-    _finish(plan.out, state, plan, culprit, builds)
+    bisect(args.good, args.bad, profile=profile_from_args(args), out=args.out, test=args.test,
+           dry_run=args.dry_run, argv=ctx.argv, **_steps_args(args))
+    if not args.dry_run:
+        _show(Path(os.path.abspath(args.out)), "bisect")
     return EXIT_OK
 
 
 def cmd_trend(ctx: CommandContext) -> int:
     from runner.bisect.builds import parse_build, parse_range
     from runner.bisect.envs import plan_setup
+    from runner.bisect.request import measure_plan, reports
     from runner.bisect.trend import TrendRequest, trend
 
     args = ctx.args
     if bool(args.builds) == bool(args.range):
-        raise RunnerError("give the builds, or --range A..B (one of them)", where="runner trend",
-                          fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
-                          "--range wheels:3.10.0..wheels:3.13.0")
-    plan, sources, inputs = _plan(args, args.test, trend=True)
+        raise BadInput("give the builds, or --range A..B (one of them)", where="runner trend",
+                       fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
+                       "--range wheels:3.10.0..wheels:3.13.0")
+    plan, sources, inputs = measure_plan(args.test, profile_from_args(args), args.out,
+                                         trend=True, dry_run=args.dry_run,
+                                         **_steps_args(args))
     if args.range:
         builds = parse_range(args.range, sources)
     else:
         builds = [parse_build(b, sources, "BUILD") for b in args.builds]
         if len({b.spec for b in builds}) != len(builds):
-            raise RunnerError("a build is listed twice", where="BUILD",
-                              fix="list each build once")
+            raise BadInput("a build is listed twice", where="BUILD",
+                           fix="list each build once")
     inputs["builds"] = [b.spec for b in builds]
     for build in builds:  # refuses a bad pairing (a commit in the image) before any work
         plan_setup(build, sources, plan.executor, plan.from_source)
     state = trend(TrendRequest(builds, plan, ctx.argv, inputs, args.dry_run))
     if args.dry_run:
         return EXIT_OK
-    _finish(plan.out, state, plan, 0, builds)
+    reports(plan, state, builds, 0)
+    _show(plan.out, "trend")
     return EXIT_OK
 
 

@@ -327,11 +327,16 @@ def bisect_reproduce_script(state: dict[str, Any], setup_lines: list[str]) -> st
     return script.text()
 
 
+def report_files(out: Path, command: str) -> list[Path]:
+    """What `write_reports` writes for `command` (bisect, trend): Markdown, HTML, script."""
+    return [out / f"{command}.md", out / "report.html", out / "reproduce.sh"]
+
+
 def write_reports(out: Path, state: dict[str, Any], setup_lines: list[str]) -> list[Path]:
     name = state["command"]
     md = bisect_markdown(state) if name == "bisect" else trend_markdown(state)
     html = bisect_html(state) if name == "bisect" else trend_html(state)
-    paths = [out / f"{name}.md", out / "report.html", out / "reproduce.sh"]
+    paths = report_files(out, name)
     atomic_write_text(paths[0], md)
     atomic_write_text(paths[1], html)
     atomic_write_text(paths[2], bisect_reproduce_script(state, setup_lines))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.outcome import Outcome
 from runner.base.progress import duration, echo
 from runner.bench.dispatch_diff import compare_stages
@@ -132,18 +132,18 @@ def _check_ends(stepper: Stepper, test: TestSpec, n: int) -> BuildVerdict:
     good = stepper.run(0, None, " (the good end: the reference)")
     if good.state != Outcome.GOOD:
         what = "cannot be measured" if good.state == Outcome.SKIP else f"fails {test.text}"
-        raise RunnerError(f"the good build {builds[0].label} {what}: {good.metric}",
-                          where="--good", fix="pick a good build that passes the test "
-                          "(see builds/000-*/ in --out for its logs)")
+        raise BadInput(f"the good build {builds[0].label} {what}: {good.metric}",
+                       where="--good", fix="pick a good build that passes the test "
+                       "(see builds/000-*/ in --out for its logs)")
     bad = stepper.run(n - 1, 0, " (the bad end)")
     if bad.state == Outcome.SKIP:
-        raise RunnerError(f"the bad build {builds[-1].label} cannot be measured: {bad.metric}",
-                          where="--bad", fix="pick a bad build that installs and compiles")
+        raise BadInput(f"the bad build {builds[-1].label} cannot be measured: {bad.metric}",
+                       where="--bad", fix="pick a bad build that installs and compiles")
     return bad
 
 
-def bisect(req: BisectRequest) -> dict[str, Any]:
-    """Finds the first bad build, as `runner bisect` does; resumes from `req.plan.out`.
+def run_bisection(req: BisectRequest) -> dict[str, Any]:
+    """The first bad build of a request `runner.bisect.bisect` made; resumes from its out.
 
     Args:
         req: the good and bad builds, the `MeasurePlan` (test, profile, samples, out),
@@ -153,7 +153,7 @@ def bisect(req: BisectRequest) -> dict[str, Any]:
         The state written to bisect.json (its `answer`: first bad build or no change).
 
     Raises:
-        RunnerError: the good end fails its test or cannot be measured, or the bad end
+        BadInput: the good end fails its test or cannot be measured, or the bad end
             cannot be measured (each build's logs are under `builds/` in the out dir).
     """
     plan = req.plan

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base import outdir
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.signals import Interrupted
 from runner.base.steps import StepStatus
 from runner.cli.context import CommandContext
@@ -78,19 +78,19 @@ def _resumed(root: argparse.ArgumentParser, ctx: CommandContext, spec: OutSpec, 
     if spec.own_resume and any((where / m).is_file() for m in spec.rerun.markers):
         return ctx, True
     if record is None:
-        raise RunnerError(f"no attempt of `runner {name}` to resume here (no "
-                          f"{outdir.RECORD})", where=str(where),
-                          fix=f"start one with `runner {name} ... --out {where}`")
+        raise BadInput(f"no attempt of `runner {name}` to resume here (no "
+                       f"{outdir.RECORD})", where=str(where),
+                       fix=f"start one with `runner {name} ... --out {where}`")
     if record["command"] != name:
-        raise RunnerError(f"the directory holds an attempt of `runner {record['command']}`, "
-                          f"not of `runner {name}`", where=str(where / outdir.RECORD),
-                          fix=f"`runner {record['command']} --resume {where}`")
+        raise BadInput(f"the directory holds an attempt of `runner {record['command']}`, "
+                       f"not of `runner {name}`", where=str(where / outdir.RECORD),
+                       fix=f"`runner {record['command']} --resume {where}`")
     argv, cwd = [str(a) for a in record.get("argv", [])], str(record.get("cwd", ""))
     if cwd and os.path.realpath(cwd) != os.path.realpath(os.getcwd()):
         if not Path(cwd).is_dir():
-            raise RunnerError(f"the attempt ran in {cwd}, which is gone: its relative paths "
-                              "cannot be found again", where=str(where / outdir.RECORD),
-                              fix="pass another --out and start over")
+            raise BadInput(f"the attempt ran in {cwd}, which is gone: its relative paths "
+                           "cannot be found again", where=str(where / outdir.RECORD),
+                           fix="pass another --out and start over")
         print(f"note: resuming in {cwd}, where the attempt ran", file=sys.stderr)
         os.chdir(cwd)
     recorded = root.parse_args(argv)
@@ -99,9 +99,9 @@ def _resumed(root: argparse.ArgumentParser, ctx: CommandContext, spec: OutSpec, 
               for flag, value in inputs_of(root, parser, args, only_given=True).items()
               if then.get(flag) != value]
     if differ:
-        raise RunnerError("--resume goes on with the attempt's own inputs; these differ:\n    "
-                          + "\n    ".join(differ), where=str(where / outdir.RECORD),
-                          fix="drop those flags (or pass another --out for a new attempt)")
+        raise BadInput("--resume goes on with the attempt's own inputs; these differ:\n    "
+                       + "\n    ".join(differ), where=str(where / outdir.RECORD),
+                       fix="drop those flags (or pass another --out for a new attempt)")
     # How this invocation shows things and where its results are recorded, not inputs: as
     # given now (--out and --resume are the attempt's own directory, below).
     for action in parser._actions:
@@ -138,8 +138,8 @@ def start_command(root: argparse.ArgumentParser, ctx: CommandContext) -> Command
     name, parser = command_of(root, spec)
     args = ctx.args
     if args.resume and args.out and Path(args.out).resolve() != Path(args.resume).resolve():
-        raise RunnerError("--out and --resume name two directories", where="--resume",
-                          fix="--resume DIR alone goes on in DIR")
+        raise BadInput("--out and --resume name two directories", where="--resume",
+                       fix="--resume DIR alone goes on in DIR")
     own = False
     if args.resume:
         ctx, own = _resumed(root, ctx, spec, name, parser)
@@ -147,9 +147,9 @@ def start_command(root: argparse.ArgumentParser, ctx: CommandContext) -> Command
     path = args.resume or args.out
     if path is None:
         if spec.required:
-            raise RunnerError("where should the results go?", where=f"runner {name}",
-                              fix="pass --out DIR (a new attempt) or --resume DIR (finish an "
-                              "interrupted one)")
+            raise BadInput("where should the results go?", where=f"runner {name}",
+                           fix="pass --out DIR (a new attempt) or --resume DIR (finish an "
+                           "interrupted one)")
         return ctx
     # A command going on from its own record checks the request against it itself.
     inputs = {k: v for k, v in inputs_of(root, parser, args).items()

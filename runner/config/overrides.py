@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.inputs.yamlfile import parse_yaml
 
 if TYPE_CHECKING:
@@ -32,12 +32,12 @@ def profile_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     for item in items or []:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise RunnerError(f"`--set {item}` is not KEY=VALUE", where="--set",
-                              fix="e.g. --set target.chip=gfx950")
+            raise BadInput(f"`--set {item}` is not KEY=VALUE", where="--set",
+                           fix="e.g. --set target.chip=gfx950")
         if not value.strip():  # YAML reads nothing as null: a field quietly emptied
-            raise RunnerError("an empty value", where=f"--set {key}",
-                              fix=f"give one after the `=`: --set {key}=VALUE (or --set "
-                              f"{key}=null where you mean none)")
+            raise BadInput("an empty value", where=f"--set {key}",
+                           fix=f"give one after the `=`: --set {key}=VALUE (or --set "
+                           f"{key}=null where you mean none)")
         out[key] = parse_yaml(value, f"--set {key}", what="value")
     return out
 

@@ -23,7 +23,7 @@ import yaml
 
 from runner.base import outdir
 from runner.base.dirlock import drop_locks_of
-from runner.base.errors import RunnerError
+from runner.base.errors import ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import cache_dir
 from runner.base.procs import STOP_GRACE_S
@@ -77,9 +77,9 @@ def run_in_image(tag: str, argv: list[str], mounts: list[tuple[str, bool]], dry_
             drop_locks_of(hostname, [Path(p) for p, read_only in mounts if not read_only],
                           (outdir.LOCK,))
     if rc != 0:
-        raise RunnerError(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
-                          f"{stderr.strip()[-2000:]}", where=tag,
-                          fix="run the printed docker command by hand to see it fail")
+        raise ToolFailed(f"`{shlex.join(argv)}` failed in {tag} (exit {rc}):\n"
+                         f"{stderr.strip()[-2000:]}", where=tag,
+                         fix="run the printed docker command by hand to see it fail")
     return stdout
 
 
@@ -141,10 +141,10 @@ class ImageCompiler:
         try:
             compiled = CompiledModel.from_dict(json.loads(stdout)[0])
         except (ValueError, KeyError, IndexError) as e:
-            raise RunnerError(f"`runner compile --json` in {self.image} printed no compiled "
-                              f"model ({e}): {stdout[-500:]!r}", where=self.image,
-                              fix="the image's runner may be older than this one: rebuild it "
-                              "with `runner image build`") from e
+            raise ToolFailed(f"`runner compile --json` in {self.image} printed no compiled "
+                             f"model ({e}): {stdout[-500:]!r}", where=self.image,
+                             fix="the image's runner may be older than this one: rebuild it "
+                             "with `runner image build`") from e
         self._done[text] = compiled
         return compiled
 

@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError
 from runner.base.iree_tools import CompilerInfo, compiler_info, found_path
 from runner.config.sources import redact_url
 from runner.goldens.plan import (
@@ -306,10 +306,10 @@ def _compstat(p: TestPlan, compiled: CompileResult, result: TestResult) -> None:
     result.phase = "compstat"
     try:
         if stats is None:
-            raise RunnerError("this module was compiled without the statistics dump",
-                              where=where(test, "module"),
-                              fix="give the compstat test its own module (IREE CI compiles "
-                              "compstat modules with the dump flags)")
+            raise BadInput("this module was compiled without the statistics dump",
+                           where=where(test, "module"),
+                           fix="give the compstat test its own module (IREE CI compiles "
+                           "compstat modules with the dump flags)")
         count = dispatch_count(stats)
     except RunnerError as e:
         result.status, result.message = "error", str(e)

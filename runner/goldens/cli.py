@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
@@ -77,12 +77,12 @@ def _options(args: argparse.Namespace, **over):
 
     spec = Path(args.tuning_spec) if args.tuning_spec else None
     if spec is not None and not spec.is_file():
-        raise RunnerError("tuning spec not found", where=f"--tuning-spec {spec}",
-                          fix="give the path of a tuning spec .mlir file")
+        raise BadInput("tuning spec not found", where=f"--tuning-spec {spec}",
+                       fix="give the path of a tuning spec .mlir file")
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout <= 0:
-        raise RunnerError(f"--timeout {timeout:g} must be more than 0 seconds",
-                          where="--timeout", fix="e.g. --timeout 600, or leave it out")
+        raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds",
+                       where="--timeout", fix="e.g. --timeout 600, or leave it out")
     chosen = selection(args)
     values = dict(sku=chosen.sku or DEFAULT_SKU, rocm_chip=chosen.rocm_chip or DEFAULT_CHIP,
                   tuning_spec=spec,
@@ -197,8 +197,8 @@ def _one_sample(spec: str) -> int:
 
     ids = parse_ids(spec, where="--samples")
     if len(ids) != 1:
-        raise RunnerError(f"`--samples {spec}` names {len(ids)} samples; compare-steps "
-                          "follows one", where="--samples", fix="give one id, e.g. --samples 0")
+        raise BadInput(f"`--samples {spec}` names {len(ids)} samples; compare-steps "
+                       "follows one", where="--samples", fix="give one id, e.g. --samples 0")
     return ids[0]
 
 

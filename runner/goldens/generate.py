@@ -12,13 +12,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_json, sha256_file
 from runner.base.iree_tools import compiler_info
 from runner.base.provenance import iree_provenance
+from runner.base.steps import StepStatus
 from runner.config.sources import redact_url
 from runner.goldens.check import run_test
 from runner.goldens.plan import CheckOptions
@@ -92,14 +94,12 @@ def _test_key(test: GoldenTest, compiler) -> str:
 
 def _kept(key: str, out: Path, attempt) -> list[NewGolden] | None:
     """The outputs an interrupted attempt wrote for this test, every file as written."""
-    recorded = attempt.done(key) if attempt is not None and attempt.resumed else None
-    if recorded is None:
+    if attempt is None or not attempt.resumed:
         return None
-    goldens = [NewGolden.from_dict(raw, out) for raw in recorded]
-    if all(g.file.is_file() and sha256_file(g.file) == g.sha256 for g in goldens):
-        return goldens
-    attempt.forget(key)
-    return None
+    recorded = attempt.kept(key, lambda detail: all(
+        g.file.is_file() and sha256_file(g.file) == g.sha256
+        for g in (NewGolden.from_dict(raw, out) for raw in detail)))
+    return None if recorded is None else [NewGolden.from_dict(raw, out) for raw in recorded]
 
 
 def _new_goldens(test: GoldenTest, result: TestResult, to: Version | str, out: Path,
@@ -112,10 +112,10 @@ def _new_goldens(test: GoldenTest, result: TestResult, to: Version | str, out: P
         array = result.actual[i]
         spec = ref.spec
         if spec is not None and not TensorSpec.of(array).same_as(spec):
-            raise RunnerError(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
-                              where=f"{test.path}: outputs[{i}].value",
-                              fix="fix the test's output type, or the model that changed "
-                              "its shape")
+            raise BadInput(f"output {i} is {TensorSpec.of(array)}, the test says {spec}",
+                           where=f"{test.path}: outputs[{i}].value",
+                           fix="fix the test's output type, or the model that changed "
+                           "its shape")
         path = write_tensor(out / bump.new_name, array, key=f"output{i}")
         change = None
         old = next((o for o in result.outputs if o.index == i), None)
@@ -156,16 +156,18 @@ def generate_goldens(tests: list[GoldenTest], to: Version | str, out: Path, opts
                 print(f"kept  {test.name}: its outputs from an earlier attempt",
                       file=sys.stderr)
             continue
+        start = time.perf_counter()
         result = run_test(test, replace(opts, out=None, compile_only=False, dry_run=False,
                                         require_goldens=False), compiler)
         if not result.actual:
-            raise RunnerError(f"{test.name} did not produce outputs ({result.status} in "
-                              f"{result.phase}): {result.message}", where=str(test.path),
-                              fix="fix the test or the compiler, then generate again")
+            raise StepFailed(f"{test.name} did not produce outputs ({result.status} in "
+                             f"{result.phase}): {result.message}", where=str(test.path),
+                             fix="fix the test or the compiler, then generate again")
         mine = _new_goldens(test, result, to, out, key, echo)
         written += mine
         if attempt is not None:
-            attempt.mark(key, [g.to_dict() for g in mine])
+            attempt.record_part(key, StepStatus.FINISHED, time.perf_counter() - start,
+                                [g.to_dict() for g in mine])
     atomic_write_json(out / GOLDENS_MANIFEST, {"to": str(to), "iree": iree_provenance(),
                                                "goldens": [g.to_dict() for g in written]})
     return written

@@ -644,8 +644,8 @@ def load_benchmark_file(path: Path, module_dirs: tuple[Path, ...] = ()) -> Bench
             golden_dispatch={}, golden_size={}, extra=test.extra, module_test=test,
             time_statistic="min", markers=test.markers, unknown=test.unknown)
     if kind != "benchmark":
-        raise RunnerError("this is a quality test, not a benchmark file", where=str(path),
-                          fix="check it with `runner goldens check`")
+        raise BadInput("this is a quality test, not a benchmark file", where=str(path),
+                       fix="check it with `runner goldens check`")
     f = Fields(raw, str(path))
     submodel, suffix = _split_name(path.stem)
     inputs = f.texts("inputs")  # tensor types like 1x64xi64

@@ -161,7 +161,7 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
                  python: str, wheels: bool, tiny_count: int = TINY_COUNT
                  ) -> tuple[list[PrepareStep], dict]:
     """The commands `prepare` runs and the manifest it writes (less what only running tells)."""
-    from runner.base.errors import RunnerError
+    from runner.base.errors import BadInput
     from runner.bench.stages import stage_roles
     from runner.config.model_config import SHORT_DTYPES
     from runner.config.profile import load_profile
@@ -170,10 +170,10 @@ def prepare_plan(profile_name: str, carry: Path, batch_sizes: list[int] | None,
     model = profile.model
     sizes = list(batch_sizes or (model.batch_sizes or SDXL_BATCH_SIZES))
     if model.batch_sizes and (bad := [b for b in sizes if b not in model.batch_sizes]):
-        raise RunnerError(f"model {model.name} has no batch size {bad[0]} (it has "
-                          f"{list(model.batch_sizes)})", where="--batch-sizes",
-                          fix="give sizes the model has, e.g. --batch-sizes "
-                          + ",".join(map(str, model.batch_sizes)))
+        raise BadInput(f"model {model.name} has no batch size {bad[0]} (it has "
+                       f"{list(model.batch_sizes)})", where="--batch-sizes",
+                       fix="give sizes the model has, e.g. --batch-sizes "
+                       + ",".join(map(str, model.batch_sizes)))
     cache = carry / "cache"
     steps = [PrepareStep(f"compile {v} bs{b}", runner_argv(
         "compile", "--profile", profile_name, "--set", f"model.vae_dtype={v}",
@@ -207,15 +207,15 @@ def _same_tiny_count(tiny_cpu: Path, tiny_count: int) -> None:
     """A carry's CPU reference (prepared before, into the same --out) is resumed, not made
     again: it must hold the samples asked for, or the GPU's images would be compared with
     another set."""
-    from runner.base.errors import RunnerError
+    from runner.base.errors import BadInput
     from runner.inputs.jsonfile import read_json
 
     ids = read_json(tiny_cpu / "run.json", where=str(tiny_cpu / "run.json"),
                     what="the tiny run's record").get("sample_ids")
     if isinstance(ids, list) and ids != list(range(tiny_count)):
-        raise RunnerError(f"the carry's tiny-cpu run holds {len(ids)} samples, not the "
-                          f"{tiny_count} asked", where="--tiny-count",
-                          fix=f"give --tiny-count {len(ids)}, or prepare into a new --out")
+        raise BadInput(f"the carry's tiny-cpu run holds {len(ids)} samples, not the "
+                       f"{tiny_count} asked", where="--tiny-count",
+                       fix=f"give --tiny-count {len(ids)}, or prepare into a new --out")
 
 
 def user_conf_text(manifest: dict) -> str:

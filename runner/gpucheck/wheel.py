@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, StepFailed, ToolFailed
 from runner.base.paths import PACKAGE_DIR, PROJECT_FILES_DIR
 
 DIST = "iree-sdxl-runner"
@@ -55,16 +55,16 @@ def build_wheel(out: Path) -> Path:
             capture_output=True, text=True, errors="replace", check=False)
         wheels = sorted(built.glob("*.whl"))
         if proc.returncode != 0 or len(wheels) != 1:
-            raise RunnerError(f"pip wheel exited {proc.returncode}: "
-                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}",
-                              where="the runner's wheel",
-                              fix="install setuptools>=74 in this Python (pip install "
-                              "'setuptools>=74'), or prepare with --no-wheels")
+            raise ToolFailed(f"pip wheel exited {proc.returncode}: "
+                             f"{(proc.stderr or proc.stdout).strip()[-1500:]}",
+                             where="the runner's wheel",
+                             fix="install setuptools>=74 in this Python (pip install "
+                             "'setuptools>=74'), or prepare with --no-wheels")
         (wheel,) = wheels
         if not wheel.name.endswith("-py3-none-any.whl"):
-            raise RunnerError(f"the runner's wheel {wheel.name} is not pure Python",
-                              where=str(PROJECT_FILES_DIR / "pyproject.toml"),
-                              fix="keep compiled extensions optional in the recipe")
+            raise StepFailed(f"the runner's wheel {wheel.name} is not pure Python",
+                             where=str(PROJECT_FILES_DIR / "pyproject.toml"),
+                             fix="keep compiled extensions optional in the recipe")
         for old in out.glob(f"{DIST.replace('-', '_')}-*.whl"):
             old.unlink()
         return Path(shutil.move(str(wheel), out / wheel.name))

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
@@ -44,8 +44,8 @@ def parse_when(text: str, flag: str, end_of_day: bool = False) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise RunnerError(f"`{text}` is not a date", where=flag,
-                          fix="e.g. 2026-11-01, 2026-11-01T08:00, 7d or 12h") from None
+        raise BadInput(f"`{text}` is not a date", where=flag,
+                       fix="e.g. 2026-11-01, 2026-11-01T08:00, 7d or 12h") from None
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc).replace(tzinfo=None)
     if end_of_day and len(text.strip()) == len("2026-11-01"):
@@ -125,10 +125,10 @@ def _in_range(results: list, spec: str) -> list:
     ends = [i for i, r in enumerate(results) if hit(r, b)]
     if not starts or not ends:
         missing = a if not starts else b
-        raise RunnerError(f"no result in the selection measured `{missing}`",
-                          where="--iree-match",
-                          fix="name a version or commit the history holds (`runner history "
-                          "--json` lists them)")
+        raise BadInput(f"no result in the selection measured `{missing}`",
+                       where="--iree-match",
+                       fix="name a version or commit the history holds (`runner history "
+                       "--json` lists them)")
     return results[starts[0]:ends[-1] + 1]
 
 
@@ -267,7 +267,7 @@ def cmd_propose(ctx: CommandContext) -> int:
     print(json.dumps(record, indent=2, sort_keys=True) if args.json else text, end="" if
           not args.json else "\n")
     if not any(p.runs for p in proposals):  # nothing measured: nothing was judged either
-        raise RunnerError(
+        raise BadInput(
             f"the store holds no `runner bench goldens --sku {args.sku}` result of these "
             f"{len(proposals)} benchmark test(s): nothing proposed", where=url.shown(),
             fix=f"run `{shlex.join(['runner', 'bench', 'goldens', *args.paths])} --sku "

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.goldens.testfile import BenchmarkTest, layout
 from runner.history.changes import detect
 from runner.history.extract import BENCH_GOLDENS_CMD
@@ -99,8 +99,8 @@ def propose(bench: BenchmarkTest, results: list[Result], sku: str,
         p.old_text = bench.path.read_text(encoding="utf-8")
         raw = json.loads(p.old_text)
     except (OSError, ValueError) as e:
-        raise RunnerError(f"cannot read the benchmark file: {e}", where=str(bench.path),
-                          fix="pass IREE CI benchmark JSONs") from None
+        raise BadInput(f"cannot read the benchmark file: {e}", where=str(bench.path),
+                       fix="pass IREE CI benchmark JSONs") from None
     times = _series(results, bench.name, sku, "time_ms")
     if times is None:
         p.notes.append(f"no `runner bench goldens --sku {sku}` result of {bench.name} in the "

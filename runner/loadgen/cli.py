@@ -46,15 +46,15 @@ def _split(items: list[str]) -> tuple[str, ...]:
 
 def _audit_confs(items: list[str] | None) -> dict[str, Path]:
     """`--audit-conf TEST04=FILE` items."""
-    from runner.base.errors import RunnerError
+    from runner.base.errors import BadInput
 
     out: dict[str, Path] = {}
     for item in items or []:
         test, eq, path = item.partition("=")
         if not eq or test not in COMPLIANCE_TESTS or not path:
-            raise RunnerError(f"`--audit-conf {item}` is not TEST=FILE", where="--audit-conf",
-                              fix=f"e.g. --audit-conf TEST04=my-audit.config "
-                              f"({', '.join(COMPLIANCE_TESTS)})")
+            raise BadInput(f"`--audit-conf {item}` is not TEST=FILE", where="--audit-conf",
+                           fix=f"e.g. --audit-conf TEST04=my-audit.config "
+                           f"({', '.join(COMPLIANCE_TESTS)})")
         out[test] = Path(path)
     return out
 

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import StepFailed
 from runner.base.fileio import atomic_write_json
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.loadgen.compliance import Verification, verify
@@ -212,8 +212,8 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
     atomic_write_json(request.out / MLPERF_RECORD, record)
     _print_verdicts(outcomes, record, write_reports(request.out, record))
     if failure:
-        raise RunnerError(failure, where=str(request.out / WORK_DIR / "logs"),
-                          fix="read the worker logs; LoadGen's logs so far are kept in "
-                          f"{request.out}")
+        raise StepFailed(failure, where=str(request.out / WORK_DIR / "logs"),
+                         fix="read the worker logs; LoadGen's logs so far are kept in "
+                         f"{request.out}")
     return 0 if record["status"] in ("PASS", NOT_JUDGED) else 1
 

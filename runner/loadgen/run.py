@@ -22,6 +22,7 @@ from typing import Any
 from runner.base import shellscript
 from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import atomic_write_text, sha256_file
+from runner.base.steps import StepStatus
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions
 from runner.config.profile import Profile
 from runner.loadgen.conf import (
@@ -338,12 +339,10 @@ def _kept(prepared: Prepared, attempt) -> dict[str, TestOutcome]:
     if attempt is None or not attempt.resumed:
         return kept
     for spec in prepared.tests:
-        recorded = attempt.done(f"test:{spec.key}")
         log_dir = prepared.request.out / spec.key
-        if recorded and log_dir.is_dir() and _log_files(log_dir) == recorded["files"]:
+        if attempt.kept(f"test:{spec.key}", lambda detail, log_dir=log_dir: log_dir.is_dir()
+                        and _log_files(log_dir) == detail["files"]) is not None:
             kept[spec.key] = read_outcome(spec, log_dir, 0, [])
-        elif recorded:
-            attempt.forget(f"test:{spec.key}")
     return kept
 
 
@@ -432,12 +431,15 @@ def _run_tests(prepared: Prepared, execution, batch_size: int,
             outcomes.append(kept[spec.key])
             continue
         shutil.rmtree(out / spec.key, ignore_errors=True)  # a cut-short test's logs
+        start = time.perf_counter()
         outcome = _run_one(prepared, spec, execution, batch_size)
         outcomes.append(outcome)
+        if attempt is not None:
+            attempt.record_part(f"test:{spec.key}", StepStatus.FAILED if outcome.failure
+                                else StepStatus.FINISHED, time.perf_counter() - start,
+                                {"files": _log_files(out / spec.key)})
         if outcome.failure:
             break
-        if attempt is not None:
-            attempt.mark(f"test:{spec.key}", {"files": _log_files(out / spec.key)})
     return outcomes
 
 

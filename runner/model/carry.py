@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_text, sha256_file
 from runner.base.paths import PACKAGE_DIR, cache_dir
 from runner.config.model_config import ModelConfig
@@ -79,9 +79,9 @@ def carry(models: list[CompiledModel], out: Path) -> Carried:
         for config, sizes in by_config.items():
             _carry_model(ModelConfig.load(Path(config)), sizes, vae[config], out, result)
     except OSError as e:
-        raise RunnerError(f"cannot write the carry directory: {e.strerror or e}",
-                          where=str(out), fix="give --out a writable directory with room for "
-                          "the compiled modules") from e
+        raise BadInput(f"cannot write the carry directory: {e.strerror or e}",
+                       where=str(out), fix="give --out a writable directory with room for "
+                       "the compiled modules") from e
     return result
 
 

@@ -315,7 +315,7 @@ def compiled_elsewhere(mlir: Path, flags_for: FlagsFor, recompile_hint: str = ""
     if len(matches) > 1:
         names = "; ".join(f"{_named(c)} (vmfb/{e['key'][:2]}/{e['key'][:12]}...)"
                           for e, c in matches)
-        raise RunnerError(
+        raise ToolFailed(
             f"no iree-compile on this machine, and the compile cache holds {len(matches)} "
             f"vmfbs of {mlir.name} with these flags, by different compilers: {names}",
             where=str(vmfb_dir()),

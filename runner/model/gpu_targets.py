@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json
 from runner.base.iree_tools import CompilerInfo
 from runner.base.paths import cache_dir
@@ -161,7 +161,7 @@ def check_gpu_target(flags: tuple[str, ...], compiler: CompilerInfo, where: str)
         return
     others = known_targets(compiler, target.backend, target.prefix)
     kind = {"cuda": "CUDA", "hip": "HIP", "llvm-cpu": "LLVM CPU"}[target.backend]
-    raise RunnerError(
+    raise BadInput(
         f"iree-compile {compiler.version} (@ {compiler.commit[:12]}) does not know the {kind} "
         f"target {target.chip!r} ({target.flag}: compiling for it would stop with an error, "
         f"or crash); of {', '.join(CANDIDATES[target.backend])} it knows "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import BadInput, RunnerError
+from runner.base.errors import BadInput, ToolFailed
 from runner.base.fileio import atomic_write_bytes
 from runner.base.signals import import_held
 from runner.inputs.limits import INT64_MAX
@@ -29,8 +29,8 @@ def _bf16() -> np.dtype:
     try:
         import ml_dtypes
     except ImportError as e:  # pragma: no cover - ml_dtypes ships with the IREE runtime
-        raise RunnerError("bf16 tensors need the `ml_dtypes` package",
-                          fix="pip install ml_dtypes") from e
+        raise ToolFailed("bf16 tensors need the `ml_dtypes` package",
+                         fix="pip install ml_dtypes") from e
     return np.dtype(ml_dtypes.bfloat16)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import add_dry_run, add_out, add_worst, document
@@ -21,8 +21,8 @@ def cmd_report(ctx: CommandContext) -> int:
 
     args = ctx.args
     if args.against and Path(args.against).resolve() == Path(args.run_dir).resolve():
-        raise RunnerError("--against names the run itself", where="--against",
-                          fix="pass another run dir to compare with")
+        raise BadInput("--against names the run itself", where="--against",
+                       fix="pass another run dir to compare with")
     if args.dry_run:
         from runner.report.write import report_plan
 

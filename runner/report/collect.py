@@ -19,7 +19,7 @@ import numpy as np
 from runner.accuracy.compare import ImageDiff, compare_runs
 from runner.accuracy.samples import format_ids, open_source
 from runner.accuracy.verdict import JSON_NAME, RangeCheck
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.batch.worker import TASKS_DIR
 from runner.config.mlperf_data import CAPTIONS_FILE, load_captions, load_review_ids
 from runner.config.model_config import precision_text
@@ -288,8 +288,8 @@ def _range(entry: Any, metric: str, where: str) -> RangeCheck:
         low, high = (float(v) for v in entry["range"])
         return RangeCheck(metric, float(entry["score"]), low, high)
     except (KeyError, TypeError, ValueError) as e:
-        raise RunnerError(f"no usable {metric} score/range: {e!r}", where=where,
-                          fix="score the run again with `runner score`") from e
+        raise BadInput(f"no usable {metric} score/range: {e!r}", where=where,
+                       fix="score the run again with `runner score`") from e
 
 
 def read_scores(run_dir: Path) -> tuple[Scores | None, str]:
@@ -432,8 +432,8 @@ def _comparison(run_dir: Path, against: Path, worst: int, captions) -> Compariso
     try:
         comparison = compare_runs(run_dir, against, shape)
     except ImportError as e:
-        raise RunnerError(f"--against needs torch and torchmetrics: {e}", where="--against",
-                          fix="pip install -e '.[metrics]'") from e
+        raise ToolFailed(f"--against needs torch and torchmetrics: {e}", where="--against",
+                         fix="pip install -e '.[metrics]'") from e
     diffs = [d for d in comparison.worst(worst) if d.max_abs > 0]  # identical: nothing to see
     ids = {d.qsl_idx for d in diffs}
     there = _load_images(Path(against), ids, shape)

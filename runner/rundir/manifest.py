@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.steps import StepStatus
 
 
@@ -101,9 +101,9 @@ class RunManifest:
         try:
             return cls(**values, extra={k: v for k, v in raw.items() if k not in names})
         except TypeError as e:  # a required field is missing
-            raise RunnerError(f"run manifest lacks a field: {e}", where=where,
-                              fix="this is not a run.json this runner wrote; start a new "
-                              "--out") from e
+            raise BadInput(f"run manifest lacks a field: {e}", where=where,
+                           fix="this is not a run.json this runner wrote; start a new "
+                           "--out") from e
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from runner.base import shellscript
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, document
@@ -37,9 +37,9 @@ def cmd_export(ctx: CommandContext) -> int:
     from runner.model.export.store import ensure_export, open_sources
 
     if bool(args.source) == args.seeded:
-        raise RunnerError("give exactly one of --from DIR and --seeded", where="runner export sdxl",
-                          fix="--from a local diffusers-format SDXL checkpoint, or --seeded for "
-                          "SDXL's architecture with seeded random weights")
+        raise BadInput("give exactly one of --from DIR and --seeded", where="runner export sdxl",
+                       fix="--from a local diffusers-format SDXL checkpoint, or --seeded for "
+                       "SDXL's architecture with seeded random weights")
     dtype, vae_dtype = DTYPES[args.dtype], DTYPES[args.vae_dtype]
     vae_from = resolved(Path(args.vae_from), "--vae-from") if args.vae_from else None
     source = (ExportSource(None, "sdxl", dtype, args.max_length, vae_dtype, vae_from)
@@ -67,17 +67,17 @@ def _weights(args: argparse.Namespace) -> int:
     from runner.model.seeded_weights import ensure_weights
 
     if not args.source:
-        raise RunnerError("give the export directory with --from DIR",
-                          where="runner export weights",
-                          fix="--from the directory holding model.json and weights.spec.json "
-                          "(e.g. under $RUNNER_CACHE_DIR/exports)")
+        raise BadInput("give the export directory with --from DIR",
+                       where="runner export weights",
+                       fix="--from the directory holding model.json and weights.spec.json "
+                       "(e.g. under $RUNNER_CACHE_DIR/exports)")
     path = resolved(Path(args.source), "--from")
     config = ModelConfig.load(path if path.suffix == ".json" else path / "model.json")
     if not config.weights_spec:
-        raise RunnerError("this model has no weights spec: only a seeded export's weights "
-                          "are written from one", where=str(config.path),
-                          fix="export a seeded model (`runner export sdxl --seeded`), or carry "
-                          "the weights themselves")
+        raise BadInput("this model has no weights spec: only a seeded export's weights "
+                       "are written from one", where=str(config.path),
+                       fix="export a seeded model (`runner export sdxl --seeded`), or carry "
+                       "the weights themselves")
     done = ensure_weights(config, dry_run=args.dry_run,
                           say=lambda m: print(m, file=sys.stdout if args.dry_run else sys.stderr))
     if not done:

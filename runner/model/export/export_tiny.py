@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.base.errors import RunnerError
+from runner.base.errors import ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.paths import ASSETS_DIR, refuse_package_write
 from runner.base.signals import import_held
@@ -71,8 +71,8 @@ def export_tiny(out_dir: Path = TINY_DIR) -> list[Path]:
     try:
         import_held("iree.turbine")
     except ImportError as e:
-        raise RunnerError(f"export needs the [export] extra: {e}",
-                          fix="pip install -e '.[export]'") from e
+        raise ToolFailed(f"export needs the [export] extra: {e}",
+                         fix="pip install -e '.[export]'") from e
     from runner.model.export import tiny_model as tm
     from runner.model.export.sdxl_model import vae_decoder
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from runner.base.errors import RunnerError
+from runner.base.errors import StepFailed
 from runner.model.seeded_weights import (
     SeededTensor,
     WeightsSpec,
@@ -28,10 +28,10 @@ def _saveable(module: nn.Module) -> dict[str, torch.Tensor]:
     for name, t in state.items():
         first = seen.setdefault(t.data_ptr(), name)
         if first != name and t.numel():
-            raise RunnerError(f"{name} shares its storage with {first}: tied weights cannot "
-                              "be seeded tensor by tensor", where=name,
-                              fix="seed the shared tensor once and tie it after loading, or "
-                              "export the model from a checkpoint")
+            raise StepFailed(f"{name} shares its storage with {first}: tied weights cannot "
+                             "be seeded tensor by tensor", where=name,
+                             fix="seed the shared tensor once and tie it after loading, or "
+                             "export the model from a checkpoint")
     return state
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.base.errors import RunnerError
+from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.signals import import_held
 from runner.config.checkpoint import Checkpoint, VaeFiles, open_checkpoint, open_vae
@@ -124,10 +124,10 @@ def _verified(out: Path, key: str | None, log: Callable[[str], None]
         return [], [], {}
     raw = read_json(path, what="export's model.json")
     if raw.get("export_key") != key:
-        raise RunnerError("this directory holds an export of other inputs (another "
-                          "checkpoint, dtype, VAE or exporter version)", where=str(path),
-                          fix="export into an empty --out, or leave --out out to use the "
-                          "export cache")
+        raise BadInput("this directory holds an export of other inputs (another "
+                       "checkpoint, dtype, VAE or exporter version)", where=str(path),
+                       fix="export into an empty --out, or leave --out out to use the "
+                       "export cache")
     try:
         config = ModelConfig.from_dict(raw, path)
         ensure_weights(config, say=log)  # a seeded export's weights left behind: from its spec
@@ -189,10 +189,10 @@ def ensure_export(source: ExportSource, batch_sizes: list[int], vae_batch_sizes:
         import_held("iree.turbine")
         import_held("torch")
     except ImportError as e:
-        raise RunnerError(f"export needs the [export] extra: {e}",
-                          fix="pip install -e '.[export]', then run: "
-                          + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
-                                                      out))) from e
+        raise ToolFailed(f"export needs the [export] extra: {e}",
+                         fix="pip install -e '.[export]', then run: "
+                         + shlex.join(export_command(source, batch_sizes, vae_batch_sizes,
+                                                     out))) from e
     ckpt, vae_files = open_sources(source)  # every check, before writing
     key = export_key(source)
     out = out or export_dir(source, key)
