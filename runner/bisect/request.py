@@ -107,8 +107,7 @@ def bisect(good: str, bad: str, *, profile: Profile | str, out: Path | str,
         out: the bisect dir; one holding a bisect of the same inputs is resumed.
         test: `images`, `pixels:TOL`, `accuracy`, `throughput:PCT`, `compile`,
             `compstat`, `goldens:SUITE` or `script:CMD` (its exit code judges).
-        count: the first N samples (default: the profile's count; `accuracy`: the
-            profile's sample set).
+        count: the first N samples (default: the profile's count; `accuracy`: its set).
         samples: sample ids instead, e.g. `"0-3,7"`.
         ids: a file of sample ids instead.
         find_links: a find-links page or a directory of wheels for `wheels:` builds.
