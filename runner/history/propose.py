@@ -187,8 +187,8 @@ def _compile_goldens(p: Proposal, results: list[Result], sku: str) -> None:
         setattr(p, metric, seen[-1])
         varied = f" (it varied {seen[0]}..{seen[-1]} in the window)" if len(seen) > 1 else ""
         p.headroom.append(f"{key} {seen[-1]}: the window's largest{varied}, no headroom: "
-                          "IREE CI fails a compile above it, and one build and its flags "
-                          "always give the same")
+                          "IREE CI fails a compile above it, and one build with its flags "
+                          "gives the same on one SKU's machines")
 
 
 def _indent(text: str) -> int:
