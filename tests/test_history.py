@@ -324,18 +324,19 @@ def test_propose_takes_the_runs_since_the_last_change(tmp_path, capsys):
                  "--out", str(out), "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     clip = next(p for p in record["proposals"] if p["test"] == "tiny-bench/clip_cpu")
-    golden, tolerance = time_golden(new)
+    tg = time_golden(new)
+    golden, tolerance = tg.golden, tg.tolerance
     assert golden == float(f"{np.median(new):.3g}") and tolerance >= MIN_TOLERANCE
     assert max(new) <= golden * tolerance
     assert (clip["golden_time_ms"], clip["tolerance"], clip["dispatch_count"]) == (
         golden, tolerance, 151)
     assert [r["value"] for r in clip["runs"]] == new
-    proposed = json.loads((out / "json" / "clip_cpu.json").read_text())
+    proposed = json.loads((out / "json" / "goldens" / "tiny-bench" / "clip_cpu.json").read_text())
     shipped = json.loads((TINY_BENCH / "clip_cpu.json").read_text())
     assert proposed == {**shipped, "golden_time_ms": {"cpu": golden},
                         "golden_time_tolerance_multiplier": {"cpu": tolerance},
                         "golden_dispatch": {"cpu": 151}}
-    assert not (out / "json" / "vae_cpu.json").exists()  # no history: nothing proposed
+    assert not (out / "json" / "goldens" / "tiny-bench" / "vae_cpu.json").exists()  # no history
     unet = next(p for p in record["proposals"] if p["test"] == "tiny-bench/unet_cpu")
     assert unet["diff"] == "" and "nothing to propose" in unet["notes"][0]
 

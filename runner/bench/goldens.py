@@ -165,12 +165,14 @@ def load_benchmarks(paths: list[Path], selection: Selection | None = None,
     return select(((b, b.submodel) for b in found), selection or Selection(), paths)
 
 
-def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None = None
-                     ) -> GoldenTest:
+def quality_candidates(bench: BenchmarkTest, quality_dir: Path | None = None,
+                       stem: str | None = None) -> list[Path]:
+    """Where the quality test a benchmark file takes its module from may be, in the order
+    they are tried: `goldens propose` writes its files so that the same places hold it."""
     stem = stem or bench.path.stem
     candidates = []
-    if opts.quality_dir is not None:
-        candidates.append(opts.quality_dir / f"{stem}.json")
+    if quality_dir is not None:
+        candidates.append(quality_dir / f"{stem}.json")
     own = bench.extra.get("quality_test")
     if isinstance(own, str) and stem == bench.path.stem:
         # Our own field: a quality test in this suite or a sibling suite (tiny-bench names
@@ -180,13 +182,19 @@ def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None
         candidates.append(bench.path.parent / own)
     candidates.append(bench.path.resolve().parent.parent.parent / "quality_tests" / bench.model
                       / f"{stem}.json")
+    return candidates
+
+
+def quality_test_for(bench: BenchmarkTest, opts: GoldenOptions, stem: str | None = None
+                     ) -> GoldenTest:
+    candidates = quality_candidates(bench, opts.quality_dir, stem)
     for path in candidates:
         if path.is_file():
             tests = [t for t in load_test_file(path) if t.backend == bench.backend]
             if tests:
                 return tests[0]
-    raise BadInput(f"no quality test {stem}.json to take the module from (looked at "
-                   f"{', '.join(map(str, candidates))})", where=str(bench.path),
+    raise BadInput(f"no quality test {stem or bench.path.stem}.json to take the module from "
+                   f"(looked at {', '.join(map(str, candidates))})", where=str(bench.path),
                    fix="pass --quality-dir DIR (IREE CI's quality_tests/<model>/) or set "
                    '"quality_test": "<path>" in the benchmark file')
 

@@ -220,6 +220,7 @@ def cmd_import(ctx: CommandContext) -> int:
 def cmd_propose(ctx: CommandContext) -> int:
     from runner.bench.goldens import load_benchmarks
     from runner.goldens.cli import module_dirs, selection
+    from runner.history import propose_files
     from runner.history.propose import propose
     from runner.history.store import Query, opened
     from runner.history.url import resolve
@@ -242,7 +243,7 @@ def cmd_propose(ctx: CommandContext) -> int:
             lines.append(f"golden_time_ms {p.golden_time_ms:g} x {p.tolerance:g} from "
                          f"{len(p.runs)} run(s), {min(values):.4g}..{max(values):.4g} ms, "
                          f"{p.runs[0].when:%Y-%m-%d} to {p.runs[-1].when:%Y-%m-%d}")
-        lines += [f"- {n}" for n in p.notes]
+        lines += [f"- {n}" for n in p.notes + p.headroom]
         diff = p.diff()
         lines += (["", "```diff", diff.rstrip("\n"), "```"] if diff else ["", "no change"])
         if p.runs:
@@ -255,14 +256,14 @@ def cmd_propose(ctx: CommandContext) -> int:
               "proposals": [p.to_dict() for p in proposals]}
     if args.out:
         out = Path(args.out)
-        for p in proposals:
-            if p.changed:
-                target = out / "json" / p.file.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(target, p.new_text)
+        written = propose_files.write_proposals(list(zip(benches, proposals, strict=True)), out)
+        record["written"] = [str(w) for w in written]
         atomic_write_json(out / PROPOSAL_JSON, record)
         atomic_write_text(out / PROPOSAL_MD, text)
-        print(f"proposed files: {out / 'json'}; reports: {out / PROPOSAL_JSON}, "
+        suites = sorted({str(w.parent) for w in written})
+        where = (f"`{shlex.join(['runner', 'bench', 'goldens', *suites])} --sku {args.sku}` "
+                 "checks them where they are" if written else "none")
+        print(f"proposed files: {where}; reports: {out / PROPOSAL_JSON}, "
               f"{out / PROPOSAL_MD}", file=sys.stderr)
     print(json.dumps(record, indent=2, sort_keys=True) if args.json else text, end="" if
           not args.json else "\n")
@@ -331,16 +332,18 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     _machine(q)
     _since(q)
     q.add_argument("--min-runs", type=COUNT, default=5, metavar="N",
-                   help="fewest runs since the last change point to propose a time "
-                   "(default: 5)")
+                   help="fewest runs in the window (from the latest build change, up to a "
+                   "machine change) to propose a time (default: 5)")
     add_results(q, records=False)
     add_json(q, "the proposals")
-    add_out(q, "write the proposed test files (json/), proposal.json and proposal.md here",
+    add_out(q, "write the proposed test files (json/<suite's parent>/<suite>/, with the "
+            "quality tests they name), proposal.json and proposal.md here",
             Rerun(RESUMES, "nothing: the proposal is made again"), required=False,
             default="none: the diff on the console")
     q.set_defaults(func=cmd_propose, rocm_chip=None)
     document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
              "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d "
              "--out runs/propose",
-             out="json/ (each changed test file), proposal.json, proposal.md")
+             out="json/ (each changed test file where `bench goldens` checks it, and the "
+             "quality tests it names), proposal.json, proposal.md")
     return p
