@@ -460,3 +460,64 @@ def test_a_store_that_makes_a_command_wait_can_be_left_with_ctrl_c(tiny_compiled
     assert "history: not recorded (stopped by SIGINT)" in err and "Traceback" not in err
     assert f"runner history import {run} --results {store}" in err
     assert main(["history", "import", str(run), "--results", str(store)]) == 0
+
+
+# --- what a result records ------------------------------------------------------------------
+
+
+def _run_dir(path: Path, report: dict) -> Path:
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"profile": "cpu"}))
+    (path / "results.json").write_text(json.dumps(report))
+    return path
+
+
+def test_import_refuses_a_string_where_a_number_belongs_naming_file_and_field(tmp_path,
+                                                                              capsys):
+    """The file is refused with its path and field (no traceback), the rest goes on."""
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    bad = _run_dir(tmp_path / "bad", {"workers": [{"samples": "12", "stage_ms": {"unet": 9}}]})
+    worse = _run_dir(tmp_path / "worse", {"workers": [{"samples": 2,
+                                                        "stage_ms": {"unet": "9.5 ms"}}]})
+    good = _run_dir(tmp_path / "good", {"workers": [{"samples": 2, "stage_ms": {"unet": 9}}]})
+    assert main(["history", "import", str(bad), str(worse), str(good), "--results", url]) == 2
+    out, err = capsys.readouterr()
+    assert f"{bad / 'results.json'}: workers[0].samples" in err and '"12", not a number' in err
+    assert f"{worse / 'results.json'}: workers[0].stage_ms.unet" in err
+    assert "Traceback" not in err and "could not convert" not in err
+    assert f"recorded: run {good}" in out
+    with open_store(resolve(url)) as store:
+        (r,) = store.query(Query())
+    assert r.out_dir == str(good) and r.metrics == (Metric("stage_ms", "unet", 9.0),)
+
+
+def test_a_subsets_scores_are_stored_as_not_judged(tmp_path):
+    """A 2-sample run the console calls "not judged": its FID is kept, its verdict none."""
+    scores = {"verdict": "subset", "subset": True,
+              "fid": {"score": 250.0, "range": [23.01, 23.95], "pass": False},
+              "clip": {"score": 0.1, "range": [31.69, 31.81], "pass": False}}
+    (r,) = extract(_run_dir(tmp_path / "subset", {"scores": scores}))
+    assert {m.name: m.verdict for m in r.metrics} == {"fid": None, "clip": None}
+    assert {m.name: (m.low, m.high) for m in r.metrics}["fid"] == (23.01, 23.95)
+    full = {**scores, "verdict": "fail", "subset": False}
+    (r,) = extract(_run_dir(tmp_path / "full", {"scores": full}))
+    assert {m.name: m.verdict for m in r.metrics} == {"fid": "fail", "clip": "fail"}
+
+
+def test_every_recorded_result_names_the_runner_that_measured_it(tmp_path, capsys):
+    import runner
+    from runner.base.provenance import runner_provenance
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    out = tmp_path / "bench"
+    shutil.copytree(FIXTURE, out)
+    record = json.loads((out / "attempt.json").read_text())
+    assert "runner" not in record["attempts"][-1]  # an out dir of an older runner: unknown
+    (old,) = extract(out)
+    assert old.runner_version == ""
+    assert main(["goldens", "check", str(REPO / "goldens" / "tiny"), "-k", "clip_cpu",
+                 "--out", str(tmp_path / "check"), "--results", url]) in (0, 1)
+    with open_store(resolve(url)) as store:
+        (r,) = store.query(Query())
+    assert r.runner_version == runner.__version__
+    assert r.runner_commit == (runner_provenance()["commit"] or "")
