@@ -27,13 +27,15 @@ from repo_support import REPO
 from runner.cli.main import main
 from runner.history.changes import (
     PENALTY,
+    Change,
     detect,
     mann_whitney,
     ranks,
     steps,
 )
 from runner.history.extract import extract
-from runner.history.model import Metric, Result
+from runner.history.judge import judge_changes
+from runner.history.model import Confirmation, Metric, Result
 from runner.history.propose import MIN_TOLERANCE, time_golden
 from runner.history.series import series_of
 from runner.history.store import Query, open_store
@@ -131,6 +133,66 @@ def test_a_step_without_a_build_change_names_the_machine_and_no_bisect():
     assert change.bisect() is None and "not IREE" in change.why_no_bisect()
 
 
+def test_a_step_inside_one_build_is_the_machines_exit_0_and_its_own_kind(tmp_path, capsys):
+    """The cron alert that cried wolf: a step with the same build on both sides."""
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(resolve(url)) as store:
+        for i, v in enumerate(noisy(30, seed=5, step_at=15, step=0.9)):
+            store.add(nightly(i, v, "3.13.0", name="time_ms", subject="tiny-bench/unet_cpu",
+                              command="bench goldens", sku="cpu"))
+    assert main(["history", "--results", url, "--out", str(tmp_path / "h"), "--json"]) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["kind"] == "machine" and change["regression"] is True
+    assert "the same build on both sides" in change["reasons"][0]
+    assert change["confirm"] is None and change["bisect"] is None
+    md = (tmp_path / "h" / "history.md").read_text()
+    assert "### Changes (1, 1 the machine's, not IREE's)" in md
+    assert "- machine (regression): bench goldens" in md
+    page = (tmp_path / "h" / "history.html").read_text()
+    assert "NO REGRESSION: THE MACHINE CHANGED" in page and 'class="verdict pass"' in page
+
+
+def _judged(results: list[Result]) -> Change:
+    (change,) = judge_changes(detect(series_of(results)[0]), [])
+    return change
+
+
+def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_machines():
+    values = noisy(30, seed=5, step_at=15, step=0.3)
+
+    def at(i: int, **fields) -> Result:
+        return nightly(i, values[i], "3.12.0" if i < 15 else "3.13.0", name="time_ms",
+                       subject="t", command="bench goldens", sku="cpu", **fields)
+
+    (found,) = detect(series_of([at(i) for i in range(30)])[0])
+    assert found.index == 16  # a noisy point: the step is found one late, inside 3.13.0
+    alone = _judged([at(i) for i in range(30)])
+    assert alone.index == 15  # moved onto the build boundary beside it
+    assert alone.kind == "unconfirmed" and alone.confirm == (
+        "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command "
+        "'bench goldens' --metric time_ms --stage t --profile cpu --sku cpu "
+        "--out runs/confirm-time_ms-t")
+    runner = _judged([at(i, runner_version="0.1.0" if i < 15 else "0.2.0") for i in range(30)])
+    assert runner.kind == "machine"
+    assert runner.reasons == ("the runner changed with it: 0.1.0 -> 0.2.0",)
+
+    def timed(i: int, busy: bool, kernel: str = "6.1") -> dict:
+        return {"conditions": {"t": {"kernel": kernel, "beside_foreign_load": busy}}}
+
+    loaded = _judged([at(i, details=timed(i, i >= 15)) for i in range(30)])
+    assert loaded.kind == "machine" and loaded.reasons[0].startswith(
+        "foreign load changed with it: 0% of the results before were timed beside other "
+        "processes' load, 100% after")
+    kernel = _judged([at(i, details=timed(i, False, "6.1" if i < 15 else "6.8"))
+                      for i in range(30)])
+    assert kernel.reasons == ("the kernel changed with it: 6.1 -> 6.8",)
+    quiet = _judged([at(i, details=timed(i, i % 7 == 0)) for i in range(30)])
+    assert quiet.kind == "unconfirmed"  # the same share of busy neighbours on both sides
+    faster = _judged([replace(at(i), metrics=(Metric("time_ms", "t", 200 - values[i]),))
+                      for i in range(30)])
+    assert faster.kind == "improvement"
+
+
 def test_nightlies_and_commits_bisect_as_installable_builds():
     values = noisy(20, seed=11, step_at=10)
     nightlies = [nightly(i, v, "3.5.0rc20250601" if i < 10 else "3.5.0rc20250620")
@@ -165,26 +227,49 @@ def nightlies_store(tmp_path) -> str:
     return url
 
 
-def test_history_lists_charts_and_flags_the_regression(nightlies_store, tmp_path, capsys):
+def test_history_lists_charts_and_alerts_only_on_a_confirmed_regression(nightlies_store,
+                                                                        tmp_path, capsys):
+    """The UNet 12% slower from 3.13.0 on: worse across two builds, listed as unconfirmed
+    (exit 0); once the two builds measured again held the difference, a regression (exit
+    1); a newer confirmation where it did not hold makes it the machine's (exit 0)."""
     out = tmp_path / "report"
-    code = main(["history", "--results", nightlies_store, "--profile", "cpu", "--out", str(out),
-                 "--json"])
-    assert code == 1  # a regression was found
+    argv = ["history", "--results", nightlies_store, "--profile", "cpu", "--out", str(out),
+            "--json"]
+    assert main(argv) == 0  # not measured again yet: no alarm
     record = json.loads(capsys.readouterr().out)
     assert record["count"] == 40
     (change,) = record["changes"]
     assert change["series"]["subject"] == "unet" and change["regression"] is True
+    assert change["kind"] == "unconfirmed" and change["confirmation"] is None
     assert change["first_after"]["build"].startswith("3.13.0 @ ")
     assert change["bisect"].startswith("runner bisect --good wheels:3.12.0 --bad wheels:3.13.0")
     assert json.loads((out / "history.json").read_text()) == record
     md = (out / "history.md").read_text()
-    assert "### Changes (1, 1 regression(s))" in md and change["bisect"] in md
+    assert "### Changes (1, 1 unconfirmed regression(s))" in md and change["bisect"] in md
     page = (out / "history.html").read_text()
     ET.fromstring(page.removeprefix("<!DOCTYPE html>"))  # well-formed: nothing broken
+    assert "1 TO CONFIRM" in page and "REGRESSION(S)" not in page
     assert page.count("<svg") == 3  # unet, vae, fid
     assert "+1" in page and "stroke-dasharray" in page  # the step is marked
     assert "http" not in page.replace("http://www.w3.org/2000/svg", "")  # nothing fetched
     assert page.count('fill="#1a7f3722"') == 40  # FID's band, per result
+
+    held = Confirmation(change["series"], "wheels:3.12.0", "wheels:3.13.0", (100.0, 99.0, 101.0),
+                        (112.0, 113.0, 111.0), True, T0 + timedelta(days=50), "lab-1")
+    with open_store(resolve(nightlies_store)) as store:
+        store.add_confirmation(held)
+    assert main(argv) == 1
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["kind"] == "regression" and change["confirmation"]["holds"] is True
+    assert change["confirmation"]["bad_values"] == [112.0, 113.0, 111.0]
+    assert "the difference held with its interval" in change["reasons"][0]
+    assert "1 CONFIRMED REGRESSION(S)" in (out / "history.html").read_text()
+    with open_store(resolve(nightlies_store)) as store:
+        store.add_confirmation(replace(held, holds=False, confirmed_at=T0 + timedelta(days=51)))
+    assert main(argv) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["kind"] == "machine" and "did not hold" in change["reasons"][0]
+    assert "THE MACHINE CHANGED" in (out / "history.html").read_text()
 
 
 def test_history_filters(nightlies_store, capsys):

@@ -125,6 +125,7 @@ def _in_range(results: list, spec: str) -> list:
 def cmd_history(ctx: CommandContext) -> int:
     from runner.history import render
     from runner.history.changes import detect_all
+    from runner.history.judge import alerts, judge_changes
     from runner.history.selection import check_dates, refuse_empty
     from runner.history.series import series_of
     from runner.history.store import Query, opened
@@ -138,12 +139,13 @@ def cmd_history(ctx: CommandContext) -> int:
         results = store.query(query)
         if not results and query != Query(limit=query.limit):
             raise refuse_empty(store, query)
+        confirmations = store.confirmations()
     if args.iree and ".." in args.iree:
         results = _in_range(results, args.iree)
     if args.limit:
         results = results[-args.limit:]
     series = series_of(results)
-    changes = detect_all(series, min_change=args.min_change)
+    changes = judge_changes(detect_all(series, min_change=args.min_change), confirmations)
     shown = {"profile": args.profile, "command": args.result_command, "metric": args.metric,
              "stage": args.stage, "iree": args.iree, "since": args.since, "until": args.until,
              "machine": args.machine, "sku": args.sku, "limit": args.limit,
@@ -164,7 +166,7 @@ def cmd_history(ctx: CommandContext) -> int:
         print(json.dumps(record, indent=2, sort_keys=True))
     elif not args.out:
         print(render.markdown(url.shown(), results, changes, names), end="")
-    return EXIT_FAILED if any(c.regression for c in changes) else EXIT_OK
+    return EXIT_FAILED if alerts(changes) else EXIT_OK
 
 
 def cmd_import(ctx: CommandContext) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from runner.base.mdtable import md_table
+from runner.base.outcome import Outcome
 from runner.history.changes import Change
 from runner.history.model import Result
 from runner.history.series import Point, Series
@@ -32,6 +33,8 @@ LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
 HISTORY_CSS = """
 figure.series { margin: 18px 0; } figure.series figcaption { font-weight: 600; }
 .change.regression { color: var(--fail); } .change.improvement { color: var(--pass); }
+.change.unconfirmed { color: var(--warn); } .change.machine { color: var(--muted); }
+header.unconfirmed { background: var(--warn); }
 pre.cmd { background: var(--soft); padding: 6px 10px; overflow-x: auto; }
 """
 
@@ -66,20 +69,52 @@ def to_json(store: str, query: dict[str, Any], results: list[Result],
             "changes": [c.to_dict() for c in changes]}
 
 
+def next_step(c: Change) -> tuple[str, str | None]:
+    """What to do about a change: (what the command does, the command), or (why none, None)."""
+    if c.kind == Outcome.UNCONFIRMED and c.confirm:
+        return "confirm it", c.confirm
+    if c.kind in (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.IMPROVEMENT,
+                  Outcome.CHANGE) and c.bisect():
+        return "pin it", c.bisect()
+    if c.kind == Outcome.MACHINE:
+        return "", None
+    return c.why_no_bisect(), None
+
+
 def change_lines(changes: list[Change]) -> list[str]:
     lines = []
     for c in changes:
         lines.append(f"- {esc(c.line())}")
-        command = c.bisect()
-        lines.append(f"  - pin it: `{command}`" if command else f"  - {esc(c.why_no_bisect())}")
+        lines += [f"  - {esc(r)}" for r in c.reasons]
+        what, command = next_step(c)
+        if command:
+            lines.append(f"  - {what}: `{command}`")
+        elif what:
+            lines.append(f"  - {esc(what)}")
     return lines
+
+
+def counts(changes: list[Change]) -> dict[str, int]:
+    """How many changes of each kind, in the order a reader acts on them."""
+    return {k: sum(c.kind == k for c in changes) for k in (
+        Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE, Outcome.IMPROVEMENT,
+        Outcome.CHANGE)}
+
+
+def changes_headline(changes: list[Change]) -> str:
+    """`2 changes: 1 confirmed regression, 1 the machine's`: the heading and the badge."""
+    words = {Outcome.REGRESSION: "confirmed regression(s)",
+             Outcome.UNCONFIRMED: "unconfirmed regression(s)",
+             Outcome.MACHINE: "the machine's, not IREE's", Outcome.IMPROVEMENT: "improvement(s)",
+             Outcome.CHANGE: "other change(s)"}
+    parts = [f"{n} {words[Outcome(k)]}" for k, n in counts(changes).items() if n]
+    return f"{len(changes)}" + (f", {', '.join(parts)}" if parts else "")
 
 
 def markdown(store: str, results: list[Result], changes: list[Change],
              names: tuple[str, ...] = (), newest: int = 50) -> str:
     lines = [f"## History: {len(results)} result(s)", "", f"store: `{esc(store)}`", ""]
-    regressions = [c for c in changes if c.regression]
-    lines += [f"### Changes ({len(changes)}, {len(regressions)} regression(s))", ""]
+    lines += [f"### Changes ({changes_headline(changes)})", ""]
     lines += change_lines(changes) or ["none found"]
     shown = results[-newest:][::-1]
     lines += ["", f"### Results (newest {len(shown)})", "",
@@ -197,6 +232,24 @@ def chart(series: Series, changes: list[Change]) -> str:
     return "".join(parts)
 
 
+def _header(store: str, results: list[Result], series: list[Series],
+            changes: list[Change]) -> str:
+    """The banner: red only for a confirmed regression; amber for one the history alone
+    suggests; a step of the machine's says so and raises no alarm."""
+    n = counts(changes)
+    if n[Outcome.REGRESSION]:
+        cls, badge = "fail", f"{n[Outcome.REGRESSION]} CONFIRMED REGRESSION(S)"
+    elif n[Outcome.UNCONFIRMED]:
+        cls, badge = "unconfirmed", f"{n[Outcome.UNCONFIRMED]} TO CONFIRM"
+    elif n[Outcome.MACHINE]:
+        cls, badge = "pass", "NO REGRESSION: THE MACHINE CHANGED"
+    else:
+        cls, badge = "pass", "NO REGRESSION"
+    return (f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
+            f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
+            f"<p>store <code>{e(store)}</code></p></div></header><main>")
+
+
 def html(store: str, results: list[Result], series: list[Series], changes: list[Change],
          names: tuple[str, ...] = (), newest: int = 200) -> str:
     by_series: dict[int, list[Change]] = {}
@@ -204,21 +257,16 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
         by_series.setdefault(id(c.series), []).append(c)
     ordered = sorted(series, key=lambda s: (id(s) not in by_series, s.label))
     charted = [s for s in ordered if len(s.points) > 1][:MAX_CHARTS]
-    regressions = sum(bool(c.regression) for c in changes)
-    cls = "fail" if regressions else "pass"
-    badge = f"{regressions} REGRESSION(S)" if regressions else "NO REGRESSION"
-    parts = [f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
-             f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
-             f"<p>store <code>{e(store)}</code></p></div></header><main>",
-             f"<h2>Changes ({len(changes)})</h2>"]
+    parts = [_header(store, results, series, changes),
+             f"<h2>Changes ({e(changes_headline(changes))})</h2>"]
     if not changes:
         parts.append("<p>No change point found.</p>")
     for c in changes:
-        kind = {True: "regression", False: "improvement", None: "change"}[c.regression]
-        command = c.bisect()
-        parts.append(f'<p class="change {kind}">{e(c.line())}</p>' + (
-            f'<pre class="cmd">{e(command)}</pre>' if command else
-            f"<p><em>{e(c.why_no_bisect())}</em></p>"))
+        what, command = next_step(c)
+        parts.append(f'<p class="change {e(c.kind)}">{e(c.line())}</p>'
+                     + "".join(f"<p><em>{e(r)}</em></p>" for r in c.reasons)
+                     + (f"<p>{e(what)}:</p><pre class=\"cmd\">{e(command)}</pre>" if command
+                        else f"<p><em>{e(what)}</em></p>" if what else ""))
     parts.append(f"<h2>Series ({len(charted)} of {len(series)} charted)</h2>")
     for s in charted:
         unit = f" ({s.unit})" if s.unit else ""
