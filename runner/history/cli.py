@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import shlex
+import socket
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Any
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.base.outdir import RESUMES, Rerun
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_dry_run,
+    add_find_links,
+    add_good_bad,
     add_iree,
     add_json,
     add_out,
@@ -25,6 +28,7 @@ from runner.cli.grammar import (
     document,
     shared,
 )
+from runner.history.extract import RECORDED
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
 
 HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
@@ -57,15 +61,11 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("which results (each narrows; default: all)")
     shared(g, "--profile", metavar="NAME", help="only results of this profile (a name or "
            "glob, e.g. mi325x; default: every profile)")
-    g.add_argument("--command", metavar="CMD", dest="result_command",
-                   choices=["run", "bench", "bench goldens", "mlperf", "validate",
-                            "goldens check"],
-                   help="only results of this command: run, bench, 'bench goldens', mlperf, "
-                   "validate, 'goldens check' (default: all)")
-    g.add_argument("--metric", action="append", metavar="NAME",
-                   help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
-                   "dispatch_ms, dispatch_count, time_ms, size_bytes, latency_ms, passed "
-                   "(default: all)")
+    _command(g, "only results of this command", "all")
+    shared(g, "--metric", action="append", metavar="NAME",
+           help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
+           "dispatch_ms, dispatch_count, time_ms, size_bytes, latency_ms, passed "
+           "(default: all)")
     shared(g, "--stage", variant="pattern", metavar="GLOB",
            help="only numbers of this stage, layout, golden test or dispatch (a glob: "
            "unet, 'unet*', 'clip bs1', 'tiny-bench/*'; default: all)")
@@ -77,6 +77,17 @@ def _filters(p: argparse.ArgumentParser) -> None:
                    "to its end; default: now)")
     _machine(g)
     shared(g, "--sku", help="only benchmark goldens of this SKU (default: every SKU)")
+
+
+def _command(g: Any, what: str, default: str, **kwargs: Any) -> None:
+    shared(g, "--command", metavar="CMD", dest="result_command", choices=list(RECORDED),
+           help=f"{what}: run, bench, 'bench goldens', mlperf, validate, 'goldens check' "
+           f"(default: {default})", **kwargs)
+
+
+def _min_change(p: Any, what: str) -> None:
+    shared(p, "--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
+           help=f"{what} (default: 0.02, i.e. 2%%)")
 
 
 def _since(g: Any) -> None:
@@ -208,6 +219,52 @@ def cmd_import(ctx: CommandContext) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
+def _confirm_request(args: argparse.Namespace):
+    from runner.bisect.builds import Sources, check_find_links, parse_build
+    from runner.history.confirm import ConfirmRequest
+
+    sources = Sources(find_links=check_find_links(args.find_links), pre=args.pre)
+    good, bad = parse_build(args.good, sources, "--good"), parse_build(args.bad, sources, "--bad")
+    if good.spec == bad.spec:
+        raise RunnerError(f"--good and --bad are one build ({good.spec}): nothing to compare",
+                          where="--bad", fix="name the first bad build the history printed")
+    return ConfirmRequest(good, bad, args.result_command, args.metric[0], args.stage,
+                          args.profile, args.sku, args.rounds, args.min_change,
+                          Path(args.out).absolute(), sources)
+
+
+def cmd_confirm(ctx: CommandContext) -> int:
+    from runner.history import confirm
+    from runner.history.store import Query, open_store, opened
+    from runner.history.url import resolve
+
+    args = ctx.args
+    if len(args.metric) != 1:
+        raise RunnerError("confirm measures one metric", where="--metric",
+                          fix="name the one metric of the change (e.g. --metric time_ms)")
+    req = _confirm_request(args)
+    url = resolve(args.results)
+    if args.dry_run and url.path is not None and not url.path.is_file():
+        raise RunnerError("the store holds no results yet", where=url.shown(),
+                          fix="record the series first (bench goldens with --out)")
+    query = Query(command=req.command, metrics=(req.metric,), sku=req.sku)
+    with (open_store(url, upgrade=False) if args.dry_run else opened(url)) as store:
+        series = confirm.find_series(store.query(query), req, socket.gethostname())
+        if args.dry_run:
+            print("\n".join(confirm.confirm_dry_run(req, series, url.shown())))
+            return EXIT_OK
+        confirmation = confirm.confirm(req, series)
+        store.add_confirmation(confirmation)
+    text = confirm.confirmation_summary(confirmation, series)
+    atomic_write_json(req.out / confirm.CONFIRM_JSON, confirmation.to_dict())
+    atomic_write_text(req.out / confirm.CONFIRM_MD, text)
+    print(json.dumps(confirmation.to_dict(), indent=2, sort_keys=True) if args.json else text,
+          end="\n" if args.json else "")
+    print(f"confirmation stored in {url.shown()}; reports: {req.out / confirm.CONFIRM_JSON}, "
+          f"{req.out / confirm.CONFIRM_MD}", file=sys.stderr)
+    return EXIT_FAILED if confirmation.holds else EXIT_OK
+
+
 def cmd_propose(ctx: CommandContext) -> int:
     from runner.bench.goldens import load_benchmarks
     from runner.goldens.cli import module_dirs, selection
@@ -281,9 +338,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     p.add_argument("--limit", type=COUNT_OR_ZERO, default=DEFAULT_LIMIT, metavar="N",
                    help="only the newest N results of the selection, the series and change "
                    f"points in them (default: {DEFAULT_LIMIT}; 0: all)")
-    p.add_argument("--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
-                   help="a change point smaller than this relative change is not reported "
-                   "(default: 0.02, i.e. 2%%)")
+    _min_change(p, "a change point smaller than this relative change is not reported")
     add_results(p, records=False)
     add_json(p, "the results and changes")
     add_out(p, "write history.json, history.md and history.html (charts) here",
@@ -297,7 +352,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
              "(each series over builds and dates, bands and change points drawn)")
-    sub = p.add_subparsers(dest="history_command", metavar="{import}")
+    sub = p.add_subparsers(dest="history_command", metavar="{import,confirm}")
     i = sub.add_parser("import", help="add the results of existing out dirs (run, bench, "
                        "bench goldens, mlperf, validate, goldens check) to the store")
     i.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -309,6 +364,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     document(i, "runner history import runs/main",
              "runner history import runs/main --dry-run",
              "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
+
+    _register_confirm(sub)
 
     from runner.goldens.cli import selection_flags
 
@@ -335,3 +392,43 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              "--out runs/propose",
              out="json/ (each changed test file), proposal.json, proposal.md")
     return p
+
+
+def _register_confirm(sub: Any) -> None:
+    c = sub.add_parser(
+        "confirm", help="measure a change's last good and first bad builds again, "
+        "interleaved on this machine, and store whether the difference holds",
+        description="Installs both builds (a cached venv each, as runner bisect does) and "
+        "runs the series' bench goldens test with each in turn, good, bad, good, bad, ..., "
+        "so both see the same machine. The change holds when the bad build's interval of the "
+        "median lies wholly on the worse side of the good one's, by --min-change. The "
+        "confirmation is stored: `runner history` then calls the change a regression (exit "
+        "1) or the machine's. Exit 1 when it holds, 0 when it does not.")
+    add_good_bad(c)
+    g = c.add_argument_group("the series (as `runner history` printed the command)")
+    _command(g, "the command of the series", "none: required", required=True)
+    shared(g, "--metric", action="append", metavar="NAME", required=True,
+           help="the series' metric: time_ms (default: none: required)")
+    shared(g, "--stage", variant="pattern", metavar="GLOB", required=True,
+           help="the series' subject, e.g. tiny-bench/unet_cpu (default: none: required)")
+    shared(g, "--profile", metavar="NAME",
+           help="the series' profile (default: any, where one series matches)")
+    shared(g, "--sku", help="the series' SKU (default: any, where one series matches)")
+    c.add_argument("--rounds", type=COUNT, default=5, metavar="N",
+                   help="rounds of each build, interleaved (default: 5: each median's "
+                   "interval is then its runs' range, at 94%%)")
+    _min_change(c, "the smallest relative difference of the medians that holds")
+    add_find_links(c)
+    shared(c, "--pre", action="store_true",
+           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    add_results(c, records=False)
+    add_json(c, "the confirmation")
+    add_out(c, "write confirm.json, confirm.md and each round's bench goldens (rounds/) here",
+            Rerun(REFUSES, "nothing: the rounds are measured again"))
+    add_dry_run(c, "each build's setup and every round's command, in order")
+    c.set_defaults(func=cmd_confirm)
+    document(c, "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command "
+             "'bench goldens' --metric time_ms --stage tiny-bench/unet_cpu --sku cpu "
+             "--out runs/confirm-unet",
+             out="confirm.json (the confirmation as stored), confirm.md, rounds/NN-good|bad/ "
+             "(each round's bench goldens out dir and log)")
