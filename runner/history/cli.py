@@ -332,8 +332,11 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
         description="Reads the results store that run, bench, bench goldens, mlperf, "
         "validate and goldens check record into when they finish. Without a subcommand: "
         "the selected results, each series' change points (a step found by ruptures on "
-        "the series' ranks and confirmed by a Mann-Whitney test), as Markdown, JSON or an "
-        "HTML page of charts. Exit 1 when a change is a regression.")
+        "the series' ranks and confirmed by a Mann-Whitney test) with what each is: the "
+        "machine's (the same build, or the machine changed with it), unconfirmed (worse "
+        "across builds: `history confirm` measures both again), or a confirmed regression; "
+        "as Markdown, JSON or an HTML page of charts. Exit 1 only for a confirmed "
+        "regression.")
     _filters(p)
     p.add_argument("--limit", type=COUNT_OR_ZERO, default=DEFAULT_LIMIT, metavar="N",
                    help="only the newest N results of the selection, the series and change "

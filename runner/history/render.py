@@ -102,13 +102,13 @@ def counts(changes: list[Change]) -> dict[str, int]:
 
 
 def changes_headline(changes: list[Change]) -> str:
-    """`2 changes: 1 confirmed regression, 1 the machine's`: the heading and the badge."""
+    """`2 found: 1 confirmed regression(s), 1 the machine's, not IREE's`: the heading."""
     words = {Outcome.REGRESSION: "confirmed regression(s)",
              Outcome.UNCONFIRMED: "unconfirmed regression(s)",
              Outcome.MACHINE: "the machine's, not IREE's", Outcome.IMPROVEMENT: "improvement(s)",
              Outcome.CHANGE: "other change(s)"}
     parts = [f"{n} {words[Outcome(k)]}" for k, n in counts(changes).items() if n]
-    return f"{len(changes)}" + (f", {', '.join(parts)}" if parts else "")
+    return f"{len(changes)} found" + (f": {', '.join(parts)}" if parts else "")
 
 
 def markdown(store: str, results: list[Result], changes: list[Change],
@@ -238,16 +238,19 @@ def _header(store: str, results: list[Result], series: list[Series],
     suggests; a step of the machine's says so and raises no alarm."""
     n = counts(changes)
     if n[Outcome.REGRESSION]:
-        cls, badge = "fail", f"{n[Outcome.REGRESSION]} CONFIRMED REGRESSION(S)"
+        cls, badge, note = ("fail", f"{n[Outcome.REGRESSION]} REGRESSION(S)",
+                            "confirmed: the two builds measured again, interleaved")
     elif n[Outcome.UNCONFIRMED]:
-        cls, badge = "unconfirmed", f"{n[Outcome.UNCONFIRMED]} TO CONFIRM"
+        cls, badge, note = ("unconfirmed", f"{n[Outcome.UNCONFIRMED]} TO CONFIRM",
+                            "worse across builds, not measured again yet: no regression")
     elif n[Outcome.MACHINE]:
-        cls, badge = "pass", "NO REGRESSION: THE MACHINE CHANGED"
+        cls, badge, note = ("pass", "MACHINE CHANGED",
+                            "no regression: the machine changed, not IREE")
     else:
-        cls, badge = "pass", "NO REGRESSION"
+        cls, badge, note = "pass", "NO REGRESSION", "no regression"
     return (f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
             f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
-            f"<p>store <code>{e(store)}</code></p></div></header><main>")
+            f"<p>{e(note)}; store <code>{e(store)}</code></p></div></header><main>")
 
 
 def html(store: str, results: list[Result], series: list[Series], changes: list[Change],
