@@ -310,6 +310,19 @@ def _stage_metrics(stage: dict[str, Any]) -> list[Metric]:
     return out
 
 
+def _stage_noise(stages: list[Any]) -> dict[str, Any]:
+    """Each timed stage's repetitions (median, interval) and conditions, by its subject."""
+    spreads, conditions = {}, {}
+    for stage in map(_obj, stages):
+        subject = f"{stage.get('stage')} bs{stage.get('batch_size')}"
+        spread = _obj(stage.get("latency_ms")).get("spread")
+        if Spread.from_dict(spread) is not None:
+            spreads[subject] = spread
+        if isinstance(stage.get("conditions"), dict):
+            conditions[subject] = stage["conditions"]
+    return {"spread": spreads, "conditions": conditions}
+
+
 def _bench(out: Path, base: _Base) -> list[Result]:
     bench = _obj(_json(out / "bench.json"))
     versions = _obj(bench.get("versions"))
@@ -336,6 +349,7 @@ def _bench(out: Path, base: _Base) -> list[Result]:
                     fields.update(_iree(_obj(manifest.get("iree"))))
         if not build:  # stage latencies are this host's IREE's (bench's host_only)
             metrics += [m for s in bench.get("stages") or [] for m in _stage_metrics(_obj(s))]
+            fields["details"] = _stage_noise(bench.get("stages") or [])
         results.append(base.result(metrics, build, verdict="ok" if bench.get("exit_code") == 0
                                    else "error", **fields))
     return results
