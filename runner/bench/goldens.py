@@ -463,7 +463,8 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
         print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
-        if bench.time_statistic == "mean" and not _timed(cmd, raw, opts, result).mean_is_aggregate:
+        latency = _timed(cmd, raw, opts, result)
+        if bench.time_statistic == "mean" and not latency.mean_is_aggregate:
             raise ToolFailed("the output has no `mean` row (one repetition): IREE CI's "
                              "runner fails (\"Benchmark results was not found\")",
                              where=str(bench.path),
