@@ -138,8 +138,10 @@ def test_a_step_inside_one_build_is_the_machines_exit_0_and_its_own_kind(tmp_pat
     url = f"sqlite:///{tmp_path / 'h.sqlite'}"
     with open_store(resolve(url)) as store:
         for i, v in enumerate(noisy(30, seed=5, step_at=15, step=0.9)):
+            busy = {"tiny-bench/unet_cpu": {"kernel": "6.1", "beside_foreign_load": i % 5 == 0}}
             store.add(nightly(i, v, "3.13.0", name="time_ms", subject="tiny-bench/unet_cpu",
-                              command="bench goldens", sku="cpu"))
+                              command="bench goldens", sku="cpu",
+                              details={"conditions": busy}))
     assert main(["history", "--results", url, "--out", str(tmp_path / "h"), "--json"]) == 0
     (change,) = json.loads(capsys.readouterr().out)["changes"]
     assert change["kind"] == "machine" and change["regression"] is True
@@ -151,6 +153,20 @@ def test_a_step_inside_one_build_is_the_machines_exit_0_and_its_own_kind(tmp_pat
     page = (tmp_path / "h" / "history.html").read_text()
     assert "MACHINE CHANGED</div>" in page and 'class="verdict pass"' in page
     assert "no regression: the machine changed, not IREE" in page
+    # the results timed beside foreign load are ringed and say so
+    assert "30 results; 6 timed beside foreign load (ringed)" in page
+    assert page.count('stroke="#bf8700"') == page.count("; timed beside foreign load<") == 6
+    with open_store(resolve(url)) as store:
+        store.add(nightly(31, 214.0, "3.13.0", name="dispatch_count", command="bench goldens",
+                          subject="tiny-bench/unet_cpu", sku="cpu", details={"conditions": {
+                              "tiny-bench/unet_cpu": {"beside_foreign_load": True}}}))
+        store.add(nightly(32, 214.0, "3.13.0", name="dispatch_count", command="bench goldens",
+                          subject="tiny-bench/unet_cpu", sku="cpu", details={"conditions": {
+                              "tiny-bench/unet_cpu": {"beside_foreign_load": True}}}))
+    assert main(["history", "--results", url, "--metric", "dispatch_count", "--out",
+                 str(tmp_path / "counts")]) == 0
+    counts = (tmp_path / "counts" / "history.html").read_text()
+    assert "<svg" in counts and "beside foreign load" not in counts  # a count is not timed
 
 
 def _judged(results: list[Result]) -> Change:

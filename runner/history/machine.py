@@ -23,10 +23,15 @@ from typing import Any
 from runner.history.series import Point
 
 LOAD_SHIFT = 0.5  # half of one side's points beside foreign load and none of the other's
+TIMED = frozenset({"stage_ms", "dispatch_ms", "time_ms", "latency_ms", "samples_per_s",
+                   "wall_s"})
 
 
 def conditions_of(point: Point) -> dict[str, Any] | None:
-    """The conditions the point's number was timed under, where its result kept them."""
+    """The conditions the point's number was timed under, where its result kept them;
+    None for a number that is not a time (a count, a size, a score)."""
+    if point.metric.name not in TIMED:
+        return None
     kept = point.result.details.get("conditions")
     if not isinstance(kept, dict):
         return None

@@ -18,6 +18,7 @@ import numpy as np
 from runner.base.mdtable import md_table
 from runner.base.outcome import Outcome
 from runner.history.changes import Change
+from runner.history.machine import conditions_of
 from runner.history.model import Result
 from runner.history.series import Point, Series
 from runner.report.html import CSS, _table, e
@@ -30,6 +31,7 @@ CHART_POINTS = 250  # the newest results a chart draws (all of them are in histo
 TICK_GAP = 260  # px between two labelled results on a chart's axis
 W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
 LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
+BUSY = "#bf8700"  # the ring of a point timed beside foreign load
 HISTORY_CSS = """
 figure.series { margin: 18px 0; } figure.series figcaption { font-weight: 600; }
 .change.regression { color: var(--fail); } .change.improvement { color: var(--pass); }
@@ -159,9 +161,12 @@ def _line_and_points(pts: Sequence[Point], x: Callable[[int], float],
     parts = [f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>']
     for i, p in enumerate(pts):
         fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
-        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}">'
-                     f"<title>{e(f'{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}')}</title>"
-                     "</circle>")
+        busy = (conditions_of(p) or {}).get("beside_foreign_load") is True
+        title = f"{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}" + (
+            "; timed beside foreign load" if busy else "")
+        ring = f' stroke="{BUSY}" stroke-width="1.6"' if busy else ""
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}"'
+                     f"{ring}><title>{e(title)}</title></circle>")
     return parts
 
 
@@ -275,6 +280,9 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
         unit = f" ({s.unit})" if s.unit else ""
         drawn = (f"the newest {CHART_POINTS} of {len(s.points)} results"
                  if len(s.points) > CHART_POINTS else f"{len(s.points)} results")
+        busy = sum((conditions_of(p) or {}).get("beside_foreign_load") is True
+                   for p in s.points)
+        drawn += f"; {busy} timed beside foreign load (ringed)" if busy else ""
         parts.append(f'<figure class="series"><figcaption>{e(s.label)}{e(unit)}: '
                      f"{e(drawn)}</figcaption>"
                      f"{chart(s, by_series.get(id(s), []))}</figure>")
