@@ -463,6 +463,12 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
     assert r.compiler_version == manifest["iree"]["iree.compiler"]["version"]
     assert {m.subject for m in r.metrics if m.name == "stage_ms"} == {"clip", "unet", "vae"}
     assert r == extract(run)[0]  # at the end of the command as by an import later
+    # the conditions its workers ran under: local workers are ours, so the foreign share
+    # is others' alone; kept on the attempt and so with every timed number of the run
+    (attempt,) = manifest["attempts"]
+    assert r.details["conditions"] == attempt["conditions"]
+    assert attempt["conditions"]["cores"] == os.cpu_count()
+    assert attempt["conditions"]["own_cores"] > 0  # the workers' CPU time counts as ours
     assert main(["run", "--resume", str(run), "--results", url]) == 0  # nothing to do
     assert main(["history", "import", str(run), "--results", url]) == 0
     assert f"already there: run {run}" in capsys.readouterr().out

@@ -282,11 +282,19 @@ def _run_fields(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
             **_iree(_obj(manifest.get("iree")))}
 
 
+def _run_conditions(run_dir: Path) -> dict[str, Any]:
+    """What else the machine did while the run's last attempt ran, where it was kept."""
+    attempts = [_obj(a) for a in _manifest(run_dir).get("attempts") or []]
+    kept = next((a["conditions"] for a in reversed(attempts)
+                 if isinstance(a.get("conditions"), dict)), None)
+    return {"conditions": kept} if kept else {}
+
+
 def _run(out: Path, base: _Base) -> list[Result]:
     report = _run_report(out)
     metrics = run_metrics(report, str(out / "results.json"))
     return [base.result(metrics, verdict=str(report.get("verdict") or ""),
-                        **_run_fields(out, report))]
+                        details=_run_conditions(out), **_run_fields(out, report))]
 
 
 # --- bench, bench goldens ------------------------------------------------------------------
