@@ -210,6 +210,23 @@ def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_ma
     assert faster.kind == "improvement"
 
 
+def test_nightlies_confirm_from_their_index_and_commits_are_pinned_by_bisect():
+    values = noisy(20, seed=11, step_at=10, step=0.3)
+
+    def series(version_of) -> Change:
+        return _judged([nightly(i, v, version_of(i), name="time_ms", subject="t", sku="cpu",
+                                command="bench goldens") for i, v in enumerate(values)])
+
+    nightlies = series(lambda i: "3.5.0rc20250601" if i < 10 else "3.5.0rc20250620")
+    assert nightlies.kind == "unconfirmed"
+    assert nightlies.confirm.startswith("runner history confirm --good wheels:3.5.0rc20250601 "
+                                        "--bad wheels:3.5.0rc20250620 ")
+    assert " --pre --find-links https://iree.dev/pip-release-links.html " in nightlies.confirm
+    dev = series(lambda i: "3.6.0.dev0+a" if i < 10 else "3.6.0.dev0+b")  # commits alone
+    assert dev.kind == "unconfirmed" and dev.confirm is None
+    assert "runner bisect" in dev.reasons[0] and dev.bisect().startswith("runner bisect ")
+
+
 def test_nightlies_and_commits_bisect_as_installable_builds():
     values = noisy(20, seed=11, step_at=10)
     nightlies = [nightly(i, v, "3.5.0rc20250601" if i < 10 else "3.5.0rc20250620")

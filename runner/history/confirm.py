@@ -29,6 +29,7 @@ from runner.base.paths import GOLDENS_DIR
 from runner.base.spread import Spread, spread
 from runner.bisect.builds import Build, Sources
 from runner.history.extract import extract
+from runner.history.judge import CONFIRMABLE
 from runner.history.model import WORSE_WHEN, Confirmation, Result
 from runner.history.series import Series, series_of
 
@@ -59,7 +60,7 @@ def find_series(results: list[Result], req: ConfirmRequest, machine: str) -> Ser
                 and s.subject == req.subject and (req.profile in (None, s.profile))
                 and (req.sku in (None, s.sku)) and (not on_this or s.machine == machine))
 
-    if req.command != "bench goldens" or req.metric != "time_ms":
+    if req.metric not in CONFIRMABLE.get(req.command, ()):
         raise BadInput(f"confirm measures bench goldens' time_ms, not {req.command} "
                        f"{req.metric}", where="--metric", fix="pin this change with the "
                        "`runner bisect` command the history prints instead")

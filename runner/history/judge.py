@@ -19,23 +19,25 @@ from dataclasses import replace
 
 from runner.base import shellscript
 from runner.base.outcome import Outcome
-from runner.history.changes import Change, build_spec, slug
+from runner.history.changes import NIGHTLIES, Change, build_spec, slug
 from runner.history.machine import what_changed
 from runner.history.model import Confirmation
 from runner.history.series import series_key
 
 CONFIRMABLE = {"bench goldens": ("time_ms",)}  # what `runner history confirm` measures again
 SNAP = 2  # points between a found step and a build boundary it is moved onto
-KIND_ORDER = (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE, Outcome.IMPROVEMENT,
-         Outcome.CHANGE)
+KIND_ORDER = (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE,
+              Outcome.IMPROVEMENT, Outcome.CHANGE)
 
 
 def confirm_command(change: Change) -> str | None:
     """The `runner history confirm` command for this change, where both builds can be
-    installed again and the series is one confirm measures."""
+    installed again from a package index (a commit's packages need `runner bisect`'s
+    --repo) and the series is one confirm measures."""
     s = change.series
     good, bad = build_spec(change.last_before), build_spec(change.first_after)
-    if good is None or bad is None or s.metric not in CONFIRMABLE.get(s.command, ()):
+    if (good is None or bad is None or "--repo" in good[1] + bad[1]
+            or s.metric not in CONFIRMABLE.get(s.command, ())):
         return None
     argv: list[shellscript.Word] = ["runner", "history", "confirm", "--good", good[0],
                                     "--bad", bad[0], "--command", s.command, "--metric",
@@ -44,7 +46,7 @@ def confirm_command(change: Change) -> str | None:
         if value:
             argv += [flag, value]
     if "--pre" in good[1] + bad[1]:
-        argv += ["--pre"]
+        argv += ["--pre", "--find-links", NIGHTLIES]
     argv += ["--out", f"runs/confirm-{slug(s.metric, s.subject)}"]
     return shellscript.join(argv)
 
