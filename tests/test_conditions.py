@@ -100,3 +100,32 @@ def test_a_waited_child_counts_as_ours_on_this_machine():
     assert c.kernel == os.uname().release
     exposed = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").is_file()
     assert (c.governor is not None) == exposed
+
+
+GPU_INFO = Path(__file__).parent / "fixtures" / "gpu_info" / "nvidia-smi-h200.csv"
+GPU_APPS = Path(__file__).parent / "fixtures" / "gpu_holders" / "nvidia-smi-compute-apps.csv"
+
+
+def test_on_a_gpu_machine_the_driver_clocks_and_foreign_holders_are_kept(tmp_path,
+                                                                         monkeypatch):
+    """A stand-in nvidia-smi on PATH prints captured H200 output (a GPU cannot be had
+    here); the path from the watch through both vendor-tool readers runs for real."""
+    from runner.base.conditions import gpu_state
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text('#!/bin/sh\ncase "$*" in *compute-apps*) cat "$APPS";; *) cat "$INFO";; '
+                    "esac\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("APPS", str(GPU_APPS))
+    monkeypatch.setenv("INFO", str(GPU_INFO))
+    c = Watch(gpu=True).stop()
+    assert c.gpu["tool"] == "nvidia-smi" and len(c.gpu["gpus"]) == 8
+    assert {g["driver"] for g in c.gpu["gpus"]} == {"550.127.05"}
+    assert c.gpu["gpus"][0]["clocks_mhz"]["sm"] == 345
+    assert c.gpu["foreign_processes"] == ["pid 1523411: 40962 MiB", "pid 1523417: 512 MiB",
+                                          "pid 1523420: ? bytes"]
+    assert c.beside_foreign_load  # another process held the GPU meanwhile
+    assert gpu_state(own_pids={1523411, 1523417, 1523420})["foreign_processes"] == []

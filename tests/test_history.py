@@ -203,6 +203,9 @@ def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_ma
     kernel = _judged([at(i, details=timed(i, False, "6.1" if i < 15 else "6.8"))
                       for i in range(30)])
     assert kernel.reasons == ("the kernel changed with it: 6.1 -> 6.8",)
+    driver = _judged([at(i, details={"conditions": {"t": {"gpu": {"gpus": [
+        {"driver": "550.127.05" if i < 15 else "570.86.15"}]}}}}) for i in range(30)])
+    assert driver.reasons == ("the GPU driver changed with it: 550.127.05 -> 570.86.15",)
     quiet = _judged([at(i, details=timed(i, i % 7 == 0)) for i in range(30)])
     assert quiet.kind == "unconfirmed"  # the same share of busy neighbours on both sides
     faster = _judged([replace(at(i), metrics=(Metric("time_ms", "t", 200 - values[i]),))
