@@ -182,6 +182,8 @@ def confirm(req: ConfirmRequest, series: Series) -> Confirmation:
 
 
 def confirmation_summary(c: Confirmation, series: Series) -> str:
+    """One line for the console and confirm.md: both medians with their intervals, the
+    rounds and how many ran beside foreign load, and what that makes the change."""
     good, bad = Spread.from_dict(c.details["good"]), Spread.from_dict(c.details["bad"])
     assert good is not None and bad is not None
     unit = f" {series.unit}" if series.unit else ""
