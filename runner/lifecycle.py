@@ -47,12 +47,13 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runner.base import shellscript
 from runner.base.closing import Closes
+from runner.base.conditions import Watch
 from runner.base.errors import BadInput, StepFailed, recorded_name
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
@@ -98,6 +99,7 @@ class Lifecycle(Closes):
         self.executor = executor
         self.plan = plan or plan_for(profile)
         self.attempt: Attempt | None = None
+        self._watch: Watch | None = None
 
     def close(self) -> None:
         self.run.unlock()
@@ -228,6 +230,7 @@ class Lifecycle(Closes):
         it query by query)."""
         executor = self._executor()
         self.attempt = Attempt(executor=executor.name)
+        self._watch = Watch().start()
         self.manifest.attempts.append(self.attempt)
         self.manifest.status = "running"
         self.run.save(self.manifest)
@@ -256,6 +259,7 @@ class Lifecycle(Closes):
         attempt = self.attempt or Attempt(executor=self._executor().name)
         attempt.status, attempt.finished_at = StepStatus.FINISHED, now_text()
         attempt.seconds, attempt.deaths = executed.seconds, executed.deaths
+        attempt.conditions = _conditions(self._watch, attempt.executor)
         m = self.manifest
         if executed.workers:
             m.workers = _worker_stats(self.run.path, executed.workers)
@@ -416,6 +420,18 @@ def execute_run(run_dir: Path | str, profile: Profile, sample_ids: list[int],
     with Lifecycle.create(run_dir, profile, sample_ids, argv, executor or LocalExecutor(),
                           score=False, **create) as lc:
         return lc.execute()
+
+
+def _conditions(watch: Watch | None, executor: str) -> dict[str, Any] | None:
+    """What else the machine did while the workers ran. Only local workers are this
+    process' children, whose CPU time it can tell from others'; docker's and Slurm's are
+    not, so their runs record the load and the CPU's settings, and no foreign share."""
+    if watch is None:
+        return None
+    c = watch.stop()
+    if executor != "local":
+        c = replace(c, foreign_cores=None, own_cores=None)
+    return c.to_dict()
 
 
 def _disk_full(run_dir: Path, deaths: list[dict[str, Any]]) -> bool:

@@ -122,3 +122,32 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'results.sqlite'}"
     server: Postgres = request.getfixturevalue("postgres")
     return server.new_database()
+
+
+CONFIRM_SUBJECT = "tiny-bench/unet_cpu"
+
+
+def two_builds_store(path: Path, machine: str | None = None) -> str:
+    """A store of sixteen `bench goldens` of the tiny UNet on this machine (or `machine`):
+    eight under IREE 3.12.0 at ~10 ms, then eight under 3.13.0 at ~15 ms, a step across
+    builds that `runner history` lists as unconfirmed. Returns its path."""
+    from datetime import datetime, timedelta
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+
+    t0 = datetime(2026, 11, 28, 14, 0)
+    with open_store(resolve(str(path))) as store:
+        for i in range(16):
+            version = "3.12.0" if i < 8 else "3.13.0"
+            ms = (10.0 if i < 8 else 15.0) + (i % 3) * 0.1
+            store.add(Result(
+                key=f"bg-{i}", command="bench goldens", out_dir=f"/gone/bg{i}",
+                finished_at=t0 + timedelta(hours=i), profile="cpu",
+                machine=machine or socket.gethostname(), sku="cpu",
+                compiler_version=version, runtime_version=version, verdict="pass",
+                exit_code=0, metrics=(Metric("time_ms", CONFIRM_SUBJECT, ms, 97.0, None, 106.7,
+                                             "pass"),),
+                details={"files": {CONFIRM_SUBJECT: "goldens/tiny-bench/unet_cpu.json"}}))
+    return str(path)

@@ -4,11 +4,13 @@ every real SDXL benchmark fixture rendered by a dry run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
 from repo_support import REPO
 
+import runner
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import (
     DEFAULT_BENCH_SUITE,
@@ -70,8 +72,24 @@ def test_a_golden_fails_when_measured_exceeds_it(tmp_path, capsys):
                  "--min-time", "0.02s", "--quality-dir", str(REPO / "goldens" / "tiny"),
                  "--warmup", "0", "--out", str(tmp_path / "out")])
     assert code == 1
-    (g,) = json.loads((tmp_path / "out" / "bench.json").read_text())["goldens"]
+    bench = json.loads((tmp_path / "out" / "bench.json").read_text())
+    (g,) = bench["goldens"]
     assert g["status"] == "failed"
+    # the time is a distribution (each repetition, their median and its interval), taken
+    # under conditions that are kept with it; the record says which runner and profile
+    latency = g["latency_ms"]
+    assert len(latency["times_ms"]) == latency["repetitions"] == 2
+    assert latency["spread"]["low"] == min(latency["times_ms"])
+    assert latency["spread"]["high"] == max(latency["times_ms"])
+    assert g["conditions"]["cores"] == os.cpu_count()
+    assert g["conditions"]["kernel"] == os.uname().release
+    assert isinstance(g["conditions"]["beside_foreign_load"], bool)
+    assert bench["profile"] == "cpu" and bench["runner"]["version"] == runner.__version__
+    (kept,) = extract(tmp_path / "out")
+    assert (kept.profile, kept.runner_version) == ("cpu", runner.__version__)
+    assert kept.details["spread"]["suite/clip_cpu"] == latency["spread"]
+    assert kept.details["conditions"]["suite/clip_cpu"] == g["conditions"]
+    assert "Repetitions and conditions:" in (tmp_path / "out" / "bench.md").read_text()
     checks = {c["name"]: c for c in g["checks"]}
     assert checks["time_ms"]["limit"] == pytest.approx(0.0001 * 1.1)
     assert checks["time_ms"]["ok"] is False and checks["time_ms"]["measured"] > 0.00011

@@ -12,6 +12,7 @@ import pytest
 
 from runner.bench import benchmark_module as bm
 from runner.cli.main import main
+from runner.history.extract import extract
 
 COMMON = ["--profile", "cpu", "--batch-size", "1,2,3", "--count", "4", "--stage", "clip",
           "--stage", "vae", "--repetitions", "2", "--min-time", "0.02s"]
@@ -105,6 +106,13 @@ def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):
         # core and a stage reads faster than the same worker's calls.
         assert s["command"].startswith("taskset -c 0 iree-benchmark-module ")
         assert s["device_view"] == "cores 0"
+        # timed as a distribution, under conditions kept with it, and so in the history
+        assert s["latency_ms"]["spread"]["n"] == len(s["latency_ms"]["times_ms"]) == 2
+        assert s["conditions"]["cores"] == os.cpu_count()
+        assert isinstance(s["conditions"]["beside_foreign_load"], bool)
+        kept = extract(out)[0].details
+        assert kept["spread"][f"{stage} bs{bs}"] == s["latency_ms"]["spread"]
+        assert kept["conditions"][f"{stage} bs{bs}"] == s["conditions"]
         layout = next(lay for lay in report["layouts"] if lay["layout"]["batch_size"] == bs)
         w000 = next(w for w in layout["per_worker"] if w["worker"] == "w000")
         in_run = w000["stage_ms"].get(stage)  # None: w001 took every batch of the run

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
+from history_support import two_builds_store
 from repo_support import REPO
 from shared_work import shared_dir
 from test_goldens_upload import BASE, generated
@@ -401,6 +402,11 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
     "history import": (["RESULT", "--results", "STORE"],
                        "would record: bench goldens "),
+    # HISTORY: a store holding a step of the tiny UNet across two builds, on this machine
+    "history confirm": (["--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--command",
+                         "bench goldens", "--metric", "time_ms", "--stage",
+                         "tiny-bench/unet_cpu", "--out", "OUT", "--results", "HISTORY"],
+                        "# would store the confirmation in "),
     "oracle": (["--count", "2", "--out", "OUT"], "# would write OUT/images/NNNNN.png and "),
     # Those that read a run: RUN is a finished two-sample run (the small_run fixture).
     "score": (["RUN"], "# would write RUN/accuracy.json and RUN/accuracy.txt"),
@@ -451,7 +457,9 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
     names = {"OUT": str(work / "out"), "SUITE": TINY, "UPLOAD": str(upload),
              "RESULT": str(REPO / "tests" / "fixtures" / "history" / "bench-goldens"),
              "STORE": str(work / "store" / "results.sqlite"), "RUN": str(run),
-             "CARRY": str(REPO / "tests" / "fixtures" / "gpu_check" / "carry")}
+             "CARRY": str(REPO / "tests" / "fixtures" / "gpu_check" / "carry"),
+             "HISTORY": two_builds_store(tmp_path / "history.sqlite")
+             if "HISTORY" in args else ""}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload, *([run] if run else []))}
     proc = cli(*argv, cwd=work)

@@ -599,6 +599,16 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner history import runs/nightly-* --results postgresql://lab@db.lab/results": (
         LAB_DB, "tests/test_history.py::"
                 "test_import_records_a_real_out_dir_once_whatever_its_name"),
+    "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command 'bench "
+    "goldens' --metric time_ms --stage tiny-bench/unet_cpu --sku cpu --out runs/confirm-unet "
+    "--dry-run": (
+        "needs a history of that series on this machine, which the main job's store lacks",
+        "tests/test_history_confirm.py::"
+        "test_confirm_dry_run_prints_each_round_interleaved_and_writes_nothing"),
+    "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command 'bench "
+    "goldens' --metric time_ms --stage tiny-bench/unet_cpu --sku cpu --out runs/confirm-unet": (
+        LONG, "tests/test_history_confirm.py::"
+              "test_confirm_measures_both_builds_interleaved_and_history_judges_by_it"),
     "python3 scripts/bench_history.py": (
         "the benchmark: the main job, then a store of 10,000 results (minutes)",
         "tests/test_history.py::test_a_run_records_itself_and_an_unreachable_store_fails_nothing"),

@@ -18,7 +18,7 @@ from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.history import schema
-from runner.history.model import Metric, Result
+from runner.history.model import Confirmation, Metric, Result
 from runner.history.store import MIGRATIONS, Query, StoreUnavailable, open_store
 from runner.history.url import resolve
 
@@ -168,6 +168,26 @@ def test_a_store_an_older_runner_wrote_opens_migrated_with_its_results(store_url
             "old", "/runs/old", (Metric("stage_ms", "unet", 912.5),))
         assert store.add(result(1))  # and takes new results with their bands
         assert store.query(Query(profile="mi325x"))[0].metrics[0].low == 23.0
+        assert store.confirmations() == []  # and confirmations (revision 0003)
+        store.add_confirmation(confirmation())
+        assert store.confirmations() == [confirmation()]
+
+
+def confirmation(**fields) -> Confirmation:
+    base = dict(series={"command": "bench goldens", "metric": "time_ms", "subject": "t"},
+                good="wheels:3.12.0", bad="wheels:3.13.0", good_values=(8.5, 8.4, 8.6),
+                bad_values=(16.9, 17.0, 16.8), holds=True, confirmed_at=T0, machine="vm",
+                out_dir="/runs/confirm", details={"rounds": 3})
+    return Confirmation(**{**base, **fields})
+
+
+def test_confirmations_round_trip_oldest_first(store_url):  # noqa: F811
+    with open_store(resolve(store_url)) as store:
+        later = confirmation(holds=False, confirmed_at=T0 + timedelta(hours=1),
+                             bad="wheels:3.13.0 $(x)\n'\"")
+        store.add_confirmation(later)
+        store.add_confirmation(confirmation())
+        assert store.confirmations() == [confirmation(), later]
 
 
 def test_a_store_a_newer_runner_wrote_is_refused_naming_the_fix(store_url):  # noqa: F811

@@ -298,6 +298,9 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
                              "battery), ~45 s a try; tests/test_gpu_check.py resumes a carry",
         "gpu-check run": "a SIGTERM mid-step and a resume keeping what passed: "
                          "tests/test_gpu_check.py",
+        "history confirm": "installs two IREE releases and runs ten bench goldens rounds "
+                           "(minutes); each round is `runner bench goldens`, in the battery: "
+                           "tests/test_history_confirm.py",
     }
     rules = rerun_rules()
     assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))

@@ -414,7 +414,13 @@ def _remove_empty_tree(path: Path) -> None:
 
 
 def _attempt() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+    """Who made this attempt: its process, host, start, and the runner's version and commit
+    (every result the history keeps of it says which runner measured it)."""
+    from runner.base.provenance import runner_provenance
+
+    mine = runner_provenance()
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+            "runner": {"version": mine["version"], "commit": mine["commit"]}}
 
 
 def _existing(path: Path, command: str, record: dict[str, Any] | None, legacy: bool,

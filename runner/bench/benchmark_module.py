@@ -24,6 +24,7 @@ from runner.base.errors import BadInput, StepFailed, ToolFailed
 from runner.base.fileio import atomic_write_text
 from runner.base.iree_tools import tool_path
 from runner.base.signals import import_held
+from runner.base.spread import spread
 
 TOOL = "iree-benchmark-module"
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -69,10 +70,15 @@ class Latency:
     repetitions: int
     iterations: int  # calls per repetition (Google Benchmark picks it from --benchmark_min_time)
     mean_is_aggregate: bool = True  # False: no `mean` row (one repetition), mean computed here
+    times_ms: tuple[float, ...] = ()  # each repetition's per-call time, in the order run
 
     def to_dict(self) -> dict:
-        return {k: round(v, 6) if isinstance(v, float) else v
-                for k, v in self.__dict__.items()}
+        out: dict = {k: round(v, 6) if isinstance(v, float) else v
+                     for k, v in self.__dict__.items()}
+        out["times_ms"] = [round(t, 6) for t in self.times_ms]
+        if self.times_ms:  # the repetitions' median and its interval (runner.base.spread)
+            out["spread"] = spread(out["times_ms"]).to_dict()
+        return out
 
 
 def _ms(row: dict, where: str) -> float:
@@ -100,16 +106,17 @@ def parse_benchmark_json(text: str, where: str = TOOL) -> Latency:
     runs = [r for r in rows if r.get("run_type", "iteration") == "iteration"]
     if not runs:
         raise StepFailed("the output holds no benchmark runs", where=where,
-                         fix="run the printed iree-benchmark-module command by hand; check "
-                         "--benchmark-flag values")
-    times = sorted(_ms(r, where) for r in runs)
+                          fix="run the printed iree-benchmark-module command by hand; check "
+                          "--benchmark-flag values")
+    in_order = tuple(_ms(r, where) for r in runs)
+    times = sorted(in_order)
     aggregates = {r.get("aggregate_name"): _ms(r, where) for r in rows
                   if r.get("run_type") == "aggregate"}
     mean = aggregates.get("mean", sum(times) / len(times))
     median = aggregates.get("median", times[len(times) // 2])
     stddev = aggregates.get("stddev", 0.0)
     return Latency(mean, median, stddev, times[0], len(runs), int(runs[0].get("iterations", 0)),
-                   "mean" in aggregates)
+                   "mean" in aggregates, in_order)
 
 
 def with_overrides(flags: Sequence[str], repetitions: int | None = None,

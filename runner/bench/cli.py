@@ -137,6 +137,7 @@ def cmd_bench(ctx: CommandContext) -> int:
 
 
 def cmd_goldens(ctx: CommandContext) -> int:
+    from runner.base.provenance import runner_provenance
     from runner.bench.bench import BENCH_JSON, BENCH_MD, versions
     from runner.bench.goldens import check_benchmarks, load_benchmarks, require_goldens
     from runner.bench.report import goldens_markdown
@@ -151,6 +152,8 @@ def cmd_goldens(ctx: CommandContext) -> int:
     if args.out and not args.dry_run:
         out = Path(args.out)
         atomic_write_json(out / BENCH_JSON, {"kind": "bench-goldens", "versions": versions(),
+                                             "profile": args.profile or DEFAULT_PROFILE,
+                                             "runner": runner_provenance(),
                                              "argv": list(ctx.argv), "exit_code": code,
                                              "goldens": [r.to_dict() for r in results]})
         atomic_write_text(out / BENCH_MD, "\n".join(goldens_markdown(results)) + "\n")

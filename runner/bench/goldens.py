@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.base.conditions import Conditions, Watch
 from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.iree_flags import rocm_chip_flag
 from runner.base.iree_tools import CompilerInfo, compiler_info
@@ -129,6 +130,7 @@ class GoldenResult:
     commands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    conditions: Conditions | None = None  # what else the machine did while it was timed
 
     @property
     def ok(self) -> bool:
@@ -143,7 +145,8 @@ class GoldenResult:
                 "latency_ms": self.latency.to_dict() if self.latency else None,
                 "dispatch_count": self.dispatch_count, "size_bytes": self.size_bytes,
                 "checks": [c.to_dict() for c in self.checks], "commands": self.commands,
-                "notes": self.notes, "warnings": self.warnings}
+                "notes": self.notes, "warnings": self.warnings,
+                "conditions": self.conditions.to_dict() if self.conditions else None}
 
 
 @dataclass(frozen=True)
@@ -427,6 +430,18 @@ def _compiled_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Com
     return cmd, commands, stats, main_vmfb
 
 
+def _timed(cmd: bm.BenchCommand, raw: Path | None, opts: GoldenOptions,
+           result: GoldenResult) -> bm.Latency:
+    """The benchmark run, and what else the machine did meanwhile (a note where others
+    took a share of it: the time then says as much about them as about the build)."""
+    watch = Watch().start()
+    result.latency = bm.run_benchmark(cmd, raw, timeout=opts.timeout)
+    result.conditions = watch.stop()
+    if result.conditions.beside_foreign_load:
+        result.notes.append(f"timed beside foreign load: {result.conditions.line()}")
+    return result.latency
+
+
 def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: CompilerInfo,
                    result: GoldenResult) -> None:
     ignore = bench.extra.get("specific_chip_to_ignore") or []
@@ -456,8 +471,8 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
         print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None
-        result.latency = bm.run_benchmark(cmd, raw, timeout=opts.timeout)
-        if bench.time_statistic == "mean" and not result.latency.mean_is_aggregate:
+        latency = _timed(cmd, raw, opts, result)
+        if bench.time_statistic == "mean" and not latency.mean_is_aggregate:
             raise ToolFailed("the output has no `mean` row (one repetition): IREE CI's "
                              "runner fails (\"Benchmark results was not found\")",
                              where=str(bench.path),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runner.base.mdtable import md_table
+from runner.base.spread import spread
 from runner.bench import dispatch_report as dr
 from runner.bench.dispatch_report import NA  # one placeholder for every bench table
 from runner.config.model_config import precision_text
@@ -220,7 +221,22 @@ def goldens_markdown(results: list[GoldenResult]) -> list[str]:
     return ["## Benchmark goldens (IREE CI schema)", "",
             "Pass iff mean time <= golden x tolerance, dispatches <= golden, size <= golden.",
             "", *md_table(["test", "sku", "function", "time ms", "golden x tol", "dispatches",
-                         "golden", "size B", "golden", "verdict"], rows)]
+                         "golden", "size B", "golden", "verdict"], rows),
+            *_noise_lines(results)]
+
+
+def _noise_lines(results: list[GoldenResult]) -> list[str]:
+    """Each timed test's repetitions (median and interval) and what else the machine did
+    meanwhile: a time read without them cannot be told from a busy neighbour."""
+    lines = []
+    for r in results:
+        if r.latency is None or not r.latency.times_ms:
+            continue
+        s = spread(r.latency.times_ms)
+        where = f"; {r.conditions.line()}" if r.conditions else ""
+        lines.append(f"- {r.name}: median {s.median:.4g} ms, [{s.low:.4g}, {s.high:.4g}] "
+                     f"({s.confidence:.0%}, {s.n} repetitions){where}")
+    return ["", "Repetitions and conditions:", "", *lines] if lines else []
 
 
 def markdown(report: BenchReport) -> str:

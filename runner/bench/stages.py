@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from runner.base.conditions import Conditions, Watch
 from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import sha256_file
 from runner.base.steps import StepStatus
@@ -73,6 +74,7 @@ class StageResult:
     dispatches: dict | None = None  # its dispatch profile (runner.bench.dispatch_profile)
     # its dispatches timed alone from a HAL replay (runner.bench.dispatch_replay)
     dispatch_times: dict | None = None
+    conditions: Conditions | None = None  # what else the machine did while it was timed
 
     @property
     def in_run_ratio(self) -> float | None:
@@ -89,7 +91,8 @@ class StageResult:
                 else round(self.in_run_ms, 6),
                 "in_run_over_stage": None if ratio is None else round(ratio, 4),
                 "device_view": self.view, "command": self.command, "error": self.error,
-                "dispatch_profile": self.dispatches, "dispatch_times": self.dispatch_times}
+                "dispatch_profile": self.dispatches, "dispatch_times": self.dispatch_times,
+                "conditions": self.conditions.to_dict() if self.conditions else None}
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,7 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
         print(f"bench{label}: {p.stage} ({p.function}, batch {p.batch_size}) ...",
               file=sys.stderr, flush=True)
         start = time.perf_counter()
+        watch = Watch().start()
         try:
             latency = bm.run_benchmark(p.command, p.raw_out, settings.timeout)
         except RunnerError as e:
@@ -227,13 +231,14 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
                 attempt.record_part(_stage_key(p), StepStatus.FAILED,
                                     time.perf_counter() - start, {"error": str(e)})
             continue
-        print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions",
-              file=sys.stderr, flush=True)
+        conditions = watch.stop()
+        print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions; "
+              f"{conditions.line()}", file=sys.stderr, flush=True)
         dispatches = _profile(p, latency.mean_ms, settings)
         times = _replay_times(p, latency.mean_ms, settings)
         results.append(StageResult(p.stage, p.function, p.batch_size, latency,
                                    p.command.text(), view=p.view, dispatches=dispatches,
-                                   dispatch_times=times))
+                                   dispatch_times=times, conditions=conditions))
         if attempt is not None:
             attempt.record_part(_stage_key(p), StepStatus.FINISHED, time.perf_counter() - start,
                                 {"sha256": sha256_file(p.raw_out), "dispatches": dispatches,

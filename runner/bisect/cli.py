@@ -16,6 +16,7 @@ from runner.cli.grammar import (
     add_base_image,
     add_dry_run,
     add_find_links,
+    add_good_bad,
     add_out,
     add_profile,
     add_samples,
@@ -130,10 +131,7 @@ def register(subparsers) -> None:
         "compile | compstat | goldens:SUITE | script:CMD (CMD's exit code, as IREE's bisect "
         "script judges it: 0 good, any other bad, except 125: skip, as git bisect run has "
         "it; the build's tools first on PATH, RUNNER_BUILD/IREE_VERSION/IREE_COMMIT set).")
-    p.add_argument("--good", required=True, metavar="BUILD",
-                   help="the last build known good: wheels:VERSION, commit:SHA, source:SHA or "
-                   "build-dir:DIR (the older one)")
-    p.add_argument("--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
+    add_good_bad(p)
     _judged_builds(p, cmd_bisect, "bisect.json",
                    "images | pixels:TOL | accuracy | throughput:PCT | compile | compstat "
                    "| goldens:SUITE | script:CMD",

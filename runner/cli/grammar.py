@@ -455,6 +455,10 @@ GRAMMAR: dict[str, str] = {
                "ago)",
     "--results": "the results store every finished result is recorded in: SQLite (default) "
                  "or a lab's PostgreSQL",
+    "--metric": "a history number's name: fid, clip, samples_per_s, stage_ms, time_ms, ...",
+    "--command": "the command whose recorded results are meant: run, bench, 'bench goldens', "
+                 "mlperf, validate, 'goldens check'",
+    "--min-change": "the smallest relative change that counts",
     # goldens and benchmarks
     "--to": "the golden version to write: v7.0, v7, or next (n+1)",
     "--model": "with a suite directory: its <model>/ subdirectory",
@@ -481,6 +485,8 @@ GRAMMAR: dict[str, str] = {
     "--worst": "how many of the most different samples to list",
     # bisect and trend
     "--test": "what is measured and judged per build",
+    "--good": "the last build known good (the older one), in the one build grammar",
+    "--bad": "the first build known bad, in the one build grammar",
     "--install": "how each build is installed: a venv per build, or a harness image",
     "--build": "build each commit from source in the harness image",
     "--pre": "list pre-releases (IREE's nightlies) too",
@@ -675,6 +681,14 @@ def add_find_links(p: Any) -> None:
            help="where wheels: builds find IREE's wheels: a find-links page (nightlies: "
            "https://iree.dev/pip-release-links.html with a nightly version) or, where "
            "builds install into a venv, a directory of wheels (default: the package index)")
+
+
+def add_good_bad(p: Any) -> None:
+    """--good and --bad: the two builds a regression lies between (bisect, history confirm)."""
+    shared(p, "--good", required=True, metavar="BUILD",
+           help="the last build known good: wheels:VERSION, commit:SHA, source:SHA or "
+           "build-dir:DIR (the older one)")
+    shared(p, "--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
 
 
 def add_dry_run(p: Any, what: str = "the exact commands it would run") -> None:

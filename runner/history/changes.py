@@ -56,6 +56,11 @@ class Change:
     p_value: float
     n_before: int
     n_after: int
+    # what the step is judged to be (runner/history/judge.py): "" until judged
+    kind: str = ""
+    reasons: tuple[str, ...] = ()
+    confirm: str | None = None  # the `runner history confirm` command, where it can run
+    confirmation: dict[str, Any] | None = None  # the confirmation judged by, as stored
 
     @property
     def relative(self) -> float:
@@ -85,6 +90,17 @@ class Change:
     def same_build(self) -> bool:
         return self.last_before.build == self.first_after.build
 
+    @property
+    def sides(self) -> tuple[tuple[Point, ...], tuple[Point, ...]]:
+        """The points the step was tested on: those before it, those after."""
+        points = self.series.points
+        return (points[max(0, self.index - self.n_before):self.index],
+                points[self.index:self.index + self.n_after])
+
+    @property
+    def direction(self) -> str:
+        return {True: "regression", False: "improvement", None: "change"}[self.regression]
+
     def bisect(self) -> str | None:
         """The `runner bisect` command between the builds on each side, or None."""
         good, bad = build_spec(self.last_before), build_spec(self.first_after)
@@ -98,7 +114,7 @@ class Change:
             argv += ["--pre", "--find-links", NIGHTLIES]
         if "--repo" in good[1] + bad[1]:
             argv += ["--repo", shellscript.Var("IREE_CHECKOUT")]
-        argv += ["--out", f"runs/bisect-{_slug(self.series.metric, self.series.subject)}"]
+        argv += ["--out", f"runs/bisect-{slug(self.series.metric, self.series.subject)}"]
         return shellscript.join(argv)
 
     def test(self) -> str:
@@ -122,7 +138,9 @@ class Change:
                 "before": self.before, "after": self.after, "relative": self.relative,
                 "p_value": self.p_value, "confidence": self.confidence,
                 "n_before": self.n_before, "n_after": self.n_after,
-                "regression": self.regression,
+                "regression": self.regression, "kind": self.kind or self.direction,
+                "reasons": list(self.reasons), "confirm": self.confirm,
+                "confirmation": self.confirmation,
                 "last_before": {"build": b.build, "finished_at": b.when.isoformat() + "Z",
                                 "out_dir": b.result.out_dir},
                 "first_after": {"build": a.build, "finished_at": a.when.isoformat() + "Z",
@@ -132,7 +150,8 @@ class Change:
 
     def line(self) -> str:
         """One sentence for the console and the Markdown."""
-        kind = {True: "regression", False: "improvement", None: "change"}[self.regression]
+        kind = {"unconfirmed": "unconfirmed regression", "machine": f"machine ({self.direction})"
+                }.get(self.kind, self.kind or self.direction)
         unit = self.series.unit
         return (f"{kind}: {self.series.label} from {self.before:.4g} to {self.after:.4g}"
                 f"{' ' + unit if unit else ''} ({self.relative:+.1%}) between "
@@ -141,7 +160,7 @@ class Change:
                 f"confidence {self.confidence:.3f}")
 
 
-def _slug(*parts: str) -> str:
+def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(p for p in parts if p)).strip("-")[:60]
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import shlex
+import socket
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Any
 
 from runner.base.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, atomic_write_text
-from runner.base.outdir import RESUMES, Rerun
+from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     add_dry_run,
+    add_find_links,
+    add_good_bad,
     add_json,
     add_out,
     add_results,
@@ -25,6 +28,7 @@ from runner.cli.grammar import (
     renamed,
     shared,
 )
+from runner.history.extract import RECORDED
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
 
 HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
@@ -58,15 +62,11 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--profile-match", metavar="GLOB",
                    help="only results of a profile this matches (a name or glob, e.g. mi325x "
                    "or 'mi3*'; default: every profile)")
-    g.add_argument("--command", metavar="CMD", dest="result_command",
-                   choices=["run", "bench", "bench goldens", "mlperf", "validate",
-                            "goldens check"],
-                   help="only results of this command: run, bench, 'bench goldens', mlperf, "
-                   "validate, 'goldens check' (default: all)")
-    g.add_argument("--metric", action="append", metavar="NAME",
-                   help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
-                   "dispatch_ms, dispatch_count, time_ms, size_bytes, latency_ms, passed "
-                   "(default: all)")
+    _command(g, "only results of this command", "all")
+    shared(g, "--metric", action="append", metavar="NAME",
+           help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
+           "dispatch_ms, dispatch_count, time_ms, size_bytes, latency_ms, passed "
+           "(default: all)")
     shared(g, "--stage", variant="pattern", metavar="GLOB",
            help="only numbers of this stage, layout, golden test or dispatch (a glob: "
            "unet, 'unet*', 'clip bs1', 'tiny-bench/*'; default: all)")
@@ -84,6 +84,17 @@ def _filters(p: argparse.ArgumentParser) -> None:
     for old, new in (("--profile", "--profile-match GLOB"),
                      ("--iree", "--iree-match VERSION|COMMIT|A..B")):
         renamed(p, old, new, f"history selects results; {old} elsewhere names what to run")
+
+
+def _command(g: Any, what: str, default: str, **kwargs: Any) -> None:
+    shared(g, "--command", metavar="CMD", dest="result_command", choices=list(RECORDED),
+           help=f"{what}: run, bench, 'bench goldens', mlperf, validate, 'goldens check' "
+           f"(default: {default})", **kwargs)
+
+
+def _min_change(p: Any, what: str) -> None:
+    shared(p, "--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
+           help=f"{what} (default: 0.02, i.e. 2%%)")
 
 
 def _since(g: Any) -> None:
@@ -135,6 +146,7 @@ def _in_range(results: list, spec: str) -> list:
 def cmd_history(ctx: CommandContext) -> int:
     from runner.history import render
     from runner.history.changes import detect_all
+    from runner.history.judge import alerts, judge_changes
     from runner.history.selection import check_dates, refuse_empty
     from runner.history.series import series_of
     from runner.history.store import Query, opened
@@ -148,12 +160,13 @@ def cmd_history(ctx: CommandContext) -> int:
         results = store.query(query)
         if not results and query != Query(limit=query.limit):
             raise refuse_empty(store, query)
+        confirmations = store.confirmations()
     if args.iree_match and ".." in args.iree_match:
         results = _in_range(results, args.iree_match)
     if args.limit:
         results = results[-args.limit:]
     series = series_of(results)
-    changes = detect_all(series, min_change=args.min_change)
+    changes = judge_changes(detect_all(series, min_change=args.min_change), confirmations)
     shown = {"profile": args.profile_match, "command": args.result_command,
              "metric": args.metric, "stage": args.stage, "iree": args.iree_match,
              "since": args.since, "until": args.until,
@@ -175,7 +188,7 @@ def cmd_history(ctx: CommandContext) -> int:
         print(json.dumps(record, indent=2, sort_keys=True))
     elif not args.out:
         print(render.markdown(url.shown(), results, changes, names), end="")
-    return EXIT_FAILED if any(c.regression for c in changes) else EXIT_OK
+    return EXIT_FAILED if alerts(changes) else EXIT_OK
 
 
 def cmd_import(ctx: CommandContext) -> int:
@@ -215,6 +228,52 @@ def cmd_import(ctx: CommandContext) -> int:
           f"{sum(not r['added'] for r in rows)} already there"
           + (f", {failed} director(ies) not readable" if failed else ""), file=sys.stderr)
     return EXIT_BAD_INPUT if failed else EXIT_OK
+
+
+def _confirm_request(args: argparse.Namespace):
+    from runner.bisect.builds import Sources, check_find_links, parse_build
+    from runner.history.confirm import ConfirmRequest
+
+    sources = Sources(find_links=check_find_links(args.find_links), pre=args.pre)
+    good, bad = parse_build(args.good, sources, "--good"), parse_build(args.bad, sources, "--bad")
+    if good.spec == bad.spec:
+        raise BadInput(f"--good and --bad are one build ({good.spec}): nothing to compare",
+                       where="--bad", fix="name the first bad build the history printed")
+    return ConfirmRequest(good, bad, args.result_command, args.metric[0], args.stage,
+                          args.profile_match, args.sku, args.rounds, args.min_change,
+                          Path(args.out).absolute(), sources)
+
+
+def cmd_confirm(ctx: CommandContext) -> int:
+    from runner.history import confirm
+    from runner.history.store import Query, open_store, opened
+    from runner.history.url import resolve
+
+    args = ctx.args
+    if len(args.metric) != 1:
+        raise BadInput("confirm measures one metric", where="--metric",
+                       fix="name the one metric of the change (e.g. --metric time_ms)")
+    req = _confirm_request(args)
+    url = resolve(args.results)
+    if args.dry_run and url.path is not None and not url.path.is_file():
+        raise BadInput("the store holds no results yet", where=url.shown(),
+                       fix="record the series first (bench goldens with --out)")
+    query = Query(command=req.command, metrics=(req.metric,), sku=req.sku)
+    with (open_store(url, upgrade=False) if args.dry_run else opened(url)) as store:
+        series = confirm.find_series(store.query(query), req, socket.gethostname())
+        if args.dry_run:
+            print("\n".join(confirm.confirm_dry_run(req, series, url.shown())))
+            return EXIT_OK
+        confirmation = confirm.confirm(req, series)
+        store.add_confirmation(confirmation)
+    text = confirm.confirmation_summary(confirmation, series)
+    atomic_write_json(req.out / confirm.CONFIRM_JSON, confirmation.to_dict())
+    atomic_write_text(req.out / confirm.CONFIRM_MD, text)
+    print(json.dumps(confirmation.to_dict(), indent=2, sort_keys=True) if args.json else text,
+          end="\n" if args.json else "")
+    print(f"confirmation stored in {url.shown()}; reports: {req.out / confirm.CONFIRM_JSON}, "
+          f"{req.out / confirm.CONFIRM_MD}", file=sys.stderr)
+    return EXIT_FAILED if confirmation.holds else EXIT_OK
 
 
 def cmd_propose(ctx: CommandContext) -> int:
@@ -285,15 +344,16 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
         description="Reads the results store that run, bench, bench goldens, mlperf, "
         "validate and goldens check record into when they finish. Without a subcommand: "
         "the selected results, each series' change points (a step found by ruptures on "
-        "the series' ranks and confirmed by a Mann-Whitney test), as Markdown, JSON or an "
-        "HTML page of charts. Exit 1 when a change is a regression.")
+        "the series' ranks and confirmed by a Mann-Whitney test) with what each is: the "
+        "machine's (the same build, or the machine changed with it), unconfirmed (worse "
+        "across builds: `history confirm` measures both again), or a confirmed regression; "
+        "as Markdown, JSON or an HTML page of charts. Exit 1 only for a confirmed "
+        "regression.")
     _filters(p)
     p.add_argument("--limit", type=COUNT_OR_ZERO, default=DEFAULT_LIMIT, metavar="N",
                    help="only the newest N results of the selection, the series and change "
                    f"points in them (default: {DEFAULT_LIMIT}; 0: all)")
-    p.add_argument("--min-change", type=number(0.0, 10.0), default=0.02, metavar="FRACTION",
-                   help="a change point smaller than this relative change is not reported "
-                   "(default: 0.02, i.e. 2%%)")
+    _min_change(p, "a change point smaller than this relative change is not reported")
     add_results(p, records=False)
     add_json(p, "the results and changes")
     add_out(p, "write history.json, history.md and history.html (charts) here",
@@ -307,7 +367,7 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
              "(each series over builds and dates, bands and change points drawn)")
-    sub = p.add_subparsers(dest="history_command", metavar="{import}")
+    sub = p.add_subparsers(dest="history_command", metavar="{import,confirm}")
     i = sub.add_parser("import", help="add the results of existing out dirs (run, bench, "
                        "bench goldens, mlperf, validate, goldens check) to the store")
     i.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -319,6 +379,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     document(i, "runner history import runs/main",
              "runner history import runs/main --dry-run",
              "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
+
+    _register_confirm(sub)
 
     from runner.goldens.cli import selection_flags
 
@@ -347,3 +409,43 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              out="json/ (each changed test file where `bench goldens` checks it, and the "
              "quality tests it names), proposal.json, proposal.md")
     return p
+
+
+def _register_confirm(sub: Any) -> None:
+    c = sub.add_parser(
+        "confirm", help="measure a change's last good and first bad builds again, "
+        "interleaved on this machine, and store whether the difference holds",
+        description="Installs both builds (a cached venv each, as runner bisect does) and "
+        "runs the series' bench goldens test with each in turn, good, bad, good, bad, ..., "
+        "so both see the same machine. The change holds when the bad build's interval of the "
+        "median lies wholly on the worse side of the good one's, by --min-change. The "
+        "confirmation is stored: `runner history` then calls the change a regression (exit "
+        "1) or the machine's. Exit 1 when it holds, 0 when it does not.")
+    add_good_bad(c)
+    g = c.add_argument_group("the series (as `runner history` printed the command)")
+    _command(g, "the command of the series", "none: required", required=True)
+    shared(g, "--metric", action="append", metavar="NAME", required=True,
+           help="the series' metric: time_ms (default: none: required)")
+    shared(g, "--stage", variant="pattern", metavar="GLOB", required=True,
+           help="the series' subject, e.g. tiny-bench/unet_cpu (default: none: required)")
+    g.add_argument("--profile-match", metavar="GLOB",
+                   help="the series' profile (default: any, where one series matches)")
+    shared(g, "--sku", help="the series' SKU (default: any, where one series matches)")
+    c.add_argument("--rounds", type=COUNT, default=5, metavar="N",
+                   help="rounds of each build, interleaved (default: 5: each median's "
+                   "interval is then its runs' range, at 94%%)")
+    _min_change(c, "the smallest relative difference of the medians that holds")
+    add_find_links(c)
+    shared(c, "--pre", action="store_true",
+           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    add_results(c, records=False)
+    add_json(c, "the confirmation")
+    add_out(c, "write confirm.json, confirm.md and each round's bench goldens (rounds/) here",
+            Rerun(REFUSES, "nothing: the rounds are measured again"))
+    add_dry_run(c, "each build's setup and every round's command, in order")
+    c.set_defaults(func=cmd_confirm)
+    document(c, "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command "
+             "'bench goldens' --metric time_ms --stage tiny-bench/unet_cpu --sku cpu "
+             "--out runs/confirm-unet",
+             out="confirm.json (the confirmation as stored), confirm.md, rounds/NN-good|bad/ "
+             "(each round's bench goldens out dir and log)")

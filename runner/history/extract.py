@@ -28,6 +28,7 @@ from typing import Any
 
 from runner.base.errors import BadInput
 from runner.base.outdir import RECORD, read_record
+from runner.base.spread import Spread
 from runner.history.model import Metric, Result
 
 MAX_JSON_BYTES = 64 << 20
@@ -119,9 +120,11 @@ class _Base:
     record's end, else its files' time), where, the command line."""
 
     def __init__(self, out: Path, command: str, finished: datetime, machine: str,
-                 exit_code: int | None, argv: list[str], started: str = ""):
+                 exit_code: int | None, argv: list[str], started: str = "",
+                 runner: dict[str, Any] | None = None):
         self.out, self.command, self.finished = out, command, finished
         self.machine, self.exit_code, self.argv = machine, exit_code, argv
+        self.runner = runner or {}
         # The identity's time is when the attempt started: a later `--resume` that finds
         # nothing to do rewrites when it ended, and must not make it a new result.
         self.started = started or finished.isoformat()
@@ -139,10 +142,14 @@ class _Base:
         code = last.get("exit_code")
         return cls(out, command, finished.replace(microsecond=0), str(last.get("host") or ""),
                    code if isinstance(code, int) else None,
-                   [str(a) for a in record.get("argv") or []], str(last.get("started") or ""))
+                   [str(a) for a in record.get("argv") or []], str(last.get("started") or ""),
+                   _obj(last.get("runner")))
 
     def result(self, metrics: list[Metric], part: str = "", **fields: Any) -> Result:
         fields.setdefault("machine", self.machine)
+        if not fields.get("runner_version"):  # the attempt's runner, where the files name none
+            fields["runner_version"] = str(self.runner.get("version") or "")
+            fields["runner_commit"] = str(self.runner.get("commit") or "")
         fields = {k: ("" if v is None else v) for k, v in fields.items()}
         identity = "\0".join([self.command, str(self.out), self.started, part])
         details = {"argv": self.argv, **fields.pop("details", {})}
@@ -199,40 +206,69 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     return _obj(_json(run_dir / "run.json"))
 
 
-def _range_metric(name: str, check: Any) -> Metric | None:
+class _Numbers:
+    """A run report's numbers read strictly: a field that holds something else than a
+    number (a string where a time belongs) refuses the file, naming it and the field,
+    rather than being skipped or ending in a traceback."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def get(self, value: Any, field: str) -> float | None:
+        if value is None:
+            return None
+        number = _num(value)
+        if number is None:
+            raise BadInput(f"`{field}` is {json.dumps(value)[:60]}, not a number",
+                           where=f"{self.where}: {field}",
+                           fix="write the run's reports again (`runner report RUN_DIR`), or "
+                           "leave this run dir out of the import")
+        return number
+
+
+def _range_metric(name: str, check: Any, read: _Numbers, judged: bool) -> Metric | None:
+    """A score with its range; its verdict only where it was `judged` (a subset's score is
+    not: the ranges hold for the full set)."""
     check = _obj(check)
-    value = _num(check.get("score"))
+    value = read.get(check.get("score"), f"scores.{name}.score")
     if value is None:
         return None
     low, high = [*list(check.get("range") or []), None, None][:2]
-    return Metric(name, "", value, None, _num(low), _num(high),
-                  None if "pass" not in check else ("pass" if check["pass"] else "fail"))
+    verdict = None if not judged or "pass" not in check else (
+        "pass" if check["pass"] else "fail")
+    return Metric(name, "", value, None, read.get(low, f"scores.{name}.range[0]"),
+                  read.get(high, f"scores.{name}.range[1]"), verdict)
 
 
-def _stage_means(workers: list[Any]) -> dict[str, float]:
+def _stage_means(workers: list[Any], read: _Numbers) -> dict[str, float]:
     """Each stage's ms per call over the run's workers, weighted by the samples each made."""
     sums: dict[str, list[float]] = {}
-    for w in workers:
+    for i, w in enumerate(workers):
         w = _obj(w)
-        weight = float(w.get("samples") or 0) or 1.0
+        weight = read.get(w.get("samples"), f"workers[{i}].samples") or 1.0
         for stage, ms in _obj(w.get("stage_ms")).items():
-            if _num(ms) is not None:
+            value = read.get(ms, f"workers[{i}].stage_ms.{stage}")
+            if value is not None:
                 total = sums.setdefault(stage, [0.0, 0.0])
-                total[0] += float(ms) * weight
+                total[0] += value * weight
                 total[1] += weight
     return {stage: s / n for stage, (s, n) in sums.items() if n}
 
 
-def run_metrics(report: dict[str, Any]) -> list[Metric]:
-    """A run's numbers: FID and CLIP with MLPerf's ranges, samples/s, ms per stage."""
+def run_metrics(report: dict[str, Any], where: str = "results.json") -> list[Metric]:
+    """A run's numbers: FID and CLIP with MLPerf's ranges (judged only on the full set),
+    samples/s, ms per stage."""
+    read = _Numbers(where)
     scores = _obj(report.get("scores"))
-    out = [m for m in (_range_metric("fid", scores.get("fid")),
-                       _range_metric("clip", scores.get("clip"))) if m is not None]
-    rate = _num(_obj(report.get("timings")).get("samples_per_s"))
+    judged = not scores.get("subset") and scores.get("verdict") != "subset"
+    out = [m for m in (_range_metric("fid", scores.get("fid"), read, judged),
+                       _range_metric("clip", scores.get("clip"), read, judged))
+           if m is not None]
+    rate = read.get(_obj(report.get("timings")).get("samples_per_s"), "timings.samples_per_s")
     if rate is not None:
         out.append(Metric("samples_per_s", "", rate))
     out += [Metric("stage_ms", stage, ms) for stage, ms
-            in sorted(_stage_means(list(report.get("workers") or [])).items())]
+            in sorted(_stage_means(list(report.get("workers") or []), read).items())]
     return out
 
 
@@ -246,10 +282,19 @@ def _run_fields(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
             **_iree(_obj(manifest.get("iree")))}
 
 
+def _run_conditions(run_dir: Path) -> dict[str, Any]:
+    """What else the machine did while the run's last attempt ran, where it was kept."""
+    attempts = [_obj(a) for a in _manifest(run_dir).get("attempts") or []]
+    kept = next((a["conditions"] for a in reversed(attempts)
+                 if isinstance(a.get("conditions"), dict)), None)
+    return {"conditions": kept} if kept else {}
+
+
 def _run(out: Path, base: _Base) -> list[Result]:
     report = _run_report(out)
-    return [base.result(run_metrics(report), verdict=str(report.get("verdict") or ""),
-                        **_run_fields(out, report))]
+    metrics = run_metrics(report, str(out / "results.json"))
+    return [base.result(metrics, verdict=str(report.get("verdict") or ""),
+                        details=_run_conditions(out), **_run_fields(out, report))]
 
 
 # --- bench, bench goldens ------------------------------------------------------------------
@@ -271,6 +316,19 @@ def _stage_metrics(stage: dict[str, Any]) -> list[Metric]:
             out.append(Metric("dispatch_ms", f"{subject}: {row.get('key') or row.get('name')}",
                               ms))
     return out
+
+
+def _stage_noise(stages: list[Any]) -> dict[str, Any]:
+    """Each timed stage's repetitions (median, interval) and conditions, by its subject."""
+    spreads, conditions = {}, {}
+    for stage in map(_obj, stages):
+        subject = f"{stage.get('stage')} bs{stage.get('batch_size')}"
+        spread = _obj(stage.get("latency_ms")).get("spread")
+        if Spread.from_dict(spread) is not None:
+            spreads[subject] = spread
+        if isinstance(stage.get("conditions"), dict):
+            conditions[subject] = stage["conditions"]
+    return {"spread": spreads, "conditions": conditions}
 
 
 def _bench(out: Path, base: _Base) -> list[Result]:
@@ -299,6 +357,7 @@ def _bench(out: Path, base: _Base) -> list[Result]:
                     fields.update(_iree(_obj(manifest.get("iree"))))
         if not build:  # stage latencies are this host's IREE's (bench's host_only)
             metrics += [m for s in bench.get("stages") or [] for m in _stage_metrics(_obj(s))]
+            fields["details"] = _stage_noise(bench.get("stages") or [])
         results.append(base.result(metrics, build, verdict="ok" if bench.get("exit_code") == 0
                                    else "error", **fields))
     return results
@@ -321,6 +380,7 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
     versions = _obj(bench.get("versions"))
     metrics: list[Metric] = []
     files, skus = {}, set()
+    spreads, conditions = {}, {}
     for g in bench.get("goldens") or []:
         g = _obj(g)
         name = str(g.get("name"))
@@ -328,14 +388,22 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
         skus.add(str(g.get("sku") or ""))
         checks = {str(_obj(c).get("name")): _obj(c) for c in g.get("checks") or []}
         latency = _obj(g.get("latency_ms"))
+        if Spread.from_dict(latency.get("spread")) is not None:
+            spreads[name] = latency["spread"]
+        if isinstance(g.get("conditions"), dict):
+            conditions[name] = g["conditions"]
         for metric, key, value in (("time_ms", "time_ms", latency.get("mean_ms")),
                                    ("dispatch_count", "dispatch_count", g.get("dispatch_count")),
                                    ("size_bytes", "size_bytes", g.get("size_bytes"))):
             m = _golden_metric(metric, checks.get(key), value, name)
             if m is not None:
                 metrics.append(m)
+    runner = _obj(bench.get("runner"))
     return [base.result(metrics, verdict="pass" if bench.get("exit_code") == 0 else "fail",
-                        sku=",".join(sorted(skus)), details={"files": files},
+                        sku=",".join(sorted(skus)), profile=str(bench.get("profile") or ""),
+                        runner_version=str(runner.get("version") or ""),
+                        runner_commit=str(runner.get("commit") or ""),
+                        details={"files": files, "spread": spreads, "conditions": conditions},
                         machine=str(_obj(versions.get("host")).get("hostname") or base.machine),
                         **_iree(versions))]
 
@@ -386,7 +454,7 @@ def _validate(out: Path, base: _Base) -> list[Result]:
                               "build": str(state.get("iree") or "")}
     if (run_dir / "run.json").is_file():
         report = _run_report(run_dir)
-        metrics = run_metrics(report)
+        metrics = run_metrics(report, str(run_dir / "results.json"))
         fields.update(_run_fields(run_dir, report))
         fields["profile"] = str(state.get("profile") or fields["profile"])
     outcome = state.get("outcome") or ("PASS" if state.get("passed") else "FAIL")

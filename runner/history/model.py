@@ -99,3 +99,28 @@ class Result:
         if metrics:
             out["metrics"] = [m.to_dict() for m in self.metrics]
         return out
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A change measured again: the last good and first bad builds, interleaved (good, bad,
+    good, bad, ...) on one machine, `rounds` times each. `holds` when the bad build's
+    interval lies wholly on the worse side of the good one's, by at least the change asked
+    for. `series` is the series' key (runner.history.series.Series.key)."""
+
+    series: dict[str, str]
+    good: str  # the build specs measured (`wheels:3.12.0`)
+    bad: str
+    good_values: tuple[float, ...]
+    bad_values: tuple[float, ...]
+    holds: bool
+    confirmed_at: datetime  # UTC, naive
+    machine: str
+    out_dir: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # spreads, conditions, commands
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"series": self.series, "good": self.good, "bad": self.bad,
+                "good_values": list(self.good_values), "bad_values": list(self.bad_values),
+                "holds": self.holds, "confirmed_at": self.confirmed_at.isoformat() + "Z",
+                "machine": self.machine, "out_dir": self.out_dir, "details": self.details}

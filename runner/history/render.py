@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from runner.base.mdtable import md_table
+from runner.base.outcome import Outcome
 from runner.history.changes import Change
+from runner.history.machine import conditions_of
 from runner.history.model import Result
 from runner.history.series import Point, Series
 from runner.report.html import CSS, _table, e
@@ -29,9 +31,12 @@ CHART_POINTS = 250  # the newest results a chart draws (all of them are in histo
 TICK_GAP = 260  # px between two labelled results on a chart's axis
 W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
 LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
+BUSY = "#bf8700"  # the ring of a point timed beside foreign load
 HISTORY_CSS = """
 figure.series { margin: 18px 0; } figure.series figcaption { font-weight: 600; }
 .change.regression { color: var(--fail); } .change.improvement { color: var(--pass); }
+.change.unconfirmed { color: var(--warn); } .change.machine { color: var(--muted); }
+header.unconfirmed { background: var(--warn); }
 pre.cmd { background: var(--soft); padding: 6px 10px; overflow-x: auto; }
 """
 
@@ -66,20 +71,52 @@ def to_json(store: str, query: dict[str, Any], results: list[Result],
             "changes": [c.to_dict() for c in changes]}
 
 
+def next_step(c: Change) -> tuple[str, str | None]:
+    """What to do about a change: (what the command does, the command), or (why none, None)."""
+    if c.kind == Outcome.UNCONFIRMED and c.confirm:
+        return "confirm it", c.confirm
+    if c.kind in (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.IMPROVEMENT,
+                  Outcome.CHANGE) and c.bisect():
+        return "pin it", c.bisect()
+    if c.kind == Outcome.MACHINE:
+        return "", None
+    return c.why_no_bisect(), None
+
+
 def change_lines(changes: list[Change]) -> list[str]:
     lines = []
     for c in changes:
         lines.append(f"- {esc(c.line())}")
-        command = c.bisect()
-        lines.append(f"  - pin it: `{command}`" if command else f"  - {esc(c.why_no_bisect())}")
+        lines += [f"  - {esc(r)}" for r in c.reasons]
+        what, command = next_step(c)
+        if command:
+            lines.append(f"  - {what}: `{command}`")
+        elif what:
+            lines.append(f"  - {esc(what)}")
     return lines
+
+
+def counts(changes: list[Change]) -> dict[str, int]:
+    """How many changes of each kind, in the order a reader acts on them."""
+    return {k: sum(c.kind == k for c in changes) for k in (
+        Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE, Outcome.IMPROVEMENT,
+        Outcome.CHANGE)}
+
+
+def changes_headline(changes: list[Change]) -> str:
+    """`2 found: 1 confirmed regression(s), 1 the machine's, not IREE's`: the heading."""
+    words = {Outcome.REGRESSION: "confirmed regression(s)",
+             Outcome.UNCONFIRMED: "unconfirmed regression(s)",
+             Outcome.MACHINE: "the machine's, not IREE's", Outcome.IMPROVEMENT: "improvement(s)",
+             Outcome.CHANGE: "other change(s)"}
+    parts = [f"{n} {words[Outcome(k)]}" for k, n in counts(changes).items() if n]
+    return f"{len(changes)} found" + (f": {', '.join(parts)}" if parts else "")
 
 
 def markdown(store: str, results: list[Result], changes: list[Change],
              names: tuple[str, ...] = (), newest: int = 50) -> str:
     lines = [f"## History: {len(results)} result(s)", "", f"store: `{esc(store)}`", ""]
-    regressions = [c for c in changes if c.regression]
-    lines += [f"### Changes ({len(changes)}, {len(regressions)} regression(s))", ""]
+    lines += [f"### Changes ({changes_headline(changes)})", ""]
     lines += change_lines(changes) or ["none found"]
     shown = results[-newest:][::-1]
     lines += ["", f"### Results (newest {len(shown)})", "",
@@ -124,9 +161,12 @@ def _line_and_points(pts: Sequence[Point], x: Callable[[int], float],
     parts = [f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>']
     for i, p in enumerate(pts):
         fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
-        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}">'
-                     f"<title>{e(f'{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}')}</title>"
-                     "</circle>")
+        busy = (conditions_of(p) or {}).get("beside_foreign_load") is True
+        title = f"{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}" + (
+            "; timed beside foreign load" if busy else "")
+        ring = f' stroke="{BUSY}" stroke-width="1.6"' if busy else ""
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}"'
+                     f"{ring}><title>{e(title)}</title></circle>")
     return parts
 
 
@@ -197,6 +237,27 @@ def chart(series: Series, changes: list[Change]) -> str:
     return "".join(parts)
 
 
+def _header(store: str, results: list[Result], series: list[Series],
+            changes: list[Change]) -> str:
+    """The banner: red only for a confirmed regression; amber for one the history alone
+    suggests; a step of the machine's says so and raises no alarm."""
+    n = counts(changes)
+    if n[Outcome.REGRESSION]:
+        cls, badge, note = ("fail", f"{n[Outcome.REGRESSION]} REGRESSION(S)",
+                            "confirmed: the two builds measured again, interleaved")
+    elif n[Outcome.UNCONFIRMED]:
+        cls, badge, note = ("unconfirmed", f"{n[Outcome.UNCONFIRMED]} TO CONFIRM",
+                            "worse across builds, not measured again yet: no regression")
+    elif n[Outcome.MACHINE]:
+        cls, badge, note = ("pass", "MACHINE CHANGED",
+                            "no regression: the machine changed, not IREE")
+    else:
+        cls, badge, note = "pass", "NO REGRESSION", "no regression"
+    return (f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
+            f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
+            f"<p>{e(note)}; store <code>{e(store)}</code></p></div></header><main>")
+
+
 def html(store: str, results: list[Result], series: list[Series], changes: list[Change],
          names: tuple[str, ...] = (), newest: int = 200) -> str:
     by_series: dict[int, list[Change]] = {}
@@ -204,26 +265,24 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
         by_series.setdefault(id(c.series), []).append(c)
     ordered = sorted(series, key=lambda s: (id(s) not in by_series, s.label))
     charted = [s for s in ordered if len(s.points) > 1][:MAX_CHARTS]
-    regressions = sum(bool(c.regression) for c in changes)
-    cls = "fail" if regressions else "pass"
-    badge = f"{regressions} REGRESSION(S)" if regressions else "NO REGRESSION"
-    parts = [f'<header class="verdict {cls}"><div class="badge">{e(badge)}</div><div>'
-             f"<h1>History: {len(results)} result(s), {len(series)} series</h1>"
-             f"<p>store <code>{e(store)}</code></p></div></header><main>",
-             f"<h2>Changes ({len(changes)})</h2>"]
+    parts = [_header(store, results, series, changes),
+             f"<h2>Changes ({e(changes_headline(changes))})</h2>"]
     if not changes:
         parts.append("<p>No change point found.</p>")
     for c in changes:
-        kind = {True: "regression", False: "improvement", None: "change"}[c.regression]
-        command = c.bisect()
-        parts.append(f'<p class="change {kind}">{e(c.line())}</p>' + (
-            f'<pre class="cmd">{e(command)}</pre>' if command else
-            f"<p><em>{e(c.why_no_bisect())}</em></p>"))
+        what, command = next_step(c)
+        parts.append(f'<p class="change {e(c.kind)}">{e(c.line())}</p>'
+                     + "".join(f"<p><em>{e(r)}</em></p>" for r in c.reasons)
+                     + (f"<p>{e(what)}:</p><pre class=\"cmd\">{e(command)}</pre>" if command
+                        else f"<p><em>{e(what)}</em></p>" if what else ""))
     parts.append(f"<h2>Series ({len(charted)} of {len(series)} charted)</h2>")
     for s in charted:
         unit = f" ({s.unit})" if s.unit else ""
         drawn = (f"the newest {CHART_POINTS} of {len(s.points)} results"
                  if len(s.points) > CHART_POINTS else f"{len(s.points)} results")
+        busy = sum((conditions_of(p) or {}).get("beside_foreign_load") is True
+                   for p in s.points)
+        drawn += f"; {busy} timed beside foreign load (ringed)" if busy else ""
         parts.append(f'<figure class="series"><figcaption>{e(s.label)}{e(unit)}: '
                      f"{e(drawn)}</figcaption>"
                      f"{chart(s, by_series.get(id(s), []))}</figure>")

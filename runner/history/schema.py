@@ -1,17 +1,19 @@
 """The store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Two tables: `results`, one row per finished command, and `metrics`, its numbers in long
-format (a new kind of number is a new `name`, not a new column). The schema's history is
-`migrations/versions/`, applied by Alembic when a store is opened (runner/history/store.py);
-HEAD names the newest revision, so opening a store already at HEAD costs one SELECT and no
-Alembic import (tests/test_history_store.py checks HEAD against Alembic's own head).
+Three tables: `results`, one row per finished command; `metrics`, its numbers in long
+format (a new kind of number is a new `name`, not a new column); and `confirmations`, a
+change point's two builds measured again interleaved (`runner history confirm`). The
+schema's history is `migrations/versions/`, applied by Alembic when a store is opened
+(runner/history/store.py); HEAD names the newest revision, so opening a store already at
+HEAD costs one SELECT and no Alembic import (tests/test_history_store.py checks HEAD
+against Alembic's own head).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-HEAD = "0002"
+HEAD = "0003"
 VERSION_TABLE = "alembic_version"
 
 metadata = sa.MetaData()
@@ -58,4 +60,21 @@ metrics = sa.Table(
     sa.Column("verdict", sa.String(20), nullable=True),
     sa.Index("ix_metrics_result", "result_id"),
     sa.Index("ix_metrics_name", "name", "subject"),
+)
+
+confirmations = sa.Table(
+    "confirmations", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("series_key", sa.String(64), nullable=False),
+    sa.Column("series", sa.Text, nullable=False),
+    sa.Column("good", sa.String(300), nullable=False),
+    sa.Column("bad", sa.String(300), nullable=False),
+    sa.Column("good_values", sa.Text, nullable=False),
+    sa.Column("bad_values", sa.Text, nullable=False),
+    sa.Column("holds", sa.Boolean, nullable=False),
+    sa.Column("confirmed_at", sa.DateTime, nullable=False),
+    sa.Column("machine", sa.String(200), nullable=False, server_default=""),
+    sa.Column("out_dir", sa.Text, nullable=False, server_default=""),
+    sa.Column("details", sa.Text, nullable=False, server_default="{}"),
+    sa.Index("ix_confirmations_series", "series_key", "good", "bad"),
 )

@@ -5,6 +5,8 @@ change points are found in; its points carry the build each result measured."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -53,6 +55,11 @@ class Series:
         return {"command": self.command, "profile": self.profile, "machine": self.machine,
                 "device": self.device, "layout": self.layout, "sku": self.sku,
                 "metric": self.metric, "subject": self.subject}
+
+
+def series_key(key: dict[str, str]) -> str:
+    """A series' identity (`Series.key()`) as one indexed column of the store."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def series_of(results: list[Result]) -> list[Series]:

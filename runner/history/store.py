@@ -29,7 +29,8 @@ from sqlalchemy import event
 from runner.base.closing import Closes
 from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.history import schema
-from runner.history.model import Metric, Result
+from runner.history.model import Confirmation, Metric, Result
+from runner.history.series import series_key
 from runner.history.url import POSTGRES, SQLITE, StoreURL
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -258,6 +259,34 @@ class Store(Closes):
         except sa.exc.SQLAlchemyError as e:
             raise self._fail(e, "read") from None
         return [_result(row, by_result.get(row.id, [])) for row in rows]
+
+    def add_confirmation(self, c: Confirmation) -> None:
+        """Keeps a confirmation; a later one of the same series and builds supersedes it
+        when read (`confirmations`), and both stay."""
+        row = {"series_key": series_key(c.series), "series": json.dumps(c.series,
+                                                                         sort_keys=True),
+               "good": c.good, "bad": c.bad, "good_values": json.dumps(list(c.good_values)),
+               "bad_values": json.dumps(list(c.bad_values)), "holds": c.holds,
+               "confirmed_at": c.confirmed_at, "machine": c.machine, "out_dir": c.out_dir,
+               "details": json.dumps(c.details, sort_keys=True, default=str)}
+        try:
+            with self._writer.begin() as conn:
+                conn.execute(schema.confirmations.insert().values(**row))
+        except sa.exc.SQLAlchemyError as e:
+            raise self._fail(e, "write to") from None
+
+    def confirmations(self) -> list[Confirmation]:
+        """Every confirmation, oldest first."""
+        t = schema.confirmations
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(sa.select(t).order_by(t.c.confirmed_at, t.c.id)).all()
+        except sa.exc.SQLAlchemyError as e:
+            raise self._fail(e, "read") from None
+        return [Confirmation(json.loads(r.series), r.good, r.bad,
+                             tuple(json.loads(r.good_values)), tuple(json.loads(r.bad_values)),
+                             bool(r.holds), r.confirmed_at, r.machine, r.out_dir,
+                             json.loads(r.details or "{}")) for r in rows]
 
     def count(self) -> int:
         with self.engine.connect() as conn:

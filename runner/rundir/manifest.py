@@ -39,6 +39,8 @@ class Attempt:
     deaths: list[dict[str, Any]] = field(default_factory=list)
     executor: str = ""
     error: str | None = None  # why an attempt failed (a full disk)
+    # what else the machine did while its workers ran (runner.base.conditions)
+    conditions: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Attempt:
