@@ -459,6 +459,8 @@ GRAMMAR: dict[str, str] = {
     "--command": "the command whose recorded results are meant: run, bench, 'bench goldens', "
                  "mlperf, validate, 'goldens check'",
     "--min-change": "the smallest relative change that counts",
+    "--profile-match": "recorded results of a profile this glob matches (a filter: --profile "
+                       "loads a profile)",
     # goldens and benchmarks
     "--to": "the golden version to write: v7.0, v7, or next (n+1)",
     "--model": "with a suite directory: its <model>/ subdirectory",

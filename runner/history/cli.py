@@ -59,9 +59,9 @@ def parse_when(text: str, flag: str, end_of_day: bool = False) -> datetime:
 
 def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("which results (each narrows; default: all)")
-    g.add_argument("--profile-match", metavar="GLOB",
-                   help="only results of a profile this matches (a name or glob, e.g. mi325x "
-                   "or 'mi3*'; default: every profile)")
+    shared(g, "--profile-match", metavar="GLOB",
+           help="only results of a profile this matches (a name or glob, e.g. mi325x "
+           "or 'mi3*'; default: every profile)")
     _command(g, "only results of this command", "all")
     shared(g, "--metric", action="append", metavar="NAME",
            help="only this metric, repeatable: fid, clip, samples_per_s, stage_ms, "
@@ -428,8 +428,8 @@ def _register_confirm(sub: Any) -> None:
            help="the series' metric: time_ms (default: none: required)")
     shared(g, "--stage", variant="pattern", metavar="GLOB", required=True,
            help="the series' subject, e.g. tiny-bench/unet_cpu (default: none: required)")
-    g.add_argument("--profile-match", metavar="GLOB",
-                   help="the series' profile (default: any, where one series matches)")
+    shared(g, "--profile-match", metavar="GLOB",
+           help="the series' profile (default: any, where one series matches)")
     shared(g, "--sku", help="the series' SKU (default: any, where one series matches)")
     c.add_argument("--rounds", type=COUNT, default=5, metavar="N",
                    help="rounds of each build, interleaved (default: 5: each median's "
