@@ -81,6 +81,7 @@ def cmd_score(ctx: CommandContext) -> int:
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
           f"+ Frechet {r.frechet_seconds:.1f}s{cached}; profile {score.plan.profile.name}; "
           f"{r.backbones.label}")
+    print("\n".join(r.files_lines()))
     for line in score.verdict.lines():
         print(line)
     print(f"wrote {score.json_path} and {score.txt_path}")

@@ -16,7 +16,7 @@ from runner.accuracy.backbones import Backbones, backbone_weights, load_backbone
 from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
 from runner.accuracy.score import AccuracyResult, ScoreSettings, reader_jobs, score_samples
-from runner.accuracy.settings import AccuracySettings, accuracy_settings
+from runner.accuracy.settings import AccuracySettings, accuracy_settings, statistics_file
 from runner.accuracy.verdict import (
     JSON_NAME,
     TXT_NAME,
@@ -27,7 +27,7 @@ from runner.accuracy.verdict import (
 )
 from runner.base.errors import BadInput, IncompleteRun
 from runner.config.mlperf_data import Captions, load_captions
-from runner.config.profile import METRICS, Profile, load_profile
+from runner.config.profile import METRICS, Profile, load_profile, profile_from_raw, profile_path
 from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
 from runner.rundir.store import SampleStore, failures_error
 
@@ -54,10 +54,15 @@ class RunScore:
 
 
 def resolve_profile(source: SampleSource, name: str | None) -> Profile:
+    """`--profile` where given; else the profile as the run recorded it, with the `--set`
+    overrides it was made with (a profile file read again would not have them: an
+    overridden `accuracy.fid_statistics` would quietly become the file's)."""
     chosen = name or source.profile
     if not chosen:
         raise BadInput("no profile recorded with these images", where=source.location,
                        fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
+    if name is None and source.profile_config is not None:
+        return profile_from_raw(source.profile_config, profile_path(chosen))
     return load_profile(chosen)
 
 
@@ -113,8 +118,10 @@ def reference_statistics(p: ScorePlan) -> FidStatistics:
                        where=f"{p.profile.path}: accuracy.fid_statistics",
                        fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
                            "output")
-    return load_statistics(p.settings.fid_statistics,
-                           where=f"{p.profile.path}: accuracy.fid_statistics")
+    where = f"{p.profile.path}: accuracy.fid_statistics"
+    path = statistics_file(p.settings, where)
+    assert path is not None  # a profile that names none was refused above
+    return load_statistics(path, where=where)
 
 
 def open_backbones(p: ScorePlan, fid_weights=None, clip_weights=None, device: str = "cpu",

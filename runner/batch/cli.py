@@ -148,7 +148,7 @@ def _print_completed(lc, done) -> int:
     result = done.aggregate
     print(f"dataset: {result.log} ({result.samples} records, {result.mb_per_s:.0f} MB/s)")
     if done.score is not None:
-        print("\n".join(done.score.verdict.lines()))
+        print("\n".join([*done.score.result.files_lines(), *done.score.verdict.lines()]))
     print(f"reports: {', '.join(str(p) for p in done.reports)}")
     print(f"run dir: {lc.run.path}")
     return done.exit_code
