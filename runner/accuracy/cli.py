@@ -26,7 +26,12 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.inputs.cliargs import COUNT, PERCENT, SCALE, SEED
+
+# The profile fields `runner oracle` acts on (runner.config.reads): the model its PyTorch
+# pipeline runs; a `--set` of another is refused.
+ORACLE_READS = ProfileReads("oracle", ("name", "model"))
 
 COMPARE_JSON = "compare.json"
 
@@ -147,10 +152,10 @@ def cmd_oracle(ctx: CommandContext) -> int:
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
     ids = chosen_ids(args.count, args.samples, args.ids, None, args.default_count)
     if args.dry_run:
-        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args), ids,
+        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args, ORACLE_READS), ids,
                                     perturbation)))
         return 0
-    out = oracle_run(Path(args.out), profile_from_args(args), ids, perturbation)
+    out = oracle_run(Path(args.out), profile_from_args(args, ORACLE_READS), ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
 

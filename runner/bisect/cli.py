@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -24,7 +25,14 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.docker.image import DEFAULT_BASE_IMAGE
+
+# The profile fields bisect and trend act on (runner.config.reads): the profile each build
+# runs and scores (the sample count is the command's own); a `--set` of another is refused.
+BISECT_READS = ProfileReads("bisect", ("name", "model", "target", "layout", "accuracy"),
+                            but=("target.sku",))
+TREND_READS = dataclasses.replace(BISECT_READS, command="trend")
 
 BISECT_COUNT = 4  # enough samples to see numerics move on the tiny model, in seconds
 
@@ -65,7 +73,7 @@ def _plan(args: argparse.Namespace, test_text: str, trend: bool):
         raise RunnerError(f"{args.repo} is not a git checkout", where="--repo",
                           fix="pass a clone of iree-org/iree")
     sources = Sources(check_find_links(args.find_links), args.pre, repo)
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, TREND_READS if trend else BISECT_READS)
     args.test = test_text
     samples = _sample_spec(args, profile)
     out = Path(os.path.abspath(args.out))
