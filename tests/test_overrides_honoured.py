@@ -89,6 +89,7 @@ def test_the_walk_covers_every_settable_field():
     assert "layout.cpd" in RUN_READS.read() and "mlperf.system" not in RUN_READS.read()
 
 
+@pytest.mark.slow  # 40 dry runs of each profile: 3 to 10 s apiece on 2 cores
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_field_set_on_a_run_is_the_value_it_runs_with_or_refused(
         name, lab_profiles, tmp_path, monkeypatch):
@@ -145,9 +146,7 @@ def test_a_command_refuses_a_field_it_does_not_read(argv, reads, field, tmp_path
     assert not any(tmp_path.iterdir())
 
 
-def test_every_command_that_takes_set_declares_what_it_reads():
-    """Each declaration names fields that exist, and one field of each section a profile
-    holds is read by some command: nothing a profile can say is read by none."""
+def _declarations() -> tuple[ProfileReads, ...]:
     from runner.accuracy.cli import ORACLE_READS
     from runner.bench.cli import GOLDENS_READS
     from runner.bisect.cli import BISECT_READS, TREND_READS
@@ -155,12 +154,30 @@ def test_every_command_that_takes_set_declares_what_it_reads():
     from runner.loadgen.cli import MLPERF_READS
     from runner.model.cli import COMPILE_READS, FETCH_READS, GENERATE_READS
 
-    every = (PLAN_READS, RUN_READS, BENCH_READS, ORACLE_READS, GOLDENS_READS, BISECT_READS,
-             TREND_READS, VALIDATE_READS, MLPERF_READS, COMPILE_READS, FETCH_READS,
-             GENERATE_READS)
-    read = {f for r in every for f in r.read()}
-    assert read == set(settable_fields())
-    assert len({r.command for r in every}) == len(every)
+    return (PLAN_READS, RUN_READS, BENCH_READS, ORACLE_READS, GOLDENS_READS, BISECT_READS,
+            TREND_READS, VALIDATE_READS, MLPERF_READS, COMPILE_READS, FETCH_READS,
+            GENERATE_READS)
+
+
+def test_every_command_that_takes_set_declares_what_it_reads():
+    """One declaration per command that takes `--set`, each naming fields that exist, and
+    every field a profile can hold is read by some command."""
+    from runner.cli.grammar import options_of
+    from runner.cli.main import build_parser
+
+    every = _declarations()
+    with_set = {c.removeprefix("runner ") for c, a in options_of(build_parser())
+                if "--set" in a.option_strings}
+    assert {r.command for r in every} == with_set and len(every) == len(with_set)
+    assert {f for r in every for f in r.read()} == set(settable_fields())
+
+
+def test_the_docs_table_is_what_each_command_reads():
+    page = (Path(__file__).parents[1] / "docs" / "layouts.md").read_text()
+    table = page.split("<!-- profile-reads -->")[1].split("<!-- /profile-reads -->")[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `runner")]
+    assert {cmd.strip("|` ").removeprefix("runner "): fields.strip(" |")
+            for cmd, fields in rows} == {r.command: r.text() for r in _declarations()}
 
 
 def test_a_flag_and_a_set_of_the_same_field_are_refused(tmp_path):

@@ -62,15 +62,18 @@ class ProfileReads:
         return tuple(f for f in settable_fields() if f in chosen)
 
     def text(self) -> str:
-        """The fields read, a whole section as its name (`layout`)."""
+        """The fields read, shortest: a whole section as its name (`layout`), most of one
+        as what it leaves out (`target (not sku)`), a few of one by name."""
         read = set(self.read())
         words: list[str] = []
         for name in dict.fromkeys(f.split(".")[0] for f in settable_fields()):
             inside = [f for f in settable_fields() if f.split(".")[0] == name]
-            if set(inside) <= read:
-                words.append(name)
+            taken = [f for f in inside if f in read]
+            left = [f.partition(".")[2] for f in inside if f not in read]
+            if taken and len(left) < len(taken) and len(left) <= 3:
+                words.append(name + (f" (not {', '.join(left)})" if left else ""))
             else:
-                words += [f for f in inside if f in read]
+                words += taken
         return ", ".join(words)
 
 
