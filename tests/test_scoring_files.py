@@ -126,3 +126,14 @@ def test_an_overridden_statistics_file_is_the_one_scoring_reads(tmp_path):
     assert failed.returncode == 2
     assert f"FID statistics file not found: {stats}" in failed.stderr
     assert not (run / "accuracy.json").exists()
+
+
+def test_an_mlperf_accuracy_test_scores_against_the_overridden_statistics(tmp_path):
+    """`runner mlperf` scores its accuracy log with its loaded profile, `--set` included
+    (it read the profile file again, whose built-in statistics then scored it)."""
+    missing = tmp_path / HOSTILE / "val2014.npz"
+    proc = cli("mlperf", "--profile", "cpu", "--scenario", "offline", "--mode", "accuracy",
+               "--count", "2", "--set", f"accuracy.fid_statistics={missing}", "--out",
+               tmp_path / "mlperf")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"FID statistics file not found: {missing}" in proc.stderr

@@ -53,10 +53,13 @@ class RunScore:
     txt_path: Path
 
 
-def resolve_profile(source: SampleSource, name: str | None) -> Profile:
-    """`--profile` where given; else the profile as the run recorded it, with the `--set`
-    overrides it was made with (a profile file read again would not have them: an
-    overridden `accuracy.fid_statistics` would quietly become the file's)."""
+def resolve_profile(source: SampleSource, name: str | Profile | None) -> Profile:
+    """`--profile` where given (or the loaded profile a command scores with, its `--set`
+    overrides applied); else the profile as the run recorded it, with the overrides it was
+    made with (a profile file read again would not have them: an overridden
+    `accuracy.fid_statistics` would quietly become the file's)."""
+    if isinstance(name, Profile):
+        return name
     chosen = name or source.profile
     if not chosen:
         raise BadInput("no profile recorded with these images", where=source.location,
@@ -152,8 +155,8 @@ def refuse_failed(source: SampleSource) -> None:
         raise failures_error(failed, total, str(source.run_dir), "scoring refused")
 
 
-def prepare_scoring(run_dir: Path, profile: str | None, log: Path | None, allow_subset: bool,
-                    metrics: tuple[str, ...] | None, verify: bool = True
+def prepare_scoring(run_dir: Path, profile: str | Profile | None, log: Path | None,
+                    allow_subset: bool, metrics: tuple[str, ...] | None, verify: bool = True
                     ) -> tuple[ScorePlan, Captions, tuple[str, ...], FidStatistics | None]:
     """Every check that can fail before an image is scored, in the order scoring meets
     them: the plan, the captions, the metrics scored and the FID reference statistics."""
@@ -202,7 +205,7 @@ def score_plan(run_dir: Path, *, profile: str | None = None, log: Path | None = 
     return [*lines, f"# would write {json_path} and {txt_path}"]
 
 
-def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
+def evaluate_run(run_dir: Path, *, profile: str | Profile | None = None, log: Path | None = None,
                  allow_subset: bool = False, require_full: bool = False,
                  fid_weights=None, clip_weights=None,
                  batch_size: int = 1, device: str = "cpu", progress: bool = True,
