@@ -16,7 +16,7 @@ from runner.base.paths import CONFIGS_DIR
 from runner.batch.cli import PLAN_READS, RUN_READS
 from runner.bench.cli import BENCH_READS
 from runner.config.profile import load_profile
-from runner.config.reads import ProfileReads, effective_value, fields_set, settable_fields
+from runner.config.reads import ProfileReads, fields_set, profile_field_value, settable_fields
 
 SHIPPED = tuple(sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")))
 HOSTILE_STATS = "/labs/$(touch pwned) 'q\" dir/val2014.npz"
@@ -100,7 +100,7 @@ def test_every_field_set_on_a_run_is_the_value_it_runs_with_or_refused(
     out = tmp_path / "run"
     honoured = 0
     for field in settable_fields():
-        current = effective_value(profile, field)
+        current = profile_field_value(profile, field)
         tries = _tries(field, current, profile.target.backend, spec)
         if field not in RUN_READS.read():
             _refused(cli("run", "--profile", name, "--set", f"{field}={tries[0][0]}",

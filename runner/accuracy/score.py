@@ -82,7 +82,7 @@ class AccuracyResult:
         files = (("FID weights", self.backbones.fid_path),
                  ("CLIP weights", self.backbones.clip_path),
                  ("FID reference statistics", self.statistics_path))
-        return [f"{what}: {path}" for what, path in files if path]
+        return [f"read {what}: {path}" for what, path in files if path]
 
 
 def check_image(qsl_idx: int, image, size: tuple[int, int] | None) -> None:

@@ -49,7 +49,7 @@ def statistics_file(settings: AccuracySettings, where: str) -> Path | None:
     first cache holding it (none there is bad input naming each place looked)."""
     if settings.fid_statistics_cache is None:
         return settings.fid_statistics
-    return find_scoring_file(settings.fid_statistics_cache, "FID reference statistics", where,
+    return find_scoring_file(settings.fid_statistics_cache, "FID statistics file", where,
                              "for SDXL, fetch MLPerf's val2014.npz (mlcommons/inference "
                              "text_to_image/tools)")
 

@@ -109,7 +109,7 @@ def refuse_unread(overrides: Mapping[str, Any], reads: ProfileReads) -> None:
                            f"{field}")
 
 
-def effective_value(profile: Profile, field: str) -> Any:
+def profile_field_value(profile: Profile, field: str) -> Any:
     """The value the loaded profile holds for `field`, as the command reads it: the typed
     value (a layout's device list, a model's dtype name), not the text given."""
     section, _, key = field.partition(".")
@@ -131,5 +131,5 @@ def effective_values(profile: Profile, overrides: Mapping[str, Any]) -> list[str
             return dataclasses.asdict(value)
         return str(value)
 
-    return [f"# --set {field}: {json.dumps(effective_value(profile, field), default=plain)}"
+    return [f"# --set {field}: {json.dumps(profile_field_value(profile, field), default=plain)}"
             for field in fields_set(overrides)]
