@@ -117,7 +117,7 @@ def main_epilog() -> str:
 options shared by the commands that take them (one spelling, one meaning everywhere):
   --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
                        commands that read a run default to the profile it recorded)
-  --set KEY=VALUE      override any profile field
+  --set KEY=VALUE      override a profile field the command reads (another is refused)
   --devices, --cpd, --batch-size, --vae-batch-size, --partition
                        the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
