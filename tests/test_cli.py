@@ -17,6 +17,7 @@ from cli_support import cli, start_runner
 from host_support import wait_for
 
 from runner.base.errors import EXIT_CODES, EXIT_INTERRUPTED
+from runner.base.paths import ASSETS_DIR
 from runner.base.steps import StepStatus
 from runner.cli.context import PARSER_DEFAULTS, CommandContext
 from runner.cli.grammar import COMMAND_GROUPS, WORKFLOWS, help_problems, subparsers_of, walk
@@ -217,6 +218,9 @@ def test_a_short_run_completes_as_a_labelled_subset(tmp_path):
     label = "subset of 4: not judged against the full-set ranges"
     assert "verdict: SUBSET (not judged" in proc.stdout and f"note: {label}" in proc.stdout
     scores = [x for x in proc.stdout.splitlines() if x.startswith(("FID ", "CLIP"))]
+    # the statistics scoring read, where the profile says (seeded backbones: no weights)
+    stats = ASSETS_DIR / "tiny" / "accuracy" / "fid_statistics.npz"
+    assert f"read FID reference statistics: {stats}" in proc.stdout
     assert len(scores) == 2 and all("  not judged  (above low by" in x for x in scores), scores
     accuracy = json.loads((run_dir / "accuracy.json").read_text())
     assert accuracy["verdict"] == "subset" and label in accuracy["labels"]

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.accuracy.files import SCORING_SUBDIR, find_scoring_file, scoring_file_places
 from runner.base.errors import BadInput, StepFailed
 from runner.base.fileio import sha256_file
-from runner.base.paths import cache_dir
 from runner.config.profile import METRICS
 
 BACKBONE_MODES = ("pretrained", "seeded")
@@ -42,8 +42,10 @@ class BackboneWeights:
     env: str
     flag: str
 
-    def cache_path(self) -> Path:
-        return cache_dir() / "mlperf" / self.name
+    @property
+    def cache_name(self) -> str:
+        """The file's name inside a cache (runner.accuracy.files looks it up)."""
+        return f"{SCORING_SUBDIR}/{self.name}"
 
 
 FID_WEIGHTS = BackboneWeights(
@@ -61,19 +63,23 @@ CLIP_WEIGHTS = BackboneWeights(
 
 
 def find_weights(spec: BackboneWeights, explicit: str | Path | None = None) -> Path:
-    """The flag's path, else the env var's, else the cache; an error names all three."""
-    if explicit:
-        path, origin = Path(explicit).expanduser(), spec.flag
-    elif os.environ.get(spec.env):
-        path, origin = Path(os.environ[spec.env]).expanduser(), f"${spec.env}"
-    else:
-        path, origin = spec.cache_path(), "the cache"
-    if path.is_file():
-        return path
-    raise BadInput(
-        f"{spec.what} not found at {path} (from {origin})", where=spec.flag,
-        fix=f"download {spec.url} (sha256 {spec.sha256}) and pass it with {spec.flag} PATH, "
-            f"set ${spec.env}, or save it as {spec.cache_path()}")
+    """The flag's path, else the env var's, else the caches in the order every scoring file
+    is looked up (runner.accuracy.files); an error names each place."""
+    if explicit or os.environ.get(spec.env):
+        path, origin = ((Path(explicit).expanduser(), spec.flag) if explicit
+                        else (Path(os.environ[spec.env]).expanduser(), f"${spec.env}"))
+        if path.is_file():
+            return path
+        raise BadInput(f"{spec.what} not found at {path} (from {origin})", where=spec.flag,
+                       fix=f"{_download(spec)} and pass it with {spec.flag} PATH, set "
+                       f"${spec.env}, or save it as {scoring_file_places(spec.cache_name)[0]}")
+    return find_scoring_file(spec.cache_name, spec.what, spec.flag,
+                             f"{_download(spec)} and pass it with {spec.flag} PATH, set "
+                             f"${spec.env}")
+
+
+def _download(spec: BackboneWeights) -> str:
+    return f"download {spec.url} (sha256 {spec.sha256})"
 
 
 def backbone_weights(mode: str, metrics: tuple[str, ...], fid_weights: str | Path | None = None,

@@ -26,7 +26,12 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.inputs.cliargs import COUNT, PERCENT, SCALE, SEED
+
+# The profile fields `runner oracle` acts on (runner.config.reads): the model its PyTorch
+# pipeline runs and its count; a `--set` of another is refused.
+ORACLE_READS = ProfileReads("oracle", ("name", "count", "model"))
 
 COMPARE_JSON = "compare.json"
 
@@ -81,6 +86,7 @@ def cmd_score(ctx: CommandContext) -> int:
     print(f"{r.n} samples scored in {r.seconds:.1f}s ({r.images_per_second:.2f} images/s) "
           f"+ Frechet {r.frechet_seconds:.1f}s{cached}; profile {score.plan.profile.name}; "
           f"{r.backbones.label}")
+    print("\n".join(r.files_lines()))
     for line in score.verdict.lines():
         print(line)
     print(f"wrote {score.json_path} and {score.txt_path}")
@@ -147,9 +153,10 @@ def cmd_oracle(ctx: CommandContext) -> int:
     profile = profile_from_args(args)
     ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     if args.dry_run:
-        print("\n".join(oracle_plan(Path(args.out), profile, ids, perturbation)))
+        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args, ORACLE_READS), ids,
+                                    perturbation)))
         return 0
-    out = oracle_run(Path(args.out), profile, ids, perturbation)
+    out = oracle_run(Path(args.out), profile_from_args(args, ORACLE_READS), ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
 

@@ -16,7 +16,7 @@ from runner.accuracy.backbones import Backbones, backbone_weights, load_backbone
 from runner.accuracy.frechet import FidStatistics, load_statistics
 from runner.accuracy.samples import SampleSource, format_ids, open_source, scan_log_ids
 from runner.accuracy.score import AccuracyResult, ScoreSettings, reader_jobs, score_samples
-from runner.accuracy.settings import AccuracySettings, accuracy_settings
+from runner.accuracy.settings import AccuracySettings, accuracy_settings, statistics_file
 from runner.accuracy.verdict import (
     JSON_NAME,
     TXT_NAME,
@@ -27,7 +27,7 @@ from runner.accuracy.verdict import (
 )
 from runner.base.errors import BadInput, IncompleteRun
 from runner.config.mlperf_data import Captions, load_captions
-from runner.config.profile import METRICS, Profile, load_profile
+from runner.config.profile import METRICS, Profile, load_profile, profile_from_raw, profile_path
 from runner.rundir.mlperf_log import TRUNCATED_FIX, truncation
 from runner.rundir.store import SampleStore, failures_error
 
@@ -53,11 +53,19 @@ class RunScore:
     txt_path: Path
 
 
-def resolve_profile(source: SampleSource, name: str | None) -> Profile:
+def resolve_profile(source: SampleSource, name: str | Profile | None) -> Profile:
+    """`--profile` where given (or the loaded profile a command scores with, its `--set`
+    overrides applied); else the profile as the run recorded it, with the overrides it was
+    made with (a profile file read again would not have them: an overridden
+    `accuracy.fid_statistics` would quietly become the file's)."""
+    if isinstance(name, Profile):
+        return name
     chosen = name or source.profile
     if not chosen:
         raise BadInput("no profile recorded with these images", where=source.location,
                        fix="pass --profile (e.g. sdxl for an MLPerf SDXL accuracy log)")
+    if name is None and source.profile_config is not None:
+        return profile_from_raw(source.profile_config, profile_path(chosen))
     return load_profile(chosen)
 
 
@@ -113,8 +121,10 @@ def reference_statistics(p: ScorePlan) -> FidStatistics:
                        where=f"{p.profile.path}: accuracy.fid_statistics",
                        fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
                            "output")
-    return load_statistics(p.settings.fid_statistics,
-                           where=f"{p.profile.path}: accuracy.fid_statistics")
+    where = f"{p.profile.path}: accuracy.fid_statistics"
+    path = statistics_file(p.settings, where)
+    assert path is not None  # a profile that names none was refused above
+    return load_statistics(path, where=where)
 
 
 def open_backbones(p: ScorePlan, fid_weights=None, clip_weights=None, device: str = "cpu",
@@ -145,8 +155,8 @@ def refuse_failed(source: SampleSource) -> None:
         raise failures_error(failed, total, str(source.run_dir), "scoring refused")
 
 
-def prepare_scoring(run_dir: Path, profile: str | None, log: Path | None, allow_subset: bool,
-                    metrics: tuple[str, ...] | None, verify: bool = True
+def prepare_scoring(run_dir: Path, profile: str | Profile | None, log: Path | None,
+                    allow_subset: bool, metrics: tuple[str, ...] | None, verify: bool = True
                     ) -> tuple[ScorePlan, Captions, tuple[str, ...], FidStatistics | None]:
     """Every check that can fail before an image is scored, in the order scoring meets
     them: the plan, the captions, the metrics scored and the FID reference statistics."""
@@ -195,7 +205,7 @@ def score_plan(run_dir: Path, *, profile: str | None = None, log: Path | None = 
     return [*lines, f"# would write {json_path} and {txt_path}"]
 
 
-def evaluate_run(run_dir: Path, *, profile: str | None = None, log: Path | None = None,
+def evaluate_run(run_dir: Path, *, profile: str | Profile | None = None, log: Path | None = None,
                  allow_subset: bool = False, require_full: bool = False,
                  fid_weights=None, clip_weights=None,
                  batch_size: int = 1, device: str = "cpu", progress: bool = True,

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,9 @@ class SampleSource:
     log: Path | None = None
     sha256: dict[int, str] | None = None  # generate dirs record each image's hash
     captions: Path | None = None  # the captions file the run recorded, if any
+    # The profile as the run recorded it, its `--set` overrides applied (run.json's or
+    # manifest.json's `profile_config`): what scoring reads unless told another profile.
+    profile_config: dict[str, Any] | None = None
 
     @property
     def location(self) -> str:
@@ -167,6 +171,12 @@ def _recorded_profile(meta: dict) -> str | None:
     return meta.get("profile")
 
 
+def _recorded_config(meta: dict) -> dict[str, Any] | None:
+    """The profile mapping the run recorded (None in a record older than it)."""
+    config = meta.get("profile_config")
+    return config if isinstance(config, dict) else None
+
+
 def _generated_hashes(run_dir: Path, meta: dict) -> dict[int, str]:
     """The sha256 `runner generate` recorded of each sample's PNG, by qsl_idx (empty when
     it recorded none): every sample it was asked for, written or not."""
@@ -197,10 +207,10 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
     if not run_dir.is_dir():
         raise BadInput(f"run dir not found: {run_dir}", where=str(run_dir),
                        fix=f"pass {expected}")
-    profile, requested, captions = None, None, None
+    profile, requested, captions, config = None, None, None, None
     if (run_dir / RUN_META).is_file():
         meta = _read_json(run_dir / RUN_META)
-        profile = _recorded_profile(meta)
+        profile, config = _recorded_profile(meta), _recorded_config(meta)
         captions = Path(meta["captions"]) if meta.get("captions") else None
         if "sample_ids" in meta:
             requested = parse_ids(meta["sample_ids"], where=f"{run_dir / RUN_META}: sample_ids")
@@ -211,19 +221,21 @@ def open_source(run_dir: Path, log: Path | None = None, verify: bool = True) -> 
             available = tuple(sorted(store.verified_ids() if verify else store.done_ids()))
             if available or not (run_dir / LOG_NAME).is_file():
                 return SampleSource(run_dir, "store", profile, requested, available,
-                                    captions=captions)
+                                    captions=captions, profile_config=config)
     elif (run_dir / GENERATE_META).is_file():
         meta = _read_json(run_dir / GENERATE_META)
-        profile = _recorded_profile(meta)
+        profile, config = _recorded_profile(meta), _recorded_config(meta)
         hashes = _generated_hashes(run_dir, meta)
         requested = tuple(sorted(hashes))
         if log is None:
             present = tuple(i for i in requested
                             if (run_dir / "images" / f"{i:05d}.png").is_file())
-            return SampleSource(run_dir, "generate", profile, requested, present, None, hashes)
+            return SampleSource(run_dir, "generate", profile, requested, present, None, hashes,
+                                profile_config=config)
     log = Path(log) if log is not None else run_dir / LOG_NAME
     if not log.is_file():
         raise BadInput(f"no images found in {run_dir}", where=str(run_dir),
                        fix=f"expected {RUN_META} + samples/, {GENERATE_META} + images/, "
                            f"or {LOG_NAME} (or pass --log PATH)")
-    return SampleSource(run_dir, "log", profile, requested, None, log, captions=captions)
+    return SampleSource(run_dir, "log", profile, requested, None, log, captions=captions,
+                        profile_config=config)

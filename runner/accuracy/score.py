@@ -76,6 +76,14 @@ class AccuracyResult:
     def images_per_second(self) -> float:
         return self.n / self.seconds if self.seconds > 0 else float("inf")
 
+    def files_lines(self) -> list[str]:
+        """The scoring files this score read, each as the path it was found at: a lab sees
+        which of its caches (or flags) the weights and statistics came from."""
+        files = (("FID weights", self.backbones.fid_path),
+                 ("CLIP weights", self.backbones.clip_path),
+                 ("FID reference statistics", self.statistics_path))
+        return [f"read {what}: {path}" for what, path in files if path]
+
 
 def check_image(qsl_idx: int, image, size: tuple[int, int] | None) -> None:
     where = f"sample {qsl_idx}"

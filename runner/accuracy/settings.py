@@ -9,7 +9,9 @@
       samples: 0-4999               # the ids the ranges hold for (default: every caption)
 
 `fid_statistics` may be `builtin:<path>` (inside the package's assets), `~/...`, absolute, or
-relative to the profile file.
+relative to the profile file. A path under the default cache (`~/.cache/iree-sdxl-runner/...`,
+as the SDXL profiles write MLPerf's `val2014.npz`) names a cache file: it is looked up under
+`$RUNNER_CACHE_DIR` first, then there, as every scoring file is (runner.accuracy.files).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.accuracy.backbones import BACKBONE_MODES
+from runner.accuracy.files import cache_file_name, find_scoring_file
 from runner.accuracy.samples import parse_ids
 from runner.base.errors import BadInput
 from runner.base.paths import BUILTIN, builtin_path
@@ -30,12 +33,25 @@ class AccuracySettings:
     seed: int
     fid_statistics: Path | None
     samples: tuple[int, ...] | None  # None: every caption row
+    # The cache-relative name (`mlperf/val2014.npz`) where `fid_statistics` names a cache
+    # file: found by `statistics_file`, in the caches' order.
+    fid_statistics_cache: str | None = None
 
     @property
     def samples_text(self) -> str | None:
         from runner.accuracy.samples import format_ids
 
         return None if self.samples is None else format_ids(self.samples)
+
+
+def statistics_file(settings: AccuracySettings, where: str) -> Path | None:
+    """The FID statistics file scoring reads: the profile's path, or for a cache file the
+    first cache holding it (none there is bad input naming each place looked)."""
+    if settings.fid_statistics_cache is None:
+        return settings.fid_statistics
+    return find_scoring_file(settings.fid_statistics_cache, "FID statistics file", where,
+                             "for SDXL, fetch MLPerf's val2014.npz (mlcommons/inference "
+                             "text_to_image/tools)")
 
 
 def resolve_asset_path(value: str, base: Path) -> Path:
@@ -62,7 +78,9 @@ def accuracy_settings(profile: Profile) -> AccuracySettings:
                        fix="name an .npz of Inception statistics (`runner calibrate "
                        "--reference-run` writes one), or leave it out")
     samples = raw.get("samples")
+    cached = None if stats is None else cache_file_name(stats)
     return AccuracySettings(
         backbones=mode, seed=seed,
         fid_statistics=None if stats is None else resolve_asset_path(stats, profile.path.parent),
-        samples=None if samples is None else parse_ids(samples, where=f"{where}.samples"))
+        samples=None if samples is None else parse_ids(samples, where=f"{where}.samples"),
+        fid_statistics_cache=cached)

@@ -32,11 +32,13 @@ REPO_DIR = PACKAGE_DIR.parent
 # `builtin:tiny/clip.irpa` names a file the runner ships (under ASSETS_DIR), wherever the
 # runner is installed: profiles and the tiny golden suites refer to the tiny model so.
 BUILTIN = "builtin:"
+CACHE_ENV = "RUNNER_CACHE_DIR"
+DEFAULT_CACHE = "~/.cache/iree-sdxl-runner"  # as profiles and docs write it
 
 
 def cache_dir() -> Path:
     """`$RUNNER_CACHE_DIR`, default `~/.cache/iree-sdxl-runner`, created on first use."""
-    root = os.environ.get("RUNNER_CACHE_DIR") or str(Path.home() / ".cache" / "iree-sdxl-runner")
+    root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
     path = Path(root).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path

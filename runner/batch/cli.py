@@ -32,7 +32,15 @@ from runner.cli.grammar import (
     print_json,
     sample_ids,
 )
-from runner.config.overrides import layout_overrides, profile_from_args
+from runner.config.overrides import layout_overrides, profile_from_args, profile_overrides
+from runner.config.reads import ProfileReads, effective_values
+
+# The profile fields each command acts on (runner.config.reads): a `--set` of another is
+# refused. The plan is the layout and the devices it opens (backend and driver); a run is
+# made and scored by everything but the MLPerf section and the SKU golden benchmarks judge.
+PLAN_READS = ProfileReads("plan", ("target.backend", "target.driver", "layout"))
+RUN_READS = ProfileReads("run", ("name", "count", "model", "target", "layout", "accuracy"),
+                         but=("target.sku",))
 
 RUN_RERUN = Rerun(REFUSES, "every finished sample: only the missing ones are generated; "
                   "a complete run does nothing unless --rescore", ("run.json",))
@@ -42,7 +50,7 @@ def cmd_plan(ctx: CommandContext) -> int:
     from runner.batch.run import plan_for
 
     args = ctx.args
-    plan = plan_for(profile_from_args(args))
+    plan = plan_for(profile_from_args(args, PLAN_READS))
     if args.json:
         print_json(plan.to_dict())
         return 0
@@ -74,12 +82,13 @@ def cmd_run(ctx: CommandContext) -> int:
         lc = Lifecycle.open(args.resume)
     else:
         args.profile = args.profile or DEFAULT_PROFILE
-        profile = profile_from_args(args)
+        profile = profile_from_args(args, RUN_READS)
         ids = sample_ids(args, captions, profile.count)
         executor = executor_for(args.executor or "local", profile, image=args.image,
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
-            print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor)))
+            print("\n".join([*effective_values(profile, profile_overrides(args.set)),
+                             *dry_run_lines(Path(args.out), profile, ids, executor)]))
             return EXIT_OK
         lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
                               captions=captions, score=args.score)
@@ -101,7 +110,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     requested = None
     if args.profile or args.set or args.metrics or layout_overrides(args):
         args.profile = args.profile or m.profile_path
-        requested = profile_from_args(args)
+        requested = profile_from_args(args, RUN_READS)
     ids = (sample_ids(args, Path(m.captions), len(m.sample_ids))
            if args.ids or args.samples or args.count is not None else None)
     lc.check_request(requested, ids)
@@ -148,7 +157,7 @@ def _print_completed(lc, done) -> int:
     result = done.aggregate
     print(f"dataset: {result.log} ({result.samples} records, {result.mb_per_s:.0f} MB/s)")
     if done.score is not None:
-        print("\n".join(done.score.verdict.lines()))
+        print("\n".join([*done.score.result.files_lines(), *done.score.verdict.lines()]))
     print(f"reports: {', '.join(str(p) for p in done.reports)}")
     print(f"run dir: {lc.run.path}")
     return done.exit_code

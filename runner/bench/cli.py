@@ -33,10 +33,20 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.goldens.cli import golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
+
+# The profile fields each command acts on (runner.config.reads): a `--set` of another is
+# refused. A benchmark runs the model on the layout, its count samples per layout; `bench
+# goldens` takes the machine (backend, chip, SKU) from the target, and the layout is
+# checked against that backend.
+BENCH_READS = ProfileReads("bench", ("name", "count", "model", "target", "layout"),
+                           but=("target.sku",))
+GOLDENS_READS = ProfileReads("bench goldens", ("target.backend", "target.chip", "target.sku",
+                                               "layout"))
 
 STAGE_REPETITIONS = 5
 JUDGED = ("passed", "failed", "error")  # a golden that was measured and judged (or broke)
@@ -63,8 +73,14 @@ def _golden_target(args: argparse.Namespace) -> tuple[str, str, str]:
     given = "--sku" if from_env(args.sku, ENV_SKU)[1] == "flag" else f"${ENV_SKU}"
     name = args.profile or DEFAULT_PROFILE
     if chosen.sku and chosen.rocm_chip:
+        if args.set:  # the profile is not read at all
+            key = args.set[0].partition("=")[0]
+            raise BadInput("`--set` is not read by `runner bench goldens` when the SKU and "
+                           "the ROCm chip are given", where=f"--set {key}",
+                           fix="drop --set, or drop --sku/--rocm-chip to take them from the "
+                           "profile")
         return chosen.sku, chosen.rocm_chip, given
-    target = profile_from_args(args, name, layout=()).target
+    target = profile_from_args(args, GOLDENS_READS, name, layout=()).target
     chip = chosen.rocm_chip or (target.chip if target.backend == "hip" else DEFAULT_CHIP)
     if chosen.sku:
         return chosen.sku, chip, given
@@ -111,7 +127,7 @@ def cmd_bench(ctx: CommandContext) -> int:
     from runner.bench.stages import BenchSettings
 
     args = ctx.args
-    profile = profile_from_args(args, layout=("partition",))
+    profile = profile_from_args(args, BENCH_READS, layout=("partition",))
     spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
     ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     sweep = {k: tuple(getattr(args, k) or (None,))

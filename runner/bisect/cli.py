@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.docker.image import DEFAULT_BASE_IMAGE
 
 
@@ -34,6 +36,14 @@ def _steps_args(args: argparse.Namespace) -> dict[str, Any]:
             "find_links": args.find_links, "pre": args.pre, "repo": args.repo,
             "build_from_source": args.build, "install": args.install,
             "base_image": args.base_image}
+
+
+# The profile fields bisect and trend act on (runner.config.reads): the profile each build
+# runs and scores, and its count (the samples each build makes); a `--set` of another is
+# refused.
+BISECT_READS = ProfileReads("bisect", ("name", "count", "model", "target", "layout",
+                                       "accuracy"), but=("target.sku",))
+TREND_READS = dataclasses.replace(BISECT_READS, command="trend")
 
 
 def _show(out: Path, command: str) -> None:
@@ -50,8 +60,8 @@ def cmd_bisect(ctx: CommandContext) -> int:
     from runner.bisect.request import bisect
 
     args = ctx.args
-    bisect(args.good, args.bad, profile=profile_from_args(args), out=args.out, test=args.test,
-           dry_run=args.dry_run, argv=ctx.argv, **_steps_args(args))
+    bisect(args.good, args.bad, profile=profile_from_args(args, BISECT_READS), out=args.out,
+           test=args.test, dry_run=args.dry_run, argv=ctx.argv, **_steps_args(args))
     if not args.dry_run:
         _show(Path(os.path.abspath(args.out)), "bisect")
     return EXIT_OK
@@ -68,8 +78,8 @@ def cmd_trend(ctx: CommandContext) -> int:
         raise BadInput("give the builds, or --range A..B (one of them)", where="runner trend",
                        fix="e.g. runner trend wheels:3.12.0 wheels:3.13.0, or "
                        "--range wheels:3.10.0..wheels:3.13.0")
-    plan, sources, inputs = measure_plan(args.test, profile_from_args(args), args.out,
-                                         trend=True, dry_run=args.dry_run,
+    plan, sources, inputs = measure_plan(args.test, profile_from_args(args, TREND_READS),
+                                         args.out, trend=True, dry_run=args.dry_run,
                                          **_steps_args(args))
     if args.range:
         builds = parse_range(args.range, sources)

@@ -117,7 +117,7 @@ def main_epilog() -> str:
 options shared by the commands that take them (one spelling, one meaning everywhere):
   --profile NAME|YAML  profile (default: {DEFAULT_PROFILE} for commands that make something;
                        commands that read a run default to the profile it recorded)
-  --set KEY=VALUE      override any profile field
+  --set KEY=VALUE      override a profile field the command reads (another is refused)
   --devices, --cpd, --batch-size, --vae-batch-size, --partition
                        the layout (CPD: pipeline processes per device ID)
   --count N | --samples SPEC | --ids FILE
@@ -411,7 +411,8 @@ PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a 
 GRAMMAR: dict[str, str] = {
     # what is run
     "--profile": "the profile: a name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path",
-    "--set": "override any profile field, KEY=VALUE (repeatable)",
+    "--set": "override a profile field the command reads, KEY=VALUE (repeatable; another "
+             "is refused)",
     "--partition": "the GPUs' compute partition mode (spx, dpx, qpx, cpx): a system setting "
                    "the plan checks device IDs against",
     "--devices": "device IDs the workers run on: 0-63, 0,2,4, 0-3,8-11",
@@ -526,8 +527,9 @@ def add_profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFIL
            help=f"{PROFILE_HELP} (default: {default or none_means})")
     if with_set:
         shared(p, "--set", action="append", metavar="KEY=VALUE",
-               help="override any profile field, e.g. --set target.chip=gfx950 (repeatable; "
-               "default: none)")
+               help="override a profile field the command reads, e.g. --set "
+               "target.chip=gfx950 (repeatable; a field it does not read is refused, naming "
+               "those it reads; default: none)")
 
 
 def add_layout(p: argparse.ArgumentParser, sweep: bool = False) -> None:

@@ -25,8 +25,14 @@ from runner.cli.grammar import (
     sample_ids,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.inputs.iree_build import IMAGE_KINDS
+
+# The profile fields `runner validate` acts on (runner.config.reads): the run it makes and
+# scores, as `runner run` reads them; a `--set` of another is refused.
+VALIDATE_READS = ProfileReads("validate", ("name", "count", "model", "target", "layout",
+                                           "accuracy"), but=("target.sku",))
 
 
 def cmd_validate(ctx: CommandContext) -> int:
@@ -34,7 +40,7 @@ def cmd_validate(ctx: CommandContext) -> int:
 
     args = ctx.args
     args.profile = args.profile or DEFAULT_PROFILE
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, VALIDATE_READS)
     request = ValidateRequest(
         iree=args.iree, profile=profile, sample_ids=sample_ids(args, None, profile.count),
         out=Path(args.out), argv=ctx.argv, goldens=Path(args.goldens) if args.goldens else None,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.base.errors import BadInput
+from runner.config.reads import ProfileReads, fields_set, refuse_unread
 from runner.inputs.yamlfile import parse_yaml
 
 if TYPE_CHECKING:
@@ -55,16 +56,40 @@ def metrics_override(args: argparse.Namespace) -> dict[str, Any]:
     return {"accuracy.metrics": list(parse_metrics(value, "--metrics"))} if value else {}
 
 
-def profile_from_args(args: argparse.Namespace, profile: str | None = None,
+def profile_from_args(args: argparse.Namespace, reads: ProfileReads,
+                      profile: str | None = None,
                       layout: Sequence[str] = LAYOUT_FIELDS) -> Profile:
     """The profile a command's flags ask for: --profile (or `profile`), --set, --metrics,
-    then the `layout` flags (an error in one of them names the flag)."""
+    then the `layout` flags (an error in one of them names the flag). A `--set` of a field
+    the command does not read (`reads`) is refused before the profile is loaded."""
     from runner.config.profile import load_profile
 
-    loaded = load_profile(profile or args.profile, {**profile_overrides(getattr(args, "set",
-                                                                               None)),
-                                                    **metrics_override(args)})
+    sets = profile_overrides(getattr(args, "set", None))
+    refuse_unread(sets, reads)
+    _refuse_both(args, sets, layout)
+    loaded = load_profile(profile or args.profile, {**sets, **metrics_override(args)})
     flags = {k: v for k, v in layout_overrides(args).items() if k in layout}
     if flags:
         loaded = dataclasses.replace(loaded, layout=loaded.layout.with_overrides(**flags))
     return loaded
+
+
+# A command's own sample flags: where one is given, the profile's `count` is not what runs.
+SAMPLE_FLAGS = {"count": "--count", "samples": "--samples", "ids": "--ids"}
+
+
+def _refuse_both(args: argparse.Namespace, sets: dict[str, Any], layout: Sequence[str]
+                 ) -> None:
+    """A `--set` that a flag given with it would override is refused, not dropped: the
+    layout flags over `layout.X`, the sample flags over `count`."""
+    given = fields_set(sets)
+    flags = {f"layout.{k}": f"--{k.replace('_', '-')}" for k in layout_overrides(args)
+             if k in layout}
+    samples = [flag for dest, flag in SAMPLE_FLAGS.items() if getattr(args, dest, None) is not None]
+    if samples:
+        flags["count"] = samples[0]
+    for field, flag in flags.items():
+        if field in given:
+            raise BadInput(f"`--set {given[field]}` and {flag} both say what {field} is",
+                              where=f"--set {given[field]}",
+                              fix="give one of them (the flag, or drop it for the --set)")

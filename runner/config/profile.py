@@ -6,8 +6,8 @@ profiles, colon-separated, in order), then in the shipped profiles (the reposito
 override a shipped profile by name. `--profile PATH.yaml` is that file.
 
 A profile may `extends:` another (mappings merge, lists replace), and command-line flags
-override any field, so `mi325x` is `sdxl` plus a lab layout and `cpu` is `tiny` plus two
-CPU devices.
+override any field the command reads (runner.config.reads), so `mi325x` is `sdxl` plus a lab
+layout and `cpu` is `tiny` plus two CPU devices.
 
 Every key of a profile file and of `--set` is checked against `profile_schema()`, which is
 derived from the dataclasses below: a section (`target:`, `layout:`...) takes the fields of

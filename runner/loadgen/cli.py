@@ -27,9 +27,16 @@ from runner.cli.grammar import (
     renamed,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.inputs.cliargs import COUNT, RATE, TEST_SECONDS
 from runner.loadgen.conf import MODES, SCENARIOS, Flags
 from runner.loadgen.rules import COMPLIANCE_TESTS, DIVISIONS
+
+# The profile fields `runner mlperf` acts on (runner.config.reads): a run's (LoadGen sets the
+# QSL's count unless --count or user.conf says) and the MLPerf section; a `--set` of another
+# is refused.
+MLPERF_READS = ProfileReads("mlperf", ("name", "count", "model", "target", "layout",
+                                       "accuracy", "mlperf"), but=("target.sku",))
 
 # Each scenario's QPS flag, which user.conf writes as that scenario's target_qps and the
 # profile holds as mlperf.<the flag's name>: (scenario, flag, what the QPS is to it).
@@ -66,7 +73,7 @@ def cmd_mlperf(ctx: CommandContext) -> int:
     from runner.loadgen.run import MlperfRequest
 
     args = ctx.args
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, MLPERF_READS)
     compliance = None if args.compliance is None else tuple(
         t for item in args.compliance for t in item.split(",") if t)
     captions = Path(args.captions) if args.captions else None

@@ -72,7 +72,7 @@ def score_accuracy(prepared: Prepared, log_dir: Path,
     ranges_for = accuracy_settings(profile).samples
     qsl = set(range(prepared.total))
     subset = qsl != set(ranges_for) if ranges_for is not None else prepared.total != MLPERF_SAMPLES
-    score = evaluate_run(log_dir, profile=str(profile.path), log=log, allow_subset=subset,
+    score = evaluate_run(log_dir, profile=profile, log=log, allow_subset=subset,
                          progress=False, metrics=profile.accuracy.metrics)
     result = {"fid": score.result.fid, "clip": score.result.clip, "n": score.result.n,
               "verdict": score.verdict.state, "exit_code": score.verdict.exit_code,

@@ -24,7 +24,18 @@ from runner.cli.grammar import (
     sample_ids,
 )
 from runner.config.overrides import profile_from_args
+from runner.config.reads import ProfileReads
 from runner.inputs.paths import resolved
+
+# The profile fields each command acts on (runner.config.reads): a `--set` of another is
+# refused. Compiling reads the model, the target's compile settings and the layout (its
+# batch sizes; the layout is checked against the backend compiled for); fetching the model's
+# artifacts, the model; generating, what a run's workers read.
+COMPILE_READS = ProfileReads("compile", ("model", "target", "layout"),
+                             but=("target.driver", "target.runtime_flags", "target.sku"))
+FETCH_READS = ProfileReads("fetch", ("model",))
+GENERATE_READS = ProfileReads("generate", ("name", "count", "model", "target", "layout"),
+                              but=("target.sku",))
 
 # A carry holds what any number of compiles gathered (two VAE precisions, more batch
 # sizes): each adds its modules, whatever its profile.
@@ -36,7 +47,7 @@ def cmd_compile(ctx: CommandContext) -> int:
     from runner.model.compiled_model import compile_model
 
     args = ctx.args
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, COMPILE_READS)
     sizes = args.batch_sizes
     models = [compile_model(profile, batch, None if sizes else profile.layout.vae_batch_size,
                             dry_run=args.dry_run)
@@ -77,7 +88,7 @@ def cmd_fetch(ctx: CommandContext) -> int:
     from runner.model.compiled_model import fetch_artifacts
 
     args = ctx.args
-    for ref, path in fetch_artifacts(profile_from_args(args), dry_run=args.dry_run):
+    for ref, path in fetch_artifacts(profile_from_args(args, FETCH_READS), dry_run=args.dry_run):
         print(f"{redact_url(ref)} -> {path}" if args.dry_run else path)
     return 0
 
@@ -86,7 +97,7 @@ def cmd_generate(ctx: CommandContext) -> int:
     from runner.model.generate import generate, generate_commands
 
     args = ctx.args
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, GENERATE_READS)
     ids = sample_ids(args, None, profile.count)
     if args.dry_run:
         print("\n".join(generate_commands(profile, ids, Path(args.out))))
