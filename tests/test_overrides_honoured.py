@@ -134,7 +134,7 @@ def test_the_effective_value_is_the_one_the_run_records(tmp_path):
 @pytest.mark.parametrize(("argv", "reads", "field"), [
     (["plan", "--profile", "cpu"], PLAN_READS, "accuracy.fid_statistics"),
     (["plan", "--profile", "cpu"], PLAN_READS, "model.dtype"),
-    (["bench", "--profile", "cpu", "--dry-run", "--out", "B"], BENCH_READS, "count"),
+    (["bench", "--profile", "cpu", "--dry-run", "--out", "B"], BENCH_READS, "mlperf.division"),
     (["bench", "--profile", "cpu", "--dry-run", "--out", "B"], BENCH_READS, "accuracy.seed"),
     (["run", "--profile", "cpu", "--dry-run", "--out", "R"], RUN_READS, "mlperf.division"),
     (["run", "--profile", "cpu", "--dry-run", "--out", "R"], RUN_READS, "target.sku"),

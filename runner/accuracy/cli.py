@@ -150,13 +150,12 @@ def cmd_oracle(ctx: CommandContext) -> int:
 
     args = ctx.args
     perturbation = Perturbation(args.guidance, args.latent_noise, args.noise_seed)
-    profile = profile_from_args(args)
+    profile = profile_from_args(args, ORACLE_READS)
     ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     if args.dry_run:
-        print("\n".join(oracle_plan(Path(args.out), profile_from_args(args, ORACLE_READS), ids,
-                                    perturbation)))
+        print("\n".join(oracle_plan(Path(args.out), profile, ids, perturbation)))
         return 0
-    out = oracle_run(Path(args.out), profile_from_args(args, ORACLE_READS), ids, perturbation)
+    out = oracle_run(Path(args.out), profile, ids, perturbation)
     print(f"wrote {out}/manifest.json and {out}/images/")
     return 0
 
