@@ -19,12 +19,16 @@ from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
 from runner.cli.grammar import (
+    EXITS,
     GRAMMAR,
+    Exits,
     add_layout,
     add_out,
     document,
+    documented,
     grammar_problems,
     help_problems,
+    listed_exits,
     options_of,
     shared,
     walk,
@@ -526,8 +530,32 @@ def test_a_misspelled_command_or_choice_says_what_was_meant():
 def test_every_command_says_what_it_does_in_its_help():
     assert "Download a profile's model artifacts into the cache." in cli("fetch",
                                                                          "--help").stdout
-    problems = help_problems(_toy(("bare", lambda p: document(p, "runner bare"))))
+    problems = help_problems(_toy(("bare", lambda p: document(p, "runner bare",
+                                                              exits=Exits()))))
     assert "runner bare: no description: its help does not say what it does" in problems
+
+
+def test_each_commands_help_lists_the_exit_codes_it_declares_and_no_other():
+    """A command's exit-code block is its own: `history` judges change points and never
+    runs samples, so its help says what its 1 means and nothing of --require-full or
+    missing samples; `plan` judges nothing and writes nothing (0, 2, 130 alone)."""
+    parser = build_parser()
+    helps = {" ".join(path): sub for path, sub in walk(parser)}
+    for name, sub in helps.items():
+        assert listed_exits(sub.epilog or "") == documented(sub).exits.codes(), name
+    history = cli("history", "--help").stdout.partition(EXITS)[2]
+    assert "--require-full" not in history and "samples are missing" not in history
+    assert "  1  a change point is a regression" in history
+    assert listed_exits(cli("plan", "--help").stdout) == (0, 2, 130)
+    assert listed_exits(cli("run", "--help").stdout) == (0, 1, 2, 3, 130)
+    assert "samples are missing" in cli("run", "--help").stdout
+    assert listed_exits(cli("goldens", "bump", "--help").stdout) == (0, 2, 3, 130)
+    # The rule names a help whose block was edited away from what the command declares.
+    toy = _toy(("bare", lambda p: document(p, "runner bare", exits=Exits(verdict="x"))))
+    bare = next(sub for _, sub in walk(toy))
+    bare.description, bare.epilog = "does it", bare.epilog.replace("  1  x\n", "")
+    assert help_problems(toy) == ["runner bare: its help lists exit codes (0, 2, 130), it "
+                                  "declares (0, 1, 2, 130) (document's exits=)"]
 
 
 def test_a_profile_that_is_not_one_says_what_it_is_and_what_is_expected(tmp_path):

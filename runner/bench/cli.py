@@ -18,6 +18,8 @@ from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_executor,
     add_image,
@@ -245,7 +247,9 @@ def register(subparsers) -> argparse.ArgumentParser:
              "runner bench --profile tiny --no-throughput --dispatches --out runs/profile",
              "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
              "--batch-size 1,2 --iree source:a1b2c3d,source:d4e5f6a --out /shared/runs/sweep",
-             out="a directory: one run dir per layout, bench.json, bench.md")
+             out="a directory: one run dir per layout, bench.json, bench.md",
+             exits=Exits(verdict="a layout run, a stage benchmark or the A/B comparison failed",
+                         incomplete=DISK_FULL))
 
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
     p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
@@ -274,5 +278,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
              "runner bench goldens --profile tiny --dry-run",
              "runner bench goldens goldens/tiny-torch --marker cpu -k clip",
-             out="a directory for bench.json and bench.md")
+             out="a directory for bench.json and bench.md",
+             exits=Exits(verdict="a benchmark is over its golden",
+                         incomplete=DISK_FULL))
     return bench

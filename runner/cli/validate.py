@@ -10,6 +10,8 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
+    SAMPLES_MISSING,
+    Exits,
     add_base_image,
     add_dry_run,
     add_golden_version,
@@ -70,4 +72,6 @@ def register(subparsers) -> None:
              "--goldens goldens/tiny --to v2.0 --out runs/validate",
              "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
              out="the validate directory: validate.json, validate.md, run/ (with its "
-             "reports), goldens/")
+             "reports), goldens/",
+             exits=Exits(verdict="accuracy or goldens failed, or a subset with --require-full",
+                         incomplete=SAMPLES_MISSING, scores=True))

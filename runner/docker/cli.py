@@ -10,6 +10,8 @@ from pathlib import Path
 
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_base_image,
     add_dry_run,
     add_find_links,
@@ -81,7 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_image_build)
     document(p, "runner image build --iree wheels:3.13.0",
              "runner image build --iree source:<sha> --dry-run",
-             "runner image build --iree build-dir:/path/to/iree-build")
+             "runner image build --iree build-dir:/path/to/iree-build",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = sub.add_parser("inspect", help="image ID, labels and the IREE provenance recorded "
                        "inside it (JSON)")
@@ -89,6 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-provenance", action="store_true",
                    help="skip reading /opt/runner/iree-provenance.json from the image")
     p.set_defaults(func=cmd_image_inspect)
-    document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
+    document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>",
+             exits=Exits())
     document(image, "runner image build --iree wheels:3.13.0",
-             "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
+             "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>",
+             exits=Exits())  # alone it prints its help

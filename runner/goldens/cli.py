@@ -16,6 +16,8 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_golden_version,
     add_json,
@@ -277,6 +279,13 @@ GOLDENS_EXAMPLES = {
                "https://<account>.blob.core.windows.net/sharkpublic/<path>"),
     "compare-steps": ("runner goldens compare-steps --profile tiny --samples 0",),
 }
+GOLDENS_EXITS = {
+    "check": Exits(verdict="a golden test is over its tolerance", incomplete=DISK_FULL),
+    "generate": Exits(incomplete=DISK_FULL),
+    "bump": Exits(incomplete=DISK_FULL),
+    "upload": Exits(),
+    "compare-steps": Exits(verdict="a stage is over its tolerance", incomplete=DISK_FULL),
+}
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -343,6 +352,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():
-        document(parser, *GOLDENS_EXAMPLES[name])
-    document(goldens, *(examples[0] for examples in GOLDENS_EXAMPLES.values()))
+        document(parser, *GOLDENS_EXAMPLES[name], exits=GOLDENS_EXITS[name])
+    # `runner goldens` alone prints its help: each command's help has that command's exits
+    document(goldens, *(examples[0] for examples in GOLDENS_EXAMPLES.values()), exits=Exits())
     return goldens

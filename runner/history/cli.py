@@ -17,6 +17,8 @@ from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_iree,
     add_json,
@@ -294,7 +296,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              "runner history --iree 3.12.0..3.13.0 --machine 'mi325x-*' --results "
              "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
-             "(each series over builds and dates, bands and change points drawn)")
+             "(each series over builds and dates, bands and change points drawn)",
+             exits=Exits(verdict="a change point is a regression", incomplete=DISK_FULL))
     sub = p.add_subparsers(dest="history_command", metavar="{import}")
     i = sub.add_parser("import", help="add the results of existing out dirs (run, bench, "
                        "bench goldens, mlperf, validate, goldens check) to the store")
@@ -306,7 +309,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     i.set_defaults(func=cmd_import)
     document(i, "runner history import runs/main",
              "runner history import runs/main --dry-run",
-             "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
+             "runner history import runs/nightly-* --results postgresql://lab@db.lab/results",
+             exits=Exits(incomplete=DISK_FULL))
 
     from runner.goldens.cli import selection_flags
 
@@ -331,5 +335,6 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
              "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d "
              "--out runs/propose",
-             out="json/ (each changed test file), proposal.json, proposal.md")
+             out="json/ (each changed test file), proposal.json, proposal.md",
+             exits=Exits(incomplete=DISK_FULL))
     return p
