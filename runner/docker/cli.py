@@ -76,7 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ccache-dir", metavar="DIR",
                    help="source: seed the build's ccache from this directory (default: none)")
     p.add_argument("--keep-context", action="store_true",
-                   help="keep the staged build context after a successful build")
+                   help="keep the staged build context after a successful build, or a dry "
+                   "run's under the cache so its printed command runs (default: removed; a dry "
+                   "run writes nothing)")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild every layer even if the content tag exists")
     p.add_argument("--quiet", action="store_true", help="no build log on stderr")
