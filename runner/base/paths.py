@@ -15,7 +15,10 @@ scrubbing) use it, through `checkout_dir()`; nothing writes into an installed pa
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -35,11 +38,33 @@ BUILTIN = "builtin:"
 
 
 def cache_dir() -> Path:
-    """`$RUNNER_CACHE_DIR`, default `~/.cache/iree-sdxl-runner`, created on first use."""
+    """`$RUNNER_CACHE_DIR`, default `~/.cache/iree-sdxl-runner`, created on first use (not
+    by a dry run: see `caches_read_only`)."""
     root = os.environ.get("RUNNER_CACHE_DIR") or str(Path.home() / ".cache" / "iree-sdxl-runner")
     path = Path(root).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    if caches_writable():
+        path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+_READ_ONLY = contextvars.ContextVar("caches_read_only", default=False)
+
+
+@contextlib.contextmanager
+def caches_read_only() -> Iterator[None]:
+    """While a dry run runs (the CLI's wrapper enters this for every command that acts), the
+    cache is read and never written: a dry run writes nothing, its cache included, so a
+    cache writer that may run in one (a probe's answers, the cache directory itself) asks
+    `caches_writable()` first and leaves the write out."""
+    token = _READ_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _READ_ONLY.reset(token)
+
+
+def caches_writable() -> bool:
+    return not _READ_ONLY.get()
 
 
 def builtin_path(ref: str) -> Path:

@@ -27,7 +27,7 @@ from runner.base.errors import (
     RunnerError,
     is_disk_full,
 )
-from runner.base.paths import PACKAGE_DIR
+from runner.base.paths import PACKAGE_DIR, caches_read_only
 from runner.base.signals import interruptible, work_done
 from runner.batch.cli import register as register_batch
 from runner.bench.cli import register as register_bench
@@ -363,7 +363,8 @@ def _run(ctx: CommandContext, guard: ProcessGuard, real: bool) -> int:
                       "resume (pass another --out for a new one)", file=sys.stderr)
                 attempt.release()
                 return EXIT_OK
-            code = ctx.handler(ctx)
+            with caches_read_only() if ctx.dry_run else contextlib.nullcontext():
+                code = ctx.handler(ctx)
             if real:  # the work is done: it is recorded as such, whatever arrives now
                 work_done()
         except BaseException as e:  # (not kept past here: a traceback holds the frames)
