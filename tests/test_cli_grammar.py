@@ -286,6 +286,33 @@ def test_a_missing_suite_says_what_was_meant(capsys, tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_a_shipped_suite_is_named_by_name_from_any_directory(tmp_path):
+    """From a directory outside the checkout (as after a pip install) `tiny-bench` and a
+    file in it are the package's own suite; a path that is there wins over a name; a name
+    that is neither is refused naming it, hostile or not, and nothing is written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    assert "PLANNED   tiny-bench/clip_cpu [cpu]" in ran.stdout
+    ran = cli("goldens", "bump", "tiny-torch", "--to", "next", "--dry-run", cwd=work)
+    assert ran.returncode == 0 and "_v2.0.bin" in ran.stdout, ran.stderr
+    ran = cli("bench", "--profile", "tiny", "--ab-tuning-spec",
+              "tiny-bench/tiny_bmm_spec_cpu.mlir", "--no-throughput", "--out", work / "ab",
+              "--dry-run", cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    spec = (GOLDENS / "tiny-bench" / "tiny_bmm_spec_cpu.mlir").resolve()
+    assert f"--iree-codegen-tuning-spec-path={spec}" in ran.stdout
+    (work / "tiny-bench").mkdir()  # a suite of the user's own by that name: it is the one read
+    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
+    assert ran.returncode == 2 and "tiny-bench: no test files (*.json) here" in ran.stderr
+    for name in ("tiny-bnech", "$(touch pwned)", "tiny\nbench", "../goldens/tiny"):
+        ran = cli("goldens", "check", name, "--dry-run", cwd=work)
+        assert ran.returncode == 2 and "no such test file or suite directory" in ran.stderr
+        assert "Traceback" not in ran.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["tiny-bench"]
+
+
 def test_a_reversed_bisect_is_warned_before_any_work(tmp_path):
     proc = cli("bisect", "--good", "wheels:3.13.0", "--bad", "wheels:3.12.0", "--test",
                "images", "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),

@@ -59,7 +59,7 @@ VALIDATE, LAB, MLPERF_COMMANDS, MODELS, TOOL_COMMANDS = (
 # The workflows `runner --help` opens with: 2-4 commands each, as a user types them.
 WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (VALIDATE, (
-        "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
+        "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny "
         "--to v2.0 --out runs/validate",
         "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
         "runner goldens upload runs/validate/goldens --container-url "

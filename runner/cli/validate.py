@@ -29,6 +29,7 @@ from runner.cli.grammar import (
 from runner.config.overrides import profile_from_args
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.inputs.iree_build import IMAGE_KINDS
+from runner.inputs.paths import suite_path
 
 
 def cmd_validate(ctx: CommandContext) -> int:
@@ -39,7 +40,8 @@ def cmd_validate(ctx: CommandContext) -> int:
     profile = profile_from_args(args)
     request = ValidateRequest(
         iree=args.iree, profile=profile, sample_ids=sample_ids(args, None, profile.count),
-        out=Path(args.out), argv=ctx.argv, goldens=Path(args.goldens) if args.goldens else None,
+        out=Path(args.out), argv=ctx.argv,
+        goldens=suite_path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
         base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
     return validate(request)
@@ -56,7 +58,8 @@ def register(subparsers) -> None:
     add_require_full(p)
     add_metrics(p)
     p.add_argument("--goldens", metavar="SUITE",
-                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
+                   help="IREE CI test-suite dir to regenerate on PASS, or a shipped suite by "
+                   "name, e.g. tiny (default: none)")
     add_golden_version(p, required=False, default="next")
     p.add_argument("--baseline", metavar="DIR",
                    help="an earlier validate's --out to compare against (default: none)")
@@ -69,7 +72,7 @@ def register(subparsers) -> None:
     add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
     document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
-             "--goldens goldens/tiny --to v2.0 --out runs/validate",
+             "--goldens tiny --to v2.0 --out runs/validate",
              "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
              out="the validate directory: validate.json, validate.md, run/ (with its "
              "reports), goldens/",

@@ -702,7 +702,7 @@ def find_test_files(paths: list[Path], model: str | None = None, where: str | No
         if not found:
             raise BadInput("no test files (*.json) here", where=str(folder),
                            fix="point at IREE CI test JSON files or the directory holding "
-                           "them (e.g. goldens/tiny)")
+                           "them, or a shipped suite by name (e.g. tiny)")
         files.extend(found)
     return files
 

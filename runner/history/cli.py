@@ -28,6 +28,7 @@ from runner.cli.grammar import (
     shared,
 )
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
+from runner.inputs.paths import suite_path
 
 HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
 PROPOSAL_JSON, PROPOSAL_MD = "proposal.json", "proposal.md"
@@ -216,7 +217,7 @@ def cmd_propose(ctx: CommandContext) -> int:
     from runner.history.url import resolve
 
     args = ctx.args
-    benches = load_benchmarks([Path(p) for p in args.paths], selection(args),
+    benches = load_benchmarks([suite_path(p) for p in args.paths], selection(args),
                               module_dirs(args))
     url = resolve(args.results)
     query = Query(command="bench goldens", sku=args.sku, machine=args.machine,
@@ -318,7 +319,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     q = g.add_parser("propose", help="golden_time_ms and its tolerance (and dispatch count, "
                      "size) for benchmark tests, from the history of `bench goldens`")
     q.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories (default: goldens/tiny-bench)")
+                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
+                   "tiny-bench)")
     shared(q, "--sku", required=True, help="the SKU whose results and golden entries count")
     selection_flags(q)
     _machine(q)
@@ -332,8 +334,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
             Rerun(RESUMES, "nothing: the proposal is made again"), required=False,
             default="none: the diff on the console")
     q.set_defaults(func=cmd_propose, rocm_chip=None)
-    document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
-             "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d "
+    document(q, "runner goldens propose tiny-bench --sku cpu",
+             "runner goldens propose tiny-bench --sku cpu --min-runs 1 --since 30d "
              "--out runs/propose",
              out="json/ (each changed test file), proposal.json, proposal.md",
              exits=Exits(incomplete=DISK_FULL))

@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from runner.base.errors import BadInput, RunnerError
-from runner.base.paths import ASSETS_DIR, BUILTIN, builtin_path
+from runner.base.paths import ASSETS_DIR, BUILTIN, GOLDENS_DIR, builtin_path
 
 
 def resolved(path: Path, where: str) -> Path:
@@ -99,6 +99,27 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
         raise BadInput(f"the reference {_shown(ref)} leads outside {base}", where=where,
                        fix="test files may name files inside their own directory (or by "
                        "URL); a file elsewhere is refused, never read")
+
+
+def shipped_suites() -> list[str]:
+    """The names of the golden suites the runner ships (runner/assets/goldens)."""
+    return sorted(p.name for p in GOLDENS_DIR.iterdir() if p.is_dir())
+
+
+def suite_path(text: str) -> Path:
+    """A golden suite, or a file in one, as the user named it: a path that is there is
+    itself; otherwise a shipped suite's name (`tiny-bench`, `tiny-bench/spec.mlir`) is the
+    package's own copy, so a command the docs show runs from a pip install and from any
+    directory, not only from a checkout's `goldens/`. Anything else is returned as given,
+    for its reader to refuse naming the path."""
+    path = Path(os.path.expanduser(text))
+    if path.exists() or path.is_absolute() or not path.parts:
+        return path
+    shipped = GOLDENS_DIR / path
+    if path.parts[0] in shipped_suites() and shipped.exists() and is_inside(shipped,
+                                                                            GOLDENS_DIR):
+        return shipped
+    return path
 
 
 def no_such_path(path: Path, where: str | None = None, what: str = "file or directory"
