@@ -15,6 +15,7 @@ from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
 from repo_support import REPO
 from shared_work import shared_dir
+from test_dry_runs import snapshot, warm
 from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
@@ -419,7 +420,10 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
              "CARRY": str(REPO / "tests" / "fixtures" / "gpu_check" / "carry")}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload, *([run] if run else []))}
-    proc = cli(*argv, cwd=work)
+    cache = warm(tmp_path / "cache")
+    cached = snapshot(cache)
+    proc = cli(*argv, cwd=work, env={**os.environ, "RUNNER_CACHE_DIR": str(cache)})
+    assert snapshot(cache) == cached  # the cache as it was (a warm one: nothing cleared)
     assert proc.returncode == 0, proc.stderr
     expected = expected.replace("OUT", str(work / "out")).replace("RUN", str(run))
     assert any(line.lstrip().startswith(expected) or expected in line

@@ -65,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_base_image(p, DEFAULT_BASE_IMAGE)
     p.add_argument("--tag", action="append", metavar="TAG",
                    help="extra tag besides the content tag (repeatable; default: none)")
-    add_dry_run(p, "the equivalent `docker build` command (the context is staged to hash it)")
+    add_dry_run(p, "the equivalent `docker build` command (the context is staged in a "
+                "temporary directory to hash it, then removed: see --keep-context)")
     add_find_links(p)
     p.add_argument("--git-url", metavar="URL",
                    help="source: repository to fetch (default: upstream IREE)")

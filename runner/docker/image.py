@@ -19,7 +19,6 @@ run a source build to make a wheels image.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hashlib
 import io
@@ -632,23 +631,10 @@ def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
     """
     say = progress or (lambda _line: None)
     start = time.perf_counter()
-    if client is None and not dry_run:
-        client = connect()
-    elif client is None:
-        try:
-            client = connect(timeout=10)
-        except RunnerError:
-            client = None
-    with contextlib.ExitStack() as scratch:
-        contexts = None
-        if dry_run and not keep_context:
-            contexts = Path(scratch.enter_context(
-                tempfile.TemporaryDirectory(prefix="runner-dry-context-")))
-        plan = plan_build(source, base_image=base_image, tags=tags, client=client,
-                          ccache_dir=ccache_dir, network=network, require_base=not dry_run,
-                          project_dir=project_dir, contexts=contexts)
-        if contexts is not None:
-            plan = dataclasses.replace(plan, notes=(*plan.notes, DRY_CONTEXT))
+    client = _engine(client, dry_run)
+    plan = _planned(source, dry_run and not keep_context, base_image=base_image, tags=tags,
+                    client=client, ccache_dir=ccache_dir, network=network,
+                    require_base=not dry_run, project_dir=project_dir)
     if no_cache:
         plan = dataclasses.replace(plan, no_cache=True)
     for note in plan.notes:
@@ -674,6 +660,29 @@ def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
     seconds = time.perf_counter() - start
     say(f"built {plan.tag} ({image.short_id}) in {seconds:.1f}s")
     return BuildResult(plan.tag, str(image.id or image_id), False, seconds, plan)
+
+
+def _engine(client: Any, dry_run: bool) -> Any:
+    """The docker engine to ask: a build needs one; a dry run uses one it can reach (for the
+    base image's ID), else goes on without (None)."""
+    if client is not None:
+        return client
+    if not dry_run:
+        return connect()
+    try:
+        return connect(timeout=10)
+    except RunnerError:
+        return None
+
+
+def _planned(source: ImageSource, scratch: bool, **plan: Any) -> BuildPlan:
+    """plan_build's plan; `scratch` (a dry run): its context staged in a temporary
+    directory, hashed and removed, so the dry run writes nothing."""
+    if not scratch:
+        return plan_build(source, **plan)
+    with tempfile.TemporaryDirectory(prefix="runner-dry-context-") as contexts:
+        planned = plan_build(source, contexts=Path(contexts), **plan)
+    return dataclasses.replace(planned, notes=(*planned.notes, DRY_CONTEXT))
 
 
 def _existing(client: Any, plan: BuildPlan) -> Any:
