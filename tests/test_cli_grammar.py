@@ -304,6 +304,10 @@ def test_a_shipped_suite_is_named_by_name_from_any_directory(tmp_path):
     assert ran.returncode == 0, ran.stderr
     spec = (GOLDENS / "tiny-bench" / "tiny_bmm_spec_cpu.mlir").resolve()
     assert f"--iree-codegen-tuning-spec-path={spec}" in ran.stdout
+    store = tmp_path / "store" / "results.sqlite"  # an empty history: the suite's 3 named
+    ran = cli("goldens", "propose", "tiny-bench", "--sku", "cpu", cwd=work,
+              env={**os.environ, "RUNNER_RESULTS_URL": str(store)})
+    assert ran.returncode == 2 and "result of these 3 benchmark test(s)" in ran.stderr
     (work / "tiny-bench").mkdir()  # a suite of the user's own by that name: it is the one read
     ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
     assert ran.returncode == 2 and "tiny-bench: no test files (*.json) here" in ran.stderr
