@@ -308,13 +308,15 @@ def test_a_shipped_suite_is_named_by_name_from_any_directory(tmp_path):
     ran = cli("goldens", "propose", "tiny-bench", "--sku", "cpu", cwd=work,
               env={**os.environ, "RUNNER_RESULTS_URL": str(store)})
     assert ran.returncode == 2 and "result of these 3 benchmark test(s)" in ran.stderr
-    (work / "tiny-bench").mkdir()  # a suite of the user's own by that name: it is the one read
-    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
-    assert ran.returncode == 2 and "tiny-bench: no test files (*.json) here" in ran.stderr
     for name in ("tiny-bnech", "$(touch pwned)", "tiny\nbench", "../goldens/tiny"):
         ran = cli("goldens", "check", name, "--dry-run", cwd=work)
         assert ran.returncode == 2 and "no such test file or suite directory" in ran.stderr
         assert "Traceback" not in ran.stderr
+        assert ("fix: did you mean the shipped suite tiny-bench?" if name.startswith("tiny")
+                else "or name a shipped suite: tiny, tiny-bench, tiny-torch") in ran.stderr, name
+    (work / "tiny-bench").mkdir()  # a suite of the user's own by that name: it is the one read
+    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
+    assert ran.returncode == 2 and "tiny-bench: no test files (*.json) here" in ran.stderr
     assert sorted(p.name for p in work.iterdir()) == ["tiny-bench"]
 
 

@@ -147,3 +147,19 @@ def no_such_path(path: Path, where: str | None = None, what: str = "file or dire
         else:
             fix = f"check the path; {parent} is empty"
     return BadInput(f"{path}: no such {what}", where=where, fix=fix)
+
+
+def no_such_suite(path: Path, where: str | None = None) -> BadInput:
+    """no_such_path's error for a golden suite, whose fix also offers the shipped suites: the
+    closest name to a typo (`tiny-bnech`), else the names there are."""
+    import difflib
+
+    error = no_such_path(path, where, "test file or suite directory")
+    if (error.fix or "").startswith("did you mean"):
+        return error
+    shipped = shipped_suites()
+    close = ([] if path.is_absolute() or not path.parts else
+             difflib.get_close_matches(path.parts[0], shipped, n=1, cutoff=0.6))
+    fix = (f"did you mean the shipped suite {close[0]}?" if close else
+           f"{error.fix}; or name a shipped suite: {', '.join(shipped)}")
+    return BadInput(error.message, where=where, fix=fix)
