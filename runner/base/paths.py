@@ -16,7 +16,6 @@ scrubbing) use it, through `checkout_dir()`; nothing writes into an installed pa
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +46,7 @@ def cache_dir() -> Path:
     return path
 
 
-_READ_ONLY = contextvars.ContextVar("caches_read_only", default=False)
+_read_only = 0  # how many dry runs are running in this process (tests run them in-process)
 
 
 @contextlib.contextmanager
@@ -55,16 +54,18 @@ def caches_read_only() -> Iterator[None]:
     """While a dry run runs (the CLI's wrapper enters this for every command that acts), the
     cache is read and never written: a dry run writes nothing, its cache included, so a
     cache writer that may run in one (a probe's answers, the cache directory itself) asks
-    `caches_writable()` first and leaves the write out."""
-    token = _READ_ONLY.set(True)
+    `caches_writable()` first and leaves the write out. Process-wide, not per context: a
+    dry run's helper threads read the cache read-only too."""
+    global _read_only
+    _read_only += 1
     try:
         yield
     finally:
-        _READ_ONLY.reset(token)
+        _read_only -= 1
 
 
 def caches_writable() -> bool:
-    return not _READ_ONLY.get()
+    return _read_only == 0
 
 
 def builtin_path(ref: str) -> Path:
