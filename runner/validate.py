@@ -319,7 +319,7 @@ def _write_report(out: Path, ledger: Validation, passed: bool, outcome: str) -> 
     state["passed"], state["outcome"] = passed, outcome
     lines = [f"# validate: {outcome}", "",
              f"- IREE: `{state['iree']}` in image `{state['image']['tag']}` "
-             f"(`{state['image']['id']}`)",
+             + (f"(`{state['image']['id']}`)" if state['image']['id'] else "(not built)"),
              f"- profile: `{state['profile']}`, {state['samples']} samples", "",
              "| step | status | seconds | detail |", "| --- | --- | --- | --- |"]
     for name, step in state["steps"].items():

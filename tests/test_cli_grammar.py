@@ -16,18 +16,23 @@ from docker_support import docker_client  # noqa: F401  (the fixture docker dry 
 from history_support import two_builds_store
 from repo_support import REPO
 from shared_work import shared_dir
+from test_dry_runs import snapshot, warm
 from test_goldens_upload import BASE, generated
 
 from runner.base.outdir import REFUSES, Rerun
 from runner.cli.grammar import (
+    EXITS,
     GRAMMAR,
     PROFILE_COUNT,
+    Exits,
     add_layout,
     add_out,
     add_samples,
     document,
+    documented,
     grammar_problems,
     help_problems,
+    listed_exits,
     options_of,
     shared,
     walk,
@@ -349,6 +354,39 @@ def test_a_missing_suite_says_what_was_meant(capsys, tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_a_shipped_suite_is_named_by_name_from_any_directory(tmp_path):
+    """From a directory outside the checkout (as after a pip install) `tiny-bench` and a
+    file in it are the package's own suite; a path that is there wins over a name; a name
+    that is neither is refused naming it, hostile or not, and nothing is written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    assert "PLANNED   tiny-bench/clip_cpu [cpu]" in ran.stdout
+    ran = cli("goldens", "bump", "tiny-torch", "--to", "next", "--dry-run", cwd=work)
+    assert ran.returncode == 0 and "_v2.0.bin" in ran.stdout, ran.stderr
+    ran = cli("bench", "--profile", "tiny", "--ab-tuning-spec",
+              "tiny-bench/tiny_bmm_spec_cpu.mlir", "--no-throughput", "--out", work / "ab",
+              "--dry-run", cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    spec = (GOLDENS / "tiny-bench" / "tiny_bmm_spec_cpu.mlir").resolve()
+    assert f"--iree-codegen-tuning-spec-path={spec}" in ran.stdout
+    store = tmp_path / "store" / "results.sqlite"  # an empty history: the suite's 3 named
+    ran = cli("goldens", "propose", "tiny-bench", "--sku", "cpu", cwd=work,
+              env={**os.environ, "RUNNER_RESULTS_URL": str(store)})
+    assert ran.returncode == 2 and "result of these 3 benchmark test(s)" in ran.stderr
+    for name in ("tiny-bnech", "$(touch pwned)", "tiny\nbench", "../goldens/tiny"):
+        ran = cli("goldens", "check", name, "--dry-run", cwd=work)
+        assert ran.returncode == 2 and "no such test file or suite directory" in ran.stderr
+        assert "Traceback" not in ran.stderr
+        assert ("fix: did you mean the shipped suite tiny-bench?" if name.startswith("tiny")
+                else "or name a shipped suite: tiny, tiny-bench, tiny-torch") in ran.stderr, name
+    (work / "tiny-bench").mkdir()  # a suite of the user's own by that name: it is the one read
+    ran = cli("bench", "goldens", "tiny-bench", "--sku", "cpu", "--dry-run", cwd=work)
+    assert ran.returncode == 2 and "tiny-bench: no test files (*.json) here" in ran.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["tiny-bench"]
+
+
 def test_a_reversed_bisect_is_warned_before_any_work(tmp_path):
     proc = cli("bisect", "--good", "wheels:3.13.0", "--bad", "wheels:3.12.0", "--test",
                "images", "--profile", "tiny", "--count", "1", "--out", str(tmp_path / "b"),
@@ -462,7 +500,10 @@ def test_dry_run_prints_the_exact_commands_and_writes_nothing(command, tmp_path,
              if "HISTORY" in args else ""}
     argv = [*command.split(), *[names.get(a, a) for a in args], "--dry-run"]
     before = {p: _tree(p) for p in (Path(TINY), upload, *([run] if run else []))}
-    proc = cli(*argv, cwd=work)
+    cache = warm(tmp_path / "cache")
+    cached = snapshot(cache)
+    proc = cli(*argv, cwd=work, env={**os.environ, "RUNNER_CACHE_DIR": str(cache)})
+    assert snapshot(cache) == cached  # the cache as it was (a warm one: nothing cleared)
     assert proc.returncode == 0, proc.stderr
     expected = expected.replace("OUT", str(work / "out")).replace("RUN", str(run))
     assert any(line.lstrip().startswith(expected) or expected in line
@@ -600,8 +641,32 @@ def test_a_misspelled_command_or_choice_says_what_was_meant():
 def test_every_command_says_what_it_does_in_its_help():
     assert "Download a profile's model artifacts into the cache." in cli("fetch",
                                                                          "--help").stdout
-    problems = help_problems(_toy(("bare", lambda p: document(p, "runner bare"))))
+    problems = help_problems(_toy(("bare", lambda p: document(p, "runner bare",
+                                                              exits=Exits()))))
     assert "runner bare: no description: its help does not say what it does" in problems
+
+
+def test_each_commands_help_lists_the_exit_codes_it_declares_and_no_other():
+    """A command's exit-code block is its own: `history` judges change points and never
+    runs samples, so its help says what its 1 means and nothing of --require-full or
+    missing samples; `plan` judges nothing and writes nothing (0, 2, 130 alone)."""
+    parser = build_parser()
+    helps = {" ".join(path): sub for path, sub in walk(parser)}
+    for name, sub in helps.items():
+        assert listed_exits(sub.epilog or "") == documented(sub).exits.codes(), name
+    history = cli("history", "--help").stdout.partition(EXITS)[2]
+    assert "--require-full" not in history and "samples are missing" not in history
+    assert "  1  a change point is a regression" in history
+    assert listed_exits(cli("plan", "--help").stdout) == (0, 2, 130)
+    assert listed_exits(cli("run", "--help").stdout) == (0, 1, 2, 3, 130)
+    assert "samples are missing" in cli("run", "--help").stdout
+    assert listed_exits(cli("goldens", "bump", "--help").stdout) == (0, 2, 3, 130)
+    # The rule names a help whose block was edited away from what the command declares.
+    toy = _toy(("bare", lambda p: document(p, "runner bare", exits=Exits(verdict="x"))))
+    bare = next(sub for _, sub in walk(toy))
+    bare.description, bare.epilog = "does it", bare.epilog.replace("  1  x\n", "")
+    assert help_problems(toy) == ["runner bare: its help lists exit codes (0, 2, 130), it "
+                                  "declares (0, 1, 2, 130) (document's exits=)"]
 
 
 def test_a_profile_that_is_not_one_says_what_it_is_and_what_is_expected(tmp_path):

@@ -1,6 +1,7 @@
 """Every command the README and the docs site show (fenced `bash` blocks in README.md and
-docs/*.md, and the examples of the generated CLI reference) either runs here, verbatim, in a
-fresh copy of the repo with its relative paths as written, or is in NOT_HERE with the reason
+docs/*.md, and the examples of the generated CLI reference) either runs here, verbatim, from
+a directory outside a fresh copy of the repo (as from a pip install: the shipped suites by
+name, not `goldens/...`), or is in NOT_HERE with the reason
 it cannot and the test that covers it. A shown command in neither fails the suite, and so
 does an entry for a command no page shows any more."""
 
@@ -84,23 +85,23 @@ QUICK = {
     "runner run --profile cpu --count 4 --out runs/smoke --dry-run":
         "python3 -m runner.batch.worker --task ",
     "runner generate --profile tiny --count 4 --out runs/gen --dry-run": "-o ",
-    "runner goldens generate goldens/tiny-torch --to next --out new-goldens --dry-run":
+    "runner goldens generate tiny-torch --to next --out new-goldens --dry-run":
         "# writes new-goldens/",
-    "runner goldens bump goldens/tiny-torch --to next --dry-run": "_v2.0.bin",
+    "runner goldens bump tiny-torch --to next --dry-run": "_v2.0.bin",
     "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
     "--batch-size 8 --out runs/lg-cpd2 --dry-run": "# 128 worker(s):",
-    "runner goldens check tests/fixtures/iree-test-suites/sharktank_models/quality_tests/sdxl "
+    "runner goldens check iree-test-suites/sharktank_models/quality_tests/sdxl "
     "--sku mi300 --rocm-chip gfx942 --backend rocm --dry-run": "iree-run-module --device=hip",
-    'runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "hip and gfx942" '
+    'runner goldens check iree-test-suites/torch_models --marker "hip and gfx942" '
     "--dry-run": "--iree-rocm-target=gfx942",
-    "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker gfx942 "
+    "runner goldens check iree-test-suites/torch_models --marker gfx942 "
     "--dry-run": "--iree-rocm-target=gfx942",
     "runner bench goldens --profile tiny --dry-run": "PLANNED   tiny-bench/clip_cpu [cpu]",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-mi325x --dry-run": "audit.config",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-sub --dry-run": "audit.config",
-    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
+    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny "
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
     "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
     "--count 2 --out runs/bisect --dry-run": "# 4 candidate builds, good .. bad:",
@@ -124,7 +125,7 @@ QUICK = {
     "runner run --profile mi325x --out runs/acc --dry-run": "ROCR_VISIBLE_DEVICES=63",
     "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
     "--out runs/lg-mi325x --dry-run": "audit.config",
-    "runner validate --iree source:89ece87b --profile cpu --count 32 --goldens goldens/tiny "
+    "runner validate --iree source:89ece87b --profile cpu --count 32 --goldens tiny "
     "--to v2.0 --out runs/validate-89ece87b --dry-run":
         "# validate: DRY RUN (nothing was run or judged)",
     "runner image build --iree source:89ece87b --dry-run": "IREE_COMMIT=89ece87b",
@@ -163,10 +164,10 @@ MAIN_JOB = {
     "runner history --metric fid --metric clip --json": '"name": "clip"',
     "runner history --out runs/history": "runs/history/history.html",
     # bench goldens records one run: propose has its dispatch counts, and a time at 1 run
-    "runner bench goldens goldens/tiny-bench --sku cpu --out runs/nightly-bench":
+    "runner bench goldens tiny-bench --sku cpu --out runs/nightly-bench":
         "3 benchmark goldens: ",
-    "runner goldens propose goldens/tiny-bench --sku cpu": "fewer than 5: no golden time",
-    "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d --out "
+    "runner goldens propose tiny-bench --sku cpu": "fewer than 5: no golden time",
+    "runner goldens propose tiny-bench --sku cpu --min-runs 1 --since 30d --out "
     "runs/propose": "runs/propose/proposal.md",
 }
 # What a shell command is checked by, run in the same shell right after it.
@@ -282,7 +283,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "runner oracle --guidance 2.0 --out runs/g2": (LONG, "tests/test_accuracy_tiny.py::"
                                                          "test_broken_pipeline_fails"),
     # Validate
-    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny --to "
+    "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny --to "
     "v2.0 --out runs/validate": (DOCKER_LONG, "tests/test_validate.py::"
                                               "test_validate_passes_and_writes_bumped_goldens"),
     "runner validate --iree source:89ece87b --profile mi325x --count 5000 --goldens "
@@ -302,28 +303,28 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         GPU + "; " + PLACEHOLDER, "tests/test_validate.py::"
                                   "test_failing_accuracy_stops_before_goldens"),
     # Goldens
-    "runner goldens check goldens/tiny goldens/tiny-torch": (
+    "runner goldens check tiny tiny-torch": (
         LONG + " (5 compiles with a cold cache)", "tests/test_goldens_check.py::"
                                                   "test_tiny_suite_passes_on_cpu"),
-    "runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens": (
+    "runner goldens check tiny tiny-torch --out reports/goldens": (
         LONG + " (5 compiles with a cold cache)",
         "tests/test_goldens_torch_layout.py::test_tiny_torch_suite_passes_on_cpu"),
-    'BACKEND=cpu runner goldens check goldens/tiny-torch -k "clip or compstat" --timeout 600 '
+    'BACKEND=cpu runner goldens check tiny-torch -k "clip or compstat" --timeout 600 '
     "--strict": (LONG, "tests/test_goldens_torch_layout.py::"
                        "test_within_its_timeout_a_test_runs_isolated_and_passes"),
-    "BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 --strict": (
+    "BACKEND=cpu runner goldens check tiny-torch -k clip --timeout 600 --strict": (
         LONG, "tests/test_goldens_torch_layout.py::"
               "test_environment_variables_as_iree_ci_reads_them"),
-    "runner goldens generate goldens/tiny --to v2.0 --out runs/goldens-v2": (
+    "runner goldens generate tiny --to v2.0 --out runs/goldens-v2": (
         LONG, "tests/test_goldens_versioning.py::"
               "test_generate_then_bump_touches_only_versioned_names"),
-    "runner goldens generate goldens/tiny-torch --to next --out new-goldens": (
+    "runner goldens generate tiny-torch --to next --out new-goldens": (
         LONG, "tests/test_goldens_torch_layout.py::"
               "test_generate_then_bump_changes_only_versioned_names"),
-    "runner goldens bump goldens/tiny --to v2.0 --out runs/goldens-v2/json": (
+    "runner goldens bump tiny --to v2.0 --out runs/goldens-v2/json": (
         "needs runs/goldens-v2 from `goldens generate` above",
         "tests/test_goldens_versioning.py::test_bump_to_out_dir_and_unversioned_names"),
-    "runner goldens bump goldens/tiny-torch --to next --out bumped": (
+    "runner goldens bump tiny-torch --to next --out bumped": (
         LONG, "tests/test_goldens_torch_layout.py::"
               "test_generate_then_bump_changes_only_versioned_names"),
     "runner goldens upload runs/goldens-v2 --container-url "
@@ -358,19 +359,17 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     # Benchmarks
     "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 --out runs/bench": (
         LONG, "tests/test_bench_sweep.py::test_sweep_runs_each_layout_and_reports_the_best"),
-    "runner bench goldens goldens/tiny-bench --sku cpu": (
+    "runner bench goldens tiny-bench --sku cpu": (
         LONG, "tests/test_bench_goldens.py::test_shipped_tiny_goldens_pass_and_report_everything"),
-    "runner bench goldens goldens/tiny-torch --sku cpu": (
+    "runner bench goldens tiny-torch --sku cpu": (
         LONG, "tests/test_goldens_torch_layout.py::"
               "test_tiny_torch_benchmarks_through_bench_goldens"),
-    "runner bench goldens goldens/tiny-torch --marker cpu -k clip": (
+    "runner bench goldens tiny-torch --marker cpu -k clip": (
         LONG, "tests/test_goldens_torch_layout.py::"
               "test_tiny_torch_benchmarks_through_bench_goldens"),
-    "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/tiny_bmm_spec_cpu.mlir": (
-        LONG, "tests/test_bench_ab.py::test_ab_measures_both_arms_and_dumps_the_final_specs"),
-    "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/tiny_bmm_spec_cpu.mlir "
-    "--no-throughput": (LONG, "tests/test_bench_ab.py::"
-                              "test_ab_measures_both_arms_and_dumps_the_final_specs"),
+    "runner bench --profile tiny --ab-tuning-spec tiny-bench/tiny_bmm_spec_cpu.mlir "
+    "--no-throughput --out runs/ab": (LONG, "tests/test_bench_ab.py::"
+                                            "test_ab_measures_both_arms_and_dumps_the_final_specs"),
     "runner bench --profile tiny --no-throughput --dispatches --out runs/profile": (
         LONG, "tests/test_dispatch_profile.py::"
               "test_profile_matches_iree_profiles_own_aggregation"),
@@ -674,12 +673,23 @@ def fresh_clone(tmp_path_factory, small_checkpoint) -> Path:
     shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m runner \"$@\"\n")
     shim.chmod(0o755)
     lab_home(clone.parent, small_checkpoint)
+    # Where the commands run: outside the checkout, as from a pip install. A page's
+    # `iree-test-suites/` is the reader's clone of iree-org/iree-test-suites: here the copy
+    # of its files the tests keep.
+    work_dir(clone).mkdir()
+    (work_dir(clone) / "iree-test-suites").symlink_to(
+        clone / "tests" / "fixtures" / "iree-test-suites")
     return clone
+
+
+def work_dir(clone: Path) -> Path:
+    """The directory the shown commands run in: beside the clone, not inside it."""
+    return clone.parent / "work"
 
 
 def environment(clone: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(clone), RUNNER_PROGRESS="off",
-               RUNNER_RESULTS_URL=str(clone / "runs" / "results.sqlite"),
+               RUNNER_RESULTS_URL=str(work_dir(clone) / "runs" / "results.sqlite"),
                HOME=str(clone.parent / "home"), RUNNER_CACHE_DIR=str(cache_dir()))
     env["PATH"] = f"{clone.parent / 'bin'}{os.pathsep}{env['PATH']}"
     return env
@@ -719,7 +729,8 @@ def run_commands(clone: Path, commands: dict[str, str]) -> None:
     if batch:
         proc = subprocess.run([sys.executable, "-c", DRIVER,
                                json.dumps([plain(c) for c in batch])],
-                              cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+                              cwd=work_dir(clone), env=env, capture_output=True, text=True,
+                              timeout=1800)
         assert proc.returncode == 0, proc.stderr
         results = json.loads(proc.stdout.splitlines()[-1])
         outputs.update({c: (code, out) for c, (code, out) in zip(batch, results, strict=True)})
@@ -727,8 +738,8 @@ def run_commands(clone: Path, commands: dict[str, str]) -> None:
         if command in outputs:
             continue
         script = f"set -e -o pipefail\n{command}\n{THEN.get(command, '')}"
-        proc = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True,
-                              text=True, timeout=1800)
+        proc = subprocess.run(["bash", "-c", script], cwd=work_dir(clone), env=env,
+                              capture_output=True, text=True, timeout=1800)
         outputs[command] = (proc.returncode, proc.stdout + proc.stderr)
     for command, expected in commands.items():
         code, out = outputs[command]

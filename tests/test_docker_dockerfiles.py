@@ -219,12 +219,13 @@ def test_pip_settings_pass_urls_only_and_mask_credentials(monkeypatch, tmp_path)
 
 
 def test_dry_run_without_an_engine_stages_a_runnable_context(monkeypatch, tmp_path, capsys):
-    """No engine at all: the plan and command still come out, with the tag caveat noted."""
+    """No engine at all: the plan and command still come out, with the tag caveat noted;
+    --keep-context keeps the context under the cache, so the printed command runs."""
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
     result = build_image(parse_source(f"source:{SHA}", backends=("llvm-cpu", "rocm"),
                                       drivers=("local-task", "hip")),
-                         dry_run=True, progress=print)
+                         dry_run=True, progress=print, keep_context=True)
     argv = result.plan.command()
     ctx = Path(argv[-1])
     assert argv[:4] == ["docker", "build", "--network", "host"]
@@ -238,7 +239,28 @@ def test_dry_run_without_an_engine_stages_a_runnable_context(monkeypatch, tmp_pa
     assert (ctx / "project-deps" / "runner" / "__init__.py").read_text() == ""
     assert (ctx / "runner-build" / "secrets" / "ca-bundle.crt").stat().st_size > 0
     assert (ctx / "ccache").is_dir()
+    assert ctx.is_relative_to(tmp_path / "cache" / "docker" / "contexts")
     assert "is not in a reachable engine" in capsys.readouterr().out
+
+
+def test_a_dry_run_hashes_its_context_in_a_temporary_directory_and_removes_it(
+        monkeypatch, tmp_path, capsys):
+    """A dry run writes nothing, the cache included (it left a 37 MB context under
+    docker/contexts/ for every `validate --dry-run` of a source build): the context is
+    staged elsewhere to compute the content tag, removed, and the output says how to keep
+    it. The tag is the one a kept context gives."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(cache))
+    source = parse_source(f"source:{SHA}")
+    dry = build_image(source, dry_run=True, progress=print)
+    assert not cache.exists()
+    ctx = Path(dry.plan.command()[-1])
+    assert not ctx.exists() and not ctx.is_relative_to(cache)
+    assert "then removed (a dry run writes nothing)" in capsys.readouterr().out
+    kept = build_image(source, dry_run=True, progress=None, keep_context=True)
+    assert kept.tag == dry.tag and kept.plan.inputs_hash == dry.plan.inputs_hash
+    assert kept.plan.context_dir.is_dir()
 
 
 def test_unreachable_engine_is_a_runner_error_naming_the_setup_script(monkeypatch, tmp_path):

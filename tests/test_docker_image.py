@@ -80,13 +80,15 @@ def test_a_changed_input_is_a_new_tag(docker_client, wheels_image, project_snaps
     # A host-built extension is not an input: the image's wheel build makes its own.
     (changed / "runner" / "rundir" / "_hex.cpython-399-x86_64-linux-gnu.so").write_bytes(
         b"host build")
-    same = build(f"wheels:{WHEEL_VERSION}", docker_client, changed, dry_run=True, progress=None)
+    same = build(f"wheels:{WHEEL_VERSION}", docker_client, changed, dry_run=True, progress=None,
+                 keep_context=True)
     assert same.plan.inputs_hash == wheels_image.plan.inputs_hash
     assert (same.plan.context_dir / "project" / "runner" / "rundir" / "_hex.c").is_file()
     assert not list((same.plan.context_dir / "project").rglob("*.so"))
     sh.rmtree(same.plan.context_dir)
     (changed / "runner" / "docker" / "__init__.py").write_text('"""changed"""\n')
-    dry = build(f"wheels:{WHEEL_VERSION}", docker_client, changed, dry_run=True, progress=None)
+    dry = build(f"wheels:{WHEEL_VERSION}", docker_client, changed, dry_run=True, progress=None,
+                keep_context=True)
     assert dry.tag != wheels_image.tag and dry.plan.inputs_hash != wheels_image.plan.inputs_hash
     sh.rmtree(dry.plan.context_dir)
 
@@ -148,7 +150,7 @@ def test_the_printed_docker_build_command_builds_the_same_image(docker_client, w
     if shutil.which("docker") is None:
         pytest.skip("no docker CLI on PATH")
     dry = build(f"wheels:{WHEEL_VERSION}", docker_client, project_snapshot, dry_run=True,
-                progress=None)
+                progress=None, keep_context=True)
     argv = dry.plan.command()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

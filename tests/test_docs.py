@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.paths import PACKAGE_DIR
 from runner.cli.doc import anchor, inline, reference
 from runner.cli.grammar import walk
 from runner.cli.main import build_parser
@@ -72,7 +73,9 @@ def test_the_cli_reference_is_the_parsers(site):
             for option in action.option_strings:
                 assert f"<code>{option}" in html or f", {option}" in html, (path, option)
     # The generator's own Markdown, escaped so that `<sha>` and `*` show as written.
-    assert str(REPO) not in html and "&lt;runner&gt;/assets/goldens/tiny" in html  # any machine
+    assert str(REPO) not in html  # the same on any machine: the suites by name
+    assert "or a shipped suite by name: tiny, tiny-bench, tiny-torch (default: tiny)" in html
+    assert inline(f"{PACKAGE_DIR}/assets/goldens/x") == "&lt;runner&gt;/assets/goldens/x"
     assert "with a directory: its &lt;model&gt;/ subdirectory" in html
     assert inline("a <b> *c* | d_e `x|y`") == "a &lt;b&gt; \\*c\\* \\| d\\_e `x|y`"
     assert "<code>FILES|DIR</code>" in html and "<code>--profile NAME|YAML</code>" in html

@@ -55,6 +55,31 @@ def test_compile_dry_run_prints_the_export_then_cuda_compiles(capsys, monkeypatc
         for name, flags in expected.items()]
 
 
+def test_bench_dry_run_of_a_model_not_exported_prints_its_export_and_each_stage(
+        capsys, monkeypatch, tmp_path):
+    """What the real bench would do first (export the seeded model at each batch size), then
+    every stage's benchmark planned from the config that export writes: exit 0, nothing
+    written (it read the export's model.json, absent before any export, and exited 2)."""
+    cache, out = tmp_path / "cache", tmp_path / "bench"
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(cache))
+    assert main(["bench", "--profile", "h100-seeded", "--batch-size", "4,8", "--out", str(out),
+                 "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for bs in (4, 8):
+        stages = lines.index(f"# stages at batch {bs} (inputs recorded from one pipeline pass "
+                             f"into {out / 'stages' / f'bs{bs}'})")
+        assert lines[stages - 1] == (f"runner export sdxl --seeded --batch-sizes {bs} "
+                                     f"--vae-batch-sizes {bs} --dtype fp16 --vae-dtype fp32")
+        benchmarks = [shlex.split(line) for line in lines[stages:]
+                      if "iree-benchmark-module" in line][:4]
+        assert [next(w for w in argv if w.startswith("--function=")) for argv in benchmarks] \
+            == ["--function=encode_prompts", "--function=run_forward",
+                "--function=produce_image_latents", "--function=decode"]
+        assert f"--input=@{out / 'stages' / f'bs{bs}' / 'vae' / 'input0.npy'}" in \
+            benchmarks[3]
+    assert not cache.exists() and not out.exists()
+
+
 def test_plan_gives_each_worker_one_gpu():
     plan = plan_for(load_profile("h100-seeded"))
     assert [(w.device_id, w.device_uri, w.env) for w in plan.workers] == [

@@ -82,6 +82,7 @@ def test_dry_run_prints_every_command(docker_client, tmp_path):
     proc = validate("--goldens", REPO_GOLDENS, "--dry-run", "--out", str(tmp_path / "dry"))
     assert proc.returncode == 0, proc.stderr  # a preview is not a failure
     assert "# validate: DRY RUN (nothing was run or judged)" in proc.stdout
+    assert "(not built)" in proc.stdout and "None" not in proc.stdout  # no image id yet
     assert "docker build --network host" in proc.stdout
     assert "python3 -m runner compile --profile" in proc.stderr
     assert proc.stdout.count("python3 -m runner.batch.worker --task") == 2

@@ -1,7 +1,7 @@
 """`runner score | compare | calibrate | oracle`: the accuracy subcommands.
 
 `register(subparsers)` adds them to the main `runner` parser (runner/cli/main.py).
-Exit codes: runner.base.errors.EXIT_CODES.
+Exit codes: each command's `Exits` (runner.cli.grammar).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from pathlib import Path
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    ACCURACY_FAILED,
+    DISK_FULL,
+    SAMPLES_MISSING,
+    Exits,
     add_dry_run,
     add_metrics,
     add_out,
@@ -180,7 +184,9 @@ def register(subparsers) -> None:
     document(p, "runner score runs/main",
              "runner score runs/main --metrics fid      # FID alone: no CLIP weights needed",
              "runner score runs/smoke --require-full      # a subset fails instead of 'not judged'",
-             "runner score ANY_DIR --profile mi325x --log mlperf_log_accuracy.json")
+             "runner score ANY_DIR --profile mi325x --log mlperf_log_accuracy.json",
+             exits=Exits(verdict=ACCURACY_FAILED,
+                         incomplete=SAMPLES_MISSING, scores=True))
 
     p = subparsers.add_parser("compare", help="per-image PSNR/SSIM between two runs")
     p.add_argument("run_a", metavar="RUN_A", help="a run dir, generate dir or accuracy log dir")
@@ -194,7 +200,8 @@ def register(subparsers) -> None:
     add_dry_run(p, "the samples both runs hold and the file it would write")
     p.set_defaults(func=cmd_compare)
     document(p, "runner compare runs/a runs/b", "runner compare runs/a runs/b --out cmp",
-             out=f"a directory for {COMPARE_JSON}, every per-image difference")
+             out=f"a directory for {COMPARE_JSON}, every per-image difference",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser(
         "calibrate", help="reference statistics and ranges from a known-good run",
@@ -217,7 +224,8 @@ def register(subparsers) -> None:
                 "would write")
     p.set_defaults(func=cmd_calibrate)
     document(p, "runner calibrate runs/known-good --out calib --fid-percent 2 --clip-percent 0.2",
-             out="a directory: accuracy.yaml, calibration.json (and fid_statistics.npz)")
+             out="a directory: accuracy.yaml, calibration.json (and fid_statistics.npz)",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser(
         "oracle", help="tiny-model images from the PyTorch oracle (optionally perturbed)")
@@ -235,4 +243,5 @@ def register(subparsers) -> None:
     add_dry_run(p, "the images it would generate and where")
     p.set_defaults(func=cmd_oracle)
     document(p, "runner oracle --count 32 --out runs/oracle",
-             "runner oracle --guidance 2.0 --out runs/g2     # a deliberately broken run")
+             "runner oracle --guidance 2.0 --out runs/g2     # a deliberately broken run",
+             exits=Exits(incomplete=DISK_FULL))

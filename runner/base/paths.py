@@ -15,7 +15,9 @@ scrubbing) use it, through `checkout_dir()`; nothing writes into an installed pa
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from runner.base.errors import BadInput
@@ -37,11 +39,35 @@ DEFAULT_CACHE = "~/.cache/iree-sdxl-runner"  # as profiles and docs write it
 
 
 def cache_dir() -> Path:
-    """`$RUNNER_CACHE_DIR`, default `~/.cache/iree-sdxl-runner`, created on first use."""
+    """`$RUNNER_CACHE_DIR`, default `~/.cache/iree-sdxl-runner`, created on first use (not
+    by a dry run: see `caches_read_only`)."""
     root = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
     path = Path(root).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    if caches_writable():
+        path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+_read_only = 0  # how many dry runs are running in this process (tests run them in-process)
+
+
+@contextlib.contextmanager
+def caches_read_only() -> Iterator[None]:
+    """While a dry run runs (the CLI's wrapper enters this for every command that acts), the
+    cache is read and never written: a dry run writes nothing, its cache included, so a
+    cache writer that may run in one (a probe's answers, the cache directory itself) asks
+    `caches_writable()` first and leaves the write out. Process-wide, not per context: a
+    dry run's helper threads read the cache read-only too."""
+    global _read_only
+    _read_only += 1
+    try:
+        yield
+    finally:
+        _read_only -= 1
+
+
+def caches_writable() -> bool:
+    return _read_only == 0
 
 
 def builtin_path(ref: str) -> Path:

@@ -13,7 +13,11 @@ from runner.base.outdir import REFUSES, Rerun
 from runner.batch.status import format_status, run_status
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    ACCURACY_FAILED,
     DEFAULT_PROFILE,
+    DISK_FULL,
+    SAMPLES_MISSING,
+    Exits,
     add_captions,
     add_dry_run,
     add_executor,
@@ -198,7 +202,8 @@ def register(subparsers) -> None:
     add_json(p, "the plan")
     p.set_defaults(func=cmd_plan)
     document(p, "runner plan --profile mi325x", "runner plan --profile mi325x --partition spx",
-             "runner plan --profile mi325x --cpd 2 --json")
+             "runner plan --profile mi325x --cpd 2 --json",
+             exits=Exits())
 
     p = subparsers.add_parser("run",
                               help="per-device batch run: workers, resume, aggregated dataset")
@@ -226,7 +231,9 @@ def register(subparsers) -> None:
              "runner run --resume runs/main",
              "runner run --profile mi325x --executor slurm --nodes 4 --slurm-partition mi325x "
              "--out /shared/runs/acc",
-             out="the run directory: run.json, samples/, the MLPerf log, scores, reports")
+             out="the run directory: run.json, samples/, the MLPerf log, scores, reports",
+             exits=Exits(verdict=ACCURACY_FAILED,
+                         incomplete=SAMPLES_MISSING, scores=True))
 
     p = subparsers.add_parser("aggregate",
                               help="write a run's MLPerf accuracy log and review images")
@@ -235,11 +242,13 @@ def register(subparsers) -> None:
                    help="write the log from the samples there are")
     add_dry_run(p, "the samples it would aggregate and the files it would write")
     p.set_defaults(func=cmd_aggregate)
-    document(p, "runner aggregate runs/main")
+    document(p, "runner aggregate runs/main",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser("status", help="a run's progress per node and per worker, "
                               "from its run dir (while it runs or after)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run dir (local or shared)")
     add_json(p, "the status")
     p.set_defaults(func=cmd_status)
-    document(p, "runner status runs/main", "runner status /shared/runs/acc --json")
+    document(p, "runner status runs/main", "runner status /shared/runs/acc --json",
+             exits=Exits())

@@ -294,9 +294,12 @@ def _plans(case: _StageCase, profile: Profile, shared: _Stages, out_dir: Path,
     worker = case.plan.workers[0]
     compiled = compile_model(profile, case.batch_size, case.vae_batch_size,
                              dry_run=opts.dry_run, say=emit)
+    # A dry run of a model not exported yet printed the export above; the config that
+    # export writes is the profile's model, as compile's dry run plans from it.
+    unexported = opts.dry_run and not Path(compiled.model_config).is_file()
     plans = st.plan_stages(compiled, out_dir, opts.settings, worker=worker,
                            inputs=shared.inputs(inputs_from or compiled),
-                           only=opts.stage_filter)
+                           only=opts.stage_filter, config=profile.model if unexported else None)
     if opts.dry_run:
         emit(f"# stages{label} at batch {case.batch_size} (inputs recorded from one pipeline "
              f"pass into {shared.input_dir(case.batch_size)})")

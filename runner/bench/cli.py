@@ -18,6 +18,8 @@ from runner.bench.dispatch_profile import DEFAULT_CALLS, MAX_CALLS
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_executor,
     add_image,
@@ -38,6 +40,7 @@ from runner.goldens.cli import golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
+from runner.inputs.paths import suite_path
 
 # The profile fields each command acts on (runner.config.reads): a `--set` of another is
 # refused. A benchmark runs the model on the layout, its count samples per layout; `bench
@@ -128,7 +131,7 @@ def cmd_bench(ctx: CommandContext) -> int:
 
     args = ctx.args
     profile = profile_from_args(args, BENCH_READS, layout=("partition",))
-    spec = Path(args.ab_tuning_spec) if args.ab_tuning_spec else None
+    spec = suite_path(args.ab_tuning_spec) if args.ab_tuning_spec else None
     ids = chosen_ids(args.count, args.samples, args.ids, None, profile.count)
     sweep = {k: tuple(getattr(args, k) or (None,))
              for k in ("devices", "cpd", "batch_size", "vae_batch_size")}
@@ -160,7 +163,8 @@ def cmd_goldens(ctx: CommandContext) -> int:
     from runner.goldens.cli import module_dirs, selection
 
     args = ctx.args
-    benches = load_benchmarks([Path(p) for p in args.paths], selection(args), module_dirs(args))
+    benches = load_benchmarks([suite_path(p) for p in args.paths], selection(args),
+                              module_dirs(args))
     sku, chip, chosen_by = _golden_target(args)
     require_goldens(benches, sku, chosen_by)
     results = check_benchmarks(benches, _golden_options(args, sku, chip))
@@ -249,8 +253,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     bench.add_argument("--no-stages", action="store_true", help="skip the stage latencies")
     t = bench.add_argument_group("tuning specs")
     t.add_argument("--ab-tuning-spec", metavar="SPEC.mlir",
-                   help="compare stage latencies compiled without and with this spec "
-                   "(default: none)")
+                   help="compare stage latencies compiled without and with this spec (a path, or "
+                   "a shipped suite's file: tiny-bench/tiny_bmm_spec_cpu.mlir; default: none)")
     t.add_argument("--dump-tuning-specs", action="store_true",
                    help="dump the final tuning specs into <out>/tuning-specs/")
     renamed(bench, "--goldens", "runner bench goldens FILES|DIR", "benchmark goldens are "
@@ -258,18 +262,21 @@ def register(subparsers) -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     document(bench, "runner bench --profile cpu --count 32 --batch-size 1,2 --cpd 1,2 "
              "--out runs/bench",
-             "runner bench --profile tiny --ab-tuning-spec goldens/tiny-bench/"
-             "tiny_bmm_spec_cpu.mlir --no-throughput",
+             "runner bench --profile tiny --ab-tuning-spec tiny-bench/tiny_bmm_spec_cpu.mlir "
+             "--no-throughput --out runs/ab",
              "runner bench --profile tiny --no-throughput --dispatches --out runs/profile",
              "runner bench --profile mi325x --executor slurm --nodes 1 --slurm-partition mi325x "
              "--batch-size 1,2 --iree source:a1b2c3d,source:d4e5f6a --out /shared/runs/sweep",
-             out="a directory: one run dir per layout, bench.json, bench.md")
+             out="a directory: one run dir per layout, bench.json, bench.md",
+             exits=Exits(verdict="a layout run, a stage benchmark or the A/B comparison failed",
+                         incomplete=DISK_FULL))
 
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
     p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
                        "dispatch count, module size")
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories (default: goldens/tiny-bench)")
+                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
+                   "tiny-bench)")
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}, this host's CPU")
     golden_target_flags(p, sku_default="$SKU, else the profile's target.sku (a cpu target: "
                         "cpu); no golden for it: exit 2",
@@ -289,8 +296,10 @@ def register(subparsers) -> argparse.ArgumentParser:
             Rerun(RESUMES, "nothing: the goldens are checked again, the reports written at "
                   "the end"), required=False)
     p.set_defaults(func=cmd_goldens)
-    document(p, "runner bench goldens goldens/tiny-bench --sku cpu",
+    document(p, "runner bench goldens tiny-bench --sku cpu",
              "runner bench goldens --profile tiny --dry-run",
-             "runner bench goldens goldens/tiny-torch --marker cpu -k clip",
-             out="a directory for bench.json and bench.md")
+             "runner bench goldens tiny-torch --marker cpu -k clip",
+             out="a directory for bench.json and bench.md",
+             exits=Exits(verdict="a benchmark is over its golden",
+                         incomplete=DISK_FULL))
     return bench

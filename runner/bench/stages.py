@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from runner.bench import dispatch_replay
 from runner.config.layout import Worker
 from runner.model.compiled_model import CompiledModel
 from runner.model.tensors import write_tensor
+
+if TYPE_CHECKING:
+    from runner.config.model_config import ModelConfig
 
 # (stage, pipeline role) in pipeline order; stage names are the ones StageTimes uses.
 STAGES = (
@@ -159,12 +162,15 @@ def capture_inputs(compiled: CompiledModel, out_dir: Path) -> dict[str, tuple[Pa
 def plan_stages(compiled: CompiledModel, out_dir: Path, settings: BenchSettings, *,
                 worker: Worker | None = None,
                 inputs: Mapping[str, Sequence[Path]] | None = None,
-                only: Sequence[str] = ()) -> list[StagePlan]:
+                only: Sequence[str] = (), config: ModelConfig | None = None
+                ) -> list[StagePlan]:
     """The benchmark command of every stage (or those in `only`), in `worker`'s device view
-    (None: this process's); `inputs` None (a dry run) names the files a real run records."""
+    (None: this process's); `inputs` None (a dry run) names the files a real run records.
+    `config`: the model's config where its file is not written yet (a dry run of a model
+    not exported yet: the config its export will write); by default the compiled model's."""
     from runner.config.model_config import ModelConfig
 
-    config = ModelConfig.load(Path(compiled.model_config))
+    config = config or ModelConfig.load(Path(compiled.model_config))
     modules = {m.name: m for m in compiled.modules}
     plans = []
     roles = stage_roles(config.functions)

@@ -14,6 +14,8 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
+    DISK_FULL,
+    Exits,
     add_base_image,
     add_dry_run,
     add_find_links,
@@ -156,7 +158,8 @@ def register(subparsers) -> None:
              "runner bisect --good wheels:3.5.0rc20250601 --bad wheels:3.5.0rc20250620 --pre "
              "--find-links https://iree.dev/pip-release-links.html --test accuracy --out runs/n",
              out="the bisect dir: bisect.json, bisect.md, report.html, reproduce.sh, "
-             "builds/NNN-<build>/ (each step's images and logs)")
+             "builds/NNN-<build>/ (each step's images and logs)",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser(
         "trend", help="measure SDXL over every build of a list or range: FID, CLIP, "
@@ -179,4 +182,5 @@ def register(subparsers) -> None:
     document(p, "runner trend --range wheels:3.10.0..wheels:3.13.0 --profile tiny --count 2 "
              "--out runs/trend",
              "runner trend wheels:3.12.0 wheels:3.13.0 --test throughput:5 --out runs/t",
-             out="the trend dir: trend.json, trend.md, report.html, reproduce.sh, builds/")
+             out="the trend dir: trend.json, trend.md, report.html, reproduce.sh, builds/",
+             exits=Exits(incomplete=DISK_FULL))

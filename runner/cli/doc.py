@@ -111,8 +111,9 @@ def _command(path: tuple[str, ...], parser: argparse.ArgumentParser, summary: st
         lines += [inline(summary[0].upper() + summary[1:]) + ".", ""]
     if parser.description:
         lines += [inline(parser.description), ""]
-    return [*lines, *_body(path, parser),
-            "Exit codes: [the table above](#exit-codes), as for every command.", ""]
+    codes = ", ".join(f"{code} ({inline(text)})" for code, text in
+                      documented(parser).exits.rows())
+    return [*lines, *_body(path, parser), f"**Exit codes** ([all](#exit-codes)): {codes}", ""]
 
 
 def summaries(parser: argparse.ArgumentParser) -> dict[tuple[str, ...], str]:

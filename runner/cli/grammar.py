@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_CODES
+from runner.base.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+)
 from runner.base.outdir import Rerun
 from runner.batch.executor_for import EXECUTORS
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO
@@ -52,7 +59,7 @@ VALIDATE, LAB, MLPERF_COMMANDS, MODELS, TOOL_COMMANDS = (
 # The workflows `runner --help` opens with: 2-4 commands each, as a user types them.
 WORKFLOWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (VALIDATE, (
-        "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens goldens/tiny "
+        "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny "
         "--to v2.0 --out runs/validate",
         "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
         "runner goldens upload runs/validate/goldens --container-url "
@@ -181,8 +188,39 @@ class CommandGroupsFormatter(argparse.RawDescriptionHelpFormatter):
         return "\n".join(lines) + "\n"
 
 
-def exit_code_table(indent: str = "  ") -> str:
-    return "\n".join(f"{indent}{code}  {text}" for code, text in EXIT_CODES)
+def exit_code_table(indent: str = "  ", rows: Sequence[tuple[int, str]] = EXIT_CODES) -> str:
+    return "\n".join(f"{indent}{code}  {text}" for code, text in rows)
+
+
+SAMPLES_MISSING = "run incomplete: samples are missing; the run dir can be resumed"
+DISK_FULL = "the disk filled up: free space, then run it again"
+ACCURACY_FAILED = "accuracy is out of its ranges, or a subset with --require-full"
+
+
+@dataclass(frozen=True)
+class Exits:
+    """The exit codes one command can return, declared where it is registered, so its help
+    lists those and no other: a CI step reading `runner history --help` should not look for
+    a "samples are missing" that command never says. Every command can be given bad input
+    (2) and be interrupted (130); the rest is the command's own."""
+
+    verdict: str | None = None  # what exit 1 means here; None: the command judges nothing
+    incomplete: str | None = None  # what exit 3 means here (SAMPLES_MISSING, DISK_FULL)
+    scores: bool = False  # 0 also means a subset or an unscored run (not judged)
+
+    def rows(self) -> tuple[tuple[int, str], ...]:
+        said = dict(EXIT_CODES)
+        ok = (said[EXIT_OK] if self.scores else "done (also a dry run)" if self.verdict is None
+              else "passed (also a dry run)")
+        rows = [(EXIT_OK, ok),
+                *([(EXIT_FAILED, self.verdict)] if self.verdict else []),
+                (EXIT_BAD_INPUT, said[EXIT_BAD_INPUT]),
+                *([(EXIT_INCOMPLETE, self.incomplete)] if self.incomplete else []),
+                (EXIT_INTERRUPTED, said[EXIT_INTERRUPTED])]
+        return tuple(rows)
+
+    def codes(self) -> tuple[int, ...]:
+        return tuple(code for code, _ in self.rows())
 
 
 @dataclass(frozen=True)
@@ -191,6 +229,7 @@ class Documented:
 
     examples: tuple[str, ...]
     out: str | None
+    exits: Exits = Exits()
 
 
 _DOCUMENTED: weakref.WeakKeyDictionary[argparse.ArgumentParser, Documented] = (
@@ -201,18 +240,19 @@ def documented(parser: argparse.ArgumentParser) -> Documented:
     return _DOCUMENTED.get(parser, Documented((), None))
 
 
-def document(parser: argparse.ArgumentParser, *examples: str, out: str | None = None
-             ) -> argparse.ArgumentParser:
-    """Examples, what --out means here (when the command has one) and the exit codes,
-    appended to the parser's help; the description and epilog keep their line breaks."""
-    _DOCUMENTED[parser] = Documented(tuple(examples), out)
+def document(parser: argparse.ArgumentParser, *examples: str, exits: Exits,
+             out: str | None = None) -> argparse.ArgumentParser:
+    """Examples, what --out means here (when the command has one) and the exit codes it can
+    return (`exits`), appended to the parser's help; the description and epilog keep their
+    line breaks."""
+    _DOCUMENTED[parser] = Documented(tuple(examples), out, exits)
     parts = [EXAMPLES_HEADING, *(f"  {e}" for e in examples)]
     if out:
         parts += ["", f"--out: {out}"]
     spec = parser.get_default("out_spec")
     if isinstance(spec, OutSpec):
         parts += textwrap.wrap(f"rerun: {spec.rerun.text()}", 88, break_on_hyphens=False)
-    parts += ["", EXITS, exit_code_table()]
+    parts += ["", EXITS, exit_code_table(rows=exits.rows())]
     parser.epilog = "\n".join(parts)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
@@ -256,6 +296,12 @@ def describe(parser: argparse.ArgumentParser) -> None:
             describe(sub)
 
 
+def listed_exits(epilog: str) -> tuple[int, ...]:
+    """The exit codes a help's exit-code block lists, in its order."""
+    block = epilog.partition(EXITS)[2]
+    return tuple(int(m) for m in re.findall(r"^  (\d+)  ", block, re.M))
+
+
 def help_problems(parser: argparse.ArgumentParser) -> list[str]:
     """Every way a subcommand's help falls short of the rule; [] when all comply."""
     problems = []
@@ -266,6 +312,9 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
             problems.append(f"{name}: no example in its help (runner.cli.grammar.document)")
         if EXITS not in epilog:
             problems.append(f"{name}: no exit codes in its help (runner.cli.grammar.document)")
+        elif listed_exits(epilog) != documented(sub).exits.codes():
+            problems.append(f"{name}: its help lists exit codes {listed_exits(epilog)}, it "
+                            f"declares {documented(sub).exits.codes()} (document's exits=)")
         if not sub.description:
             problems.append(f"{name}: no description: its help does not say what it does")
         for action in sub._actions:

@@ -2,9 +2,10 @@
 registers its commands (`register(subparsers)`); this module builds the parser from them
 and runs the command a command line names.
 
-Exit codes are one table for every command (runner.base.errors.EXIT_CODES), printed in each
-command's help; every subcommand's help carries examples (runner.cli.grammar.document), and the
-root help groups the commands by workflow (runner.cli.grammar.COMMAND_GROUPS).
+Exit codes: runner.base.errors.EXIT_CODES, all of them; each command declares those it can
+return where it registers (runner.cli.grammar.Exits), and its help lists those. Every
+subcommand's help carries examples (runner.cli.grammar.document), and the root help groups
+the commands by workflow (runner.cli.grammar.COMMAND_GROUPS).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from runner.base.errors import (
     RunnerError,
     is_disk_full,
 )
-from runner.base.paths import PACKAGE_DIR
+from runner.base.paths import PACKAGE_DIR, caches_read_only
 from runner.base.signals import interruptible, work_done
 from runner.batch.cli import register as register_batch
 from runner.bench.cli import register as register_bench
@@ -34,6 +35,7 @@ from runner.bisect.cli import register as register_bisect
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     CommandGroupsFormatter,
+    Exits,
     describe,
     document,
     main_description,
@@ -71,7 +73,8 @@ def register_completion(subparsers) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell to complete for")
     p.set_defaults(func=cmd_completion)
     document(p, "source <(runner completion bash)",
-             "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc")
+             "runner completion zsh > ~/.zfunc/_runner   # with fpath+=~/.zfunc",
+             exits=Exits())
 
 
 def version_text() -> str:
@@ -360,7 +363,8 @@ def _run(ctx: CommandContext, guard: ProcessGuard, real: bool) -> int:
                       "resume (pass another --out for a new one)", file=sys.stderr)
                 attempt.release()
                 return EXIT_OK
-            code = ctx.handler(ctx)
+            with caches_read_only() if ctx.dry_run else contextlib.nullcontext():
+                code = ctx.handler(ctx)
             if real:  # the work is done: it is recorded as such, whatever arrives now
                 work_done()
         except BaseException as e:  # (not kept past here: a traceback holds the frames)

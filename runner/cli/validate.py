@@ -10,6 +10,8 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
+    SAMPLES_MISSING,
+    Exits,
     add_base_image,
     add_dry_run,
     add_golden_version,
@@ -28,6 +30,7 @@ from runner.config.overrides import profile_from_args
 from runner.config.reads import ProfileReads
 from runner.docker.image import DEFAULT_BASE_IMAGE
 from runner.inputs.iree_build import IMAGE_KINDS
+from runner.inputs.paths import suite_path
 
 # The profile fields `runner validate` acts on (runner.config.reads): the run it makes and
 # scores, as `runner run` reads them; a `--set` of another is refused.
@@ -43,7 +46,8 @@ def cmd_validate(ctx: CommandContext) -> int:
     profile = profile_from_args(args, VALIDATE_READS)
     request = ValidateRequest(
         iree=args.iree, profile=profile, sample_ids=sample_ids(args, None, profile.count),
-        out=Path(args.out), argv=ctx.argv, goldens=Path(args.goldens) if args.goldens else None,
+        out=Path(args.out), argv=ctx.argv,
+        goldens=suite_path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
         base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
     return validate(request)
@@ -60,7 +64,8 @@ def register(subparsers) -> None:
     add_require_full(p)
     add_metrics(p)
     p.add_argument("--goldens", metavar="SUITE",
-                   help="IREE CI test-suite dir to regenerate on PASS (default: none)")
+                   help="IREE CI test-suite dir to regenerate on PASS, or a shipped suite by "
+                   "name, e.g. tiny (default: none)")
     add_golden_version(p, required=False, default="next")
     p.add_argument("--baseline", metavar="DIR",
                    help="an earlier validate's --out to compare against (default: none)")
@@ -73,7 +78,9 @@ def register(subparsers) -> None:
     add_dry_run(p, "every command it would run; exit 0 with a DRY RUN verdict")
     p.set_defaults(func=cmd_validate)
     document(p, "runner validate --iree wheels:3.13.0 --profile cpu --count 32 "
-             "--goldens goldens/tiny --to v2.0 --out runs/validate",
+             "--goldens tiny --to v2.0 --out runs/validate",
              "runner validate --iree source:<sha> --profile mi325x --dry-run --out runs/v",
              out="the validate directory: validate.json, validate.md, run/ (with its "
-             "reports), goldens/")
+             "reports), goldens/",
+             exits=Exits(verdict="accuracy or goldens failed, or a subset with --require-full",
+                         incomplete=SAMPLES_MISSING, scores=True))

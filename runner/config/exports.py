@@ -28,7 +28,7 @@ from pathlib import Path
 
 from runner.base.errors import BadInput, RunnerError
 from runner.base.fileio import atomic_write_json, sha256_file
-from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir
+from runner.base.paths import ASSETS_DIR, PACKAGE_DIR, cache_dir, caches_writable
 from runner.config.mlperf_data import NEGATIVE_PROMPT
 from runner.config.model_config import SHORT_DTYPES, ModelConfig
 from runner.inputs.jsonfile import read_json
@@ -143,7 +143,7 @@ def hash_files(files: list[Path], root: Path, known: dict[str, str] | None = Non
             memo[stamp] = (known or {}).get(name) or sha256_file(path)
             changed = True
         out[name] = memo[stamp]
-    if changed:
+    if changed and caches_writable():  # (a dry run hashes again rather than write)
         atomic_write_json(memo_path, memo)
     return out
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_base_image,
     add_dry_run,
     add_find_links,
@@ -63,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_base_image(p, DEFAULT_BASE_IMAGE)
     p.add_argument("--tag", action="append", metavar="TAG",
                    help="extra tag besides the content tag (repeatable; default: none)")
-    add_dry_run(p, "the equivalent `docker build` command (the context is staged to hash it)")
+    add_dry_run(p, "the equivalent `docker build` command (the context is staged in a "
+                "temporary directory to hash it, then removed: see --keep-context)")
     add_find_links(p)
     p.add_argument("--git-url", metavar="URL",
                    help="source: repository to fetch (default: upstream IREE)")
@@ -74,14 +77,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ccache-dir", metavar="DIR",
                    help="source: seed the build's ccache from this directory (default: none)")
     p.add_argument("--keep-context", action="store_true",
-                   help="keep the staged build context after a successful build")
+                   help="keep the staged build context after a successful build, or a dry "
+                   "run's under the cache so its printed command runs (default: removed; a dry "
+                   "run writes nothing)")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild every layer even if the content tag exists")
     p.add_argument("--quiet", action="store_true", help="no build log on stderr")
     p.set_defaults(func=cmd_image_build)
     document(p, "runner image build --iree wheels:3.13.0",
              "runner image build --iree source:<sha> --dry-run",
-             "runner image build --iree build-dir:/path/to/iree-build")
+             "runner image build --iree build-dir:/path/to/iree-build",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = sub.add_parser("inspect", help="image ID, labels and the IREE provenance recorded "
                        "inside it (JSON)")
@@ -89,6 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-provenance", action="store_true",
                    help="skip reading /opt/runner/iree-provenance.json from the image")
     p.set_defaults(func=cmd_image_inspect)
-    document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
+    document(p, "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>",
+             exits=Exits())
     document(image, "runner image build --iree wheels:3.13.0",
-             "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>")
+             "runner image inspect iree-sdxl-runner:wheels-3.13.0-<hash>",
+             exits=Exits())  # alone it prints its help

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -244,8 +245,10 @@ def _expand(path: Path, depth: int) -> str:
 def plan_build(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
                tags: tuple[str, ...] = (), client: Any = None,
                ccache_dir: Path | None = None, network: BuildNetwork | None = None,
-               require_base: bool = True, project_dir: Path | None = None) -> BuildPlan:
-    """Stage the build context under the cache and compute the content tag.
+               require_base: bool = True, project_dir: Path | None = None,
+               contexts: Path | None = None) -> BuildPlan:
+    """Stage the build context under `contexts` (default: the cache's) and compute the
+    content tag.
 
     `project_dir` is a runner project (pyproject.toml and runner/) installed into the image;
     by default this runner itself, from its package and its shipped build recipe, so an
@@ -267,7 +270,7 @@ def plan_build(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
     if source.flavor == "source":
         source = _pin_ref(source, notes)
 
-    contexts = cache_dir() / "docker" / "contexts"
+    contexts = contexts or cache_dir() / "docker" / "contexts"
     contexts.mkdir(parents=True, exist_ok=True)
     staging = contexts / f".staging-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -606,6 +609,11 @@ def _inputs_hash(ctx: Path, build_args: dict[str, str], labels: dict[str, str],
 
 # --------------------------------------------------------------------------- building
 
+DRY_CONTEXT = ("the build context was staged in a temporary directory to hash it, then removed "
+               "(a dry run writes nothing); `runner image build --iree BUILD --dry-run "
+               "--keep-context` keeps it under the cache, so the printed command runs")
+
+
 def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
                 tags: tuple[str, ...] = (), dry_run: bool = False,
                 progress: Progress | None = _stderr, client: Any = None,
@@ -615,22 +623,18 @@ def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
     """Build (or find) the image for `source`; returns its content tag and ID.
 
     An existing image with the content tag is a cache hit: nothing is sent to the engine
-    but the extra tags. A dry run stages the context (kept, so the printed command works)
-    and returns the plan without building. `no_cache` rebuilds every layer (as after a
-    base image or index change the hash cannot see) and replaces the tag.
+    but the extra tags. A dry run writes nothing: it stages the context in a temporary
+    directory to hash it and removes it, and returns the plan without building;
+    `keep_context` keeps a dry run's context under the cache, so its printed command runs.
+    `no_cache` rebuilds every layer (as after a base image or index change the hash cannot
+    see) and replaces the tag.
     """
     say = progress or (lambda _line: None)
     start = time.perf_counter()
-    if client is None and not dry_run:
-        client = connect()
-    elif client is None:
-        try:
-            client = connect(timeout=10)
-        except RunnerError:
-            client = None
-    plan = plan_build(source, base_image=base_image, tags=tags, client=client,
-                      ccache_dir=ccache_dir, network=network, require_base=not dry_run,
-                      project_dir=project_dir)
+    client = _engine(client, dry_run)
+    plan = _planned(source, dry_run and not keep_context, base_image=base_image, tags=tags,
+                    client=client, ccache_dir=ccache_dir, network=network,
+                    require_base=not dry_run, project_dir=project_dir)
     if no_cache:
         plan = dataclasses.replace(plan, no_cache=True)
     for note in plan.notes:
@@ -656,6 +660,29 @@ def build_image(source: ImageSource, *, base_image: str = DEFAULT_BASE_IMAGE,
     seconds = time.perf_counter() - start
     say(f"built {plan.tag} ({image.short_id}) in {seconds:.1f}s")
     return BuildResult(plan.tag, str(image.id or image_id), False, seconds, plan)
+
+
+def _engine(client: Any, dry_run: bool) -> Any:
+    """The docker engine to ask: a build needs one; a dry run uses one it can reach (for the
+    base image's ID), else goes on without (None)."""
+    if client is not None:
+        return client
+    if not dry_run:
+        return connect()
+    try:
+        return connect(timeout=10)
+    except RunnerError:
+        return None
+
+
+def _planned(source: ImageSource, scratch: bool, **plan: Any) -> BuildPlan:
+    """plan_build's plan; `scratch` (a dry run): its context staged in a temporary
+    directory, hashed and removed, so the dry run writes nothing."""
+    if not scratch:
+        return plan_build(source, **plan)
+    with tempfile.TemporaryDirectory(prefix="runner-dry-context-") as contexts:
+        planned = plan_build(source, contexts=Path(contexts), **plan)
+    return dataclasses.replace(planned, notes=(*planned.notes, DRY_CONTEXT))
 
 
 def _existing(client: Any, plan: BuildPlan) -> Any:

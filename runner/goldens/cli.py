@@ -16,6 +16,8 @@ from runner.base.outdir import RESUMES, Rerun
 from runner.base.paths import GOLDENS_DIR, refuse_package_write
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_golden_version,
     add_json,
@@ -28,12 +30,13 @@ from runner.cli.grammar import (
 )
 from runner.goldens.plan import DEFAULT_CHIP, DEFAULT_SKU
 from runner.inputs.cliargs import SCALE, SECONDS
+from runner.inputs.paths import shipped_suites, suite_path
 
 DEFAULT_SUITE = GOLDENS_DIR / "tiny"  # the shipped tiny suite
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
-    return [Path(p) for p in args.paths] or [DEFAULT_SUITE]
+    return [suite_path(p) for p in args.paths] or [DEFAULT_SUITE]
 
 
 def selection(args: argparse.Namespace):
@@ -75,7 +78,7 @@ def _tests(args: argparse.Namespace):
 def _options(args: argparse.Namespace, **over):
     from runner.goldens.plan import CheckOptions
 
-    spec = Path(args.tuning_spec) if args.tuning_spec else None
+    spec = suite_path(args.tuning_spec) if args.tuning_spec else None
     if spec is not None and not spec.is_file():
         raise BadInput("tuning spec not found", where=f"--tuning-spec {spec}",
                        fix="give the path of a tuning spec .mlir file")
@@ -236,7 +239,8 @@ def golden_target_flags(p: argparse.ArgumentParser, sku_default: str = f"$SKU, e
 
 def _paths_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help=f"test JSON files or directories (default: {DEFAULT_SUITE})")
+                   help="test JSON files or directories, or a shipped suite by name: "
+                   f"{', '.join(shipped_suites())} (default: {DEFAULT_SUITE.name})")
 
 
 def _model(p: argparse.ArgumentParser) -> None:
@@ -261,21 +265,28 @@ def _selection(p: argparse.ArgumentParser) -> None:
 
 # each subcommand's help examples (runner.cli.grammar.document adds exit codes)
 GOLDENS_EXAMPLES = {
-    "check": ("runner goldens check goldens/tiny goldens/tiny-torch --out reports/goldens",
-              "runner goldens check tests/fixtures/iree-test-suites/torch_models --marker "
+    "check": ("runner goldens check tiny tiny-torch --out reports/goldens",
+              "runner goldens check iree-test-suites/torch_models --marker "
               "gfx942 --dry-run",
-              "BACKEND=cpu runner goldens check goldens/tiny-torch -k clip --timeout 600 "
+              "BACKEND=cpu runner goldens check tiny-torch -k clip --timeout 600 "
               "--strict"),
-    "generate": ("runner goldens generate goldens/tiny-torch --to next --out new-goldens",
-                 "runner goldens generate goldens/tiny-torch --to next --out new-goldens "
+    "generate": ("runner goldens generate tiny-torch --to next --out new-goldens",
+                 "runner goldens generate tiny-torch --to next --out new-goldens "
                  "--dry-run"),
-    "bump": ("runner goldens bump goldens/tiny-torch --to next --out bumped",
-             "runner goldens bump goldens/tiny-torch --to next --dry-run"),
+    "bump": ("runner goldens bump tiny-torch --to next --out bumped",
+             "runner goldens bump tiny-torch --to next --dry-run"),
     "upload": ("runner goldens upload runs/goldens-v2 --container-url "
                "https://<account>.blob.core.windows.net/sharkpublic/<path> --dry-run",
                "runner goldens upload runs/goldens-v2 --container-url "
                "https://<account>.blob.core.windows.net/sharkpublic/<path>"),
     "compare-steps": ("runner goldens compare-steps --profile tiny --samples 0",),
+}
+GOLDENS_EXITS = {
+    "check": Exits(verdict="a golden test is over its tolerance", incomplete=DISK_FULL),
+    "generate": Exits(incomplete=DISK_FULL),
+    "bump": Exits(incomplete=DISK_FULL),
+    "upload": Exits(),
+    "compare-steps": Exits(verdict="a stage is over its tolerance", incomplete=DISK_FULL),
 }
 
 
@@ -343,6 +354,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_compare_steps)
     for name, parser in sub.choices.items():
-        document(parser, *GOLDENS_EXAMPLES[name])
-    document(goldens, *(examples[0] for examples in GOLDENS_EXAMPLES.values()))
+        document(parser, *GOLDENS_EXAMPLES[name], exits=GOLDENS_EXITS[name])
+    # `runner goldens` alone prints its help: each command's help has that command's exits
+    document(goldens, *(examples[0] for examples in GOLDENS_EXAMPLES.values()), exits=Exits())
     return goldens

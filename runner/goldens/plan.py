@@ -26,7 +26,7 @@ from runner.base.errors import BadInput, RunnerError, ToolFailed
 from runner.base.fileio import sha256_file
 from runner.base.iree_flags import rocm_chip_flag
 from runner.base.iree_tools import CompilerInfo, found_path
-from runner.base.paths import cache_dir
+from runner.base.paths import cache_dir, caches_writable
 from runner.config.sources import is_url, resolve_source
 from runner.goldens.random_weights import random_weights
 from runner.goldens.testfile import GoldenTest, ModuleDef, TensorRef
@@ -185,7 +185,8 @@ def _dump_paths(test: GoldenTest, flags: tuple[str, ...], which: str) -> list[st
     for flag in flags:
         if flag.startswith(prefix) and not Path(flag[len(prefix):]).is_absolute():
             folder = cache_dir() / "compile-stats" / test.name.replace("/", "__") / which
-            folder.mkdir(parents=True, exist_ok=True)  # iree-compile does not make it
+            if caches_writable():  # iree-compile does not make it (a dry run runs none)
+                folder.mkdir(parents=True, exist_ok=True)
             flag = prefix + str(folder / flag[len(prefix):])
         out.append(flag)
     return out

@@ -30,7 +30,7 @@ from runner.goldens import fields
 from runner.goldens.select import Selection, select
 from runner.inputs.fields import Fields
 from runner.inputs.jsonfile import read_json
-from runner.inputs.paths import is_inside, no_such_path
+from runner.inputs.paths import is_inside, no_such_suite
 from runner.model.tensors import TensorSpec
 
 # The backends IREE CI's test suite names its files and flags by (`*_rocm.json`,
@@ -696,13 +696,13 @@ def find_test_files(paths: list[Path], model: str | None = None, where: str | No
             files.append(path)
             continue
         if not path.is_dir():
-            raise no_such_path(path, where, "test file or suite directory")
+            raise no_such_suite(path, where)
         folder = path / model if model and (path / model).is_dir() else path
         found = sorted(folder.glob("*.json")) or sorted(folder.glob("*/*.json"))
         if not found:
             raise BadInput("no test files (*.json) here", where=str(folder),
                            fix="point at IREE CI test JSON files or the directory holding "
-                           "them (e.g. goldens/tiny)")
+                           "them, or a shipped suite by name (e.g. tiny)")
         files.extend(found)
     return files
 

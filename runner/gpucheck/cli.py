@@ -8,7 +8,15 @@ from pathlib import Path
 
 from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.cli.context import CommandContext
-from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, add_profile, document
+from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
+    add_batch_sizes,
+    add_dry_run,
+    add_out,
+    add_profile,
+    document,
+)
 from runner.gpucheck.plan import TINY_COUNT
 from runner.inputs.cliargs import COUNT, SECONDS
 
@@ -34,14 +42,14 @@ def cmd_gpu_check_run(ctx: CommandContext) -> int:
 
 
 def _step(p: argparse.ArgumentParser, func: Callable[[CommandContext], int], out_what: str,
-          rule: str, keeps: str, dry_run: str, *examples: str, out: str) -> None:
+          rule: str, keeps: str, dry_run: str, *examples: str, out: str, exits: Exits) -> None:
     """How both gpu-check steps end: an --out whose record is gpu_check.json (`rule`:
     RESUMES or REFUSES, keeping `keeps`), a --dry-run showing `dry_run`, the handler, and
     the examples, in that order (their help's)."""
     add_out(p, out_what, Rerun(rule, keeps, ("gpu_check.json",)))
     add_dry_run(p, dry_run)
     p.set_defaults(func=func)
-    document(p, *examples, out=out)
+    document(p, *examples, out=out, exits=exits)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +82,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
           "runner gpu-check prepare --profile h100-seeded --out carry",
           "runner gpu-check prepare --profile h100-seeded --out carry --dry-run",
           "runner gpu-check prepare --profile cpu --batch-sizes 1,2 --no-wheels --out carry-cpu",
-          out="the carry directory, copied whole to the GPU machine")
+          out="the carry directory, copied whole to the GPU machine",
+          exits=Exits(incomplete=DISK_FULL))
 
     r = sub.add_parser("run", help="run a carry's check (no compiler, no network)")
     r.add_argument("--carry", required=True, metavar="DIR",
@@ -88,6 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
           "runner gpu-check run --carry carry --out results",
           "runner gpu-check run --carry carry --out results --budget 480",
           "runner gpu-check run --resume results",
-          out="the results directory")
+          out="the results directory",
+          exits=Exits(verdict="a check step failed", incomplete=DISK_FULL))
     document(check, "runner gpu-check prepare --profile h100-seeded --out carry",
-             "runner gpu-check run --carry carry --out results")
+             "runner gpu-check run --carry carry --out results",
+             exits=Exits())  # alone it prints its help

@@ -18,6 +18,8 @@ from runner.base.fileio import atomic_write_json, atomic_write_text
 from runner.base.outdir import REFUSES, RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_dry_run,
     add_find_links,
     add_good_bad,
@@ -30,6 +32,7 @@ from runner.cli.grammar import (
 )
 from runner.history.extract import RECORDED
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO, number
+from runner.inputs.paths import suite_path
 
 HISTORY_JSON, HISTORY_MD, HISTORY_HTML = "history.json", "history.md", "history.html"
 PROPOSAL_JSON, PROPOSAL_MD = "proposal.json", "proposal.md"
@@ -285,7 +288,7 @@ def cmd_propose(ctx: CommandContext) -> int:
     from runner.history.url import resolve
 
     args = ctx.args
-    benches = load_benchmarks([Path(p) for p in args.paths], selection(args),
+    benches = load_benchmarks([suite_path(p) for p in args.paths], selection(args),
                               module_dirs(args))
     url = resolve(args.results)
     query = Query(command="bench goldens", sku=args.sku, machine=args.machine,
@@ -366,7 +369,9 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
              "runner history --iree-match 3.12.0..3.13.0 --machine 'mi325x-*' --results "
              "postgresql://lab@db.lab/results",
              out="history.json (every selected result and change), history.md, history.html "
-             "(each series over builds and dates, bands and change points drawn)")
+             "(each series over builds and dates, bands and change points drawn)",
+             exits=Exits(verdict="a change point is a confirmed regression",
+                         incomplete=DISK_FULL))
     sub = p.add_subparsers(dest="history_command", metavar="{import,confirm}")
     i = sub.add_parser("import", help="add the results of existing out dirs (run, bench, "
                        "bench goldens, mlperf, validate, goldens check) to the store")
@@ -378,7 +383,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     i.set_defaults(func=cmd_import)
     document(i, "runner history import runs/main",
              "runner history import runs/main --dry-run",
-             "runner history import runs/nightly-* --results postgresql://lab@db.lab/results")
+             "runner history import runs/nightly-* --results postgresql://lab@db.lab/results",
+             exits=Exits(incomplete=DISK_FULL))
 
     _register_confirm(sub)
 
@@ -388,7 +394,8 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
     q = g.add_parser("propose", help="golden_time_ms and its tolerance (and dispatch count, "
                      "size) for benchmark tests, from the history of `bench goldens`")
     q.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories (default: goldens/tiny-bench)")
+                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
+                   "tiny-bench)")
     shared(q, "--sku", required=True, help="the SKU whose results and golden entries count")
     selection_flags(q)
     _machine(q)
@@ -403,11 +410,12 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
             Rerun(RESUMES, "nothing: the proposal is made again"), required=False,
             default="none: the diff on the console")
     q.set_defaults(func=cmd_propose, rocm_chip=None)
-    document(q, "runner goldens propose goldens/tiny-bench --sku cpu",
-             "runner goldens propose goldens/tiny-bench --sku cpu --min-runs 1 --since 30d "
+    document(q, "runner goldens propose tiny-bench --sku cpu",
+             "runner goldens propose tiny-bench --sku cpu --min-runs 1 --since 30d "
              "--out runs/propose",
              out="json/ (each changed test file where `bench goldens` checks it, and the "
-             "quality tests it names), proposal.json, proposal.md")
+             "quality tests it names), proposal.json, proposal.md",
+             exits=Exits(incomplete=DISK_FULL))
     return p
 
 
@@ -448,4 +456,6 @@ def _register_confirm(sub: Any) -> None:
              "'bench goldens' --metric time_ms --stage tiny-bench/unet_cpu --sku cpu "
              "--out runs/confirm-unet",
              out="confirm.json (the confirmation as stored), confirm.md, rounds/NN-good|bad/ "
-             "(each round's bench goldens out dir and log)")
+             "(each round's bench goldens out dir and log)",
+             exits=Exits(verdict="the change holds: the bad build is worse, beyond both "
+                         "intervals"))

@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from runner.base.errors import BadInput, RunnerError
-from runner.base.paths import ASSETS_DIR, BUILTIN, builtin_path
+from runner.base.paths import ASSETS_DIR, BUILTIN, GOLDENS_DIR, builtin_path
 
 
 def resolved(path: Path, where: str) -> Path:
@@ -101,6 +101,27 @@ def suite_ref(ref: str, base: Path, where: str) -> None:
                        "URL); a file elsewhere is refused, never read")
 
 
+def shipped_suites() -> list[str]:
+    """The names of the golden suites the runner ships (runner/assets/goldens)."""
+    return sorted(p.name for p in GOLDENS_DIR.iterdir() if p.is_dir())
+
+
+def suite_path(text: str) -> Path:
+    """A golden suite, or a file in one, as the user named it: a path that is there is
+    itself; otherwise a shipped suite's name (`tiny-bench`, `tiny-bench/spec.mlir`) is the
+    package's own copy, so a command the docs show runs from a pip install and from any
+    directory, not only from a checkout's `goldens/`. Anything else is returned as given,
+    for its reader to refuse naming the path."""
+    path = Path(os.path.expanduser(text))
+    if path.exists() or path.is_absolute() or not path.parts:
+        return path
+    shipped = GOLDENS_DIR / path
+    if path.parts[0] in shipped_suites() and shipped.exists() and is_inside(shipped,
+                                                                            GOLDENS_DIR):
+        return shipped
+    return path
+
+
 def no_such_path(path: Path, where: str | None = None, what: str = "file or directory"
                  ) -> BadInput:
     """The error for a path the user named that is not there, with the likeliest fix: the
@@ -126,3 +147,19 @@ def no_such_path(path: Path, where: str | None = None, what: str = "file or dire
         else:
             fix = f"check the path; {parent} is empty"
     return BadInput(f"{path}: no such {what}", where=where, fix=fix)
+
+
+def no_such_suite(path: Path, where: str | None = None) -> BadInput:
+    """no_such_path's error for a golden suite, whose fix also offers the shipped suites: the
+    closest name to a typo (`tiny-bnech`), else the names there are."""
+    import difflib
+
+    error = no_such_path(path, where, "test file or suite directory")
+    if (error.fix or "").startswith("did you mean"):
+        return error
+    shipped = shipped_suites()
+    close = ([] if path.is_absolute() or not path.parts else
+             difflib.get_close_matches(path.parts[0], shipped, n=1, cutoff=0.6))
+    fix = (f"did you mean the shipped suite {close[0]}?" if close else
+           f"{error.fix}; or name a shipped suite: {', '.join(shipped)}")
+    return BadInput(error.message, where=where, fix=fix)

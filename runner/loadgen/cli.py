@@ -12,6 +12,8 @@ from pathlib import Path
 from runner.base.outdir import REFUSES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    SAMPLES_MISSING,
+    Exits,
     add_captions,
     add_dry_run,
     add_executor,
@@ -155,6 +157,8 @@ def register(subparsers) -> argparse.ArgumentParser:
              out="LoadGen's logs per scenario and test (<Scenario>/accuracy/, performance/, "
              "TEST01/, TEST04/), user.conf, work/ (the workers' run dir), "
              "submission/<division>/<submitter>/ (MLPerf's tree), results.json, summary.md, "
-             "report.html")
+             "report.html",
+             exits=Exits(verdict="a scenario's accuracy or performance run did not pass",
+                         incomplete=SAMPLES_MISSING, scores=True))
     p.set_defaults(func=cmd_mlperf)
     return p

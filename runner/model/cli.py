@@ -13,6 +13,8 @@ from runner.base.errors import EXIT_OK
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
+    DISK_FULL,
+    Exits,
     add_batch_sizes,
     add_dry_run,
     add_json,
@@ -124,13 +126,15 @@ def register(subparsers) -> None:
              "runner compile --profile h100-seeded --batch-sizes 1,8 --out carry  "
              "# then on the GPU node: RUNNER_CACHE_DIR=carry runner bench ...",
              out="with --out: DIR/vmfb/ (compiled modules, their cache records and MLIR index) "
-             "and DIR/exports/ (an exported model's files for these batch sizes)")
+             "and DIR/exports/ (an exported model's files for these batch sizes)",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser("fetch", help="download a profile's model artifacts into the cache")
     add_profile(p)
     add_dry_run(p, "each URL and the cache path it would be downloaded to")
     p.set_defaults(func=cmd_fetch)
-    document(p, "runner fetch --profile sdxl", "runner fetch --profile sdxl --dry-run")
+    document(p, "runner fetch --profile sdxl", "runner fetch --profile sdxl --dry-run",
+             exits=Exits(incomplete=DISK_FULL))
 
     p = subparsers.add_parser("generate", help="single-process generation of the first N prompts")
     add_profile(p)
@@ -141,4 +145,5 @@ def register(subparsers) -> None:
     add_dry_run(p, "the compile commands")
     p.set_defaults(func=cmd_generate)
     document(p, "runner generate --profile tiny --count 4 --out runs/gen",
-             "runner generate --profile tiny --count 4 --out runs/gen --dry-run")
+             "runner generate --profile tiny --count 4 --out runs/gen --dry-run",
+             exits=Exits(incomplete=DISK_FULL))

@@ -28,7 +28,7 @@ from pathlib import Path
 from runner.base.errors import BadInput
 from runner.base.fileio import atomic_write_json
 from runner.base.iree_tools import CompilerInfo
-from runner.base.paths import cache_dir
+from runner.base.paths import cache_dir, caches_writable
 
 PROBE_MLIR = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %r = arith.addf %a, %b : tensor<4xf32>
@@ -101,8 +101,10 @@ def _load(compiler: CompilerInfo) -> dict[str, bool]:
 
 
 def _save(compiler: CompilerInfo, answers: dict[str, bool]) -> None:
-    """Merged into what is there: another process may have probed other chips meanwhile."""
-    atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
+    """Merged into what is there: another process may have probed other chips meanwhile.
+    A dry run keeps its answers to itself (runner.base.paths.caches_read_only)."""
+    if caches_writable():
+        atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
 
 
 def probe_chip(compiler: CompilerInfo, target: ChipFlag) -> bool | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from runner.base.errors import BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
-from runner.cli.grammar import add_dry_run, add_out, add_worst, document
+from runner.cli.grammar import DISK_FULL, Exits, add_dry_run, add_out, add_worst, document
 from runner.report.collect import WORST_DEFAULT
 
 
@@ -62,4 +62,5 @@ def register(subparsers) -> None:
                     "to $GITHUB_STEP_SUMMARY and failures print as ::error:: annotations.")
     add_arguments(p)
     document(p, "runner report runs/main", "runner report runs/main --against runs/other",
-             out="a directory for the four files (default: RUN_DIR itself)")
+             out="a directory for the four files (default: RUN_DIR itself)",
+             exits=Exits(incomplete=DISK_FULL))

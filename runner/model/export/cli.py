@@ -11,7 +11,7 @@ from runner.base import shellscript
 from runner.base.errors import BadInput
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
-from runner.cli.grammar import add_batch_sizes, add_dry_run, add_out, document
+from runner.cli.grammar import DISK_FULL, Exits, add_batch_sizes, add_dry_run, add_out, document
 from runner.inputs.cliargs import COUNT, count_list
 from runner.inputs.paths import resolved
 
@@ -130,4 +130,5 @@ def register(sub: argparse._SubParsersAction) -> None:
              "runner export sdxl --from /path/to/sdxl-base-1.0 --batch-sizes 1,8",
              "runner export sdxl --from /path/to/sdxl-base-1.0 --vae-dtype fp16 "
              "--vae-from /path/to/sdxl-vae-fp16-fix",
-             "runner export weights --from carry/exports/sdxl-seeded-sdxl-float16-<key>")
+             "runner export weights --from carry/exports/sdxl-seeded-sdxl-float16-<key>",
+             exits=Exits(incomplete=DISK_FULL))
