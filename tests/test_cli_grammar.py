@@ -656,7 +656,7 @@ def test_each_commands_help_lists_the_exit_codes_it_declares_and_no_other():
         assert listed_exits(sub.epilog or "") == documented(sub).exits.codes(), name
     history = cli("history", "--help").stdout.partition(EXITS)[2]
     assert "--require-full" not in history and "samples are missing" not in history
-    assert "  1  a change point is a regression" in history
+    assert "  1  a change point is a confirmed regression" in history
     assert listed_exits(cli("plan", "--help").stdout) == (0, 2, 130)
     assert listed_exits(cli("run", "--help").stdout) == (0, 1, 2, 3, 130)
     assert "samples are missing" in cli("run", "--help").stdout
