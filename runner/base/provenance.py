@@ -44,6 +44,9 @@ def host_info() -> dict[str, Any]:
             "python": sys.version.split()[0], "executable": sys.executable}
 
 
+GIT_TIMEOUT_S = 30
+
+
 def runner_provenance() -> dict[str, Any]:
     """The runner's version and, from a git checkout, its commit and whether it is dirty."""
     import runner
@@ -51,11 +54,15 @@ def runner_provenance() -> dict[str, Any]:
     root = Path(runner.__file__).resolve().parent.parent
     out: dict[str, Any] = {"version": runner.__version__, "commit": None, "dirty": None}
     if shutil.which("git") and (root / ".git").exists():
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, check=False)
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
-                                 "runner", "configs"], capture_output=True, text=True,
-                                check=False)
+        try:  # a git that hangs (a lock, a network mount) leaves the commit unknown
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                                  capture_output=True, text=True, check=False,
+                                  timeout=GIT_TIMEOUT_S)
+            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                     "runner", "configs"], capture_output=True, text=True,
+                                    check=False, timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return out
         if head.returncode == 0:
             out["commit"] = head.stdout.strip()
             out["dirty"] = bool(status.stdout.strip())
