@@ -79,7 +79,8 @@ def cmd_run(ctx: CommandContext) -> int:
         executor = executor_for(args.executor or "local", profile, image=args.image,
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
-            print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor)))
+            print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor,
+                                           score=args.score, captions=captions)))
             return EXIT_OK
         lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
                               captions=captions, score=args.score)
