@@ -53,7 +53,7 @@ from typing import Any
 
 from runner.base import shellscript
 from runner.base.closing import Closes
-from runner.base.errors import BadInput, StepFailed, recorded_name
+from runner.base.errors import BadInput, RunnerError, StepFailed, recorded_name
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -66,7 +66,7 @@ from runner.batch.worker import stats_path
 from runner.config.layout import Plan
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import Profile
-from runner.preflight.check import Preflight
+from runner.preflight.check import CheckState, Preflight, PreflightCheck
 from runner.preflight.run import PreflightRequest, run_preflight
 from runner.rundir.directory import DiskFull, RunDir
 from runner.rundir.manifest import Attempt, RunManifest, now_text
@@ -380,14 +380,16 @@ class Lifecycle(Closes):
             raise
 
 
-def preflight(request: PreflightRequest, executor: Executor, dry_run: bool) -> Preflight:
+def preflight(request: PreflightRequest, executor: Executor, dry_run: bool,
+              before: Sequence[PreflightCheck] = ()) -> Preflight:
     """The preflight run and judged: a failure raises (exit 2) after every check's line is
     shown (on stdout in a dry run, whose output it is; on stderr otherwise), so one try
-    shows every fix to make. A real run shows the lines that passed on stderr too."""
+    shows every fix to make. A real run shows the lines that passed on stderr too.
+    `before`: checks its caller made already (a dry run's compile plan)."""
     def echo(line: str) -> None:
         print(line, file=sys.stdout if dry_run else sys.stderr, flush=True)
 
-    checked = run_preflight(request, executor)
+    checked = Preflight.of([*before, *run_preflight(request, executor).checks])
     checked.raise_if_failed(echo)
     if not dry_run:
         for line in checked.lines():
@@ -407,16 +409,29 @@ def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
     _check_free(run)
     plan = plan_for(profile)
     notes = executor.check(plan, str(profile.path), dry_run=True)
+    compiled, model = dry_compile(executor, run.path, profile)
     checked = preflight(PreflightRequest(run.path, profile, plan, len(sample_ids), score,
-                                         captions, share_gpus), executor, dry_run=True)
-    layout = plan.layout
-    compiled = executor.compiler(run.path, dry_run=True)(profile, layout.batch_size,
-                                                         layout.vae_batch_size)
+                                         captions, share_gpus), executor, True, [model])
     return [f"# {shellscript.sanitize(note)}" for note in notes] + [
         f"# {shellscript.sanitize(line)}" for line in checked.lines()] + plan_lines(
         plan, executor, run.path, compiled,
         f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
         f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")
+
+
+def dry_compile(executor: Executor, work_dir: Path, profile: Profile
+                ) -> tuple[Any, PreflightCheck]:
+    """The compile a dry run prints (the checkpoint and exports opened as the export opens
+    them), as the preflight's first check: a missing checkpoint is listed with the other
+    failures, not found alone after they are fixed."""
+    layout = profile.layout
+    try:
+        compiled = executor.compiler(work_dir, dry_run=True)(profile, layout.batch_size,
+                                                             layout.vae_batch_size)
+    except RunnerError as e:
+        return None, PreflightCheck.failed("model", e)
+    return compiled, PreflightCheck("model", CheckState.OK,
+                                    f"{profile.model.name}: {len(compiled.compiled)} module(s)")
 
 
 def plan_lines(plan: Plan, executor: Executor, run_dir: Path, compiled: Any,

@@ -249,9 +249,23 @@ def prepare_loadgen(request: MlperfRequest) -> Prepared:
                     limit_ms / 1000.0, settings, submission)
 
 
-def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
-    """What a real run would do, exactly: compile commands, workers, and per test the
-    settings LoadGen will use (and the batcher's wait limit)."""
+def loadgen_preflight(prepared: Prepared, executor, dry_run: bool, before=()):
+    """The run's preflight for every test at once: the QSL's samples on disk, and what
+    scoring reads when an accuracy test's log is scored; a failure raises (exit 2)."""
+    from runner.batch.run import plan_for
+    from runner.lifecycle import preflight
+    from runner.preflight.run import PreflightRequest
+
+    request = prepared.request
+    scored = request.score and any(spec.name == "accuracy" for spec in prepared.tests)
+    return preflight(PreflightRequest(
+        (request.out / WORK_DIR).resolve(), request.profile, plan_for(request.profile),
+        prepared.total, scored, request.captions), executor, dry_run, before)
+
+
+def dry_run_text(prepared: Prepared, plan, executor, compiled, checked) -> str:
+    """What a real run would do, exactly: the preflight, compile commands, workers, and per
+    test the settings LoadGen will use (and the batcher's wait limit)."""
     from runner.lifecycle import plan_lines
 
     request = prepared.request
@@ -259,7 +273,8 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
     work = (out / WORK_DIR).resolve()
     lines = [f"# runner mlperf {','.join(prepared.scenarios)} {request.mode}: QSL "
              f"{prepared.total} samples, performance set {prepared.performance_count}, "
-             f"executor {executor.name}"]
+             f"executor {executor.name}",
+             *[f"# {shellscript.sanitize(line)}" for line in checked.lines()]]
     sub = prepared.submission
     if sub is not None:
         detected = sum(1 for s in sub.system.sources.values() if s != "profile")
@@ -333,7 +348,7 @@ def _kept(prepared: Prepared, attempt) -> dict[str, TestOutcome]:
     return kept
 
 
-def _work_run(prepared: Prepared, executor, resumed: bool):
+def _work_run(prepared: Prepared, executor, resumed: bool, checked=None):
     """The workers' run dir: made, or (an interrupted attempt's) opened again with the same
     profile and modules, its queue and leftover samples of a cut-short test cleared."""
     from runner.batch.queue import WorkQueue
@@ -348,7 +363,7 @@ def _work_run(prepared: Prepared, executor, resumed: bool):
         # No sample ids: LoadGen, not the run, decides what is computed (the store is keyed
         # by issue, and emptied as samples are answered), so the lifecycle tracks none.
         return Lifecycle.create(work, request.profile, [], request.argv, executor,
-                                captions=request.captions, score=False)
+                                captions=request.captions, score=False, checked=checked)
     lc = Lifecycle.open(work)
     try:
         lc.check_request(request.profile)
@@ -363,12 +378,13 @@ def _work_run(prepared: Prepared, executor, resumed: bool):
     return lc
 
 
-def execute(prepared: Prepared, executor, attempt=None
+def execute(prepared: Prepared, executor, attempt=None, checked=None
             ) -> tuple[list[TestOutcome], str | None]:
     """Creates the work run dir through the lifecycle (plan, compile, manifest), starts the
     workers on an empty, open queue, runs every test; (outcomes, failure). `attempt` (the
     out dir's record, runner/base/outdir.py) keeps the tests an interrupted attempt
-    finished, and records each test as it finishes."""
+    finished, and records each test as it finishes. `checked`: the preflight
+    (`loadgen_preflight`) the work run records."""
     from runner.batch.queue import WorkQueue
 
     request = prepared.request
@@ -378,7 +394,7 @@ def execute(prepared: Prepared, executor, attempt=None
         for key in kept:
             print(f"LoadGen {key}: kept (its logs are complete)", file=sys.stderr)
         return [kept[spec.key] for spec in prepared.tests], None
-    lc = _work_run(prepared, executor, attempt is not None and attempt.resumed)
+    lc = _work_run(prepared, executor, attempt is not None and attempt.resumed, checked)
     work = lc.run.path
     try:
         atomic_write_text(out / USER_CONF, prepared.user_conf_text)
