@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -274,3 +276,65 @@ def test_run_json_records_the_preflight(tmp_path, tiny_compiled):
     assert "preflight ok     worker environment" in ran.stderr
     record = json.loads((tmp_path / "r" / "run.json").read_text())["preflight"]
     assert {r["what"]: r["state"] for r in record}["worker environment"] == "ok"
+
+
+# --- the mi325x page opens with it ----------------------------------------------------------
+PAGE = REPO / "docs" / "task-mi325x-accuracy.md"
+PATH_WORD = re.compile(r"(?:~|/)[^\s:;,()`]*/[^\s:;,()`]*")
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def normalized(text: str) -> list[str]:
+    """The preflight's lines and the error, modulo paths, and the disk line modulo its
+    numbers (the free space is this machine's; the suite's checkpoint is a small one, of
+    128x128 images, where the page's is SDXL's 1024x1024)."""
+    keep = [PATH_WORD.sub("PATH", line.rstrip()) for line in text.splitlines()
+            if line.startswith(("preflight ", "error: ", "  fix: "))]
+    return [NUMBER.sub("N", line) if line.split()[2:3] == ["disk:"] else line
+            for line in keep]
+
+
+def test_the_mi325x_page_opens_with_the_preflight_as_it_runs_here(lab_profiles, tmp_path,
+                                                                  monkeypatch):
+    """The page's first command and the block after it, run as the page says: the lab
+    profile's checkpoint in its place (a small one), no MLPerf scoring files and no GPU."""
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", PAGE.read_text(), re.M | re.S)
+    (lang, command), (out_lang, shown) = blocks[0], blocks[1]
+    assert (lang, out_lang) == ("bash", "text")
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(lab_profiles / ".cache" / "iree-sdxl-runner"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no rocm-smi: a machine without the GPUs
+    monkeypatch.delenv("RUNNER_FID_WEIGHTS", raising=False)
+    monkeypatch.delenv("RUNNER_CLIP_WEIGHTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ran = cli(*shlex.split(command.strip())[1:])
+    assert ran.returncode == 2
+    assert normalized(ran.stdout + ran.stderr) == normalized(shown)
+    assert len(normalized(shown)) >= 10
+
+
+def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> None:
+    """`rocm-smi` on PATH printing a CPX node's partitions and `pids` as its process table:
+    the tool's output at the one boundary a CPU machine lacks; the command runs for real."""
+    bin_dir.mkdir()
+    tool = bin_dir / "rocm-smi"
+    tool.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"path = {str(pids)!r} if '--showpids' in sys.argv else "
+        f"{str(PARTITION / 'rocm-smi-partition-cpx.json')!r}\n"
+        "sys.stdout.write(open(path).read())\n")
+    tool.chmod(0o755)
+
+
+def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = ("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
+            "--out", tmp_path / "r", "--dry-run")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "preflight ok     GPUs: 64 device ID(s) of 64 in CPX compute mode" in refused.stdout
+    assert "preflight failed GPU processes: 3 other process(es) hold GPU memory" in \
+        refused.stdout
+    shared = cli(*args, "--share-gpus", env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout

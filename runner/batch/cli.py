@@ -27,6 +27,7 @@ from runner.cli.grammar import (
     add_require_full,
     add_results,
     add_samples,
+    add_share_gpus,
     add_slurm,
     document,
     print_json,
@@ -80,10 +81,11 @@ def cmd_run(ctx: CommandContext) -> int:
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
             print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor,
-                                           score=args.score, captions=captions)))
+                                           score=args.score, captions=captions,
+                                           share_gpus=args.share_gpus)))
             return EXIT_OK
         lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
-                              captions=captions, score=args.score)
+                              captions=captions, score=args.score, share_gpus=args.share_gpus)
     with lc:
         if own:
             code = _resume(args, lc)
@@ -208,6 +210,7 @@ def register(subparsers) -> None:
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
     add_no_score(p, "; the run stops after aggregation")
+    add_share_gpus(p)
     add_results(p)
     add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
                 "command")

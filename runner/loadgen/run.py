@@ -61,6 +61,7 @@ class MlperfRequest:
     argv: list[str] = field(default_factory=list)
     captions: Path | None = None
     score: bool = True  # FID/CLIP of the accuracy test's log
+    share_gpus: bool = False  # start where other processes hold the GPUs (the preflight's)
     division: str | None = None  # default: the profile's mlperf.division
     submitter: str | None = None  # default: the profile's mlperf.submitter
     nodes: int = 1  # systems JSON number_of_nodes
@@ -260,7 +261,8 @@ def loadgen_preflight(prepared: Prepared, executor, dry_run: bool, before=()):
     scored = request.score and any(spec.name == "accuracy" for spec in prepared.tests)
     return preflight(PreflightRequest(
         (request.out / WORK_DIR).resolve(), request.profile, plan_for(request.profile),
-        prepared.total, scored, request.captions), executor, dry_run, before)
+        prepared.total, scored, request.captions, request.share_gpus), executor, dry_run,
+        before)
 
 
 def dry_run_text(prepared: Prepared, plan, executor, compiled, checked) -> str:

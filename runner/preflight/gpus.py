@@ -171,5 +171,5 @@ def _holders_check(share: bool, which: Which, run: Run) -> PreflightCheck:
         "GPU processes", CheckState.FAILED,
         f"{len(held.processes)} other process(es) hold GPU memory: {names}",
         where=held.tool or "GPUs",
-        fix="stop them (or wait for them), or pass --share-gpus to run beside them "
-            "(slower, and it may run out of memory)")
+        fix="stop them (or wait for them), or pass --share-gpus (runner run, runner "
+            "mlperf) to run beside them: slower, and it may run out of memory")
