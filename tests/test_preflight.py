@@ -338,3 +338,15 @@ def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
     shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
+
+
+def test_a_hostile_out_dir_reaches_the_preflight_as_a_path_only(tmp_path):
+    out = tmp_path / "out $(touch pwned) 'q\" dir\nline"
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--out", out, "--dry-run",
+              cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line for line in ran.stdout.splitlines()
+             if re.search(r"preflight (ok|failed|absent|shared) ", line)]
+    assert len(lines) == 7 and all(line.startswith("# preflight ") for line in lines)
+    assert "GB free" in lines[-1] and not (tmp_path / "pwned").exists()
+    assert not out.exists()
