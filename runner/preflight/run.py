@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +33,15 @@ def run_preflight(request: PreflightRequest, executor: Executor) -> Preflight:
     """Reads and starts nothing the run would not (and writes nothing): the captions, what
     scoring reads, a worker's environment, the GPUs, the disk."""
     r = request
-    if executor.on_this_host:
-        gpus = gpu_checks(r.plan, r.share_gpus)
-    else:
-        gpus = [PreflightCheck("GPUs", CheckState.ABSENT,
-                               f"on the {executor.name} nodes, not this host")]
-    return Preflight.of([
-        captions_check(r.captions), *scoring_checks(r.profile, r.score),
-        worker_env_check(executor, r.plan), *gpus,
-        disk_check(r.run_dir, r.profile, r.plan, r.samples)])
+    # The worker's python (a process of its own, most of the preflight's time) starts
+    # first and imports while this one reads the files.
+    with ThreadPoolExecutor(1) as pool:
+        worker = pool.submit(worker_env_check, executor, r.plan)
+        files = [captions_check(r.captions), *scoring_checks(r.profile, r.score)]
+        if executor.on_this_host:
+            gpus = gpu_checks(r.plan, r.share_gpus)
+        else:
+            gpus = [PreflightCheck("GPUs", CheckState.ABSENT,
+                                   f"on the {executor.name} nodes, not this host")]
+        return Preflight.of([*files, worker.result(), *gpus,
+                             disk_check(r.run_dir, r.profile, r.plan, r.samples)])
