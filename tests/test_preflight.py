@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_support import cli
+from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
 from repo_support import REPO
 
 from runner.accuracy.backbones import FID_WEIGHTS
+from runner.batch.docker_executor import DockerExecutor
 from runner.batch.executors import LocalExecutor
 from runner.batch.run import plan_for
 from runner.config.profile import load_profile
@@ -350,3 +352,15 @@ def test_a_hostile_out_dir_reaches_the_preflight_as_a_path_only(tmp_path):
     assert len(lines) == 7 and all(line.startswith("# preflight ") for line in lines)
     assert "GB free" in lines[-1] and not (tmp_path / "pwned").exists()
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_docker_worker_environment_is_the_images_python(wheels_image):  # noqa: F811
+    """The harness image's python, in the first worker's container, imports what a worker
+    imports: checked by starting it, as the run starts its workers."""
+    check = worker_env_check(DockerExecutor(wheels_image.tag, []),
+                             plan_for(load_profile("cpu")))
+    assert check.state is CheckState.OK, check
+    assert check.detail == "imports ok; IREE driver local-task registered"
+    assert check.where.startswith("docker run --rm --name runner-check-")

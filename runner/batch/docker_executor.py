@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.base.paths import cache_dir
 from runner.batch.executors import (
     WORKER_PROBE_TIMEOUT_S,
@@ -157,13 +157,19 @@ class DockerExecutor:
         shown = run_command_text(spec, detach=False, remove=True)
         try:
             container = start(spec)
+        except ServiceUnreachable as e:  # a dry run without an engine (check() says so)
+            return WorkerProbe(shown, None, e.message)
         except RunnerError as e:
             return WorkerProbe(shown, -1, e.message)
         try:
             code = wait(container, timeout=WORKER_PROBE_TIMEOUT_S)
-            return WorkerProbe(shown, -1 if code is None else code, logs(container).strip())
+            output = logs(container).strip()
         finally:
             kill(container)
+        if code == 2 and "arguments are required: --task" in output:
+            return WorkerProbe(shown, None, "the image's runner predates the worker's "
+                               "--check; an image built by `runner image build` now has it")
+        return WorkerProbe(shown, -1 if code is None else code, output)
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False

@@ -167,7 +167,7 @@ def probe_argv(worker: Worker, python: str = sys.executable) -> list[str]:
 class WorkerProbe:
     """What starting a worker's environment with `--check` gave: the command as a user
     would type it, its exit code (None: not started from here, e.g. on Slurm nodes, where
-    `command` is what each node task would run) and its output."""
+    `command` is what checks one; `output` then says why) and its output."""
 
     command: str
     returncode: int | None

@@ -476,7 +476,7 @@ class SlurmExecutor:
                 *([f"--partition={o.partition}"] if o.partition else []),
                 *([f"--account={o.account}"] if o.account else [])]
         return WorkerProbe(shellscript.join([*srun, *probe_argv(plan.workers[0], "python3")]),
-                           None)
+                           None, "on the Slurm nodes, as each node task starts")
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         """True while node tasks of an earlier submitter are queued or running."""

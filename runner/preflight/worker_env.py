@@ -16,7 +16,8 @@ def worker_env_check(executor: Executor, plan: Plan) -> PreflightCheck:
     probe = executor.probe_worker(plan)
     if probe.returncode is None:
         return PreflightCheck(WHAT, CheckState.ABSENT,
-                              f"not started from this host; each node runs: {probe.command}")
+                              f"not started here ({probe.output}); to check it: "
+                              f"{probe.command}")
     if probe.returncode == 0:
         return PreflightCheck(WHAT, CheckState.OK, probe.output.splitlines()[-1]
                               if probe.output else "imports ok", probe.command)
