@@ -134,7 +134,7 @@ QUICK = {
 REFUSED_HERE = {
     "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
     "--batch-size 8 --out runs/lg-cpd2 --dry-run":
-        "preflight failed GPUs: no rocm-smi on PATH: the 128 hip device ID(s)",
+        "preflight failed GPUs: no rocm-smi on PATH: the 64 hip device ID(s)",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
     "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "

@@ -29,7 +29,7 @@ def captions_check(captions: Path | None) -> PreflightCheck:
 def scoring_checks(profile: Profile, score: bool) -> list[PreflightCheck]:
     """What `Lifecycle.score` reads after the aggregation, in the order it reads it."""
     if not score:
-        return [PreflightCheck("scoring", CheckState.ABSENT, "not asked (--no-score)")]
+        return [PreflightCheck("scoring", CheckState.ABSENT, "not asked: nothing is scored")]
     if not profile.accuracy.has_ranges():
         return [PreflightCheck("scoring", CheckState.ABSENT,
                                "the profile has no accuracy ranges: not scored")]
