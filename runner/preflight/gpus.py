@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from runner.base.errors import RunnerError, ToolFailed
 from runner.base.gpu_holders import snapshot
 from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, rocm_json
-from runner.config.layout import PARTITIONS, Plan, partition_command
+from runner.config.layout import Plan, partition_command
 from runner.preflight.check import CheckState, PreflightCheck
 
 ROCM_PARTITIONS = ("rocm-smi", "--showcomputepartition", "--showmemorypartition", "--json")
@@ -121,14 +121,12 @@ def _rocm_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
     modes = sorted({c.compute for c in cards if c.compute})
     memory = sorted({c.memory for c in cards if c.memory})
     if modes and modes != [mode]:
-        want = len(cards) // PARTITIONS[modes[0].lower()] if modes[0].lower() in PARTITIONS \
-            else len(cards)
         return PreflightCheck(
             "GPUs", CheckState.FAILED,
             f"the GPUs are in {'/'.join(modes)} mode; the layout assumes {mode}",
             where="layout.partition",
             fix=f"as root: `{' '.join(partition_command(mode))}`, or plan for the mode "
-                f"there is: --partition {modes[0].lower()} ({want} GPU(s))")
+                f"there is: --partition {modes[0].lower()}")
     missing = _missing(plan, cards, "rocm-smi")
     if missing is not None:
         return missing
