@@ -364,3 +364,13 @@ def test_the_docker_worker_environment_is_the_images_python(wheels_image):  # no
     assert check.state is CheckState.OK, check
     assert check.detail == "imports ok; IREE driver local-task registered"
     assert check.where.startswith("docker run --rm --name runner-check-")
+
+
+def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
+    ran = cli("bench", "--profile", "cpu", "--count", "4", "--batch-size", "1,2", "--no-stages",
+              "--out", tmp_path / "b", "--dry-run")
+    assert ran.returncode == 0, ran.stderr
+    worker = [line for line in ran.stdout.splitlines()
+              if line.startswith("#   preflight ok     worker environment: imports ok")]
+    assert len(worker) == 2  # one per layout
+    assert not (tmp_path / "b").exists()

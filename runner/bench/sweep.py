@@ -36,6 +36,7 @@ from runner.bench import throughput as tp
 from runner.docker.in_image import ImageCompiler
 from runner.lifecycle import Lifecycle, executor_for
 from runner.model.compiled_model import compile_model
+from runner.preflight.run import PreflightRequest, run_preflight
 from runner.rundir.directory import MANIFEST as RUN_MANIFEST
 from runner.rundir.manifest import RunManifest
 
@@ -279,6 +280,12 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
     lines = [f"# layout {case.label} ({combo.arm.spec})"]
     if case.plan is None or case.profile is None:
         return [*lines, f"#   skipped: {case.skip_reason}"]
+    # The preflight each layout's run passes when it is made (a failure there is that
+    # layout's reason, not the bench's end): its lines, judged by the run.
+    checked = run_preflight(PreflightRequest(combo.run_dir, case.profile, case.plan,
+                                             len(sample_ids), False),
+                            _executor(combo, slurm, case.label))
+    lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
     lay = case.profile.layout
     if isinstance(combo.arm.compile_fn, ImageCompiler):  # its own iree-compile, in there
         command = combo.arm.compile_fn.command(case.profile, lay.batch_size, lay.vae_batch_size)
