@@ -211,8 +211,16 @@ class Lifecycle(Closes):
                 f"for {len(sample_ids)} others", where=where,
                 fix="resume without --count/--ids, or start a new --out for another set")
 
-    def resume(self, executor: Executor, compile_fn: Any = None) -> None:
-        """Gets the run's modules again (a cache hit normally) and refuses other ones."""
+    def resume(self, executor: Executor, compile_fn: Any = None, *, share_gpus: bool = False,
+               checked: Preflight | None = None) -> None:
+        """The preflight for the samples still missing (`checked`: its caller's), then the
+        run's modules again (a cache hit normally); other modules are refused."""
+        missing = len(self.requested - self.store.done_ids())
+        checked = checked or preflight(
+            PreflightRequest(self.run.path, self.profile, self.plan, missing,
+                             self.manifest.score, Path(self.manifest.captions), share_gpus),
+            executor, dry_run=False)
+        self.manifest.preflight = checked.to_dict()
         self.executor = executor
         layout = self.profile.layout
         compile_fn = compile_fn or executor.compiler(self.run.path)

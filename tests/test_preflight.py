@@ -272,12 +272,16 @@ def test_a_venv_without_the_iree_runtime_stops_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_run_json_records_the_preflight(tmp_path, tiny_compiled):
+def test_run_json_records_the_preflight_and_a_resume_runs_it_again(tmp_path, tiny_compiled):
     ran = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", tmp_path / "r")
     assert ran.returncode == 0, ran.stderr
     assert "preflight ok     worker environment" in ran.stderr
     record = json.loads((tmp_path / "r" / "run.json").read_text())["preflight"]
     assert {r["what"]: r["state"] for r in record}["worker environment"] == "ok"
+    next((tmp_path / "r" / "samples").glob("*.png")).unlink()  # one sample to make again
+    resumed = cli("run", "--resume", tmp_path / "r")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "preflight ok     disk: 0.07 GB needed for 1 sample(s)" in resumed.stderr
 
 
 # --- the mi325x page opens with it ----------------------------------------------------------

@@ -120,7 +120,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     executor = executor_for(name, lc.profile, image=args.image or m.image_ref,
                             captions=Path(m.captions),
                             slurm=slurm_options(args, m.slurm_options or None))
-    lc.resume(executor)
+    lc.resume(executor, share_gpus=args.share_gpus)
     if not args.score:
         lc.manifest.score = False
     return None

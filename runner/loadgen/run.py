@@ -369,7 +369,7 @@ def _work_run(prepared: Prepared, executor, resumed: bool, checked=None):
     lc = Lifecycle.open(work)
     try:
         lc.check_request(request.profile)
-        lc.resume(executor)
+        lc.resume(executor, checked=checked)
         queue = WorkQueue(work)
         queue.clear()
         (queue.root / WORKERS_DEAD).unlink(missing_ok=True)
