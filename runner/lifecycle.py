@@ -218,7 +218,8 @@ class Lifecycle(Closes):
         missing = len(self.requested - self.store.done_ids())
         checked = checked or preflight(
             PreflightRequest(self.run.path, self.profile, self.plan, missing,
-                             self.manifest.score, Path(self.manifest.captions), share_gpus),
+                             self.manifest.score, Path(self.manifest.captions), share_gpus,
+                             len(self.requested)),
             executor, dry_run=False)
         self.manifest.preflight = checked.to_dict()
         self.executor = executor

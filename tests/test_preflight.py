@@ -26,7 +26,7 @@ from runner.batch.executors import LocalExecutor
 from runner.batch.run import plan_for
 from runner.config.profile import load_profile
 from runner.preflight.check import CheckState, Preflight, PreflightCheck
-from runner.preflight.disk import disk_check, sample_bytes
+from runner.preflight.disk import disk_check, image_bytes
 from runner.preflight.files import scoring_checks
 from runner.preflight.gpus import gpu_checks, nvidia_mig, rocm_partitions
 from runner.preflight.worker_env import worker_env_check
@@ -185,12 +185,15 @@ def test_the_local_worker_environment_is_started_as_a_worker_is():
 def test_disk_too_small_for_the_samples_fails_naming_the_directory(tmp_path):
     profile = load_profile("mi325x")
     plan = plan_for(profile)
-    assert sample_bytes(profile) == 3 * 1024 * 1024 * 3  # the PNG, then twice in hex
+    assert image_bytes(profile) == 1024 * 1024 * 3  # a PNG stored without compression
     free = os.statvfs(tmp_path)
-    too_many = free.f_bavail * free.f_frsize // sample_bytes(profile) + 1
-    check = disk_check(tmp_path / "not" / "yet", profile, plan, too_many)
+    too_many = free.f_bavail * free.f_frsize // (3 * image_bytes(profile)) + 1
+    check = disk_check(tmp_path / "not" / "yet", profile, plan, too_many, too_many)
     assert check.state is CheckState.FAILED and check.where == str(tmp_path)
-    assert disk_check(tmp_path / "run", profile, plan, 1).state is CheckState.OK
+    assert disk_check(tmp_path / "run", profile, plan, 1, 1).state is CheckState.OK
+    # A resume with nothing left to store still writes the whole log.
+    logged = free.f_bavail * free.f_frsize // (2 * image_bytes(profile)) + 1
+    assert disk_check(tmp_path, profile, plan, 0, logged).state is CheckState.FAILED
 
 
 def test_every_failure_is_shown_and_the_first_raised():
@@ -281,7 +284,7 @@ def test_run_json_records_the_preflight_and_a_resume_runs_it_again(tmp_path, tin
     next((tmp_path / "r" / "samples").glob("*.png")).unlink()  # one sample to make again
     resumed = cli("run", "--resume", tmp_path / "r")
     assert resumed.returncode == 0, resumed.stderr
-    assert "preflight ok     disk: 0.07 GB needed for 1 sample(s)" in resumed.stderr
+    assert "GB needed for 1 sample(s) of 128x128, an MLPerf log of 2 and" in resumed.stderr
 
 
 # --- the mi325x page opens with it ----------------------------------------------------------

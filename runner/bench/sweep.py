@@ -280,12 +280,6 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
     lines = [f"# layout {case.label} ({combo.arm.spec})"]
     if case.plan is None or case.profile is None:
         return [*lines, f"#   skipped: {case.skip_reason}"]
-    # The preflight each layout's run passes when it is made (a failure there is that
-    # layout's reason, not the bench's end): its lines, judged by the run.
-    checked = run_preflight(PreflightRequest(combo.run_dir, case.profile, case.plan,
-                                             len(sample_ids), False),
-                            _executor(combo, slurm, case.label))
-    lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
     lay = case.profile.layout
     if isinstance(combo.arm.compile_fn, ImageCompiler):  # its own iree-compile, in there
         command = combo.arm.compile_fn.command(case.profile, lay.batch_size, lay.vae_batch_size)
@@ -294,6 +288,12 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
         compiled = compile_model(case.profile, lay.batch_size, lay.vae_batch_size,
                                  dry_run=True, say=lines.append)
         lines += [shellscript.join(c.command) for c in compiled.compiled]
+    # The preflight each layout's run passes when it is made (a failure there is that
+    # layout's reason, not the bench's end): its lines, judged by the run.
+    checked = run_preflight(PreflightRequest(combo.run_dir, case.profile, case.plan,
+                                             len(sample_ids), False),
+                            _executor(combo, slurm, case.label))
+    lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
     lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv

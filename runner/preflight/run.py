@@ -23,10 +23,11 @@ class PreflightRequest:
     run_dir: Path
     profile: Profile
     plan: Plan
-    samples: int  # how many samples it stores (and aggregates)
+    samples: int  # how many samples it stores
     score: bool
     captions: Path | None = None
     share_gpus: bool = False  # GPUs other processes hold are used anyway
+    logged: int | None = None  # how many its MLPerf log holds (None: `samples`)
 
 
 def run_preflight(request: PreflightRequest, executor: Executor) -> Preflight:
@@ -44,4 +45,5 @@ def run_preflight(request: PreflightRequest, executor: Executor) -> Preflight:
             gpus = [PreflightCheck("GPUs", CheckState.ABSENT,
                                    f"on the {executor.name} nodes, not this host")]
         return Preflight.of([*files, worker.result(), *gpus,
-                             disk_check(r.run_dir, r.profile, r.plan, r.samples)])
+                             disk_check(r.run_dir, r.profile, r.plan, r.samples,
+                                        r.samples if r.logged is None else r.logged)])
