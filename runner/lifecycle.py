@@ -54,7 +54,7 @@ from typing import Any
 from runner.base import shellscript
 from runner.base.closing import Closes
 from runner.base.conditions import Watch
-from runner.base.errors import BadInput, StepFailed, recorded_name
+from runner.base.errors import BadInput, RunnerError, StepFailed, recorded_name
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -67,6 +67,8 @@ from runner.batch.worker import stats_path
 from runner.config.layout import Plan
 from runner.config.mlperf_data import CAPTIONS_FILE
 from runner.config.profile import Profile
+from runner.preflight.check import CheckState, Preflight, PreflightCheck
+from runner.preflight.run import PreflightRequest, run_preflight
 from runner.rundir.directory import DiskFull, RunDir
 from runner.rundir.manifest import Attempt, RunManifest, now_text
 from runner.rundir.mlperf_log import LOG_NAME
@@ -116,17 +118,23 @@ class Lifecycle(Closes):
     @classmethod
     def create(cls, run_dir: Path | str, profile: Profile, sample_ids: list[int],
                argv: list[str], executor: Executor, *, captions: Path | None = None,
-               compile_fn: Any = None, score: bool = True, plan: Plan | None = None
-               ) -> Lifecycle:
-        """Plans and compiles, creates the run dir and its manifest; runs nothing.
+               compile_fn: Any = None, score: bool = True, plan: Plan | None = None,
+               share_gpus: bool = False, checked: Preflight | None = None) -> Lifecycle:
+        """Plans, runs the preflight (exit 2 before anything is compiled when a check
+        fails), compiles, creates the run dir and its manifest; runs nothing.
 
         `compile_fn(profile, batch, vae_batch)` defaults to the executor's compiler (the
-        harness image's own for containers), whose IREE is then the one recorded."""
+        harness image's own for containers), whose IREE is then the one recorded.
+        `checked`: the preflight its caller ran already (LoadGen's, which knows the
+        samples and the scoring its tests need)."""
         run = RunDir(run_dir)
         created = not run.path.exists()
         _check_free(run)
         plan = plan or plan_for(profile)
         executor.check(plan, str(profile.path))
+        checked = checked or preflight(
+            PreflightRequest(run.path, profile, plan, len(sample_ids), score, captions,
+                             share_gpus), executor, dry_run=False)
         run.lock()
         try:
             _check_free(run)  # made meanwhile by a driver that has finished since
@@ -142,7 +150,7 @@ class Lifecycle(Closes):
                 compiled=compiled.to_dict(), host=host_info(),
                 iree=(image or {}).get("provenance") or iree_provenance(),
                 executor=executor.name, image=image, score=score, cwd=os.getcwd(),
-                model=profile.model.record())
+                model=profile.model.record(), preflight=checked.to_dict())
             run.save(manifest)
             run.write_sample_ids(manifest.sample_ids)
             lc = cls(run, manifest, profile, executor, plan)
@@ -205,8 +213,17 @@ class Lifecycle(Closes):
                 f"for {len(sample_ids)} others", where=where,
                 fix="resume without --count/--ids, or start a new --out for another set")
 
-    def resume(self, executor: Executor, compile_fn: Any = None) -> None:
-        """Gets the run's modules again (a cache hit normally) and refuses other ones."""
+    def resume(self, executor: Executor, compile_fn: Any = None, *, share_gpus: bool = False,
+               checked: Preflight | None = None) -> None:
+        """The preflight for the samples still missing (`checked`: its caller's), then the
+        run's modules again (a cache hit normally); other modules are refused."""
+        missing = len(self.requested - self.store.done_ids())
+        checked = checked or preflight(
+            PreflightRequest(self.run.path, self.profile, self.plan, missing,
+                             self.manifest.score, Path(self.manifest.captions), share_gpus,
+                             len(self.requested)),
+            executor, dry_run=False)
+        self.manifest.preflight = checked.to_dict()
         self.executor = executor
         layout = self.profile.layout
         compile_fn = compile_fn or executor.compiler(self.run.path)
@@ -376,23 +393,58 @@ class Lifecycle(Closes):
             raise
 
 
+def preflight(request: PreflightRequest, executor: Executor, dry_run: bool,
+              before: Sequence[PreflightCheck] = ()) -> Preflight:
+    """The preflight run and judged: a failure raises (exit 2) after every check's line is
+    shown (on stdout in a dry run, whose output it is; on stderr otherwise), so one try
+    shows every fix to make. A real run shows the lines that passed on stderr too.
+    `before`: checks its caller made already (a dry run's compile plan)."""
+    def echo(line: str) -> None:
+        print(line, file=sys.stdout if dry_run else sys.stderr, flush=True)
+
+    checked = Preflight.of([*before, *run_preflight(request, executor).checks])
+    checked.raise_if_failed(echo)
+    if not dry_run:
+        for line in checked.lines():
+            echo(line)
+    return checked
+
+
 def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
-                  executor: Executor) -> list[str]:
+                  executor: Executor, *, score: bool = True, captions: Path | None = None,
+                  share_gpus: bool = False) -> list[str]:
     """What `create` then `execute` would run, exactly, with the inputs checked first as
-    `create` checks them (the run dir holds no run, the layout plans): the compile commands
-    (modules already in the cache are reused), the worker plan and each worker's (or the
-    Slurm submission's) command. Nothing is created, compiled or started."""
+    `create` checks them (the run dir holds no run, the layout plans, the preflight): the
+    preflight's lines, the compile commands (modules already in the cache are reused), the
+    worker plan and each worker's (or the Slurm submission's) command. Nothing is created,
+    compiled or started."""
     run = RunDir(run_dir)
     _check_free(run)
     plan = plan_for(profile)
     notes = executor.check(plan, str(profile.path), dry_run=True)
-    layout = plan.layout
-    compiled = executor.compiler(run.path, dry_run=True)(profile, layout.batch_size,
-                                                         layout.vae_batch_size)
-    return [f"# {shellscript.sanitize(note)}" for note in notes] + plan_lines(
+    compiled, model = dry_compile(executor, run.path, profile)
+    checked = preflight(PreflightRequest(run.path, profile, plan, len(sample_ids), score,
+                                         captions, share_gpus), executor, True, [model])
+    return [f"# {shellscript.sanitize(note)}" for note in notes] + [
+        f"# {shellscript.sanitize(line)}" for line in checked.lines()] + plan_lines(
         plan, executor, run.path, compiled,
         f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
         f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")
+
+
+def dry_compile(executor: Executor, work_dir: Path, profile: Profile
+                ) -> tuple[Any, PreflightCheck]:
+    """The compile a dry run prints (the checkpoint and exports opened as the export opens
+    them), as the preflight's first check: a missing checkpoint is listed with the other
+    failures, not found alone after they are fixed."""
+    layout = profile.layout
+    try:
+        compiled = executor.compiler(work_dir, dry_run=True)(profile, layout.batch_size,
+                                                             layout.vae_batch_size)
+    except RunnerError as e:
+        return None, PreflightCheck.failed("model", e)
+    return compiled, PreflightCheck("model", CheckState.OK,
+                                    f"{profile.model.name}: {len(compiled.compiled)} module(s)")
 
 
 def plan_lines(plan: Plan, executor: Executor, run_dir: Path, compiled: Any,

@@ -223,7 +223,8 @@ def _signed(delta: float | None) -> str:
 def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: Path,
                    compile_fn) -> dict:
     from runner.batch.run import plan_for
-    from runner.lifecycle import Lifecycle, executor_for
+    from runner.lifecycle import Lifecycle, executor_for, preflight
+    from runner.preflight.run import PreflightRequest
     from runner.rundir.directory import RunDir
 
     run_dir = RunDir(run_dir).path  # absolute: mounted into every worker container
@@ -250,8 +251,11 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
         atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
         argv = ["run", "--profile", str((req.out / "profile.yaml").resolve()), "--ids",
                 str(ids_file.resolve()), "--executor", "docker", "--image", tag]
+        # Scored in its own step below: the preflight checks scoring's files now.
+        checked = preflight(PreflightRequest(run_dir, req.profile, plan_for(req.profile),
+                                             len(req.sample_ids), True), executor, False)
         with Lifecycle.create(run_dir, req.profile, req.sample_ids, argv, executor,
-                              compile_fn=compile_fn, score=False) as lc:
+                              compile_fn=compile_fn, score=False, checked=checked) as lc:
             return _execute(lc, lambda: None)
 
     run = ledger.step("run", _key(compiled, req.sample_ids, req.profile.layout.to_dict()),

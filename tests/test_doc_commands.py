@@ -88,8 +88,6 @@ QUICK = {
     "runner goldens generate tiny-torch --to next --out new-goldens --dry-run":
         "# writes new-goldens/",
     "runner goldens bump tiny-torch --to next --dry-run": "_v2.0.bin",
-    "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
-    "--batch-size 8 --out runs/lg-cpd2 --dry-run": "# 128 worker(s):",
     "runner goldens check iree-test-suites/sharktank_models/quality_tests/sdxl "
     "--sku mi300 --rocm-chip gfx942 --backend rocm --dry-run": "iree-run-module --device=hip",
     'runner goldens check iree-test-suites/torch_models --marker "hip and gfx942" '
@@ -97,10 +95,6 @@ QUICK = {
     "runner goldens check iree-test-suites/torch_models --marker gfx942 "
     "--dry-run": "--iree-rocm-target=gfx942",
     "runner bench goldens --profile tiny --dry-run": "PLANNED   tiny-bench/clip_cpu [cpu]",
-    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
-    "--out runs/lg-mi325x --dry-run": "audit.config",
-    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
-    "--out runs/lg-sub --dry-run": "audit.config",
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny "
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
     "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
@@ -122,9 +116,6 @@ QUICK = {
     "8\\n' > short8.conf": "stable-diffusion-xl.*.min_query_count = 8",
     # The task pages' dry runs: the real command's path, up to the GPU, the cluster or the
     # hours-long build.
-    "runner run --profile mi325x --out runs/acc --dry-run": "ROCR_VISIBLE_DEVICES=63",
-    "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
-    "--out runs/lg-mi325x --dry-run": "audit.config",
     "runner validate --iree source:89ece87b --profile cpu --count 32 --goldens tiny "
     "--to v2.0 --out runs/validate-89ece87b --dry-run":
         "# validate: DRY RUN (nothing was run or judged)",
@@ -137,6 +128,23 @@ QUICK = {
     "python3 -m runner.base.gpu_holders snapshot > gpu-before.json": '"tool"',
     "python3 -m runner.base.gpu_holders check gpu-before.json": "GPU",
 }
+# The lab path's dry runs stop at the preflight on a machine without the layout's GPUs
+# (exit 2, before anything is compiled or started), as their runs would: the preflight
+# names each check that fails (tests/test_preflight.py covers it on a GPU node's tool
+# output, and the mi325x page's first block).
+REFUSED_HERE = {
+    "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
+    "--batch-size 8 --out runs/lg-cpd2 --dry-run":
+        "preflight failed GPUs: no rocm-smi on PATH: the 64 hip device ID(s)",
+    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
+    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+    "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
+    "--out runs/lg-sub --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+    "runner run --profile mi325x --out runs/acc --dry-run":
+        "preflight failed GPUs: no rocm-smi on PATH: the 64 hip device ID(s)",
+    "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
+    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+}
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {
     "runner compile --profile tiny": "cached ->",
@@ -144,10 +152,13 @@ CACHED = {
     "runner generate --profile tiny --count 4 --out runs/gen": "4 images",
 }
 # Dry runs on Slurm: they check the Slurm commands as the real run does, so they need the
-# suite's one-node cluster (scripts/slurm_setup.sh, the slurm_cluster fixture).
+# suite's one-node cluster (scripts/slurm_setup.sh, the slurm_cluster fixture). The clone's
+# HOME holds no MLPerf FID statistics (the profile's ~/.cache/.../val2014.npz), so the
+# preflight stops it (exit 2), after the Slurm commands' check, as the run would.
 SLURM_DRY = {
     "runner run --profile mi325x --executor slurm --nodes 2 --slurm-partition mi325x "
-    "--slurm-time 1:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc2 --dry-run": "sbatch",
+    "--slurm-time 1:00:00 --sbatch-arg=--gres=gpu:8 --out /shared/runs/acc2 --dry-run":
+        "preflight failed FID statistics: FID statistics file not found",
 }
 # The main job (slow: a scored run of 32 samples), then the commands that read its run dir.
 MAIN_JOB = {
@@ -619,7 +630,7 @@ NOT_HERE: dict[str, tuple[str, str]] = {
 
 def test_every_shown_command_runs_here_or_is_listed():
     shown = shown_commands()
-    runs = {*QUICK, *CACHED, *SLURM_DRY, *MAIN_JOB}
+    runs = {*QUICK, *REFUSED_HERE, *CACHED, *SLURM_DRY, *MAIN_JOB}
     assert not runs & set(NOT_HERE), "a command both runs and is listed as not run"
     missing = {c: where for c, where in shown.items() if c not in runs and c not in NOT_HERE}
     assert not missing, ("commands shown in the docs that no test runs; run them in "
@@ -722,7 +733,7 @@ def plain(command: str) -> list[str] | None:
     return argv[1:] if argv[0] == "runner" else None
 
 
-def run_commands(clone: Path, commands: dict[str, str]) -> None:
+def run_commands(clone: Path, commands: dict[str, str], code_expected: int = 0) -> None:
     env = environment(clone)
     outputs: dict[str, tuple[int, str]] = {}
     batch = [c for c in commands if plain(c) is not None]
@@ -743,12 +754,18 @@ def run_commands(clone: Path, commands: dict[str, str]) -> None:
         outputs[command] = (proc.returncode, proc.stdout + proc.stderr)
     for command, expected in commands.items():
         code, out = outputs[command]
-        assert code == 0, f"`{command}` exited {code}:\n{out[-3000:]}"
+        assert code == code_expected, f"`{command}` exited {code}:\n{out[-3000:]}"
         assert expected in out, f"`{command}` did not print {expected!r}:\n{out[-3000:]}"
 
 
 def test_quick_commands(fresh_clone):
     run_commands(fresh_clone, QUICK)
+
+
+def test_lab_dry_runs_stop_at_the_preflight_here(fresh_clone):
+    if any(shutil.which(tool) for tool in ("rocm-smi", "nvidia-smi")):
+        pytest.skip("a GPU machine: the preflight reads its GPUs (tests/test_preflight.py)")
+    run_commands(fresh_clone, REFUSED_HERE, code_expected=2)
 
 
 def test_commands_that_use_the_compile_cache(fresh_clone, tiny_compiled):
@@ -758,7 +775,7 @@ def test_commands_that_use_the_compile_cache(fresh_clone, tiny_compiled):
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_slurm_dry_runs(fresh_clone, slurm_cluster):  # noqa: F811
-    run_commands(fresh_clone, SLURM_DRY)
+    run_commands(fresh_clone, SLURM_DRY, code_expected=2)
 
 
 @pytest.mark.slow

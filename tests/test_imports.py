@@ -4,12 +4,13 @@
 `base`, the one input boundary `inputs`, `config` (profiles, layouts, the model a profile
 names, and the profile a command's flags ask for), the `model` (compiled and run), the
 `rundir` (a run's files, manifest, sample store, accuracy log), then `docker`, `batch`,
-`accuracy`, `report`, the `lifecycle` that orchestrates a run, and the workflows built on
-it; the CLI sits on top: the `runner/cli/` package (the parser, its grammar, the --out
-rule, the reference page) and each package's `cli.py`, which registers that package's
-commands. A module may import its own package or a lower layer, never a higher one, so
-nothing below the CLI knows a flag's spelling from the grammar (runner/batch/cluster.py
-holds the Slurm options' flags; the CLI's grammar defines them).
+`accuracy`, `report`, the `preflight` a run passes before its first batch, the `lifecycle`
+that orchestrates a run, and the workflows built on it; the CLI sits on top: the
+`runner/cli/` package (the parser, its grammar, the --out rule, the reference page) and
+each package's `cli.py`, which registers that package's commands. A module may import its
+own package or a lower layer, never a higher one, so nothing below the CLI knows a flag's
+spelling from the grammar (runner/batch/cluster.py holds the Slurm options' flags; the
+CLI's grammar defines them).
 
 Every import counts: at module level, inside functions (a deferred import still makes the
 lower module know the higher one) and under `if TYPE_CHECKING:` (a type from a higher layer
@@ -33,7 +34,7 @@ PACKAGE = ROOT / "runner"
 # Lowest first. A package's modules share its layer; `runner.cli.*` and `*.cli` modules
 # are the CLI layer.
 LAYERS = ("base", "inputs", "config", "model", "rundir", "docker", "batch", "accuracy",
-          "report", "lifecycle", "goldens", "loadgen", "bench", "bisect", "validate",
+          "report", "preflight", "lifecycle", "goldens", "loadgen", "bench", "bisect", "validate",
           "gpucheck", "history", "cli")
 CLI_LAYER = {"runner.__main__"}  # the `runner` console script: the CLI's entry point
 

@@ -16,6 +16,8 @@ import pytest
 from cli_support import cli, start_runner
 from host_support import tmpfs, wait_for
 
+from runner.lifecycle import Lifecycle
+from runner.rundir.directory import DiskFull
 from runner.rundir.store import SampleStore
 
 COUNT = 8
@@ -149,7 +151,9 @@ def small_disk(tmp_path):
 def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
     """Every sample stored, then the disk fills up under the accuracy log: a clear message,
     no temp file, a run.json that does not say complete; after freeing space, resume ends
-    the run with the same dataset."""
+    the run with the same dataset. A resume knows the disk is too small for the log before
+    it starts (the preflight, exit 2); the disk filling under it is the lifecycle's own
+    aggregation without that check, as when something else fills the disk meanwhile."""
     run_dir = small_disk / "run"
     shutil.copytree(relative_run, run_dir, ignore=shutil.ignore_patterns(
         "mlperf_log_accuracy.json", "dataset.json", "review", "*.html", "*.md", "*.xml",
@@ -161,10 +165,14 @@ def test_full_disk_while_writing_the_accuracy_log(relative_run, small_disk):
                               check=True).stdout.split()[0])
     # Room for run.json and reproduce.sh, not for a log of 8 hex-encoded 128x128 images.
     subprocess.run(["mount", "-o", f"remount,size={used + 160}k", str(small_disk)], check=True)
-    proc = cli("run", "--resume", str(run_dir))
-    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+    refused = cli("run", "--resume", str(run_dir))
+    assert refused.returncode == 2, refused.stderr
+    assert f"{run_dir}: preflight: disk: " in refused.stderr
+    assert manifest(run_dir)["attempts"] == m["attempts"]  # nothing was run
+    with Lifecycle.open(run_dir) as lc, pytest.raises(DiskFull) as full:
+        lc.complete()
     assert (f"run incomplete: disk full while writing {run_dir}/mlperf_log_accuracy.json\n"
-            f"  fix: free space, then `runner run --resume {run_dir}`") in proc.stderr
+            f"  fix: free space, then `runner run --resume {run_dir}`") == str(full.value)
     assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]
     assert not (run_dir / "mlperf_log_accuracy.json").exists()
     assert manifest(run_dir)["status"] != "complete"

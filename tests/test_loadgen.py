@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_preflight import HOLDERS, stand_in_rocm_smi
 
 from runner.base.errors import RunnerError
 from runner.cli.main import main
@@ -194,11 +195,18 @@ def test_dry_run_prints_each_tests_own_loadgen_settings(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_mi325x_dry_run_prints_the_settings_of_every_test(lab_profiles, tmp_path, capsys):
-    """The lab profile's submission plan: AMD's recipe (VAE batch 1), MLPerf's settings."""
+def test_mi325x_dry_run_prints_the_settings_of_every_test(lab_profiles, tmp_path, capsys,
+                                                          monkeypatch):
+    """The lab profile's submission plan: AMD's recipe (VAE batch 1), MLPerf's settings. On
+    a CPX node (its rocm-smi's output), unscored: the preflight passes (tests/test_preflight.py
+    has what it refuses)."""
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids-none.txt")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert mlperf("--profile", "mi325x", "--scenario", "singlestream,offline,server",
-                  "--mode", "submission", "--out", str(tmp_path / "lab"), "--dry-run") == 0
+                  "--mode", "submission", "--no-score", "--out", str(tmp_path / "lab"),
+                  "--dry-run") == 0
     text = capsys.readouterr().out
+    assert "# preflight ok     GPUs: 64 device ID(s) of 64 in CPX compute mode" in text
     assert "closed/AMD/ (MLPerf v6.1, system 8xMI325X_iree, datacenter,edge" in text
     assert "batch/vae" in text and "32/1" in text
     for scenario in ("SingleStream", "Offline", "Server"):

@@ -86,11 +86,16 @@ def backbone_weights(mode: str, metrics: tuple[str, ...], fid_weights: str | Pat
                      clip_weights: str | Path | None = None) -> list[Path]:
     """The weights files scoring `metrics` loads (found where `load_backbones` finds them,
     not read); none for seeded backbones."""
+    explicit = {FID_WEIGHTS: fid_weights, CLIP_WEIGHTS: clip_weights}
+    return [find_weights(spec, explicit[spec]) for spec in weight_specs(mode, metrics)]
+
+
+def weight_specs(mode: str, metrics: tuple[str, ...]) -> list[BackboneWeights]:
+    """The pretrained weights scoring `metrics` needs; none for seeded backbones."""
     if mode != "pretrained":
         return []
-    return [find_weights(spec, explicit) for metric, spec, explicit in (
-        ("fid", FID_WEIGHTS, fid_weights), ("clip", CLIP_WEIGHTS, clip_weights))
-        if metric in metrics]
+    return [spec for metric, spec in (("fid", FID_WEIGHTS), ("clip", CLIP_WEIGHTS))
+            if metric in metrics]
 
 
 def verify_weights(path: Path, spec: BackboneWeights, expected_sha256: str | None = None) -> str:

@@ -116,13 +116,18 @@ def plan_scoring(source: SampleSource, profile: Profile, captions: Captions,
 
 
 def reference_statistics(p: ScorePlan) -> FidStatistics:
-    if p.settings.fid_statistics is None:
-        raise BadInput("the profile names no FID reference statistics",
-                       where=f"{p.profile.path}: accuracy.fid_statistics",
+    return profile_statistics(p.profile, p.settings)
+
+
+def profile_statistics(profile: Profile, settings: AccuracySettings) -> FidStatistics:
+    """The FID reference statistics a profile names, read and checked (the scorer's read,
+    and the preflight's before a run)."""
+    where = f"{profile.path}: accuracy.fid_statistics"
+    if settings.fid_statistics is None:
+        raise BadInput("the profile names no FID reference statistics", where=where,
                        fix="set it to MLPerf's val2014.npz (SDXL) or a `runner calibrate` "
                            "output")
-    where = f"{p.profile.path}: accuracy.fid_statistics"
-    path = statistics_file(p.settings, where)
+    path = statistics_file(settings, where)
     assert path is not None  # a profile that names none was refused above
     return load_statistics(path, where=where)
 

@@ -129,7 +129,7 @@ def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list
     return gpus
 
 
-def _get(card: dict[str, Any], *names: str) -> str | None:
+def card_value(card: dict[str, Any], *names: str) -> str | None:
     """A card's value under any of `names`, matched without case (ROCm renamed them)."""
     lowered = {str(k).strip().lower(): v for k, v in card.items()}
     for name in names:
@@ -139,9 +139,9 @@ def _get(card: dict[str, Any], *names: str) -> str | None:
     return None
 
 
-def parse_rocm_smi(text: str) -> list[Gpu]:
-    """`rocm-smi ... --json` output (ROCM's flags above); warnings before the JSON, which
-    some releases print on stdout, are skipped."""
+def rocm_json(text: str) -> dict[str, Any]:
+    """The JSON object of any `rocm-smi ... --json`; warnings before it, which some releases
+    print on stdout, are skipped."""
     start = text.find("{")
     try:
         data = json.loads(text[start:]) if start >= 0 else None
@@ -150,21 +150,34 @@ def parse_rocm_smi(text: str) -> list[Gpu]:
                          f"{text.strip()[:200]!r}") from None
     if not isinstance(data, dict):
         raise ToolFailed(f"rocm-smi printed no JSON object: {text.strip()[:200]!r}")
-    system = data.get("system")
-    driver = _get(system, "Driver version") if isinstance(system, dict) else None
-    gpus = []
+    return data
+
+
+def rocm_cards(data: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """index -> the card's values (`card0`, or `card:0` in some releases)."""
+    cards = {}
     for key, card in data.items():
         found = re.fullmatch(r"card:?(\d+)", str(key))
-        if not found or not isinstance(card, dict):
-            continue
-        memory = _int(_get(card, "VRAM Total Memory (B)"))
+        if found and isinstance(card, dict):
+            cards[int(found.group(1))] = card
+    return cards
+
+
+def parse_rocm_smi(text: str) -> list[Gpu]:
+    """`rocm-smi ... --json` output (ROCM's flags above)."""
+    data = rocm_json(text)
+    system = data.get("system")
+    driver = card_value(system, "Driver version") if isinstance(system, dict) else None
+    gpus = []
+    for index, card in rocm_cards(data).items():
+        memory = _int(card_value(card, "VRAM Total Memory (B)"))
         gpus.append(Gpu(
-            index=int(found.group(1)),
-            name=_get(card, "Card Series", "Card SKU", "Device Name") or "AMD GPU",
+            index=index,
+            name=card_value(card, "Card Series", "Card SKU", "Device Name") or "AMD GPU",
             driver=driver, memory_mib=None if memory is None else memory >> 20,
-            clocks_mhz={"sclk": _int(_get(card, "sclk clock speed:")),
-                        "mclk": _int(_get(card, "mclk clock speed:"))},
-            arch=_get(card, "GFX Version"), bus_id=_get(card, "PCI Bus")))
+            clocks_mhz={"sclk": _int(card_value(card, "sclk clock speed:")),
+                        "mclk": _int(card_value(card, "mclk clock speed:"))},
+            arch=card_value(card, "GFX Version"), bus_id=card_value(card, "PCI Bus")))
     if not gpus:
         raise ToolFailed(f"rocm-smi listed no card: {text.strip()[:200]!r}")
     return sorted(gpus, key=lambda g: g.index)

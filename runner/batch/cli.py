@@ -31,6 +31,7 @@ from runner.cli.grammar import (
     add_require_full,
     add_results,
     add_samples,
+    add_share_gpus,
     add_slurm,
     document,
     print_json,
@@ -92,10 +93,12 @@ def cmd_run(ctx: CommandContext) -> int:
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
             print("\n".join([*effective_values(profile, profile_overrides(args.set)),
-                             *dry_run_lines(Path(args.out), profile, ids, executor)]))
+                             *dry_run_lines(Path(args.out), profile, ids, executor,
+                                            score=args.score, captions=captions,
+                                            share_gpus=args.share_gpus)]))
             return EXIT_OK
         lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
-                              captions=captions, score=args.score)
+                              captions=captions, score=args.score, share_gpus=args.share_gpus)
     with lc:
         if own:
             code = _resume(args, lc)
@@ -130,7 +133,7 @@ def _resume(args: argparse.Namespace, lc) -> int | None:
     executor = executor_for(name, lc.profile, image=args.image or m.image_ref,
                             captions=Path(m.captions),
                             slurm=slurm_options(args, m.slurm_options or None))
-    lc.resume(executor)
+    lc.resume(executor, share_gpus=args.share_gpus)
     if not args.score:
         lc.manifest.score = False
     return None
@@ -220,6 +223,7 @@ def register(subparsers) -> None:
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")
     add_no_score(p, "; the run stops after aggregation")
+    add_share_gpus(p)
     add_results(p)
     add_dry_run(p, "the compile commands, the worker plan and each worker's (or the sbatch) "
                 "command")

@@ -14,8 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.base.paths import cache_dir
-from runner.batch.executors import CompileFn, WorkerPool, worker_commands
+from runner.batch.executors import (
+    WORKER_PROBE_TIMEOUT_S,
+    CompileFn,
+    WorkerPool,
+    WorkerProbe,
+    probe_argv,
+    worker_commands,
+)
 from runner.config.layout import Plan, Worker
 from runner.config.profile import Profile
 from runner.docker.container import covering_mounts
@@ -113,7 +121,7 @@ class DockerExecutor:
 
     def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
         """The image is in the docker engine (where the workers and the compile run)."""
-        from runner.base.errors import BadInput, RunnerError
+        from runner.base.errors import BadInput
         from runner.docker.engine import connect
         from runner.docker.image import image_info
 
@@ -130,6 +138,39 @@ class DockerExecutor:
                            fix="build it with `runner image build`, `docker pull` it, or "
                            "pass an image the engine has (`docker images`)") from None
         return []
+
+    def probe_worker(self, plan: Plan) -> WorkerProbe:
+        """The image's python in the first worker's container (its devices and env), with
+        nothing mounted: the check imports, it reads no file of the run."""
+        from runner.docker.container import (
+            kill,
+            logs,
+            run_command_text,
+            start,
+            wait,
+            worker_container_spec,
+        )
+
+        worker = plan.workers[0]
+        name = f"runner-check-{os.getpid()}-{int(time.time())}"
+        spec = worker_container_spec(self.image, worker, probe_argv(worker, "python3"),
+                                     name=name)
+        shown = run_command_text(spec, detach=False, remove=True)
+        try:
+            container = start(spec)
+        except ServiceUnreachable as e:  # a dry run without an engine (check() says so)
+            return WorkerProbe(shown, None, e.message)
+        except RunnerError as e:
+            return WorkerProbe(shown, -1, e.message)
+        try:
+            code = wait(container, timeout=WORKER_PROBE_TIMEOUT_S)
+            output = logs(container).strip()
+        finally:
+            kill(container)
+        if code == 2 and "arguments are required: --task" in output:
+            return WorkerProbe(shown, None, "the image's runner predates the worker's "
+                               "--check; an image built by `runner image build` now has it")
+        return WorkerProbe(shown, -1 if code is None else code, output)
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from runner.rundir.manifest import RunManifest
 
 CompileFn = Callable[..., CompiledModel]  # (profile, batch_size, vae_batch_size) -> model
+WORKER_PROBE_TIMEOUT_S = 300  # a cold container or a loaded node imports slowly; a hung one is not
 
 
 class WorkerHandle(Protocol):
@@ -130,6 +131,11 @@ class Executor(Protocol):
         run gets what this host cannot check (no docker engine, no Slurm commands) back as
         notes to print; the run itself is refused for it."""
 
+    def probe_worker(self, plan: Plan) -> WorkerProbe:
+        """A worker's environment asked, as a worker is started, whether it can import what
+        a worker imports (`python -m runner.batch.worker --check DRIVER`)."""
+        ...
+
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         """Whether work of an earlier attempt still runs (Slurm node tasks outlive their
         submitter): then the queue is topped up, never replaced."""
@@ -149,6 +155,33 @@ class WorkerLauncher(Protocol):
 
 def worker_argv(worker: Worker, task: Path, python: str = sys.executable) -> list[str]:
     return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--task", str(task)]
+
+
+def probe_argv(worker: Worker, python: str = sys.executable) -> list[str]:
+    """The worker's own command, asking only whether it could start (`--check`)."""
+    driver = worker.device_uri.split("://")[0]
+    return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--check", driver]
+
+
+@dataclass(frozen=True)
+class WorkerProbe:
+    """What starting a worker's environment with `--check` gave: the command as a user
+    would type it, its exit code (None: not started from here, e.g. on Slurm nodes, where
+    `command` is what checks one; `output` then says why) and its output."""
+
+    command: str
+    returncode: int | None
+    output: str = ""
+
+
+def run_probe(argv: list[str], env: dict[str, str], shown: str) -> WorkerProbe:
+    """`argv` run to its end (a short process: imports only), its output kept."""
+    try:
+        proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=WORKER_PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return WorkerProbe(shown, -1, str(e))
+    return WorkerProbe(shown, proc.returncode, (proc.stdout + proc.stderr).strip())
 
 
 def worker_commands(launcher: WorkerLauncher, run_dir: Path, plan: Plan) -> list[str]:
@@ -272,6 +305,14 @@ class LocalExecutor:
 
     def check(self, plan: Plan, where: str, dry_run: bool = False) -> list[str]:
         return []
+
+    def probe_worker(self, plan: Plan) -> WorkerProbe:
+        """This python with the first worker's prefix and environment, as it starts one."""
+        worker = plan.workers[0]
+        env = [f"{k}={v}" for k, v in worker.env.items()]
+        shown = shellscript.join(["env", *env, *probe_argv(worker)] if env
+                                 else probe_argv(worker))
+        return run_probe(probe_argv(worker), {**os.environ, **worker.env}, shown)
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         return False

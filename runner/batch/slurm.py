@@ -96,7 +96,7 @@ from runner.batch.cluster import (
     task_ids,
     worker_prefix,
 )
-from runner.batch.executors import CompileFn, Executed, Executor
+from runner.batch.executors import CompileFn, Executed, Executor, WorkerProbe, probe_argv
 from runner.batch.queue import WorkQueue
 from runner.batch.run import log_tail, write_reproduce
 from runner.config.layout import Plan, plan_workers
@@ -467,6 +467,16 @@ class SlurmExecutor:
             plan_workers(plan.layout, tuple(range(cpus)),
                          where=f"{where} (a node task with --cpus-per-node {cpus})")
         return []
+
+    def probe_worker(self, plan: Plan) -> WorkerProbe:
+        """Not started from the submitting host (an srun would wait in the queue): the
+        command that asks one node, as its node tasks will start workers."""
+        o = self.options
+        srun = ["srun", "--nodes=1", "--ntasks=1",
+                *([f"--partition={o.partition}"] if o.partition else []),
+                *([f"--account={o.account}"] if o.account else [])]
+        return WorkerProbe(shellscript.join([*srun, *probe_argv(plan.workers[0], "python3")]),
+                           None, "on the Slurm nodes, as each node task starts")
 
     def keeps_queue(self, run: RunDir, manifest: RunManifest) -> bool:
         """True while node tasks of an earlier submitter are queued or running."""

@@ -152,10 +152,37 @@ def run_worker(task_file: Path, driver_gone: threading.Event | None = None) -> i
     return 0
 
 
+def check_environment(driver: str) -> int:
+    """`--check DRIVER`: what a worker needs beyond this module's own imports (which already
+    ran to get here: numpy, the pipeline, the store), loaded the way a worker loads it, and
+    the IREE driver its device URI names. The preflight starts this as it would start a
+    worker, so an environment that cannot run one is found before any work, not as every
+    worker's traceback after the run."""
+    from runner.base.signals import import_held
+
+    try:
+        rt = import_held("iree.runtime")
+    except ImportError as e:
+        print(f"error: cannot import iree.runtime: {e}", file=sys.stderr, flush=True)
+        return 2
+    drivers = sorted(rt.query_available_drivers())
+    if driver not in drivers:
+        print(f"error: the IREE runtime has no {driver!r} driver (it has "
+              f"{', '.join(drivers)})", file=sys.stderr, flush=True)
+        return 2
+    print(f"imports ok; IREE driver {driver} registered", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="runner.batch.worker", allow_abbrev=False)
-    parser.add_argument("--task", required=True, type=Path)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", type=Path)
+    which.add_argument("--check", metavar="DRIVER",
+                       help="import what a worker imports and find the IREE driver; exit 0")
     args = parser.parse_args(argv)
+    if args.check:
+        return check_environment(args.check)
     driver_gone = threading.Event()
     with raised_as_interrupted(restore=False):  # (then ignored to the end: work_done)
         try:

@@ -37,6 +37,7 @@ from runner.bench import throughput as tp
 from runner.docker.in_image import ImageCompiler
 from runner.lifecycle import Lifecycle, executor_for
 from runner.model.compiled_model import compile_model
+from runner.preflight.run import PreflightRequest, run_preflight
 from runner.rundir.directory import MANIFEST as RUN_MANIFEST
 from runner.rundir.manifest import RunManifest
 
@@ -288,6 +289,12 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
         compiled = compile_model(case.profile, lay.batch_size, lay.vae_batch_size,
                                  dry_run=True, say=lines.append)
         lines += [shellscript.join(c.command) for c in compiled.compiled]
+    # The preflight each layout's run passes when it is made (a failure there is that
+    # layout's reason, not the bench's end): its lines, judged by the run.
+    checked = run_preflight(PreflightRequest(combo.run_dir, case.profile, case.plan,
+                                             len(sample_ids), False),
+                            _executor(combo, slurm, case.label))
+    lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
     lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv

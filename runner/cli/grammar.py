@@ -475,6 +475,7 @@ GRAMMAR: dict[str, str] = {
     "--require-full": "a scored subset fails (exit 1) instead of 'not judged'",
     "--captions": "MLPerf's captions_source.tsv",
     "--no-score": "leave the images unscored",
+    "--share-gpus": "start even where other processes hold the GPUs' memory",
     # which IREE
     "--iree": "an IREE build: wheels:VERSION, source:SHA or build-dir:DIR (commit:SHA in "
               "bisect and trend)",
@@ -694,6 +695,14 @@ def add_no_score(p: argparse.ArgumentParser, note: str = "") -> None:
            f"ranges){note}")
 
 
+
+
+def add_share_gpus(p: argparse.ArgumentParser) -> None:
+    """`--share-gpus`: the preflight's refusal of busy GPUs (runner/preflight/gpus.py)
+    overridden, and said so in its line."""
+    shared(p, "--share-gpus", action="store_true",
+           help="start even where other processes hold the GPUs' memory (default: the "
+           "preflight refuses, naming them; sharing is slower and may run out of memory)")
 
 
 def add_executor(p: Any, default: str | None = "local", note: str = "") -> None:

@@ -24,6 +24,7 @@ from runner.cli.grammar import (
     add_profile,
     add_results,
     add_samples,
+    add_share_gpus,
     add_slurm,
     document,
     renamed,
@@ -86,7 +87,8 @@ def cmd_mlperf(ctx: CommandContext) -> int:
         flags=Flags(args.count, args.min_duration, args.offline_expected_qps,
                     args.server_target_qps, args.min_query_count),
         argv=ctx.argv, captions=captions,
-        score=args.score, division=args.division, submitter=args.submitter,
+        score=args.score, share_gpus=args.share_gpus, division=args.division,
+        submitter=args.submitter,
         nodes=(args.nodes or 1) if args.executor == "slurm" else 1)
     executor = executor_for(args.executor, profile, image=args.image, captions=captions,
                             slurm=slurm_options(args))
@@ -143,6 +145,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_image(p)
     add_slurm(p, resumable=False)
     add_no_score(p, "; a submission tree then lacks accuracy.txt")
+    add_share_gpus(p)
     add_out(p, "directory to create",
             Rerun(REFUSES, "each LoadGen test whose logs are complete is kept; the others run "
                   "again", ("mlperf.json",)))

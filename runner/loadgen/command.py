@@ -26,6 +26,7 @@ from runner.loadgen.run import (
     Prepared,
     dry_run_text,
     execute,
+    loadgen_preflight,
     prepare_loadgen,
 )
 from runner.loadgen.session import TestOutcome
@@ -185,12 +186,15 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
 
     prepared = prepare_loadgen(request)
     if dry_run:
-        layout = request.profile.layout
-        compiled = executor.compiler(request.out / WORK_DIR, dry_run=True)(
-            request.profile, layout.batch_size, layout.vae_batch_size)
-        print(dry_run_text(prepared, plan_for(request.profile), executor, compiled), end="")
+        from runner.lifecycle import dry_compile
+
+        compiled, model = dry_compile(executor, request.out / WORK_DIR, request.profile)
+        checked = loadgen_preflight(prepared, executor, True, [model])
+        print(dry_run_text(prepared, plan_for(request.profile), executor, compiled, checked),
+              end="")
         return 0
-    outcomes, failure = execute(prepared, executor, attempt)
+    checked = loadgen_preflight(prepared, executor, False)
+    outcomes, failure = execute(prepared, executor, attempt, checked)
     by_key = {o.spec.key: o for o in outcomes}
     record: dict[str, Any] = {
         "kind": "mlperf", "profile": request.profile.name,

@@ -62,6 +62,7 @@ class MlperfRequest:
     argv: list[str] = field(default_factory=list)
     captions: Path | None = None
     score: bool = True  # FID/CLIP of the accuracy test's log
+    share_gpus: bool = False  # start where other processes hold the GPUs (the preflight's)
     division: str | None = None  # default: the profile's mlperf.division
     submitter: str | None = None  # default: the profile's mlperf.submitter
     nodes: int = 1  # systems JSON number_of_nodes
@@ -264,9 +265,24 @@ def prepare_loadgen(request: MlperfRequest) -> Prepared:
                     limit_ms / 1000.0, settings, submission)
 
 
-def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
-    """What a real run would do, exactly: compile commands, workers, and per test the
-    settings LoadGen will use (and the batcher's wait limit)."""
+def loadgen_preflight(prepared: Prepared, executor, dry_run: bool, before=()):
+    """The run's preflight for every test at once: the QSL's samples on disk, and what
+    scoring reads when an accuracy test's log is scored; a failure raises (exit 2)."""
+    from runner.batch.run import plan_for
+    from runner.lifecycle import preflight
+    from runner.preflight.run import PreflightRequest
+
+    request = prepared.request
+    scored = request.score and any(spec.name == "accuracy" for spec in prepared.tests)
+    return preflight(PreflightRequest(
+        (request.out / WORK_DIR).resolve(), request.profile, plan_for(request.profile),
+        prepared.total, scored, request.captions, request.share_gpus), executor, dry_run,
+        before)
+
+
+def dry_run_text(prepared: Prepared, plan, executor, compiled, checked) -> str:
+    """What a real run would do, exactly: the preflight, compile commands, workers, and per
+    test the settings LoadGen will use (and the batcher's wait limit)."""
     from runner.lifecycle import plan_lines
 
     request = prepared.request
@@ -274,7 +290,8 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
     work = (out / WORK_DIR).resolve()
     lines = [f"# runner mlperf {','.join(prepared.scenarios)} {request.mode}: QSL "
              f"{prepared.total} samples, performance set {prepared.performance_count}, "
-             f"executor {executor.name}"]
+             f"executor {executor.name}",
+             *[f"# {shellscript.sanitize(line)}" for line in checked.lines()]]
     sub = prepared.submission
     if sub is not None:
         detected = sum(1 for s in sub.system.sources.values() if s != "profile")
@@ -346,7 +363,7 @@ def _kept(prepared: Prepared, attempt) -> dict[str, TestOutcome]:
     return kept
 
 
-def _work_run(prepared: Prepared, executor, resumed: bool):
+def _work_run(prepared: Prepared, executor, resumed: bool, checked=None):
     """The workers' run dir: made, or (an interrupted attempt's) opened again with the same
     profile and modules, its queue and leftover samples of a cut-short test cleared."""
     from runner.batch.queue import WorkQueue
@@ -361,11 +378,11 @@ def _work_run(prepared: Prepared, executor, resumed: bool):
         # No sample ids: LoadGen, not the run, decides what is computed (the store is keyed
         # by issue, and emptied as samples are answered), so the lifecycle tracks none.
         return Lifecycle.create(work, request.profile, [], request.argv, executor,
-                                captions=request.captions, score=False)
+                                captions=request.captions, score=False, checked=checked)
     lc = Lifecycle.open(work)
     try:
         lc.check_request(request.profile)
-        lc.resume(executor)
+        lc.resume(executor, checked=checked)
         queue = WorkQueue(work)
         queue.clear()
         (queue.root / WORKERS_DEAD).unlink(missing_ok=True)
@@ -376,12 +393,13 @@ def _work_run(prepared: Prepared, executor, resumed: bool):
     return lc
 
 
-def execute(prepared: Prepared, executor, attempt=None
+def execute(prepared: Prepared, executor, attempt=None, checked=None
             ) -> tuple[list[TestOutcome], str | None]:
     """Creates the work run dir through the lifecycle (plan, compile, manifest), starts the
     workers on an empty, open queue, runs every test; (outcomes, failure). `attempt` (the
     out dir's record, runner/base/outdir.py) keeps the tests an interrupted attempt
-    finished, and records each test as it finishes."""
+    finished, and records each test as it finishes. `checked`: the preflight
+    (`loadgen_preflight`) the work run records."""
     from runner.batch.queue import WorkQueue
 
     request = prepared.request
@@ -391,7 +409,7 @@ def execute(prepared: Prepared, executor, attempt=None
         for key in kept:
             print(f"LoadGen {key}: kept (its logs are complete)", file=sys.stderr)
         return [kept[spec.key] for spec in prepared.tests], None
-    lc = _work_run(prepared, executor, attempt is not None and attempt.resumed)
+    lc = _work_run(prepared, executor, attempt is not None and attempt.resumed, checked)
     work = lc.run.path
     try:
         atomic_write_text(out / USER_CONF, prepared.user_conf_text)

@@ -93,6 +93,8 @@ class RunManifest:
     model: dict[str, Any] = field(default_factory=dict)
     slurm: dict[str, Any] | None = None
     cwd: str = ""  # where the driver ran: `argv`'s relative paths (--ids FILE) are from here
+    # What was checked before the first batch (runner/preflight): one record per check.
+    preflight: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -1,0 +1,70 @@
+"""One preflight fact (`PreflightCheck`) and the verdict over all of them (`Preflight`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from runner.base.errors import BadInput, RunnerError
+
+
+class CheckState(str, Enum):
+    OK = "ok"
+    FAILED = "failed"  # the run would fail: it does not start
+    ABSENT = "absent"  # nothing to check here (a CPU layout's GPUs, Slurm nodes' python)
+    SHARED = "shared"  # GPUs other processes hold, used anyway as asked (--share-gpus)
+
+
+@dataclass(frozen=True)
+class PreflightCheck:
+    what: str  # e.g. "FID statistics", "worker environment"
+    state: CheckState
+    detail: str
+    where: str = ""  # the file, flag or field at fault (failed) or read (ok)
+    fix: str = ""
+
+    @classmethod
+    def failed(cls, what: str, error: RunnerError) -> PreflightCheck:
+        return cls(what, CheckState.FAILED, error.message, error.where or "", error.fix or "")
+
+    def line(self) -> str:
+        return f"preflight {self.state.value:<6} {self.what}: {self.detail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "state": self.state.value, "detail": self.detail,
+                "where": self.where, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    checks: tuple[PreflightCheck, ...]
+
+    @classmethod
+    def of(cls, checks: Iterable[PreflightCheck]) -> Preflight:
+        return cls(tuple(checks))
+
+    @property
+    def failures(self) -> list[PreflightCheck]:
+        return [c for c in self.checks if c.state is CheckState.FAILED]
+
+    def lines(self) -> list[str]:
+        return [c.line() for c in self.checks]
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [c.to_dict() for c in self.checks]
+
+    def raise_if_failed(self, echo: Callable[[str], None]) -> None:
+        """Every line echoed first, so one attempt shows every fix to make, not only the
+        first; then the first failure raised (exit 2), naming how many there are."""
+        failures = self.failures
+        if not failures:
+            return
+        for line in self.lines():
+            echo(line)
+        first = failures[0]
+        more = (f" (and {len(failures) - 1} more failed check(s), listed above: "
+                + ", ".join(f.what for f in failures[1:]) + ")") if len(failures) > 1 else ""
+        raise BadInput(f"preflight: {first.what}: {first.detail}{more}; nothing was run",
+                       where=first.where or None, fix=first.fix or None)

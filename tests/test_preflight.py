@@ -1,0 +1,383 @@
+"""The preflight a run passes before its first batch (runner/preflight/): every check on real
+files and a real worker environment; the GPU facts from the tools' output formats
+(tests/fixtures/gpu_partition/, tests/fixtures/gpu_holders/), the one boundary a CPU machine
+cannot have."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_support import cli
+from docker_support import docker_client, project_snapshot, wheels_image  # noqa: F401
+from repo_support import REPO
+
+from runner.accuracy.backbones import FID_WEIGHTS
+from runner.batch.docker_executor import DockerExecutor
+from runner.batch.executors import LocalExecutor
+from runner.batch.run import plan_for
+from runner.config.profile import load_profile
+from runner.preflight.check import CheckState, Preflight, PreflightCheck
+from runner.preflight.disk import disk_check, image_bytes
+from runner.preflight.files import scoring_checks
+from runner.preflight.gpus import gpu_checks, nvidia_mig, rocm_partitions
+from runner.preflight.worker_env import worker_env_check
+
+FIXTURES = REPO / "tests" / "fixtures"
+PARTITION = FIXTURES / "gpu_partition"
+HOLDERS = FIXTURES / "gpu_holders"
+SEEDED_SDXL = ("--set", "model=seeded:sdxl")
+
+
+def tools(outputs: dict[str, Path]):
+    """`which` and `run` for the preflight's GPU checks: each tool named in `outputs`
+    prints that captured file, as the tool itself would on a GPU node."""
+    def which(name: str) -> str | None:
+        return f"/usr/bin/{name}" if any(k.split()[0] == name for k in outputs) else None
+
+    def run(argv, **_kw) -> subprocess.CompletedProcess:
+        for key, path in outputs.items():
+            if all(word in argv for word in key.split()):
+                return subprocess.CompletedProcess(argv, 0, path.read_text(), "")
+        raise AssertionError(f"no output for {argv}")
+    return which, run
+
+
+def states(checks: list[PreflightCheck]) -> dict[str, CheckState]:
+    return {c.what: c.state for c in checks}
+
+
+# --- the GPU facts --------------------------------------------------------------------------
+def test_rocm_partitions_read_every_card_and_na_as_unknown():
+    cards = rocm_partitions((PARTITION / "rocm-smi-partition-cpx.json").read_text())
+    assert len(cards) == 64
+    assert [c.compute for c in cards[:9]] == ["CPX", *[None] * 7, "CPX"]
+    assert cards[8].memory == "NPS4"
+
+
+def test_nvidia_mig_reads_enabled_and_na():
+    assert [c.compute for c in nvidia_mig((PARTITION / "nvidia-smi-mig.csv").read_text())][2:5] \
+        == ["DISABLED", "ENABLED", "DISABLED"]
+    assert {c.compute for c in nvidia_mig((PARTITION / "nvidia-smi-mig-na.csv").read_text())} \
+        == {None}
+
+
+def test_cpx_node_with_no_gpu_process_passes_the_mi325x_layout():
+    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-cpx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    checks = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)
+    assert states(checks) == {"GPUs": CheckState.OK, "GPU processes": CheckState.OK}
+    assert "64 device ID(s) of 64 in CPX compute mode, memory NPS4" in checks[0].detail
+
+
+def test_a_node_in_spx_refuses_a_cpx_layout_with_the_command_that_sets_it():
+    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    assert check.state is CheckState.FAILED
+    assert "the GPUs are in SPX mode; the layout assumes CPX" in check.detail
+    assert check.where == "layout.partition"
+    assert "rocm-smi --setcomputepartition CPX" in check.fix and "--partition spx" in check.fix
+
+
+def test_the_same_spx_node_passes_an_spx_layout():
+    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    profile = load_profile("mi325x")
+    spx = dataclasses.replace(profile, layout=profile.layout.with_overrides(partition="spx"))
+    assert gpu_checks(plan_for(spx), False, which, run)[0].state is CheckState.OK
+
+
+def test_busy_gpus_refuse_naming_the_processes_unless_shared():
+    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-cpx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids.txt"})
+    plan = plan_for(load_profile("mi325x"))
+    busy = gpu_checks(plan, False, which, run)[1]
+    assert busy.state is CheckState.FAILED
+    assert "3 other process(es) hold GPU memory: pid 2345617 (python3): 40960 MiB" in busy.detail
+    assert "--share-gpus" in busy.fix
+    assert gpu_checks(plan, True, which, run)[1].state is CheckState.SHARED
+
+
+def test_mig_on_a_gpu_the_layout_names_refuses_with_the_command_that_turns_it_off():
+    which, run = tools({"nvidia-smi --query-gpu=index,mig.mode.current": PARTITION /
+                        "nvidia-smi-mig.csv",
+                        "nvidia-smi --query-compute-apps=pid,used_memory": HOLDERS /
+                        "nvidia-smi-compute-apps-none.csv"})
+    check = gpu_checks(plan_for(load_profile("h100")), False, which, run)[0]
+    assert check.state is CheckState.FAILED
+    assert "MIG is enabled on GPU(s) 3" in check.detail
+    assert "nvidia-smi -i 3 -mig 0" in check.fix
+
+
+def test_gpus_without_mig_pass_and_fewer_gpus_than_named_fail(tmp_path):
+    apps = HOLDERS / "nvidia-smi-compute-apps-none.csv"
+    which, run = tools({"nvidia-smi --query-gpu=index,mig.mode.current": PARTITION /
+                        "nvidia-smi-mig-na.csv",
+                        "nvidia-smi --query-compute-apps=pid,used_memory": apps})
+    plan = plan_for(load_profile("h100"))
+    assert gpu_checks(plan, False, which, run)[0].state is CheckState.OK
+    four = tmp_path / "four.csv"  # a node with 4 of the 8 GPUs the layout names
+    four.write_text("".join((PARTITION / "nvidia-smi-mig-na.csv").read_text().splitlines(
+        keepends=True)[:4]))
+    which, run = tools({"nvidia-smi --query-gpu=index,mig.mode.current": four,
+                        "nvidia-smi --query-compute-apps=pid,used_memory": apps})
+    check = gpu_checks(plan, False, which, run)[0]
+    assert check.state is CheckState.FAILED and "(first: 4)" in check.detail
+
+
+def test_no_gpu_tool_fails_a_gpu_layout_and_is_absent_for_a_cpu_one():
+    def which(_name: str) -> None:
+        return None
+
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which)[0]
+    assert check.state is CheckState.FAILED and "no rocm-smi on PATH" in check.detail
+    assert states(gpu_checks(plan_for(load_profile("cpu")), False, which)) == {
+        "GPUs": CheckState.ABSENT}
+
+
+# --- files, worker, disk --------------------------------------------------------------------
+def test_malformed_fid_statistics_fail_naming_the_profile_field(tmp_path):
+    bad = tmp_path / "stats.npz"
+    np.savez(bad, mu=np.zeros(3), sigma=np.zeros((3, 3)))
+    profile = load_profile("cpu", {"accuracy.fid_statistics": str(bad)})
+    failed = [c for c in scoring_checks(profile, True) if c.state is CheckState.FAILED]
+    assert [c.what for c in failed] == ["FID statistics"]
+    assert failed[0].where.endswith(": accuracy.fid_statistics")
+    assert "mu must be (2048,)" in failed[0].detail
+
+
+def test_weights_not_the_published_file_fail_by_their_sha256(tmp_path, monkeypatch):
+    fake = tmp_path / FID_WEIGHTS.name
+    fake.write_bytes(b"not the weights")
+    monkeypatch.setenv("RUNNER_FID_WEIGHTS", str(fake))
+    profile = load_profile("cpu", {"accuracy.backbones": "pretrained"})
+    checks = {c.what: c for c in scoring_checks(profile, True)}
+    assert checks[FID_WEIGHTS.what].state is CheckState.FAILED
+    assert "is not the published file's" in checks[FID_WEIGHTS.what].detail
+    assert checks["CLIP ViT-B-32 openai weights"].state is CheckState.FAILED  # not found
+
+
+def test_no_score_checks_no_scoring_file():
+    profile = load_profile("mi325x", {"accuracy.fid_statistics": "/nonexistent.npz"})
+    assert states(scoring_checks(profile, False)) == {"scoring": CheckState.ABSENT}
+
+
+def test_the_local_worker_environment_is_started_as_a_worker_is():
+    check = worker_env_check(LocalExecutor(), plan_for(load_profile("cpu")))
+    assert check.state is CheckState.OK, check
+    assert check.detail == "imports ok; IREE driver local-task registered"
+    assert check.where.endswith("-m runner.batch.worker --check local-task")
+
+
+def test_disk_too_small_for_the_samples_fails_naming_the_directory(tmp_path):
+    profile = load_profile("mi325x")
+    plan = plan_for(profile)
+    assert image_bytes(profile) == 1024 * 1024 * 3  # a PNG stored without compression
+    free = os.statvfs(tmp_path)
+    too_many = free.f_bavail * free.f_frsize // (3 * image_bytes(profile)) + 1
+    check = disk_check(tmp_path / "not" / "yet", profile, plan, too_many, too_many)
+    assert check.state is CheckState.FAILED and check.where == str(tmp_path)
+    assert disk_check(tmp_path / "run", profile, plan, 1, 1).state is CheckState.OK
+    # A resume with nothing left to store still writes the whole log.
+    logged = free.f_bavail * free.f_frsize // (2 * image_bytes(profile)) + 1
+    assert disk_check(tmp_path, profile, plan, 0, logged).state is CheckState.FAILED
+
+
+def test_every_failure_is_shown_and_the_first_raised():
+    lines: list[str] = []
+    checked = Preflight.of([PreflightCheck("a", CheckState.OK, "fine"),
+                            PreflightCheck("b", CheckState.FAILED, "broken", "f.yaml: b", "do x"),
+                            PreflightCheck("c", CheckState.FAILED, "also", "g", "do y")])
+    with pytest.raises(Exception) as e:
+        checked.raise_if_failed(lines.append)
+    assert lines == checked.lines() and len(lines) == 3
+    assert str(e.value).startswith("f.yaml: b: preflight: b: broken (and 1 more")
+    assert "fix: do x" in str(e.value)
+
+
+# --- through the commands -------------------------------------------------------------------
+def test_cpu_dry_run_prints_the_preflight_and_writes_nothing(tmp_path):
+    dry = cli("run", "--profile", "cpu", "--count", "2", "--out", tmp_path / "d", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "# preflight ok     worker environment: imports ok" in dry.stdout
+    assert "# preflight absent GPUs: a cpu layout uses none" in dry.stdout
+    assert not (tmp_path / "d").exists()
+
+
+def test_seeded_sdxl_dry_run_on_the_lab_path_refuses_every_failure_at_once(tmp_path):
+    """What would stop the mi325x run at its end (scoring a seeded model, the missing
+    statistics and weights) and at its first batch (no GPUs here) stops its dry run."""
+    ran = cli("run", "--profile", "mi325x", *SEEDED_SDXL, "--out", tmp_path / "acc",
+              "--dry-run", env={**os.environ, "RUNNER_FID_WEIGHTS": "",
+                                "RUNNER_CLIP_WEIGHTS": "", "PATH": "/usr/bin:/bin",
+                                "RUNNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    failed = [line for line in ran.stdout.splitlines() if line.startswith("preflight failed")]
+    assert [line.split(":")[0] for line in failed] == [
+        "preflight failed scoring", "preflight failed FID statistics",
+        "preflight failed FID InceptionV3 weights",
+        "preflight failed CLIP ViT-B-32 openai weights", "preflight failed GPUs"]
+    assert "and 4 more failed check(s)" in ran.stderr
+    assert not (tmp_path / "acc").exists()
+
+
+@pytest.mark.parametrize("profile", ["mi300x", "h100"])
+def test_other_lab_profiles_dry_runs_refuse_scoring_a_seeded_model(tmp_path, profile):
+    ran = cli("run", "--profile", profile, *SEEDED_SDXL, "--count", "8", "--out",
+              tmp_path / "r", "--dry-run")
+    assert ran.returncode == 2 and "preflight failed scoring: scoring refused" in ran.stdout
+
+
+def test_mlperf_submission_dry_run_checks_scoring_files(tmp_path):
+    ran = cli("mlperf", "--profile", "mi325x", *SEEDED_SDXL, "--scenario",
+              "singlestream,offline,server", "--mode", "submission", "--out", tmp_path / "s",
+              "--dry-run", env={**os.environ, "RUNNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "preflight failed scoring: scoring refused" in ran.stdout
+    assert f"FID statistics file not found: {Path.home()}" in ran.stdout
+
+
+def test_a_venv_without_the_iree_runtime_stops_before_any_work(tmp_path):
+    """The runner's own dependencies but no IREE runtime (a `pip install --no-deps`): the
+    preflight starts the worker's python as a worker starts, and the run stops, exit 2,
+    naming the missing module, instead of every worker's traceback and a run to resume."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(np.__file__).parent.parent
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    for name in ("numpy", "numpy.libs", "yaml", "_yaml", "regex", "shtab"):
+        if (site / name).exists():
+            (keep / name).symlink_to(site / name)
+    (next((venv / "lib").glob("python3*")) / "site-packages" / "keep.pth").write_text(
+        f"{keep}\n")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "runner", "run", "--profile",
+                           "cpu", "--count", "2", "--no-score", "--out", str(tmp_path / "run")],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert ("preflight failed worker environment: a worker cannot start (exit 2): cannot "
+            "import iree.runtime: No module named 'iree'") in proc.stderr
+    assert "Traceback" not in proc.stderr and "--resume" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_json_records_the_preflight_and_a_resume_runs_it_again(tmp_path, tiny_compiled):
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out", tmp_path / "r")
+    assert ran.returncode == 0, ran.stderr
+    assert "preflight ok     worker environment" in ran.stderr
+    record = json.loads((tmp_path / "r" / "run.json").read_text())["preflight"]
+    assert {r["what"]: r["state"] for r in record}["worker environment"] == "ok"
+    next((tmp_path / "r" / "samples").glob("*.png")).unlink()  # one sample to make again
+    resumed = cli("run", "--resume", tmp_path / "r")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "GB needed for 1 sample(s) of 128x128, an MLPerf log of 2 and" in resumed.stderr
+
+
+# --- the mi325x page opens with it ----------------------------------------------------------
+PAGE = REPO / "docs" / "task-mi325x-accuracy.md"
+PATH_WORD = re.compile(r"(?:~|/)[^\s:;,()`]*/[^\s:;,()`]*")
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def normalized(text: str) -> list[str]:
+    """The preflight's lines and the error, modulo paths, and the disk line modulo its
+    numbers (the free space is this machine's; the suite's checkpoint is a small one, of
+    128x128 images, where the page's is SDXL's 1024x1024)."""
+    keep = [PATH_WORD.sub("PATH", line.rstrip()) for line in text.splitlines()
+            if line.startswith(("preflight ", "error: ", "  fix: "))]
+    return [NUMBER.sub("N", line) if line.split()[2:3] == ["disk:"] else line
+            for line in keep]
+
+
+def test_the_mi325x_page_opens_with_the_preflight_as_it_runs_here(lab_profiles, tmp_path,
+                                                                  monkeypatch):
+    """The page's first command and the block after it, run as the page says: the lab
+    profile's checkpoint in its place (a small one), no MLPerf scoring files and no GPU."""
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", PAGE.read_text(), re.M | re.S)
+    (lang, command), (out_lang, shown) = blocks[0], blocks[1]
+    assert (lang, out_lang) == ("bash", "text")
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(lab_profiles / ".cache" / "iree-sdxl-runner"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no rocm-smi: a machine without the GPUs
+    monkeypatch.delenv("RUNNER_FID_WEIGHTS", raising=False)
+    monkeypatch.delenv("RUNNER_CLIP_WEIGHTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ran = cli(*shlex.split(command.strip())[1:])
+    assert ran.returncode == 2
+    assert normalized(ran.stdout + ran.stderr) == normalized(shown)
+    assert len(normalized(shown)) >= 10
+
+
+def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> None:
+    """`rocm-smi` on PATH printing a CPX node's partitions and `pids` as its process table:
+    the tool's output at the one boundary a CPU machine lacks; the command runs for real."""
+    bin_dir.mkdir()
+    tool = bin_dir / "rocm-smi"
+    tool.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"path = {str(pids)!r} if '--showpids' in sys.argv else "
+        f"{str(PARTITION / 'rocm-smi-partition-cpx.json')!r}\n"
+        "sys.stdout.write(open(path).read())\n")
+    tool.chmod(0o755)
+
+
+def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = ("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
+            "--out", tmp_path / "r", "--dry-run")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "preflight ok     GPUs: 64 device ID(s) of 64 in CPX compute mode" in refused.stdout
+    assert "preflight failed GPU processes: 3 other process(es) hold GPU memory" in \
+        refused.stdout
+    shared = cli(*args, "--share-gpus", env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
+
+
+def test_a_hostile_out_dir_reaches_the_preflight_as_a_path_only(tmp_path):
+    out = tmp_path / "out $(touch pwned) 'q\" dir\nline"
+    ran = cli("run", "--profile", "cpu", "--count", "2", "--out", out, "--dry-run",
+              cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line for line in ran.stdout.splitlines()
+             if re.search(r"preflight (ok|failed|absent|shared) ", line)]
+    assert len(lines) == 7 and all(line.startswith("# preflight ") for line in lines)
+    assert "GB free" in lines[-1] and not (tmp_path / "pwned").exists()
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_docker_worker_environment_is_the_images_python(wheels_image):  # noqa: F811
+    """The harness image's python, in the first worker's container, imports what a worker
+    imports: checked by starting it, as the run starts its workers."""
+    check = worker_env_check(DockerExecutor(wheels_image.tag, []),
+                             plan_for(load_profile("cpu")))
+    assert check.state is CheckState.OK, check
+    assert check.detail == "imports ok; IREE driver local-task registered"
+    assert check.where.startswith("docker run --rm --name runner-check-")
+
+
+def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
+    ran = cli("bench", "--profile", "cpu", "--count", "4", "--batch-size", "1,2", "--no-stages",
+              "--out", tmp_path / "b", "--dry-run")
+    assert ran.returncode == 0, ran.stderr
+    worker = [line for line in ran.stdout.splitlines()
+              if line.startswith("#   preflight ok     worker environment: imports ok")]
+    assert len(worker) == 2  # one per layout
+    assert not (tmp_path / "b").exists()
