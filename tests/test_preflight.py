@@ -247,7 +247,9 @@ def test_mlperf_submission_dry_run_checks_scoring_files(tmp_path):
               "--dry-run", env={**os.environ, "RUNNER_CACHE_DIR": str(tmp_path / "cache")})
     assert ran.returncode == 2, ran.stdout + ran.stderr
     assert "preflight failed scoring: scoring refused" in ran.stdout
-    assert f"FID statistics file not found: {Path.home()}" in ran.stdout
+    cache = tmp_path / "cache" / "mlperf" / "val2014.npz"
+    home = Path.home() / ".cache" / "iree-sdxl-runner" / "mlperf" / "val2014.npz"
+    assert f"FID statistics file not found: looked for {cache} then {home}" in ran.stdout
 
 
 def test_a_venv_without_the_iree_runtime_stops_before_any_work(tmp_path):
