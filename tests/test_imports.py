@@ -34,7 +34,7 @@ PACKAGE = ROOT / "runner"
 # are the CLI layer.
 LAYERS = ("base", "inputs", "config", "model", "rundir", "docker", "batch", "accuracy",
           "report", "lifecycle", "goldens", "loadgen", "bench", "bisect", "validate",
-          "gpucheck", "history", "cli")
+          "gpucheck", "history", "nightly", "cli")
 CLI_LAYER = {"runner.__main__"}  # the `runner` console script: the CLI's entry point
 
 
