@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,3 +162,72 @@ def test_a_second_nightly_on_one_machine_is_refused_and_said(tmp_path, hook):
     assert "runner nightly --out elsewhere" in ran.stderr
     assert [b["nightly"]["status"] for b in hook.bodies] == ["error"]
     assert not list((tmp_path / "nights").glob("2*"))
+
+
+# --- the scheduler lines of docs/nightly.md, each run as a dry run --------------------------
+PAGE = REPO / "docs" / "nightly.md"
+NIGHTLIES_PAGE = "https://iree.dev/pip-release-links.html"
+
+
+def fenced(language: str) -> str:
+    (block,) = re.findall(rf"^```{language}\n(.*?)^```", PAGE.read_text(), re.M | re.S)
+    return block
+
+
+def schedule_and_command(crontab_line: str) -> tuple[str, str]:
+    """A crontab line's five time fields and its command, without its redirection."""
+    fields = crontab_line.split(maxsplit=5)
+    return " ".join(fields[:5]), fields[5].split(" >>")[0]
+
+
+def as_dry_run(command: str, tmp_path: Path, hook: Hook) -> Ran:
+    """The page's command, its nightly page and --out swapped for a local find-links dir of
+    nightly wheels and a temporary dir, as a dry run through bash, `runner` on PATH."""
+    links = tmp_path / "links"
+    links.mkdir(exist_ok=True)
+    for package in ("compiler", "runtime"):
+        (links / f"iree_base_{package}-3.14.0rc20261207-cp311-cp311-"
+                 "manylinux_2_28_x86_64.whl").write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "runner").write_text(f"#!/bin/sh\nexec {sys.executable} -m runner \"$@\"\n")
+    (bin_dir / "runner").chmod(0o755)
+    assert NIGHTLIES_PAGE in command and "/data/nightly" in command
+    local = command.replace(NIGHTLIES_PAGE, str(links)).replace(
+        "/data/nightly", str(tmp_path / "nights"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "NIGHTLY_WEBHOOK": hook.url, "RUNNER_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(["bash", "-c", f"{local} --dry-run"], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "build: wheels:3.14.0rc20261207" in proc.stdout
+    assert not (tmp_path / "nights").exists() and hook.bodies == []  # nothing written or sent
+    return Ran(proc.args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_cron_line_runs_as_a_dry_run(tmp_path, hook):
+    (line,) = [x for x in fenced("crontab").splitlines() if x and not x.startswith("#")]
+    schedule, command = schedule_and_command(line)
+    assert schedule == "30 2 * * *"
+    as_dry_run(command, tmp_path, hook)
+
+
+def test_the_scrontab_line_runs_as_a_dry_run(tmp_path, hook):
+    lines = fenced("scrontab").splitlines()
+    options = [x for x in lines if x.startswith("#SCRON")]
+    assert options and all(w.startswith("--") for x in options for w in x.split()[1:])
+    (line,) = [x for x in lines if x and not x.startswith("#")]
+    _, command = schedule_and_command(line)
+    as_dry_run(command, tmp_path, hook)
+
+
+def test_the_github_actions_schedule_parses_and_its_step_runs_as_a_dry_run(tmp_path, hook):
+    import yaml
+
+    workflow = yaml.safe_load(fenced("yaml"))
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true, as PyYAML does
+    crontab = [x for x in fenced("crontab").splitlines() if x and not x.startswith("#")]
+    assert triggers["schedule"] == [{"cron": schedule_and_command(crontab[0])[0]}]
+    (step,) = workflow["jobs"]["nightly"]["steps"]
+    assert set(step["env"]) == {"RUNNER_RESULTS_URL", "NIGHTLY_WEBHOOK"}
+    as_dry_run(step["run"], tmp_path, hook)
