@@ -231,3 +231,179 @@ def test_the_github_actions_schedule_parses_and_its_step_runs_as_a_dry_run(tmp_p
     (step,) = workflow["jobs"]["nightly"]["steps"]
     assert set(step["env"]) == {"RUNNER_RESULTS_URL", "NIGHTLY_WEBHOOK"}
     as_dry_run(step["run"], tmp_path, hook)
+
+
+# --- the history's judgement, and the bisect it leads to --------------------------------------
+def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "samples_per_s",
+            subject: str = "", dirs: bool = True) -> tuple[Path, Path]:
+    """Night dirs under a root, each with its nightly.json, and a store holding each
+    night's bench result (samples/s) from this machine, in the order given."""
+    import socket
+    from datetime import datetime, timedelta
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+
+    root, store = tmp_path / "nights", tmp_path / "store.sqlite"
+    results, day = [], datetime(2026, 11, 1, 3, 0)
+    for version, values in rates.items():
+        for value in values:
+            night = root / f"{day:%Y-%m-%d}-{version}"
+            if dirs:
+                _night_dir(night, f"wheels:{version}")
+            results.append(Result(
+                key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+                finished_at=day, profile="tiny", machine=socket.gethostname(),
+                compiler_version=f"{version}rc20260316",
+                metrics=(Metric(metric, subject, value),)))
+            day += timedelta(days=1)
+    with open_store(resolve(str(store))) as opened:
+        assert opened.add_all(results) == len(results)
+    return root, store
+
+
+def _night_dir(night: Path, spec: str) -> None:
+    night.mkdir(parents=True)
+    (night / "nightly.json").write_text(json.dumps({"build": {"spec": spec}, "measured": True,
+                                                    "steps": {}}))
+
+
+SLOWER = {"3.11.0": [2.0 + 0.01 * (i % 5) for i in range(10)],
+          "3.12.0": [1.5, 1.52, 1.51, 1.53]}
+
+
+def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, new_regressions
+
+    root, store = _nights(tmp_path, SLOWER)
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store))
+    (change,) = new_regressions(req)
+    assert change.series.metric == "samples_per_s" and change.confidence > 0.99
+    argv = bisect_argv(req, change, tmp_path / "b")
+    assert argv is not None
+    assert argv[3:9] == ["bisect", "--good", "wheels:3.11.0", "--bad", "wheels:3.12.0",
+                         "--test"] and argv[9].startswith("throughput:")
+    # a night that bisected it keeps its ends: the nights after do not bisect it again
+    last = sorted(root.iterdir())[-1] / "nightly.json"
+    state = json.loads(last.read_text())
+    state["summary"] = {"regressions": [{"ends": ["wheels:3.11.0", "wheels:3.12.0"]}]}
+    last.write_text(json.dumps(state))
+    assert new_regressions(req) == []
+
+
+def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_path):
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, new_regressions
+
+    build = Build("wheels", "wheels:3.11.0", "3.11.0", version="3.11.0")
+    # the machine slowed down, the build did not: the step is not IREE's
+    root2, store2 = _nights(tmp_path / "same-build", {"3.11.0": [*SLOWER["3.11.0"],
+                                                                 *SLOWER["3.12.0"]]})
+    same = NightRequest(root2, build, Sources(), "tiny", "2026-11-15", str(store2))
+    (change,) = new_regressions(same)
+    assert bisect_argv(same, change, tmp_path / "b") is None
+    elsewhere = NightRequest(tmp_path / "other-root", build, Sources(), "tiny",
+                             "2026-11-15", str(store2))
+    assert new_regressions(elsewhere) == []
+
+
+@pytest.mark.slow
+def test_a_regression_is_confirmed_by_a_real_bisect_of_two_releases(tmp_path, capsys):
+    """The history says the dispatch count grew from 3.11.0 to 3.12.0; the night bisects
+    it with the real releases (compstat: compile statistics, deterministic per build) and
+    names a culprit only where the two builds' counts really differ."""
+    from runner.base.steps import Steps
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, investigate
+
+    grew = {"3.11.0": [100.0] * 10, "3.12.0": [120.0] * 4}
+    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet")
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store))
+    night = sorted(root.iterdir())[-1]
+    table: dict = {}
+    (found,) = investigate(req, night, Steps(table, lambda: None))
+    assert found["ends"] == ["wheels:3.11.0", "wheels:3.12.0"]
+    assert table["bisect 0"]["status"] == "finished"
+    state = json.loads((night / "bisect-0" / "bisect.json").read_text())
+    assert state["inputs"]["test"] == "compstat"
+    measured = {s["build"] for s in state["steps"]}
+    assert measured == {"wheels:3.11.0", "wheels:3.12.0"}  # both ends measured again
+    assert state["answer"]["first_bad"] == "wheels:3.12.0"  # its compile statistics moved
+    assert found["culprit"]["first_bad"] == "wheels:3.12.0"
+    assert found["culprit"]["confidence"] > 0.99
+
+
+def _killed_night(root: Path, store: Path, spec: str) -> Path:
+    """Tonight's night dir as a night killed after its steps finished leaves it: every step
+    finished in nightly.json, its bench result (24 dispatches more) in the store, the night
+    not judged."""
+    import socket
+    from datetime import datetime, timezone
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+    from runner.nightly.plan import night_steps
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+    night = root / f"{now:%Y-%m-%d}-{spec.partition(':')[2]}"
+    steps = {s.name: {"key": f"{spec} tiny", "status": "finished", "seconds": 1.0,
+                      "detail": {"exit_code": 0, "out": str(night / s.subdir)}}
+             for s in night_steps("tiny")}
+    night.mkdir(parents=True)
+    (night / "nightly.json").write_text(json.dumps({"build": {"spec": spec}, "steps": steps}))
+    with open_store(resolve(str(store))) as opened:
+        assert opened.add(Result(
+            key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+            finished_at=now, profile="tiny", machine=socket.gethostname(),
+            compiler_version=f"{spec.partition(':')[2]}rc20260316",
+            metrics=(Metric("dispatch_count", "unet", 124.0),)))
+    return night
+
+
+@pytest.mark.slow
+def test_the_nightly_confirms_and_bisects_a_regression_and_posts_it(tmp_path, hook):
+    """Through the command: ten nights of 3.11.0, three of 3.12.0 whose dispatch count grew
+    (the regression injected into the history), tonight's 3.13.0 night killed after its
+    steps; the same command again judges the history, bisects the two real releases on
+    each side of the step (compstat: their compile statistics), exits 1 naming the
+    culprit, and posts it."""
+    grew = {"3.11.0": [100.0] * 10, "3.12.0": [124.0] * 3}
+    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet", dirs=False)
+    args = ["--profile", "tiny", "--results", str(store), "--notify", hook.url, "--out",
+            str(root)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
+    first = cli("nightly", "--iree", "wheels:3.11.0", *args, env=env)
+    assert first.returncode == 0 and "already measured" in first.stdout, first.stderr
+    for version, values in grew.items():  # the nights the store's results came from
+        for i, night in enumerate(sorted(d for d in {Path(r).parent for r in _out_dirs(store)}
+                                         if d.name.endswith(version))):
+            assert i < len(values)
+            _night_dir(night, f"wheels:{version}")
+    night = _killed_night(root, store, "wheels:3.13.0")
+    ran = cli("nightly", "--iree", "wheels:3.13.0", "--json", *args, env=env)
+    assert ran.returncode == 1, ran.stderr
+    assert ran.stderr.count("up to date, skipped") == 5  # the killed night's steps kept
+    summary = json.loads(ran.stdout)
+    assert summary["status"] == "regression" and summary["night_dir"] == str(night)
+    culprit = summary["culprit"]
+    assert (culprit["first_bad"], culprit["last_good"]) == ("wheels:3.12.0", "wheels:3.11.0")
+    assert culprit["exact"] and culprit["confidence"] > 0.99
+    assert culprit["evidence"].startswith("dispatches ")
+    assert (night / "bisect-0" / "bisect.json").is_file()
+    assert [b["nightly"]["status"] for b in hook.bodies] == ["skipped", "regression"]
+    assert hook.bodies[1]["text"].endswith("first bad build wheels:3.12.0")
+    again = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
+    assert again.returncode == 0 and "already measured" in again.stdout, again.stderr
+
+
+def _out_dirs(store: Path) -> list[str]:
+    from runner.history.store import Query, open_store
+    from runner.history.url import resolve
+
+    with open_store(resolve(str(store))) as opened:
+        return [r.out_dir for r in opened.query(Query())]

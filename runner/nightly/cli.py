@@ -115,7 +115,7 @@ def register(subparsers: Any) -> None:
         "--find-links page offers; --pre: IREE's nightlies), skips it where this machine "
         "measured it already, runs goldens check, bench goldens, an accuracy run and bench "
         "with it into OUT/<date>-<build>/, records each in the history, judges the history, "
-        "and bisects a regression tonight's build brought from the build before it. Exit: "
+        "and bisects a regression no night has bisected yet between the two builds. Exit: "
         "0 measured and no regression (or already measured), 1 a confirmed regression or a "
         "failed check, 2 bad input or a step that failed (the same command again resumes).")
     add_iree(p, note=" (default: the newest the index offers)", kinds=("wheels", "commit"))

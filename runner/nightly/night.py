@@ -1,10 +1,11 @@
 """One night: the build's steps into a dated dir, each recorded in the history, the history
-judged, and a regression that tonight's build brought confirmed and bisected.
+judged, and a regression between two nights' builds confirmed and bisected.
 
 The night dir's `nightly.json` holds every step through `runner.base.steps.Steps`, so the
 same night run again (a scheduler's retry, a killed job) skips what finished. A regression
 is the history's own judgement (`runner.history.changes.detect_all`, as `runner history`
-makes it) over this machine's results of the profile; the bisect that follows measures
+makes it) over this machine's results of the profile, bisected once, by the first night
+that sees it; the bisect that follows measures
 both ends again before it searches (runner/bisect/search.py), which is the confirmation: an
 end that no longer differs answers `no_change`, and the night names no culprit.
 """
@@ -25,7 +26,7 @@ from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError, StepFailed
 from runner.base.fileio import atomic_write_json
 from runner.base.steps import Steps
 from runner.bisect.builds import Build, Sources
-from runner.nightly.pick import measured_here, measured_in_store, night_dir_name
+from runner.nightly.pick import measured_here, measured_in_store, night_dir_name, unfinished
 from runner.nightly.plan import NightStep, night_steps
 
 NIGHT_STATE = "nightly.json"
@@ -62,11 +63,14 @@ def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any
 
 
 def skip_reason(req: NightRequest) -> str | None:
-    """Where this machine measured tonight's build before, or None."""
+    """Where this machine measured tonight's build before, or None. The results of a
+    night that did not finish do not count: that night goes on."""
     found = measured_here(req.root, req.build)
     if found is not None:
         return str(found)
-    return measured_in_store(req.results, req.build, req.profile)
+    stored = [d for d in measured_in_store(req.results, req.build, req.profile)
+              if not unfinished(Path(d).parent)]
+    return stored[-1] if stored else None
 
 
 def _load(night: Path, req: NightRequest) -> dict[str, Any]:
@@ -114,9 +118,24 @@ def measure_night(req: NightRequest, night: Path, steps: Steps) -> list[dict[str
     return done
 
 
-def tonights_regressions(req: NightRequest) -> list[Any]:
-    """The history's regressions on this machine and profile whose first point after the
-    step is tonight's build (`runner.history.changes.Change`)."""
+def night_build(out_dir: str) -> str | None:
+    """The build a night measured, read from the nightly.json above a step's out dir: the
+    spec pip installs it by (`wheels:3.13.0`), where the history holds the version its
+    wheels report (`3.13.0rc20261016`)."""
+    record = Path(out_dir).parent / NIGHT_STATE
+    try:
+        spec = json.loads(record.read_text())["build"]["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return spec if isinstance(spec, str) else None
+
+
+def new_regressions(req: NightRequest) -> list[Any]:
+    """The history's regressions on this machine, of the profile (and of the goldens, which
+    have none), whose first point after the step is a night's under `--out`, and which no
+    night has bisected yet (`runner.history.changes.Change`). The history names a step once
+    MIN_SIZE points lie on each side of it, so the night that first sees a regression may
+    come after the night of the build that brought it."""
     from runner.history.changes import detect_all
     from runner.history.series import series_of
     from runner.history.store import Query, opened
@@ -124,37 +143,60 @@ def tonights_regressions(req: NightRequest) -> list[Any]:
 
     try:
         with opened(resolve(req.results)) as store:
-            results = store.query(Query(profile=req.profile, machine=socket.gethostname()))
+            results = store.query(Query(machine=socket.gethostname()))
     except (RunnerError, ImportError) as e:  # an unreachable store judges nothing, fails nothing
         print(f"nightly: the history could not be judged ({str(e).splitlines()[0]})",
               file=sys.stderr)
         return []
-    tonight = {req.build.spec, req.build.version, req.build.commit} - {None}
-    return [c for c in detect_all(series_of(results)) if c.regression
-            and (c.first_after.result.build in tonight
-                 or c.first_after.result.compiler_version in tonight)]
+    mine = [r for r in results if r.profile in (req.profile, "")]
+    done = bisected(req.root)
+    return [c for c in detect_all(series_of(mine)) if c.regression
+            and Path(c.first_after.result.out_dir).parent.parent == req.root
+            and tuple(ends(c)) not in done]
+
+
+def ends(change: Any) -> list[str | None]:
+    """The builds on each side of a change, as the nights that measured them name them."""
+    return [night_build(change.last_before.result.out_dir),
+            night_build(change.first_after.result.out_dir)]
+
+
+def bisected(root: Path) -> set[tuple[str | None, ...]]:
+    """The (good, bad) pairs the nights under `root` bisected already."""
+    pairs = set()
+    for record in root.glob(f"*/{NIGHT_STATE}"):
+        try:
+            found = json.loads(record.read_text()).get("summary", {}).get("regressions", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        pairs |= {tuple(r["ends"]) for r in found if isinstance(r, dict) and r.get("ends")}
+    return pairs
 
 
 def bisect_argv(req: NightRequest, change: Any, out: Path) -> list[str] | None:
-    """`runner bisect` from the build before the step to tonight's, with the test that sees
+    """`runner bisect` from the build before the step to the one after, with the test that sees
     the change (`Change.test()`: accuracy, compstat, or throughput with its repeats), or
     None where the build before cannot be installed again."""
-    from runner.history.changes import build_spec
-
-    good = build_spec(change.last_before)
-    if good is None or good[0] == req.build.spec:
+    good, bad = ends(change)
+    if good is None or bad is None or good == bad:
         return None
-    argv = [sys.executable, "-m", "runner", "bisect", "--good", good[0], "--bad",
-            req.build.spec, "--test", change.test(), "--profile", req.profile,
-            "--out", str(out)]
+    argv = [sys.executable, "-m", "runner", "bisect", "--good", good, "--bad", bad,
+            "--test", change.test(), "--profile", req.profile, "--out", str(out)]
     if req.sources.find_links:
         argv += ["--find-links", req.sources.find_links]
-    if req.sources.pre or "--pre" in good[1]:
+    if req.sources.pre:
         argv.append("--pre")
     return argv
 
 
+def no_bisect_reason(pair: list[str | None]) -> str:
+    if None in pair:
+        return "a side was measured outside the nights under --out: no nightly.json names its build"
+    return "the same build on both sides: the machine, its load or the inputs changed, not IREE"
+
+
 def _bisect(argv: list[str], out: Path, log: Path) -> dict[str, Any]:
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as sink:
         rc = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, check=False,
                             stdin=subprocess.DEVNULL).returncode
@@ -175,6 +217,7 @@ def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
     evidence = answer.get("evidence", {})
     return {"first_bad": answer.get("first_bad"), "last_good": answer.get("last_good"),
             "exact": bool(answer.get("exact")), "text": answer.get("text"),
+            "evidence": evidence.get("verdict", {}).get("metric"),
             "confidence": round(change.confidence, 6), "metric": change.series.label,
             "relative": change.relative,
             "dispatches_moved": evidence.get("dispatch_changes")
@@ -183,11 +226,12 @@ def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
-    """Each regression tonight's build brought: its line, and (with bisect on) the
-    confirmed culprit between the build before and tonight's."""
+    """Each regression no night has bisected yet: its line, and (with bisect on) the
+    confirmed culprit between the builds on each side of it."""
     found: list[dict[str, Any]] = []
-    for change in tonights_regressions(req):
-        item: dict[str, Any] = {"change": change.line(), "confidence": change.confidence}
+    for change in new_regressions(req):
+        item: dict[str, Any] = {"change": change.line(), "confidence": change.confidence,
+                                "ends": ends(change)}
         out = night / f"bisect-{len(found)}"
         argv = bisect_argv(req, change, out)
         if req.bisect and argv is not None:
@@ -196,7 +240,7 @@ def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, 
                                   partial(_bisect, argv, out, log), say="nightly")
             item["culprit"] = culprit_of(change, detail["answer"])
         elif argv is None:
-            item["no_bisect"] = change.why_no_bisect()
+            item["no_bisect"] = no_bisect_reason(item["ends"])
         found.append(item)
     return found
 

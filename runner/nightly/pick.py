@@ -41,12 +41,12 @@ def night_dir_name(day: str, build: Build) -> str:
     return f"{day}-{label}"
 
 
-def measured_in_store(results_url: str | None, build: Build, profile: str) -> str | None:
-    """Where the store holds a result of `build` and `profile` from this machine (an out
-    dir), else None; None too where the store cannot be read: the night then runs, as a
-    store that cannot be reached fails nothing."""
+def measured_in_store(results_url: str | None, build: Build, profile: str) -> list[str]:
+    """The out dirs of the store's results of `build` and `profile` from this machine;
+    none where the store cannot be read: the night then runs, as a store that cannot be
+    reached fails nothing."""
     if build.version is None and build.commit is None:
-        return None
+        return []
     try:
         from runner.history.store import Query, opened
         from runner.history.url import resolve
@@ -56,8 +56,17 @@ def measured_in_store(results_url: str | None, build: Build, profile: str) -> st
         with opened(resolve(results_url)) as store:
             found = store.query(query)
     except (RunnerError, ImportError):
-        return None
-    return found[-1].out_dir if found else None
+        return []
+    return [r.out_dir for r in found]
+
+
+def unfinished(night: Path) -> bool:
+    """A night dir whose steps did not all finish (a killed night: the same command again
+    goes on with it)."""
+    try:
+        return not json.loads((night / "nightly.json").read_text()).get("measured")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def measured_here(root: Path, build: Build) -> Path | None:
