@@ -407,3 +407,19 @@ def _out_dirs(store: Path) -> list[str]:
 
     with open_store(resolve(str(store))) as opened:
         return [r.out_dir for r in opened.query(Query())]
+
+
+def test_a_store_that_cannot_be_reached_fails_nothing(tmp_path, capsys):
+    """The night runs (nothing says it was measured) and judges nothing, saying so, with
+    the store's password never shown."""
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, new_regressions, skip_reason
+
+    req = NightRequest(tmp_path / "nights", Build("wheels", "wheels:3.12.0", "3.12.0",
+                                                  version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15",
+                       "postgresql://lab:s3cret@127.0.0.1:1/results")
+    assert skip_reason(req) is None
+    assert new_regressions(req) == []
+    err = capsys.readouterr().err
+    assert "the history could not be judged" in err and "s3cret" not in err
