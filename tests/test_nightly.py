@@ -291,6 +291,9 @@ def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
     state = json.loads(last.read_text())
     state["summary"] = {"regressions": [{"ends": ["wheels:3.11.0", "wheels:3.12.0"]}]}
     last.write_text(json.dumps(state))
+    assert len(new_regressions(req)) == 1  # named (--no-bisect), not bisected: still new
+    state["summary"]["regressions"][0]["bisected"] = True
+    last.write_text(json.dumps(state))
     assert new_regressions(req) == []
 
 

@@ -162,14 +162,16 @@ def ends(change: Any) -> list[str | None]:
 
 
 def bisected(root: Path) -> set[tuple[str | None, ...]]:
-    """The (good, bad) pairs the nights under `root` bisected already."""
+    """The (good, bad) pairs the nights under `root` bisected already (a night with
+    --no-bisect names a regression and leaves it to the next)."""
     pairs = set()
     for record in root.glob(f"*/{NIGHT_STATE}"):
         try:
             found = json.loads(record.read_text()).get("summary", {}).get("regressions", [])
         except (OSError, ValueError, AttributeError):
             continue
-        pairs |= {tuple(r["ends"]) for r in found if isinstance(r, dict) and r.get("ends")}
+        pairs |= {tuple(r["ends"]) for r in found
+                  if isinstance(r, dict) and r.get("ends") and r.get("bisected")}
     return pairs
 
 
@@ -238,7 +240,7 @@ def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, 
             log = night / "logs" / f"bisect-{len(found)}.log"
             detail, _ = steps.run(f"bisect {len(found)}", shlex.join(argv[1:]),
                                   partial(_bisect, argv, out, log), say="nightly")
-            item["culprit"] = culprit_of(change, detail["answer"])
+            item.update(bisected=True, culprit=culprit_of(change, detail["answer"]))
         elif argv is None:
             item["no_bisect"] = no_bisect_reason(item["ends"])
         found.append(item)
