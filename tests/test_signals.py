@@ -298,6 +298,9 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
                              "battery), ~45 s a try; tests/test_gpu_check.py resumes a carry",
         "gpu-check run": "a SIGTERM mid-step and a resume keeping what passed: "
                          "tests/test_gpu_check.py",
+        "nightly": "its steps are goldens check, bench goldens, run, score and bench (each in "
+                   "the battery), a night minutes long; a killed night's rerun keeping its "
+                   "finished steps: tests/test_nightly.py",
     }
     rules = rerun_rules()
     assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))
