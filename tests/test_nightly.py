@@ -93,6 +93,15 @@ def test_a_notify_url_that_is_no_http_url_is_refused(url, tmp_path):
     assert not (REPO / "pwned").exists() and not (tmp_path / "n").exists()
 
 
+@pytest.mark.parametrize("build", ["commit:abc1234", "build-dir:/tmp", "source:abc1234",
+                                   "wheels:$(touch pwned)", "3.13.0"])
+def test_a_night_measures_wheels_only(build, tmp_path):
+    ran = nightly("--iree", build, "--out", str(tmp_path / "n"), "--dry-run",
+                  cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "--iree" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr and not (REPO / "pwned").exists()
+
+
 def test_the_dry_run_picks_the_newest_nightly_and_writes_nothing(tmp_path):
     links = tmp_path / "links"
     links.mkdir()

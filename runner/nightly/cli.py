@@ -29,7 +29,7 @@ from runner.cli.grammar import (
 NIGHTLY_LOCK = ("nightly", "nightly.lock")  # under cache_dir(): one night at a time per machine
 
 
-def _request(args: argparse.Namespace, argv: list[str]):
+def _request(args: argparse.Namespace):
     from runner.bisect.builds import Sources, check_find_links
     from runner.config.profile import load_profile
     from runner.nightly.night import NightRequest
@@ -43,7 +43,7 @@ def _request(args: argparse.Namespace, argv: list[str]):
     build = pick_build(args.iree, sources)
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return NightRequest(Path(os.path.abspath(args.out)), build, sources, args.profile, day,
-                        args.results, not args.no_bisect, argv)
+                        args.results, not args.no_bisect)
 
 
 def _dry_run(req: Any) -> int:
@@ -59,8 +59,8 @@ def _dry_run(req: Any) -> int:
     for step in night_steps(req.profile):
         python = "BUILD_PYTHON" if not step.host else sys.executable
         print(f"  {step.name}: {' '.join(step.argv(python, night))}")
-    print("then: each step's results recorded, the history judged; a regression tonight's "
-          "build brought is bisected" + ("" if req.bisect else " (not: --no-bisect)"))
+    print("then: each step's results recorded, the history judged; a regression between two "
+          "nights' builds is bisected" + ("" if req.bisect else " (not: --no-bisect)"))
     return EXIT_OK
 
 
@@ -91,7 +91,7 @@ def cmd_nightly(ctx: CommandContext) -> int:
     from runner.nightly.night import summary_of
 
     args = ctx.args
-    req = _request(args, list(ctx.argv))
+    req = _request(args)
     if args.dry_run:
         return _dry_run(req)
     try:
@@ -118,7 +118,7 @@ def register(subparsers: Any) -> None:
         "and bisects a regression no night has bisected yet between the two builds. Exit: "
         "0 measured and no regression (or already measured), 1 a confirmed regression or a "
         "failed check, 2 bad input or a step that failed (the same command again resumes).")
-    add_iree(p, note=" (default: the newest the index offers)", kinds=("wheels", "commit"))
+    add_iree(p, note=" (default: the newest the index offers)", kinds=("wheels",))
     add_find_links(p)
     shared(p, "--pre", action="store_true",
            help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")

@@ -17,7 +17,7 @@ import shlex
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,6 @@ class NightRequest:
     day: str  # UTC date, the night dir's prefix
     results: str | None = None
     bisect: bool = True
-    argv: list[str] = field(default_factory=list)
 
 
 def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runner.base.errors import BadInput, RunnerError
 from runner.bisect.builds import Build, Sources, available_versions, parse_build
-from runner.inputs.iree_build import version_key
+from runner.inputs.iree_build import parse_build_spec, version_key
 
 
 def newest_build(sources: Sources) -> Build:
@@ -29,10 +29,15 @@ def newest_build(sources: Sources) -> Build:
 
 
 def pick_build(given: str | None, sources: Sources) -> Build:
-    """`--iree` as given, else the newest build on the index."""
-    if given:
-        return parse_build(given, sources, "--iree")
-    return newest_build(sources)
+    """`--iree` as given, else the newest build on the index. A night measures released
+    wheels: a commit's PkgCI packages and source builds are `runner bisect`'s."""
+    if not given:
+        return newest_build(sources)
+    if parse_build_spec(given, "--iree").kind != "wheels":
+        raise BadInput(f"{given} is not a wheels: build", where="--iree",
+                       fix="name a release or nightly, e.g. wheels:3.13.0 or "
+                       "wheels:3.14.0rc20261207 --pre")
+    return parse_build(given, sources, "--iree")
 
 
 def night_dir_name(day: str, build: Build) -> str:
