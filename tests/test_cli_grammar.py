@@ -436,6 +436,8 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
     "trend": (["wheels:3.12.0", "wheels:3.13.0", "--profile", "tiny", "--count", "1", "--out",
                "OUT"], "runner.bisect.probe --profile "),
     "image build": (["--iree", "wheels:3.13.0"], "docker build "),
+    "nightly": (["--iree", "wheels:3.13.0", "--profile", "tiny", "--out", "OUT"],
+                "bench: BUILD_PYTHON -m runner bench --profile tiny --out OUT/"),
     "mlperf": (["--profile", "cpu", "--scenario", "offline", "--mode", "performance",
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
     "history import": (["RESULT", "--results", "STORE"],

@@ -95,6 +95,8 @@ QUICK = {
     "runner goldens check iree-test-suites/torch_models --marker gfx942 "
     "--dry-run": "--iree-rocm-target=gfx942",
     "runner bench goldens --profile tiny --dry-run": "PLANNED   tiny-bench/clip_cpu [cpu]",
+    "runner nightly --iree wheels:3.13.0 --profile tiny --out runs/nightly --dry-run":
+        "goldens check: BUILD_PYTHON -m runner goldens check --out ",
     "runner validate --iree wheels:3.13.0 --profile cpu --count 32 --goldens tiny "
     "--to v2.0 --out runs/validate --dry-run": "# validate: DRY RUN (nothing was run or judged)",
     "runner bisect --good wheels:3.10.0 --bad wheels:3.13.0 --test images --profile tiny "
@@ -209,6 +211,11 @@ LAB_DB = "needs a lab's PostgreSQL server (the tests start a real one on loopbac
 
 # Shown but not run here: command -> (why, the test or script that covers it).
 NOT_HERE: dict[str, tuple[str, str]] = {
+    "runner nightly --pre --find-links https://iree.dev/pip-release-links.html --out "
+    "/data/nightly --notify https://hooks.slack.com/services/T0/B0/XXXX": (
+        "a whole night, from IREE's nightlies page, posted to Slack; its dry runs over a "
+        "directory of nightly wheels are tested",
+        "tests/test_nightly.py::test_the_cron_line_runs_as_a_dry_run"),
     "python3 -m pip install -e '.[compile,metrics]' && python3 -m runner run --profile cpu "
     "--count 32 --out runs/main": (
         INSTALL + "; its run is `runner run --profile cpu --count 32 --out runs/main`, run here",

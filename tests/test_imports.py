@@ -34,8 +34,8 @@ PACKAGE = ROOT / "runner"
 # Lowest first. A package's modules share its layer; `runner.cli.*` and `*.cli` modules
 # are the CLI layer.
 LAYERS = ("base", "inputs", "config", "model", "rundir", "docker", "batch", "accuracy",
-          "report", "preflight", "lifecycle", "goldens", "loadgen", "bench", "bisect", "validate",
-          "gpucheck", "history", "cli")
+          "report", "preflight", "lifecycle", "goldens", "loadgen", "bench", "bisect",
+          "validate", "gpucheck", "history", "nightly", "cli")
 CLI_LAYER = {"runner.__main__"}  # the `runner` console script: the CLI's entry point
 
 

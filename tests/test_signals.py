@@ -301,6 +301,9 @@ def test_every_command_that_writes_an_out_has_its_rule_and_its_battery():
         "history confirm": "installs two IREE releases and runs ten bench goldens rounds "
                            "(minutes); each round is `runner bench goldens`, in the battery: "
                            "tests/test_history_confirm.py",
+        "nightly": "its steps are goldens check, bench goldens, run, score and bench (each in "
+                   "the battery), a night minutes long; a killed night's rerun keeping its "
+                   "finished steps: tests/test_nightly.py",
     }
     rules = rerun_rules()
     assert set(rules) == covered | set(elsewhere), set(rules) ^ (covered | set(elsewhere))

@@ -96,6 +96,7 @@ COMMAND_GROUPS: dict[str, str] = {
     "bench": LAB,
     "gpu-check": LAB,
     "history": LAB,
+    "nightly": LAB,
     "mlperf": MLPERF_COMMANDS,
     "export": MODELS,
     "fetch": MODELS,

@@ -51,6 +51,7 @@ from runner.history.cli import register as register_history
 from runner.loadgen.cli import register as register_mlperf
 from runner.model.cli import register as register_model
 from runner.model.export.cli import register as register_export
+from runner.nightly.cli import register as register_nightly
 from runner.report.cli import register as register_report
 
 if TYPE_CHECKING:
@@ -245,6 +246,7 @@ def build_parser() -> RunnerParser:
     register_mlperf(sub)
     register_gpu_check(sub)
     register_history(sub, goldens)
+    register_nightly(sub)
     register_completion(sub)
     describe(parser)
     for group in [parser, *(c for _, c in walk(parser))]:

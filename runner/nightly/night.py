@@ -1,0 +1,279 @@
+"""One night: the build's steps into a dated dir, each recorded in the history, the history
+judged, and a regression between two nights' builds confirmed and bisected.
+
+The night dir's `nightly.json` holds every step through `runner.base.steps.Steps`, so the
+same night run again (a scheduler's retry, a killed job) skips what finished. A regression
+is the history's own judgement (`runner.history.changes.detect_all`, as `runner history`
+makes it) over this machine's results of the profile, bisected once, by the first night
+that sees it; the bisect that follows measures
+both ends again before it searches (runner/bisect/search.py), which is the confirmation: an
+end that no longer differs answers `no_change`, and the night names no culprit.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import EXIT_FAILED, EXIT_OK, RunnerError, StepFailed
+from runner.base.fileio import atomic_write_json
+from runner.base.outcome import Outcome
+from runner.base.steps import Steps
+from runner.bisect.builds import Build, Sources
+from runner.nightly.pick import measured_here, measured_in_store, night_dir_name, unfinished
+from runner.nightly.plan import NightStep, night_steps
+
+NIGHT_STATE = "nightly.json"
+WORSE_ACROSS_BUILDS = (Outcome.REGRESSION, Outcome.UNCONFIRMED)  # what a night bisects
+
+
+@dataclass(frozen=True)
+class NightRequest:
+    """What the scheduler asked for, checked (runner/nightly/cli.py)."""
+
+    root: Path  # --out: the nights live under it, one dir each
+    build: Build
+    sources: Sources
+    profile: str
+    day: str  # UTC date, the night dir's prefix
+    results: str | None = None
+    bisect: bool = True
+
+
+def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any
+               ) -> dict[str, Any]:
+    """The summary printed, kept in nightly.json and posted to the webhook."""
+    head = {"skipped": f"nightly {req.build.label}: already measured on this machine",
+            "passed": f"nightly {req.build.label}: measured, no regression",
+            "failed": f"nightly {req.build.label}: a check failed",
+            "regression": f"nightly {req.build.label}: regression",
+            "error": f"nightly {req.build.label}: the night stopped on an error"}[status]
+    culprit = more.get("culprit")
+    if culprit:
+        head += f"; first bad build {culprit['first_bad']}"
+    return {"headline": head, "status": status, "build": req.build.spec,
+            "profile": req.profile, "machine": socket.gethostname(), "day": req.day,
+            "night_dir": str(night) if night else None, **more}
+
+
+def skip_reason(req: NightRequest) -> str | None:
+    """Where this machine measured tonight's build before, or None. The results of a
+    night that did not finish do not count: that night goes on."""
+    found = measured_here(req.root, req.build)
+    if found is not None:
+        return str(found)
+    stored = [d for d in measured_in_store(req.results, req.build, req.profile)
+              if not unfinished(Path(d).parent)]
+    return stored[-1] if stored else None
+
+
+def _load(night: Path, req: NightRequest) -> dict[str, Any]:
+    path = night / NIGHT_STATE
+    state = json.loads(path.read_text()) if path.is_file() else {}
+    state.setdefault("steps", {})
+    state.update(build=req.build.to_dict(), profile=req.profile, day=req.day)
+    return state
+
+
+def _run_step(step: NightStep, python: str, environ: dict[str, str], night: Path
+              ) -> dict[str, Any]:
+    """Runs one step, its output into logs/; exit 0 and 1 are measured (1: a verdict
+    failed), any other code fails the night (run it again: finished steps are kept)."""
+    argv = step.argv(python, night)
+    log = night / "logs" / f"{step.name.replace(' ', '-')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
+                            stdin=subprocess.DEVNULL, env=environ).returncode
+    if rc not in (EXIT_OK, EXIT_FAILED):
+        tail = log.read_text(errors="replace")[-800:]
+        raise StepFailed(f"`{shlex.join(argv[1:])}` exited {rc}:\n{tail}",
+                         where=f"nightly step {step.name}", fix=f"see {log}; the same "
+                         "command again goes on from this step")
+    return {"exit_code": rc, "out": str(night / step.subdir), "log": str(log)}
+
+
+def measure_night(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
+    """Every step of the night with the build's IREE; each step's results recorded."""
+    from runner.bisect.envs import ensure_env
+    from runner.history.record import record
+
+    env = ensure_env(req.build, req.sources)
+    python, environ = env.python, env.environ()
+    environ.pop("RUNNER_RESULTS_URL", None)  # the night records each step itself, below
+    key = f"{req.build.spec} {req.profile}"
+    done = []
+    for step in night_steps(req.profile):
+        detail, skipped = steps.run(step.name, key, partial(_run_step, step, python, environ,
+                                                            night), say="nightly")
+        if step.records and not skipped:
+            record(step.records, Path(detail["out"]), req.results)
+        done.append({"step": step.name, **detail})
+    return done
+
+
+def night_build(out_dir: str) -> str | None:
+    """The build a night measured, read from the nightly.json above a step's out dir: the
+    spec pip installs it by (`wheels:3.13.0`), where the history holds the version its
+    wheels report (`3.13.0rc20261016`)."""
+    record = Path(out_dir).parent / NIGHT_STATE
+    try:
+        spec = json.loads(record.read_text())["build"]["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return spec if isinstance(spec, str) else None
+
+
+def new_regressions(req: NightRequest) -> list[Any]:
+    """The history's regressions on this machine, of the profile (and of the goldens, which
+    have none), whose first point after the step is a night's under `--out`, and which no
+    night has bisected yet (`runner.history.changes.Change`). The history names a step once
+    MIN_SIZE points lie on each side of it, so the night that first sees a regression may
+    come after the night of the build that brought it."""
+    from runner.history.changes import detect_all
+    from runner.history.judge import judge_changes
+    from runner.history.series import series_of
+    from runner.history.store import Query, opened
+    from runner.history.url import resolve
+
+    try:
+        with opened(resolve(req.results)) as store:
+            results = store.query(Query(machine=socket.gethostname()))
+            confirmations = store.confirmations()
+    except (RunnerError, ImportError) as e:  # an unreachable store judges nothing, fails nothing
+        print(f"nightly: the history could not be judged ({str(e).splitlines()[0]})",
+              file=sys.stderr)
+        return []
+    mine = [r for r in results if r.profile in (req.profile, "")]
+    done = bisected(req.root)
+    # The history's judgement, as `runner history` gives it: a step of the machine's (one
+    # build on both sides, or its conditions changed) is not IREE's and is not bisected; one
+    # worse across two builds is, and the bisect measures both ends again first.
+    judged = judge_changes(detect_all(series_of(mine)), confirmations)
+    return [c for c in judged if c.kind in WORSE_ACROSS_BUILDS
+            and Path(c.first_after.result.out_dir).parent.parent == req.root
+            and tuple(ends(c)) not in done]
+
+
+def ends(change: Any) -> list[str | None]:
+    """The builds on each side of a change, as the nights that measured them name them."""
+    return [night_build(change.last_before.result.out_dir),
+            night_build(change.first_after.result.out_dir)]
+
+
+def bisected(root: Path) -> set[tuple[str | None, ...]]:
+    """The (good, bad) pairs the nights under `root` bisected already (a night with
+    --no-bisect names a regression and leaves it to the next)."""
+    pairs = set()
+    for record in root.glob(f"*/{NIGHT_STATE}"):
+        try:
+            found = json.loads(record.read_text()).get("summary", {}).get("regressions", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        pairs |= {tuple(r["ends"]) for r in found
+                  if isinstance(r, dict) and r.get("ends") and r.get("bisected")}
+    return pairs
+
+
+def bisect_argv(req: NightRequest, change: Any, out: Path) -> list[str] | None:
+    """`runner bisect` from the build before the step to the one after, with the test that sees
+    the change (`Change.test()`: accuracy, compstat, or throughput with its repeats), or
+    None where the build before cannot be installed again."""
+    good, bad = ends(change)
+    if good is None or bad is None or good == bad:
+        return None
+    argv = [sys.executable, "-m", "runner", "bisect", "--good", good, "--bad", bad,
+            "--test", change.test(), "--profile", req.profile, "--out", str(out)]
+    if req.sources.find_links:
+        argv += ["--find-links", req.sources.find_links]
+    if req.sources.pre:
+        argv.append("--pre")
+    return argv
+
+
+def no_bisect_reason(pair: list[str | None]) -> str:
+    if None in pair:
+        return "a side was measured outside the nights under --out: no nightly.json names its build"
+    return "the same build on both sides: the machine, its load or the inputs changed, not IREE"
+
+
+def _bisect(argv: list[str], out: Path, log: Path) -> dict[str, Any]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink:
+        rc = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, check=False,
+                            stdin=subprocess.DEVNULL).returncode
+    state = out / "bisect.json"
+    if rc != EXIT_OK or not state.is_file():
+        raise StepFailed(f"the bisect exited {rc}: "
+                         f"{log.read_text(errors='replace')[-800:]}",
+                         where="nightly step bisect", fix=f"see {log}; the same command "
+                         "again resumes the bisect")
+    answer = json.loads(state.read_text()).get("answer", {})
+    return {"answer": answer, "out": str(out), "log": str(log)}
+
+
+def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The culprit the bisect confirmed, or None where both ends now measure alike."""
+    if not answer or answer.get("no_change"):
+        return None
+    evidence = answer.get("evidence", {})
+    return {"first_bad": answer.get("first_bad"), "last_good": answer.get("last_good"),
+            "exact": bool(answer.get("exact")), "text": answer.get("text"),
+            "evidence": evidence.get("verdict", {}).get("metric"),
+            "confidence": round(change.confidence, 6), "metric": change.series.label,
+            "relative": change.relative,
+            "dispatches_moved": evidence.get("dispatch_changes")
+            or evidence.get("dispatch_note"),
+            "changed_samples": len(evidence.get("changed_samples") or [])}
+
+
+def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
+    """Each regression no night has bisected yet: its line, and (with bisect on) the
+    confirmed culprit between the builds on each side of it."""
+    found: list[dict[str, Any]] = []
+    for change in new_regressions(req):
+        item: dict[str, Any] = {"change": change.line(), "confidence": change.confidence,
+                                "ends": ends(change)}
+        out = night / f"bisect-{len(found)}"
+        argv = bisect_argv(req, change, out)
+        if req.bisect and argv is not None:
+            log = night / "logs" / f"bisect-{len(found)}.log"
+            detail, _ = steps.run(f"bisect {len(found)}", shlex.join(argv[1:]),
+                                  partial(_bisect, argv, out, log), say="nightly")
+            item.update(bisected=True, culprit=culprit_of(change, detail["answer"]))
+        elif argv is None:
+            item["no_bisect"] = no_bisect_reason(item["ends"])
+        found.append(item)
+    return found
+
+
+def run_night(req: NightRequest) -> dict[str, Any]:
+    """The night, start to end (or skipped): its summary, `exit_code` included."""
+    reason = skip_reason(req)
+    if reason is not None:
+        return {**summary_of(req, "skipped", None, measured_in=reason), "exit_code": EXIT_OK}
+    night = req.root / night_dir_name(req.day, req.build)
+    night.mkdir(parents=True, exist_ok=True)
+    state = _load(night, req)
+    steps = Steps(state["steps"], lambda: atomic_write_json(night / NIGHT_STATE, state))
+    done = measure_night(req, night, steps)
+    state["measured"] = True
+    steps.save()
+    regressions = investigate(req, night, steps)
+    confirmed = [r["culprit"] for r in regressions if r.get("culprit")]
+    checks_failed = [d["step"] for d in done if d.get("exit_code") == EXIT_FAILED]
+    status = ("regression" if confirmed else "failed" if checks_failed else "passed")
+    summary = summary_of(req, status, night, steps=done, regressions=regressions,
+                         checks_failed=checks_failed,
+                         culprit=confirmed[0] if confirmed else None)
+    summary["exit_code"] = EXIT_FAILED if confirmed or checks_failed else EXIT_OK
+    state["summary"] = summary
+    steps.save()
+    return summary

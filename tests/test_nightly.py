@@ -1,0 +1,437 @@
+"""`runner nightly`: the build it picks, the night it skips, the machine's lock, and the
+summary posted to a real local HTTP server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from cli_support import Ran, cli
+from repo_support import REPO
+
+from runner.nightly.notify import post, shown_url
+
+SLACK = "https://hooks.slack.com/services/T0SECRET/B0SECRET/tokentokentoken"
+
+
+class Hook:
+    """A real HTTP server on localhost taking webhook posts: the bodies it got, the status
+    it answers with."""
+
+    def __init__(self, status: int = 200):
+        self.bodies: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length", 0))
+                hook.bodies.append(json.loads(self.rfile.read(size)))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/T0/B0/sekrit-token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.close()
+
+
+def nightly(*args: str, cache: Path) -> Ran:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain",
+           "RUNNER_CACHE_DIR": str(cache)}
+    env.pop("RUNNER_RESULTS_URL", None)
+    return cli("nightly", *args, env=env)
+
+
+def test_the_summary_reaches_a_real_webhook_and_its_token_is_never_shown(hook):
+    summary = {"headline": "nightly 3.13.0: measured, no regression", "status": "passed"}
+    assert post(hook.url, summary) is None
+    assert hook.bodies == [{"text": summary["headline"], "nightly": summary}]
+    assert shown_url(hook.url) == f"http://127.0.0.1:{hook.server.server_port}/REDACTED"
+    assert shown_url(SLACK) == "https://hooks.slack.com/REDACTED"
+
+
+def test_a_failed_post_is_said_not_raised(tmp_path):
+    refusing = Hook(status=500)
+    try:
+        assert post(refusing.url, {"headline": "x"}) == (
+            f"http://127.0.0.1:{refusing.server.server_port}/REDACTED answered HTTP 500")
+    finally:
+        refusing.close()
+    dead = post("http://127.0.0.1:9/hooks/sekrit", {"headline": "x"}, timeout=5)
+    assert dead is not None and "could not be reached" in dead and "sekrit" not in dead
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "hooks.slack.com/x", "http://",
+                                 "https://h/$(touch pwned)\n"])
+def test_a_notify_url_that_is_no_http_url_is_refused(url, tmp_path):
+    ran = nightly("--iree", "wheels:3.13.0", "--notify", url, "--out", str(tmp_path / "n"),
+                  "--dry-run", cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "--notify" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert not (REPO / "pwned").exists() and not (tmp_path / "n").exists()
+
+
+@pytest.mark.parametrize("build", ["commit:abc1234", "build-dir:/tmp", "source:abc1234",
+                                   "wheels:$(touch pwned)", "3.13.0"])
+def test_a_night_measures_wheels_only(build, tmp_path):
+    ran = nightly("--iree", build, "--out", str(tmp_path / "n"), "--dry-run",
+                  cache=tmp_path / "cache")
+    assert ran.returncode == 2 and "--iree" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr and not (REPO / "pwned").exists()
+
+
+def test_the_dry_run_picks_the_newest_nightly_and_writes_nothing(tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    for date in ("20250620", "20250601", "20250610"):
+        for package in ("compiler", "runtime"):
+            (links / f"iree_base_{package}-3.14.0rc{date}-cp311-cp311-"
+                     "manylinux_2_28_x86_64.whl").write_bytes(b"")
+    out = tmp_path / "nights"
+    ran = nightly("--pre", "--find-links", str(links), "--profile", "tiny", "--out", str(out),
+                  "--dry-run", cache=tmp_path / "cache")
+    assert ran.returncode == 0, ran.stderr
+    assert "build: wheels:3.14.0rc20250620" in ran.stdout
+    steps = [line.split(":")[0].strip() for line in ran.stdout.splitlines()
+             if "-m runner " in line]
+    assert steps == ["goldens check", "bench goldens", "run", "score", "bench"]
+    assert "-m runner run --profile tiny --no-score --out" in ran.stdout
+    assert not out.exists()
+    assert not list((tmp_path / "cache").rglob("*"))  # nothing fetched, cached or locked
+
+
+def _stored_night(store: Path, version: str, out_dir: str) -> None:
+    """The results store holding a bench result of `version` from this machine."""
+    import socket
+    from datetime import datetime
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+
+    result = Result(key=f"bench {out_dir}", command="bench", out_dir=out_dir,
+                    finished_at=datetime(2026, 12, 1, 3, 0), profile="tiny",
+                    machine=socket.gethostname(), compiler_version=version,
+                    build=f"wheels:{version}", metrics=(Metric("samples_per_s", "", 2.0),))
+    with open_store(resolve(str(store))) as opened:
+        assert opened.add(result)
+
+
+def test_a_build_this_machine_measured_is_skipped_and_said(tmp_path, hook):
+    store = tmp_path / "store.sqlite"
+    _stored_night(store, "3.11.0", "/data/nightly/2026-12-01-3.11.0/bench")
+    root = tmp_path / "nights"
+    ran = nightly("--iree", "wheels:3.11.0", "--profile", "tiny", "--results", str(store),
+                  "--notify", hook.url, "--out", str(root), cache=tmp_path / "cache")
+    assert ran.returncode == 0, ran.stderr
+    assert "already measured on this machine" in ran.stdout
+    assert [b["nightly"]["status"] for b in hook.bodies] == ["skipped"]
+    assert hook.bodies[0]["nightly"]["measured_in"] == "/data/nightly/2026-12-01-3.11.0/bench"
+    assert not list(root.glob("2*"))  # no night dir
+    assert "sekrit-token" not in ran.stderr + ran.stdout
+    other = nightly("--iree", "wheels:3.12.0", "--profile", "tiny", "--results", str(store),
+                    "--out", str(tmp_path / "n2"), "--dry-run", cache=tmp_path / "cache")
+    assert other.returncode == 0 and "build: wheels:3.12.0" in other.stdout, other.stderr
+
+
+def test_a_second_nightly_on_one_machine_is_refused_and_said(tmp_path, hook):
+    from runner.base.dirlock import DirLock
+
+    lock = DirLock(tmp_path / "cache" / "nightly" / "nightly.lock", "machine's nightly")
+    lock.lock("runner nightly --out elsewhere")
+    try:
+        ran = nightly("--iree", "wheels:3.11.0", "--notify", hook.url, "--out",
+                      str(tmp_path / "nights"), cache=tmp_path / "cache")
+    finally:
+        lock.unlock()
+    assert ran.returncode == 2, ran.stderr
+    assert "another driver holds this machine's nightly" in ran.stderr
+    assert "runner nightly --out elsewhere" in ran.stderr
+    assert [b["nightly"]["status"] for b in hook.bodies] == ["error"]
+    assert not list((tmp_path / "nights").glob("2*"))
+
+
+# --- the scheduler lines of docs/nightly.md, each run as a dry run --------------------------
+PAGE = REPO / "docs" / "nightly.md"
+NIGHTLIES_PAGE = "https://iree.dev/pip-release-links.html"
+
+
+def fenced(language: str) -> str:
+    (block,) = re.findall(rf"^```{language}\n(.*?)^```", PAGE.read_text(), re.M | re.S)
+    return block
+
+
+def schedule_and_command(crontab_line: str) -> tuple[str, str]:
+    """A crontab line's five time fields and its command, without its redirection."""
+    fields = crontab_line.split(maxsplit=5)
+    return " ".join(fields[:5]), fields[5].split(" >>")[0]
+
+
+def as_dry_run(command: str, tmp_path: Path, hook: Hook) -> Ran:
+    """The page's command, its nightly page and --out swapped for a local find-links dir of
+    nightly wheels and a temporary dir, as a dry run through bash, `runner` on PATH."""
+    links = tmp_path / "links"
+    links.mkdir(exist_ok=True)
+    for package in ("compiler", "runtime"):
+        (links / f"iree_base_{package}-3.14.0rc20261207-cp311-cp311-"
+                 "manylinux_2_28_x86_64.whl").write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "runner").write_text(f"#!/bin/sh\nexec {sys.executable} -m runner \"$@\"\n")
+    (bin_dir / "runner").chmod(0o755)
+    assert NIGHTLIES_PAGE in command and "/data/nightly" in command
+    local = command.replace(NIGHTLIES_PAGE, str(links)).replace(
+        "/data/nightly", str(tmp_path / "nights"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "NIGHTLY_WEBHOOK": hook.url, "RUNNER_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(["bash", "-c", f"{local} --dry-run"], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "build: wheels:3.14.0rc20261207" in proc.stdout
+    assert not (tmp_path / "nights").exists() and hook.bodies == []  # nothing written or sent
+    return Ran(proc.args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_cron_line_runs_as_a_dry_run(tmp_path, hook):
+    (line,) = [x for x in fenced("crontab").splitlines() if x and not x.startswith("#")]
+    schedule, command = schedule_and_command(line)
+    assert schedule == "30 2 * * *"
+    as_dry_run(command, tmp_path, hook)
+
+
+def test_the_scrontab_line_runs_as_a_dry_run(tmp_path, hook):
+    lines = fenced("scrontab").splitlines()
+    options = [x for x in lines if x.startswith("#SCRON")]
+    assert options and all(w.startswith("--") for x in options for w in x.split()[1:])
+    (line,) = [x for x in lines if x and not x.startswith("#")]
+    _, command = schedule_and_command(line)
+    as_dry_run(command, tmp_path, hook)
+
+
+def test_the_github_actions_schedule_parses_and_its_step_runs_as_a_dry_run(tmp_path, hook):
+    import yaml
+
+    workflow = yaml.safe_load(fenced("yaml"))
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true, as PyYAML does
+    crontab = [x for x in fenced("crontab").splitlines() if x and not x.startswith("#")]
+    assert triggers["schedule"] == [{"cron": schedule_and_command(crontab[0])[0]}]
+    (step,) = workflow["jobs"]["nightly"]["steps"]
+    assert set(step["env"]) == {"RUNNER_RESULTS_URL", "NIGHTLY_WEBHOOK"}
+    as_dry_run(step["run"], tmp_path, hook)
+
+
+# --- the history's judgement, and the bisect it leads to --------------------------------------
+def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "samples_per_s",
+            subject: str = "", dirs: bool = True) -> tuple[Path, Path]:
+    """Night dirs under a root, each with its nightly.json, and a store holding each
+    night's bench result (samples/s) from this machine, in the order given."""
+    import socket
+    from datetime import datetime, timedelta
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+
+    root, store = tmp_path / "nights", tmp_path / "store.sqlite"
+    results, day = [], datetime(2026, 11, 1, 3, 0)
+    for version, values in rates.items():
+        for value in values:
+            night = root / f"{day:%Y-%m-%d}-{version}"
+            if dirs:
+                _night_dir(night, f"wheels:{version}")
+            results.append(Result(
+                key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+                finished_at=day, profile="tiny", machine=socket.gethostname(),
+                compiler_version=f"{version}rc20260316",
+                metrics=(Metric(metric, subject, value),)))
+            day += timedelta(days=1)
+    with open_store(resolve(str(store))) as opened:
+        assert opened.add_all(results) == len(results)
+    return root, store
+
+
+def _night_dir(night: Path, spec: str) -> None:
+    night.mkdir(parents=True)
+    (night / "nightly.json").write_text(json.dumps({"build": {"spec": spec}, "measured": True,
+                                                    "steps": {}}))
+
+
+SLOWER = {"3.11.0": [2.0 + 0.01 * (i % 5) for i in range(10)],
+          "3.12.0": [1.5, 1.52, 1.51, 1.53]}
+
+
+def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, new_regressions
+
+    root, store = _nights(tmp_path, SLOWER)
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store))
+    (change,) = new_regressions(req)
+    assert change.series.metric == "samples_per_s" and change.confidence > 0.99
+    argv = bisect_argv(req, change, tmp_path / "b")
+    assert argv is not None
+    assert argv[3:9] == ["bisect", "--good", "wheels:3.11.0", "--bad", "wheels:3.12.0",
+                         "--test"] and argv[9].startswith("throughput:")
+    # a night that bisected it keeps its ends: the nights after do not bisect it again
+    last = sorted(root.iterdir())[-1] / "nightly.json"
+    state = json.loads(last.read_text())
+    state["summary"] = {"regressions": [{"ends": ["wheels:3.11.0", "wheels:3.12.0"]}]}
+    last.write_text(json.dumps(state))
+    assert len(new_regressions(req)) == 1  # named (--no-bisect), not bisected: still new
+    state["summary"]["regressions"][0]["bisected"] = True
+    last.write_text(json.dumps(state))
+    assert new_regressions(req) == []
+
+
+def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_path):
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, new_regressions
+
+    build = Build("wheels", "wheels:3.11.0", "3.11.0", version="3.11.0")
+    # the machine slowed down, the build did not: the step is not IREE's
+    root2, store2 = _nights(tmp_path / "same-build", {"3.11.0": [*SLOWER["3.11.0"],
+                                                                 *SLOWER["3.12.0"]]})
+    same = NightRequest(root2, build, Sources(), "tiny", "2026-11-15", str(store2))
+    (change,) = new_regressions(same)
+    assert bisect_argv(same, change, tmp_path / "b") is None
+    elsewhere = NightRequest(tmp_path / "other-root", build, Sources(), "tiny",
+                             "2026-11-15", str(store2))
+    assert new_regressions(elsewhere) == []
+
+
+@pytest.mark.slow
+def test_a_regression_is_confirmed_by_a_real_bisect_of_two_releases(tmp_path, capsys):
+    """The history says the dispatch count grew from 3.11.0 to 3.12.0; the night bisects
+    it with the real releases (compstat: compile statistics, deterministic per build) and
+    names a culprit only where the two builds' counts really differ."""
+    from runner.base.steps import Steps
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, investigate
+
+    grew = {"3.11.0": [100.0] * 10, "3.12.0": [120.0] * 4}
+    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet")
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store))
+    night = sorted(root.iterdir())[-1]
+    table: dict = {}
+    (found,) = investigate(req, night, Steps(table, lambda: None))
+    assert found["ends"] == ["wheels:3.11.0", "wheels:3.12.0"]
+    assert table["bisect 0"]["status"] == "finished"
+    state = json.loads((night / "bisect-0" / "bisect.json").read_text())
+    assert state["inputs"]["test"] == "compstat"
+    measured = {s["build"] for s in state["steps"]}
+    assert measured == {"wheels:3.11.0", "wheels:3.12.0"}  # both ends measured again
+    assert state["answer"]["first_bad"] == "wheels:3.12.0"  # its compile statistics moved
+    assert found["culprit"]["first_bad"] == "wheels:3.12.0"
+    assert found["culprit"]["confidence"] > 0.99
+
+
+def _killed_night(root: Path, store: Path, spec: str) -> Path:
+    """Tonight's night dir as a night killed after its steps finished leaves it: every step
+    finished in nightly.json, its bench result (24 dispatches more) in the store, the night
+    not judged."""
+    import socket
+    from datetime import datetime, timezone
+
+    from runner.history.model import Metric, Result
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+    from runner.nightly.plan import night_steps
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+    night = root / f"{now:%Y-%m-%d}-{spec.partition(':')[2]}"
+    steps = {s.name: {"key": f"{spec} tiny", "status": "finished", "seconds": 1.0,
+                      "detail": {"exit_code": 0, "out": str(night / s.subdir)}}
+             for s in night_steps("tiny")}
+    night.mkdir(parents=True)
+    (night / "nightly.json").write_text(json.dumps({"build": {"spec": spec}, "steps": steps}))
+    with open_store(resolve(str(store))) as opened:
+        assert opened.add(Result(
+            key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+            finished_at=now, profile="tiny", machine=socket.gethostname(),
+            compiler_version=f"{spec.partition(':')[2]}rc20260316",
+            metrics=(Metric("dispatch_count", "unet", 124.0),)))
+    return night
+
+
+@pytest.mark.slow
+def test_the_nightly_confirms_and_bisects_a_regression_and_posts_it(tmp_path, hook):
+    """Through the command: ten nights of 3.11.0, three of 3.12.0 whose dispatch count grew
+    (the regression injected into the history), tonight's 3.13.0 night killed after its
+    steps; the same command again judges the history, bisects the two real releases on
+    each side of the step (compstat: their compile statistics), exits 1 naming the
+    culprit, and posts it."""
+    grew = {"3.11.0": [100.0] * 10, "3.12.0": [124.0] * 3}
+    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet", dirs=False)
+    args = ["--profile", "tiny", "--results", str(store), "--notify", hook.url, "--out",
+            str(root)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
+    first = cli("nightly", "--iree", "wheels:3.11.0", *args, env=env)
+    assert first.returncode == 0 and "already measured" in first.stdout, first.stderr
+    for version, values in grew.items():  # the nights the store's results came from
+        for i, night in enumerate(sorted(d for d in {Path(r).parent for r in _out_dirs(store)}
+                                         if d.name.endswith(version))):
+            assert i < len(values)
+            _night_dir(night, f"wheels:{version}")
+    night = _killed_night(root, store, "wheels:3.13.0")
+    ran = cli("nightly", "--iree", "wheels:3.13.0", "--json", *args, env=env)
+    assert ran.returncode == 1, ran.stderr
+    assert ran.stderr.count("up to date, skipped") == 5  # the killed night's steps kept
+    summary = json.loads(ran.stdout)
+    assert summary["status"] == "regression" and summary["night_dir"] == str(night)
+    culprit = summary["culprit"]
+    assert (culprit["first_bad"], culprit["last_good"]) == ("wheels:3.12.0", "wheels:3.11.0")
+    assert culprit["exact"] and culprit["confidence"] > 0.99
+    assert culprit["evidence"].startswith("dispatches ")
+    assert (night / "bisect-0" / "bisect.json").is_file()
+    assert [b["nightly"]["status"] for b in hook.bodies] == ["skipped", "regression"]
+    assert hook.bodies[1]["text"].endswith("first bad build wheels:3.12.0")
+    again = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
+    assert again.returncode == 0 and "already measured" in again.stdout, again.stderr
+
+
+def _out_dirs(store: Path) -> list[str]:
+    from runner.history.store import Query, open_store
+    from runner.history.url import resolve
+
+    with open_store(resolve(str(store))) as opened:
+        return [r.out_dir for r in opened.query(Query())]
+
+
+def test_a_store_that_cannot_be_reached_fails_nothing(tmp_path, capsys):
+    """The night runs (nothing says it was measured) and judges nothing, saying so, with
+    the store's password never shown."""
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, new_regressions, skip_reason
+
+    req = NightRequest(tmp_path / "nights", Build("wheels", "wheels:3.12.0", "3.12.0",
+                                                  version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15",
+                       "postgresql://lab:s3cret@127.0.0.1:1/results")
+    assert skip_reason(req) is None
+    assert new_regressions(req) == []
+    err = capsys.readouterr().err
+    assert "the history could not be judged" in err and "s3cret" not in err
