@@ -80,16 +80,15 @@ def test_otava_can_flag_the_first_night_after_a_step_the_runner_cannot(otava):
     assert any(30 in found for found in theirs)
 
 
-def test_recorded_nights_on_one_build_alert_neither(otava):
+def test_recorded_nights_on_one_build_the_runner_finds_no_step_otava_one(otava):
     """Nights of `runner bench goldens tiny-bench --sku cpu` recorded on a shared 2-core VM,
     one build, a CPU hog beside every third: times spread over a factor of several. The
-    runner judges any step it finds the machine's (the same build on both sides); otava,
-    with no notion of a build, reports what it finds as a change of the series."""
+    runner's rank test finds no step in any series; otava, on means, reports one in a
+    series of the one build, where heavier nights fell together."""
     recorded = json.loads(NIGHTS.read_text())
     series = [np.asarray(v, dtype=float).tolist() for v in recorded["time_ms"].values()]
     assert len(series) == 3 and all(len(v) >= 30 for v in series)
-    for values in series:
-        found = judged(values, ["3.13.0"] * len(values))
-        assert all(c.kind == Outcome.MACHINE for c in found)
+    assert sum(recorded["beside_hog"]) == len(series[0]) // 3
+    assert not any(judged(v, ["3.13.0"] * len(v)) for v in series)
     theirs = otava_change_points(otava, series)
-    assert theirs == recorded["otava_change_points"]
+    assert sum(map(len, theirs)) >= 1
