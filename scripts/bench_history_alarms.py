@@ -16,7 +16,7 @@
 The time from the first bad night to the culprit through a nightly command's bisect is not
 measured here.
 
-    python3 scripts/bench_history_alarms.py                 # ~12 minutes on 2 cores
+    python3 scripts/bench_history_alarms.py                 # ~10 minutes on 2 cores
     python3 scripts/bench_history_alarms.py --nights 6 --step-nights 4 -k unet
 """
 
