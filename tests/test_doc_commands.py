@@ -629,6 +629,10 @@ NOT_HERE: dict[str, tuple[str, str]] = {
     "python3 scripts/bench_history.py": (
         "the benchmark: the main job, then a store of 10,000 results (minutes)",
         "tests/test_history.py::test_a_run_records_itself_and_an_unreachable_store_fails_nothing"),
+    "python3 scripts/bench_history_alarms.py": (
+        "the benchmark: 30 real nights of bench goldens, a third beside a CPU hog (minutes)",
+        "tests/test_bench_alarms.py::"
+        "test_a_slower_build_is_flagged_across_the_builds_from_its_third_night"),
     "runner completion zsh > ~/.zfunc/_runner": (
         "writes into your home directory", "tests/test_cli.py::"
                                            "test_completion_scripts_know_the_subcommands"),
