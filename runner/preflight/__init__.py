@@ -14,3 +14,5 @@ prints it (runner/lifecycle.py).
 - `disk`: free space for the run's samples, its MLPerf log and logs;
 - `run`: all of them for one run.
 """
+
+__all__ = ["check", "disk", "files", "gpus", "run", "worker_env"]
