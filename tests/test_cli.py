@@ -191,8 +191,9 @@ def test_ctrl_c_after_its_reader_is_gone_still_ends_as_interrupted(tmp_path, tin
     message meets a closed pipe. The command exits 130 all the same, with its attempt
     recorded as interrupted (not 1, from a traceback nobody could read)."""
     out = tmp_path / "run"
-    proc = start_runner("run", "--profile", "cpu", "--count", "8", "--no-score", "--out", out,
-                        stderr=subprocess.STDOUT)
+    # More samples than it makes before the signal lands (8 were all made first, once).
+    proc = start_runner("run", "--profile", "cpu", "--count", "256", "--no-score", "--out",
+                        out, stderr=subprocess.STDOUT)
     wait_for(lambda: (out / "samples").is_dir() and SampleStore(out).done_ids())
     proc.stdout.close()
     os.killpg(proc.pid, signal.SIGINT)

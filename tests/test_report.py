@@ -170,7 +170,9 @@ def test_unscored_run_gets_four_parseable_files(review_run):
     workers = results["workers"]
     assert [w["worker"] for w in workers] == ["w000", "w001"]
     assert sum(w["samples"] for w in workers) == len(IDS)
-    assert all(w["samples_per_s"] > 0 and w["batches"] for w in workers)
+    # two workers share one queue: one that the other beat to every batch made none (rate 0)
+    assert all((w["samples_per_s"] > 0 and w["batches"]) or w["samples"] == 0
+               for w in workers)
     assert results["timings"]["samples_per_s"] > 0 and results["deaths"] == []
     assert results["gallery"] == {"kind": "review", "ids": [EVIL_ID, 3627]}
     assert "runner run --profile cpu --ids" in results["reproduce"]
