@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -499,6 +500,15 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
     assert r.compiler_version == manifest["iree"]["iree.compiler"]["version"]
     assert {m.subject for m in r.metrics if m.name == "stage_ms"} == {"clip", "unet", "vae"}
     assert r == extract(run)[0]  # at the end of the command as by an import later
+    # the environment it ran in: this CPU machine's kernel, no GPU, the modules it measured
+    env = r.environment
+    assert env is not None and env.modules == {
+        Path(c["mlir"]).stem: c["vmfb_sha256"] for c in manifest["compiled"]["compiled"]}
+    assert set(env.modules) == {"clip_bs1", "unet_bs1", "unet_pipeline_bs1", "vae_bs1"}
+    assert (env.kernel, env.gpu_driver, env.vbios) == (platform.release(), None, None)
+    assert env.runner_version == r.runner_version != ""
+    kept = json.loads((run / "attempt.json").read_text())["attempts"][-1]["environment"]
+    assert kept["kernel"] == platform.release() and kept["modules"] == {}
     # the conditions its workers ran under: local workers are ours, so the foreign share
     # is others' alone; kept on the attempt and so with every timed number of the run
     (attempt,) = manifest["attempts"]
@@ -658,10 +668,12 @@ def test_every_recorded_result_names_the_runner_that_measured_it(tmp_path, capsy
     record = json.loads((out / "attempt.json").read_text())
     assert "runner" not in record["attempts"][-1]  # an out dir of an older runner: unknown
     (old,) = extract(out)
-    assert old.runner_version == ""
+    assert old.runner_version == "" and old.environment is None  # nor its environment
     assert main(["goldens", "check", str(REPO / "goldens" / "tiny"), "-k", "clip_cpu",
                  "--out", str(tmp_path / "check"), "--results", url]) in (0, 1)
     with open_store(resolve(url)) as store:
         (r,) = store.query(Query())
     assert r.runner_version == runner.__version__
     assert r.runner_commit == (runner_provenance()["commit"] or "")
+    assert r.environment is not None and r.environment.kernel == platform.release()
+    assert r.environment.runner_version == runner.__version__
