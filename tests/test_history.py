@@ -191,23 +191,35 @@ def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_ma
         "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command "
         "'bench goldens' --metric time_ms --stage t --profile-match cpu --sku cpu "
         "--out runs/confirm-time_ms-t")
-    runner = _judged([at(i, runner_version="0.1.0" if i < 15 else "0.2.0") for i in range(30)])
-    assert runner.kind == "machine"
-    assert runner.reasons == ("the runner changed with it: 0.1.0 -> 0.2.0",)
 
-    def timed(i: int, busy: bool, kernel: str = "6.1") -> dict:
-        return {"conditions": {"t": {"kernel": kernel, "beside_foreign_load": busy}}}
+    def timed(i: int, busy: bool, kernel: str = "6.1", governor: str = "performance") -> dict:
+        return {"conditions": {"t": {"kernel": kernel, "beside_foreign_load": busy,
+                                     "governor": governor}}}
 
     loaded = _judged([at(i, details=timed(i, i >= 15)) for i in range(30)])
     assert loaded.kind == "machine" and loaded.reasons[0].startswith(
         "foreign load changed with it: 0% of the results before were timed beside other "
         "processes' load, 100% after")
+    governor = _judged([at(i, details=timed(i, False, governor="performance" if i < 15
+                                            else "powersave")) for i in range(30)])
+    assert governor.kind == "machine"
+    assert governor.reasons == ("the CPU governor changed with it: performance -> powersave",)
+    # The runner, kernel or driver changing with the build: both named, the build's to
+    # confirm (a result from before environments has its kernel and driver in conditions).
+    both = ("the build changed as well (3.12.0 @ {} -> 3.13.0 @ {}): a build and its "
+            "environment changing together cannot be told apart without measuring both builds "
+            "again on one machine").format(commit("3.12.0")[:7], commit("3.13.0")[:7])
+    runner = _judged([at(i, runner_version="0.1.0" if i < 15 else "0.2.0") for i in range(30)])
     kernel = _judged([at(i, details=timed(i, False, "6.1" if i < 15 else "6.8"))
                       for i in range(30)])
-    assert kernel.reasons == ("the kernel changed with it: 6.1 -> 6.8",)
     driver = _judged([at(i, details={"conditions": {"t": {"gpu": {"gpus": [
         {"driver": "550.127.05" if i < 15 else "570.86.15"}]}}}}) for i in range(30)])
-    assert driver.reasons == ("the GPU driver changed with it: 550.127.05 -> 570.86.15",)
+    for change, named in ((runner, "the runner changed with it: 0.1.0 -> 0.2.0"),
+                          (kernel, "the kernel changed with it: 6.1 -> 6.8"),
+                          (driver, "the GPU driver changed with it: 550.127.05 -> 570.86.15")):
+        assert change.kind == "unconfirmed" and change.confirm == alone.confirm
+        assert change.reasons == (named, both, "not measured again yet: confirm it before it "
+                                  "counts")
     quiet = _judged([at(i, details=timed(i, i % 7 == 0)) for i in range(30)])
     assert quiet.kind == "unconfirmed"  # the same share of busy neighbours on both sides
     faster = _judged([replace(at(i), metrics=(Metric("time_ms", "t", 200 - values[i]),))
