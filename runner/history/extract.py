@@ -396,12 +396,14 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
     bench = _obj(_json(out / "bench.json"))
     versions = _obj(bench.get("versions"))
     metrics: list[Metric] = []
-    files, skus = {}, set()
+    files, skus, modules = {}, set(), {}
     spreads, conditions = {}, {}
     for g in bench.get("goldens") or []:
         g = _obj(g)
         name = str(g.get("name"))
         files[name] = str(g.get("file") or "")
+        if g.get("vmfb_sha256"):
+            modules[name] = str(g["vmfb_sha256"])
         skus.add(str(g.get("sku") or ""))
         checks = {str(_obj(c).get("name")): _obj(c) for c in g.get("checks") or []}
         latency = _obj(g.get("latency_ms"))
@@ -421,6 +423,7 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
                         runner_version=str(runner.get("version") or ""),
                         runner_commit=str(runner.get("commit") or ""),
                         details={"files": files, "spread": spreads, "conditions": conditions},
+                        modules=modules,
                         machine=str(_obj(versions.get("host")).get("hostname") or base.machine),
                         **_iree(versions))]
 
