@@ -167,3 +167,26 @@ def test_the_chart_marks_where_the_environment_changed_and_from_what_to_what():
 def test_a_recorded_environment_is_json_and_reads_back_the_same():
     env = replace(BEFORE, cuda_version=None, memory_partition="NPS1")
     assert Environment.from_dict(json.loads(json.dumps(env.to_dict()))) == env
+
+
+def test_runner_history_names_a_driver_change_and_draws_it(tmp_path, capsys):
+    from runner.cli.main import main
+    from runner.history.store import open_store
+    from runner.history.url import resolve
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    _, results = judged(replace(BEFORE, gpu_driver="6.10.5"))
+    with open_store(resolve(url)) as store:
+        assert store.add_all(results) == 30
+    assert main(["history", "--results", url, "--out", str(tmp_path / "h"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    (change,) = shown["changes"]
+    assert change["kind"] == "machine"
+    assert "the GPU driver changed with it: 6.8.5 -> 6.10.5" in change["reasons"]
+    assert shown["results"][-1]["environment"]["gpu_driver"] == "6.10.5"
+    assert shown["results"][0]["environment"]["cuda_version"] is None  # absent, kept so
+    md = (tmp_path / "h" / "history.md").read_text()
+    assert "  - the GPU driver changed with it: 6.8.5 -&gt; 6.10.5\n" in md
+    page = (tmp_path / "h" / "history.html").read_text()
+    assert "the environment changed 1 time(s) (dotted)" in page
+    assert page.count('<g class="environment">') == 1 and ">GPU driver</text>" in page
