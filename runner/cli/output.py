@@ -161,7 +161,8 @@ def start_command(root: argparse.ArgumentParser, ctx: CommandContext) -> Command
 
 def _note_environment(attempt: outdir.OutDir) -> None:
     """The driver, firmware and kernel a result the history keeps was measured with, asked
-    at its attempt's end (runner.history.environment); a dry run measured nothing."""
+    at its attempt's end (runner.history.environment); a dry run measured nothing, and an
+    interrupted or failed attempt is not kept (nor kept waiting on a GPU tool)."""
     from runner.history.environment import capture_environment
     from runner.history.extract import RECORDED
 
@@ -175,7 +176,8 @@ def finish(ctx: CommandContext, code: int | None, error: BaseException | None) -
     attempt = ctx.attempt
     if attempt is None:
         return
-    _note_environment(attempt)
+    if error is None:  # ended with its verdict: what the history records
+        _note_environment(attempt)
     if isinstance(error, Interrupted | KeyboardInterrupt):
         name = error.name if isinstance(error, Interrupted) else "SIGINT"
         attempt.end(StepStatus.INTERRUPTED, signal=name)
