@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 from repo_support import REPO
 
 import runner
+from runner.base.fileio import sha256_file
 from runner.bench import benchmark_module as bm
 from runner.bench.goldens import (
     DEFAULT_BENCH_SUITE,
@@ -57,6 +60,12 @@ def test_shipped_tiny_goldens_pass_and_report_everything(tmp_path, capsys):
         assert (m.value, m.golden, m.high, m.verdict) == (
             check["measured"], check["golden"], check["limit"], "pass")
     assert len(kept.metrics) == 9
+    # and the main module each golden timed (the first its benchmark command loads), by hash
+    assert kept.environment is not None
+    timed = {name: next(w.split("=", 1)[1] for w in shlex.split(g["commands"][-1])
+                        if w.startswith("--module=")) for name, g in by_name.items()}
+    assert kept.environment.modules == {name: sha256_file(Path(vmfb))
+                                        for name, vmfb in timed.items()}
 
 
 def test_a_golden_fails_when_measured_exceeds_it(tmp_path, capsys):

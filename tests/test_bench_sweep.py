@@ -88,6 +88,13 @@ def test_sweep_runs_each_layout_and_reports_the_best(sweep):
     assert f"| **{best['label']}** (best) |" in md
     assert "skipped: model tiny-sdxl: no clip artifact for batch size 3" in md
     assert (out / "bench.md").read_text().strip() == md.strip()
+    # the history keeps every module the layouts measured, named by layout and module
+    (kept,) = extract(out)
+    assert kept.environment is not None and kept.environment.modules == {
+        f"{lay['label']}: {Path(c['mlir']).stem}": c["vmfb_sha256"] for lay in ok
+        for c in json.loads((Path(lay["run_dir"]) / "run.json").read_text())["compiled"][
+            "compiled"]}
+    assert "devices=0,1 cpd=1 bs=2: unet_bs2" in kept.environment.modules
 
 
 def test_stage_latencies_per_batch_size_from_recorded_inputs(sweep):

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -190,23 +191,35 @@ def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_ma
         "runner history confirm --good wheels:3.12.0 --bad wheels:3.13.0 --command "
         "'bench goldens' --metric time_ms --stage t --profile-match cpu --sku cpu "
         "--out runs/confirm-time_ms-t")
-    runner = _judged([at(i, runner_version="0.1.0" if i < 15 else "0.2.0") for i in range(30)])
-    assert runner.kind == "machine"
-    assert runner.reasons == ("the runner changed with it: 0.1.0 -> 0.2.0",)
 
-    def timed(i: int, busy: bool, kernel: str = "6.1") -> dict:
-        return {"conditions": {"t": {"kernel": kernel, "beside_foreign_load": busy}}}
+    def timed(i: int, busy: bool, kernel: str = "6.1", governor: str = "performance") -> dict:
+        return {"conditions": {"t": {"kernel": kernel, "beside_foreign_load": busy,
+                                     "governor": governor}}}
 
     loaded = _judged([at(i, details=timed(i, i >= 15)) for i in range(30)])
     assert loaded.kind == "machine" and loaded.reasons[0].startswith(
         "foreign load changed with it: 0% of the results before were timed beside other "
         "processes' load, 100% after")
+    governor = _judged([at(i, details=timed(i, False, governor="performance" if i < 15
+                                            else "powersave")) for i in range(30)])
+    assert governor.kind == "machine"
+    assert governor.reasons == ("the CPU governor changed with it: performance -> powersave",)
+    # The runner, kernel or driver changing with the build: both named, the build's to
+    # confirm (a result from before environments has its kernel and driver in conditions).
+    both = ("the build changed as well (3.12.0 @ {} -> 3.13.0 @ {}): a build and its "
+            "environment changing together cannot be told apart without measuring both builds "
+            "again on one machine").format(commit("3.12.0")[:7], commit("3.13.0")[:7])
+    runner = _judged([at(i, runner_version="0.1.0" if i < 15 else "0.2.0") for i in range(30)])
     kernel = _judged([at(i, details=timed(i, False, "6.1" if i < 15 else "6.8"))
                       for i in range(30)])
-    assert kernel.reasons == ("the kernel changed with it: 6.1 -> 6.8",)
     driver = _judged([at(i, details={"conditions": {"t": {"gpu": {"gpus": [
         {"driver": "550.127.05" if i < 15 else "570.86.15"}]}}}}) for i in range(30)])
-    assert driver.reasons == ("the GPU driver changed with it: 550.127.05 -> 570.86.15",)
+    for change, named in ((runner, "the runner changed with it: 0.1.0 -> 0.2.0"),
+                          (kernel, "the kernel changed with it: 6.1 -> 6.8"),
+                          (driver, "the GPU driver changed with it: 550.127.05 -> 570.86.15")):
+        assert change.kind == "unconfirmed" and change.confirm == alone.confirm
+        assert change.reasons == (named, both, "not measured again yet: confirm it before it "
+                                  "counts")
     quiet = _judged([at(i, details=timed(i, i % 7 == 0)) for i in range(30)])
     assert quiet.kind == "unconfirmed"  # the same share of busy neighbours on both sides
     faster = _judged([replace(at(i), metrics=(Metric("time_ms", "t", 200 - values[i]),))
@@ -499,6 +512,15 @@ def test_a_run_records_itself_and_an_unreachable_store_fails_nothing(
     assert r.compiler_version == manifest["iree"]["iree.compiler"]["version"]
     assert {m.subject for m in r.metrics if m.name == "stage_ms"} == {"clip", "unet", "vae"}
     assert r == extract(run)[0]  # at the end of the command as by an import later
+    # the environment it ran in: this CPU machine's kernel, no GPU, the modules it measured
+    env = r.environment
+    assert env is not None and env.modules == {
+        Path(c["mlir"]).stem: c["vmfb_sha256"] for c in manifest["compiled"]["compiled"]}
+    assert set(env.modules) == {"clip_bs1", "unet_bs1", "unet_pipeline_bs1", "vae_bs1"}
+    assert (env.kernel, env.gpu_driver, env.vbios) == (platform.release(), None, None)
+    assert env.runner_version == r.runner_version != ""
+    kept = json.loads((run / "attempt.json").read_text())["attempts"][-1]["environment"]
+    assert kept["kernel"] == platform.release() and kept["modules"] == {}
     # the conditions its workers ran under: local workers are ours, so the foreign share
     # is others' alone; kept on the attempt and so with every timed number of the run
     (attempt,) = manifest["attempts"]
@@ -658,10 +680,12 @@ def test_every_recorded_result_names_the_runner_that_measured_it(tmp_path, capsy
     record = json.loads((out / "attempt.json").read_text())
     assert "runner" not in record["attempts"][-1]  # an out dir of an older runner: unknown
     (old,) = extract(out)
-    assert old.runner_version == ""
+    assert old.runner_version == "" and old.environment is None  # nor its environment
     assert main(["goldens", "check", str(REPO / "goldens" / "tiny"), "-k", "clip_cpu",
                  "--out", str(tmp_path / "check"), "--results", url]) in (0, 1)
     with open_store(resolve(url)) as store:
         (r,) = store.query(Query())
     assert r.runner_version == runner.__version__
     assert r.runner_commit == (runner_provenance()["commit"] or "")
+    assert r.environment is not None and r.environment.kernel == platform.release()
+    assert r.environment.runner_version == runner.__version__

@@ -18,6 +18,7 @@ from repo_support import REPO
 
 from runner.base.errors import RunnerError
 from runner.history import schema
+from runner.history.environment import Environment
 from runner.history.model import Confirmation, Metric, Result
 from runner.history.store import MIGRATIONS, Query, StoreUnavailable, open_store
 from runner.history.url import resolve
@@ -139,8 +140,9 @@ def test_a_writer_killed_inside_its_transaction_leaves_nothing_half_written(stor
         assert store.add(result(2))  # the dead writer's lock is gone with it
 
 
-def _old_store(url: str) -> None:
-    """A store as the first runner with a history wrote it (schema revision 0001)."""
+def _old_store(url: str, revision: str = "0001") -> None:
+    """A store as the first runner with a history wrote it (schema revision 0001), or a
+    later `revision`, holding one result."""
     from alembic import command
     from alembic.config import Config
 
@@ -149,7 +151,7 @@ def _old_store(url: str) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     with store.engine.begin() as conn:
         config.attributes["connection"] = conn
-        command.upgrade(config, "0001")
+        command.upgrade(config, revision)
         conn.execute(sa.text(
             "INSERT INTO results (key, command, out_dir, finished_at, recorded_at, profile) "
             "VALUES ('old', 'run', '/runs/old', :t, :t, 'cpu')"), {"t": T0})
@@ -171,6 +173,26 @@ def test_a_store_an_older_runner_wrote_opens_migrated_with_its_results(store_url
         assert store.confirmations() == []  # and confirmations (revision 0003)
         store.add_confirmation(confirmation())
         assert store.confirmations() == [confirmation()]
+
+
+ENVIRONMENT = Environment(gpu_driver="6.10.5", rocm_version="6.3.1-48", vbios="113-M3250101-100",
+                          compute_partition="CPX", memory_partition="NPS4", kernel="6.8.0-49",
+                          runner_version="0.9.0", runner_commit="c" * 40,
+                          modules={"unet": "a" * 64, "vae $(x)\n'\"": "b" * 64})
+
+
+def test_a_store_before_environments_migrates_and_keeps_each_results_environment(
+        store_url):  # noqa: F811
+    _old_store(store_url, "0003")
+    with open_store(resolve(store_url)) as store:
+        assert store.revision() == schema.HEAD == "0004"
+        (old,) = store.query(Query())
+        assert old.key == "old" and old.environment is None  # recorded before: unknown
+        assert store.add(result(1, environment=ENVIRONMENT))
+        assert store.add(result(2))
+        kept = {r.key: r.environment for r in store.query(Query(profile="mi325x"))}
+    assert kept == {"r1": ENVIRONMENT, "r2": None}
+    assert ENVIRONMENT.cuda_version is None  # absent stays absent, not ""
 
 
 def confirmation(**fields) -> Confirmation:

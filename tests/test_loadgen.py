@@ -325,6 +325,9 @@ def test_the_results_store_keeps_each_tests_rate(offline_perf):
     assert (kept.command, kept.profile, kept.verdict, kept.device) == (
         "mlperf", "tiny", r["status"], "cpu:host")
     assert kept.compiler_version == run["iree"]["iree.compiler"]["version"]
+    hashes = {c["vmfb"]: c["vmfb_sha256"] for c in run["compiled"]["compiled"]}
+    assert kept.environment is not None and sorted(kept.environment.modules.values()) == (
+        sorted(hashes.values())) and len(hashes) > 1  # the modules its work run measured
     numbers = {(m.name, m.subject): m for m in kept.metrics}
     rate = numbers[("samples_per_s", "Offline/performance")]
     assert rate.value == summary["samples_per_second"]

@@ -246,6 +246,12 @@ class OutDir:
         """Records how `part` ended, with what a resume needs to keep it (`detail`)."""
         self.steps.record(part, part, status, seconds, detail=detail)
 
+    def note(self, **fields: Any) -> None:
+        """Adds `fields` to this attempt's entry, saved when it ends (what the machine ran,
+        asked once at its end: runner.history.environment)."""
+        if self.record.get("attempts"):
+            self.record["attempts"][-1].update(fields)
+
     def end(self, status: StepStatus, **fields: Any) -> None:
         """Records how this attempt ended and releases the out dir. A new attempt that
         ended before writing anything (bad input, a signal while it started) leaves

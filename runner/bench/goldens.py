@@ -49,6 +49,7 @@ from pathlib import Path
 
 from runner.base.conditions import Conditions, Watch
 from runner.base.errors import BadInput, RunnerError, ToolFailed
+from runner.base.fileio import sha256_file
 from runner.base.iree_flags import rocm_chip_flag
 from runner.base.iree_tools import CompilerInfo, compiler_info
 from runner.base.paths import GOLDENS_DIR, cache_dir
@@ -126,6 +127,7 @@ class GoldenResult:
     latency: bm.Latency | None = None
     dispatch_count: int | None = None
     size_bytes: int | None = None
+    vmfb_sha256: str | None = None  # the main module timed: the history names its change
     checks: list[CheckLine] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -144,6 +146,7 @@ class GoldenResult:
                 "function": self.function, "status": self.status, "message": self.message,
                 "latency_ms": self.latency.to_dict() if self.latency else None,
                 "dispatch_count": self.dispatch_count, "size_bytes": self.size_bytes,
+                "vmfb_sha256": self.vmfb_sha256,
                 "checks": [c.to_dict() for c in self.checks], "commands": self.commands,
                 "notes": self.notes, "warnings": self.warnings,
                 "conditions": self.conditions.to_dict() if self.conditions else None}
@@ -468,6 +471,7 @@ def _run_benchmark(bench: BenchmarkTest, opts: GoldenOptions, compiler: Compiler
             result.dispatch_count = dispatch_count(stats)
         if main_vmfb is not None:
             result.size_bytes = main_vmfb.stat().st_size
+            result.vmfb_sha256 = sha256_file(main_vmfb)
         print(f"bench goldens: {result.name} ({bench.function}) ...", file=sys.stderr,
               flush=True)
         raw = opts.out / bench.model / f"{bench.path.stem}.json" if opts.out else None

@@ -159,11 +159,25 @@ def start_command(root: argparse.ArgumentParser, ctx: CommandContext) -> Command
     return replace(ctx, attempt=attempt)
 
 
+def _note_environment(attempt: outdir.OutDir) -> None:
+    """The driver, firmware and kernel a result the history keeps was measured with, asked
+    at its attempt's end (runner.history.environment); a dry run measured nothing, and an
+    interrupted or failed attempt is not kept (nor kept waiting on a GPU tool)."""
+    from runner.history.environment import capture_environment
+    from runner.history.extract import RECORDED
+
+    if attempt.command in RECORDED and not attempt.dry_run:
+        runner = (attempt.record.get("attempts") or [{}])[-1].get("runner")
+        attempt.note(environment=capture_environment(runner).to_dict())
+
+
 def finish(ctx: CommandContext, code: int | None, error: BaseException | None) -> None:
     """Records how the attempt ended (`code`, or the error that ended it)."""
     attempt = ctx.attempt
     if attempt is None:
         return
+    if error is None:  # ended with its verdict: what the history records
+        _note_environment(attempt)
     if isinstance(error, Interrupted | KeyboardInterrupt):
         name = error.name if isinstance(error, Interrupted) else "SIGINT"
         attempt.end(StepStatus.INTERRUPTED, signal=name)

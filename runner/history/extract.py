@@ -29,6 +29,7 @@ from typing import Any
 from runner.base.errors import BadInput
 from runner.base.outdir import RECORD, read_record
 from runner.base.spread import Spread
+from runner.history.environment import Environment, module_hashes
 from runner.history.model import Metric, Result
 
 MAX_JSON_BYTES = 64 << 20
@@ -117,14 +118,16 @@ def extract(out: Path, command: str | None = None) -> list[Result]:
 
 class _Base:
     """What every result of one out dir shares: the command, when it finished (its attempt
-    record's end, else its files' time), where, the command line."""
+    record's end, else its files' time), where, the command line, the environment its
+    attempt ran in."""
 
     def __init__(self, out: Path, command: str, finished: datetime, machine: str,
                  exit_code: int | None, argv: list[str], started: str = "",
-                 runner: dict[str, Any] | None = None):
+                 runner: dict[str, Any] | None = None, environment: Environment | None = None):
         self.out, self.command, self.finished = out, command, finished
         self.machine, self.exit_code, self.argv = machine, exit_code, argv
         self.runner = runner or {}
+        self.environment = environment
         # The identity's time is when the attempt started: a later `--resume` that finds
         # nothing to do rewrites when it ended, and must not make it a new result.
         self.started = started or finished.isoformat()
@@ -143,14 +146,25 @@ class _Base:
         return cls(out, command, finished.replace(microsecond=0), str(last.get("host") or ""),
                    code if isinstance(code, int) else None,
                    [str(a) for a in record.get("argv") or []], str(last.get("started") or ""),
-                   _obj(last.get("runner")))
+                   _obj(last.get("runner")), Environment.from_dict(last.get("environment")))
 
-    def result(self, metrics: list[Metric], part: str = "", **fields: Any) -> Result:
+    def _environment(self, modules: dict[str, str], fields: dict[str, Any]) -> Environment | None:
+        """The attempt's environment with the result's runner and modules; None where
+        neither was recorded (an out dir of a runner before environments)."""
+        if self.environment is None and not modules:
+            return None
+        return (self.environment or Environment()).with_runner(
+            {"version": fields["runner_version"], "commit": fields["runner_commit"]}
+        ).with_modules(modules)
+
+    def result(self, metrics: list[Metric], part: str = "",
+               modules: dict[str, str] | None = None, **fields: Any) -> Result:
         fields.setdefault("machine", self.machine)
         if not fields.get("runner_version"):  # the attempt's runner, where the files name none
             fields["runner_version"] = str(self.runner.get("version") or "")
             fields["runner_commit"] = str(self.runner.get("commit") or "")
         fields = {k: ("" if v is None else v) for k, v in fields.items()}
+        fields["environment"] = self._environment(modules or {}, fields)
         identity = "\0".join([self.command, str(self.out), self.started, part])
         details = {"argv": self.argv, **fields.pop("details", {})}
         return Result(key=hashlib.sha256(identity.encode()).hexdigest()[:40],
@@ -191,7 +205,7 @@ def _device(manifest: dict[str, Any]) -> str:
         _obj(manifest.get("layout")).get("backend") or "")
 
 
-def _iree(iree: dict[str, Any]) -> dict[str, str]:
+def _iree(iree: dict[str, Any]) -> dict[str, Any]:
     """compiler_/runtime_ version and commit from a provenance record (run.json's `iree`,
     bench.json's `versions`)."""
     compiler = _obj(iree.get("compiler")) or _obj(iree.get("iree.compiler"))
@@ -294,7 +308,8 @@ def _run(out: Path, base: _Base) -> list[Result]:
     report = _run_report(out)
     metrics = run_metrics(report, str(out / "results.json"))
     return [base.result(metrics, verdict=str(report.get("verdict") or ""),
-                        details=_run_conditions(out), **_run_fields(out, report))]
+                        details=_run_conditions(out), modules=module_hashes(_manifest(out)),
+                        **_run_fields(out, report))]
 
 
 # --- bench, bench goldens ------------------------------------------------------------------
@@ -341,6 +356,7 @@ def _bench(out: Path, base: _Base) -> list[Result]:
     results = []
     for build, layouts in (groups or {"": []}).items():
         metrics: list[Metric] = []
+        modules: dict[str, str] = {}
         fields: dict[str, Any] = {"profile": str(bench.get("profile") or ""),
                                   "model": str(bench.get("model") or ""), "build": build,
                                   "machine": str(_obj(versions.get("host")).get("hostname")
@@ -352,14 +368,15 @@ def _bench(out: Path, base: _Base) -> list[Result]:
             run_dir = layout.get("run_dir")
             if run_dir and (Path(run_dir) / "run.json").is_file():
                 manifest = _manifest(Path(run_dir))
+                modules.update(module_hashes(manifest, f"{layout.get('label')}: "))
                 fields["device"] = fields.get("device") or _device(manifest)
                 if build:  # the arm's own IREE, as its image ran it
                     fields.update(_iree(_obj(manifest.get("iree"))))
         if not build:  # stage latencies are this host's IREE's (bench's host_only)
             metrics += [m for s in bench.get("stages") or [] for m in _stage_metrics(_obj(s))]
             fields["details"] = _stage_noise(bench.get("stages") or [])
-        results.append(base.result(metrics, build, verdict="ok" if bench.get("exit_code") == 0
-                                   else "error", **fields))
+        results.append(base.result(metrics, build, modules, verdict="ok" if bench.get(
+            "exit_code") == 0 else "error", **fields))
     return results
 
 
@@ -379,12 +396,14 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
     bench = _obj(_json(out / "bench.json"))
     versions = _obj(bench.get("versions"))
     metrics: list[Metric] = []
-    files, skus = {}, set()
+    files, skus, modules = {}, set(), {}
     spreads, conditions = {}, {}
     for g in bench.get("goldens") or []:
         g = _obj(g)
         name = str(g.get("name"))
         files[name] = str(g.get("file") or "")
+        if g.get("vmfb_sha256"):
+            modules[name] = str(g["vmfb_sha256"])
         skus.add(str(g.get("sku") or ""))
         checks = {str(_obj(c).get("name")): _obj(c) for c in g.get("checks") or []}
         latency = _obj(g.get("latency_ms"))
@@ -404,6 +423,7 @@ def _bench_goldens(out: Path, base: _Base) -> list[Result]:
                         runner_version=str(runner.get("version") or ""),
                         runner_commit=str(runner.get("commit") or ""),
                         details={"files": files, "spread": spreads, "conditions": conditions},
+                        modules=modules,
                         machine=str(_obj(versions.get("host")).get("hostname") or base.machine),
                         **_iree(versions))]
 
@@ -435,6 +455,7 @@ def _mlperf(out: Path, base: _Base) -> list[Result]:
     fields: dict[str, Any] = {"profile": str(record.get("profile") or "")}
     if (work / "run.json").is_file():
         manifest = _manifest(work)
+        fields["modules"] = module_hashes(manifest)
         fields.update(layout=_layout_text(_obj(manifest.get("layout"))),
                       device=_device(manifest),
                       model=str(_obj(manifest.get("model")).get("name") or ""),
@@ -455,7 +476,7 @@ def _validate(out: Path, base: _Base) -> list[Result]:
     if (run_dir / "run.json").is_file():
         report = _run_report(run_dir)
         metrics = run_metrics(report, str(run_dir / "results.json"))
-        fields.update(_run_fields(run_dir, report))
+        fields.update(_run_fields(run_dir, report), modules=module_hashes(_manifest(run_dir)))
         fields["profile"] = str(state.get("profile") or fields["profile"])
     outcome = state.get("outcome") or ("PASS" if state.get("passed") else "FAIL")
     return [base.result(metrics, verdict=str(outcome), **fields)]

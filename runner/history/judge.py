@@ -6,10 +6,13 @@ last good and first bad builds measured again, interleaved on one machine (`runn
 history confirm`, as Chromium's Pinpoint measures A B A B), and the difference held with
 its interval. Before that:
 
-- `machine`: the same build on both sides, or a change of the runner, kernel, driver,
-  governor or foreign load coincides with it (runner/history/machine.py): not IREE, so no
-  alert; a confirmation whose difference did not hold says the same;
-- `unconfirmed`: worse across two builds, listed with the command that confirms it;
+- `machine`: the same build on both sides, or a change of the governor or foreign load
+  coincides with it (runner/history/machine.py): not IREE, so no alert; a confirmation
+  whose difference did not hold says the same;
+- `unconfirmed`: worse across two builds, listed with the command that confirms it; where
+  the environment (runner, kernel, driver, ROCm/CUDA, VBIOS, partition) changed with the
+  build, both are named: only measuring the two builds again on one machine tells them
+  apart;
 - `improvement` and `change` (a metric with no worse direction) as they were.
 """
 
@@ -20,7 +23,7 @@ from dataclasses import replace
 from runner.base import shellscript
 from runner.base.outcome import Outcome
 from runner.history.changes import NIGHTLIES, Change, build_spec, slug
-from runner.history.machine import what_changed
+from runner.history.machine import environment_changed, what_changed
 from runner.history.model import Confirmation
 from runner.history.series import series_key
 
@@ -83,9 +86,15 @@ def judge_one(change: Change, confirmations: dict[tuple[str, str, str], Confirma
               ) -> Change:
     change = snapped(change)
     before, after = change.sides
-    reasons = what_changed(before, after)
-    if reasons:
-        return replace(change, kind=Outcome.MACHINE, reasons=tuple(reasons))
+    machine, environment = what_changed(before, after), environment_changed(before, after)
+    if machine:
+        return replace(change, kind=Outcome.MACHINE, reasons=tuple(machine + environment))
+    if environment:  # and the build: named both, and judged as the build's step below
+        environment.append(f"the build changed as well ({change.last_before.build} -> "
+                           f"{change.first_after.build}): a build and its environment "
+                           "changing together cannot be told apart without measuring both "
+                           "builds again on one machine")
+    change = replace(change, reasons=tuple(environment))
     if change.regression is not True:
         return replace(change, kind=Outcome(change.direction))
     command = confirm_command(change)
@@ -97,7 +106,8 @@ def judge_one(change: Change, confirmations: dict[tuple[str, str, str], Confirma
     why = ("not measured again yet: confirm it before it counts" if command else
            "not measured again: `runner history confirm` measures bench goldens times of "
            "builds that can be installed again; `runner bisect` pins it")
-    return replace(change, kind=Outcome.UNCONFIRMED, reasons=(why,), confirm=command)
+    return replace(change, kind=Outcome.UNCONFIRMED, reasons=(*change.reasons, why),
+                   confirm=command)
 
 
 def judge_changes(changes: list[Change], confirmations: list[Confirmation]) -> list[Change]:

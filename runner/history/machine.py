@@ -1,18 +1,23 @@
 """Whether a step in a series coincides with a change of the machine rather than of IREE.
 
-A series' points carry, besides the build each measured, the runner that measured it and
-the conditions it was timed under (runner.base.conditions, kept in a result's details per
-subject). A step is the machine's when, across it:
+A series' points carry, besides the build each measured, the environment it was measured in
+(runner.history.environment: the runner, kernel, GPU driver, ROCm and CUDA releases, VBIOS,
+partition modes, the compiled modules' hashes) and the conditions it was timed under
+(runner.base.conditions, kept in a result's details per subject). Across a step:
 
-- the build is the same on both sides (nothing of IREE changed at all);
-- the runner's version or commit, the kernel, the GPU driver or the CPU governor changed
-  between the last point before and the first after;
-- the share of points timed beside foreign load (others took at least
-  runner.base.conditions.FOREIGN_SHARE of the machine) differs by LOAD_SHIFT or more
-  between the two sides: the numbers moved with the neighbours.
+- the same build on both sides: nothing of IREE changed, the step is the machine's;
+- the CPU governor changed, or the share of points timed beside foreign load (others took
+  at least runner.base.conditions.FOREIGN_SHARE of the machine) differs by LOAD_SHIFT or
+  more between the two sides: the numbers moved with the machine, whatever the build;
+- a field of the environment changed between the last point before and the first after
+  (`environment_changed`): named; the step is the machine's where the build is the same,
+  and where the build changed too it stays the build's to confirm: a build and a driver
+  changing together cannot be told apart without measuring both builds again on one
+  machine. The compiled modules changing under the same build (its flags or inputs
+  changed) are named the same way.
 
-A partition or memory mode is part of a series' layout, so a change of it starts another
-series rather than a step in this one.
+A result from before environments were kept has its kernel and GPU driver in its
+conditions, read in their place.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from runner.history.environment import FIELD_LABELS
 from runner.history.series import Point
 
 LOAD_SHIFT = 0.5  # half of one side's points beside foreign load and none of the other's
@@ -58,8 +64,60 @@ def _gpu_driver(p: Point) -> str:
     return ",".join(sorted({str(g.get("driver") or "") for g in gpus if isinstance(g, dict)}))
 
 
-CHANGED = (("runner", _runner), ("kernel", _condition("kernel")),
-           ("GPU driver", _gpu_driver), ("CPU governor", _condition("governor")))
+def _environment(name: str, fallback: Callable[[Point], str] | None = None
+                 ) -> Callable[[Point], str]:
+    """The environment's field `name`, else (a result from before environments were kept)
+    what `fallback` reads from its conditions."""
+    def get(p: Point) -> str:
+        env = p.result.environment
+        value = getattr(env, name) if env is not None else None
+        return str(value) if value else (fallback(p) if fallback else "")
+    return get
+
+
+MACHINE = (("CPU governor", _condition("governor")),)
+ENVIRONMENT = (("runner", _runner),
+               *((label, _environment(name, {"kernel": _condition("kernel"),
+                                             "gpu_driver": _gpu_driver}.get(name)))
+                 for name, label in FIELD_LABELS.items()))
+
+
+def _changed(fields: Sequence[tuple[str, Callable[[Point], str]]], last: Point, first: Point
+             ) -> list[tuple[str, str]]:
+    """(label, `the X changed with it: old -> new`) of each field known on both sides that
+    differs."""
+    out = []
+    for label, get in fields:
+        old, new = get(last), get(first)
+        if old and new and old != new:
+            out.append((label, f"the {label} changed with it: {old} -> {new}"))
+    return out
+
+
+def modules_changed(last: Point, first: Point) -> str | None:
+    """The compiled modules whose hashes differ across the step under the same build: its
+    flags or inputs changed, not IREE's version."""
+    old, new = (p.result.environment.modules if p.result.environment else {}
+                for p in (last, first))
+    differ = sorted(m for m in old.keys() & new.keys() if old[m] != new[m])
+    if last.build != first.build or not differ:
+        return None
+    return (f"the compiled modules changed with it under the same IREE ({last.build}): "
+            f"{', '.join(differ)} (other flags or inputs)")
+
+
+def environment_changes(last: Point, first: Point) -> list[tuple[str, str]]:
+    """(label, reason) of each field of the environment that differs between two points
+    (what a chart marks between them)."""
+    modules = modules_changed(last, first)
+    return _changed(ENVIRONMENT, last, first) + (
+        [("compiled modules", modules)] if modules else [])
+
+
+def environment_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
+    """Each field of the environment that changed between the last point before the step
+    and the first after, as `the X changed with it: old -> new`."""
+    return [reason for _, reason in environment_changes(before[-1], after[0])]
 
 
 def loaded_share(points: Sequence[Point]) -> float | None:
@@ -70,17 +128,15 @@ def loaded_share(points: Sequence[Point]) -> float | None:
 
 
 def what_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
-    """Why the step between `before` and `after` is the machine's; [] when nothing but
-    the build changed (see the module docstring)."""
+    """Why the step between `before` and `after` is the machine's whatever the build: the
+    same build on both sides, the governor or foreign load changed (see the module
+    docstring); [] when none of these. The environment is `environment_changed`'s."""
     last, first = before[-1], after[0]
     reasons = []
     if last.build == first.build:
         reasons.append("the same build on both sides: the machine, its load or the inputs "
                        "changed, not IREE")
-    for label, get in CHANGED:
-        old, new = get(last), get(first)
-        if old and new and old != new:
-            reasons.append(f"the {label} changed with it: {old} -> {new}")
+    reasons += [reason for _, reason in _changed(MACHINE, last, first)]
     shares = loaded_share(before), loaded_share(after)
     if None not in shares and abs(shares[0] - shares[1]) >= LOAD_SHIFT:  # type: ignore[operator]
         reasons.append(f"foreign load changed with it: {shares[0]:.0%} of the results before "

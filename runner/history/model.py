@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runner.history.environment import Environment
+
 # Which way is worse, per metric name: +1 a rise is a regression (times, counts, sizes,
 # FID), -1 a fall is (rates, CLIP). Names not here are reported as changes, not regressions.
 WORSE_WHEN = {
@@ -76,6 +78,7 @@ class Result:
     exit_code: int | None = None
     metrics: tuple[Metric, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)  # argv, notes
+    environment: Environment | None = None  # None: the out dir recorded none
 
     @property
     def iree(self) -> str:
@@ -95,7 +98,8 @@ class Result:
                      "runtime_version": self.runtime_version,
                      "runtime_commit": self.runtime_commit, "build": self.build},
             "runner": {"version": self.runner_version, "commit": self.runner_commit},
-            "verdict": self.verdict, "exit_code": self.exit_code, "details": self.details}
+            "verdict": self.verdict, "exit_code": self.exit_code, "details": self.details,
+            "environment": self.environment.to_dict() if self.environment else None}
         if metrics:
             out["metrics"] = [m.to_dict() for m in self.metrics]
         return out

@@ -3,7 +3,8 @@
 The HTML is one self-contained page (the run report's stylesheet, inline SVG charts, no
 script, nothing fetched: lab machines are offline): each series over builds and dates, the
 band its verdict was judged against (MLPerf's range, a golden x its tolerance) shaded, each
-change point marked with its size, then the changes with their `runner bisect` commands,
+change point marked with its size, each change of the environment (driver, firmware, kernel,
+runner, compiled modules) dotted and named, then the changes with their `runner bisect` commands,
 then the results.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from runner.base.mdtable import md_table
 from runner.base.outcome import Outcome
 from runner.history.changes import Change
-from runner.history.machine import conditions_of
+from runner.history.machine import conditions_of, environment_changes
 from runner.history.model import Result
 from runner.history.series import Point, Series
 from runner.report.html import CSS, _table, e
@@ -32,6 +34,7 @@ TICK_GAP = 260  # px between two labelled results on a chart's axis
 W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 230, 64, 16, 24, 46
 LINE, BAND, STEP, POINT_FAIL = "#4e79a7", "#1a7f3722", "#cf222e", "#cf222e"
 BUSY = "#bf8700"  # the ring of a point timed beside foreign load
+ENV_MARK = "#8250df"  # where the environment (driver, firmware, kernel, ...) changed
 HISTORY_CSS = """
 figure.series { margin: 18px 0; } figure.series figcaption { font-weight: 600; }
 .change.regression { color: var(--fail); } .change.improvement { color: var(--pass); }
@@ -170,6 +173,26 @@ def _line_and_points(pts: Sequence[Point], x: Callable[[int], float],
     return parts
 
 
+def _environment_marks(pts: Sequence[Point], x: Callable[[int], float], top: float,
+                       bottom: float) -> list[str]:
+    """A dotted line between two results whose environment differs, labelled with what
+    changed (`GPU driver, ROCm`) and, on hover, from what to what."""
+    parts = []
+    for i in range(1, len(pts)):
+        changed = environment_changes(pts[i - 1], pts[i])
+        if not changed:
+            continue
+        cx = (x(i - 1) + x(i)) / 2
+        label = ", ".join(dict.fromkeys(label for label, _ in changed))
+        title = "; ".join(reason for _, reason in changed)
+        parts.append(f'<g class="environment"><title>{e(title)}</title>'
+                     f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{top}" y2="{bottom}" '
+                     f'stroke="{ENV_MARK}" stroke-width="1.2" stroke-dasharray="2 2"/>'
+                     f'<text x="{cx + 3:.1f}" y="{bottom - 4:.1f}" font-size="10" '
+                     f'fill="{ENV_MARK}">{e(label[:40])}</text></g>')
+    return parts
+
+
 def _x_ticks(pts: Sequence[Point], changes: list[Change], x: Callable[[int], float],
              bottom: float) -> list[str]:
     """Date and build under the first and last results and each change point, a tick
@@ -225,6 +248,7 @@ def chart(series: Series, changes: list[Change]) -> str:
     for v in (lo + (hi - lo) * k / 4 for k in range(5)):
         parts.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
                      f'font-size="10" fill="#57606a">{e(f"{v:.4g}")}</text>')
+    parts += _environment_marks(pts, x, TOP, TOP + ph)
     parts += _line_and_points(pts, x, y)
     for c in changes:
         cx = (x(c.index - 1) + x(c.index)) / 2
@@ -283,6 +307,8 @@ def html(store: str, results: list[Result], series: list[Series], changes: list[
         busy = sum((conditions_of(p) or {}).get("beside_foreign_load") is True
                    for p in s.points)
         drawn += f"; {busy} timed beside foreign load (ringed)" if busy else ""
+        moved = sum(bool(environment_changes(a, b)) for a, b in pairwise(s.points))
+        drawn += f"; the environment changed {moved} time(s) (dotted)" if moved else ""
         parts.append(f'<figure class="series"><figcaption>{e(s.label)}{e(unit)}: '
                      f"{e(drawn)}</figcaption>"
                      f"{chart(s, by_series.get(id(s), []))}</figure>")

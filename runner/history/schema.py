@@ -1,19 +1,20 @@
 """The store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Three tables: `results`, one row per finished command; `metrics`, its numbers in long
-format (a new kind of number is a new `name`, not a new column); and `confirmations`, a
-change point's two builds measured again interleaved (`runner history confirm`). The
-schema's history is `migrations/versions/`, applied by Alembic when a store is opened
-(runner/history/store.py); HEAD names the newest revision, so opening a store already at
-HEAD costs one SELECT and no Alembic import (tests/test_history_store.py checks HEAD
-against Alembic's own head).
+Three tables: `results`, one row per finished command (its `environment`, the driver,
+firmware and modules it measured with, is one JSON column: runner/history/environment.py);
+`metrics`, its numbers in long format (a new kind of number is a new `name`, not a new
+column); and `confirmations`, a change point's two builds measured again interleaved
+(`runner history confirm`). The schema's history is `migrations/versions/`, applied by
+Alembic when a store is opened (runner/history/store.py); HEAD names the newest revision,
+so opening a store already at HEAD costs one SELECT and no Alembic import
+(tests/test_history_store.py checks HEAD against Alembic's own head).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-HEAD = "0003"
+HEAD = "0004"
 VERSION_TABLE = "alembic_version"
 
 metadata = sa.MetaData()
@@ -42,6 +43,7 @@ results = sa.Table(
     sa.Column("verdict", sa.String(40), nullable=False, server_default=""),
     sa.Column("exit_code", sa.Integer, nullable=True),
     sa.Column("details", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("environment", sa.Text, nullable=True),  # JSON; NULL: none was recorded
     sa.Index("ix_results_finished_at", "finished_at"),
     sa.Index("ix_results_profile", "profile", "finished_at"),
 )

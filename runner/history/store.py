@@ -29,6 +29,7 @@ from sqlalchemy import event
 from runner.base.closing import Closes
 from runner.base.errors import RunnerError, ServiceUnreachable
 from runner.history import schema
+from runner.history.environment import Environment
 from runner.history.model import Confirmation, Metric, Result
 from runner.history.series import series_key
 from runner.history.url import POSTGRES, SQLITE, StoreURL
@@ -224,6 +225,8 @@ class Store(Closes):
             "verdict", "exit_code")}
         row["recorded_at"] = _utcnow()
         row["details"] = json.dumps(result.details, sort_keys=True, default=str)
+        row["environment"] = (json.dumps(result.environment.to_dict(), sort_keys=True)
+                              if result.environment else None)
         inserted = conn.execute(r.insert().values(**row)).inserted_primary_key
         assert inserted is not None
         result_id = inserted[0]
@@ -356,7 +359,15 @@ def _result(row: Any, metrics: list[Metric]) -> Result:
         compiler_commit=row.compiler_commit, runtime_version=row.runtime_version,
         runtime_commit=row.runtime_commit, build=row.build, runner_version=row.runner_version,
         runner_commit=row.runner_commit, verdict=row.verdict, exit_code=row.exit_code,
-        metrics=tuple(metrics), details=details if isinstance(details, dict) else {})
+        metrics=tuple(metrics), details=details if isinstance(details, dict) else {},
+        environment=_environment(row.environment))
+
+
+def _environment(text: str | None) -> Environment | None:
+    try:
+        return Environment.from_dict(json.loads(text)) if text else None
+    except ValueError:
+        return None
 
 
 def open_store(url: StoreURL, upgrade: bool = True) -> Store:
