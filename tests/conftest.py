@@ -57,6 +57,19 @@ def tiny_compiled(tiny_profile: Profile, tmp_path_factory) -> dict[int, Compiled
 
 
 @pytest.fixture(scope="session")
+def small_run(tmp_path_factory) -> Path:
+    """A finished run of two samples on the cpu profile, unscored, for the tests that only
+    read a run (dry runs of the commands that take one): made once per session."""
+    from cli_support import cli
+
+    def build(out: Path) -> None:
+        proc = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out",
+                   out / "run")
+        assert proc.returncode == 0, proc.stderr
+    return shared_dir(tmp_path_factory, "small-run", build) / "run"
+
+
+@pytest.fixture(scope="session")
 def small_checkpoint(tmp_path_factory) -> Path:
     """A small diffusers-format SDXL checkpoint (the tiny model's shapes, SDXL's layout and
     exporter path), written once per session. Read only."""

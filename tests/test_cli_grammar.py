@@ -15,7 +15,6 @@ from cli_support import cli
 from docker_support import docker_client  # noqa: F401  (the fixture docker dry runs ask for)
 from history_support import two_builds_store
 from repo_support import REPO
-from shared_work import shared_dir
 from test_dry_runs import snapshot, warm
 from test_goldens_upload import BASE, generated
 
@@ -461,15 +460,6 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
 NEEDS_DOCKER = {"validate", "image build"}
 READS_A_RUN = {"score", "aggregate", "report", "calibrate", "compare"}
 
-
-@pytest.fixture(scope="session")
-def small_run(tmp_path_factory) -> Path:
-    """A finished run of two samples on the cpu profile, unscored, shared by the session."""
-    def build(out: Path) -> None:
-        proc = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out",
-                   out / "run")
-        assert proc.returncode == 0, proc.stderr
-    return shared_dir(tmp_path_factory, "grammar-small-run", build) / "run"
 
 
 def test_every_command_that_acts_has_a_dry_run_case():

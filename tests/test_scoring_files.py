@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_support import cli
-from shared_work import shared_dir
 
 from runner.accuracy import backbones as bb
 from runner.accuracy.files import find_scoring_file, scoring_file_places
@@ -75,15 +74,6 @@ def test_weights_missing_from_the_env_cache_are_found_in_the_home_cache(caches):
     _put(home, bb.FID_WEIGHTS.cache_name)
     assert bb.find_weights(bb.FID_WEIGHTS) == fid
 
-
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory) -> Path:
-    """A finished, unscored run of two samples on the cpu profile."""
-    def build(out: Path) -> None:
-        proc = cli("run", "--profile", "cpu", "--count", "2", "--no-score", "--out",
-                   out / "run")
-        assert proc.returncode == 0, proc.stderr
-    return shared_dir(tmp_path_factory, "scoring-files-small-run", build) / "run"
 
 
 def test_score_finds_each_file_in_either_cache_and_prints_the_one_used(small_run, caches):
