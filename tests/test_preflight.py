@@ -21,6 +21,7 @@ from docker_support import docker_client, project_snapshot, wheels_image  # noqa
 from repo_support import REPO
 
 from runner.accuracy.backbones import FID_WEIGHTS
+from runner.base.errors import RunnerError
 from runner.batch.docker_executor import DockerExecutor
 from runner.batch.executors import LocalExecutor
 from runner.batch.run import plan_for
@@ -28,7 +29,7 @@ from runner.config.profile import load_profile
 from runner.preflight.check import CheckState, Preflight, PreflightCheck
 from runner.preflight.disk import disk_check, image_bytes
 from runner.preflight.files import scoring_checks
-from runner.preflight.gpus import gpu_checks, nvidia_mig, rocm_partitions
+from runner.preflight.gpus import amd_partitions, gpu_checks, nvidia_mig, rocm_partitions
 from runner.preflight.worker_env import worker_env_check
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -61,6 +62,39 @@ def test_rocm_partitions_read_every_card_and_na_as_unknown():
     assert len(cards) == 64
     assert [c.compute for c in cards[:9]] == ["CPX", *[None] * 7, "CPX"]
     assert cards[8].memory == "NPS4"
+
+
+def test_amd_smi_partitions_read_a_bare_list_and_the_gpu_data_envelope():
+    cards = amd_partitions((PARTITION / "amd-smi-static-partition-cpx.json").read_text())
+    assert len(cards) == 64
+    assert [c.compute for c in cards[:9]] == ["CPX", *[None] * 7, "CPX"]
+    assert cards[8].memory == "NPS4"
+    spx = amd_partitions((PARTITION / "amd-smi-static-partition-spx.json").read_text())
+    assert {(c.compute, c.memory) for c in spx} == {("SPX", "NPS1")} and len(spx) == 8
+    with pytest.raises(RunnerError, match="amd-smi listed no GPU's partition"):
+        amd_partitions('{"gpu_data": []}')
+
+
+def test_amd_smi_is_preferred_over_rocm_smi_where_both_are_on_path():
+    """rocm-smi says SPX, amd-smi CPX: the CPX layout passes, so amd-smi was read."""
+    which, run = tools({"amd-smi static --partition": PARTITION /
+                        "amd-smi-static-partition-cpx.json",
+                        "rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    assert check.state is CheckState.OK, check
+    assert check.where == "amd-smi"
+    assert "64 device ID(s) of 64 in CPX compute mode, memory NPS4" in check.detail
+
+
+def test_an_spx_node_as_amd_smi_lists_it_refuses_a_cpx_layout():
+    which, run = tools({"amd-smi static --partition": PARTITION /
+                        "amd-smi-static-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    assert check.state is CheckState.FAILED
+    assert "the GPUs are in SPX mode; the layout assumes CPX" in check.detail
 
 
 def test_nvidia_mig_reads_enabled_and_na():
@@ -143,7 +177,7 @@ def test_no_gpu_tool_fails_a_gpu_layout_and_is_absent_for_a_cpu_one():
         return None
 
     check = gpu_checks(plan_for(load_profile("mi325x")), False, which)[0]
-    assert check.state is CheckState.FAILED and "no rocm-smi on PATH" in check.detail
+    assert check.state is CheckState.FAILED and "no amd-smi or rocm-smi on PATH" in check.detail
     assert states(gpu_checks(plan_for(load_profile("cpu")), False, which)) == {
         "GPUs": CheckState.ABSENT}
 
@@ -334,6 +368,22 @@ def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> None:
         f"{str(PARTITION / 'rocm-smi-partition-cpx.json')!r}\n"
         "sys.stdout.write(open(path).read())\n")
     tool.chmod(0o755)
+
+
+def test_the_run_reads_amd_smi_on_path_before_rocm_smi(tmp_path):
+    """A stand-in amd-smi printing an SPX node beside the CPX rocm-smi: the CPX run is
+    refused for SPX, so the command read amd-smi."""
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids-none.txt")
+    tool = tmp_path / "bin" / "amd-smi"
+    tool.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open("
+                    f"{str(PARTITION / 'amd-smi-static-partition-spx.json')!r}).read())\n")
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    ran = cli("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
+              "--out", tmp_path / "r", "--dry-run", env=env)
+    assert ran.returncode == 2, ran.stderr
+    assert "preflight failed GPUs: the GPUs are in SPX mode; the layout assumes CPX" in \
+        ran.stdout
 
 
 def test_busy_gpus_stop_the_run_unless_shared(tmp_path):

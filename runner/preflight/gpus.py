@@ -2,10 +2,13 @@
 
 The facts come from the vendor's tool on this host, read in its own format:
 
-- `rocm-smi --showcomputepartition --showmemorypartition --json`: per card its compute
-  partition (SPX, DPX, QPX, CPX) and memory partition (NPS1, NPS4). In a partitioned mode
-  every partition is a card, so the card count is the device IDs the layout may name;
-  partitions past each GPU's first may say `N/A`.
+- `amd-smi static --partition --json` (preferred where it is on PATH: rocm-smi is
+  deprecated from ROCm 6): per GPU a `partition` object with its `compute_partition`
+  (SPX, DPX, QPX, CPX) and `memory_partition` (NPS1, NPS4); a bare list in ROCm 6.x, inside
+  `{"gpu_data": [...]}` in later releases.
+- `rocm-smi --showcomputepartition --showmemorypartition --json`: the same per card. In a
+  partitioned mode every partition is a card (a GPU to amd-smi), so their count is the
+  device IDs the layout may name; partitions past each GPU's first may say `N/A`.
 - `nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`: per GPU
   whether MIG is on (`Enabled`), which the layout's one-worker-per-GPU view does not assume.
 - who holds GPU memory now: `runner.base.gpu_holders.snapshot`.
@@ -16,6 +19,7 @@ runner/config/layout.py's. tests/fixtures/gpu_partition/ holds the formats read 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -28,10 +32,11 @@ from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, 
 from runner.config.layout import Plan, partition_command
 from runner.preflight.check import CheckState, PreflightCheck
 
+AMD_PARTITIONS = ("amd-smi", "static", "--partition", "--json")
 ROCM_PARTITIONS = ("rocm-smi", "--showcomputepartition", "--showmemorypartition", "--json")
 NVIDIA_MIG = ("nvidia-smi", "--query-gpu=index,mig.mode.current",
               "--format=csv,noheader,nounits")
-PARTITION_TOOL = {"hip": ROCM_PARTITIONS, "cuda": NVIDIA_MIG}
+PARTITION_TOOLS = {"hip": (AMD_PARTITIONS, ROCM_PARTITIONS), "cuda": (NVIDIA_MIG,)}
 Which = Callable[[str], str | None]
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -54,6 +59,24 @@ def rocm_partitions(text: str) -> list[Card]:
                  _mode(card_value(c, "Memory Partition"))) for i, c in sorted(cards.items())]
 
 
+def amd_partitions(text: str) -> list[Card]:
+    """`amd-smi static --partition --json` output."""
+    start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
+    try:
+        data = json.loads(text[start:]) if start >= 0 else None
+    except ValueError as e:
+        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({e}): "
+                         f"{text.strip()[:200]!r}") from None
+    rows = data.get("gpu_data") if isinstance(data, dict) else data
+    cards = [Card(row["gpu"], _mode(str(part.get("compute_partition", ""))),
+                  _mode(str(part.get("memory_partition", ""))))
+             for row in rows or [] if isinstance(row, dict) and isinstance(row.get("gpu"), int)
+             and isinstance(part := row.get("partition"), dict)]
+    if not cards:
+        raise ToolFailed(f"amd-smi listed no GPU's partition: {text.strip()[:200]!r}")
+    return sorted(cards, key=lambda c: c.index)
+
+
 def nvidia_mig(text: str) -> list[Card]:
     """`nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`."""
     rows = nvidia_csv(text, ("index", "mig.mode.current"))
@@ -73,21 +96,24 @@ def gpu_checks(plan: Plan, share: bool, which: Which = shutil.which,
     CPU layout. `which` and `run` are the tool lookup and call (tests hand in a tool's
     captured output)."""
     layout = plan.layout
-    argv = PARTITION_TOOL.get(layout.backend)
-    if argv is None:
+    candidates = PARTITION_TOOLS.get(layout.backend)
+    if candidates is None:
         return [PreflightCheck("GPUs", CheckState.ABSENT, "a cpu layout uses none")]
-    if which(argv[0]) is None:
+    argv = next((a for a in candidates if which(a[0]) is not None), None)
+    if argv is None:
+        names = " or ".join(a[0] for a in candidates)
         return [PreflightCheck(
             "GPUs", CheckState.FAILED,
-            f"no {argv[0]} on PATH: the {len(layout.devices)} {layout.backend} device ID(s) "
-            "the layout names cannot be seen from this host", where=argv[0],
+            f"no {names} on PATH: the {len(layout.devices)} {layout.backend} device ID(s) "
+            "the layout names cannot be seen from this host", where=names,
             fix="run on the GPU node (with its driver and tools installed), or with "
                 "--executor slurm to run on the cluster's GPU nodes")]
     try:
         cards = _cards(argv, run)
     except RunnerError as e:
         return [PreflightCheck.failed("GPUs", e)]
-    check = (_rocm_check if layout.backend == "hip" else _nvidia_check)(plan, cards)
+    check = (_nvidia_check(plan, cards) if layout.backend == "cuda"
+             else _rocm_check(plan, cards, argv[0]))
     return [check, _holders_check(share, which, run)]
 
 
@@ -100,7 +126,11 @@ def _cards(argv: tuple[str, ...], run: Run) -> list[Card]:
         raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
                          f"{(proc.stderr or proc.stdout).strip()[:300]}", where=argv[0],
                          fix=f"run `{' '.join(argv)}` by hand and repair the driver")
-    return (rocm_partitions if argv[0] == "rocm-smi" else nvidia_mig)(proc.stdout)
+    return PARSERS[argv[0]](proc.stdout)
+
+
+PARSERS: dict[str, Callable[[str], list[Card]]] = {
+    "amd-smi": amd_partitions, "rocm-smi": rocm_partitions, "nvidia-smi": nvidia_mig}
 
 
 def _missing(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck | None:
@@ -115,7 +145,7 @@ def _missing(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck | None:
         fix="name the devices there are (--devices), or run on a node that has them")
 
 
-def _rocm_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
+def _rocm_check(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck:
     layout = plan.layout
     mode = (layout.partition or "spx").upper()
     modes = sorted({c.compute for c in cards if c.compute})
@@ -127,13 +157,13 @@ def _rocm_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
             where="layout.partition",
             fix=f"as root: `{' '.join(partition_command(mode))}`, or plan for the mode "
                 f"there is: --partition {modes[0].lower()}")
-    missing = _missing(plan, cards, "rocm-smi")
+    missing = _missing(plan, cards, tool)
     if missing is not None:
         return missing
     return PreflightCheck("GPUs", CheckState.OK,
                           f"{len(layout.devices)} device ID(s) of {len(cards)} in "
                           f"{'/'.join(modes) or 'unreported'} compute mode, memory "
-                          f"{'/'.join(memory) or 'unreported'}", "rocm-smi")
+                          f"{'/'.join(memory) or 'unreported'}", tool)
 
 
 def _nvidia_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
