@@ -433,3 +433,21 @@ def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
               if line.startswith("#   preflight ok     worker environment: imports ok")]
     assert len(worker) == 2  # one per layout
     assert not (tmp_path / "b").exists()
+
+
+def test_bench_shares_busy_gpus_only_when_asked_and_its_run_lines_say_so(tmp_path):
+    """Each layout's run is made with the bench's --share-gpus: its preflight line says
+    shared, and the `runner run` line its reproduce.sh re-runs carries the flag."""
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = ("bench", "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--no-stages",
+            "--out", tmp_path / "b", "--dry-run")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 0, refused.stderr
+    assert "#   preflight failed GPU processes: 3 other process(es)" in refused.stdout
+    shared = cli(*args, "--share-gpus", env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert "#   preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
+    run_lines = [line for line in shared.stdout.splitlines() if line.startswith("runner run ")]
+    assert run_lines and all("--share-gpus" in line for line in run_lines)
+    assert not (tmp_path / "b").exists()

@@ -36,6 +36,7 @@ AMD_PARTITIONS = ("amd-smi", "static", "--partition", "--json")
 ROCM_PARTITIONS = ("rocm-smi", "--showcomputepartition", "--showmemorypartition", "--json")
 NVIDIA_MIG = ("nvidia-smi", "--query-gpu=index,mig.mode.current",
               "--format=csv,noheader,nounits")
+SHARE_GPUS = "--share-gpus"  # every command whose preflight checks GPUs takes it
 PARTITION_TOOLS = {"hip": (AMD_PARTITIONS, ROCM_PARTITIONS), "cuda": (NVIDIA_MIG,)}
 Which = Callable[[str], str | None]
 Run = Callable[..., subprocess.CompletedProcess]
@@ -194,10 +195,10 @@ def _holders_check(share: bool, which: Which, run: Run) -> PreflightCheck:
     names = "; ".join(p.text() for p in held.processes)
     if share:
         return PreflightCheck("GPU processes", CheckState.SHARED,
-                              f"shared as asked (--share-gpus) with {names}", held.tool or "")
+                              f"shared as asked ({SHARE_GPUS}) with {names}", held.tool or "")
     return PreflightCheck(
         "GPU processes", CheckState.FAILED,
         f"{len(held.processes)} other process(es) hold GPU memory: {names}",
         where=held.tool or "GPUs",
-        fix="stop them (or wait for them), or pass --share-gpus (runner run, runner "
-            "mlperf) to run beside them: slower, and it may run out of memory")
+        fix=f"stop them (or wait for them), or pass {SHARE_GPUS} to run beside them: slower, "
+            "and it may run out of memory")
