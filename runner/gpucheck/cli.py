@@ -54,6 +54,15 @@ def _step(p: argparse.ArgumentParser, func: Callable[[CommandContext], int], out
     document(p, *examples, out=out, exits=exits)
 
 
+def _run_flags(r: argparse.ArgumentParser) -> None:
+    """`run`'s own: its budget, and whether its steps start beside other GPU processes."""
+    r.add_argument("--carry", required=True, metavar="DIR",
+                   help="the directory `runner gpu-check prepare` wrote")
+    r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
+    add_share_gpus(r)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     check = subparsers.add_parser(
         "gpu-check", help="compile here, run there: what the runner measures on a GPU machine "
@@ -88,11 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
           exits=Exits(incomplete=DISK_FULL))
 
     r = sub.add_parser("run", help="run a carry's check (no compiler, no network)")
-    r.add_argument("--carry", required=True, metavar="DIR",
-                   help="the directory `runner gpu-check prepare` wrote")
-    r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
-    add_share_gpus(r)
+    _run_flags(r)
     _step(r, cmd_gpu_check_run,
           "the results: gpu_check.json, gpu_check.md, each step's output and logs/", REFUSES,
           "every step that passed, or found a batch too large or a profiler missing, and "
