@@ -542,10 +542,11 @@ def build_tree_without_driver(root: Path, driver: str) -> Path:
 
 
 def test_a_build_whose_environment_fails_the_preflight_is_skipped_not_judged_bad(tmp_path):
-    """The bad end's runtime lacks the profile's driver: its worker check, run with its
-    interpreter before its probe, fails, so the build cannot be judged (the bisect stops:
-    an end must be measured); it is never the first bad build. The good end's check
-    passed and is kept in its measurement; the machine's checks were shown first."""
+    """The bad end's runtime lacks the profile's driver: the worker's check, which its probe
+    runs in its environment before compiling, fails, so the build cannot be judged (the
+    bisect stops: an end must be measured) where it was judged bad before (the pipeline
+    failed); it is never the first bad build. The good end's check passed and is kept in
+    its probe's record; the machine's checks were shown first."""
     good = host_build_tree(tmp_path / "good")
     bad = build_tree_without_driver(tmp_path / "nodriver", "local-task")
     out = tmp_path / "b"
@@ -554,13 +555,13 @@ def test_a_build_whose_environment_fails_the_preflight_is_skipped_not_judged_bad
     assert proc.returncode == 2, proc.stderr
     assert "preflight absent GPUs: a cpu layout uses none" in proc.stderr
     assert ("the bad build nodriver cannot be measured: skipped: preflight: worker "
-            "environment: a worker cannot start (exit 2): the IREE runtime has no "
-            "'local-task' driver") in proc.stderr
+            "environment: the IREE runtime has no 'local-task' driver") in proc.stderr
     steps = json.loads((out / "bisect.json").read_text())["steps"]
     assert [s["verdict"]["state"] for s in steps] == ["good", "skip"]
-    first, second = (s["measurement"] for s in steps)
-    assert first["preflight"]["state"] == "ok" and "probe" in first
-    assert second["preflight"]["state"] == "failed" and "probe" not in second
+    first, second = (s["measurement"]["probe"] for s in steps)
+    assert first["preflight"]["detail"] == "imports ok; IREE driver local-task registered"
+    assert first["ok"] and first["run"]["samples"] == 1
+    assert second["stage"] == "preflight" and "compile" not in second
     assert "Traceback" not in proc.stderr
 
 
@@ -574,9 +575,11 @@ def test_the_dry_run_prints_the_machines_preflight_and_the_first_builds_check(tm
         lines = proc.stdout.splitlines()
         assert "# preflight absent GPUs: a cpu layout uses none" in lines
         assert any(line.startswith("# preflight ok     disk: ") for line in lines)
-        check = next(line for line in lines if "worker environment" in line)
-        assert check.startswith("# preflight absent worker environment: checked in the "
-                                "build's environment before it is measured")
-        assert check.endswith("-m runner.batch.worker --check local-task")
-        assert str(good / "tools") in check
+        check = lines.index(next(line for line in lines if "worker environment" in line))
+        assert lines[check] == (
+            "# preflight absent worker environment: checked by the probe below before it "
+            "compiles, in the build's environment: a worker's `--check local-task` (a failure "
+            "skips the build)")
+        assert "-m runner.bisect.probe " in lines[check + 1]
+        assert str(good / "tools") in lines[check + 1]
         assert not (tmp_path / "never").exists()

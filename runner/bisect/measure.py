@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.progress import echo
 from runner.base.signals import Interrupted
-from runner.batch.executors import WorkerProbe, probe_argv
 from runner.batch.run import plan_for
 from runner.bisect.builds import Build, Sources
 from runner.bisect.envs import (
@@ -41,7 +40,7 @@ from runner.bisect.judge import TestSpec, sample_digests
 from runner.bisect.probe import PROBE_FILE
 from runner.config.profile import Profile
 from runner.preflight.check import CheckState, PreflightCheck
-from runner.preflight.worker_env import WHAT, probe_check
+from runner.preflight.worker_env import WHAT
 
 EXIT_MARK = "runner-bisect-exit-code="
 
@@ -134,25 +133,6 @@ def _run_logged(plan: MeasurePlan, argv: list[str], env: BuildEnv, log: Path,
         except OSError as e:
             out.write(f"cannot run {argv[0]}: {e}\n")
             return 127
-
-
-def worker_check_argv(plan: MeasurePlan, python: str) -> list[str]:
-    """The worker's own `--check` of the profile's IREE driver, in the build's python: what
-    the probe's pipeline opens."""
-    worker = plan_for(plan.profile).workers[0]
-    return probe_argv(replace(worker, command_prefix=()), python)
-
-
-def _worker_check(plan: MeasurePlan, env: BuildEnv, out: Path) -> PreflightCheck:
-    """The build's preflight: its python, with its environment, asked whether a worker
-    could start (imports, the driver registered), as the probe would run the pipeline."""
-    argv = worker_check_argv(plan, env.python)
-    log = out / "worker-check.log"
-    rc = _run_logged(plan, argv, env, log)
-    output = "\n".join(line for line in log.read_text(errors="replace").splitlines()
-                       if not line.startswith(EXIT_MARK))
-    where = f"in the image {env.image}: " if env.executor == "docker" else ""
-    return probe_check(WorkerProbe(where + shellscript.join(argv), rc, output))
 
 
 def _probe(plan: MeasurePlan, env: BuildEnv, out: Path) -> dict[str, Any]:
@@ -266,15 +246,6 @@ def measure(plan: MeasurePlan, index: int, build: Build, backbones: dict[str, An
         result.update(unavailable=str(e), seconds=round(time.perf_counter() - start, 3))
         return result
     result["env"] = env.to_dict()
-    if plan.passes:  # the probe runs the pipeline: a worker's environment must start
-        t0 = time.perf_counter()
-        check = _worker_check(plan, env, out)
-        result["preflight"] = {**check.to_dict(),
-                               "seconds": round(time.perf_counter() - t0, 3)}
-        if check.state is CheckState.FAILED:  # the environment's fault, not the build's
-            result.update(unavailable=f"preflight: {check.what}: {check.detail}",
-                          seconds=round(time.perf_counter() - start, 3))
-            return result
     if plan.test.probes or plan.passes or plan.compstat:
         result["probe"] = _probe(plan, env, out)
         ran = result["probe"].get("ok") and result["probe"].get("run")
@@ -317,10 +288,11 @@ def build_dry_run_lines(plan: MeasurePlan, index: int, build: Build) -> list[str
         python = str(setup.root / "venv" / "bin" / "python")
         where = env_prefix(str(setup.root / "venv" / "bin"), [src])
     if plan.passes:
+        driver = plan_for(plan.profile).workers[0].driver
         lines.append("# " + PreflightCheck(
-            WHAT, CheckState.ABSENT, "checked in the build's environment before it is "
-            "measured (a failure skips the build): "
-            + where + shellscript.join(worker_check_argv(plan, python))).line())
+            WHAT, CheckState.ABSENT, "checked by the probe below before it compiles, in the "
+            f"build's environment: a worker's `--check {driver}` (a failure skips the "
+            "build)").line())
     if plan.test.probes or plan.passes or plan.compstat:
         lines.append(where + shellscript.join(plan.probe_argv(python, out)))
     if plan.score or plan.test.kind == "accuracy":
