@@ -206,30 +206,44 @@ def test_a_carry_copied_without_a_file_its_steps_read_stops_before_any_step(tmp_
         assert "Traceback" not in proc.stderr and not results.exists()
 
 
-def stand_in_nvidia_smi(bin_dir: Path, apps: str) -> None:
-    """`nvidia-smi` on PATH printing 8 GPUs without MIG and `apps` as its compute processes:
-    the tool's output at the boundary a CPU machine lacks; the command runs for real."""
+def stand_in_nvidia_smi(bin_dir: Path, apps: str, uuids: Path) -> None:
+    """`nvidia-smi` on PATH printing 8 GPUs without MIG, `apps` as its compute processes
+    and `uuids` as the GPUs' UUIDs: the tool's output at the boundary a CPU machine lacks;
+    the command runs for real."""
     bin_dir.mkdir()
     tool = bin_dir / "nvidia-smi"
-    mig = REPO / "tests" / "fixtures" / "gpu_partition" / "nvidia-smi-mig-na.csv"
+    fixtures = REPO / "tests" / "fixtures"
+    by_query = {"pid,gpu_uuid": fixtures / "gpu_holders" / "nvidia-smi-compute-apps-gpus.csv",
+                "index,uuid": uuids,
+                "pid,used_memory": fixtures / "gpu_holders" / apps,
+                "mig.mode": fixtures / "gpu_partition" / "nvidia-smi-mig-na.csv"}
     tool.write_text(
         f"#!{sys.executable}\nimport sys\n"
-        f"path = {str(REPO / 'tests' / 'fixtures' / 'gpu_holders' / apps)!r} if any("
-        f"'compute-apps' in a for a in sys.argv) else {str(mig)!r}\n"
+        f"by_query = {({k: str(v) for k, v in by_query.items()})!r}\n"
+        "path = next(p for k, p in by_query.items() if any(k in a for a in sys.argv))\n"
         "sys.stdout.write(open(path).read())\n")
     tool.chmod(0o755)
 
 
 def test_busy_gpus_stop_the_check_unless_shared_and_then_every_gpu_step_shares(tmp_path):
+    """The steps use device 0: a process on GPU 2 and two on GPU 7 leave it free; with the
+    UUIDs of GPUs 0 and 2 swapped, the first holds it, and the check stops unless shared."""
     carry = tmp_path / "carry"
     fake_carry(carry, profile="h100")
-    stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-compute-apps.csv")
+    uuids = (REPO / "tests" / "fixtures" / "gpu_holders" / "nvidia-smi-gpu-uuids.csv"
+             ).read_text().splitlines()
+    swapped = tmp_path / "uuids.csv"
+    swapped.write_text("\n".join([f"0, {uuids[2].split(', ')[1]}", uuids[1],
+                                  f"2, {uuids[0].split(', ')[1]}", *uuids[3:]]) + "\n")
+    stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-compute-apps.csv", swapped)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     args = ("gpu-check", "run", "--carry", carry, "--out", tmp_path / "r", "--dry-run")
     refused = cli(*args, env=env)
     assert refused.returncode == 2, refused.stderr
     assert "preflight ok     GPUs: 1 of 8 GPU(s), MIG off" in refused.stdout
-    assert "preflight failed GPU processes: 3 other process(es)" in refused.stdout
+    assert ("preflight failed GPU processes: 1 other process(es) hold GPU memory: pid "
+            "1523411: 40962 MiB on device(s) 0; on other devices than the layout's: pid "
+            "1523417: 512 MiB on device(s) 7") in refused.stdout
     shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
@@ -238,6 +252,13 @@ def test_busy_gpus_stop_the_check_unless_shared_and_then_every_gpu_step_shares(t
     assert on_gpu and all(a[-1] == "--share-gpus" for a in on_gpu)
     assert all("--share-gpus" not in a for a in argvs if a[3:4] == ["compare"])
     assert not (tmp_path / "r").exists()
+    shutil.rmtree(tmp_path / "bin")
+    stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-compute-apps.csv",
+                        REPO / "tests" / "fixtures" / "gpu_holders" / "nvidia-smi-gpu-uuids.csv")
+    free = cli(*args, env=env)
+    assert free.returncode == 0, free.stderr
+    assert ("# preflight ok     GPU processes: none hold the layout's devices' memory; on other "
+            "devices than the layout's: pid 1523411: 40962 MiB on device(s) 2") in free.stdout
 
 
 @pytest.mark.parametrize("case", ["missing", "no manifest", "foreign", "the script's"])

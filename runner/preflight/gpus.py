@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.base.errors import RunnerError, ToolFailed
-from runner.base.gpu_holders import snapshot
+from runner.base.gpu_holders import GpuProcess, held_devices, snapshot
 from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, rocm_json
 from runner.config.layout import Plan, partition_command
 from runner.preflight.check import CheckState, PreflightCheck
@@ -115,7 +115,7 @@ def gpu_checks(plan: Plan, share: bool, which: Which = shutil.which,
         return [PreflightCheck.failed("GPUs", e)]
     check = (_nvidia_check(plan, cards) if layout.backend == "cuda"
              else _rocm_check(plan, cards, argv[0]))
-    return [check, _holders_check(share, which, run)]
+    return [check, _holders_check(plan, share, which, run)]
 
 
 def _cards(argv: tuple[str, ...], run: Run) -> list[Card]:
@@ -184,21 +184,37 @@ def _nvidia_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
                           "nvidia-smi")
 
 
-def _holders_check(share: bool, which: Which, run: Run) -> PreflightCheck:
+def _holders_check(plan: Plan, share: bool, which: Which, run: Run) -> PreflightCheck:
+    """Processes holding memory on a device the layout names refuse the run; ones on other
+    devices are named, not refused. Where the tool cannot say which device a process holds,
+    it counts as holding the layout's."""
     try:
         held = snapshot(which, run)
+        devices = held_devices(held.tool, which, run) if held.tool and held.processes else {}
     except RunnerError as e:
         return PreflightCheck.failed("GPU processes", e)
-    if not held.processes:
-        return PreflightCheck("GPU processes", CheckState.OK, "none hold GPU memory",
-                              held.tool or "")
-    names = "; ".join(p.text() for p in held.processes)
+    tool = held.tool or ""
+    named = set(plan.layout.devices)
+    mine = [p for p in held.processes
+            if devices is None or p.pid not in devices or devices[p.pid] & named]
+    others = [p for p in held.processes if p not in mine]
+    elsewhere = (f"; on other devices than the layout's: "
+                 f"{'; '.join(_on(p, devices) for p in others)}") if others else ""
+    if not mine:
+        return PreflightCheck("GPU processes", CheckState.OK,
+                              f"none hold the layout's devices' memory{elsewhere}", tool)
+    names = "; ".join(_on(p, devices) for p in mine)
     if share:
         return PreflightCheck("GPU processes", CheckState.SHARED,
-                              f"shared as asked ({SHARE_GPUS}) with {names}", held.tool or "")
+                              f"shared as asked ({SHARE_GPUS}) with {names}{elsewhere}", tool)
     return PreflightCheck(
         "GPU processes", CheckState.FAILED,
-        f"{len(held.processes)} other process(es) hold GPU memory: {names}",
-        where=held.tool or "GPUs",
+        f"{len(mine)} other process(es) hold GPU memory: {names}{elsewhere}",
+        where=tool or "GPUs",
         fix=f"stop them (or wait for them), or pass {SHARE_GPUS} to run beside them: slower, "
             "and it may run out of memory")
+
+
+def _on(process: GpuProcess, devices: dict[int, set[int]] | None) -> str:
+    on = sorted((devices or {}).get(process.pid, ()))
+    return process.text() + (f" on device(s) {', '.join(map(str, on))}" if on else "")
