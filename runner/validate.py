@@ -49,6 +49,7 @@ class ValidateRequest:
     base_image: str | None = None
     dry_run: bool = False
     require_full: bool = False  # a subset fails instead of being "not judged"
+    share_gpus: bool = False  # its run starts beside other GPU processes (the preflight's)
 
 
 def _key(*parts: Any) -> str:
@@ -246,14 +247,17 @@ def _run_and_score(req: ValidateRequest, ledger: Validation, tag: str, run_dir: 
                 if lc.manifest.compiled_keys != [c["key"] for c in compiled["compiled"]]:
                     raise BadInput("this run was made by another IREE build or profile",
                                    where=str(run_dir), fix="use a new --out for this build")
-                return _execute(lc, lambda: lc.resume(executor, compile_fn))
+                return _execute(lc, lambda: lc.resume(executor, compile_fn,
+                                                      share_gpus=req.share_gpus))
         ids_file = req.out / "sample_ids.txt"
         atomic_write_text(ids_file, "\n".join(map(str, req.sample_ids)) + "\n")
         argv = ["run", "--profile", str((req.out / "profile.yaml").resolve()), "--ids",
-                str(ids_file.resolve()), "--executor", "docker", "--image", tag]
+                str(ids_file.resolve()), "--executor", "docker", "--image", tag,
+                *(["--share-gpus"] if req.share_gpus else [])]
         # Scored in its own step below: the preflight checks scoring's files now.
         checked = preflight(PreflightRequest(run_dir, req.profile, plan_for(req.profile),
-                                             len(req.sample_ids), True), executor, False)
+                                             len(req.sample_ids), True,
+                                             share_gpus=req.share_gpus), executor, False)
         with Lifecycle.create(run_dir, req.profile, req.sample_ids, argv, executor,
                               compile_fn=compile_fn, score=False, checked=checked) as lc:
             return _execute(lc, lambda: None)

@@ -520,3 +520,66 @@ def test_accuracy_needs_the_profiles_sample_set(tmp_path):
                   "accuracy", "--profile", "tiny", "--count", "2", "--out",
                   str(tmp_path / "b"), "--dry-run")
     assert proc.returncode == 2 and "drop --count/--samples" in proc.stderr
+
+
+def build_tree_without_driver(root: Path, driver: str) -> Path:
+    """This host's IREE as a build tree whose runtime imports but does not register
+    `driver` (a build made without it): its own `iree.runtime` runs the host's and hides
+    the driver from `query_available_drivers`."""
+    import iree.runtime
+
+    host = Path(iree.runtime.__file__).parent
+    tree = host_build_tree(root)
+    runtime = tree / "runtime" / "bindings" / "python" / "iree" / "runtime"
+    runtime.unlink()
+    runtime.mkdir()
+    (runtime / "__init__.py").write_text(
+        f"__path__ = [{str(host)!r}]\n"
+        f"exec(compile(open({str(host / '__init__.py')!r}).read(), __file__, 'exec'))\n"
+        "_drivers = query_available_drivers\n"
+        f"def query_available_drivers():\n    return [d for d in _drivers() if d != {driver!r}]\n")
+    return tree
+
+
+def test_a_build_whose_environment_fails_the_preflight_is_skipped_not_judged_bad(tmp_path):
+    """The bad end's runtime lacks the profile's driver: the worker's check, which its probe
+    runs in its environment before compiling, fails, so the build cannot be judged (the
+    bisect stops: an end must be measured) where it was judged bad before (the pipeline
+    failed); it is never the first bad build. The good end's check passed and is kept in
+    its probe's record; the machine's checks were shown first."""
+    good = host_build_tree(tmp_path / "good")
+    bad = build_tree_without_driver(tmp_path / "nodriver", "local-task")
+    out = tmp_path / "b"
+    proc = runner("bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{bad}",
+                  "--profile", "cpu", "--test", "images", "--count", "1", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "preflight absent GPUs: a cpu layout uses none" in proc.stderr
+    assert ("the bad build nodriver cannot be measured: skipped: preflight: worker "
+            "environment: the IREE runtime has no 'local-task' driver") in proc.stderr
+    steps = json.loads((out / "bisect.json").read_text())["steps"]
+    assert [s["verdict"]["state"] for s in steps] == ["good", "skip"]
+    first, second = (s["measurement"]["probe"] for s in steps)
+    assert first["preflight"]["detail"] == "imports ok; IREE driver local-task registered"
+    assert first["ok"] and first["run"]["samples"] == 1
+    assert second["stage"] == "preflight" and "compile" not in second
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_dry_run_prints_the_machines_preflight_and_the_first_builds_check(tmp_path):
+    good, bad = host_build_tree(tmp_path / "a"), host_build_tree(tmp_path / "b")
+    for command in (["bisect", "--good", f"build-dir:{good}", "--bad", f"build-dir:{bad}"],
+                    ["trend", f"build-dir:{good}", f"build-dir:{bad}"]):
+        proc = runner(*command, "--profile", "cpu", "--test", "images", "--out",
+                      str(tmp_path / "never"), "--dry-run")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert "# preflight absent GPUs: a cpu layout uses none" in lines
+        assert any(line.startswith("# preflight ok     disk: ") for line in lines)
+        check = lines.index(next(line for line in lines if "worker environment" in line))
+        assert lines[check] == (
+            "# preflight absent worker environment: checked by the probe below before it "
+            "compiles, in the build's environment: a worker's `--check local-task` (a failure "
+            "skips the build)")
+        assert "-m runner.bisect.probe " in lines[check + 1]
+        assert str(good / "tools") in lines[check + 1]
+        assert not (tmp_path / "never").exists()

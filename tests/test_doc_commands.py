@@ -137,15 +137,15 @@ QUICK = {
 REFUSED_HERE = {
     "runner mlperf --profile mi325x --scenario Offline --mode performance --cpd 2 "
     "--batch-size 8 --out runs/lg-cpd2 --dry-run":
-        "preflight failed GPUs: no rocm-smi on PATH: the 64 hip device ID(s)",
+        "preflight failed GPUs: no amd-smi or rocm-smi on PATH: the 64 hip device ID(s)",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
-    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no amd-smi or rocm-smi on PATH",
     "runner mlperf --profile mi325x --scenario singlestream,offline,server --mode submission "
-    "--out runs/lg-sub --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+    "--out runs/lg-sub --dry-run": "preflight failed GPUs: no amd-smi or rocm-smi on PATH",
     "runner run --profile mi325x --out runs/acc --dry-run":
-        "preflight failed GPUs: no rocm-smi on PATH: the 64 hip device ID(s)",
+        "preflight failed GPUs: no amd-smi or rocm-smi on PATH: the 64 hip device ID(s)",
     "runner mlperf --profile mi325x --scenario SingleStream,Offline,Server --mode submission "
-    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no rocm-smi on PATH",
+    "--out runs/lg-mi325x --dry-run": "preflight failed GPUs: no amd-smi or rocm-smi on PATH",
 }
 # With the tiny model's modules in the compile cache (the tiny_compiled fixture).
 CACHED = {

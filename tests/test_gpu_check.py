@@ -57,17 +57,21 @@ def commands(stdout: str) -> list[list[str]]:
     return out
 
 
-def fake_carry(carry: Path, sizes: tuple[int, ...] = (1,)) -> None:
+def fake_carry(carry: Path, sizes: tuple[int, ...] = (1,), profile: str = "cpu") -> None:
     """A carry's manifest alone, as `prepare --profile cpu` writes it: enough for `run` to
     plan (its steps compile what is missing, on this machine with a compiler)."""
     carry.mkdir(parents=True)
     (carry / "gpu_check.json").write_text(json.dumps({
-        "kind": "gpu_check_carry", "profile": "cpu", "model": "tiny-sdxl", "backend": "cpu",
+        "kind": "gpu_check_carry", "profile": profile, "model": "tiny-sdxl", "backend": "cpu",
         "chip": "host", "batch_sizes": list(sizes), "vae_dtypes": ["fp32", "fp16"],
         "stages": ["clip", "unet_step", "vae"], "tiny_sets": [], "tiny_count": 32,
         "seeded_exports": [], "mlperf": {"min_query_count": 4, "min_duration_s": 1,
                                          "user_conf": "mlperf-short.conf"},
         "steps": plan.plan_steps(list(sizes), ["fp32", "fp16"], "fp32")}))
+    # What the steps read from the carry (its preflight checks they are there).
+    (carry / "mlperf-short.conf").write_text("*.Offline.min_query_count = 4\n")
+    (carry / "tiny-cpu").mkdir()
+    (carry / "tiny-cpu" / "run.json").write_text(json.dumps({"sample_ids": list(range(32))}))
 
 
 def test_prepare_dry_run_prints_every_command_and_writes_nothing(tmp_path):
@@ -126,9 +130,7 @@ def test_tiny_count_is_the_samples_the_check_compares(tmp_path):
                       "--dry-run", "--tiny-count", bad)
         assert refused.returncode == 2, (bad, refused.stderr)
         assert "--tiny-count" in refused.stderr.splitlines()[0] and "fix:" in refused.stderr
-    fake_carry(carry)  # prepared before, with the default count
-    (carry / "tiny-cpu").mkdir()
-    (carry / "tiny-cpu" / "run.json").write_text(json.dumps({"sample_ids": list(range(32))}))
+    fake_carry(carry)  # prepared before, with the default count (tiny-cpu/'s 32 samples)
     again = cli("gpu-check", "prepare", "--profile", "cpu", "--out", carry, "--dry-run",
                 "--no-wheels", "--tiny-count", "4")
     assert again.returncode == 2 and again.stderr.startswith("error: --tiny-count: ")
@@ -176,6 +178,87 @@ def test_run_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     assert ["python", "-m", "runner", "compare", str(carry / "tiny-cpu"),
             str(results / "tiny-device"), "--out", str(results / "tiny-compare")] in argvs
     assert not results.exists() and not (carry / "cache").exists()
+
+
+def test_run_dry_run_prints_the_preflight_first(tmp_path):
+    carry = tmp_path / f"c {HOSTILE}"
+    fake_carry(carry)
+    proc = cli("gpu-check", "run", "--carry", carry, "--out", tmp_path / "r", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:4] == [
+        "# preflight ok     carry: 2 file(s) the steps read: mlperf-short.conf, tiny-cpu",
+        "# preflight ok     worker environment: imports ok; IREE driver local-task registered",
+        "# preflight absent GPUs: a cpu layout uses none", lines[3]]
+    assert lines[3].startswith("# preflight ok     disk: ") and "42 sample(s)" in lines[3]
+
+
+def test_a_carry_copied_without_a_file_its_steps_read_stops_before_any_step(tmp_path):
+    carry, results = tmp_path / "carry", tmp_path / "r"
+    fake_carry(carry)
+    (carry / "mlperf-short.conf").unlink()
+    for dry in ([], ["--dry-run"]):
+        proc = cli("gpu-check", "run", "--carry", carry, "--out", results, *dry)
+        assert proc.returncode == 2, proc.stderr
+        assert ("preflight failed carry: 1 of the 2 file(s) the steps read are missing "
+                "(first: mlperf-short.conf)") in proc.stdout + proc.stderr
+        assert f"error: --carry {carry}: preflight: carry: 1 of the 2" in proc.stderr
+        assert "Traceback" not in proc.stderr and not results.exists()
+
+
+def stand_in_nvidia_smi(bin_dir: Path, apps: str, uuids: Path) -> None:
+    """`nvidia-smi` on PATH printing 8 GPUs without MIG, `apps` as its compute processes
+    and `uuids` as the GPUs' UUIDs: the tool's output at the boundary a CPU machine lacks;
+    the command runs for real."""
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    fixtures = REPO / "tests" / "fixtures"
+    by_query = {"pid,gpu_uuid": fixtures / "gpu_holders" / "nvidia-smi-compute-apps-gpus.csv",
+                "index,uuid": uuids,
+                "pid,used_memory": fixtures / "gpu_holders" / apps,
+                "mig.mode": fixtures / "gpu_partition" / "nvidia-smi-mig-na.csv"}
+    tool.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"by_query = {({k: str(v) for k, v in by_query.items()})!r}\n"
+        "path = next(p for k, p in by_query.items() if any(k in a for a in sys.argv))\n"
+        "sys.stdout.write(open(path).read())\n")
+    tool.chmod(0o755)
+
+
+def test_busy_gpus_stop_the_check_unless_shared_and_then_every_gpu_step_shares(tmp_path):
+    """The steps use device 0: a process on GPU 2 and two on GPU 7 leave it free; with the
+    UUIDs of GPUs 0 and 2 swapped, the first holds it, and the check stops unless shared."""
+    carry = tmp_path / "carry"
+    fake_carry(carry, profile="h100")
+    uuids = (REPO / "tests" / "fixtures" / "gpu_holders" / "nvidia-smi-gpu-uuids.csv"
+             ).read_text().splitlines()
+    swapped = tmp_path / "uuids.csv"
+    swapped.write_text("\n".join([f"0, {uuids[2].split(', ')[1]}", uuids[1],
+                                  f"2, {uuids[0].split(', ')[1]}", *uuids[3:]]) + "\n")
+    stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-compute-apps.csv", swapped)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = ("gpu-check", "run", "--carry", carry, "--out", tmp_path / "r", "--dry-run")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "preflight ok     GPUs: 1 of 8 GPU(s), MIG off" in refused.stdout
+    assert ("preflight failed GPU processes: 1 other process(es) hold GPU memory: pid "
+            "1523411: 40962 MiB on device(s) 0; on other devices than the layout's: pid "
+            "1523417: 512 MiB on device(s) 7") in refused.stdout
+    shared = cli(*args, "--share-gpus", env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
+    argvs = commands(shared.stdout)
+    on_gpu = [a for a in argvs if a[3:4] in (["bench"], ["mlperf"], ["run"])]
+    assert on_gpu and all(a[-1] == "--share-gpus" for a in on_gpu)
+    assert all("--share-gpus" not in a for a in argvs if a[3:4] == ["compare"])
+    assert not (tmp_path / "r").exists()
+    shutil.rmtree(tmp_path / "bin")
+    stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-compute-apps.csv",
+                        REPO / "tests" / "fixtures" / "gpu_holders" / "nvidia-smi-gpu-uuids.csv")
+    free = cli(*args, env=env)
+    assert free.returncode == 0, free.stderr
+    assert ("# preflight ok     GPU processes: none hold the layout's devices' memory; on other "
+            "devices than the layout's: pid 1523411: 40962 MiB on device(s) 2") in free.stdout
 
 
 @pytest.mark.parametrize("case", ["missing", "no manifest", "foreign", "the script's"])

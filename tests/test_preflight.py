@@ -21,6 +21,7 @@ from docker_support import docker_client, project_snapshot, wheels_image  # noqa
 from repo_support import REPO
 
 from runner.accuracy.backbones import FID_WEIGHTS
+from runner.base.errors import RunnerError
 from runner.batch.docker_executor import DockerExecutor
 from runner.batch.executors import LocalExecutor
 from runner.batch.run import plan_for
@@ -28,7 +29,7 @@ from runner.config.profile import load_profile
 from runner.preflight.check import CheckState, Preflight, PreflightCheck
 from runner.preflight.disk import disk_check, image_bytes
 from runner.preflight.files import scoring_checks
-from runner.preflight.gpus import gpu_checks, nvidia_mig, rocm_partitions
+from runner.preflight.gpus import amd_partitions, gpu_checks, nvidia_mig, rocm_partitions
 from runner.preflight.worker_env import worker_env_check
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -47,7 +48,8 @@ def tools(outputs: dict[str, Path]):
         for key, path in outputs.items():
             if all(word in argv for word in key.split()):
                 return subprocess.CompletedProcess(argv, 0, path.read_text(), "")
-        raise AssertionError(f"no output for {argv}")
+        # as a tool without that option (an older release) answers
+        return subprocess.CompletedProcess(argv, 2, "", f"unrecognized arguments: {argv[1:]}")
     return which, run
 
 
@@ -61,6 +63,39 @@ def test_rocm_partitions_read_every_card_and_na_as_unknown():
     assert len(cards) == 64
     assert [c.compute for c in cards[:9]] == ["CPX", *[None] * 7, "CPX"]
     assert cards[8].memory == "NPS4"
+
+
+def test_amd_smi_partitions_read_a_bare_list_and_the_gpu_data_envelope():
+    cards = amd_partitions((PARTITION / "amd-smi-static-partition-cpx.json").read_text())
+    assert len(cards) == 64
+    assert [c.compute for c in cards[:9]] == ["CPX", *[None] * 7, "CPX"]
+    assert cards[8].memory == "NPS4"
+    spx = amd_partitions((PARTITION / "amd-smi-static-partition-spx.json").read_text())
+    assert {(c.compute, c.memory) for c in spx} == {("SPX", "NPS1")} and len(spx) == 8
+    with pytest.raises(RunnerError, match="amd-smi listed no GPU's partition"):
+        amd_partitions('{"gpu_data": []}')
+
+
+def test_amd_smi_is_preferred_over_rocm_smi_where_both_are_on_path():
+    """rocm-smi says SPX, amd-smi CPX: the CPX layout passes, so amd-smi was read."""
+    which, run = tools({"amd-smi static --partition": PARTITION /
+                        "amd-smi-static-partition-cpx.json",
+                        "rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    assert check.state is CheckState.OK, check
+    assert check.where == "amd-smi"
+    assert "64 device ID(s) of 64 in CPX compute mode, memory NPS4" in check.detail
+
+
+def test_an_spx_node_as_amd_smi_lists_it_refuses_a_cpx_layout():
+    which, run = tools({"amd-smi static --partition": PARTITION /
+                        "amd-smi-static-partition-spx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
+    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    assert check.state is CheckState.FAILED
+    assert "the GPUs are in SPX mode; the layout assumes CPX" in check.detail
 
 
 def test_nvidia_mig_reads_enabled_and_na():
@@ -111,6 +146,53 @@ def test_busy_gpus_refuse_naming_the_processes_unless_shared():
     assert gpu_checks(plan, True, which, run)[1].state is CheckState.SHARED
 
 
+def test_only_processes_on_the_layouts_devices_refuse_it():
+    """rocm-smi --showpidgpus puts the three processes on devices 2, 40 and 40-41: a layout
+    of devices 0-7 is refused for the first alone, one of 8-15 for none."""
+    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
+                        "rocm-smi-partition-cpx.json",
+                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids.txt",
+                        "rocm-smi --showpidgpus": HOLDERS / "rocm-smi-showpidgpus.txt"})
+    profile = load_profile("mi325x")
+
+    def on(devices: str) -> PreflightCheck:
+        laid = dataclasses.replace(profile, layout=profile.layout.with_overrides(
+            devices=devices))
+        return gpu_checks(plan_for(laid), False, which, run)[1]
+
+    refused = on("0-7")
+    assert refused.state is CheckState.FAILED
+    assert refused.detail.startswith("1 other process(es) hold GPU memory: pid 2345617 "
+                                     "(python3): 40960 MiB on device(s) 2; on other devices "
+                                     "than the layout's: pid 2345622")
+    assert "pid 2345630 (pt_main_thread): ? bytes on device(s) 40, 41" in refused.detail
+    free = on("8-15")
+    assert free.state is CheckState.OK
+    assert free.detail.startswith("none hold the layout's devices' memory; on other devices")
+
+
+def test_nvidia_processes_are_placed_by_their_gpus_uuid():
+    which, run = tools({
+        "nvidia-smi --query-gpu=index,mig.mode.current": PARTITION / "nvidia-smi-mig-na.csv",
+        "nvidia-smi --query-compute-apps=pid,used_memory": HOLDERS / "nvidia-smi-compute-apps.csv",
+        "nvidia-smi --query-compute-apps=pid,gpu_uuid": HOLDERS /
+        "nvidia-smi-compute-apps-gpus.csv",
+        "nvidia-smi --query-gpu=index,uuid": HOLDERS / "nvidia-smi-gpu-uuids.csv"})
+    profile = load_profile("h100")
+
+    def on(devices: str) -> PreflightCheck:
+        laid = dataclasses.replace(profile, layout=profile.layout.with_overrides(
+            devices=devices))
+        return gpu_checks(plan_for(laid), False, which, run)[1]
+
+    assert on("0,1").state is CheckState.OK
+    two = on("2")
+    assert two.state is CheckState.FAILED
+    assert two.detail.startswith("1 other process(es) hold GPU memory: pid 1523411: 40962 MiB "
+                                 "on device(s) 2; on other devices than the layout's: pid "
+                                 "1523417: 512 MiB on device(s) 7")
+
+
 def test_mig_on_a_gpu_the_layout_names_refuses_with_the_command_that_turns_it_off():
     which, run = tools({"nvidia-smi --query-gpu=index,mig.mode.current": PARTITION /
                         "nvidia-smi-mig.csv",
@@ -143,7 +225,7 @@ def test_no_gpu_tool_fails_a_gpu_layout_and_is_absent_for_a_cpu_one():
         return None
 
     check = gpu_checks(plan_for(load_profile("mi325x")), False, which)[0]
-    assert check.state is CheckState.FAILED and "no rocm-smi on PATH" in check.detail
+    assert check.state is CheckState.FAILED and "no amd-smi or rocm-smi on PATH" in check.detail
     assert states(gpu_checks(plan_for(load_profile("cpu")), False, which)) == {
         "GPUs": CheckState.ABSENT}
 
@@ -331,9 +413,26 @@ def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> None:
     tool.write_text(
         f"#!{sys.executable}\nimport sys\n"
         f"path = {str(pids)!r} if '--showpids' in sys.argv else "
+        f"{str(HOLDERS / 'rocm-smi-showpidgpus.txt')!r} if '--showpidgpus' in sys.argv else "
         f"{str(PARTITION / 'rocm-smi-partition-cpx.json')!r}\n"
         "sys.stdout.write(open(path).read())\n")
     tool.chmod(0o755)
+
+
+def test_the_run_reads_amd_smi_on_path_before_rocm_smi(tmp_path):
+    """A stand-in amd-smi printing an SPX node beside the CPX rocm-smi: the CPX run is
+    refused for SPX, so the command read amd-smi."""
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids-none.txt")
+    tool = tmp_path / "bin" / "amd-smi"
+    tool.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open("
+                    f"{str(PARTITION / 'amd-smi-static-partition-spx.json')!r}).read())\n")
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    ran = cli("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
+              "--out", tmp_path / "r", "--dry-run", env=env)
+    assert ran.returncode == 2, ran.stderr
+    assert "preflight failed GPUs: the GPUs are in SPX mode; the layout assumes CPX" in \
+        ran.stdout
 
 
 def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
@@ -382,4 +481,22 @@ def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
     worker = [line for line in ran.stdout.splitlines()
               if line.startswith("#   preflight ok     worker environment: imports ok")]
     assert len(worker) == 2  # one per layout
+    assert not (tmp_path / "b").exists()
+
+
+def test_bench_shares_busy_gpus_only_when_asked_and_its_run_lines_say_so(tmp_path):
+    """Each layout's run is made with the bench's --share-gpus: its preflight line says
+    shared, and the `runner run` line its reproduce.sh re-runs carries the flag."""
+    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = ("bench", "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--no-stages",
+            "--out", tmp_path / "b", "--dry-run")
+    refused = cli(*args, env=env)
+    assert refused.returncode == 0, refused.stderr
+    assert "#   preflight failed GPU processes: 3 other process(es)" in refused.stdout
+    shared = cli(*args, "--share-gpus", env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert "#   preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
+    run_lines = [line for line in shared.stdout.splitlines() if line.startswith("runner run ")]
+    assert run_lines and all("--share-gpus" in line for line in run_lines)
     assert not (tmp_path / "b").exists()

@@ -121,6 +121,61 @@ def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
                     "GPU process can be listed here")
 
 
+NVIDIA_APP_GPUS = ("nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
+NVIDIA_GPU_UUIDS = ("nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader")
+ROCM_PID_GPUS = ("rocm-smi", "--showpidgpus")
+
+
+def nvidia_pid_gpus(apps: str, gpus: str) -> dict[int, set[int]]:
+    """pid -> the GPU indices it holds memory on, from `nvidia-smi
+    --query-compute-apps=pid,gpu_uuid` and `--query-gpu=index,uuid` (both `noheader`)."""
+    index = {r["uuid"]: int(r["index"]) for r in nvidia_csv(gpus, ("index", "uuid"))
+             if r["index"].isdigit()}
+    held: dict[int, set[int]] = {}
+    for row in nvidia_csv(apps, ("pid", "gpu_uuid")):
+        if row["pid"].isdigit() and row["gpu_uuid"] in index:
+            held.setdefault(int(row["pid"]), set()).add(index[row["gpu_uuid"]])
+    return held
+
+
+def rocm_pid_gpus(text: str) -> dict[int, set[int]]:
+    """pid -> device indices, from `rocm-smi --showpidgpus`: `PID <pid> is using <n> DRM
+    device(s):` then the indices, space-separated over one or more lines."""
+    held: dict[int, set[int]] = {}
+    pid = None
+    for line in text.splitlines():
+        found = re.match(r"\s*PID (\d+) is using \d+ DRM device\(s\)", line)
+        if found:
+            pid = int(found.group(1))
+            held[pid] = set()
+        elif pid is not None and re.fullmatch(r"[\d\s]+", line.strip() or "x"):
+            held[pid].update(int(d) for d in line.split())
+        else:
+            pid = None  # a spacer line ends the list
+    return held
+
+
+def held_devices(tool: str, which=shutil.which, run=subprocess.run
+                 ) -> dict[int, set[int]] | None:
+    """pid -> the device indices each compute process holds, by the tool that listed them
+    (`snapshot`'s); None where the tool cannot say."""
+    argvs = {"nvidia-smi": (NVIDIA_APP_GPUS, NVIDIA_GPU_UUIDS),
+             "rocm-smi": (ROCM_PID_GPUS,)}.get(tool)
+    if argvs is None or which(tool) is None:
+        return None
+    outputs = []
+    for argv in argvs:
+        try:
+            proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S,
+                       check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode != 0:
+            return None
+        outputs.append(proc.stdout)
+    return nvidia_pid_gpus(*outputs) if tool == "nvidia-smi" else rocm_pid_gpus(outputs[0])
+
+
 @dataclass(frozen=True)
 class LeakCheck:
     """What a check found: `leaks` (processes holding GPU memory that did not before)."""

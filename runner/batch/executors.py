@@ -159,8 +159,8 @@ def worker_argv(worker: Worker, task: Path, python: str = sys.executable) -> lis
 
 def probe_argv(worker: Worker, python: str = sys.executable) -> list[str]:
     """The worker's own command, asking only whether it could start (`--check`)."""
-    driver = worker.device_uri.split("://")[0]
-    return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--check", driver]
+    return [*worker.command_prefix, python, "-m", "runner.batch.worker", "--check",
+            worker.driver]
 
 
 @dataclass(frozen=True)

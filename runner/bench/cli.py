@@ -29,6 +29,7 @@ from runner.cli.grammar import (
     add_profile,
     add_results,
     add_samples,
+    add_share_gpus,
     add_slurm,
     document,
     renamed,
@@ -62,6 +63,8 @@ def _run_argv(args: argparse.Namespace) -> tuple[str, ...]:
         out += ["--set", item]
     if args.partition:
         out += ["--partition", args.partition]
+    if args.share_gpus:
+        out.append("--share-gpus")
     return tuple(out)
 
 
@@ -225,6 +228,7 @@ def register(subparsers) -> argparse.ArgumentParser:
              "its own modules (default: this host's IREE)")
     add_image(r, "; one prebuilt image instead of --iree")
     add_slurm(bench, resumable=False)
+    add_share_gpus(bench)
     add_out(bench, "directory for runs, inputs, bench.json and bench.md",
             Rerun(REFUSES, "finished layouts and stage latencies are not measured again; an "
                   "interrupted layout is measured again from its start, since a throughput is "

@@ -37,6 +37,7 @@ from runner.bench import throughput as tp
 from runner.docker.in_image import ImageCompiler
 from runner.lifecycle import Lifecycle, executor_for
 from runner.model.compiled_model import compile_model
+from runner.preflight.gpus import SHARE_GPUS
 from runner.preflight.run import PreflightRequest, run_preflight
 from runner.rundir.directory import MANIFEST as RUN_MANIFEST
 from runner.rundir.manifest import RunManifest
@@ -115,6 +116,12 @@ class Combination:
         """The `runner run` line that makes this very run (its reproduce.sh re-runs it)."""
         return self.case.run_argv(self.base, sample_ids, self.run_dir)
 
+    @property
+    def share_gpus(self) -> bool:
+        """Whether its run starts beside other GPU processes: as its `runner run` line says,
+        so the run and its reproduce.sh agree."""
+        return SHARE_GPUS in self.base
+
 
 def combinations(arms: list[IreeArm], cases: list[tp.LayoutCase], out: Path,
                  run_argv: list[str], executor: str, slurm: SlurmOptions | None
@@ -179,7 +186,8 @@ def _start(c: Combination, ids: list[int], slurm: SlurmOptions | None
     executor = _executor(c, slurm, label)
     try:
         lc = Lifecycle.create(c.run_dir, c.case.profile, ids, argv, executor,
-                              compile_fn=c.arm.compile_fn, score=False, plan=c.case.plan)
+                              compile_fn=c.arm.compile_fn, score=False, plan=c.case.plan,
+                              share_gpus=c.share_gpus)
     except RunnerError as e:
         result.reason = str(e)
         return result, None
@@ -292,7 +300,8 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
     # The preflight each layout's run passes when it is made (a failure there is that
     # layout's reason, not the bench's end): its lines, judged by the run.
     checked = run_preflight(PreflightRequest(combo.run_dir, case.profile, case.plan,
-                                             len(sample_ids), False),
+                                             len(sample_ids), False,
+                                             share_gpus=combo.share_gpus),
                             _executor(combo, slurm, case.label))
     lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
     lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))

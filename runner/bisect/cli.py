@@ -23,6 +23,7 @@ from runner.cli.grammar import (
     add_out,
     add_profile,
     add_samples,
+    add_share_gpus,
     document,
     renamed,
     shared,
@@ -37,7 +38,7 @@ def _steps_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"count": args.count, "samples": args.samples, "ids": args.ids,
             "find_links": args.find_links, "pre": args.pre, "repo": args.repo,
             "build_from_source": args.build, "install": args.install,
-            "base_image": args.base_image}
+            "base_image": args.base_image, "share_gpus": args.share_gpus}
 
 
 # The profile fields bisect and trend act on (runner.config.reads): the profile each build
@@ -130,7 +131,8 @@ def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     renamed(p, "--executor", "--install venv|docker", "--executor is where workers run, in "
             "run, bench and mlperf")
     add_base_image(p, DEFAULT_BASE_IMAGE)
-    add_dry_run(p, "every candidate build and the commands of the first step")
+    add_share_gpus(p)
+    add_dry_run(p, "every candidate build, the preflight and the commands of the first step")
 
 
 def register(subparsers) -> None:

@@ -208,6 +208,10 @@ def judge_build(test: TestSpec, ref: dict | None, now: dict) -> BuildVerdict:
         if not probe.get("ok"):
             stage, error = probe.get("stage", "import"), probe.get("error", "?")
             first = str(error).strip().splitlines()[0][:300] if error else "?"
+            if stage == "preflight":  # the environment's fault, not the build's
+                said = (probe.get("preflight") or {}).get("detail") or first
+                return BuildVerdict(Outcome.SKIP, f"skipped: preflight: worker environment: "
+                                    f"{said}", {"error": error})
             if stage == "compile" and test.kind == "compile":
                 return BuildVerdict(Outcome.BAD, f"does not compile: {first}", {"error": error})
             if stage in ("import", "compile"):

@@ -24,6 +24,7 @@ from runner.base import shellscript
 from runner.base.errors import RunnerError
 from runner.base.progress import echo
 from runner.base.signals import Interrupted
+from runner.batch.run import plan_for
 from runner.bisect.builds import Build, Sources
 from runner.bisect.envs import (
     BuildEnv,
@@ -38,6 +39,8 @@ from runner.bisect.envs import (
 from runner.bisect.judge import TestSpec, sample_digests
 from runner.bisect.probe import PROBE_FILE
 from runner.config.profile import Profile
+from runner.preflight.check import CheckState, PreflightCheck
+from runner.preflight.worker_env import WHAT
 
 EXIT_MARK = "runner-bisect-exit-code="
 
@@ -60,6 +63,7 @@ class MeasurePlan:
     dispatch_calls: int = 0  # > 0: each stage's dispatch profile over this many calls
     score: bool = False
     cwd: str = ""  # where a script test runs: where the user started the command
+    share_gpus: bool = False  # GPUs other processes hold are used anyway (the preflight's)
 
     def step_dir(self, index: int, build: Build) -> Path:
         label = re.sub(r"[^A-Za-z0-9._-]", "_", build.label)[:60]
@@ -283,6 +287,12 @@ def build_dry_run_lines(plan: MeasurePlan, index: int, build: Build) -> list[str
         assert setup.root is not None
         python = str(setup.root / "venv" / "bin" / "python")
         where = env_prefix(str(setup.root / "venv" / "bin"), [src])
+    if plan.passes:
+        driver = plan_for(plan.profile).workers[0].driver
+        lines.append("# " + PreflightCheck(
+            WHAT, CheckState.ABSENT, "checked by the probe below before it compiles, in the "
+            f"build's environment: a worker's `--check {driver}` (a failure skips the "
+            "build)").line())
     if plan.test.probes or plan.passes or plan.compstat:
         lines.append(where + shellscript.join(plan.probe_argv(python, out)))
     if plan.score or plan.test.kind == "accuracy":

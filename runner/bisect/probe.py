@@ -7,6 +7,10 @@ tell a build that cannot be installed or imported (skip) from one that cannot co
 (skip, or the verdict of a `compile` test) from one whose pipeline fails (bad):
 
 1. import: `iree.runtime` and `iree-compile` of this build;
+   preflight (when the pipeline runs): what a worker checks before it starts
+   (`runner.batch.worker --check DRIVER`: its imports, the profile's IREE driver
+   registered), in this process, so with the build's interpreter and environment and at no
+   cost of a second interpreter; a failure is the environment's, and skips the build;
 2. compile: the profile's modules through the compile cache (keyed by the compiler's
    version and commit, so every build has its own, shared with `runner run`), each
    module's compile time (the time it took when it was compiled, for a cached one) and
@@ -108,6 +112,38 @@ def _run_passes(profile: Profile, ids: list[int], out: Path, passes: int) -> dic
             "repeatable": all(d == digests[0] for d in digests[1:])}
 
 
+class WorkerCheckFailed(Exception):
+    """The build's environment cannot start a worker (the check's own message)."""
+
+
+def _worker_check(profile: Profile) -> dict[str, Any]:
+    """`runner.batch.worker --check`'s check of the first worker's driver: its state, what
+    it said and its seconds."""
+    import contextlib
+    import io
+
+    from runner.batch.run import plan_for
+    from runner.batch.worker import check_environment
+
+    start = time.perf_counter()
+    driver = plan_for(profile).workers[0].driver
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        rc = check_environment(driver)
+    text = said.getvalue().strip().removeprefix("error: ")
+    return {"state": "ok" if rc == 0 else "failed", "detail": text,
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _preflight(profile: Profile, out: Path, state: dict[str, Any]) -> None:
+    state["stage"] = "preflight"
+    _write(out, state)
+    state["preflight"] = _worker_check(profile)
+    _write(out, state)  # kept for the host, which judges a failure the environment's
+    if state["preflight"]["state"] != "ok":
+        raise WorkerCheckFailed(state["preflight"]["detail"])
+
+
 def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: bool,
           dispatch_calls: int = 0) -> dict[str, Any]:
     state: dict[str, Any] = {"stage": "import", "ok": False, "pid": os.getpid()}
@@ -126,9 +162,11 @@ def probe(profile_path: Path, ids: list[int], out: Path, passes: int, compstat: 
     state.update(iree=iree_provenance(), compiler={"path": compiler.path,
                                                    "version": compiler.version,
                                                    "commit": compiler.commit})
+    profile = load_profile(str(profile_path))
+    if passes:  # the pipeline runs: a worker's environment must start
+        _preflight(profile, out, state)
     state["stage"] = "compile"
     _write(out, state)
-    profile = load_profile(str(profile_path))
     lay = profile.layout
     compiled = compile_model(profile, lay.batch_size, lay.vae_batch_size)
     modules: list[dict[str, Any]] = [

@@ -46,8 +46,8 @@ def measure_plan(test_text: str, profile: Profile, out: Path | str, *, trend: bo
                  ids: str | None = None, find_links: str | None = None,
                  pre: bool = False, repo: Path | str | None = None,
                  build_from_source: bool = False, install: str = "venv",
-                 base_image: str = DEFAULT_BASE_IMAGE, dry_run: bool = False
-                 ) -> tuple[MeasurePlan, Sources, dict[str, Any]]:
+                 base_image: str = DEFAULT_BASE_IMAGE, dry_run: bool = False,
+                 share_gpus: bool = False) -> tuple[MeasurePlan, Sources, dict[str, Any]]:
     """The MeasurePlan every step shares, the build sources, and the inputs that key the
     out dir's state; writes the standalone profile every build loads (not on a dry run)."""
     import yaml
@@ -79,7 +79,7 @@ def measure_plan(test_text: str, profile: Profile, out: Path | str, *, trend: bo
                        compstat=trend or test.kind == "compstat",
                        score=trend and profile.accuracy is not None, cwd=os.getcwd(),
                        dispatch_calls=DEFAULT_CALLS if trend or test.kind == "throughput"
-                       else 0)
+                       else 0, share_gpus=share_gpus)
     inputs: dict[str, Any] = {
         "test": test.text, "profile": profile.name, "profile_key": inputs_key(standalone),
         "samples": chosen, "executor": executor, "build_from_source": build_from_source,
@@ -94,8 +94,8 @@ def bisect(good: str, bad: str, *, profile: Profile | str, out: Path | str,
            test: str = "images", count: int | None = None, samples: str | None = None,
            ids: str | None = None, find_links: str | None = None, pre: bool = False,
            repo: Path | str | None = None, build_from_source: bool = False,
-           install: str = "venv", base_image: str = DEFAULT_BASE_IMAGE,
-           dry_run: bool = False, argv: Sequence[str] = ()) -> dict[str, Any]:
+           install: str = "venv", base_image: str = DEFAULT_BASE_IMAGE, dry_run: bool = False,
+           argv: Sequence[str] = (), share_gpus: bool = False) -> dict[str, Any]:
     """Finds the first IREE build from `good` to `bad` that changed what `test` judges, as
     `runner bisect` does (same files written), resuming from what `out` holds.
 
@@ -118,6 +118,7 @@ def bisect(good: str, bad: str, *, profile: Profile | str, out: Path | str,
         base_image: the harness image's base.
         dry_run: list the candidate builds and the first step's commands; write nothing.
         argv: the command line recorded (default: the `runner bisect` these arguments are).
+        share_gpus: measure beside processes that hold the GPUs (the preflight refuses).
 
     Returns:
         What bisect.json holds: `candidates`, the measured `steps` and the `answer`
@@ -133,9 +134,8 @@ def bisect(good: str, bad: str, *, profile: Profile | str, out: Path | str,
     plan, sources, inputs = measure_plan(
         test, profile, out, trend=False, count=count, samples=samples, ids=ids,
         find_links=find_links, pre=pre, repo=repo, build_from_source=build_from_source,
-        install=install, base_image=base_image, dry_run=dry_run)
-    request = _request(good, bad, plan, sources, inputs, argv, dry_run)
-    state = run_bisection(request)
+        install=install, base_image=base_image, dry_run=dry_run, share_gpus=share_gpus)
+    state = run_bisection(request := _request(good, bad, plan, sources, inputs, argv, dry_run))
     if not dry_run:
         builds = request.candidates or []
         reports(plan, state, builds, _culprit(state, builds))

@@ -32,6 +32,7 @@ from runner.bisect.measure import (
     dispatch_profiles,
     measure,
 )
+from runner.bisect.preflight import bisect_steps, check_machine
 
 STATE = "bisect.json"
 
@@ -160,6 +161,7 @@ def run_bisection(req: BisectRequest) -> dict[str, Any]:
     ledger = Ledger(plan.out / STATE, "bisect", req.inputs, req.argv)
     builds = ledger.candidates or req.candidates
     assert builds is not None
+    check_machine(plan, bisect_steps(len(builds)), req.dry_run)  # exit 2 before any build
     if req.dry_run:
         _print_dry_run(plan, builds)
         return ledger.state
@@ -170,9 +172,8 @@ def run_bisection(req: BisectRequest) -> dict[str, Any]:
     state = Bisection(builds)
     echo(f"bisect: {len(builds)} builds from {builds[0].label} (good) to {builds[-1].label} "
          f"(bad), test {plan.test.text}; {len(builds) - 2} between: about "
-         f"{math.ceil(math.log2(max(len(builds) - 1, 1)))} step(s) after the two ends"
-         + (f"; resuming {len(ledger.state['steps'])} finished step(s)" if ledger.resumed
-            else ""))
+         f"{bisect_steps(len(builds)) - 2} step(s) after the two ends"
+         + (f"; resuming {len(ledger.state['steps'])} finished step(s)" if ledger.resumed else ""))
     stepper = Stepper(ledger, plan, builds)
     bad = _check_ends(stepper, plan.test, len(builds))
     state.verdicts.update({0: Outcome.GOOD, len(builds) - 1: bad.state})

@@ -26,6 +26,7 @@ from runner.bisect.measure import (
     dispatch_note,
     dispatch_profiles,
 )
+from runner.bisect.preflight import check_machine
 from runner.bisect.search import Stepper
 
 TREND_STATE = "trend.json"
@@ -90,6 +91,7 @@ def trend(req: TrendRequest) -> dict[str, Any]:
     plan = req.plan
     ledger = Ledger(plan.out / TREND_STATE, "trend", req.inputs, req.argv)
     builds = ledger.candidates or req.builds
+    check_machine(plan, len(builds), req.dry_run)  # exit 2 before any build
     if req.dry_run:
         print(f"# {len(builds)} builds:")
         for i, b in enumerate(builds):

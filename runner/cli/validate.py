@@ -23,6 +23,7 @@ from runner.cli.grammar import (
     add_require_full,
     add_results,
     add_samples,
+    add_share_gpus,
     document,
     sample_ids,
 )
@@ -49,7 +50,8 @@ def cmd_validate(ctx: CommandContext) -> int:
         out=Path(args.out), argv=ctx.argv,
         goldens=suite_path(args.goldens) if args.goldens else None,
         to=args.to, baseline=Path(args.baseline) if args.baseline else None,
-        base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full)
+        base_image=args.base_image, dry_run=args.dry_run, require_full=args.require_full,
+        share_gpus=args.share_gpus)
     return validate(request)
 
 
@@ -61,6 +63,7 @@ def register(subparsers) -> None:
     add_profile(p)
     add_layout(p)
     add_samples(p)
+    add_share_gpus(p)
     add_require_full(p)
     add_metrics(p)
     p.add_argument("--goldens", metavar="SUITE",

@@ -459,6 +459,11 @@ class Worker:
     batch_size: int
     vae_batch_size: int
 
+    @property
+    def driver(self) -> str:
+        """The IREE driver its device URI names (`hip` of `hip://0`): what `--check` asks."""
+        return self.device_uri.split("://")[0]
+
     def view_prefix(self) -> tuple[str, ...]:
         """The argv prefix that puts another process (an `iree-benchmark-module` stage) in
         this worker's device view: its NUMA binding, then its CPU affinity. The worker sets

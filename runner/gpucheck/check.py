@@ -30,7 +30,9 @@ from runner.base.steps import StepStatus
 from runner.gpucheck import plan, steps, summary
 from runner.gpucheck.device import runs_profile
 from runner.gpucheck.plan import CARRY_KIND, CARRY_MANIFEST, REPORT, RESULTS_SUMMARY, Step, shown
+from runner.gpucheck.preflight import CheckPreflight, gpu_check_preflight
 from runner.inputs.jsonfile import read_json
+from runner.preflight.check import Preflight
 
 Say = Callable[[str], None]
 
@@ -147,6 +149,7 @@ class RunRequest:
     budget: float
     dry_run: bool
     resumed: bool  # the results hold an interrupted check: keep its steps that passed
+    share_gpus: bool = False  # start beside other GPU processes (the preflight's refusal)
 
 
 def _device(step: Step, manifest: dict, record: dict[str, Any]) -> None:
@@ -178,7 +181,9 @@ def run(request: RunRequest) -> int:
     missing = plan.missing_deps()
     site = carry / "site" if missing else None
     env = children_env({"RUNNER_CACHE_DIR": str(carry / "cache")}, site)
-    todo = plan.plan_run(carry, manifest, results, site)
+    todo = plan.plan_run(carry, manifest, results, site, request.share_gpus)
+    checked = _preflight(CheckPreflight(carry, manifest, todo, env, results, site,
+                                        request.share_gpus), request.dry_run)
     if request.dry_run:
         for step in todo:
             text = (f"{shown(gpu_info.nvidia_argv(gpu_info.NVIDIA_FIELDS))}\n# else\n"
@@ -196,6 +201,7 @@ def run(request: RunRequest) -> int:
         "kind": plan.RESULTS_KIND, "carry": str(carry), "profile": manifest["profile"],
         "manifest": manifest, "budget_s": request.budget, "started": summary.now(),
         "status": StepStatus.RUNNING, "steps": [],
+        "preflight": checked.to_dict(),
         "runtime": {"missing_here": missing, "site": str(site) if site else None,
                     "iree_runtime": plan.runtime_version()},
         **{k: v for k, v in old.items() if k in ("gpu", "device") and "device" in previous}}
@@ -214,6 +220,19 @@ def run(request: RunRequest) -> int:
     summary.write(results, record, final=True)
     say(f"{record['status']}: {results / REPORT}")
     return 0 if ok else 1
+
+
+def _preflight(request: CheckPreflight, dry_run: bool) -> Preflight:
+    """Run before any step: a failure exits 2 with every check's line (on stdout in a dry
+    run, whose output it is, as `# ` comments when all passed; on stderr otherwise)."""
+    checked = gpu_check_preflight(request)
+    checked.raise_if_failed(print if dry_run else say)
+    for line in checked.lines():
+        if dry_run:
+            print(f"# {line}")
+        else:
+            say(line)
+    return checked
 
 
 def _steps(todo: list[Step], previous: dict[str, dict], runner: steps.StepRunner,

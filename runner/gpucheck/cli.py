@@ -15,6 +15,7 @@ from runner.cli.grammar import (
     add_dry_run,
     add_out,
     add_profile,
+    add_share_gpus,
     document,
 )
 from runner.gpucheck.plan import TINY_COUNT
@@ -38,7 +39,8 @@ def cmd_gpu_check_run(ctx: CommandContext) -> int:
     args = ctx.args
     attempt = ctx.attempt
     return run(RunRequest(args.carry, Path(args.out or args.resume), args.budget, args.dry_run,
-                          resumed=bool(attempt is not None and attempt.resumed)))
+                          resumed=bool(attempt is not None and attempt.resumed),
+                          share_gpus=args.share_gpus))
 
 
 def _step(p: argparse.ArgumentParser, func: Callable[[CommandContext], int], out_what: str,
@@ -50,6 +52,15 @@ def _step(p: argparse.ArgumentParser, func: Callable[[CommandContext], int], out
     add_dry_run(p, dry_run)
     p.set_defaults(func=func)
     document(p, *examples, out=out, exits=exits)
+
+
+def _run_flags(r: argparse.ArgumentParser) -> None:
+    """`run`'s own: its budget, and whether its steps start beside other GPU processes."""
+    r.add_argument("--carry", required=True, metavar="DIR",
+                   help="the directory `runner gpu-check prepare` wrote")
+    r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
+    add_share_gpus(r)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -86,10 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
           exits=Exits(incomplete=DISK_FULL))
 
     r = sub.add_parser("run", help="run a carry's check (no compiler, no network)")
-    r.add_argument("--carry", required=True, metavar="DIR",
-                   help="the directory `runner gpu-check prepare` wrote")
-    r.add_argument("--budget", type=SECONDS, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"seconds the whole check may take (default: {DEFAULT_BUDGET_S:.0f})")
+    _run_flags(r)
     _step(r, cmd_gpu_check_run,
           "the results: gpu_check.json, gpu_check.md, each step's output and logs/", REFUSES,
           "every step that passed, or found a batch too large or a profiler missing, and "

@@ -285,8 +285,19 @@ def _bench(manifest: dict, out: Path, vae: str, batch: int, dispatches: bool) ->
         *(["--dispatches", "1"] if dispatches else []), "--out", str(out))
 
 
-def plan_run(carry: Path, manifest: dict, results: Path, site: Path | None) -> list[Step]:
-    """Every step of the check, in the carry's order (the budget decides how many run)."""
+def plan_run(carry: Path, manifest: dict, results: Path, site: Path | None,
+             share_gpus: bool = False) -> list[Step]:
+    """Every step of the check, in the carry's order (the budget decides how many run).
+    `share_gpus`: each run on the GPU starts beside other GPU processes, as the check does."""
+    steps = _plan_run(carry, manifest, results, site)
+    if share_gpus:
+        for step in steps:
+            if step.kind in (BENCH, LADDER, DISPATCHES, MLPERF, TINY):
+                step.argv.append("--share-gpus")
+    return steps
+
+
+def _plan_run(carry: Path, manifest: dict, results: Path, site: Path | None) -> list[Step]:
     steps = []
     if site is not None:
         steps.append(Step("runtime", "runtime", [

@@ -2,10 +2,13 @@
 
 The facts come from the vendor's tool on this host, read in its own format:
 
-- `rocm-smi --showcomputepartition --showmemorypartition --json`: per card its compute
-  partition (SPX, DPX, QPX, CPX) and memory partition (NPS1, NPS4). In a partitioned mode
-  every partition is a card, so the card count is the device IDs the layout may name;
-  partitions past each GPU's first may say `N/A`.
+- `amd-smi static --partition --json` (preferred where it is on PATH: rocm-smi is
+  deprecated from ROCm 6): per GPU a `partition` object with its `compute_partition`
+  (SPX, DPX, QPX, CPX) and `memory_partition` (NPS1, NPS4); a bare list in ROCm 6.x, inside
+  `{"gpu_data": [...]}` in later releases.
+- `rocm-smi --showcomputepartition --showmemorypartition --json`: the same per card. In a
+  partitioned mode every partition is a card (a GPU to amd-smi), so their count is the
+  device IDs the layout may name; partitions past each GPU's first may say `N/A`.
 - `nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`: per GPU
   whether MIG is on (`Enabled`), which the layout's one-worker-per-GPU view does not assume.
 - who holds GPU memory now: `runner.base.gpu_holders.snapshot`.
@@ -16,6 +19,7 @@ runner/config/layout.py's. tests/fixtures/gpu_partition/ holds the formats read 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -23,15 +27,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.base.errors import RunnerError, ToolFailed
-from runner.base.gpu_holders import snapshot
+from runner.base.gpu_holders import GpuProcess, held_devices, snapshot
 from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, rocm_json
 from runner.config.layout import Plan, partition_command
 from runner.preflight.check import CheckState, PreflightCheck
 
+AMD_PARTITIONS = ("amd-smi", "static", "--partition", "--json")
 ROCM_PARTITIONS = ("rocm-smi", "--showcomputepartition", "--showmemorypartition", "--json")
 NVIDIA_MIG = ("nvidia-smi", "--query-gpu=index,mig.mode.current",
               "--format=csv,noheader,nounits")
-PARTITION_TOOL = {"hip": ROCM_PARTITIONS, "cuda": NVIDIA_MIG}
+SHARE_GPUS = "--share-gpus"  # every command whose preflight checks GPUs takes it
+PARTITION_TOOLS = {"hip": (AMD_PARTITIONS, ROCM_PARTITIONS), "cuda": (NVIDIA_MIG,)}
 Which = Callable[[str], str | None]
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -54,6 +60,24 @@ def rocm_partitions(text: str) -> list[Card]:
                  _mode(card_value(c, "Memory Partition"))) for i, c in sorted(cards.items())]
 
 
+def amd_partitions(text: str) -> list[Card]:
+    """`amd-smi static --partition --json` output."""
+    start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
+    try:
+        data = json.loads(text[start:]) if start >= 0 else None
+    except ValueError as e:
+        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({e}): "
+                         f"{text.strip()[:200]!r}") from None
+    rows = data.get("gpu_data") if isinstance(data, dict) else data
+    cards = [Card(row["gpu"], _mode(str(part.get("compute_partition", ""))),
+                  _mode(str(part.get("memory_partition", ""))))
+             for row in rows or [] if isinstance(row, dict) and isinstance(row.get("gpu"), int)
+             and isinstance(part := row.get("partition"), dict)]
+    if not cards:
+        raise ToolFailed(f"amd-smi listed no GPU's partition: {text.strip()[:200]!r}")
+    return sorted(cards, key=lambda c: c.index)
+
+
 def nvidia_mig(text: str) -> list[Card]:
     """`nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`."""
     rows = nvidia_csv(text, ("index", "mig.mode.current"))
@@ -73,22 +97,25 @@ def gpu_checks(plan: Plan, share: bool, which: Which = shutil.which,
     CPU layout. `which` and `run` are the tool lookup and call (tests hand in a tool's
     captured output)."""
     layout = plan.layout
-    argv = PARTITION_TOOL.get(layout.backend)
-    if argv is None:
+    candidates = PARTITION_TOOLS.get(layout.backend)
+    if candidates is None:
         return [PreflightCheck("GPUs", CheckState.ABSENT, "a cpu layout uses none")]
-    if which(argv[0]) is None:
+    argv = next((a for a in candidates if which(a[0]) is not None), None)
+    if argv is None:
+        names = " or ".join(a[0] for a in candidates)
         return [PreflightCheck(
             "GPUs", CheckState.FAILED,
-            f"no {argv[0]} on PATH: the {len(layout.devices)} {layout.backend} device ID(s) "
-            "the layout names cannot be seen from this host", where=argv[0],
+            f"no {names} on PATH: the {len(layout.devices)} {layout.backend} device ID(s) "
+            "the layout names cannot be seen from this host", where=names,
             fix="run on the GPU node (with its driver and tools installed), or with "
                 "--executor slurm to run on the cluster's GPU nodes")]
     try:
         cards = _cards(argv, run)
     except RunnerError as e:
         return [PreflightCheck.failed("GPUs", e)]
-    check = (_rocm_check if layout.backend == "hip" else _nvidia_check)(plan, cards)
-    return [check, _holders_check(share, which, run)]
+    check = (_nvidia_check(plan, cards) if layout.backend == "cuda"
+             else _rocm_check(plan, cards, argv[0]))
+    return [check, _holders_check(plan, share, which, run)]
 
 
 def _cards(argv: tuple[str, ...], run: Run) -> list[Card]:
@@ -100,7 +127,11 @@ def _cards(argv: tuple[str, ...], run: Run) -> list[Card]:
         raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
                          f"{(proc.stderr or proc.stdout).strip()[:300]}", where=argv[0],
                          fix=f"run `{' '.join(argv)}` by hand and repair the driver")
-    return (rocm_partitions if argv[0] == "rocm-smi" else nvidia_mig)(proc.stdout)
+    return PARSERS[argv[0]](proc.stdout)
+
+
+PARSERS: dict[str, Callable[[str], list[Card]]] = {
+    "amd-smi": amd_partitions, "rocm-smi": rocm_partitions, "nvidia-smi": nvidia_mig}
 
 
 def _missing(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck | None:
@@ -115,7 +146,7 @@ def _missing(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck | None:
         fix="name the devices there are (--devices), or run on a node that has them")
 
 
-def _rocm_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
+def _rocm_check(plan: Plan, cards: list[Card], tool: str) -> PreflightCheck:
     layout = plan.layout
     mode = (layout.partition or "spx").upper()
     modes = sorted({c.compute for c in cards if c.compute})
@@ -127,13 +158,13 @@ def _rocm_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
             where="layout.partition",
             fix=f"as root: `{' '.join(partition_command(mode))}`, or plan for the mode "
                 f"there is: --partition {modes[0].lower()}")
-    missing = _missing(plan, cards, "rocm-smi")
+    missing = _missing(plan, cards, tool)
     if missing is not None:
         return missing
     return PreflightCheck("GPUs", CheckState.OK,
                           f"{len(layout.devices)} device ID(s) of {len(cards)} in "
                           f"{'/'.join(modes) or 'unreported'} compute mode, memory "
-                          f"{'/'.join(memory) or 'unreported'}", "rocm-smi")
+                          f"{'/'.join(memory) or 'unreported'}", tool)
 
 
 def _nvidia_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
@@ -153,21 +184,37 @@ def _nvidia_check(plan: Plan, cards: list[Card]) -> PreflightCheck:
                           "nvidia-smi")
 
 
-def _holders_check(share: bool, which: Which, run: Run) -> PreflightCheck:
+def _holders_check(plan: Plan, share: bool, which: Which, run: Run) -> PreflightCheck:
+    """Processes holding memory on a device the layout names refuse the run; ones on other
+    devices are named, not refused. Where the tool cannot say which device a process holds,
+    it counts as holding the layout's."""
     try:
         held = snapshot(which, run)
+        devices = held_devices(held.tool, which, run) if held.tool and held.processes else {}
     except RunnerError as e:
         return PreflightCheck.failed("GPU processes", e)
-    if not held.processes:
-        return PreflightCheck("GPU processes", CheckState.OK, "none hold GPU memory",
-                              held.tool or "")
-    names = "; ".join(p.text() for p in held.processes)
+    tool = held.tool or ""
+    named = set(plan.layout.devices)
+    mine = [p for p in held.processes
+            if devices is None or p.pid not in devices or devices[p.pid] & named]
+    others = [p for p in held.processes if p not in mine]
+    elsewhere = (f"; on other devices than the layout's: "
+                 f"{'; '.join(_on(p, devices) for p in others)}") if others else ""
+    if not mine:
+        return PreflightCheck("GPU processes", CheckState.OK,
+                              f"none hold the layout's devices' memory{elsewhere}", tool)
+    names = "; ".join(_on(p, devices) for p in mine)
     if share:
         return PreflightCheck("GPU processes", CheckState.SHARED,
-                              f"shared as asked (--share-gpus) with {names}", held.tool or "")
+                              f"shared as asked ({SHARE_GPUS}) with {names}{elsewhere}", tool)
     return PreflightCheck(
         "GPU processes", CheckState.FAILED,
-        f"{len(held.processes)} other process(es) hold GPU memory: {names}",
-        where=held.tool or "GPUs",
-        fix="stop them (or wait for them), or pass --share-gpus (runner run, runner "
-            "mlperf) to run beside them: slower, and it may run out of memory")
+        f"{len(mine)} other process(es) hold GPU memory: {names}{elsewhere}",
+        where=tool or "GPUs",
+        fix=f"stop them (or wait for them), or pass {SHARE_GPUS} to run beside them: slower, "
+            "and it may run out of memory")
+
+
+def _on(process: GpuProcess, devices: dict[int, set[int]] | None) -> str:
+    on = sorted((devices or {}).get(process.pid, ()))
+    return process.text() + (f" on device(s) {', '.join(map(str, on))}" if on else "")

@@ -5,7 +5,7 @@ traceback after the run and an "incomplete" run no resume can finish."""
 
 from __future__ import annotations
 
-from runner.batch.executors import Executor
+from runner.batch.executors import Executor, WorkerProbe
 from runner.config.layout import Plan
 from runner.preflight.check import CheckState, PreflightCheck
 
@@ -13,7 +13,12 @@ WHAT = "worker environment"
 
 
 def worker_env_check(executor: Executor, plan: Plan) -> PreflightCheck:
-    probe = executor.probe_worker(plan)
+    return probe_check(executor.probe_worker(plan))
+
+
+def probe_check(probe: WorkerProbe) -> PreflightCheck:
+    """What a worker's `--check` said, judged (a caller that starts the worker's python
+    itself, as bisect's builds and gpu-check's steps do, hands its probe here)."""
     if probe.returncode is None:
         return PreflightCheck(WHAT, CheckState.ABSENT,
                               f"not started here ({probe.output}); to check it: "
