@@ -120,6 +120,12 @@ def test_the_dry_run_picks_the_newest_nightly_and_writes_nothing(tmp_path):
     assert "-m runner run --profile tiny --no-score --out" in ran.stdout
     assert not out.exists()
     assert not list((tmp_path / "cache").rglob("*"))  # nothing fetched, cached or locked
+    counted = nightly("--pre", "--find-links", str(links), "--profile", "tiny", "--count",
+                      "2", "--out", str(out), "--dry-run", cache=tmp_path / "cache")
+    assert counted.returncode == 0, counted.stderr
+    with_count = {line.split(":")[0].strip() for line in counted.stdout.splitlines()
+                  if "-m runner " in line and " --count 2 " in line}
+    assert with_count == {"run", "bench"}  # the samples of the run (and its score), the bench
 
 
 def _stored_night(store: Path, version: str, out_dir: str) -> None:
@@ -244,9 +250,10 @@ def test_the_github_actions_schedule_parses_and_its_step_runs_as_a_dry_run(tmp_p
 
 # --- the history's judgement, and the bisect it leads to --------------------------------------
 def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "samples_per_s",
-            subject: str = "", dirs: bool = True) -> tuple[Path, Path]:
+            subject: str = "", dirs: bool = True, command: str = "bench"
+            ) -> tuple[Path, Path]:
     """Night dirs under a root, each with its nightly.json, and a store holding each
-    night's bench result (samples/s) from this machine, in the order given."""
+    night's `command` result (bench: samples/s) from this machine, in the order given."""
     import socket
     from datetime import datetime, timedelta
 
@@ -262,7 +269,7 @@ def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "sample
             if dirs:
                 _night_dir(night, f"wheels:{version}")
             results.append(Result(
-                key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+                key=f"{command} {night}", command=command, out_dir=str(night / "bench"),
                 finished_at=day, profile="tiny", machine=socket.gethostname(),
                 compiler_version=f"{version}rc20260316",
                 metrics=(Metric(metric, subject, value),)))
@@ -304,6 +311,50 @@ def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
     state["summary"]["regressions"][0]["bisected"] = True
     last.write_text(json.dumps(state))
     assert new_regressions(req) == []
+
+
+def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_not_hold(
+        tmp_path):
+    """A bench goldens time is a series `runner history confirm` measures: the night runs
+    the command the history prints for it, with the night's builds and package sources,
+    its store passed in the environment (never in nightly.json); what the confirmation
+    finds decides: held, a regression to bisect; not held, the machine's, left alone."""
+    from datetime import datetime
+
+    from runner.bisect.builds import Build, Sources
+    from runner.history.model import Confirmation
+    from runner.history.store import open_store
+    from runner.history.url import ENV, resolve
+    from runner.nightly.night import NightRequest, confirm_argv, confirm_env, new_regressions
+
+    subject = "tiny-bench/unet_cpu"
+    times = {v: [1 / r for r in rates] for v, rates in SLOWER.items()}  # 2 -> 1.5/s: slower
+    root, store = _nights(tmp_path, times, metric="time_ms", subject=subject,
+                          command="bench goldens")
+    links = tmp_path / "links $(x)"
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(str(links)), "tiny", "2026-11-15", str(store))
+    (change,) = new_regressions(req)
+    assert change.kind == "unconfirmed" and change.confirm
+    out = tmp_path / "night" / "confirm-0"
+    argv = confirm_argv(req, change, out)
+    assert argv is not None and argv[1:2] == ["-m"]
+    words = argv[3:]
+    assert words[:6] == ["history", "confirm", "--good", "wheels:3.11.0rc20260316", "--bad",
+                         "wheels:3.12.0rc20260316"]
+    assert words[words.index("--stage") + 1] == subject
+    assert words[words.index("--out") + 1] == str(out)
+    assert words[words.index("--find-links") + 1] == str(links)  # the night's own index
+    assert str(store) not in argv and confirm_env(req)[ENV] == str(store)
+    series = change.series.key()
+    for holds, kinds in ((False, []), (True, ["regression"])):
+        with open_store(resolve(str(store))) as opened:
+            opened.add_confirmation(Confirmation(
+                series, "wheels:3.11.0rc20260316", "wheels:3.12.0rc20260316", (0.5,) * 3,
+                (0.66,) * 3, holds, datetime(2026, 11, 15, 4, holds), "here"))
+        found = new_regressions(req)
+        assert [c.kind for c in found] == kinds  # not held: the machine's, no bisect
+    assert confirm_argv(req, found[0], out) is None  # confirmed already: not measured again
 
 
 def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_path):
