@@ -125,6 +125,7 @@ COUNT_DRY_RUNS = {
     "bisect": (["--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test", "images"],
                "--samples 0-2 --out"),
     "trend": (["wheels:3.12.0", "wheels:3.13.0"], "--samples 0-2 --out"),
+    "nightly": (["--iree", "wheels:3.13.0"], "--count 3 --no-score --out"),
 }
 
 

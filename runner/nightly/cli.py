@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_BAD_INPUT, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, RunnerError
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
@@ -40,12 +40,16 @@ def _request(args: argparse.Namespace):
 
     if args.notify:
         check_url(args.notify)
-    load_profile(args.profile)  # a profile the steps cannot read is refused before the night
+    profile = load_profile(args.profile)  # one the steps cannot read is refused before the night
+    count = profile.count if args.count is None else args.count  # each step is told
+    if count < 2 and "fid" in profile.accuracy.metrics:
+        raise BadInput(f"--count {count}: the night scores its accuracy run, and FID needs "
+                       "two images at least", where="--count", fix="pass --count 2 or more")
     sources = Sources(check_find_links(args.find_links), args.pre)
     build = pick_build(args.iree, sources)
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return NightRequest(Path(os.path.abspath(args.out)), build, sources, args.profile, day,
-                        args.results, not args.no_bisect, args.count)
+                        args.results, not args.no_bisect, count)
 
 
 def _dry_run(req: Any) -> int:
