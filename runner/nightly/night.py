@@ -272,6 +272,8 @@ def confirmed(req: NightRequest, change: Any, night: Path, n: int, steps: Steps
     """Whether the change held when its two builds were measured again, interleaved
     (`runner history confirm`, which stores its finding), or None where confirm does not
     measure its series (the bisect measures both ends again first instead)."""
+    if change.kind == Outcome.REGRESSION:  # a confirmation that held is stored already
+        return True
     out = night / f"confirm-{n}"
     argv = confirm_argv(req, change, out)
     if argv is None:
