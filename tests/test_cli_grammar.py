@@ -124,6 +124,7 @@ COUNT_DRY_RUNS = {
     "bisect": (["--good", "wheels:3.12.0", "--bad", "wheels:3.13.0", "--test", "images"],
                "--samples 0-2 --out"),
     "trend": (["wheels:3.12.0", "wheels:3.13.0"], "--samples 0-2 --out"),
+    "nightly": (["--iree", "wheels:3.13.0"], "--count 3 --no-score --out"),
 }
 
 
@@ -436,7 +437,7 @@ DRY_RUNS: dict[str, tuple[list[str], str]] = {
                "OUT"], "runner.bisect.probe --profile "),
     "image build": (["--iree", "wheels:3.13.0"], "docker build "),
     "nightly": (["--iree", "wheels:3.13.0", "--profile", "tiny", "--out", "OUT"],
-                "bench: BUILD_PYTHON -m runner bench --profile tiny --out OUT/"),
+                "bench: BUILD_PYTHON -m runner bench --profile tiny --count 32 --out OUT/"),
     "mlperf": (["--profile", "cpu", "--scenario", "offline", "--mode", "performance",
                 "--count", "4", "--out", "OUT"], "#   min_duration_ms = 600000"),
     "history import": (["RESULT", "--results", "STORE"],

@@ -572,6 +572,28 @@ def test_without_sqlalchemy_the_results_stay_in_the_run_dir(monkeypatch, tmp_pat
                     f"`runner history import {FIXTURE}` adds them later"]
 
 
+def test_a_caller_that_records_itself_turns_recording_off_and_names_its_build(
+        monkeypatch, tmp_path):
+    """`runner nightly` runs its steps in a build's venv (no store client there) with
+    $RUNNER_RECORD=off and records them itself, naming the build as it asked for it."""
+    from runner.history.record import RECORD_ENV, record
+
+    store = str(tmp_path / "store.sqlite")
+    said: list[str] = []
+    monkeypatch.setenv(RECORD_ENV, "off")
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)  # as in a build's venv
+    monkeypatch.delitem(sys.modules, "runner.history.store", raising=False)
+    assert record("bench goldens", FIXTURE, store, said.append) is False
+    assert said == [] and not (tmp_path / "store.sqlite").exists()
+    monkeypatch.undo()
+    monkeypatch.setenv(RECORD_ENV, "no")  # a value it does not take is said, not ignored
+    assert record("bench goldens", FIXTURE, store, said.append, build="wheels:3.13.0")
+    assert said[0].startswith("history: $RUNNER_RECORD='no' is not 'off'")
+    with open_store(resolve(store)) as opened:
+        (stored,) = opened.query(Query())
+    assert stored.build == "wheels:3.13.0"
+
+
 def test_a_lab_store_on_postgresql_never_shows_its_password(postgres, tmp_path, capsys):  # noqa: F811
     url = postgres.new_database()
     assert main(["history", "import", str(FIXTURE), "--results", url]) == 0

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from cli_support import Ran, cli
 from repo_support import REPO
 
+from runner.history.model import Result
 from runner.nightly.notify import post, shown_url
 
 SLACK = "https://hooks.slack.com/services/T0SECRET/B0SECRET/tokentokentoken"
@@ -117,9 +120,18 @@ def test_the_dry_run_picks_the_newest_nightly_and_writes_nothing(tmp_path):
     steps = [line.split(":")[0].strip() for line in ran.stdout.splitlines()
              if "-m runner " in line]
     assert steps == ["goldens check", "bench goldens", "run", "score", "bench"]
-    assert "-m runner run --profile tiny --no-score --out" in ran.stdout
+    assert "-m runner run --profile tiny --count 32 --no-score --out" in ran.stdout  # its count
     assert not out.exists()
     assert not list((tmp_path / "cache").rglob("*"))  # nothing fetched, cached or locked
+    counted = nightly("--pre", "--find-links", str(links), "--profile", "tiny", "--count",
+                      "2", "--out", str(out), "--dry-run", cache=tmp_path / "cache")
+    assert counted.returncode == 0, counted.stderr
+    with_count = {line.split(":")[0].strip() for line in counted.stdout.splitlines()
+                  if "-m runner " in line and " --count 2 " in line}
+    assert with_count == {"run", "bench"}  # the samples of the run (and its score), the bench
+    one = nightly("--iree", "wheels:3.13.0", "--count", "1", "--out", str(out), "--dry-run",
+                  cache=tmp_path / "cache")
+    assert one.returncode == 2 and "--count" in one.stderr and "FID" in one.stderr
 
 
 def _stored_night(store: Path, version: str, out_dir: str) -> None:
@@ -244,9 +256,11 @@ def test_the_github_actions_schedule_parses_and_its_step_runs_as_a_dry_run(tmp_p
 
 # --- the history's judgement, and the bisect it leads to --------------------------------------
 def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "samples_per_s",
-            subject: str = "", dirs: bool = True) -> tuple[Path, Path]:
+            subject: str = "", dirs: bool = True, command: str = "bench", named: bool = False,
+            **fields: object) -> tuple[Path, Path]:
     """Night dirs under a root, each with its nightly.json, and a store holding each
-    night's bench result (samples/s) from this machine, in the order given."""
+    night's `command` result (bench: samples/s) from this machine, in the order given
+    (`named`: under the build's spec, as a night records it; `fields`: the result's)."""
     import socket
     from datetime import datetime, timedelta
 
@@ -262,10 +276,11 @@ def _nights(tmp_path: Path, rates: dict[str, list[float]], metric: str = "sample
             if dirs:
                 _night_dir(night, f"wheels:{version}")
             results.append(Result(
-                key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
+                key=f"{command} {night}", command=command, out_dir=str(night / "bench"),
                 finished_at=day, profile="tiny", machine=socket.gethostname(),
                 compiler_version=f"{version}rc20260316",
-                metrics=(Metric(metric, subject, value),)))
+                build=f"wheels:{version}" if named else "",
+                metrics=(Metric(metric, subject, value),), **fields))
             day += timedelta(days=1)
     with open_store(resolve(str(store))) as opened:
         assert opened.add_all(results) == len(results)
@@ -304,6 +319,89 @@ def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
     state["summary"]["regressions"][0]["bisected"] = True
     last.write_text(json.dumps(state))
     assert new_regressions(req) == []
+
+
+def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_not_hold(
+        tmp_path):
+    """A bench goldens time is a series `runner history confirm` measures: the night runs
+    the command the history prints for it, with the night's builds and package sources,
+    its store passed in the environment (never in nightly.json); what the confirmation
+    finds decides: held, a regression to bisect; not held, the machine's, left alone."""
+    from runner.base.steps import Steps
+    from runner.bisect.builds import Build, Sources
+    from runner.history.model import Confirmation
+    from runner.history.store import open_store
+    from runner.history.url import ENV, resolve
+    from runner.nightly.night import (
+        NightRequest,
+        confirm_argv,
+        confirm_env,
+        confirmed,
+        new_regressions,
+    )
+
+    subject = "tiny-bench/unet_cpu"
+    times = {v: [1 / r for r in rates] for v, rates in SLOWER.items()}  # 2 -> 1.5/s: slower
+    root, store = _nights(tmp_path, times, metric="time_ms", subject=subject,
+                          command="bench goldens")
+    links = tmp_path / "links $(x)"
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(str(links)), "tiny", "2026-11-15", str(store))
+    (change,) = new_regressions(req)
+    assert change.kind == "unconfirmed" and change.confirm
+    out = tmp_path / "night" / "confirm-0"
+    argv = confirm_argv(req, change, out)
+    assert argv is not None and argv[1:2] == ["-m"]
+    words = argv[3:]
+    assert words[:6] == ["history", "confirm", "--good", "wheels:3.11.0rc20260316", "--bad",
+                         "wheels:3.12.0rc20260316"]
+    assert words[words.index("--stage") + 1] == subject
+    assert words[words.index("--out") + 1] == str(out)
+    assert words[words.index("--find-links") + 1] == str(links)  # the night's own index
+    assert str(store) not in argv and confirm_env(req)[ENV] == str(store)
+    series = change.series.key()
+    for holds, kinds in ((False, []), (True, ["regression"])):
+        with open_store(resolve(str(store))) as opened:
+            opened.add_confirmation(Confirmation(
+                series, "wheels:3.11.0rc20260316", "wheels:3.12.0rc20260316", (0.5,) * 3,
+                (0.66,) * 3, holds, datetime(2026, 11, 15, 4, holds), "here"))
+        found = new_regressions(req)
+        assert [c.kind for c in found] == kinds  # not held: the machine's, no bisect
+    assert confirm_argv(req, found[0], out) is None  # confirmed already: not measured again
+    assert confirmed(req, found[0], tmp_path / "night", 0, Steps({}, lambda: None)) is True
+
+
+@pytest.mark.slow
+def test_a_night_confirms_a_slower_bench_golden_with_the_real_releases(tmp_path):
+    """The tiny UNet's bench goldens time stepped from 3.12.0 to 3.13.0 in the history (ten
+    nights at ~10 ms, four at ~15 ms: seeded). The night measures both real releases again,
+    interleaved (`runner history confirm`, five rounds each, their tools from their cached
+    venvs), stores the finding and follows it: not held, the machine's, not bisected and
+    not confirmed again by the next night; held, a regression (bisected by a night with
+    bisect on; this one has --no-bisect)."""
+    from runner.base.steps import Steps
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, investigate, new_regressions
+
+    subject = "tiny-bench/unet_cpu"
+    times = {"3.12.0": [10.0 + 0.1 * (i % 3) for i in range(10)],
+             "3.13.0": [15.0, 15.1, 15.2, 15.0]}
+    root, store = _nights(tmp_path, times, metric="time_ms", subject=subject,
+                          command="bench goldens", named=True, sku="cpu",
+                          details={"files": {subject: "goldens/tiny-bench/unet_cpu.json"}})
+    req = NightRequest(root, Build("wheels", "wheels:3.13.0", "3.13.0", version="3.13.0"),
+                       Sources(), "tiny", "2026-11-15", str(store), bisect=False)
+    night = sorted(root.iterdir())[-1]
+    table: dict = {}
+    (found,) = investigate(req, night, Steps(table, lambda: None))
+    stored = json.loads((night / "confirm-0" / "confirm.json").read_text())
+    assert (stored["good"], stored["bad"]) == ("wheels:3.12.0", "wheels:3.13.0")
+    assert len(stored["good_values"]) == len(stored["bad_values"]) == 5
+    assert found["confirmed"] is stored["holds"]
+    assert table["confirm 0"]["status"] == "finished" and "bisect 0" not in table
+    assert ("no_bisect" in found) is (not stored["holds"])
+    after = new_regressions(req)  # the finding is the history's now
+    assert [c.kind for c in after] == (["regression"] if stored["holds"] else [])
 
 
 def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_path):
@@ -349,76 +447,92 @@ def test_a_regression_is_confirmed_by_a_real_bisect_of_two_releases(tmp_path, ca
     assert found["culprit"]["confidence"] > 0.99
 
 
-def _killed_night(root: Path, store: Path, spec: str) -> Path:
-    """Tonight's night dir as a night killed after its steps finished leaves it: every step
-    finished in nightly.json, its bench result (24 dispatches more) in the store, the night
-    not judged."""
-    import socket
-    from datetime import datetime, timezone
-
-    from runner.history.model import Metric, Result
-    from runner.history.store import open_store
-    from runner.history.url import resolve
-    from runner.nightly.plan import night_steps
-
-    now = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
-    night = root / f"{now:%Y-%m-%d}-{spec.partition(':')[2]}"
-    steps = {s.name: {"key": f"{spec} tiny", "status": "finished", "seconds": 1.0,
-                      "detail": {"exit_code": 0, "out": str(night / s.subdir)}}
-             for s in night_steps("tiny")}
-    night.mkdir(parents=True)
-    (night / "nightly.json").write_text(json.dumps({"build": {"spec": spec}, "steps": steps}))
-    with open_store(resolve(str(store))) as opened:
-        assert opened.add(Result(
-            key=f"bench {night}", command="bench", out_dir=str(night / "bench"),
-            finished_at=now, profile="tiny", machine=socket.gethostname(),
-            compiler_version=f"{spec.partition(':')[2]}rc20260316",
-            metrics=(Metric("dispatch_count", "unet", 124.0),)))
-    return night
-
-
-@pytest.mark.slow
-def test_the_nightly_confirms_and_bisects_a_regression_and_posts_it(tmp_path, hook):
-    """Through the command: ten nights of 3.11.0, three of 3.12.0 whose dispatch count grew
-    (the regression injected into the history), tonight's 3.13.0 night killed after its
-    steps; the same command again judges the history, bisects the two real releases on
-    each side of the step (compstat: their compile statistics), exits 1 naming the
-    culprit, and posts it."""
-    grew = {"3.11.0": [100.0] * 10, "3.12.0": [124.0] * 3}
-    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet", dirs=False)
-    args = ["--profile", "tiny", "--results", str(store), "--notify", hook.url, "--out",
-            str(root)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
-    first = cli("nightly", "--iree", "wheels:3.11.0", *args, env=env)
-    assert first.returncode == 0 and "already measured" in first.stdout, first.stderr
-    for version, values in grew.items():  # the nights the store's results came from
-        for i, night in enumerate(sorted(d for d in {Path(r).parent for r in _out_dirs(store)}
-                                         if d.name.endswith(version))):
-            assert i < len(values)
-            _night_dir(night, f"wheels:{version}")
-    night = _killed_night(root, store, "wheels:3.13.0")
-    ran = cli("nightly", "--iree", "wheels:3.13.0", "--json", *args, env=env)
-    assert ran.returncode == 1, ran.stderr
-    assert ran.stderr.count("up to date, skipped") == 5  # the killed night's steps kept
-    summary = json.loads(ran.stdout)
-    assert summary["status"] == "regression" and summary["night_dir"] == str(night)
-    culprit = summary["culprit"]
-    assert (culprit["first_bad"], culprit["last_good"]) == ("wheels:3.12.0", "wheels:3.11.0")
-    assert culprit["exact"] and culprit["confidence"] > 0.99
-    assert culprit["evidence"].startswith("dispatches ")
-    assert (night / "bisect-0" / "bisect.json").is_file()
-    assert [b["nightly"]["status"] for b in hook.bodies] == ["skipped", "regression"]
-    assert hook.bodies[1]["text"].endswith("first bad build wheels:3.12.0")
-    again = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
-    assert again.returncode == 0 and "already measured" in again.stdout, again.stderr
-
-
-def _out_dirs(store: Path) -> list[str]:
+def _seed_copies(store: Path, night: Path, metric: str, subject: str,
+                 times: list[datetime]) -> Result:
+    """Copies of one series' point of a real night's bench goldens, at `times`, through the
+    store's API: the nights the history needs on each side of a step (MIN_SIZE, and 1%
+    significance), which would cost a real night each."""
     from runner.history.store import Query, open_store
     from runner.history.url import resolve
 
     with open_store(resolve(str(store))) as opened:
-        return [r.out_dir for r in opened.query(Query())]
+        (real,) = [r for r in opened.query(Query()) if r.command == "bench goldens"
+                   and Path(r.out_dir).parent == night]
+        point = tuple(m for m in real.metrics if (m.name, m.subject) == (metric, subject))
+        assert len(point) == 1
+        for i, when in enumerate(times):
+            assert opened.add(replace(real, key=f"seeded {i} {real.key}", finished_at=when,
+                                      out_dir=f"{real.out_dir}-seeded-{i}", metrics=point))
+    return real
+
+
+@pytest.mark.slow
+def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_posts_it(
+        tmp_path, hook):
+    """Three real nights through the command, each with the real steps on the tiny profile
+    (--count 2): IREE 3.11.0, 3.12.0, then 3.13.0. Between the first two releases the tiny
+    UNet's module grew (bench goldens size_bytes, 306872 -> 322634 B: deterministic, a real
+    regression of the releases). The history names a step of points this alike with ten
+    before it and four after it: the others are copies of the real nights' points, added
+    through the store's API (nine before the 3.11.0 night, two after the 3.12.0 night),
+    since a real night costs about a minute here. The third night sees the step, finds that
+    `runner history confirm` does not measure sizes (the bisect measures both ends again
+    instead), bisects the two real releases (compstat), exits 1 naming 3.12.0, and the
+    test's webhook server receives every night's summary."""
+    root, store = tmp_path / "nights", tmp_path / "store.sqlite"
+    args = ["--profile", "tiny", "--count", "2", "--results", str(store), "--notify", hook.url,
+            "--out", str(root), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
+    unet = ("size_bytes", "tiny-bench/unet_cpu")
+    nights, statuses = [], []
+    for version in ("3.11.0", "3.12.0"):
+        ran = cli("nightly", "--iree", f"wheels:{version}", *args, env=env)
+        summary = json.loads(ran.stdout)
+        # a golden over its band (3.11.0's UNet makes 258 dispatches, the golden 214) is a
+        # failed check, exit 1; the history has too few nights to name a step yet
+        failed = summary["checks_failed"]
+        assert ran.returncode == (1 if failed else 0), ran.stderr
+        assert summary["status"] == ("failed" if failed else "passed")
+        assert summary["regressions"] == []
+        nights.append(Path(summary["night_dir"]))
+        statuses.append(summary["status"])
+        if version == "3.11.0":
+            first = _seed_copies(store, nights[0], *unet, [])
+            _seed_copies(store, nights[0], *unet,
+                         [first.finished_at - timedelta(days=d) for d in range(1, 10)])
+        else:
+            second = _seed_copies(store, nights[1], *unet, [])
+            _seed_copies(store, nights[1], *unet,
+                         [second.finished_at + timedelta(seconds=s) for s in (1, 2)])
+    ran = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
+    assert ran.returncode == 1, ran.stderr
+    summary = json.loads(ran.stdout)
+    night = Path(summary["night_dir"])
+    assert summary["status"] == "regression"
+    (found,) = summary["regressions"]
+    assert found["ends"] == ["wheels:3.11.0", "wheels:3.12.0"] and found["bisected"]
+    assert found["confirmed"] is None  # sizes: the bisect's own measurement of both ends
+    culprit = summary["culprit"]
+    assert (culprit["first_bad"], culprit["last_good"]) == ("wheels:3.12.0", "wheels:3.11.0")
+    assert culprit["exact"] and culprit["confidence"] > 0.99
+    assert "size_bytes" in culprit["metric"] and "tiny-bench/unet_cpu" in culprit["metric"]
+    bisect = json.loads((night / "bisect-0" / "bisect.json").read_text())
+    assert bisect["inputs"]["test"] == "compstat"
+    assert {s["build"] for s in bisect["steps"]} == {"wheels:3.11.0", "wheels:3.12.0"}
+    assert [b["nightly"]["status"] for b in hook.bodies] == [*statuses, "regression"]
+    assert hook.bodies[-1]["text"].endswith("first bad build wheels:3.12.0")
+    for each in (*nights, night):  # the steps in the build's venv record nothing themselves
+        logs = "".join(p.read_text() for p in (each / "logs").glob("*.log"))
+        assert "history:" not in logs and "--count 2" in (each / "nightly.json").read_text()
+    # a night killed before its summary goes on: every step kept, the bisect's too
+    state = json.loads((night / "nightly.json").read_text())
+    del state["measured"], state["summary"]
+    (night / "nightly.json").write_text(json.dumps(state))
+    resumed = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
+    assert resumed.returncode == 1, resumed.stderr
+    assert resumed.stderr.count("up to date, skipped") == 6  # five steps and the bisect
+    again = cli("nightly", "--iree", "wheels:3.13.0", *args, env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["status"] == "skipped"
 
 
 def test_a_store_that_cannot_be_reached_fails_nothing(tmp_path, capsys):

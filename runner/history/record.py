@@ -8,12 +8,16 @@ dir, and the note printed says how `runner history import DIR` adds them later.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.history.extract import RECORDED, extract
+
+RECORD_ENV, RECORD_OFF = "RUNNER_RECORD", "off"  # a caller that records the results itself
 
 
 def _say(line: str) -> None:
@@ -33,11 +37,20 @@ def later(out: Path, given: str | None) -> str:
 
 
 def record(command: str, out: Path | None, given: str | None,
-           say: Callable[[str], None] = _say) -> bool:
+           say: Callable[[str], None] = _say, build: str = "") -> bool:
     """Adds what `command` wrote to `out` to the store `given` (--results; None: the
-    environment's or the default). True when it is in the store afterwards."""
-    if command not in RECORDED:
+    environment's or the default). True when it is in the store afterwards. `build`: the
+    IREE build the command ran with, as asked for (`wheels:3.13.0`), for results whose files
+    name none: the history then names that build, and installs it again to confirm or
+    bisect a change, rather than the version its wheels report. With
+    $RUNNER_RECORD=off it records nothing and says nothing: its caller records the results
+    itself (`runner nightly` runs its steps in a build's venv, which has no store client)."""
+    switch = os.environ.get(RECORD_ENV, "")
+    if command not in RECORDED or switch == RECORD_OFF:
         return False
+    if switch:
+        say(f"history: ${RECORD_ENV}={switch!r} is not {RECORD_OFF!r} (the one value it "
+            "takes): recorded as without it")
     if out is None:
         say(f"history: `runner {command}` without --out keeps no results to record "
             "(pass --out DIR to keep them)")
@@ -52,7 +65,8 @@ def record(command: str, out: Path | None, given: str | None,
         return False
     try:
         url = resolve(given)
-        results = extract(out, command)
+        results = [r if r.build or not build else replace(r, build=build)
+                   for r in extract(out, command)]
         with open_store(url) as store:
             added = store.add_all(results)
     except RunnerError as e:

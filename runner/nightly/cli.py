@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import EXIT_BAD_INPUT, EXIT_OK, RunnerError
+from runner.base.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, RunnerError
 from runner.base.outdir import RESUMES, Rerun
 from runner.cli.context import CommandContext
 from runner.cli.grammar import (
@@ -23,6 +23,7 @@ from runner.cli.grammar import (
     add_out,
     add_profile,
     add_results,
+    add_samples,
     document,
     shared,
 )
@@ -39,12 +40,16 @@ def _request(args: argparse.Namespace):
 
     if args.notify:
         check_url(args.notify)
-    load_profile(args.profile)  # a profile the steps cannot read is refused before the night
+    profile = load_profile(args.profile)  # one the steps cannot read is refused before the night
+    count = profile.count if args.count is None else args.count  # each step is told
+    if count < 2 and "fid" in profile.accuracy.metrics:
+        raise BadInput(f"--count {count}: the night scores its accuracy run, and FID needs "
+                       "two images at least", where="--count", fix="pass --count 2 or more")
     sources = Sources(check_find_links(args.find_links), args.pre)
     build = pick_build(args.iree, sources)
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return NightRequest(Path(os.path.abspath(args.out)), build, sources, args.profile, day,
-                        args.results, not args.no_bisect)
+                        args.results, not args.no_bisect, count)
 
 
 def _dry_run(req: Any) -> int:
@@ -57,11 +62,12 @@ def _dry_run(req: Any) -> int:
     for line in setup_lines(plan_setup(req.build, req.sources)):
         print(f"  {line}")
     print("steps (each skipped where this machine measured the build already):")
-    for step in night_steps(req.profile):
+    for step in night_steps(req.profile, req.count):
         python = "BUILD_PYTHON" if not step.host else sys.executable
         print(f"  {step.name}: {' '.join(step.argv(python, night))}")
     print("then: each step's results recorded, the history judged; a regression between two "
-          "nights' builds is bisected" + ("" if req.bisect else " (not: --no-bisect)"))
+          "nights' builds is confirmed (`runner history confirm`, for bench goldens times) "
+          "and bisected" + ("" if req.bisect else " (not: --no-bisect)"))
     return EXIT_OK
 
 
@@ -116,7 +122,9 @@ def register(subparsers: Any) -> None:
         "--find-links page offers; --pre: IREE's nightlies), skips it where this machine "
         "measured it already, runs goldens check, bench goldens, an accuracy run and bench "
         "with it into OUT/<date>-<build>/, records each in the history, judges the history, "
-        "and bisects a regression no night has bisected yet between the two builds. Exit: "
+        "confirms a regression no night has handled yet between the two builds (bench "
+        "goldens times: `runner history confirm`, both builds again, interleaved) and "
+        "bisects it where it held. --count: the accuracy run's and bench's samples. Exit: "
         "0 measured and no regression (or already measured), 1 a confirmed regression or a "
         "failed check, 2 bad input or a step that failed (the same command again resumes).")
     add_iree(p, note=" (default: the newest the index offers)", kinds=("wheels",))
@@ -124,6 +132,7 @@ def register(subparsers: Any) -> None:
     shared(p, "--pre", action="store_true",
            help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
     add_profile(p, DEFAULT_PROFILE, with_set=False)
+    add_samples(p, "; the accuracy run's and bench's samples", choose=False)
     add_results(p, records=False)
     p.add_argument("--notify", metavar="URL",
                    help="POST the night's JSON summary to this webhook (Slack, Teams or any "
@@ -136,7 +145,8 @@ def register(subparsers: Any) -> None:
     add_out(p, "the nights' root: each night in <date>-<build>/ (nightly.json, logs/, one dir "
             "per step, bisect-N/)",
             Rerun(RESUMES, "every finished step: a night run again skips it",
-                  free=("--iree", "--notify", "--no-bisect", "--pre", "--find-links")))
+                  free=("--iree", "--notify", "--no-bisect", "--pre", "--find-links",
+                        "--count")))
     p.set_defaults(func=cmd_nightly)
     document(p, "runner nightly --pre --find-links https://iree.dev/pip-release-links.html "
              "--out /data/nightly --notify https://hooks.slack.com/services/T0/B0/XXXX",

@@ -4,15 +4,18 @@ judged, and a regression between two nights' builds confirmed and bisected.
 The night dir's `nightly.json` holds every step through `runner.base.steps.Steps`, so the
 same night run again (a scheduler's retry, a killed job) skips what finished. A regression
 is the history's own judgement (`runner.history.changes.detect_all`, as `runner history`
-makes it) over this machine's results of the profile, bisected once, by the first night
-that sees it; the bisect that follows measures
-both ends again before it searches (runner/bisect/search.py), which is the confirmation: an
-end that no longer differs answers `no_change`, and the night names no culprit.
+makes it) over this machine's results of the profile, handled once, by the first night
+that sees it. A series `runner history confirm` measures (bench goldens times) is confirmed
+first: its two builds measured again, interleaved, the finding stored; one that did not
+hold is the machine's and is not bisected. The bisect measures both ends again before it
+searches too (runner/bisect/search.py): an end that no longer differs answers
+`no_change`, and the night names no culprit.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -45,6 +48,7 @@ class NightRequest:
     day: str  # UTC date, the night dir's prefix
     results: str | None = None
     bisect: bool = True
+    count: int | None = None  # --count: the run's and the bench's samples (None: the profile's)
 
 
 def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any
@@ -103,18 +107,18 @@ def _run_step(step: NightStep, python: str, environ: dict[str, str], night: Path
 def measure_night(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
     """Every step of the night with the build's IREE; each step's results recorded."""
     from runner.bisect.envs import ensure_env
-    from runner.history.record import record
+    from runner.history.record import RECORD_ENV, RECORD_OFF, record
 
     env = ensure_env(req.build, req.sources)
     python, environ = env.python, env.environ()
-    environ.pop("RUNNER_RESULTS_URL", None)  # the night records each step itself, below
-    key = f"{req.build.spec} {req.profile}"
+    environ[RECORD_ENV] = RECORD_OFF  # the night records each step itself, below
+    key = f"{req.build.spec} {req.profile}" + (f" --count {req.count}" if req.count else "")
     done = []
-    for step in night_steps(req.profile):
+    for step in night_steps(req.profile, req.count):
         detail, skipped = steps.run(step.name, key, partial(_run_step, step, python, environ,
                                                             night), say="nightly")
         if step.records and not skipped:
-            record(step.records, Path(detail["out"]), req.results)
+            record(step.records, Path(detail["out"]), req.results, build=req.build.spec)
         done.append({"step": step.name, **detail})
     return done
 
@@ -219,6 +223,66 @@ def _bisect(argv: list[str], out: Path, log: Path) -> dict[str, Any]:
     return {"answer": answer, "out": str(out), "log": str(log)}
 
 
+def confirm_argv(req: NightRequest, change: Any, out: Path) -> list[str] | None:
+    """`runner history confirm` as the history prints it for the change (`Change.confirm`:
+    a series it measures again, CONFIRMABLE, of two builds an index serves), into `out`,
+    from the night's package sources; None where the history has none for it. The store is
+    passed in the environment (`confirm_env`): its URL may hold a password, and the argv is
+    kept in nightly.json."""
+    if not change.confirm:
+        return None
+    argv = [sys.executable, "-m", *shlex.split(change.confirm)]  # runner history confirm ...
+    argv[argv.index("--out") + 1] = str(out)
+    if req.sources.find_links:
+        if "--find-links" in argv:
+            argv[argv.index("--find-links") + 1] = req.sources.find_links
+        else:
+            argv += ["--find-links", req.sources.find_links]
+    if req.sources.pre and "--pre" not in argv:
+        argv.append("--pre")
+    return argv
+
+
+def confirm_env(req: NightRequest) -> dict[str, str]:
+    """The night's own environment with its store, which confirm stores its finding in."""
+    from runner.history.url import ENV
+
+    return {**os.environ, **({ENV: req.results} if req.results else {})}
+
+
+def _confirm(argv: list[str], environ: dict[str, str], out: Path, log: Path
+             ) -> dict[str, Any]:
+    """Exit 1: the difference held (a regression); 0: it did not (the machine's)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink:
+        rc = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, check=False,
+                            stdin=subprocess.DEVNULL, env=environ).returncode
+    found = out / "confirm.json"
+    if rc not in (EXIT_OK, EXIT_FAILED) or not found.is_file():
+        raise StepFailed(f"the confirmation exited {rc}: "
+                         f"{log.read_text(errors='replace')[-800:]}",
+                         where="nightly step confirm", fix=f"see {log}; the same command "
+                         "again measures it again")
+    return {"holds": bool(json.loads(found.read_text())["holds"]), "out": str(out),
+            "log": str(log)}
+
+
+def confirmed(req: NightRequest, change: Any, night: Path, n: int, steps: Steps
+              ) -> bool | None:
+    """Whether the change held when its two builds were measured again, interleaved
+    (`runner history confirm`, which stores its finding), or None where confirm does not
+    measure its series (the bisect measures both ends again first instead)."""
+    if change.kind == Outcome.REGRESSION:  # a confirmation that held is stored already
+        return True
+    out = night / f"confirm-{n}"
+    argv = confirm_argv(req, change, out)
+    if argv is None:
+        return None
+    work = partial(_confirm, argv, confirm_env(req), out, night / "logs" / f"confirm-{n}.log")
+    detail, _ = steps.run(f"confirm {n}", shlex.join(argv[1:]), work, say="nightly")
+    return bool(detail["holds"])
+
+
 def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
     """The culprit the bisect confirmed, or None where both ends now measure alike."""
     if not answer or answer.get("no_change"):
@@ -235,15 +299,20 @@ def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
-    """Each regression no night has bisected yet: its line, and (with bisect on) the
-    confirmed culprit between the builds on each side of it."""
+    """Each regression no night has bisected yet: its line, its confirmation where `runner
+    history confirm` measures its series (one that did not hold is not bisected), and (with
+    bisect on) the confirmed culprit between the builds on each side of it."""
     found: list[dict[str, Any]] = []
     for change in new_regressions(req):
         item: dict[str, Any] = {"change": change.line(), "confidence": change.confidence,
                                 "ends": ends(change)}
         out = night / f"bisect-{len(found)}"
         argv = bisect_argv(req, change, out)
-        if req.bisect and argv is not None:
+        item["confirmed"] = confirmed(req, change, night, len(found), steps)
+        if item["confirmed"] is False:
+            item["no_bisect"] = ("measured again, interleaved: the difference did not hold "
+                                 "(the machine's, not IREE's)")
+        elif req.bisect and argv is not None:
             log = night / "logs" / f"bisect-{len(found)}.log"
             detail, _ = steps.run(f"bisect {len(found)}", shlex.join(argv[1:]),
                                   partial(_bisect, argv, out, log), say="nightly")

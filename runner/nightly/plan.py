@@ -32,14 +32,16 @@ class NightStep:
         return [python, "-m", "runner", *self.words, "--out", str(out)]
 
 
-def night_steps(profile: str) -> list[NightStep]:
+def night_steps(profile: str, count: int | None = None) -> list[NightStep]:
     """In the order a golden update reads them: the goldens first (a failing golden is the
-    night's first news), then the accuracy run and its score, then throughput."""
+    night's first news), then the accuracy run and its score, then throughput. `count`
+    (--count) is the samples of the run and the bench, None the profile's `count`."""
+    samples = ("--count", str(count)) if count is not None else ()
     return [
         NightStep("goldens check", ("goldens", "check"), "goldens", "goldens check"),
         NightStep("bench goldens", ("bench", "goldens", "--profile", profile),
                   "bench-goldens", "bench goldens"),
-        NightStep("run", ("run", "--profile", profile, "--no-score"), "run", None),
+        NightStep("run", ("run", "--profile", profile, *samples, "--no-score"), "run", None),
         NightStep("score", ("score",), "run", "run", host=True),
-        NightStep("bench", ("bench", "--profile", profile), "bench", "bench"),
+        NightStep("bench", ("bench", "--profile", profile, *samples), "bench", "bench"),
     ]
