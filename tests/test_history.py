@@ -227,6 +227,34 @@ def test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_ma
     assert faster.kind == "improvement"
 
 
+def test_a_step_is_looked_for_in_the_quiet_nights_where_busy_ones_are_a_minority():
+    """Every third night beside a CPU hog (2-3x slower): the 10% step that comes with a new
+    build is found among the quiet nights, at the first quiet night of the new build, and is
+    the build's to confirm; the same numbers with no conditions kept (all nights judged)
+    show no step at all. Where half the nights or more are busy, all are judged
+    (test_a_step_across_builds_that_coincides_with_the_machine_changing_is_the_machines)."""
+    rng = np.random.default_rng(3)
+    busy = [i % 3 == 0 for i in range(30)]
+    values = [v * (rng.uniform(2.0, 3.0) if b else 1.0)
+              for v, b in zip(noisy(30, seed=3, step_at=20, step=0.10), busy, strict=True)]
+
+    def at(i: int, kept: bool) -> Result:
+        details = {"conditions": {"t": {"kernel": "6.1", "beside_foreign_load": busy[i]}}}
+        return nightly(i, values[i], "3.12.0" if i < 20 else "3.13.0", name="time_ms",
+                       subject="t", command="bench goldens", sku="cpu",
+                       details=details if kept else {})
+
+    found = _judged([at(i, kept=True) for i in range(30)])
+    assert found.index == 20 and found.kind == "unconfirmed"
+    assert found.last_before.build.startswith("3.12.0 @") and found.first_after.build.startswith(
+        "3.13.0 @")
+    assert detect(series_of([at(i, kept=False) for i in range(30)])[0]) == []
+    # flagged once four quiet nights of the new build are in (20, 22, 23, 25), not before:
+    # three against the old build's fourteen do not reach ALPHA
+    assert _judged([at(i, kept=True) for i in range(26)]).index == 20
+    assert detect(series_of([at(i, kept=True) for i in range(25)])[0]) == []
+
+
 def test_nightlies_confirm_from_their_index_and_commits_are_pinned_by_bisect():
     values = noisy(20, seed=11, step_at=10, step=0.3)
 

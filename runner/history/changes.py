@@ -3,6 +3,9 @@
 The method, in the spirit of MongoDB's E-Divisive work and asv's step detection, and robust
 to the noise of shared machines (one slow run, a busy neighbour):
 
+0. Judge the quiet points (`judged_points`): a time taken beside foreign load is left out
+   where such times are a minority, so a CPU hog beside every third night neither makes a
+   step nor hides one; it stays drawn, ringed.
 1. Locate candidate steps by penalized optimal partitioning (PELT's objective, Killick et al.
    2012: the least sum of within-segment squared deviations plus PENALTY x ln n per segment,
    as BIC charges) of the series' *ranks*, not its values, so one outlier moves one rank and
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from runner.base import shellscript
+from runner.history.machine import conditions_of
 from runner.history.model import WORSE_WHEN
 from runner.history.series import Point, Series
 
@@ -228,11 +232,28 @@ def mann_whitney(left: np.ndarray, right: np.ndarray) -> float:
     return math.erfc(z / math.sqrt(2))
 
 
+def judged_points(series: Series, window: int = WINDOW, min_size: int = MIN_SIZE
+                  ) -> list[int]:
+    """The indexes of the points a step is looked for in: the newest `window`, less those
+    timed beside foreign load where those are fewer than half and the quiet ones still make
+    two sides of `min_size` (a busy neighbour slows a night by more than the step a golden
+    update cares about; the busy points stay drawn, ringed). Where half or more are busy,
+    all are judged, and a change of the busy share is the machine's
+    (runner/history/machine.py)."""
+    newest = range(max(0, len(series.points) - window), len(series.points))
+    quiet = [i for i in newest
+             if (conditions_of(series.points[i]) or {}).get("beside_foreign_load") is not True]
+    if 2 * len(quiet) > len(newest) and len(quiet) >= 2 * min_size:
+        return quiet
+    return list(newest)
+
+
 def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHANGE,
            window: int = WINDOW, min_size: int = MIN_SIZE) -> list[Change]:
-    """The significant steps in `series` (its newest `window` points), oldest first."""
-    offset = max(0, len(series.points) - window)
-    values = np.array([p.value for p in series.points[offset:]], dtype=float)
+    """The significant steps in `series` (its judged points, `judged_points`), oldest
+    first; a step's index is that of the first judged point after it."""
+    judged = judged_points(series, window, min_size)
+    values = np.array([series.points[i].value for i in judged], dtype=float)
     if len(values) < 2 * min_size or np.ptp(values) == 0:
         return []
     n = len(values)
@@ -245,7 +266,7 @@ def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHAN
         before, after = float(np.median(left)), float(np.median(right))
         relative = abs(after / before - 1.0) if before else math.inf
         if p <= alpha and relative >= min_change:
-            out.append(Change(series, offset + step, before, after, p, len(left), len(right)))
+            out.append(Change(series, judged[step], before, after, p, len(left), len(right)))
     return out
 
 
