@@ -132,9 +132,12 @@ class Lifecycle(Closes):
         _check_free(run)
         plan = plan or plan_for(profile)
         executor.check(plan, str(profile.path))
+        # The model's files opened as the export opens them, with the other checks: a
+        # missing checkpoint is listed beside a missing statistics file, not found after.
+        model = [] if compile_fn else [dry_compile(executor, run.path, profile)[1]]
         checked = checked or preflight(
             PreflightRequest(run.path, profile, plan, len(sample_ids), score, captions,
-                             share_gpus), executor, dry_run=False)
+                             share_gpus), executor, dry_run=False, before=model)
         run.lock()
         try:
             _check_free(run)  # made meanwhile by a driver that has finished since

@@ -169,8 +169,11 @@ def test_commit_dry_run_lists_first_parent_commits_and_the_first_step(tmp_path,
                   "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [SHA.search(line).group(0) for line in lines[1:4]] == shas  # type: ignore[union-attr]
-    assert "change 1: IREE None" in lines[2]
+    at = next(i for i, line in enumerate(lines) if "candidate builds, good .. bad" in line)
+    assert all(line.startswith("# preflight ") for line in lines[:at])  # the machine's first
+    assert [SHA.search(line).group(0)  # type: ignore[union-attr]
+            for line in lines[at + 1:at + 4]] == shas
+    assert "change 1: IREE None" in lines[at + 2]
     text = proc.stdout
     assert f"{links / shas[0]}/iree_base_compiler-3.11.0-" in text  # its own wheels
     assert "-m venv" in text and "-m runner.bisect.probe" in text

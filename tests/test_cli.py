@@ -13,7 +13,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-from cli_support import cli, start_runner
+from cli_support import as_from_a_terminal, cli, start_runner
 from host_support import wait_for
 
 from runner.base.errors import EXIT_INTERRUPTED
@@ -191,9 +191,10 @@ def test_ctrl_c_after_its_reader_is_gone_still_ends_as_interrupted(tmp_path, tin
     message meets a closed pipe. The command exits 130 all the same, with its attempt
     recorded as interrupted (not 1, from a traceback nobody could read)."""
     out = tmp_path / "run"
-    # More samples than it makes before the signal lands (8 were all made first, once).
+    # Started as a shell at a terminal starts it: under `nohup ... &` SIGINT is ignored, and
+    # the runner keeps an ignored signal ignored (the run then rightly finishes, exit 0).
     proc = start_runner("run", "--profile", "cpu", "--count", "256", "--no-score", "--out",
-                        out, stderr=subprocess.STDOUT)
+                        out, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal)
     wait_for(lambda: (out / "samples").is_dir() and SampleStore(out).done_ids())
     proc.stdout.close()
     os.killpg(proc.pid, signal.SIGINT)

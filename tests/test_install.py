@@ -253,7 +253,8 @@ def test_the_installed_wheel_runs_the_readme_from_anywhere(installed: Installed)
         assert Path(r["file"]).is_relative_to(installed.venv)
         assert f"{installed.venv}/" in r["commands"][0] and f"{REPO}/" not in r["commands"][0]
 
-    image = installed.run("image", "build", "--iree", "wheels:3.13.0", "--dry-run")
+    image = installed.run("image", "build", "--iree", "wheels:3.13.0", "--dry-run",
+                          "--keep-context")
     assert image.returncode == 0, image.stderr[-3000:]
     (build,) = [line for line in image.stdout.splitlines() if line.startswith("docker build")]
     context = Path(build.split()[-1])  # the staged build context, kept by a dry run

@@ -110,7 +110,10 @@ def test_every_field_set_on_a_run_is_the_value_it_runs_with_or_refused(
         for text, want in tries:
             proc = cli("run", "--profile", name, "--set", f"{field}={text}", "--dry-run",
                        "--out", out)
-            if proc.returncode == 0:
+            # A lab profile's dry run here stops at the preflight (no GPUs, no MLPerf
+            # scoring files) after printing what was set: the value taken is still shown.
+            stopped_late = proc.returncode == 2 and "preflight: " in proc.stderr
+            if proc.returncode == 0 or (stopped_late and f"# --set {field}: " in proc.stdout):
                 assert _printed(proc.stdout, field) == want, (field, text)
                 honoured += want != current
                 break

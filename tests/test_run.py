@@ -148,18 +148,33 @@ def test_existing_run_dir_needs_resume(one_worker_run):
 
 @pytest.mark.slow
 def test_full_disk_keeps_finished_samples_and_resumes(one_worker_run, tmp_path):
-    with tmpfs(tmp_path / "small", "size=400k") as mount:
+    """The disk fills up under the workers (another job's file takes what the preflight
+    found free once the first sample is stored): the finished samples stay whole and a
+    resume, with the space back, finishes the run bit-identically. A disk too small from
+    the start stops at the preflight (tests/test_preflight.py, test_lifecycle.py)."""
+    with tmpfs(tmp_path / "small", "size=20m") as mount:
         run_dir = mount / "run"
-        proc = run_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out", str(run_dir))
-        assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
-        assert "run incomplete: disk full while writing" in proc.stderr
-        assert f"free space, then `runner run --resume {run_dir}`" in proc.stderr
+        proc = start_cli("run", "--profile", "cpu", "--count", str(COUNT), "--out",
+                         str(run_dir))
+        wait_for(lambda: (run_dir / "samples").is_dir() and SampleStore(run_dir).done_ids())
+        filler = mount / "another-job"
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:  # ENOSPC: the disk is full
+                pass
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 3 and "Traceback" not in err, err
+        assert "run incomplete: disk full while writing" in err
+        assert f"free space, then `runner run --resume {run_dir}`" in err
         assert not [p for p in run_dir.rglob("*") if p.name.endswith("tmp")]
         assert json.loads((run_dir / "run.json").read_text())["status"] != "complete"
         kept = SampleStore(run_dir).done_ids()
         for qsl_idx in kept:  # every sample on disk is whole and verified
             SampleStore(run_dir).load(qsl_idx)
-        subprocess.run(["mount", "-o", "remount,size=20m", str(mount)], check=True)
+        filler.unlink()
         resumed = run_cli("run", "--resume", str(run_dir))
         assert resumed.returncode == 0, resumed.stderr
         assert hashes(run_dir) == hashes(one_worker_run)

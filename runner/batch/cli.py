@@ -92,10 +92,12 @@ def cmd_run(ctx: CommandContext) -> int:
         executor = executor_for(args.executor or "local", profile, image=args.image,
                                 captions=captions, slurm=slurm_options(args))
         if args.dry_run:
-            print("\n".join([*effective_values(profile, profile_overrides(args.set)),
-                             *dry_run_lines(Path(args.out), profile, ids, executor,
-                                            score=args.score, captions=captions,
-                                            share_gpus=args.share_gpus)]))
+            # What was set, as the run would use it, even where the preflight then refuses.
+            for line in effective_values(profile, profile_overrides(args.set)):
+                print(line, flush=True)
+            print("\n".join(dry_run_lines(Path(args.out), profile, ids, executor,
+                                          score=args.score, captions=captions,
+                                          share_gpus=args.share_gpus)))
             return EXIT_OK
         lc = Lifecycle.create(Path(args.out), profile, ids, ctx.argv, executor,
                               captions=captions, score=args.score, share_gpus=args.share_gpus)

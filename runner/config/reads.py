@@ -99,10 +99,11 @@ def fields_set(overrides: Mapping[str, Any]) -> dict[str, str]:
 
 
 def refuse_unread(overrides: Mapping[str, Any], reads: ProfileReads) -> None:
-    """Bad input for the first `--set` of a field `reads.command` does not read."""
-    read = set(reads.read())
+    """Bad input for the first `--set` of a field `reads.command` does not read. A field no
+    profile has (`model.precision`) is left to load_profile, which names the valid keys."""
+    read, known = set(reads.read()), set(settable_fields())
     for field, key in fields_set(overrides).items():
-        if field not in read:
+        if field in known and field not in read:
             raise BadInput(f"`--set {key}` is not read by `runner {reads.command}`; it reads: "
                            f"{reads.text()}", where=f"--set {key}",
                            fix=f"drop --set {key}, or set it for a command that reads "
