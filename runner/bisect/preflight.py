@@ -38,11 +38,4 @@ def machine_preflight(plan: MeasurePlan, builds: int) -> Preflight:
 def check_machine(plan: MeasurePlan, builds: int, dry_run: bool) -> Preflight:
     """Raises (exit 2) with every line shown when a check fails, a dry run's too (on stdout,
     its output; on stderr otherwise); else shows them (as `# ` comments in a dry run)."""
-    checked = machine_preflight(plan, builds)
-    checked.raise_if_failed(print if dry_run else echo)
-    for line in checked.lines():
-        if dry_run:
-            print(f"# {line}")
-        else:
-            echo(line)
-    return checked
+    return machine_preflight(plan, builds).shown(dry_run, echo)

@@ -225,14 +225,7 @@ def run(request: RunRequest) -> int:
 def _preflight(request: CheckPreflight, dry_run: bool) -> Preflight:
     """Run before any step: a failure exits 2 with every check's line (on stdout in a dry
     run, whose output it is, as `# ` comments when all passed; on stderr otherwise)."""
-    checked = gpu_check_preflight(request)
-    checked.raise_if_failed(print if dry_run else say)
-    for line in checked.lines():
-        if dry_run:
-            print(f"# {line}")
-        else:
-            say(line)
-    return checked
+    return gpu_check_preflight(request).shown(dry_run, say)
 
 
 def _steps(todo: list[Step], previous: dict[str, dict], runner: steps.StepRunner,

@@ -55,6 +55,15 @@ class Preflight:
     def to_dict(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.checks]
 
+    def shown(self, dry_run: bool, say: Callable[[str], None]) -> Preflight:
+        """Raises (exit 2) with every line shown when a check fails, on stdout in a dry run
+        (its output) and through `say` otherwise; else shows the lines, as `# ` comments in
+        a dry run's printed commands."""
+        self.raise_if_failed(print if dry_run else say)
+        for line in self.lines():
+            print(f"# {line}") if dry_run else say(line)
+        return self
+
     def raise_if_failed(self, echo: Callable[[str], None]) -> None:
         """Every line echoed first, so one attempt shows every fix to make, not only the
         first; then the first failure raised (exit 2), naming how many there are."""
