@@ -149,7 +149,7 @@ def register(subparsers: Any) -> None:
                         "--count")))
     p.set_defaults(func=cmd_nightly)
     document(p, "runner nightly --pre --find-links https://iree.dev/pip-release-links.html "
-             "--out /data/nightly --notify https://hooks.slack.com/services/T0/B0/XXXX",
+             "--out /data/nightly --notify https://hooks.slack.com/services/T0/B0/token",
              "runner nightly --iree wheels:3.13.0 --profile tiny --out runs/nightly --dry-run",
              out="the nights' root: OUT/<date>-<build>/nightly.json, logs/, goldens/, "
              "bench-goldens/, run/, bench/, bisect-N/",
