@@ -57,7 +57,7 @@ def test_a_process_added_since_the_snapshot_is_a_leak():
 
 def test_no_tool_means_skipped_with_a_note_not_passed_silently():
     none = snapshot(which=lambda name: None)
-    assert none.tool is None and "neither nvidia-smi nor rocm-smi" in none.note
+    assert none.tool is None and "no nvidia-smi, rocm-smi or amd-smi" in none.note
     result = check_leaks(Snapshot(None), none)
     assert result.ok and result.lines() == [none.note]
 

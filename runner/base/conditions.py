@@ -11,8 +11,13 @@ A measurement is bracketed by two samples (`Watch.start()`, `.stop()`):
   for before it);
 - each CPU's frequency governor and current frequency, where cpufreq is exposed (a VM often
   has none: recorded as absent, `None`);
-- the kernel, and on a GPU machine the GPUs' driver and clocks (runner.base.gpu_info) and
-  the processes holding GPU memory that are not ours (runner.base.gpu_holders).
+- the kernel, and on a GPU machine the GPUs' driver and clocks (runner.base.gpu_info), each
+  GPU's temperature, power draw, power cap and what throttled its clocks
+  (runner.base.gpu_sensors), and the processes holding GPU memory that are not ours
+  (runner.base.gpu_holders). The GPU is asked once, after the timing: its temperature and
+  clocks are those of that moment, recorded and shown but not judged (they move every
+  run); a power cap is a setting, and its change between two results is named as the
+  machine's (runner.history.machine).
 
 Nothing here fails a measurement: an unreadable file is recorded as absent.
 """
@@ -24,7 +29,13 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from runner.base.gpu_info import Gpu
+    from runner.base.gpu_sensors import Sensors
 
 PROC = Path("/proc")
 CPUFREQ = Path("/sys/devices/system/cpu")
@@ -111,7 +122,7 @@ class Conditions:
     governor: str | None
     freq_mhz: list[float] | None
     kernel: str
-    gpu: dict[str, Any] = field(default_factory=dict)  # driver, clocks, foreign holders
+    gpu: dict[str, Any] = field(default_factory=dict)  # gpu_state(): see its docstring
 
     @property
     def foreign_share(self) -> float | None:
@@ -134,7 +145,25 @@ class Conditions:
         gov = self.governor or "absent"
         flag = "; BESIDE FOREIGN LOAD" if self.beside_foreign_load else ""
         return (f"{self.cores} cores; {others}; load {self.load_start} -> {self.load_end}; "
-                f"governor {gov}{flag}")
+                f"governor {gov}{gpu_line(self.gpu)}{flag}")
+
+
+def _shown(value: Any, unit: str) -> str:
+    return "?" if not isinstance(value, int | float) else f"{value:g} {unit}"
+
+
+def gpu_line(gpu: dict[str, Any]) -> str:
+    """`; GPU 0 59 C, 632 W of 700 W, throttled: sw_power_cap` per GPU the state lists
+    (`` where none): the sensors as they were after the timing."""
+    parts = []
+    for g in gpu.get("gpus") or []:
+        if not isinstance(g, dict) or "power_cap_w" not in g:
+            continue  # a record from before the sensors were kept
+        throttle = g.get("throttle") or []
+        parts.append(f"GPU {g.get('index')} {_shown(g.get('temperature_c'), 'C')}, "
+                     f"{_shown(g.get('power_w'), 'W')} of {_shown(g.get('power_cap_w'), 'W')}"
+                     + (f", throttled: {','.join(throttle)}" if throttle else ""))
+    return "".join(f"; {p}" for p in parts)
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
@@ -158,23 +187,42 @@ def between(start: ProcSample, end: ProcSample, gpu: dict[str, Any] | None = Non
 
 
 def gpu_state(own_pids: set[int] | None = None) -> dict[str, Any]:
-    """The GPUs' driver and clocks and the processes holding them that are not ours; {}
-    on a machine without nvidia-smi or rocm-smi."""
+    """Each GPU's name, driver, clocks, temperature, power draw and cap, what throttled it
+    (runner.base.gpu_sensors), and the processes holding GPUs that are not ours; {} on a
+    machine without nvidia-smi, amd-smi or rocm-smi."""
     from runner.base.errors import ToolFailed
     from runner.base.gpu_holders import snapshot
     from runner.base.gpu_info import query
+    from runner.base.gpu_sensors import read
 
     try:
         info, holders = query(), snapshot()
     except ToolFailed as e:
         return {"error": str(e)}
-    if info.tool is None:
+    sensors = read()
+    if info.tool is None and sensors.tool is None:
         return {}
     ours = own_pids or {os.getpid()}
-    return {"tool": info.tool,
-            "gpus": [{"name": g.name, "driver": g.driver, "clocks_mhz": g.clocks_mhz}
-                     for g in info.gpus],
-            "foreign_processes": [p.text() for p in holders.processes if p.pid not in ours]}
+    state = {"tool": info.tool or sensors.tool, "gpus": _gpus(info.gpus, sensors.gpus),
+             "foreign_processes": [p.text() for p in holders.processes if p.pid not in ours]}
+    return {**state, "sensors_note": sensors.note} if sensors.note else state
+
+
+def _gpus(described: Iterable[Gpu], sensed: Iterable[Sensors]) -> list[dict[str, Any]]:
+    """The GPUs the description lists, each with its sensors; a GPU only a sensor tool
+    lists (amd-smi where rocm-smi is gone) with its sensors alone."""
+    from runner.base.gpu_sensors import Sensors
+
+    by_index = {s.index: s for s in sensed}
+    out = []
+    for g in described:
+        s = by_index.pop(g.index, Sensors(g.index))
+        clocks = {**g.clocks_mhz, **{k: v for k, v in s.clocks_mhz.items() if v is not None}}
+        out.append({"index": g.index, "name": g.name, "driver": g.driver,
+                    "clocks_mhz": clocks, **s.fields()})
+    out += [{"index": s.index, "name": None, "driver": None, "clocks_mhz": s.clocks_mhz,
+             **s.fields()} for s in by_index.values()]
+    return out
 
 
 class Watch:

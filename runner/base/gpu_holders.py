@@ -10,9 +10,16 @@ The tools, as their vendors print them (tests/fixtures/gpu_holders/ holds captur
 - `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`: a header line, then
   `<pid>, <n> MiB` per process (`[N/A]` where the driver cannot tell, e.g. under MIG);
 - `rocm-smi --showpids`: a "KFD process information:" table of `PID  PROCESS NAME  GPU(s)
-  VRAM USED  SDMA USED  CU OCCUPANCY` (VRAM in bytes), or "No KFD PIDs currently running".
+  VRAM USED  SDMA USED  CU OCCUPANCY` (VRAM in bytes), or "No KFD PIDs currently running";
+- `amd-smi process --json` where rocm-smi is absent (ROCm 6.4 on deprecate it, later
+  releases drop it): per GPU a `process_list` of `{"process_info": {"name", "pid",
+  "memory_usage": {"vram_mem": {"value": N, "unit": "B"}}, "mem_usage", ...}}`, or
+  `{"process_info": "No running processes detected"}`; a bare list, or inside
+  `{"gpu_data": [...]}` in later releases. rocm-smi comes first where both are: amd-smi
+  before ROCm 7.x listed only the processes of the user running it, rocm-smi every KFD
+  process.
 
-Where neither tool is on PATH (a CPU machine), the check is skipped with a note saying so:
+Where no tool is on PATH (a CPU machine), the check is skipped with a note saying so:
 it can neither pass nor fail there.
 
 As a command:
@@ -34,10 +41,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runner.base.errors import ToolFailed
-from runner.base.gpu_info import TIMEOUT_S, nvidia_csv
+from runner.base.gpu_info import TIMEOUT_S, amd_rows, nvidia_csv
 
 NVIDIA_APPS = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
 ROCM_PIDS = ("rocm-smi", "--showpids")
+AMD_PROCESSES = ("amd-smi", "process", "--json")
 MIB = 1 << 20
 
 
@@ -103,9 +111,68 @@ def rocm_processes(text: str) -> list[GpuProcess]:
     return out
 
 
+UNITS = {"B": 1, "KB": 1 << 10, "KIB": 1 << 10, "MB": MIB, "MIB": MIB, "GB": 1 << 30,
+         "GIB": 1 << 30}
+
+
+def _bytes(value: object) -> int | None:
+    """amd-smi's `{"value": 2353860608, "unit": "B"}` (or a bare number of bytes) -> bytes."""
+    unit = "B"
+    if isinstance(value, dict):
+        unit = str(value.get("unit") or "B").upper()
+        value = value.get("value")
+    if isinstance(value, bool) or not isinstance(value, int | float) or unit not in UNITS:
+        return None
+    return int(value * UNITS[unit])
+
+
+def amd_process_gpus(text: str) -> list[tuple[int, GpuProcess]]:
+    """(GPU index, process) for each process on each GPU of `amd-smi process --json`."""
+    out = []
+    for row in amd_rows(text):
+        if not isinstance(row.get("process_list"), list):
+            raise ToolFailed(f"amd-smi printed no process_list for GPU {row['gpu']}: "
+                             f"{text.strip()[:200]!r}")
+        for entry in row["process_list"]:
+            info = entry.get("process_info", entry) if isinstance(entry, dict) else None
+            if not isinstance(info, dict):
+                continue  # "No running processes detected"
+            pid = str(info.get("pid", ""))
+            if not pid.isdigit():
+                raise ToolFailed(f"amd-smi printed a process without a pid: {info!r}")
+            usage = info.get("memory_usage")
+            vram = usage.get("vram_mem") if isinstance(usage, dict) else None
+            used = _bytes(vram) if vram is not None else _bytes(info.get("mem_usage"))
+            name = str(info.get("name") or "")
+            out.append((row["gpu"], GpuProcess(int(pid), used, "" if name == "N/A" else name)))
+    return out
+
+
+def amd_processes(text: str) -> list[GpuProcess]:
+    """`amd-smi process --json` output: each process once, with its memory on every GPU."""
+    by_pid: dict[int, GpuProcess] = {}
+    for _, p in amd_process_gpus(text):
+        seen = by_pid.get(p.pid)
+        used = p.used_bytes if seen is None else (
+            None if None in (seen.used_bytes, p.used_bytes)
+            else (seen.used_bytes or 0) + (p.used_bytes or 0))
+        by_pid[p.pid] = GpuProcess(p.pid, used, p.name or (seen.name if seen else ""))
+    return list(by_pid.values())
+
+
+def amd_pid_gpus(text: str) -> dict[int, set[int]]:
+    """pid -> the GPU indices `amd-smi process --json` lists it under."""
+    held: dict[int, set[int]] = {}
+    for gpu, p in amd_process_gpus(text):
+        held.setdefault(p.pid, set()).add(gpu)
+    return held
+
+
 def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
-    """The GPU's compute processes now, by the first of nvidia-smi and rocm-smi on PATH."""
-    for argv, parse in ((NVIDIA_APPS, nvidia_processes), (ROCM_PIDS, rocm_processes)):
+    """The GPU's compute processes now, by the first of nvidia-smi, rocm-smi and amd-smi on
+    PATH."""
+    for argv, parse in ((NVIDIA_APPS, nvidia_processes), (ROCM_PIDS, rocm_processes),
+                        (AMD_PROCESSES, amd_processes)):
         if which(argv[0]) is None:
             continue
         try:
@@ -117,7 +184,7 @@ def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
             raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
                              f"{(proc.stderr or proc.stdout).strip()[:300]}")
         return Snapshot(argv[0], tuple(parse(proc.stdout)))
-    return Snapshot(None, note="skipped: neither nvidia-smi nor rocm-smi is on PATH, so no "
+    return Snapshot(None, note="skipped: no nvidia-smi, rocm-smi or amd-smi on PATH, so no "
                     "GPU process can be listed here")
 
 
@@ -160,7 +227,7 @@ def held_devices(tool: str, which=shutil.which, run=subprocess.run
     """pid -> the device indices each compute process holds, by the tool that listed them
     (`snapshot`'s); None where the tool cannot say."""
     argvs = {"nvidia-smi": (NVIDIA_APP_GPUS, NVIDIA_GPU_UUIDS),
-             "rocm-smi": (ROCM_PID_GPUS,)}.get(tool)
+             "rocm-smi": (ROCM_PID_GPUS,), "amd-smi": (AMD_PROCESSES,)}.get(tool)
     if argvs is None or which(tool) is None:
         return None
     outputs = []
@@ -173,6 +240,11 @@ def held_devices(tool: str, which=shutil.which, run=subprocess.run
         if proc.returncode != 0:
             return None
         outputs.append(proc.stdout)
+    if tool == "amd-smi":
+        try:
+            return amd_pid_gpus(outputs[0])
+        except ToolFailed:
+            return None
     return nvidia_pid_gpus(*outputs) if tool == "nvidia-smi" else rocm_pid_gpus(outputs[0])
 
 

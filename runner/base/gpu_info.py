@@ -87,32 +87,63 @@ def _int(text: str | None) -> int | None:
     return int(found.group()) if found else None
 
 
+# The names a query may use for a field, as nvidia-smi's header spells them: the header
+# carries the field's full name whichever alias was asked (`clocks.sm` is headed
+# `clocks.current.sm [MHz]`), and R535 renamed the throttle reasons to clock-event reasons.
+NVIDIA_ALIASES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
+                  "clocks.max.mem": "clocks.max.memory", "used_memory": "used_gpu_memory",
+                  "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+                  "gpu.power.requested_limit": "power.limit",
+                  "gpu.power.current_limit": "enforced.power.limit"}
+
+
+def _field_name(cell: str) -> str:
+    """A header cell's field (`power.limit [W]` -> `power.limit`), by its full name."""
+    name = re.sub(r"\s*\[[^\]]*\]$", "", cell.strip()).lower()
+    return NVIDIA_ALIASES.get(name, name)
+
+
 def nvidia_csv(text: str, fields: tuple[str, ...], *, header: bool = False
                ) -> list[dict[str, str]]:
     """The rows of any `nvidia-smi --query-*=<fields> --format=csv[,noheader][,nounits]`,
     each a dict of the fields asked to their cells as printed: the one reader of that CSV,
-    for the GPU list here, the compute processes (gpu_holders) and a system's description
-    (loadgen.system). `header`: the query was run without `noheader`, so its first line
-    must be the header (`pid, used_gpu_memory [MiB]`), which is checked and dropped."""
+    for the GPU list here, the compute processes (gpu_holders), the sensors (gpu_sensors)
+    and a system's description (loadgen.system). `header`: the query was run without
+    `noheader`, so its first line is the header (`pid, used_gpu_memory [MiB]`), and the
+    columns are found by their names: a query's columns may come in another order, or more
+    of them (a capture of every field), and a field asked by an alias is headed by its
+    full name."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    columns = list(range(len(fields)))
     if header:
-        if not lines or not lines[0].lower().startswith(fields[0]):
+        names = [_field_name(c) for c in lines[0].split(",")] if lines else []
+        if _field_name(fields[0]) not in names:
             raise ToolFailed(f"nvidia-smi printed no CSV header: {text.strip()[:200]!r}")
-        lines = lines[1:]
+        missing = [f for f in fields if _field_name(f) not in names]
+        if missing:
+            raise ToolFailed(f"nvidia-smi printed no column {', '.join(missing)}: "
+                             f"{lines[0][:200]!r}")
+        columns = [names.index(_field_name(f)) for f in fields]
+        width, lines = len(names), lines[1:]
+    else:
+        width = len(fields)
     rows = []
     for line in lines:
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(fields):
-            raise ToolFailed(f"nvidia-smi printed {len(cells)} fields where {len(fields)} "
+        if len(cells) != width:
+            raise ToolFailed(f"nvidia-smi printed {len(cells)} fields where {width} "
                              f"were asked ({', '.join(fields)}): {line!r}")
-        rows.append(dict(zip(fields, cells, strict=True)))
+        rows.append({f: cells[i] for f, i in zip(fields, columns, strict=True)})
     return rows
 
 
 def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[Gpu]:
-    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output."""
+    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output, or a
+    capture with its header (any columns, in any order: tests/fixtures/gpu_sensors/ holds
+    nvidia-smi's every field captured on real GPUs), read by the header's names."""
+    first = text.strip().split(",", 1)[0].strip()
     gpus = []
-    for cells in nvidia_csv(text, fields):
+    for cells in nvidia_csv(text, fields, header=bool(first) and not first.isdigit()):
         line = ", ".join(cells.values())
         row = {k: _value(v) for k, v in cells.items()}
         if row["index"] is None or not row["index"].isdigit() or row["name"] is None:
@@ -151,6 +182,22 @@ def rocm_json(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ToolFailed(f"rocm-smi printed no JSON object: {text.strip()[:200]!r}")
     return data
+
+
+def amd_rows(text: str) -> list[dict[str, Any]]:
+    """The per-GPU objects of any `amd-smi ... --json`: a bare list, or `{"gpu_data": [...]}`
+    in later releases; warnings printed before the JSON are skipped."""
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+    try:
+        data = json.loads(text[min(starts):]) if starts else None
+    except ValueError as e:
+        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({e}): "
+                         f"{text.strip()[:200]!r}") from None
+    rows = data.get("gpu_data") if isinstance(data, dict) else data
+    found = [r for r in rows or [] if isinstance(r, dict) and isinstance(r.get("gpu"), int)]
+    if not found:
+        raise ToolFailed(f"amd-smi listed no GPU: {text.strip()[:200]!r}")
+    return found
 
 
 def rocm_cards(data: dict[str, Any]) -> dict[int, dict[str, Any]]:

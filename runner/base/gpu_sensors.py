@@ -1,0 +1,209 @@
+"""Each GPU's temperature, power draw, power cap, current clocks and throttling, as its tool
+reports them at one moment: kept with every timed number (runner.base.conditions), since a
+GPU held under a lower power cap, or slowed by heat, gives another number from the same
+build.
+
+The tools, in their own formats (tests/fixtures/gpu_sensors/ holds their output):
+
+- `nvidia-smi --query-gpu=index,temperature.gpu,... --format=csv`: a header naming each
+  field (the full name, with its unit: `enforced.power.limit [W]`), then one line per GPU;
+  the columns are found by those names. The power cap is `enforced.power.limit`, the
+  ceiling the driver holds the board to. `clocks_throttle_reasons.active` (named
+  `clocks_event_reasons.active` in the header since R535) is a bit mask of what holds the
+  clocks down; each reason set is named (`sw_power_cap`, `hw_thermal_slowdown`, ...), all
+  but `gpu_idle`, which is only the GPU resting after the timed work.
+- `amd-smi metric --power --clock --temperature --json` and `amd-smi static --limit --json`
+  (amd-smi replaces rocm-smi from ROCm 6.4): a list of per-GPU objects (`{"gpu": 0, ...}`),
+  inside `{"gpu_data": [...]}` in later releases; a value is `{"value": 38, "unit": "C"}`,
+  a bare number, or `"N/A"`. The temperature is the hotspot (junction) sensor, else the
+  edge; the power is `socket_power`; the cap is the limit's `socket_power` (ROCm 7.1 and
+  before) or `ppt0.socket_power_limit` (7.2 on); `throttle_status: THROTTLED` is the one
+  throttling flag it gives.
+- `rocm-smi --showtemp --showpower --showmaxpower --showclocks --json` where amd-smi is
+  absent: per card `Temperature (Sensor junction) (C)`, `... Graphics Package Power (W)`,
+  `Max Graphics Package Power (W)` (the cap), `sclk clock speed:`.
+
+A machine without the tools records their absence (`tool: None`); a tool that fails or
+prints what cannot be read leaves the sensors unknown, with a note: a sensor never fails a
+measurement.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.base.errors import ToolFailed
+from runner.base.gpu_info import (
+    TIMEOUT_S,
+    amd_rows,
+    card_value,
+    nvidia_csv,
+    rocm_cards,
+    rocm_json,
+)
+
+NVIDIA_SENSORS = ("index", "temperature.gpu", "power.draw", "enforced.power.limit",
+                  "clocks.current.sm", "clocks.current.memory",
+                  "clocks_throttle_reasons.active")
+NVIDIA = ("nvidia-smi", f"--query-gpu={','.join(NVIDIA_SENSORS)}", "--format=csv")
+AMD_METRIC = ("amd-smi", "metric", "--power", "--clock", "--temperature", "--json")
+AMD_LIMIT = ("amd-smi", "static", "--limit", "--json")
+ROCM = ("rocm-smi", "--showtemp", "--showpower", "--showmaxpower", "--showclocks", "--json")
+# nvml.h's nvmlClocksThrottleReason* bits; 0x1 (GpuIdle) is left out on purpose.
+THROTTLE_BITS = {0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                 0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+                 0x100: "display_clock_setting"}
+Which = Callable[[str], str | None]
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+@dataclass(frozen=True)
+class Sensors:
+    """One GPU at one moment; None where its tool could not tell."""
+
+    index: int
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_cap_w: float | None = None
+    clocks_mhz: dict[str, float | None] = field(default_factory=dict)
+    throttle: tuple[str, ...] = ()  # what held the clocks down, as the tool names it
+
+    def fields(self) -> dict[str, Any]:
+        """What a measurement's conditions keep of it, beside the GPU's name and driver."""
+        return {"temperature_c": self.temperature_c, "power_w": self.power_w,
+                "power_cap_w": self.power_cap_w, "throttle": list(self.throttle)}
+
+
+@dataclass(frozen=True)
+class Reading:
+    tool: str | None  # None: no tool on PATH
+    gpus: tuple[Sensors, ...] = ()
+    note: str = ""
+
+
+def number(value: Any) -> float | None:
+    """`38`, `"35.0"`, `"700.00 W"`, `"(131Mhz)"` or `{"value": 38, "unit": "C"}` -> the
+    number; None for `N/A`, `[N/A]`, `[Not Supported]` and the like."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    found = re.search(r"-?\d+(\.\d+)?", str(value))
+    return float(found.group()) if found and "N/A" not in str(value) else None
+
+
+def throttle_reasons(mask: str) -> tuple[str, ...]:
+    """The reasons set in nvidia-smi's `0x0000000000000004` mask, less `gpu_idle`."""
+    try:
+        bits = int(mask, 16)
+    except ValueError:
+        return ()
+    return tuple(name for bit, name in THROTTLE_BITS.items() if bits & bit)
+
+
+def parse_nvidia(text: str) -> list[Sensors]:
+    """`nvidia-smi --query-gpu=<NVIDIA_SENSORS> --format=csv`, or any capture holding them."""
+    out = []
+    for row in nvidia_csv(text, NVIDIA_SENSORS, header=True):
+        if not row["index"].isdigit():
+            raise ToolFailed(f"nvidia-smi printed a line without a GPU index: {row!r}")
+        out.append(Sensors(
+            int(row["index"]), number(row["temperature.gpu"]), number(row["power.draw"]),
+            number(row["enforced.power.limit"]),
+            {"sm": number(row["clocks.current.sm"]),
+             "memory": number(row["clocks.current.memory"])},
+            throttle_reasons(row["clocks_throttle_reasons.active"])))
+    return out
+
+
+def _part(row: dict[str, Any], name: str) -> dict[str, Any]:
+    part = row.get(name)
+    return part if isinstance(part, dict) else {}
+
+
+def amd_cap(limit: dict[str, Any]) -> float | None:
+    """The socket's power cap: `socket_power` (ROCm 7.1 and before) or
+    `ppt0.socket_power_limit` (7.2 on)."""
+    return number(limit.get("socket_power")) or number(
+        _part(limit, "ppt0").get("socket_power_limit"))
+
+
+def parse_amd(metric: str, limit: str | None) -> list[Sensors]:
+    """`amd-smi metric --power --clock --temperature --json`, with the caps of
+    `amd-smi static --limit --json` where it answered."""
+    caps = {r["gpu"]: amd_cap(_part(r, "limit")) for r in amd_rows(limit)} if limit else {}
+    out = []
+    for row in amd_rows(metric):
+        power, temps, clock = _part(row, "power"), _part(row, "temperature"), _part(row, "clock")
+        out.append(Sensors(
+            row["gpu"], number(temps.get("hotspot")) or number(temps.get("edge")),
+            number(power.get("socket_power")), caps.get(row["gpu"]),
+            {"gfx": number(_part(clock, "gfx_0").get("clk")),
+             "memory": number(_part(clock, "mem_0").get("clk"))},
+            ("throttled",) if power.get("throttle_status") == "THROTTLED" else ()))
+    return sorted(out, key=lambda s: s.index)
+
+
+def parse_rocm(text: str) -> list[Sensors]:
+    """`rocm-smi --showtemp --showpower --showmaxpower --showclocks --json`."""
+    out = []
+    for index, card in rocm_cards(rocm_json(text)).items():
+        temperature = number(card_value(card, "Temperature (Sensor junction) (C)")) or number(
+            card_value(card, "Temperature (Sensor edge) (C)"))
+        out.append(Sensors(
+            index, temperature,
+            number(card_value(card, "Current Socket Graphics Package Power (W)",
+                              "Average Graphics Package Power (W)")),
+            number(card_value(card, "Max Graphics Package Power (W)")),
+            {"sclk": number(card_value(card, "sclk clock speed:")),
+             "mclk": number(card_value(card, "mclk clock speed:"))}))
+    if not out:
+        raise ToolFailed(f"rocm-smi listed no card: {text.strip()[:200]!r}")
+    return sorted(out, key=lambda s: s.index)
+
+
+def _output(argv: tuple[str, ...], run: Run) -> str:
+    try:
+        proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolFailed(f"{argv[0]} did not answer: {e}") from None
+    if proc.returncode != 0:
+        raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
+                         f"{(proc.stderr or proc.stdout).strip()[:300]}")
+    return str(proc.stdout)
+
+
+def _amd(run: Run) -> list[Sensors]:
+    try:
+        limit: str | None = _output(AMD_LIMIT, run)
+    except ToolFailed:
+        limit = None  # the temperatures and clocks still say something without the caps
+    return parse_amd(_output(AMD_METRIC, run), limit)
+
+
+READERS: tuple[tuple[str, Callable[[Run], list[Sensors]]], ...] = (
+    ("nvidia-smi", lambda run: parse_nvidia(_output(NVIDIA, run))),
+    ("amd-smi", _amd),
+    ("rocm-smi", lambda run: parse_rocm(_output(ROCM, run))))
+
+
+def read(which: Which = shutil.which, run: Run = subprocess.run) -> Reading:
+    """The GPUs' sensors now, from the first of nvidia-smi, amd-smi and rocm-smi on PATH;
+    never raises (see the module docstring)."""
+    for tool, reader in READERS:
+        if which(tool) is None:
+            continue
+        try:
+            return Reading(tool, tuple(reader(run)))
+        except ToolFailed as e:
+            return Reading(tool, note=f"sensors unknown: {e}")
+    return Reading(None, note="no nvidia-smi, amd-smi or rocm-smi on PATH: no GPU sensor "
+                   "recorded")
