@@ -149,7 +149,7 @@ class Conditions:
 
 
 def _shown(value: Any, unit: str) -> str:
-    return "?" if not isinstance(value, int | float) else f"{value:g} {unit}"
+    return f"? {unit}" if not isinstance(value, int | float) else f"{value:g} {unit}"
 
 
 def gpu_line(gpu: dict[str, Any]) -> str:
@@ -193,13 +193,13 @@ def gpu_state(own_pids: set[int] | None = None) -> dict[str, Any]:
     from runner.base.errors import ToolFailed
     from runner.base.gpu_holders import snapshot
     from runner.base.gpu_info import query
-    from runner.base.gpu_sensors import read
+    from runner.base.gpu_sensors import read_sensors
 
     try:
         info, holders = query(), snapshot()
     except ToolFailed as e:
         return {"error": str(e)}
-    sensors = read()
+    sensors = read_sensors()
     if info.tool is None and sensors.tool is None:
         return {}
     ours = own_pids or {os.getpid()}

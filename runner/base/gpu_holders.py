@@ -111,7 +111,7 @@ def rocm_processes(text: str) -> list[GpuProcess]:
     return out
 
 
-UNITS = {"B": 1, "KB": 1 << 10, "KIB": 1 << 10, "MB": MIB, "MIB": MIB, "GB": 1 << 30,
+_UNITS = {"B": 1, "KB": 1 << 10, "KIB": 1 << 10, "MB": MIB, "MIB": MIB, "GB": 1 << 30,
          "GIB": 1 << 30}
 
 
@@ -121,9 +121,9 @@ def _bytes(value: object) -> int | None:
     if isinstance(value, dict):
         unit = str(value.get("unit") or "B").upper()
         value = value.get("value")
-    if isinstance(value, bool) or not isinstance(value, int | float) or unit not in UNITS:
+    if isinstance(value, bool) or not isinstance(value, int | float) or unit not in _UNITS:
         return None
-    return int(value * UNITS[unit])
+    return int(value * _UNITS[unit])
 
 
 def amd_process_gpus(text: str) -> list[tuple[int, GpuProcess]]:

@@ -141,9 +141,10 @@ def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list
     """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output, or a
     capture with its header (any columns, in any order: tests/fixtures/gpu_sensors/ holds
     nvidia-smi's every field captured on real GPUs), read by the header's names."""
-    first = text.strip().split(",", 1)[0].strip()
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    headed = _field_name(fields[0]) in {_field_name(c) for c in first.split(",")}
     gpus = []
-    for cells in nvidia_csv(text, fields, header=bool(first) and not first.isdigit()):
+    for cells in nvidia_csv(text, fields, header=headed):
         line = ", ".join(cells.values())
         row = {k: _value(v) for k, v in cells.items()}
         if row["index"] is None or not row["index"].isdigit() or row["name"] is None:

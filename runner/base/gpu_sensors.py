@@ -53,7 +53,7 @@ NVIDIA_SENSORS = ("index", "temperature.gpu", "power.draw", "enforced.power.limi
 NVIDIA = ("nvidia-smi", f"--query-gpu={','.join(NVIDIA_SENSORS)}", "--format=csv")
 AMD_METRIC = ("amd-smi", "metric", "--power", "--clock", "--temperature", "--json")
 AMD_LIMIT = ("amd-smi", "static", "--limit", "--json")
-ROCM = ("rocm-smi", "--showtemp", "--showpower", "--showmaxpower", "--showclocks", "--json")
+ROCM_SENSORS = ("rocm-smi", "--showtemp", "--showpower", "--showmaxpower", "--showclocks", "--json")
 # nvml.h's nvmlClocksThrottleReason* bits; 0x1 (GpuIdle) is left out on purpose.
 THROTTLE_BITS = {0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
                  0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
@@ -87,7 +87,7 @@ class Reading:
     note: str = ""
 
 
-def number(value: Any) -> float | None:
+def sensor_value(value: Any) -> float | None:
     """`38`, `"35.0"`, `"700.00 W"`, `"(131Mhz)"` or `{"value": 38, "unit": "C"}` -> the
     number; None for `N/A`, `[N/A]`, `[Not Supported]` and the like."""
     if isinstance(value, dict):
@@ -116,10 +116,10 @@ def parse_nvidia(text: str) -> list[Sensors]:
         if not row["index"].isdigit():
             raise ToolFailed(f"nvidia-smi printed a line without a GPU index: {row!r}")
         out.append(Sensors(
-            int(row["index"]), number(row["temperature.gpu"]), number(row["power.draw"]),
-            number(row["enforced.power.limit"]),
-            {"sm": number(row["clocks.current.sm"]),
-             "memory": number(row["clocks.current.memory"])},
+            int(row["index"]), sensor_value(row["temperature.gpu"]),
+            sensor_value(row["power.draw"]), sensor_value(row["enforced.power.limit"]),
+            {"sm": sensor_value(row["clocks.current.sm"]),
+             "memory": sensor_value(row["clocks.current.memory"])},
             throttle_reasons(row["clocks_throttle_reasons.active"])))
     return out
 
@@ -132,7 +132,7 @@ def _part(row: dict[str, Any], name: str) -> dict[str, Any]:
 def amd_cap(limit: dict[str, Any]) -> float | None:
     """The socket's power cap: `socket_power` (ROCm 7.1 and before) or
     `ppt0.socket_power_limit` (7.2 on)."""
-    return number(limit.get("socket_power")) or number(
+    return sensor_value(limit.get("socket_power")) or sensor_value(
         _part(limit, "ppt0").get("socket_power_limit"))
 
 
@@ -144,10 +144,10 @@ def parse_amd(metric: str, limit: str | None) -> list[Sensors]:
     for row in amd_rows(metric):
         power, temps, clock = _part(row, "power"), _part(row, "temperature"), _part(row, "clock")
         out.append(Sensors(
-            row["gpu"], number(temps.get("hotspot")) or number(temps.get("edge")),
-            number(power.get("socket_power")), caps.get(row["gpu"]),
-            {"gfx": number(_part(clock, "gfx_0").get("clk")),
-             "memory": number(_part(clock, "mem_0").get("clk"))},
+            row["gpu"], sensor_value(temps.get("hotspot")) or sensor_value(temps.get("edge")),
+            sensor_value(power.get("socket_power")), caps.get(row["gpu"]),
+            {"gfx": sensor_value(_part(clock, "gfx_0").get("clk")),
+             "memory": sensor_value(_part(clock, "mem_0").get("clk"))},
             ("throttled",) if power.get("throttle_status") == "THROTTLED" else ()))
     return sorted(out, key=lambda s: s.index)
 
@@ -156,15 +156,15 @@ def parse_rocm(text: str) -> list[Sensors]:
     """`rocm-smi --showtemp --showpower --showmaxpower --showclocks --json`."""
     out = []
     for index, card in rocm_cards(rocm_json(text)).items():
-        temperature = number(card_value(card, "Temperature (Sensor junction) (C)")) or number(
-            card_value(card, "Temperature (Sensor edge) (C)"))
+        temperature = sensor_value(card_value(card, "Temperature (Sensor junction) (C)")) \
+            or sensor_value(card_value(card, "Temperature (Sensor edge) (C)"))
         out.append(Sensors(
             index, temperature,
-            number(card_value(card, "Current Socket Graphics Package Power (W)",
+            sensor_value(card_value(card, "Current Socket Graphics Package Power (W)",
                               "Average Graphics Package Power (W)")),
-            number(card_value(card, "Max Graphics Package Power (W)")),
-            {"sclk": number(card_value(card, "sclk clock speed:")),
-             "mclk": number(card_value(card, "mclk clock speed:"))}))
+            sensor_value(card_value(card, "Max Graphics Package Power (W)")),
+            {"sclk": sensor_value(card_value(card, "sclk clock speed:")),
+             "mclk": sensor_value(card_value(card, "mclk clock speed:"))}))
     if not out:
         raise ToolFailed(f"rocm-smi listed no card: {text.strip()[:200]!r}")
     return sorted(out, key=lambda s: s.index)
@@ -189,16 +189,16 @@ def _amd(run: Run) -> list[Sensors]:
     return parse_amd(_output(AMD_METRIC, run), limit)
 
 
-READERS: tuple[tuple[str, Callable[[Run], list[Sensors]]], ...] = (
+_READERS: tuple[tuple[str, Callable[[Run], list[Sensors]]], ...] = (
     ("nvidia-smi", lambda run: parse_nvidia(_output(NVIDIA, run))),
     ("amd-smi", _amd),
-    ("rocm-smi", lambda run: parse_rocm(_output(ROCM, run))))
+    ("rocm-smi", lambda run: parse_rocm(_output(ROCM_SENSORS, run))))
 
 
-def read(which: Which = shutil.which, run: Run = subprocess.run) -> Reading:
+def read_sensors(which: Which = shutil.which, run: Run = subprocess.run) -> Reading:
     """The GPUs' sensors now, from the first of nvidia-smi, amd-smi and rocm-smi on PATH;
     never raises (see the module docstring)."""
-    for tool, reader in READERS:
+    for tool, reader in _READERS:
         if which(tool) is None:
             continue
         try:

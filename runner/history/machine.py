@@ -17,7 +17,9 @@ partition modes, the compiled modules' hashes) and the conditions it was timed u
   changed) are named the same way.
 
 A result from before environments were kept has its kernel and GPU driver in its
-conditions, read in their place.
+conditions, read in their place. The GPUs' power cap is read from the conditions (each
+timed number's, runner.base.gpu_sensors): a cap changed between two points is named and
+drawn as a driver change is.
 """
 
 from __future__ import annotations
@@ -64,6 +66,14 @@ def _gpu_driver(p: Point) -> str:
     return ",".join(sorted({str(g.get("driver") or "") for g in gpus if isinstance(g, dict)}))
 
 
+def _gpu_power_cap(p: Point) -> str:
+    """The GPUs' power caps the point was timed under (`700 W`; several comma-separated),
+    from its conditions (runner.base.gpu_sensors); "" where none was kept."""
+    gpus = (conditions_of(p) or {}).get("gpu", {}).get("gpus") or []
+    caps = {g.get("power_cap_w") for g in gpus if isinstance(g, dict)}
+    return ",".join(f"{c:g} W" for c in sorted(c for c in caps if isinstance(c, int | float)))
+
+
 def _environment(name: str, fallback: Callable[[Point], str] | None = None
                  ) -> Callable[[Point], str]:
     """The environment's field `name`, else (a result from before environments were kept)
@@ -76,10 +86,14 @@ def _environment(name: str, fallback: Callable[[Point], str] | None = None
 
 
 MACHINE = (("CPU governor", _condition("governor")),)
+# The power cap is a setting of the machine, like its driver: a change is named and drawn,
+# and judged as the driver's is. The GPU's temperature and clocks are kept beside it but
+# not compared: they move from run to run with the room and the load.
 ENVIRONMENT = (("runner", _runner),
                *((label, _environment(name, {"kernel": _condition("kernel"),
                                              "gpu_driver": _gpu_driver}.get(name)))
-                 for name, label in FIELD_LABELS.items()))
+                 for name, label in FIELD_LABELS.items()),
+               ("GPU power cap", _gpu_power_cap))
 
 
 def _changed(fields: Sequence[tuple[str, Callable[[Point], str]]], last: Point, first: Point

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from runner.base.conditions import gpu_line
 from runner.base.mdtable import md_table
 from runner.base.outcome import Outcome
 from runner.history.changes import Change
@@ -164,9 +165,10 @@ def _line_and_points(pts: Sequence[Point], x: Callable[[int], float],
     parts = [f'<path d="{path}" fill="none" stroke="{LINE}" stroke-width="1.5"/>']
     for i, p in enumerate(pts):
         fill = POINT_FAIL if p.metric.verdict == "fail" else LINE
-        busy = (conditions_of(p) or {}).get("beside_foreign_load") is True
+        kept = conditions_of(p) or {}
+        busy = kept.get("beside_foreign_load") is True
         title = f"{p.when:%Y-%m-%d %H:%M} {p.build}: {p.value:.6g}" + (
-            "; timed beside foreign load" if busy else "")
+            "; timed beside foreign load" if busy else "") + gpu_line(kept.get("gpu") or {})
         ring = f' stroke="{BUSY}" stroke-width="1.6"' if busy else ""
         parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="2.6" fill="{fill}"'
                      f"{ring}><title>{e(title)}</title></circle>")
