@@ -104,6 +104,29 @@ def test_nvidia_compute_apps_captured_under_load():
         == []
 
 
+def test_other_captures_read_where_the_runner_reads_them():
+    """Windows' WDDM driver cannot tell a process' memory (`[N/A]`, unknown, still a
+    holder); `nvidia-smi -q` gives the driver's CUDA, also once R610's deprecated line is
+    gone (the CUDA UMD line then); a MIG node says so in its capture."""
+    from runner.history.environment import cuda_version
+    from runner.preflight.gpus import nvidia_mig
+
+    wddm = nvidia_processes((HOLDERS / "nvidia-smi-compute-apps-rtx2080s-wddm.csv")
+                            .read_text())
+    assert len(wddm) == 19 and {p.used_bytes for p in wddm} == {None}
+    assert wddm[0] == GpuProcess(2140, None)
+    assert cuda_version((FIXTURES / "gpu_info" / "nvidia-smi-q-h200-590.txt").read_text()) \
+        == "13.1"
+    r610 = (FIXTURES / "gpu_info" / "nvidia-smi-q-rtx2080s-610.txt").read_text()
+    assert cuda_version(r610) == "13.3"  # `13.3 [Deprecated; ...]` on R610
+    after_cuda_14 = "\n".join(line for line in r610.splitlines()
+                              if not line.startswith("CUDA Version"))
+    assert "CUDA UMD Version" in after_cuda_14 and cuda_version(after_cuda_14) == "13.3"
+    (mig,) = nvidia_mig((FIXTURES / "gpu_partition" / "nvidia-smi-query-gpu-h100-mig.csv")
+                        .read_text())
+    assert (mig.index, mig.compute) == (0, "ENABLED")
+
+
 def test_amd_smi_sensors_in_both_layouts():
     """ROCm 6.x: a bare list after a warning line, the cap as the limit's socket_power;
     ROCm 7.2 on: `gpu_data` and the cap per PPT. The hotspot is the temperature kept."""
@@ -177,6 +200,27 @@ def test_the_preflight_refuses_gpus_busy_on_an_amd_smi_only_node(tmp_path, monke
     assert holders.state is CheckState.FAILED and holders.where == "amd-smi"
     assert "pid 2345617 (python3): 41984 MiB on device(s) 0, 2" in holders.detail
     assert gpu_checks(plan, True)[1].state is CheckState.SHARED
+
+
+def test_the_preflight_reads_a_mig_node_and_its_holders_from_its_capture(tmp_path,
+                                                                         monkeypatch):
+    """A stand-in nvidia-smi printing the H100 MIG node's captures (every field, with its
+    header) for each query the preflight asks: MIG on the layout's GPU 0 is refused, and
+    its three processes are placed on GPU 0 through their GPU UUIDs."""
+    from runner.batch.run import plan_for
+    from runner.config.profile import load_profile
+    from runner.preflight.check import CheckState
+    from runner.preflight.gpus import gpu_checks
+
+    mig = FIXTURES / "gpu_partition" / "nvidia-smi-query-gpu-h100-mig.csv"
+    stand_in(tmp_path / "bin", "nvidia-smi", [("--query-compute-apps", H100_APPS),
+                                              ("--query-gpu", mig)])
+    on_path(monkeypatch, tmp_path / "bin")
+    plan = plan_for(load_profile("h100"))
+    gpus, holders = gpu_checks(plan, False)
+    assert gpus.state is CheckState.FAILED and "MIG is enabled on GPU(s) 0" in gpus.detail
+    assert holders.state is CheckState.FAILED
+    assert "pid 11345: 15690 MiB on device(s) 0" in holders.detail
 
 
 def test_sensors_from_each_tool_on_path_and_none_where_there_is_none(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runner.base.errors import ToolFailed
-from runner.base.gpu_info import TIMEOUT_S, amd_rows, nvidia_csv
+from runner.base.gpu_info import TIMEOUT_S, amd_rows, headed, nvidia_csv
 
 NVIDIA_APPS = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
 ROCM_PIDS = ("rocm-smi", "--showpids")
@@ -195,11 +195,13 @@ ROCM_PID_GPUS = ("rocm-smi", "--showpidgpus")
 
 def nvidia_pid_gpus(apps: str, gpus: str) -> dict[int, set[int]]:
     """pid -> the GPU indices it holds memory on, from `nvidia-smi
-    --query-compute-apps=pid,gpu_uuid` and `--query-gpu=index,uuid` (both `noheader`)."""
-    index = {r["uuid"]: int(r["index"]) for r in nvidia_csv(gpus, ("index", "uuid"))
-             if r["index"].isdigit()}
+    --query-compute-apps=pid,gpu_uuid` and `--query-gpu=index,uuid` (both `noheader`, or
+    captures with their headers)."""
+    gpu_fields, app_fields = ("index", "uuid"), ("pid", "gpu_uuid")
+    index = {r["uuid"]: int(r["index"]) for r in nvidia_csv(
+        gpus, gpu_fields, header=headed(gpus, gpu_fields)) if r["index"].isdigit()}
     held: dict[int, set[int]] = {}
-    for row in nvidia_csv(apps, ("pid", "gpu_uuid")):
+    for row in nvidia_csv(apps, app_fields, header=headed(apps, app_fields)):
         if row["pid"].isdigit() and row["gpu_uuid"] in index:
             held.setdefault(int(row["pid"]), set()).add(index[row["gpu_uuid"]])
     return held

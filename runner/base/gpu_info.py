@@ -137,14 +137,19 @@ def nvidia_csv(text: str, fields: tuple[str, ...], *, header: bool = False
     return rows
 
 
+def headed(text: str, fields: tuple[str, ...]) -> bool:
+    """Whether nvidia-smi's CSV starts with a header naming the first field: a capture of a
+    real GPU keeps it (and every other field), the runner's own queries ask `noheader`."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return _field_name(fields[0]) in {_field_name(c) for c in first.split(",")}
+
+
 def parse_nvidia_smi(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[Gpu]:
     """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` output, or a
     capture with its header (any columns, in any order: tests/fixtures/gpu_sensors/ holds
     nvidia-smi's every field captured on real GPUs), read by the header's names."""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    headed = _field_name(fields[0]) in {_field_name(c) for c in first.split(",")}
     gpus = []
-    for cells in nvidia_csv(text, fields, header=headed):
+    for cells in nvidia_csv(text, fields, header=headed(text, fields)):
         line = ", ".join(cells.values())
         row = {k: _value(v) for k, v in cells.items()}
         if row["index"] is None or not row["index"].isdigit() or row["name"] is None:

@@ -115,8 +115,10 @@ def _output(argv: tuple[str, ...], run: Run) -> str | None:
 
 
 def cuda_version(text: str) -> str | None:
-    """`CUDA Version : 12.4` from `nvidia-smi -q` (the driver's CUDA)."""
-    found = re.search(r"^\s*CUDA Version\s*:\s*(\S+)", text, re.M)
+    """`CUDA Version : 12.4` from `nvidia-smi -q` (the driver's CUDA). From R610 the line
+    is marked deprecated ("will be removed in CUDA 14.0") beside a `CUDA UMD Version`
+    line with the same value, read where the old one is gone."""
+    found = re.search(r"^\s*CUDA (?:UMD )?Version\s*:\s*(\S+)", text, re.M)
     return found.group(1) if found and found.group(1) != "N/A" else None
 
 

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 from runner.base.errors import RunnerError, ToolFailed
 from runner.base.gpu_holders import GpuProcess, held_devices, snapshot
-from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, rocm_json
+from runner.base.gpu_info import (
+    TIMEOUT_S,
+    card_value,
+    headed,
+    nvidia_csv,
+    rocm_cards,
+    rocm_json,
+)
 from runner.config.layout import Plan, partition_command
 from runner.preflight.check import CheckState, PreflightCheck
 
@@ -79,8 +86,10 @@ def amd_partitions(text: str) -> list[Card]:
 
 
 def nvidia_mig(text: str) -> list[Card]:
-    """`nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`."""
-    rows = nvidia_csv(text, ("index", "mig.mode.current"))
+    """`nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`, or a
+    capture with its header (gpu_info.headed)."""
+    fields = ("index", "mig.mode.current")
+    rows = nvidia_csv(text, fields, header=headed(text, fields))
     if not rows or not all(r["index"].isdigit() for r in rows):
         raise ToolFailed(f"nvidia-smi printed no GPU index: {text.strip()[:200]!r}")
     return [Card(int(r["index"]), _mode(r["mig.mode.current"])) for r in rows]
