@@ -5,6 +5,6 @@ tables (`mdtable`), scripts from argv lists (`shellscript`), the IREE tools in u
 (`closing`) and a package's entry points imported on first use (`lazy`). Imports nothing
 above it."""
 
-__all__ = ["closing", "dirlock", "errors", "fileio", "gpu_holders", "gpu_info", "iree_flags",
-           "iree_range", "iree_tools", "lazy", "mdtable", "outcome", "outdir", "paths",
-           "procs", "progress", "provenance", "shellscript", "signals", "steps"]
+__all__ = ["closing", "dirlock", "errors", "fileio", "gpu_holders", "gpu_info", "gpu_sensors",
+           "iree_flags", "iree_range", "iree_tools", "lazy", "mdtable", "outcome", "outdir",
+           "paths", "procs", "progress", "provenance", "shellscript", "signals", "steps"]
