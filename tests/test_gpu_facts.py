@@ -45,17 +45,19 @@ AMD_METRIC = SENSORS / "amd-smi-metric-mi300x.json"
 AMD_LIMIT = SENSORS / "amd-smi-static-limit-mi300x.json"
 
 
-def stand_in(bin_dir: Path, tool: str, answers: list[tuple[str, Path]]) -> None:
+def stand_in(bin_dir: Path, tool: str, answers: list[tuple[str, Path]],
+             exits: dict[str, int] | None = None) -> None:
     """`tool` on PATH printing the file of the first answer whose words all appear in its
-    arguments, and failing as an unknown option does where none matches."""
+    arguments (exiting as `exits` says for that answer, else 0), and failing as an unknown
+    option does where none matches."""
     bin_dir.mkdir(exist_ok=True)
-    table = [(key.split(), str(path)) for key, path in answers]
+    table = [(key.split(), str(path), (exits or {}).get(key, 0)) for key, path in answers]
     script = bin_dir / tool
     script.write_text(
         f"#!{sys.executable}\nimport sys\n"
-        f"for words, path in {table!r}:\n"
+        f"for words, path, code in {table!r}:\n"
         "    if all(any(w in a for a in sys.argv[1:]) for w in words):\n"
-        "        sys.stdout.write(open(path).read())\n        sys.exit(0)\n"
+        "        sys.stdout.write(open(path).read())\n        sys.exit(code)\n"
         "sys.stderr.write(f'unrecognized arguments: {sys.argv[1:]}\\n')\nsys.exit(2)\n")
     script.chmod(0o755)
 
@@ -80,6 +82,18 @@ def test_a_power_capped_clock_is_named_and_an_idle_gpu_is_not_throttled():
     assert idle.throttle == () and idle.temperature_c == 28.0
     assert throttle_reasons("0x0000000000000044") == ("sw_power_cap", "hw_thermal_slowdown")
     assert throttle_reasons("[N/A]") == ()
+
+
+def test_a_driver_before_r535_is_asked_the_reasons_by_their_old_name(tmp_path, monkeypatch):
+    """It refuses the whole query naming `clocks_event_reasons.active` (exit 2, as it
+    refuses `compute_cap`); the sensors are asked again with the old name."""
+    refused = "clocks_event_reasons.active"
+    stand_in(tmp_path / "bin", "nvidia-smi", [
+        ("clocks_throttle_reasons.active", H100),
+        (refused, SENSORS / "nvidia-smi-no-event-reasons.txt")], exits={refused: 2})
+    on_path(monkeypatch, tmp_path / "bin")
+    got = read_sensors()
+    assert got.note == "" and got.gpus[0].power_cap_w == 700.0
 
 
 def test_the_gpu_description_reads_a_capture_of_every_field_by_its_header():

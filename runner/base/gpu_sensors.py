@@ -8,10 +8,11 @@ The tools, in their own formats (tests/fixtures/gpu_sensors/ holds their output)
 - `nvidia-smi --query-gpu=index,temperature.gpu,... --format=csv`: a header naming each
   field (the full name, with its unit: `enforced.power.limit [W]`), then one line per GPU;
   the columns are found by those names. The power cap is `enforced.power.limit`, the
-  ceiling the driver holds the board to. `clocks_throttle_reasons.active` (named
-  `clocks_event_reasons.active` in the header since R535) is a bit mask of what holds the
-  clocks down; each reason set is named (`sw_power_cap`, `hw_thermal_slowdown`, ...), all
-  but `gpu_idle`, which is only the GPU resting after the timed work.
+  ceiling the driver holds the board to. `clocks_event_reasons.active` (R535 on; asked
+  again as `clocks_throttle_reasons.active` where an older driver refuses the name) is a
+  bit mask of what holds the clocks down; each reason set is named (`sw_power_cap`,
+  `hw_thermal_slowdown`, ...), all but `gpu_idle`, which is only the GPU resting after
+  the timed work.
 - `amd-smi metric --power --clock --temperature --json` and `amd-smi static --limit --json`
   (amd-smi replaces rocm-smi from ROCm 6.4): a list of per-GPU objects (`{"gpu": 0, ...}`),
   inside `{"gpu_data": [...]}` in later releases; a value is `{"value": 38, "unit": "C"}`,
@@ -48,9 +49,9 @@ from runner.base.gpu_info import (
 )
 
 NVIDIA_SENSORS = ("index", "temperature.gpu", "power.draw", "enforced.power.limit",
-                  "clocks.current.sm", "clocks.current.memory",
-                  "clocks_throttle_reasons.active")
-NVIDIA = ("nvidia-smi", f"--query-gpu={','.join(NVIDIA_SENSORS)}", "--format=csv")
+                  "clocks.current.sm", "clocks.current.memory", "clocks_event_reasons.active")
+# A driver before R535 knows the reasons by their old name only (and refuses the query).
+OLD_REASONS = "clocks_throttle_reasons.active"
 AMD_METRIC = ("amd-smi", "metric", "--power", "--clock", "--temperature", "--json")
 AMD_LIMIT = ("amd-smi", "static", "--limit", "--json")
 ROCM_SENSORS = ("rocm-smi", "--showtemp", "--showpower", "--showmaxpower", "--showclocks", "--json")
@@ -120,7 +121,7 @@ def parse_nvidia(text: str) -> list[Sensors]:
             sensor_value(row["power.draw"]), sensor_value(row["enforced.power.limit"]),
             {"sm": sensor_value(row["clocks.current.sm"]),
              "memory": sensor_value(row["clocks.current.memory"])},
-            throttle_reasons(row["clocks_throttle_reasons.active"])))
+            throttle_reasons(row["clocks_event_reasons.active"])))
     return out
 
 
@@ -181,6 +182,19 @@ def _output(argv: tuple[str, ...], run: Run) -> str:
     return str(proc.stdout)
 
 
+def nvidia_argv(fields: tuple[str, ...]) -> tuple[str, ...]:
+    return ("nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv")
+
+
+def _nvidia(run: Run) -> list[Sensors]:
+    try:
+        return parse_nvidia(_output(nvidia_argv(NVIDIA_SENSORS), run))
+    except ToolFailed as e:
+        if f'"{NVIDIA_SENSORS[-1]}" is not a valid field' not in str(e):
+            raise
+    return parse_nvidia(_output(nvidia_argv((*NVIDIA_SENSORS[:-1], OLD_REASONS)), run))
+
+
 def _amd(run: Run) -> list[Sensors]:
     try:
         limit: str | None = _output(AMD_LIMIT, run)
@@ -190,7 +204,7 @@ def _amd(run: Run) -> list[Sensors]:
 
 
 _READERS: tuple[tuple[str, Callable[[Run], list[Sensors]]], ...] = (
-    ("nvidia-smi", lambda run: parse_nvidia(_output(NVIDIA, run))),
+    ("nvidia-smi", _nvidia),
     ("amd-smi", _amd),
     ("rocm-smi", lambda run: parse_rocm(_output(ROCM_SENSORS, run))))
 
