@@ -84,6 +84,21 @@ def test_a_power_capped_clock_is_named_and_an_idle_gpu_is_not_throttled():
     assert throttle_reasons("[N/A]") == ()
 
 
+@pytest.mark.parametrize("capture", sorted(SENSORS.glob("nvidia-smi-query-gpu-*.csv")),
+                         ids=lambda p: p.stem)
+def test_the_reasons_decoded_from_the_mask_are_those_the_driver_says_are_active(capture):
+    """Each capture also holds every reason as its own column (`Active`/`Not Active`):
+    the mask, decoded, names the same ones (less gpu_idle)."""
+    (row,) = nvidia_csv(capture.read_text(), ("clocks_event_reasons.active",),
+                        header=True)
+    lines = capture.read_text().splitlines()
+    cells = dict(zip([c.strip() for c in lines[0].split(",")],
+                     [c.strip() for c in lines[1].split(",")], strict=True))
+    active = {k.split(".", 1)[1] for k, v in cells.items()
+              if k.startswith("clocks_event_reasons.") and v == "Active"}
+    assert set(throttle_reasons(row["clocks_event_reasons.active"])) == active - {"gpu_idle"}
+
+
 def test_a_driver_before_r535_is_asked_the_reasons_by_their_old_name(tmp_path, monkeypatch):
     """It refuses the whole query naming `clocks_event_reasons.active` (exit 2, as it
     refuses `compute_cap`); the sensors are asked again with the old name."""
