@@ -166,6 +166,10 @@ def test_amd_smi_sensors_in_both_layouts():
                      (SENSORS / "amd-smi-static-limit-ppt0.json").read_text())
     assert (g.power_cap_w, g.power_w, g.temperature_c) == (900.0, 212.0, 52.0)
     assert parse_amd(AMD_METRIC.read_text(), None)[0].power_cap_w is None
+    bracketed = "[WARNING] amdgpu firmware is old\n" + AMD_METRIC.read_text()
+    assert parse_amd(bracketed, None)[0].temperature_c == 38.0
+    with pytest.raises(ToolFailed, match="JSON that cannot be read"):
+        parse_amd('[{"gpu": 0,\n', None)
     with pytest.raises(ToolFailed, match="amd-smi listed no GPU"):
         parse_amd('{"gpu_data": []}', None)
 

@@ -8,7 +8,8 @@ returned, and every process in the second that was not in the first is a leak.
 The tools, as their vendors print them (tests/fixtures/gpu_holders/ holds captured output):
 
 - `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`: a header line, then
-  `<pid>, <n> MiB` per process (`[N/A]` where the driver cannot tell, e.g. under MIG);
+  `<pid>, <n> MiB` per process (`[N/A]` where the driver cannot tell, as Windows'
+  WDDM driver prints for every process);
 - `rocm-smi --showpids`: a "KFD process information:" table of `PID  PROCESS NAME  GPU(s)
   VRAM USED  SDMA USED  CU OCCUPANCY` (VRAM in bytes), or "No KFD PIDs currently running";
 - `amd-smi process --json` where rocm-smi is absent (ROCm 6.4 on deprecate it, later

@@ -190,15 +190,28 @@ def rocm_json(text: str) -> dict[str, Any]:
     return data
 
 
+def amd_json(text: str) -> Any:
+    """The JSON of any `amd-smi ... --json`, from the first line that opens it and reads:
+    warnings some releases print first (on stdout) are skipped, one in brackets too; None
+    where nothing looks like JSON."""
+    lines = text.splitlines(keepends=True)
+    error: ValueError | None = None
+    for i, line in enumerate(lines):
+        if line.lstrip()[:1] in ("[", "{"):
+            try:
+                return json.loads("".join(lines[i:]))
+            except ValueError as e:
+                error = error or e
+    if error is not None:
+        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({error}): "
+                         f"{text.strip()[:200]!r}")
+    return None  # no JSON at all: the caller says what it found missing
+
+
 def amd_rows(text: str) -> list[dict[str, Any]]:
-    """The per-GPU objects of any `amd-smi ... --json`: a bare list, or `{"gpu_data": [...]}`
-    in later releases; warnings printed before the JSON are skipped."""
-    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
-    try:
-        data = json.loads(text[min(starts):]) if starts else None
-    except ValueError as e:
-        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({e}): "
-                         f"{text.strip()[:200]!r}") from None
+    """The per-GPU objects (`{"gpu": 0, ...}`) of any `amd-smi ... --json`: a bare list, or
+    `{"gpu_data": [...]}` in later releases."""
+    data = amd_json(text)
     rows = data.get("gpu_data") if isinstance(data, dict) else data
     found = [r for r in rows or [] if isinstance(r, dict) and isinstance(r.get("gpu"), int)]
     if not found:

@@ -19,7 +19,6 @@ runner/config/layout.py's. tests/fixtures/gpu_partition/ holds the formats read 
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from runner.base.errors import RunnerError, ToolFailed
 from runner.base.gpu_holders import GpuProcess, held_devices, snapshot
 from runner.base.gpu_info import (
     TIMEOUT_S,
+    amd_json,
     card_value,
     headed,
     nvidia_csv,
@@ -69,12 +69,7 @@ def rocm_partitions(text: str) -> list[Card]:
 
 def amd_partitions(text: str) -> list[Card]:
     """`amd-smi static --partition --json` output."""
-    start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
-    try:
-        data = json.loads(text[start:]) if start >= 0 else None
-    except ValueError as e:
-        raise ToolFailed(f"amd-smi printed JSON that cannot be read ({e}): "
-                         f"{text.strip()[:200]!r}") from None
+    data = amd_json(text)
     rows = data.get("gpu_data") if isinstance(data, dict) else data
     cards = [Card(row["gpu"], _mode(str(part.get("compute_partition", ""))),
                   _mode(str(part.get("memory_partition", ""))))
