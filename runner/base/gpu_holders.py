@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runner.base.errors import ToolFailed
-from runner.base.gpu_info import TIMEOUT_S, amd_rows, headed, nvidia_csv
+from runner.base.gpu_info import TIMEOUT_S, amd_rows, headed, nvidia_csv, tool_output
 
 NVIDIA_APPS = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv")
 ROCM_PIDS = ("rocm-smi", "--showpids")
@@ -174,17 +174,8 @@ def snapshot(which=shutil.which, run=subprocess.run) -> Snapshot:
     PATH."""
     for argv, parse in ((NVIDIA_APPS, nvidia_processes), (ROCM_PIDS, rocm_processes),
                         (AMD_PROCESSES, amd_processes)):
-        if which(argv[0]) is None:
-            continue
-        try:
-            proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S,
-                       check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ToolFailed(f"{argv[0]} did not answer: {e}") from e
-        if proc.returncode != 0:
-            raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
-                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
-        return Snapshot(argv[0], tuple(parse(proc.stdout)))
+        if which(argv[0]) is not None:
+            return Snapshot(argv[0], tuple(parse(tool_output(argv, run))))
     return Snapshot(None, note="skipped: no nvidia-smi, rocm-smi or amd-smi on PATH, so no "
                     "GPU process can be listed here")
 

@@ -259,6 +259,15 @@ def _run(argv: list[str], run: Run) -> subprocess.CompletedProcess:
         raise ToolFailed(f"{argv[0]} did not answer: {e}") from None
 
 
+def tool_output(argv: tuple[str, ...], run: Run) -> str:
+    """What a vendor tool printed on stdout; ToolFailed where it cannot run or fails."""
+    proc = _run(list(argv), run)
+    if proc.returncode != 0:
+        raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
+                         f"{(proc.stderr or proc.stdout).strip()[:300]}")
+    return str(proc.stdout)
+
+
 def nvidia_argv(fields: tuple[str, ...]) -> list[str]:
     return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
 

@@ -40,12 +40,12 @@ from typing import Any
 
 from runner.base.errors import ToolFailed
 from runner.base.gpu_info import (
-    TIMEOUT_S,
     amd_rows,
     card_value,
     nvidia_csv,
     rocm_cards,
     rocm_json,
+    tool_output,
 )
 
 NVIDIA_SENSORS = ("index", "temperature.gpu", "power.draw", "enforced.power.limit",
@@ -162,7 +162,7 @@ def parse_rocm(text: str) -> list[Sensors]:
         out.append(Sensors(
             index, temperature,
             sensor_value(card_value(card, "Current Socket Graphics Package Power (W)",
-                              "Average Graphics Package Power (W)")),
+                                    "Average Graphics Package Power (W)")),
             sensor_value(card_value(card, "Max Graphics Package Power (W)")),
             {"sclk": sensor_value(card_value(card, "sclk clock speed:")),
              "mclk": sensor_value(card_value(card, "mclk clock speed:"))}))
@@ -171,42 +171,31 @@ def parse_rocm(text: str) -> list[Sensors]:
     return sorted(out, key=lambda s: s.index)
 
 
-def _output(argv: tuple[str, ...], run: Run) -> str:
-    try:
-        proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolFailed(f"{argv[0]} did not answer: {e}") from None
-    if proc.returncode != 0:
-        raise ToolFailed(f"{' '.join(argv)} exited {proc.returncode}: "
-                         f"{(proc.stderr or proc.stdout).strip()[:300]}")
-    return str(proc.stdout)
-
-
-def nvidia_argv(fields: tuple[str, ...]) -> tuple[str, ...]:
+def _argv(fields: tuple[str, ...]) -> tuple[str, ...]:
     return ("nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv")
 
 
 def _nvidia(run: Run) -> list[Sensors]:
     try:
-        return parse_nvidia(_output(nvidia_argv(NVIDIA_SENSORS), run))
+        return parse_nvidia(tool_output(_argv(NVIDIA_SENSORS), run))
     except ToolFailed as e:
         if f'"{NVIDIA_SENSORS[-1]}" is not a valid field' not in str(e):
             raise
-    return parse_nvidia(_output(nvidia_argv((*NVIDIA_SENSORS[:-1], OLD_REASONS)), run))
+    return parse_nvidia(tool_output(_argv((*NVIDIA_SENSORS[:-1], OLD_REASONS)), run))
 
 
 def _amd(run: Run) -> list[Sensors]:
     try:
-        limit: str | None = _output(AMD_LIMIT, run)
+        limit: str | None = tool_output(AMD_LIMIT, run)
     except ToolFailed:
         limit = None  # the temperatures and clocks still say something without the caps
-    return parse_amd(_output(AMD_METRIC, run), limit)
+    return parse_amd(tool_output(AMD_METRIC, run), limit)
 
 
 _READERS: tuple[tuple[str, Callable[[Run], list[Sensors]]], ...] = (
     ("nvidia-smi", _nvidia),
     ("amd-smi", _amd),
-    ("rocm-smi", lambda run: parse_rocm(_output(ROCM_SENSORS, run))))
+    ("rocm-smi", lambda run: parse_rocm(tool_output(ROCM_SENSORS, run))))
 
 
 def read_sensors(which: Which = shutil.which, run: Run = subprocess.run) -> Reading:
