@@ -133,6 +133,16 @@ def test_nvidia_compute_apps_captured_under_load():
         == []
 
 
+def test_amd_smi_describes_the_gpus_where_rocm_smi_is_gone():
+    from runner.base.gpu_info import Gpu, parse_amd_smi
+
+    gpus = parse_amd_smi((FIXTURES / "gpu_info" / "amd-smi-static-mi300x.json").read_text())
+    assert gpus[1] == Gpu(1, "AMD Instinct MI300X", "6.8.5", 196592, {}, "gfx942",
+                          "0000:26:00.0")
+    bare = parse_amd_smi('{"gpu_data": [{"gpu": 0, "asic": "N/A", "vram": {"size": "N/A"}}]}')
+    assert bare == [Gpu(0, "AMD GPU")]
+
+
 def test_other_captures_read_where_the_runner_reads_them():
     """Windows' WDDM driver cannot tell a process' memory (`[N/A]`, unknown, still a
     holder); `nvidia-smi -q` gives the driver's CUDA, also once R610's deprecated line is
@@ -293,13 +303,17 @@ def test_a_timed_number_keeps_the_gpus_temperature_power_cap_clocks_and_holders(
 
 def test_an_amd_smi_only_node_keeps_its_sensors_and_a_cpu_machine_nothing(tmp_path,
                                                                          monkeypatch):
-    stand_in(tmp_path / "bin", "amd-smi", [("metric", AMD_METRIC), ("static --limit", AMD_LIMIT),
-                                           ("process", HOLDERS / "amd-smi-process-none.json")])
+    stand_in(tmp_path / "bin", "amd-smi", [
+        ("metric", AMD_METRIC), ("static --limit", AMD_LIMIT),
+        ("static --asic", FIXTURES / "gpu_info" / "amd-smi-static-mi300x.json"),
+        ("process", HOLDERS / "amd-smi-process-none.json")])
     on_path(monkeypatch, tmp_path / "bin")
     state = gpu_state()
     assert state["tool"] == "amd-smi" and state["foreign_processes"] == []
-    assert [(g["index"], g["power_cap_w"], g["throttle"]) for g in state["gpus"]] == [
-        (0, 750.0, []), (1, 750.0, ["throttled"])]
+    assert [(g["index"], g["name"], g["driver"], g["power_cap_w"], g["throttle"])
+            for g in state["gpus"]] == [(0, "AMD Instinct MI300X", "6.8.5", 750.0, []),
+                                        (1, "AMD Instinct MI300X", "6.8.5", 750.0, ["throttled"])]
+    assert state["gpus"][1]["clocks_mhz"] == {"gfx": 2100.0, "memory": 1300.0}
     on_path(monkeypatch, tmp_path / "empty")
     assert gpu_state() == {}
     assert Watch(gpu=True).stop().gpu == {}

@@ -12,8 +12,13 @@ vendors' tools, in their own formats (tests/fixtures/gpu_info/ holds captured ou
   one object per card (`card0`, ...) and a `system` object with the driver's version; key
   names changed case between ROCm releases (`Card series`, `Card Series`), so they are
   matched without case.
+- `amd-smi static --asic --bus --driver --vram --json` where rocm-smi is gone (deprecated
+  from ROCm 6.4): per GPU `asic.market_name` and `target_graphics_version`, `driver.version`,
+  `vram.size` (`{"value": 196592, "unit": "MB"}`), `bus.bdf`; a bare list, or inside
+  `{"gpu_data": [...]}` in later releases. Its clocks are the sensors'
+  (runner.base.gpu_sensors).
 
-Where neither tool is on PATH (a CPU machine) the answer says so (`tool: None` and a note):
+Where no tool is on PATH (a CPU machine) the answer says so (`tool: None` and a note):
 absence is recorded, not an error. A tool that runs and prints what cannot be read raises
 ToolFailed, naming the tool and the line.
 """
@@ -35,6 +40,7 @@ NVIDIA_FIELDS = ("index", "name", "driver_version", "memory.total", "clocks.max.
                  "clocks.max.memory", "clocks.sm", "clocks.mem", "pci.bus_id", "compute_cap")
 ROCM = ("rocm-smi", "--showproductname", "--showdriverversion", "--showmeminfo", "vram",
         "--showclocks", "--json")
+AMD = ("amd-smi", "static", "--asic", "--bus", "--driver", "--vram", "--json")
 _NA = ("[N/A]", "[Not Supported]", "N/A", "")
 
 
@@ -208,6 +214,13 @@ def amd_json(text: str) -> Any:
     return None  # no JSON at all: the caller says what it found missing
 
 
+def amd_part(row: dict[str, Any], name: str) -> dict[str, Any]:
+    """One section of an amd-smi GPU's object (`power`, `asic`, ...); {} where it is `N/A`
+    or missing."""
+    part = row.get(name)
+    return part if isinstance(part, dict) else {}
+
+
 def amd_rows(text: str) -> list[dict[str, Any]]:
     """The per-GPU objects (`{"gpu": 0, ...}`) of any `amd-smi ... --json`: a bare list, or
     `{"gpu_data": [...]}` in later releases."""
@@ -249,6 +262,27 @@ def parse_rocm_smi(text: str) -> list[Gpu]:
     return sorted(gpus, key=lambda g: g.index)
 
 
+def _mib(size: Any) -> int | None:
+    """amd-smi's `{"value": 196592, "unit": "MB"}` -> MiB (amd-smi's MB are MiB)."""
+    value = size.get("value") if isinstance(size, dict) else size
+    unit = str(size.get("unit", "MB")).upper() if isinstance(size, dict) else "MB"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value * {"GB": 1024, "MB": 1, "KB": 1 / 1024, "B": 1 / (1 << 20)}.get(unit, 1))
+
+
+def parse_amd_smi(text: str) -> list[Gpu]:
+    """`amd-smi static --asic --bus --driver --vram --json` output (AMD's flags above)."""
+    gpus = []
+    for row in amd_rows(text):
+        asic, bus, driver, vram = (amd_part(row, k) for k in ("asic", "bus", "driver", "vram"))
+        gpus.append(Gpu(
+            index=row["gpu"], name=card_value(asic, "market_name") or "AMD GPU",
+            driver=card_value(driver, "version"), memory_mib=_mib(vram.get("size")),
+            arch=card_value(asic, "target_graphics_version"), bus_id=card_value(bus, "bdf")))
+    return sorted(gpus, key=lambda g: g.index)
+
+
 Run = Callable[..., subprocess.CompletedProcess]
 
 
@@ -274,8 +308,8 @@ def nvidia_argv(fields: tuple[str, ...]) -> list[str]:
 
 def query(which: Callable[[str], str | None] = shutil.which, run: Run = subprocess.run
           ) -> GpuInfo:
-    """The machine's GPUs from nvidia-smi, else rocm-smi; `tool: None` where neither is on
-    PATH."""
+    """The machine's GPUs from nvidia-smi, else rocm-smi, else amd-smi; `tool: None` where
+    none is on PATH."""
     if which("nvidia-smi"):
         fields: tuple[str, ...] = NVIDIA_FIELDS
         proc = _run(nvidia_argv(fields), run)
@@ -293,4 +327,6 @@ def query(which: Callable[[str], str | None] = shutil.which, run: Run = subproce
             raise ToolFailed(f"rocm-smi exited {proc.returncode}: "
                              f"{(proc.stderr or proc.stdout).strip()[:300]}")
         return GpuInfo("rocm-smi", tuple(parse_rocm_smi(proc.stdout)), ROCM)
-    return GpuInfo(None, note="neither nvidia-smi nor rocm-smi is on PATH: no GPU recorded")
+    if which("amd-smi"):
+        return GpuInfo("amd-smi", tuple(parse_amd_smi(tool_output(AMD, run))), AMD)
+    return GpuInfo(None, note="no nvidia-smi, rocm-smi or amd-smi on PATH: no GPU recorded")

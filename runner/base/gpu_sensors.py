@@ -40,6 +40,7 @@ from typing import Any
 
 from runner.base.errors import ToolFailed
 from runner.base.gpu_info import (
+    amd_part,
     amd_rows,
     card_value,
     nvidia_csv,
@@ -125,30 +126,25 @@ def parse_nvidia(text: str) -> list[Sensors]:
     return out
 
 
-def _part(row: dict[str, Any], name: str) -> dict[str, Any]:
-    part = row.get(name)
-    return part if isinstance(part, dict) else {}
-
-
 def amd_cap(limit: dict[str, Any]) -> float | None:
     """The socket's power cap: `socket_power` (ROCm 7.1 and before) or
     `ppt0.socket_power_limit` (7.2 on)."""
     return sensor_value(limit.get("socket_power")) or sensor_value(
-        _part(limit, "ppt0").get("socket_power_limit"))
+        amd_part(limit, "ppt0").get("socket_power_limit"))
 
 
 def parse_amd(metric: str, limit: str | None) -> list[Sensors]:
     """`amd-smi metric --power --clock --temperature --json`, with the caps of
     `amd-smi static --limit --json` where it answered."""
-    caps = {r["gpu"]: amd_cap(_part(r, "limit")) for r in amd_rows(limit)} if limit else {}
+    caps = {r["gpu"]: amd_cap(amd_part(r, "limit")) for r in amd_rows(limit)} if limit else {}
     out = []
     for row in amd_rows(metric):
-        power, temps, clock = _part(row, "power"), _part(row, "temperature"), _part(row, "clock")
+        power, temps, clock = (amd_part(row, k) for k in ("power", "temperature", "clock"))
         out.append(Sensors(
             row["gpu"], sensor_value(temps.get("hotspot")) or sensor_value(temps.get("edge")),
             sensor_value(power.get("socket_power")), caps.get(row["gpu"]),
-            {"gfx": sensor_value(_part(clock, "gfx_0").get("clk")),
-             "memory": sensor_value(_part(clock, "mem_0").get("clk"))},
+            {"gfx": sensor_value(amd_part(clock, "gfx_0").get("clk")),
+             "memory": sensor_value(amd_part(clock, "mem_0").get("clk"))},
             ("throttled",) if power.get("throttle_status") == "THROTTLED" else ()))
     return sorted(out, key=lambda s: s.index)
 

@@ -187,7 +187,8 @@ def run(request: RunRequest) -> int:
     if request.dry_run:
         for step in todo:
             text = (f"{shown(gpu_info.nvidia_argv(gpu_info.NVIDIA_FIELDS))}\n# else\n"
-                    f"{shown(list(gpu_info.ROCM))}" if step.kind == plan.DEVICE
+                    f"{shown(list(gpu_info.ROCM))}\n# else\n{shown(list(gpu_info.AMD))}"
+                    if step.kind == plan.DEVICE
                     else shown(step.argv, env))
             print(f"# {step.name}\n{text}", file=out)
         print(f"# then write {shellscript.quote(str(results / RESULTS_SUMMARY))} and "
