@@ -319,6 +319,22 @@ def test_an_amd_smi_only_node_keeps_its_sensors_and_a_cpu_machine_nothing(tmp_pa
     assert Watch(gpu=True).stop().gpu == {}
 
 
+def test_an_amd_smi_only_node_records_its_driver_firmware_and_partitions(tmp_path,
+                                                                        monkeypatch):
+    """What each result keeps of its environment, from amd-smi where rocm-smi is gone:
+    ROCm 7's firmware is `ifwi` (asked with the `--vbios` flag it still takes)."""
+    from runner.history.environment import capture_environment
+
+    stand_in(tmp_path / "bin", "amd-smi", [
+        ("static --driver", FIXTURES / "gpu_info" / "amd-smi-static-versions.json"),
+        ("static --partition",
+         FIXTURES / "gpu_partition" / "amd-smi-static-partition-spx.json")])
+    on_path(monkeypatch, tmp_path / "bin")
+    env = capture_environment()
+    assert (env.gpu_driver, env.vbios, env.compute_partition, env.memory_partition) == (
+        "6.12.12", "022.040.003.043.000001", "SPX", "NPS1")
+
+
 # --- a power cap changed between two results --------------------------------------------------
 def _history(caps: list[float], builds: list[str]):
     from runner.history.model import Metric, Result

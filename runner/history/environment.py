@@ -8,8 +8,9 @@ compiles other modules when the flags change. So each result keeps one `Environm
   (`capture_environment`, written into its attempt record by the CLI): the GPU driver, the
   ROCm release (`$ROCM_PATH/.info/version`, default /opt/rocm), the CUDA version
   (`nvidia-smi -q`), the VBIOS (`nvidia-smi --query-gpu=vbios_version`,
-  `rocm-smi --showvbios`), the compute and memory partition (runner.preflight.gpus'
-  parsers of rocm-smi and nvidia-smi's MIG mode), the kernel;
+  `rocm-smi --showvbios`, or on a node without rocm-smi `amd-smi static --driver --vbios`),
+  the compute and memory partition (runner.preflight.gpus' parsers of rocm-smi, amd-smi
+  and nvidia-smi's MIG mode), the kernel;
 - the runner that measured (its attempt record's version and commit);
 - the sha256 of each compiled module the result measured (`modules`: a run's manifest,
   run.json, lists every vmfb it compiled with its hash).
@@ -31,12 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import ToolFailed
-from runner.base.gpu_info import TIMEOUT_S, card_value, nvidia_csv, rocm_cards, rocm_json
+from runner.base.gpu_info import (
+    TIMEOUT_S,
+    amd_part,
+    amd_rows,
+    card_value,
+    nvidia_csv,
+    rocm_cards,
+    rocm_json,
+)
 from runner.preflight.gpus import (
+    AMD_PARTITIONS,
     NVIDIA_MIG,
     ROCM_PARTITIONS,
+    Card,
     Run,
     Which,
+    amd_partitions,
     nvidia_mig,
     rocm_partitions,
 )
@@ -45,6 +57,7 @@ NVIDIA_VERSIONS = ("nvidia-smi", "--query-gpu=driver_version,vbios_version",
                    "--format=csv,noheader,nounits")
 NVIDIA_DETAILS = ("nvidia-smi", "-q")
 ROCM_VERSIONS = ("rocm-smi", "--showdriverversion", "--showvbios", "--json")
+AMD_VERSIONS = ("amd-smi", "static", "--driver", "--vbios", "--json")
 
 # How each field is named in a change's explanation, in the order they are listed.
 FIELD_LABELS = {"gpu_driver": "GPU driver", "rocm_version": "ROCm", "cuda_version": "CUDA",
@@ -156,11 +169,26 @@ def _rocm(run: Run) -> dict[str, str | None]:
         out["vbios"] = _joined(card_value(c, "VBIOS version")
                                for c in rocm_cards(data).values())
     parts = _output(ROCM_PARTITIONS, run)
-    if parts:
-        cards = rocm_partitions(parts)
-        out["compute_partition"] = _joined(c.compute for c in cards)
-        out["memory_partition"] = _joined(c.memory for c in cards)
-    return out
+    return {**out, **_cards_partitions(rocm_partitions(parts))} if parts else out
+
+
+def _cards_partitions(cards: list[Card]) -> dict[str, str | None]:
+    return {"compute_partition": _joined(c.compute for c in cards),
+            "memory_partition": _joined(c.memory for c in cards)}
+
+
+def _amd(run: Run) -> dict[str, str | None]:
+    """A ROCm node without rocm-smi: amd-smi's driver, firmware (`vbios`, named `ifwi` from
+    ROCm 7; the `--vbios` flag is kept for it) and partition modes."""
+    out: dict[str, str | None] = {"rocm_version": rocm_release()}
+    text = _output(AMD_VERSIONS, run)
+    if text:
+        rows = amd_rows(text)
+        out["gpu_driver"] = _joined(card_value(amd_part(r, "driver"), "version") for r in rows)
+        out["vbios"] = _joined(card_value(amd_part(r, "ifwi") or amd_part(r, "vbios"),
+                                          "version") for r in rows)
+    parts = _output(AMD_PARTITIONS, run)
+    return {**out, **_cards_partitions(amd_partitions(parts))} if parts else out
 
 
 def capture_environment(runner: dict[str, Any] | None = None, which: Which = shutil.which,
@@ -173,6 +201,8 @@ def capture_environment(runner: dict[str, Any] | None = None, which: Which = shu
             gpu = _nvidia(run)
         elif which("rocm-smi"):
             gpu = _rocm(run)
+        elif which("amd-smi"):
+            gpu = _amd(run)
         else:
             gpu = {"rocm_version": rocm_release()}
     except (ToolFailed, ValueError, KeyError, TypeError, AttributeError):
