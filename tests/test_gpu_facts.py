@@ -301,6 +301,38 @@ def test_a_timed_number_keeps_the_gpus_temperature_power_cap_clocks_and_holders(
     assert "; GPU 0 59 C, 631.95 W of 700 W; BESIDE FOREIGN LOAD" in c.line()
 
 
+def test_the_time_a_timing_was_throttled_is_the_counters_difference(tmp_path, monkeypatch):
+    """The RTX 2080 SUPER's two real readings, idle then under load 14.8 s later: its
+    software power cap held the clocks down for 221.310321 - 212.553937 s of that time.
+    The stand-in prints the idle capture when the watch starts, the loaded one at stop."""
+    apps = ("--query-compute-apps", HOLDERS / "nvidia-smi-compute-apps-rtx2080s-load.csv")
+
+    def reading(state: str) -> None:
+        stand_in(tmp_path / "bin", "nvidia-smi", [
+            apps, ("--query-gpu", SENSORS / f"nvidia-smi-query-gpu-rtx2080s-{state}.csv")])
+
+    reading("idle")
+    on_path(monkeypatch, tmp_path / "bin")
+    watch = Watch(gpu=True).start()
+    reading("load")
+    c = watch.stop()
+    (g,) = c.gpu["gpus"]
+    assert g["throttled_s"] == {"sw_power_cap": 8.756}
+    assert ", sw_power_cap 8.756 s of the timing" in c.line()
+    assert c.gpu["foreign_processes"] == ["pid 5268: 370 MiB", "pid 5267: 230 MiB"]
+    unwatched = Watch(gpu=True).stop()  # never started: no counters read before it
+    assert "throttled_s" not in unwatched.gpu["gpus"][0]
+
+
+def test_throttle_time_only_where_both_readings_count_it():
+    from runner.base.gpu_sensors import throttled_s
+
+    before = {0: {"sw_power_cap": 1e6, "hw_thermal_slowdown": 0.0}, 1: {"sw_power_cap": 0.0}}
+    after = {0: {"sw_power_cap": 1.5e6, "hw_thermal_slowdown": 0.0}, 2: {"sw_power_cap": 9.0}}
+    assert throttled_s(before, after) == {0: {"sw_power_cap": 0.5}}
+    assert throttled_s(None, after) == {} and throttled_s(before, None) == {}
+
+
 def test_an_amd_smi_only_node_keeps_its_sensors_and_a_cpu_machine_nothing(tmp_path,
                                                                          monkeypatch):
     stand_in(tmp_path / "bin", "amd-smi", [

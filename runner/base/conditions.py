@@ -14,10 +14,12 @@ A measurement is bracketed by two samples (`Watch.start()`, `.stop()`):
 - the kernel, and on a GPU machine the GPUs' driver and clocks (runner.base.gpu_info), each
   GPU's temperature, power draw, power cap and what throttled its clocks
   (runner.base.gpu_sensors), and the processes holding GPU memory that are not ours
-  (runner.base.gpu_holders). The GPU is asked once, after the timing: its temperature and
+  (runner.base.gpu_holders). The GPU is asked after the timing: its temperature and
   clocks are those of that moment, recorded and shown but not judged (they move every
   run); a power cap is a setting, and its change between two results is named as the
-  machine's (runner.history.machine).
+  machine's (runner.history.machine). Where nvidia-smi counts how long each reason held
+  the clocks down, the counters are read at start too, and the seconds the timing itself
+  was throttled are kept (`throttled_s`), shown, not judged.
 
 Nothing here fails a measurement: an unreadable file is recorded as absent.
 """
@@ -153,16 +155,19 @@ def _shown(value: Any, unit: str) -> str:
 
 
 def gpu_line(gpu: dict[str, Any]) -> str:
-    """`; GPU 0 59 C, 632 W of 700 W, throttled: sw_power_cap` per GPU the state lists
-    (`` where none): the sensors as they were after the timing."""
+    """`; GPU 0 59 C, 632 W of 700 W, throttled: sw_power_cap, sw_power_cap 0.35 s of the
+    timing` per GPU the state lists (`` where none): the sensors as they were after the
+    timing, and the time each reason held the clocks down during it, where counted."""
     parts = []
     for g in gpu.get("gpus") or []:
         if not isinstance(g, dict) or "power_cap_w" not in g:
             continue  # a record from before the sensors were kept
         throttle = g.get("throttle") or []
+        spent = g.get("throttled_s") or {}
         parts.append(f"GPU {g.get('index')} {_shown(g.get('temperature_c'), 'C')}, "
                      f"{_shown(g.get('power_w'), 'W')} of {_shown(g.get('power_cap_w'), 'W')}"
-                     + (f", throttled: {','.join(throttle)}" if throttle else ""))
+                     + (f", throttled: {','.join(throttle)}" if throttle else "")
+                     + "".join(f", {r} {s:g} s of the timing" for r, s in spent.items()))
     return "".join(f"; {p}" for p in parts)
 
 
@@ -227,16 +232,37 @@ def _gpus(described: Iterable[Gpu], sensed: Iterable[Sensors]) -> list[dict[str,
 
 class Watch:
     """Brackets one measurement: `start()` before it, `stop()` after, which returns its
-    `Conditions`. The GPU is asked once, at stop (its tools take a second)."""
+    `Conditions`. The GPU is asked at stop (its tools take a second); where nvidia-smi
+    counts the time each reason held the clocks down, those counters are read at start too,
+    so the conditions keep how long the timing itself was throttled (`throttled_s`)."""
 
     def __init__(self, gpu: bool = True, proc: Path = PROC, cpufreq_root: Path = CPUFREQ):
         self.gpu, self.proc, self.cpufreq_root = gpu, proc, cpufreq_root
         self._start = sample(proc)
+        self._counters: dict[int, dict[str, float]] | None = None
 
     def start(self) -> Watch:
+        from runner.base.gpu_sensors import read_counters
+
+        self._counters = read_counters() if self.gpu else None
         self._start = sample(self.proc)
         return self
 
     def stop(self) -> Conditions:
         end = sample(self.proc)
-        return between(self._start, end, gpu_state() if self.gpu else None, self.cpufreq_root)
+        gpu = gpu_state() if self.gpu else None
+        if gpu and self._counters is not None:
+            gpu = with_throttle_time(gpu, self._counters)
+        return between(self._start, end, gpu, self.cpufreq_root)
+
+
+def with_throttle_time(gpu: dict[str, Any], before: dict[int, dict[str, float]]
+                       ) -> dict[str, Any]:
+    """The GPU state with each GPU's `throttled_s`: the seconds each reason held its clocks
+    down since `before` (read at the timing's start), where the counters were read twice."""
+    from runner.base.gpu_sensors import read_counters, throttled_s
+
+    spent = throttled_s(before, read_counters())
+    gpus = [{**g, "throttled_s": spent[g.get("index")]} if g.get("index") in spent else g
+            for g in gpu.get("gpus") or []]
+    return {**gpu, "gpus": gpus}

@@ -12,7 +12,10 @@ The tools, in their own formats (tests/fixtures/gpu_sensors/ holds their output)
   again as `clocks_throttle_reasons.active` where an older driver refuses the name) is a
   bit mask of what holds the clocks down; each reason set is named (`sw_power_cap`,
   `hw_thermal_slowdown`, ...), all but `gpu_idle`, which is only the GPU resting after
-  the timed work.
+  the timed work. `clocks_event_reasons_counters.*` count, in microseconds since the
+  driver loaded, how long each reason held the clocks down: read before and after a
+  timing (conditions.Watch), their difference is how long that timing was throttled, the
+  one throttling fact that is the timing's own rather than a moment's.
 - `amd-smi metric --power --clock --temperature --json` and `amd-smi static --limit --json`
   (amd-smi replaces rocm-smi from ROCm 6.4): a list of per-GPU objects (`{"gpu": 0, ...}`),
   inside `{"gpu_data": [...]}` in later releases; a value is `{"value": 38, "unit": "C"}`,
@@ -61,6 +64,11 @@ THROTTLE_BITS = {0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
                  0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
                  0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
                  0x100: "display_clock_setting"}
+# How long each reason has held the clocks down since the driver loaded, in microseconds:
+# read before and after a timing, their difference is the time it throttled that timing.
+COUNTED = ("sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+           "hw_power_brake_slowdown")
+NVIDIA_COUNTERS = ("index", *(f"clocks_event_reasons_counters.{r}" for r in COUNTED))
 Which = Callable[[str], str | None]
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -165,6 +173,45 @@ def parse_rocm(text: str) -> list[Sensors]:
     if not out:
         raise ToolFailed(f"rocm-smi listed no card: {text.strip()[:200]!r}")
     return sorted(out, key=lambda s: s.index)
+
+
+def parse_counters(text: str) -> dict[int, dict[str, float]]:
+    """GPU index -> reason -> microseconds, from `nvidia-smi
+    --query-gpu=<NVIDIA_COUNTERS> --format=csv` (or a capture holding them); a reason the
+    driver cannot count (`[N/A]`) is left out."""
+    out: dict[int, dict[str, float]] = {}
+    for row in nvidia_csv(text, NVIDIA_COUNTERS, header=True):
+        if not row["index"].isdigit():
+            raise ToolFailed(f"nvidia-smi printed a line without a GPU index: {row!r}")
+        counted = {r: sensor_value(row[f"clocks_event_reasons_counters.{r}"]) for r in COUNTED}
+        out[int(row["index"])] = {r: v for r, v in counted.items() if v is not None}
+    return out
+
+
+def read_counters(which: Which = shutil.which, run: Run = subprocess.run
+                  ) -> dict[int, dict[str, float]] | None:
+    """The throttle counters now; None where they cannot be read (no nvidia-smi, a driver
+    that does not count them, AMD: amd-smi's violation counters are MI300-only)."""
+    if which("nvidia-smi") is None:
+        return None
+    try:
+        return parse_counters(tool_output(_argv(NVIDIA_COUNTERS), run))
+    except ToolFailed:
+        return None
+
+
+def throttled_s(before: dict[int, dict[str, float]] | None,
+                after: dict[int, dict[str, float]] | None) -> dict[int, dict[str, float]]:
+    """GPU index -> reason -> seconds it held the clocks down between the two readings
+    (only the reasons that did); {} where either reading is missing."""
+    out: dict[int, dict[str, float]] = {}
+    for index, now in (after or {}).items():
+        then = (before or {}).get(index)
+        if then is None:
+            continue
+        out[index] = {r: round((now[r] - then[r]) / 1e6, 3) for r in now
+                      if r in then and now[r] > then[r]}
+    return out
 
 
 def _argv(fields: tuple[str, ...]) -> tuple[str, ...]:
