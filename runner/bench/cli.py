@@ -37,7 +37,7 @@ from runner.cli.grammar import (
 )
 from runner.config.overrides import profile_from_args
 from runner.config.reads import ProfileReads
-from runner.goldens.cli import golden_target_flags, selection_flags
+from runner.goldens.cli import benchmark_paths_arg, golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
@@ -278,9 +278,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
     p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
                        "dispatch count, module size")
-    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
-                   "tiny-bench)")
+    benchmark_paths_arg(p)
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}, this host's CPU")
     golden_target_flags(p, sku_default="$SKU, else the profile's target.sku (a cpu target: "
                         "cpu); no golden for it: exit 2",

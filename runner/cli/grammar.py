@@ -746,6 +746,13 @@ def add_find_links(p: Any) -> None:
            "builds install into a venv, a directory of wheels (default: the package index)")
 
 
+def add_pre(p: Any) -> None:
+    """`--pre`: nightlies among the wheels: builds listed (bisect, trend, history confirm,
+    nightly), beside --find-links, which says where they are."""
+    shared(p, "--pre", action="store_true",
+           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+
+
 def add_good_bad(p: Any) -> None:
     """--good and --bad: the two builds a regression lies between (bisect, history confirm)."""
     shared(p, "--good", required=True, metavar="BUILD",
