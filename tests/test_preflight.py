@@ -459,16 +459,21 @@ def test_the_run_reads_amd_smi_on_path_before_rocm_smi(tmp_path):
         ran.stdout
 
 
-def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
+def busy_node_dry_runs(tmp_path: Path, *argv: str) -> tuple:
+    """The dry run of `argv` of the mi325x profile on a CPX node where three other processes
+    hold GPU memory: as asked, then with --share-gpus."""
     env = stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
-    args = ("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
-            "--out", tmp_path / "r", "--dry-run")
-    refused = cli(*args, env=env)
+    args = (*argv, "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--out",
+            tmp_path / "out", "--dry-run")
+    return cli(*args, env=env), cli(*args, "--share-gpus", env=env)
+
+
+def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
+    refused, shared = busy_node_dry_runs(tmp_path, "run", "--no-score")
     assert refused.returncode == 2, refused.stderr
     assert "preflight ok     GPUs: 64 device ID(s) of 64 in CPX compute mode" in refused.stdout
     assert "preflight failed GPU processes: 3 other process(es) hold GPU memory" in \
         refused.stdout
-    shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
 
@@ -510,15 +515,11 @@ def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
 def test_bench_shares_busy_gpus_only_when_asked_and_its_run_lines_say_so(tmp_path):
     """Each layout's run is made with the bench's --share-gpus: its preflight line says
     shared, and the `runner run` line its reproduce.sh re-runs carries the flag."""
-    env = stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
-    args = ("bench", "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--no-stages",
-            "--out", tmp_path / "b", "--dry-run")
-    refused = cli(*args, env=env)
+    refused, shared = busy_node_dry_runs(tmp_path, "bench", "--no-stages")
     assert refused.returncode == 0, refused.stderr
     assert "#   preflight failed GPU processes: 3 other process(es)" in refused.stdout
-    shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "#   preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
     run_lines = [line for line in shared.stdout.splitlines() if line.startswith("runner run ")]
     assert run_lines and all("--share-gpus" in line for line in run_lines)
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "out").exists()
