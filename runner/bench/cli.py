@@ -24,11 +24,10 @@ from runner.cli.grammar import (
     add_executor,
     add_image,
     add_iree,
-    add_layout,
     add_out,
     add_profile,
     add_results,
-    add_samples,
+    add_run_inputs,
     add_share_gpus,
     add_slurm,
     document,
@@ -217,9 +216,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "benchmark goldens -> bench.json + bench.md",
         description="Without a subcommand: run the layout(s) and measure stage latencies. "
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
-    add_profile(bench)
-    add_layout(bench, sweep=True)
-    add_samples(bench, "; each layout makes them")
+    add_run_inputs(bench, sweep=True, samples_note="; each layout makes them")
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
     add_executor(r, "local", "; local and docker: one run after another on this host, "
                  "slurm: one Slurm job per combination, all at once")
