@@ -192,8 +192,11 @@ def cmd_goldens(ctx: CommandContext) -> int:
     return code
 
 
-def _benchmark_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike."""
+def _benchmark_flags(parser: argparse.ArgumentParser,
+                     p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike,
+    declared in `p` (the parser or a group of it); their old --golden-X spellings are
+    refused by `parser`, naming the new one."""
     shared(p, "--repetitions", type=COUNT, metavar="N",
            help="--benchmark_repetitions (default: stage latencies "
            f"{STAGE_REPETITIONS}, goldens the file's own)")
@@ -203,11 +206,8 @@ def _benchmark_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     shared(p, "--warmup", type=DURATION, metavar="S",
            help="--benchmark_min_warmup_time in seconds (default: none; goldens the file's "
            "own)")
-
-
-def _renamed_benchmark_flags(p: argparse.ArgumentParser) -> None:
     for old in ("repetitions", "min-time", "warmup"):
-        renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
+        renamed(parser, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -235,8 +235,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                 "start")
     add_results(bench)
     m = bench.add_argument_group("iree-benchmark-module (stage latencies)")
-    _benchmark_flags(m)
-    _renamed_benchmark_flags(bench)
+    _benchmark_flags(bench, m)
     m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
                    help="extra iree-benchmark-module flag, e.g. --device_allocator=caching "
                    "(repeatable; default: none)")
@@ -282,8 +281,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                         chip_default=f"$ROCM_CHIP, else a hip profile's target.chip, else "
                         f"{DEFAULT_CHIP}")
     selection_flags(p)
-    _benchmark_flags(p)
-    _renamed_benchmark_flags(p)
+    _benchmark_flags(p, p)
     p.add_argument("--quality-dir", metavar="DIR",
                    help="where the matching quality tests are (default: the file's "
                    "quality_test field, or ../../quality_tests/<model>)")
