@@ -16,6 +16,10 @@ revision = "0002"
 down_revision = "0001"
 
 
+# Alike in shape to 0004_environment.py, which also adds columns: each migration is Alembic's
+# layout (its ids, upgrade, downgrade) around this revision's own entries in
+# runner.history.revisions, where every column is declared once. A released migration is
+# frozen history and is not merged with another.
 def upgrade() -> None:
     revisions.add_columns(op, "metrics", revisions.metrics_0002())
     revisions.create_indexes(op, revisions.INDEXES_0002)

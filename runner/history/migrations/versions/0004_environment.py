@@ -16,6 +16,10 @@ revision = "0004"
 down_revision = "0003"
 
 
+# Alike in shape to 0002_bands.py, which also adds columns: each migration is Alembic's
+# layout (its ids, upgrade, downgrade) around this revision's own entries in
+# runner.history.revisions, where every column is declared once. A released migration is
+# frozen history and is not merged with another.
 def upgrade() -> None:
     revisions.add_columns(op, "results", revisions.results_0004())
 
