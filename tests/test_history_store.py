@@ -5,11 +5,13 @@ wrote, and a server that cannot be reached (its password never shown)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -228,6 +230,44 @@ def test_head_is_the_newest_migration():
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     assert ScriptDirectory.from_config(config).get_current_head() == schema.HEAD
+
+
+RELEASED = REPO / "tests" / "fixtures" / "history" / "revisions.json"
+
+
+def made_by(revision: str, path: Path) -> dict:
+    """The tables a new SQLite store migrated to `revision` holds, as SQLAlchemy reflects
+    them: columns (name, type, nullable, default), indexes, foreign keys."""
+    from alembic import command
+    from alembic.config import Config
+
+    engine = sa.create_engine(f"sqlite:///{path}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+        seen = sa.inspect(conn)
+        tables = {table: {
+            "columns": [[c["name"], str(c["type"]), c["nullable"], c["default"]]
+                        for c in seen.get_columns(table)],
+            "indexes": sorted([i["name"], i["column_names"], bool(i["unique"])]
+                              for i in seen.get_indexes(table)),
+            "foreign_keys": [[f["constrained_columns"], f["referred_table"],
+                              f["referred_columns"]] for f in seen.get_foreign_keys(table)]}
+            for table in sorted(seen.get_table_names()) if table != schema.VERSION_TABLE}
+    engine.dispose()
+    return tables
+
+
+def test_each_released_revision_makes_what_it_made_when_released(tmp_path):
+    """A released migration has run on stores out there, so what it makes never changes:
+    runner.history.revisions' entries of a released revision stay as they are, and a change
+    to a table is a new revision, which adds its tables to the fixture."""
+    released = json.loads(RELEASED.read_text())
+    assert list(released)[-1] == schema.HEAD
+    for revision, tables in released.items():
+        assert made_by(revision, tmp_path / f"{revision}.sqlite") == tables, revision
 
 
 def _differences(engine: sa.Engine, metadata: sa.MetaData) -> list:
