@@ -8,7 +8,8 @@ released, is never edited: a later change to a table is a new revision's entry (
 added, an index made), which its migration applies and schema.py adds to the table it
 composes. Each function returns new `Column`s, since a column belongs to one table: the
 migration's or the schema's. tests/test_history_store.py compares a store the migrations
-made with schema.py, on SQLite and PostgreSQL.
+made with schema.py, on SQLite and PostgreSQL, and what each released revision makes with
+what it made when released (tests/fixtures/history/revisions.json).
 
 Nothing here imports Alembic: schema.py imports this module, and a store already at the
 newest revision opens without Alembic (runner/history/store.py). A migration hands its
