@@ -55,6 +55,7 @@ from runner.base import shellscript
 from runner.base.closing import Closes
 from runner.base.conditions import Watch
 from runner.base.errors import BadInput, RunnerError, StepFailed, recorded_name
+from runner.base.progress import echo
 from runner.base.provenance import host_info, iree_provenance
 from runner.base.steps import StepStatus
 from runner.batch.aggregate import AggregateResult, aggregate
@@ -398,27 +399,20 @@ class Lifecycle(Closes):
 
 def preflight(request: PreflightRequest, executor: Executor, dry_run: bool,
               before: Sequence[PreflightCheck] = ()) -> Preflight:
-    """The preflight run and judged: a failure raises (exit 2) after every check's line is
-    shown (on stdout in a dry run, whose output it is; on stderr otherwise), so one try
-    shows every fix to make. A real run shows the lines that passed on stderr too.
-    `before`: checks its caller made already (a dry run's compile plan)."""
-    def echo(line: str) -> None:
-        print(line, file=sys.stdout if dry_run else sys.stderr, flush=True)
-
+    """The preflight run, judged and shown as every command's is (`Preflight.shown`): a
+    failure raises (exit 2) after every check's line, so one try shows every fix to make;
+    else a dry run prints the lines as comments ahead of its commands, and a real run on
+    stderr. `before`: checks its caller made already (a dry run's compile plan)."""
     checked = Preflight.of([*before, *run_preflight(request, executor).checks])
-    checked.raise_if_failed(echo)
-    if not dry_run:
-        for line in checked.lines():
-            echo(line)
-    return checked
+    return checked.shown(dry_run, echo)
 
 
 def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
                   executor: Executor, *, score: bool = True, captions: Path | None = None,
                   share_gpus: bool = False) -> list[str]:
     """What `create` then `execute` would run, exactly, with the inputs checked first as
-    `create` checks them (the run dir holds no run, the layout plans, the preflight): the
-    preflight's lines, the compile commands (modules already in the cache are reused), the
+    `create` checks them (the run dir holds no run, the layout plans, the preflight, whose
+    lines it prints): the compile commands (modules already in the cache are reused), the
     worker plan and each worker's (or the Slurm submission's) command. Nothing is created,
     compiled or started."""
     run = RunDir(run_dir)
@@ -426,10 +420,9 @@ def dry_run_lines(run_dir: Path | str, profile: Profile, sample_ids: list[int],
     plan = plan_for(profile)
     notes = executor.check(plan, str(profile.path), dry_run=True)
     compiled, model = dry_compile(executor, run.path, profile)
-    checked = preflight(PreflightRequest(run.path, profile, plan, len(sample_ids), score,
-                                         captions, share_gpus), executor, True, [model])
-    return [f"# {shellscript.sanitize(note)}" for note in notes] + [
-        f"# {shellscript.sanitize(line)}" for line in checked.lines()] + plan_lines(
+    preflight(PreflightRequest(run.path, profile, plan, len(sample_ids), score, captions,
+                               share_gpus), executor, True, [model])
+    return [f"# {shellscript.sanitize(note)}" for note in notes] + plan_lines(
         plan, executor, run.path, compiled,
         f"# runner run: {len(sample_ids)} samples of profile {profile.name} "
         f"into {shellscript.sanitize(str(run.path))}, executor {executor.name}")

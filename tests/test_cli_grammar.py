@@ -47,6 +47,36 @@ def test_every_option_two_commands_take_is_one_definition():
     assert grammar_problems(build_parser()) == []
 
 
+def declarations(path: Path) -> list[tuple[str, int]]:
+    """Each option or positional the module declares (`shared(x, ...)`,
+    `x.add_argument(...)`) as its source without the parser it goes to, and its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "shared" and node.args:
+            args = node.args[1:]
+        elif isinstance(func, ast.Attribute) and func.attr == "add_argument":
+            args = node.args
+        else:
+            continue
+        found.append((ast.unparse(ast.Call(ast.Name("declare"), args, node.keywords)),
+                      node.lineno))
+    return found
+
+
+def test_an_option_declared_alike_in_two_places_is_declared_once():
+    """Two commands that take one option with one help are one declaration (an `add_*` of
+    runner.cli.grammar, or its package's helper), so a change to it reaches both."""
+    sites: dict[str, list[str]] = {}
+    for path in sorted((REPO / "runner").rglob("*.py")):
+        for source, line in declarations(path):
+            sites.setdefault(source, []).append(f"{path.relative_to(REPO)}:{line}")
+    twice = {source: where for source, where in sites.items() if len(where) > 1}
+    assert twice == {}
+
+
 def _toy(*commands):
     """A `runner`-like parser whose subcommands `commands` (name, fn(parser)) fill."""
     parser = argparse.ArgumentParser(prog="runner")

@@ -5,11 +5,13 @@ wrote, and a server that cannot be reached (its password never shown)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -228,6 +230,87 @@ def test_head_is_the_newest_migration():
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     assert ScriptDirectory.from_config(config).get_current_head() == schema.HEAD
+
+
+RELEASED = REPO / "tests" / "fixtures" / "history" / "revisions.json"
+
+
+def made_by(revision: str, path: Path) -> dict:
+    """The tables a new SQLite store migrated to `revision` holds, as SQLAlchemy reflects
+    them: columns (name, type, nullable, default), indexes, foreign keys."""
+    from alembic import command
+    from alembic.config import Config
+
+    engine = sa.create_engine(f"sqlite:///{path}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+        seen = sa.inspect(conn)
+        tables = {table: {
+            "columns": [[c["name"], str(c["type"]), c["nullable"], c["default"]]
+                        for c in seen.get_columns(table)],
+            "indexes": sorted([i["name"], i["column_names"], bool(i["unique"])]
+                              for i in seen.get_indexes(table)),
+            "foreign_keys": [[f["constrained_columns"], f["referred_table"],
+                              f["referred_columns"]] for f in seen.get_foreign_keys(table)]}
+            for table in sorted(seen.get_table_names()) if table != schema.VERSION_TABLE}
+    engine.dispose()
+    return tables
+
+
+def test_each_released_revision_makes_what_it_made_when_released(tmp_path):
+    """A released migration has run on stores out there, so what it makes never changes:
+    runner.history.revisions' entries of a released revision stay as they are, and a change
+    to a table is a new revision, which adds its tables to the fixture."""
+    released = json.loads(RELEASED.read_text())
+    assert list(released)[-1] == schema.HEAD
+    for revision, tables in released.items():
+        assert made_by(revision, tmp_path / f"{revision}.sqlite") == tables, revision
+
+
+def _differences(engine: sa.Engine, metadata: sa.MetaData) -> list:
+    """What Alembic's autogenerate finds between the store's tables and `metadata`: tables,
+    columns, types, nullability, server defaults, indexes, unique and foreign keys."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True,
+                                                         "compare_server_default": _unlike})
+        return compare_metadata(context, metadata)
+
+
+def _unlike(context, inspected_column, metadata_column, inspected: str | None,
+            metadata_default, rendered: str | None) -> bool:
+    """Whether a column's server default in the store differs from the schema's (`rendered`:
+    its text unquoted). The store gives it back as SQL: quoted, `('')` on SQLite after a
+    batch migration copied the table, `''::character varying` on PostgreSQL."""
+    if inspected is None or rendered is None:
+        return inspected != rendered
+    text = inspected.split("::")[0]
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    return text != "'" + rendered.replace("'", "''") + "'"
+
+
+def test_the_migrations_make_the_schema_the_store_queries(store_url):  # noqa: F811
+    """schema.py composes the tables from runner.history.revisions, which the migrations
+    apply: a store the migrations made is those tables to the column, and a column or a
+    default the schema declared that no migration makes is found."""
+    with open_store(resolve(store_url)) as store:
+        assert _differences(store.engine, schema.metadata) == []
+        extra = sa.MetaData()
+        for table in schema.metadata.tables.values():
+            table.to_metadata(extra)
+        extra.tables["metrics"].append_column(sa.Column("unit", sa.String(20), nullable=True))
+        extra.tables["results"].c.verdict.server_default = sa.DefaultClause("none")
+        found = _differences(store.engine, extra)
+    assert [(d[0], d[2], d[3].name) for d in found if isinstance(d, tuple)] == [
+        ("add_column", "metrics", "unit")]
+    assert [(d[0][0], d[0][2], d[0][3]) for d in found if isinstance(d, list)] == [
+        ("modify_default", "results", "verdict")]
 
 
 def test_a_server_that_cannot_be_reached_is_named_without_its_password(postgres):  # noqa: F811

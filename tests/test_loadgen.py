@@ -201,8 +201,8 @@ def test_mi325x_dry_run_prints_the_settings_of_every_test(lab_profiles, tmp_path
     """The lab profile's submission plan: AMD's recipe (VAE batch 1), MLPerf's settings. On
     a CPX node (its rocm-smi's output), unscored: the preflight passes (tests/test_preflight.py
     has what it refuses)."""
-    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids-none.txt")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", stand_in_rocm_smi(tmp_path / "bin", HOLDERS /
+                                                 "rocm-smi-showpids-none.txt")["PATH"])
     assert mlperf("--profile", "mi325x", "--scenario", "singlestream,offline,server",
                   "--mode", "submission", "--no-score", "--out", str(tmp_path / "lab"),
                   "--dry-run") == 0

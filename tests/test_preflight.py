@@ -6,6 +6,7 @@ cannot have."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -53,6 +54,29 @@ def tools(outputs: dict[str, Path]):
     return which, run
 
 
+def mi325x_checks(rocm_smi: str | None = None, amd_smi: str | None = None, busy: bool = False,
+                  placed: bool = False, share: bool = False, **layout: str
+                  ) -> list[PreflightCheck]:
+    """The GPU checks of the mi325x profile's plan (its layout with `layout` overridden) on
+    an AMD node whose tools print captured output: rocm-smi's partitions in `rocm_smi` mode
+    and amd-smi's in `amd_smi` mode (each tool there only where its mode is named), its
+    processes (`busy`: three hold GPU memory, `placed`: rocm-smi also tells their devices)."""
+    outputs = {"rocm-smi --showpids": HOLDERS / ("rocm-smi-showpids.txt" if busy else
+                                                 "rocm-smi-showpids-none.txt")}
+    if rocm_smi:
+        outputs["rocm-smi --showcomputepartition"] = (PARTITION /
+                                                      f"rocm-smi-partition-{rocm_smi}.json")
+    if amd_smi:
+        outputs["amd-smi static --partition"] = (PARTITION /
+                                                 f"amd-smi-static-partition-{amd_smi}.json")
+    if placed:
+        outputs["rocm-smi --showpidgpus"] = HOLDERS / "rocm-smi-showpidgpus.txt"
+    profile = load_profile("mi325x")
+    if layout:
+        profile = dataclasses.replace(profile, layout=profile.layout.with_overrides(**layout))
+    return gpu_checks(plan_for(profile), share, *tools(outputs))
+
+
 def states(checks: list[PreflightCheck]) -> dict[str, CheckState]:
     return {c.what: c.state for c in checks}
 
@@ -78,22 +102,14 @@ def test_amd_smi_partitions_read_a_bare_list_and_the_gpu_data_envelope():
 
 def test_amd_smi_is_preferred_over_rocm_smi_where_both_are_on_path():
     """rocm-smi says SPX, amd-smi CPX: the CPX layout passes, so amd-smi was read."""
-    which, run = tools({"amd-smi static --partition": PARTITION /
-                        "amd-smi-static-partition-cpx.json",
-                        "rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-spx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
-    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    check = mi325x_checks(rocm_smi="spx", amd_smi="cpx")[0]
     assert check.state is CheckState.OK, check
     assert check.where == "amd-smi"
     assert "64 device ID(s) of 64 in CPX compute mode, memory NPS4" in check.detail
 
 
 def test_an_spx_node_as_amd_smi_lists_it_refuses_a_cpx_layout():
-    which, run = tools({"amd-smi static --partition": PARTITION /
-                        "amd-smi-static-partition-spx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
-    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    check = mi325x_checks(amd_smi="spx")[0]
     assert check.state is CheckState.FAILED
     assert "the GPUs are in SPX mode; the layout assumes CPX" in check.detail
 
@@ -106,19 +122,13 @@ def test_nvidia_mig_reads_enabled_and_na():
 
 
 def test_cpx_node_with_no_gpu_process_passes_the_mi325x_layout():
-    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-cpx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
-    checks = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)
+    checks = mi325x_checks(rocm_smi="cpx")
     assert states(checks) == {"GPUs": CheckState.OK, "GPU processes": CheckState.OK}
     assert "64 device ID(s) of 64 in CPX compute mode, memory NPS4" in checks[0].detail
 
 
 def test_a_node_in_spx_refuses_a_cpx_layout_with_the_command_that_sets_it():
-    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-spx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
-    check = gpu_checks(plan_for(load_profile("mi325x")), False, which, run)[0]
+    check = mi325x_checks(rocm_smi="spx")[0]
     assert check.state is CheckState.FAILED
     assert "the GPUs are in SPX mode; the layout assumes CPX" in check.detail
     assert check.where == "layout.partition"
@@ -126,39 +136,22 @@ def test_a_node_in_spx_refuses_a_cpx_layout_with_the_command_that_sets_it():
 
 
 def test_the_same_spx_node_passes_an_spx_layout():
-    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-spx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids-none.txt"})
-    profile = load_profile("mi325x")
-    spx = dataclasses.replace(profile, layout=profile.layout.with_overrides(partition="spx"))
-    assert gpu_checks(plan_for(spx), False, which, run)[0].state is CheckState.OK
+    assert mi325x_checks(rocm_smi="spx", partition="spx")[0].state is CheckState.OK
 
 
 def test_busy_gpus_refuse_naming_the_processes_unless_shared():
-    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-cpx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids.txt"})
-    plan = plan_for(load_profile("mi325x"))
-    busy = gpu_checks(plan, False, which, run)[1]
+    busy = mi325x_checks(rocm_smi="cpx", busy=True)[1]
     assert busy.state is CheckState.FAILED
     assert "3 other process(es) hold GPU memory: pid 2345617 (python3): 40960 MiB" in busy.detail
     assert "--share-gpus" in busy.fix
-    assert gpu_checks(plan, True, which, run)[1].state is CheckState.SHARED
+    assert mi325x_checks(rocm_smi="cpx", busy=True, share=True)[1].state is CheckState.SHARED
 
 
 def test_only_processes_on_the_layouts_devices_refuse_it():
     """rocm-smi --showpidgpus puts the three processes on devices 2, 40 and 40-41: a layout
     of devices 0-7 is refused for the first alone, one of 8-15 for none."""
-    which, run = tools({"rocm-smi --showcomputepartition": PARTITION /
-                        "rocm-smi-partition-cpx.json",
-                        "rocm-smi --showpids": HOLDERS / "rocm-smi-showpids.txt",
-                        "rocm-smi --showpidgpus": HOLDERS / "rocm-smi-showpidgpus.txt"})
-    profile = load_profile("mi325x")
-
     def on(devices: str) -> PreflightCheck:
-        laid = dataclasses.replace(profile, layout=profile.layout.with_overrides(
-            devices=devices))
-        return gpu_checks(plan_for(laid), False, which, run)[1]
+        return mi325x_checks(rocm_smi="cpx", busy=True, placed=True, devices=devices)[1]
 
     refused = on("0-7")
     assert refused.state is CheckState.FAILED
@@ -290,6 +283,16 @@ def test_every_failure_is_shown_and_the_first_raised():
     assert "fix: do x" in str(e.value)
 
 
+def test_a_dry_run_shows_each_check_as_one_comment_line(capsys):
+    """A path holding a newline stays inside its check's comment, as a dry run's
+    commands stay runnable around it."""
+    checked = Preflight.of([PreflightCheck("disk", CheckState.OK, "room in /runs/a\nb"),
+                            PreflightCheck("GPUs", CheckState.ABSENT, "none")])
+    assert checked.shown(True, print) is checked
+    assert capsys.readouterr().out.splitlines() == [
+        "# preflight ok     disk: room in /runs/a\\nb", "# preflight absent GPUs: none"]
+
+
 # --- through the commands -------------------------------------------------------------------
 def test_cpu_dry_run_prints_the_preflight_and_writes_nothing(tmp_path):
     dry = cli("run", "--profile", "cpu", "--count", "2", "--out", tmp_path / "d", "--dry-run")
@@ -297,6 +300,22 @@ def test_cpu_dry_run_prints_the_preflight_and_writes_nothing(tmp_path):
     assert "# preflight ok     worker environment: imports ok" in dry.stdout
     assert "# preflight absent GPUs: a cpu layout uses none" in dry.stdout
     assert not (tmp_path / "d").exists()
+
+
+def test_run_and_mlperf_dry_runs_open_with_the_same_preflight(tmp_path):
+    """Every command shows its preflight one way (`Preflight.shown`): its lines first, as
+    comments, then what it would run."""
+    def opening(*argv: str) -> list[str]:
+        ran = cli(*argv, "--profile", "cpu", "--count", "2", "--dry-run")
+        assert ran.returncode == 0, ran.stderr
+        first = itertools.takewhile(lambda line: line.startswith("# preflight "),
+                                    ran.stdout.splitlines())
+        return [line.split(":")[0] for line in first]
+
+    run = opening("run", "--out", str(tmp_path / "r"))
+    assert run == opening("mlperf", "--scenario", "offline", "--mode", "accuracy", "--out",
+                          str(tmp_path / "m"))
+    assert len(run) == 7 and run[-1] == "# preflight ok     disk"
 
 
 def test_seeded_sdxl_dry_run_on_the_lab_path_refuses_every_failure_at_once(tmp_path):
@@ -405,29 +424,34 @@ def test_the_mi325x_page_opens_with_the_preflight_as_it_runs_here(lab_profiles, 
     assert len(normalized(shown)) >= 10
 
 
-def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> None:
-    """`rocm-smi` on PATH printing a CPX node's partitions and `pids` as its process table:
-    the tool's output at the one boundary a CPU machine lacks; the command runs for real."""
-    bin_dir.mkdir()
-    tool = bin_dir / "rocm-smi"
-    tool.write_text(
-        f"#!{sys.executable}\nimport sys\n"
-        f"path = {str(pids)!r} if '--showpids' in sys.argv else "
-        f"{str(HOLDERS / 'rocm-smi-showpidgpus.txt')!r} if '--showpidgpus' in sys.argv else "
-        f"{str(PARTITION / 'rocm-smi-partition-cpx.json')!r}\n"
-        "sys.stdout.write(open(path).read())\n")
-    tool.chmod(0o755)
+def stand_in(bin_dir: Path, tool: str, outputs: dict[str, Path]) -> dict[str, str]:
+    """`tool` in `bin_dir` printing captured output: the file of the first option in
+    `outputs` its command line holds, else the one under "". The tool's output is the one
+    boundary a CPU machine lacks; the command that runs it runs for real, with the
+    environment returned, `bin_dir` first on PATH."""
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / tool
+    path.write_text(f"#!{sys.executable}\nimport sys\n"
+                    f"outputs = {({option: str(f) for option, f in outputs.items()})!r}\n"
+                    "option = next((o for o in outputs if o and o in sys.argv), '')\n"
+                    "sys.stdout.write(open(outputs[option]).read())\n")
+    path.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def stand_in_rocm_smi(bin_dir: Path, pids: Path) -> dict[str, str]:
+    """`rocm-smi` of a CPX node whose process table is `pids` (`stand_in`)."""
+    return stand_in(bin_dir, "rocm-smi", {"--showpids": pids,
+                                          "--showpidgpus": HOLDERS / "rocm-smi-showpidgpus.txt",
+                                          "": PARTITION / "rocm-smi-partition-cpx.json"})
 
 
 def test_the_run_reads_amd_smi_on_path_before_rocm_smi(tmp_path):
     """A stand-in amd-smi printing an SPX node beside the CPX rocm-smi: the CPX run is
     refused for SPX, so the command read amd-smi."""
     stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids-none.txt")
-    tool = tmp_path / "bin" / "amd-smi"
-    tool.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open("
-                    f"{str(PARTITION / 'amd-smi-static-partition-spx.json')!r}).read())\n")
-    tool.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env = stand_in(tmp_path / "bin", "amd-smi",
+                   {"": PARTITION / "amd-smi-static-partition-spx.json"})
     ran = cli("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
               "--out", tmp_path / "r", "--dry-run", env=env)
     assert ran.returncode == 2, ran.stderr
@@ -435,17 +459,21 @@ def test_the_run_reads_amd_smi_on_path_before_rocm_smi(tmp_path):
         ran.stdout
 
 
+def busy_node_dry_runs(tmp_path: Path, *argv: str) -> tuple:
+    """The dry run of `argv` of the mi325x profile on a CPX node where three other processes
+    hold GPU memory: as asked, then with --share-gpus."""
+    env = stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
+    args = (*argv, "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--out",
+            tmp_path / "out", "--dry-run")
+    return cli(*args, env=env), cli(*args, "--share-gpus", env=env)
+
+
 def test_busy_gpus_stop_the_run_unless_shared(tmp_path):
-    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    args = ("run", "--profile", "mi325x", *SEEDED_SDXL, "--no-score", "--count", "64",
-            "--out", tmp_path / "r", "--dry-run")
-    refused = cli(*args, env=env)
+    refused, shared = busy_node_dry_runs(tmp_path, "run", "--no-score")
     assert refused.returncode == 2, refused.stderr
     assert "preflight ok     GPUs: 64 device ID(s) of 64 in CPX compute mode" in refused.stdout
     assert "preflight failed GPU processes: 3 other process(es) hold GPU memory" in \
         refused.stdout
-    shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "# preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
 
@@ -487,16 +515,11 @@ def test_bench_dry_run_prints_each_layouts_preflight(tmp_path):
 def test_bench_shares_busy_gpus_only_when_asked_and_its_run_lines_say_so(tmp_path):
     """Each layout's run is made with the bench's --share-gpus: its preflight line says
     shared, and the `runner run` line its reproduce.sh re-runs carries the flag."""
-    stand_in_rocm_smi(tmp_path / "bin", HOLDERS / "rocm-smi-showpids.txt")
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    args = ("bench", "--profile", "mi325x", *SEEDED_SDXL, "--count", "64", "--no-stages",
-            "--out", tmp_path / "b", "--dry-run")
-    refused = cli(*args, env=env)
+    refused, shared = busy_node_dry_runs(tmp_path, "bench", "--no-stages")
     assert refused.returncode == 0, refused.stderr
     assert "#   preflight failed GPU processes: 3 other process(es)" in refused.stdout
-    shared = cli(*args, "--share-gpus", env=env)
     assert shared.returncode == 0, shared.stderr
     assert "#   preflight shared GPU processes: shared as asked (--share-gpus)" in shared.stdout
     run_lines = [line for line in shared.stdout.splitlines() if line.startswith("runner run ")]
     assert run_lines and all("--share-gpus" in line for line in run_lines)
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "out").exists()

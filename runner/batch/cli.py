@@ -20,19 +20,16 @@ from runner.cli.grammar import (
     Exits,
     add_captions,
     add_dry_run,
-    add_executor,
-    add_image,
     add_json,
+    add_judged,
     add_layout,
-    add_metrics,
     add_no_score,
     add_out,
     add_profile,
-    add_require_full,
     add_results,
-    add_samples,
+    add_run_inputs,
     add_share_gpus,
-    add_slurm,
+    add_workers,
     document,
     print_json,
     sample_ids,
@@ -212,15 +209,11 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("run",
                               help="per-device batch run: workers, resume, aggregated dataset")
-    add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}; on --resume, as recorded")
-    add_layout(p)
-    add_samples(p, note="; on --resume, as recorded: other samples are an error")
-    add_require_full(p)
-    add_metrics(p)
+    add_run_inputs(p, None, f"{DEFAULT_PROFILE}; on --resume, as recorded",
+                   samples_note="; on --resume, as recorded: other samples are an error")
+    add_judged(p)
     add_captions(p)
-    add_executor(p, None, "; on --resume, as recorded")
-    add_image(p)
-    add_slurm(p)
+    add_workers(p, None, "; on --resume, as recorded")
     add_out(p, "the run directory to create", RUN_RERUN, own_resume=True)
     p.add_argument("--rescore", action="store_true",
                    help="with --resume of a complete run: score it again, rewrite reports")

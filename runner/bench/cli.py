@@ -24,11 +24,10 @@ from runner.cli.grammar import (
     add_executor,
     add_image,
     add_iree,
-    add_layout,
     add_out,
     add_profile,
     add_results,
-    add_samples,
+    add_run_inputs,
     add_share_gpus,
     add_slurm,
     document,
@@ -37,7 +36,7 @@ from runner.cli.grammar import (
 )
 from runner.config.overrides import profile_from_args
 from runner.config.reads import ProfileReads
-from runner.goldens.cli import golden_target_flags, selection_flags
+from runner.goldens.cli import benchmark_paths_arg, golden_target_flags, selection_flags
 from runner.goldens.plan import DEFAULT_CHIP
 from runner.inputs.cliargs import COUNT, DURATION, integer
 from runner.inputs.iree_build import IMAGE_KINDS
@@ -193,8 +192,11 @@ def cmd_goldens(ctx: CommandContext) -> int:
     return code
 
 
-def _benchmark_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike."""
+def _benchmark_flags(parser: argparse.ArgumentParser,
+                     p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """One spelling for iree-benchmark-module's settings, stage latencies and goldens alike,
+    declared in `p` (the parser or a group of it); their old --golden-X spellings are
+    refused by `parser`, naming the new one."""
     shared(p, "--repetitions", type=COUNT, metavar="N",
            help="--benchmark_repetitions (default: stage latencies "
            f"{STAGE_REPETITIONS}, goldens the file's own)")
@@ -204,11 +206,8 @@ def _benchmark_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     shared(p, "--warmup", type=DURATION, metavar="S",
            help="--benchmark_min_warmup_time in seconds (default: none; goldens the file's "
            "own)")
-
-
-def _renamed_benchmark_flags(p: argparse.ArgumentParser) -> None:
     for old in ("repetitions", "min-time", "warmup"):
-        renamed(p, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
+        renamed(parser, f"--golden-{old}", f"--{old}", "one setting for stages and goldens")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -217,9 +216,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "benchmark goldens -> bench.json + bench.md",
         description="Without a subcommand: run the layout(s) and measure stage latencies. "
         "`runner bench goldens` checks IREE CI-style benchmark goldens.")
-    add_profile(bench)
-    add_layout(bench, sweep=True)
-    add_samples(bench, "; each layout makes them")
+    add_run_inputs(bench, sweep=True, samples_note="; each layout makes them")
     r = bench.add_argument_group("where the layouts run, and which IREE builds")
     add_executor(r, "local", "; local and docker: one run after another on this host, "
                  "slurm: one Slurm job per combination, all at once")
@@ -238,8 +235,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                 "start")
     add_results(bench)
     m = bench.add_argument_group("iree-benchmark-module (stage latencies)")
-    _benchmark_flags(m)
-    _renamed_benchmark_flags(bench)
+    _benchmark_flags(bench, m)
     m.add_argument("--benchmark-flag", action="append", metavar="FLAG",
                    help="extra iree-benchmark-module flag, e.g. --device_allocator=caching "
                    "(repeatable; default: none)")
@@ -278,17 +274,14 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = bench.add_subparsers(dest="bench_command", metavar="{goldens}")
     p = sub.add_parser("goldens", help="check IREE CI-style benchmark goldens: time, "
                        "dispatch count, module size")
-    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
-                   "tiny-bench)")
+    benchmark_paths_arg(p)
     add_profile(p, default=None, none_means=f"{DEFAULT_PROFILE}, this host's CPU")
     golden_target_flags(p, sku_default="$SKU, else the profile's target.sku (a cpu target: "
                         "cpu); no golden for it: exit 2",
                         chip_default=f"$ROCM_CHIP, else a hip profile's target.chip, else "
                         f"{DEFAULT_CHIP}")
     selection_flags(p)
-    _benchmark_flags(p)
-    _renamed_benchmark_flags(p)
+    _benchmark_flags(p, p)
     p.add_argument("--quality-dir", metavar="DIR",
                    help="where the matching quality tests are (default: the file's "
                    "quality_test field, or ../../quality_tests/<model>)")

@@ -303,7 +303,7 @@ def sweep_dry_run_lines(combo: Combination, sample_ids: list[int], slurm: SlurmO
                                              len(sample_ids), False,
                                              share_gpus=combo.share_gpus),
                             _executor(combo, slurm, case.label))
-    lines += [f"#   {shellscript.sanitize(line)}" for line in checked.lines()]
+    lines += checked.comments("  ")
     lines.append(shellscript.join(["runner", *combo.argv(sample_ids)]))
     if slurm is not None:
         from runner.batch.slurm import SLURM_DIR, sbatch_argv

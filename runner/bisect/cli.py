@@ -21,6 +21,7 @@ from runner.cli.grammar import (
     add_find_links,
     add_good_bad,
     add_out,
+    add_pre,
     add_profile,
     add_samples,
     add_share_gpus,
@@ -117,8 +118,7 @@ def _common(p: argparse.ArgumentParser, count_note: str) -> None:
     add_profile(p, DEFAULT_PROFILE)
     add_samples(p, count_note)
     add_find_links(p)
-    shared(p, "--pre", action="store_true",
-           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    add_pre(p)
     shared(p, "--repo", metavar="IREE_CHECKOUT",
            help="the git checkout whose commits commit:<sha> builds name (default: none; "
            "commit: builds need it)")

@@ -746,6 +746,13 @@ def add_find_links(p: Any) -> None:
            "builds install into a venv, a directory of wheels (default: the package index)")
 
 
+def add_pre(p: Any) -> None:
+    """`--pre`: nightlies among the wheels: builds listed (bisect, trend, history confirm,
+    nightly), beside --find-links, which says where they are."""
+    shared(p, "--pre", action="store_true",
+           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+
+
 def add_good_bad(p: Any) -> None:
     """--good and --bad: the two builds a regression lies between (bisect, history confirm)."""
     shared(p, "--good", required=True, metavar="BUILD",
@@ -841,3 +848,30 @@ def add_slurm(p: argparse.ArgumentParser, resumable: bool = True) -> None:
            help="replacement submissions for failed node tasks (default: 3)")
     renamed(p, "--time", "--slurm-time T", "Slurm's time limit; mlperf's minimum test "
             "duration is --min-duration")
+
+
+def add_run_inputs(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE,
+                   none_means: str = "the one the run recorded", sweep: bool = False,
+                   samples_note: str = "") -> None:
+    """What a run is made of, in the order every command that makes one lists it (`runner
+    run`, `bench`, `validate`): the profile and its --set, the layout's flags (`sweep`:
+    bench's comma lists), the samples."""
+    add_profile(p, default, none_means)
+    add_layout(p, sweep)
+    add_samples(p, samples_note)
+
+
+def add_judged(p: argparse.ArgumentParser) -> None:
+    """How a scored run is judged (`runner run`, `validate`): a subset's verdict, and which
+    metrics."""
+    add_require_full(p)
+    add_metrics(p)
+
+
+def add_workers(p: argparse.ArgumentParser, default: str | None, note: str,
+                resumable: bool = True) -> None:
+    """Where a run's workers run (`runner run`, `mlperf`): the executor, the harness image
+    of docker workers, and the Slurm group."""
+    add_executor(p, default, note)
+    add_image(p)
+    add_slurm(p, resumable)

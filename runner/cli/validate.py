@@ -16,13 +16,10 @@ from runner.cli.grammar import (
     add_dry_run,
     add_golden_version,
     add_iree,
-    add_layout,
-    add_metrics,
+    add_judged,
     add_out,
-    add_profile,
-    add_require_full,
     add_results,
-    add_samples,
+    add_run_inputs,
     add_share_gpus,
     document,
     sample_ids,
@@ -60,12 +57,9 @@ def register(subparsers) -> None:
                        "run, score, then goldens v{n+1}; resumable")
     add_iree(p, required=True, kinds=IMAGE_KINDS,
              note=" (commit: is bisect's and trend's; build a commit with source:)")
-    add_profile(p)
-    add_layout(p)
-    add_samples(p)
+    add_run_inputs(p)
     add_share_gpus(p)
-    add_require_full(p)
-    add_metrics(p)
+    add_judged(p)
     p.add_argument("--goldens", metavar="SUITE",
                    help="IREE CI test-suite dir to regenerate on PASS, or a shipped suite by "
                    "name, e.g. tiny (default: none)")

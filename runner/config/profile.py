@@ -191,6 +191,10 @@ def set_field(raw: dict, dotted: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class Target:
+    """The profile's `target:` section: the machine the modules are compiled for and its
+    SKU. Every flag a submodel compiles with comes from here (`flags_for`), spelled for the
+    compiler at hand, so a compile's flags are read in one place."""
+
     backend: str
     driver: str
     chip: str

@@ -243,6 +243,13 @@ def _paths_arg(p: argparse.ArgumentParser) -> None:
                    f"{', '.join(shipped_suites())} (default: {DEFAULT_SUITE.name})")
 
 
+def benchmark_paths_arg(p: argparse.ArgumentParser) -> None:
+    """The benchmark test files `bench goldens` checks and `goldens propose` proposes for."""
+    p.add_argument("paths", nargs="*", metavar="FILES|DIR",
+                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
+                   "tiny-bench)")
+
+
 def _model(p: argparse.ArgumentParser) -> None:
     shared(p, "--model", help="with a directory: its <model>/ subdirectory, e.g. sdxl "
            "(default: every model)")

@@ -42,6 +42,9 @@ class StageError:
 
 @dataclass(frozen=True)
 class StepsReport:
+    """compare-steps' answer for one prompt: each stage's own error in pipeline order, so
+    the first stage over its tolerance is where IREE's output first goes wrong."""
+
     profile: str
     prompt_id: int
     prompt: str

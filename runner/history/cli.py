@@ -25,6 +25,7 @@ from runner.cli.grammar import (
     add_good_bad,
     add_json,
     add_out,
+    add_pre,
     add_results,
     document,
     renamed,
@@ -388,14 +389,12 @@ def register(subparsers: Any, goldens: argparse.ArgumentParser) -> argparse.Argu
 
     _register_confirm(sub)
 
-    from runner.goldens.cli import selection_flags
+    from runner.goldens.cli import benchmark_paths_arg, selection_flags
 
     g: Any = goldens._subparsers._group_actions[0]  # type: ignore[union-attr]
     q = g.add_parser("propose", help="golden_time_ms and its tolerance (and dispatch count, "
                      "size) for benchmark tests, from the history of `bench goldens`")
-    q.add_argument("paths", nargs="*", metavar="FILES|DIR",
-                   help="benchmark JSONs or directories, or a shipped suite by name (default: "
-                   "tiny-bench)")
+    benchmark_paths_arg(q)
     shared(q, "--sku", required=True, help="the SKU whose results and golden entries count")
     selection_flags(q)
     _machine(q)
@@ -444,8 +443,7 @@ def _register_confirm(sub: Any) -> None:
                    "interval is then its runs' range, at 94%%)")
     _min_change(c, "the smallest relative difference of the medians that holds")
     add_find_links(c)
-    shared(c, "--pre", action="store_true",
-           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    add_pre(c)
     add_results(c, records=False)
     add_json(c, "the confirmation")
     add_out(c, "write confirm.json, confirm.md and each round's bench goldens (rounds/) here",

@@ -16,8 +16,6 @@ from runner.cli.grammar import (
     Exits,
     add_captions,
     add_dry_run,
-    add_executor,
-    add_image,
     add_layout,
     add_no_score,
     add_out,
@@ -25,7 +23,7 @@ from runner.cli.grammar import (
     add_results,
     add_samples,
     add_share_gpus,
-    add_slurm,
+    add_workers,
     document,
     renamed,
 )
@@ -141,9 +139,7 @@ def register(subparsers) -> argparse.ArgumentParser:
             "one flag per scenario")
     add_layout(p)
     add_captions(p)
-    add_executor(p, "local", "; LoadGen itself runs on this host")
-    add_image(p)
-    add_slurm(p, resumable=False)
+    add_workers(p, "local", "; LoadGen itself runs on this host", resumable=False)
     add_no_score(p, "; a submission tree then lacks accuracy.txt")
     add_share_gpus(p)
     add_out(p, "directory to create",

@@ -189,9 +189,8 @@ def run_mlperf(request: MlperfRequest, executor, dry_run: bool = False, attempt=
         from runner.lifecycle import dry_compile
 
         compiled, model = dry_compile(executor, request.out / WORK_DIR, request.profile)
-        checked = loadgen_preflight(prepared, executor, True, [model])
-        print(dry_run_text(prepared, plan_for(request.profile), executor, compiled, checked),
-              end="")
+        loadgen_preflight(prepared, executor, True, [model])
+        print(dry_run_text(prepared, plan_for(request.profile), executor, compiled), end="")
         return 0
     checked = loadgen_preflight(prepared, executor, False)
     outcomes, failure = execute(prepared, executor, attempt, checked)

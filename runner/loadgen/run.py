@@ -267,7 +267,8 @@ def prepare_loadgen(request: MlperfRequest) -> Prepared:
 
 def loadgen_preflight(prepared: Prepared, executor, dry_run: bool, before=()):
     """The run's preflight for every test at once: the QSL's samples on disk, and what
-    scoring reads when an accuracy test's log is scored; a failure raises (exit 2)."""
+    scoring reads when an accuracy test's log is scored; shown and judged as a run's is
+    (runner.lifecycle.preflight: a failure raises, exit 2)."""
     from runner.batch.run import plan_for
     from runner.lifecycle import preflight
     from runner.preflight.run import PreflightRequest
@@ -280,9 +281,10 @@ def loadgen_preflight(prepared: Prepared, executor, dry_run: bool, before=()):
         before)
 
 
-def dry_run_text(prepared: Prepared, plan, executor, compiled, checked) -> str:
-    """What a real run would do, exactly: the preflight, compile commands, workers, and per
-    test the settings LoadGen will use (and the batcher's wait limit)."""
+def dry_run_text(prepared: Prepared, plan, executor, compiled) -> str:
+    """What a real run would do, exactly, after its preflight's lines (`loadgen_preflight`
+    prints them): compile commands, workers, and per test the settings LoadGen will use (and
+    the batcher's wait limit)."""
     from runner.lifecycle import plan_lines
 
     request = prepared.request
@@ -290,8 +292,7 @@ def dry_run_text(prepared: Prepared, plan, executor, compiled, checked) -> str:
     work = (out / WORK_DIR).resolve()
     lines = [f"# runner mlperf {','.join(prepared.scenarios)} {request.mode}: QSL "
              f"{prepared.total} samples, performance set {prepared.performance_count}, "
-             f"executor {executor.name}",
-             *[f"# {shellscript.sanitize(line)}" for line in checked.lines()]]
+             f"executor {executor.name}"]
     sub = prepared.submission
     if sub is not None:
         detected = sum(1 for s in sub.system.sources.values() if s != "profile")

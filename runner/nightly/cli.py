@@ -21,11 +21,11 @@ from runner.cli.grammar import (
     add_iree,
     add_json,
     add_out,
+    add_pre,
     add_profile,
     add_results,
     add_samples,
     document,
-    shared,
 )
 
 NIGHTLY_LOCK = ("nightly", "nightly.lock")  # under cache_dir(): one night at a time per machine
@@ -129,8 +129,7 @@ def register(subparsers: Any) -> None:
         "failed check, 2 bad input or a step that failed (the same command again resumes).")
     add_iree(p, note=" (default: the newest the index offers)", kinds=("wheels",))
     add_find_links(p)
-    shared(p, "--pre", action="store_true",
-           help="list pre-releases too (IREE's X.Y.ZrcYYYYMMDD nightlies)")
+    add_pre(p)
     add_profile(p, DEFAULT_PROFILE, with_set=False)
     add_samples(p, "; the accuracy run's and bench's samples", choose=False)
     add_results(p, records=False)

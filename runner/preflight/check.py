@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from runner.base import shellscript
 from runner.base.errors import BadInput, RunnerError
 
 
@@ -52,6 +53,11 @@ class Preflight:
     def lines(self) -> list[str]:
         return [c.line() for c in self.checks]
 
+    def comments(self, indent: str = "") -> list[str]:
+        """The lines as a dry run prints them among its commands: `# ` comments, each one
+        line whatever a path in it holds (a newline, a control character)."""
+        return [f"#{indent} {shellscript.sanitize(line)}" for line in self.lines()]
+
     def to_dict(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.checks]
 
@@ -60,8 +66,8 @@ class Preflight:
         (its output) and through `say` otherwise; else shows the lines, as `# ` comments in
         a dry run's printed commands."""
         self.raise_if_failed(print if dry_run else say)
-        for line in self.lines():
-            print(f"# {line}") if dry_run else say(line)
+        for line in self.comments() if dry_run else self.lines():
+            print(line, flush=True) if dry_run else say(line)
         return self
 
     def raise_if_failed(self, echo: Callable[[str], None]) -> None:

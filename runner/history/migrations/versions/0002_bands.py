@@ -8,30 +8,23 @@ Revises: 0001
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from runner.history import revisions
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
+# Alike in shape to 0004_environment.py, which also adds columns: each migration is Alembic's
+# layout (its ids, upgrade, downgrade) around this revision's own entries in
+# runner.history.revisions, where every column is declared once. A released migration is
+# frozen history and is not merged with another.
 def upgrade() -> None:
-    with op.batch_alter_table("metrics") as batch:
-        batch.add_column(sa.Column("golden", sa.Float, nullable=True))
-        batch.add_column(sa.Column("low", sa.Float, nullable=True))
-        batch.add_column(sa.Column("high", sa.Float, nullable=True))
-        batch.add_column(sa.Column("verdict", sa.String(20), nullable=True))
-    op.create_index("ix_metrics_name", "metrics", ["name", "subject"])
-    op.create_index("ix_results_finished_at", "results", ["finished_at"])
-    op.create_index("ix_results_profile", "results", ["profile", "finished_at"])
+    revisions.add_columns(op, "metrics", revisions.metrics_0002())
+    revisions.create_indexes(op, revisions.INDEXES_0002)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_results_profile", "results")
-    op.drop_index("ix_results_finished_at", "results")
-    op.drop_index("ix_metrics_name", "metrics")
-    with op.batch_alter_table("metrics") as batch:
-        for name in ("verdict", "high", "low", "golden"):
-            batch.drop_column(name)
+    revisions.drop_indexes(op, revisions.INDEXES_0002)
+    revisions.drop_columns(op, "metrics", revisions.metrics_0002())

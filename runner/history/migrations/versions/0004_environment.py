@@ -8,20 +8,21 @@ Revises: 0003
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from runner.history import revisions
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
+# Alike in shape to 0002_bands.py, which also adds columns: each migration is Alembic's
+# layout (its ids, upgrade, downgrade) around this revision's own entries in
+# runner.history.revisions, where every column is declared once. A released migration is
+# frozen history and is not merged with another.
 def upgrade() -> None:
-    with op.batch_alter_table("results") as batch:
-        batch.add_column(sa.Column("environment", sa.Text, nullable=True))
+    revisions.add_columns(op, "results", revisions.results_0004())
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("results") as batch:
-        batch.drop_column("environment")
+    revisions.drop_columns(op, "results", revisions.results_0004())
