@@ -321,6 +321,25 @@ def test_a_regression_between_two_nights_builds_is_bisected_once(tmp_path):
     assert new_regressions(req) == []
 
 
+def test_the_first_night_of_a_build_that_grew_a_module_bisects_it(tmp_path):
+    """The tiny UNet's module grew from 3.11.0 to 3.12.0 (bench goldens size_bytes, 306872
+    -> 322634 B, the releases' real sizes): a size has no noise, so the first night of
+    3.12.0, with one night of 3.11.0 before it, already has the step to bisect (compstat)."""
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, new_regressions
+
+    root, store = _nights(tmp_path, {"3.11.0": [306872.0], "3.12.0": [322634.0]},
+                          metric="size_bytes", subject="tiny-bench/unet_cpu",
+                          command="bench goldens")
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-02", str(store))
+    (change,) = new_regressions(req)
+    assert change.kind == "unconfirmed" and change.confirm is None  # confirm times sizes not
+    argv = bisect_argv(req, change, tmp_path / "b")
+    assert argv is not None and argv[3:10] == ["bisect", "--good", "wheels:3.11.0", "--bad",
+                                               "wheels:3.12.0", "--test", "compstat"]
+
+
 def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_not_hold(
         tmp_path):
     """A bench goldens time is a series `runner history confirm` measures: the night runs

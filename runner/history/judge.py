@@ -22,13 +22,12 @@ from dataclasses import replace
 
 from runner.base import shellscript
 from runner.base.outcome import Outcome
-from runner.history.changes import NIGHTLIES, Change, build_spec, slug
+from runner.history.changes import NIGHTLIES, SNAP, Change, build_spec, slug
 from runner.history.machine import environment_changed, what_changed
 from runner.history.model import Confirmation
 from runner.history.series import series_key
 
 CONFIRMABLE = {"bench goldens": ("time_ms",)}  # what `runner history confirm` measures again
-SNAP = 2  # points between a found step and a build boundary it is moved onto
 KIND_ORDER = (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE,
               Outcome.IMPROVEMENT, Outcome.CHANGE)
 
