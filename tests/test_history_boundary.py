@@ -86,6 +86,9 @@ def test_the_first_night_is_found_at_the_boundary_alone():
     # edge, so one night alike to them lands beyond it with a chance of 6/21, two-sided 12/21
     assert step.p_value == pytest.approx(12 / 21)
     assert step.to_dict()["at_boundary"] is True
+    (judged,) = judge_changes([step], [])
+    assert judged.reasons[0].startswith("found at the build boundary after 1 result(s) of "
+                                        "3.13.0")
 
 
 def test_on_one_build_with_a_hog_beside_every_third_night_nothing_is_listed():

@@ -93,7 +93,10 @@ def judge_one(change: Change, confirmations: dict[tuple[str, str, str], Confirma
                            f"{change.first_after.build}): a build and its environment "
                            "changing together cannot be told apart without measuring both "
                            "builds again on one machine")
-    change = replace(change, reasons=tuple(environment))
+    boundary = ([f"found at the build boundary after {change.n_after} result(s) of "
+                 f"{change.first_after.build}, beyond the interval of the previous build's"]
+                if change.at_boundary else [])
+    change = replace(change, reasons=(*boundary, *environment))
     if change.regression is not True:
         return replace(change, kind=Outcome(change.direction))
     command = confirm_command(change)
