@@ -233,7 +233,8 @@ def main() -> int:
         "nights_to_flag": flagged, "step_confirm_listed": len(commands),
         "rounds": args.rounds, "confirm_hogged_rounds": sum(
             beside_hog(i, args.confirm_hog_every) for i in range(args.rounds)),
-        "confirmation_held": held, "false_confirmations": sum(false_held.values()),
+        "confirmation_held": held, "confirmation_held_series": sum(held.values()),
+        "false_confirmations": sum(false_held.values()),
         "nights_to_flag_confirmed": confirmed,
         "nights_to_flag_confirmed_max": max(confirmed_at) if len(confirmed_at) == len(
             confirmed) else None}, args.record)
