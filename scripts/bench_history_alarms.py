@@ -193,6 +193,13 @@ def confirmations(got: dict[str, list[Result]], step: float) -> dict[str, bool]:
     return out
 
 
+def beside_foreign_load(real: list[Result]) -> int:
+    """The nights whose timing recorded others' load beside it (runner.base.conditions: the
+    hog's, or the machine's other jobs'), in any of its tests."""
+    return sum(any(isinstance(c, dict) and c.get("beside_foreign_load") is True
+                   for c in (r.details.get("conditions") or {}).values()) for r in real)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nights", type=int, default=30, help="nights of one build (30)")
@@ -223,7 +230,8 @@ def main() -> int:
     confirmed = {s: n if held.get(s) else None for s, n in flagged.items()}
     confirmed_at = [n for n in confirmed.values() if n is not None]
     emit("bench_history_alarms", {
-        "nights": args.nights, "hogged_nights": hogged, "night_s_median": round(
+        "nights": args.nights, "hogged_nights": hogged,
+        "nights_beside_foreign_load": beside_foreign_load(real), "night_s_median": round(
             sorted(walls)[len(walls) // 2], 1),
         "false_alarms": kinds.get("regression", 0), "unconfirmed": kinds.get("unconfirmed", 0),
         "machine": kinds.get("machine", 0), "improvements": kinds.get("improvement", 0),

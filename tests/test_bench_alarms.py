@@ -82,3 +82,14 @@ def test_the_confirmation_holds_for_the_step_and_not_without_it():
     assert bench.confirmations(got, 0.10) == dict.fromkeys(
         ("tiny-bench/clip_cpu", "tiny-bench/unet_cpu", "tiny-bench/vae_cpu"), True)
     assert not any(bench.confirmations(got, 0.0).values())
+
+
+def test_a_night_beside_foreign_load_in_any_test_counts_once():
+    bench = load_script("bench_history_alarms")
+    (night,) = extract(FIXTURE)
+    busy = {"tiny-bench/unet_cpu": {"beside_foreign_load": False},
+            "tiny-bench/vae_cpu": {"beside_foreign_load": True}}
+    quiet = {"tiny-bench/unet_cpu": {"beside_foreign_load": False}}
+    nights = [replace(night, details={**night.details, "conditions": c})
+              for c in (busy, quiet, busy, {})]
+    assert bench.beside_foreign_load(nights) == 2
