@@ -39,3 +39,57 @@ def test_a_slower_build_is_flagged_across_the_builds_from_its_third_night(tmp_pa
     assert len(commands) == 3 and all(
         c.startswith("runner history confirm --good wheels:3.13.0rc20261016 --bad "
                      f"wheels:{bench.STEP_VERSION}") for c in commands)
+
+
+def _with_spreads(night, rng: np.random.Generator, i: int):
+    """Night `i`: the fixture's times 1% apart from night to night, each with its
+    repetitions' interval 3% either side, as `runner bench goldens` keeps it now."""
+    metrics = tuple(replace(m, value=m.value * float(rng.normal(1.0, 0.01)))
+                    for m in night.metrics)
+    spreads = {m.subject: {"n": 5, "median": m.value, "low": m.value * 0.97,
+                           "high": m.value * 1.03, "confidence": 0.9375}
+               for m in metrics if m.name == "time_ms"}
+    return replace(night, key=f"{night.key}-{i}", finished_at=night.finished_at
+                   + timedelta(days=i), metrics=metrics,
+                   details={**night.details, "spread": spreads})
+
+
+@pytest.mark.slow  # a `runner history` process per night of the new build
+def test_a_slower_build_with_its_repetitions_is_flagged_on_its_first_night(tmp_path):
+    """With each night's repetitions kept, the step is listed across the two builds on the
+    first night of the new build (its repetitions 10% slower too), with confirm's command."""
+    bench = load_script("bench_history_alarms")
+    (night,) = extract(FIXTURE)
+    rng = np.random.default_rng(5)
+    real = [_with_spreads(night, rng, i) for i in range(12)]
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    with open_store(resolve(url)) as store:
+        store.add_all(real)
+    flagged, commands = bench.nights_to_flag(url, real, 3, 0.10)
+    assert flagged == dict.fromkeys(("tiny-bench/clip_cpu", "tiny-bench/unet_cpu",
+                                     "tiny-bench/vae_cpu"), 1)
+    assert len(commands) == 3
+
+
+def test_the_confirmation_holds_for_the_step_and_not_without_it():
+    """confirm's own judgement on interleaved rounds (here the fixture's night 1% apart
+    from round to round): the bad side 10% slower holds in every series; the same rounds
+    with no step hold in none."""
+    bench = load_script("bench_history_alarms")
+    (night,) = extract(FIXTURE)
+    rng = np.random.default_rng(9)
+    got = {side: [_with_spreads(night, rng, i) for i in range(5)] for side in ("good", "bad")}
+    assert bench.confirmations(got, 0.10) == dict.fromkeys(
+        ("tiny-bench/clip_cpu", "tiny-bench/unet_cpu", "tiny-bench/vae_cpu"), True)
+    assert not any(bench.confirmations(got, 0.0).values())
+
+
+def test_a_night_beside_foreign_load_in_any_test_counts_once():
+    bench = load_script("bench_history_alarms")
+    (night,) = extract(FIXTURE)
+    busy = {"tiny-bench/unet_cpu": {"beside_foreign_load": False},
+            "tiny-bench/vae_cpu": {"beside_foreign_load": True}}
+    quiet = {"tiny-bench/unet_cpu": {"beside_foreign_load": False}}
+    nights = [replace(night, details={**night.details, "conditions": c})
+              for c in (busy, quiet, busy, {})]
+    assert bench.beside_foreign_load(nights) == 2

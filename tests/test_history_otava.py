@@ -15,7 +15,7 @@ from repo_support import REPO
 from test_history import nightly, noisy
 
 from runner.base.outcome import Outcome
-from runner.history.changes import MIN_SIZE, Change, detect
+from runner.history.changes import MIN_SIZE, Change, detect_all
 from runner.history.judge import SNAP, judge_changes
 from runner.history.series import series_of
 
@@ -35,7 +35,7 @@ def judged(values: list[float], builds: list[str]) -> list[Change]:
     (series,) = series_of([nightly(i, v, b, name="time_ms", subject="tiny-bench/unet_cpu",
                                    command="bench goldens", sku="cpu")
                            for i, (v, b) in enumerate(zip(values, builds, strict=True))])
-    return judge_changes(detect(series), [])
+    return judge_changes(detect_all([series]), [])
 
 
 def test_noise_alone_the_runner_finds_nothing_otava_sometimes_a_step(otava):
@@ -67,10 +67,11 @@ def test_a_step_is_a_step_to_both_only_the_runner_asks_which_build(otava):
 
 
 def test_otava_can_flag_the_first_night_after_a_step_the_runner_cannot(otava):
-    """The runner tests a step only with MIN_SIZE points on each side (one found a night or
-    two early is moved onto the build boundary, judge.SNAP), so the first night of a new
-    build is never flagged; otava's t-test takes a step with one point after it, and does
-    on some series."""
+    """The runner's search tests a step only with MIN_SIZE points on each side (one found a
+    night or two early is moved onto the build boundary, judge.SNAP), and its build
+    boundary's test (changes.build_step) needs each time's repetitions, which these points
+    do not keep, so the first night of the new build is not flagged; otava's t-test takes a
+    step with one point after it, and does on some series."""
     series = [noisy(31, seed, step_at=30, step=0.10) for seed in SEEDS]
     builds = ["3.12.0"] * 30 + ["3.13.0"]
     assert MIN_SIZE > 1

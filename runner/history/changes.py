@@ -20,6 +20,15 @@ to the noise of shared machines (one slow run, a busy neighbour):
    `confidence` = 1 - p.
 3. Keep a change when p <= `alpha` and the medians of the two sides differ by at least
    `min_change` (relative): a real but tiny step is noise to a golden update.
+4. The newest build boundary is a candidate known without a search (`build_step`): where
+   steps 1-3 found nothing there, the new build's few quiet points are tested against the
+   previous build's at a size where a rank test cannot reach `alpha`: each timed point
+   carries its repetitions' median and interval (runner.base.spread), and the step is kept
+   when the new build's intervals lie wholly beyond the previous build's nights' interval of
+   the median, by `min_change`: the rule `runner history confirm` judges its rounds by,
+   applied to nights. A size or a dispatch count (no noise: one build compiles the same
+   module) steps at one point. Such a change is at most unconfirmed (runner/history/judge.py):
+   only measuring both builds again makes it a regression.
 
 A change in the direction model.WORSE_WHEN calls worse is a regression. Each change names the
 builds on both sides; where they differ and both can be installed again (a release or
@@ -37,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from runner.base import shellscript
+from runner.base.spread import Spread, spread
 from runner.history.machine import conditions_of
 from runner.history.model import WORSE_WHEN
 from runner.history.series import Point, Series
@@ -49,6 +59,8 @@ WINDOW = 200  # the newest points of a series searched
 RELEASE = re.compile(r"^\d+\.\d+\.\d+(rc\d{8})?$")
 SHA = re.compile(r"^[0-9a-f]{7,40}$")
 NIGHTLIES = "https://iree.dev/pip-release-links.html"
+SNAP = 2  # points between a found step and a build boundary it is taken to be at
+NOISELESS = frozenset({"size_bytes", "dispatch_count"})  # one build compiles one module
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ class Change:
     reasons: tuple[str, ...] = ()
     confirm: str | None = None  # the `runner history confirm` command, where it can run
     confirmation: dict[str, Any] | None = None  # the confirmation judged by, as stored
+    at_boundary: bool = False  # found by `build_step` at the newest build boundary
 
     @property
     def relative(self) -> float:
@@ -144,7 +157,7 @@ class Change:
                 "n_before": self.n_before, "n_after": self.n_after,
                 "regression": self.regression, "kind": self.kind or self.direction,
                 "reasons": list(self.reasons), "confirm": self.confirm,
-                "confirmation": self.confirmation,
+                "confirmation": self.confirmation, "at_boundary": self.at_boundary,
                 "last_before": {"build": b.build, "finished_at": b.when.isoformat() + "Z",
                                 "out_dir": b.result.out_dir},
                 "first_after": {"build": a.build, "finished_at": a.when.isoformat() + "Z",
@@ -270,7 +283,87 @@ def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHAN
     return out
 
 
+def newest_builds(series: Series, judged: list[int]) -> tuple[list[int], list[int]] | None:
+    """(the previous build's judged indexes, the newest build's) where the series' newest
+    judged point is of a build other than the one before it; None where it is not."""
+    points = series.points
+    if not judged:
+        return None
+    new_build = points[judged[-1]].build
+    start = len(points)
+    while start > 0 and points[start - 1].build == new_build:
+        start -= 1
+    if start == 0 or start < judged[0]:
+        return None
+    old_build = points[start - 1].build
+    first_old = start
+    while first_old > 0 and points[first_old - 1].build == old_build:
+        first_old -= 1
+    return ([i for i in judged if first_old <= i < start], [i for i in judged if i >= start])
+
+
+def point_spread(point: Point) -> Spread | None:
+    """The point's repetitions (median and interval) as its result kept them; a noiseless
+    metric's number is its own interval; None for a time kept without its repetitions."""
+    if point.metric.name in NOISELESS:
+        return Spread(1, point.value, point.value, point.value, 1.0)
+    kept = (point.result.details.get("spread") or {})
+    return Spread.from_dict(kept.get(point.metric.subject) if isinstance(kept, dict) else None)
+
+
+def beyond_p(old: list[float], bound: float, higher: bool, n_new: int) -> float:
+    """Two-sided chance that `n_new` nights alike to the `old` ones all land beyond `bound`
+    (the previous build's interval edge): the exact permutation count, nights exchangeable.
+    It counts nights alone (the repetitions' intervals are the rule's other half), so one
+    night after many gives a modest confidence, and `alpha` does not gate it."""
+    k = sum(1 for v in old if (v >= bound if higher else v <= bound))
+    m = len(old)
+    return min(1.0, 2 * math.comb(n_new + k - 1, n_new) / math.comb(m + n_new, n_new))
+
+
+def build_step(series: Series, *, min_change: float = MIN_CHANGE, window: int = WINDOW,
+               min_size: int = MIN_SIZE) -> Change | None:
+    """The step at the series' newest build boundary, tested as the module docstring's
+    step 4 says, or None. A noiseless metric needs one point each side, alike within each
+    build; a timed one `min_size` quiet points of the previous build and a kept interval on
+    every point of the new one."""
+    sides = newest_builds(series, judged_points(series, window, min_size))
+    if sides is None or not sides[0] or not sides[1]:
+        return None
+    points = series.points
+    old = [points[i].value for i in sides[0]]
+    new = [points[i].value for i in sides[1]]
+    spreads = [point_spread(points[i]) for i in sides[1]]
+    noiseless = series.metric in NOISELESS
+    if noiseless and (np.ptp(old) != 0 or np.ptp(new) != 0):
+        return None  # a build that compiled two modules: not this test's to judge
+    if any(s is None for s in spreads) or (not noiseless and len(old) < min_size):
+        return None
+    good = spread(old)
+    bad = Spread(len(new), float(np.median(new)), min(s.low for s in spreads if s),
+                 max(s.high for s in spreads if s), 0.0)
+    relative = abs(bad.median / good.median - 1.0) if good.median else math.inf
+    if not bad.apart_from(good) or relative < min_change:
+        return None
+    higher = bad.low > good.high
+    p = 0.0 if noiseless else beyond_p(old, good.high if higher else good.low, higher,
+                                        len(new))
+    boundary = sides[1][0]
+    while points[boundary - 1].build == points[boundary].build:
+        boundary -= 1
+    n_before = boundary - min(sides[0])
+    return Change(series, boundary, good.median, bad.median, p, n_before,
+                  len(points) - boundary, at_boundary=True)
+
+
 def detect_all(all_series: list[Series], **kwargs: Any) -> list[Change]:
-    """Every series' changes; regressions first, then the largest moves."""
-    changes = [c for s in all_series for c in detect(s, **kwargs)]
+    """Every series' changes, the newest build boundary's (`build_step`) where the search
+    found none there; regressions first, then the largest moves."""
+    changes = []
+    for s in all_series:
+        found = detect(s, **kwargs)
+        step = build_step(s, **{k: v for k, v in kwargs.items() if k != "alpha"})
+        if step is not None and not any(abs(c.index - step.index) <= SNAP for c in found):
+            found.append(step)
+        changes += found
     return sorted(changes, key=lambda c: (c.regression is not True, -abs(c.relative)))

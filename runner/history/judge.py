@@ -22,13 +22,12 @@ from dataclasses import replace
 
 from runner.base import shellscript
 from runner.base.outcome import Outcome
-from runner.history.changes import NIGHTLIES, Change, build_spec, slug
+from runner.history.changes import NIGHTLIES, SNAP, Change, build_spec, slug
 from runner.history.machine import environment_changed, what_changed
 from runner.history.model import Confirmation
 from runner.history.series import series_key
 
 CONFIRMABLE = {"bench goldens": ("time_ms",)}  # what `runner history confirm` measures again
-SNAP = 2  # points between a found step and a build boundary it is moved onto
 KIND_ORDER = (Outcome.REGRESSION, Outcome.UNCONFIRMED, Outcome.MACHINE,
               Outcome.IMPROVEMENT, Outcome.CHANGE)
 
@@ -94,7 +93,10 @@ def judge_one(change: Change, confirmations: dict[tuple[str, str, str], Confirma
                            f"{change.first_after.build}): a build and its environment "
                            "changing together cannot be told apart without measuring both "
                            "builds again on one machine")
-    change = replace(change, reasons=tuple(environment))
+    boundary = ([f"found at the build boundary after {change.n_after} result(s) of "
+                 f"{change.first_after.build}, beyond the interval of the previous build's"]
+                if change.at_boundary else [])
+    change = replace(change, reasons=(*boundary, *environment))
     if change.regression is not True:
         return replace(change, kind=Outcome(change.direction))
     command = confirm_command(change)

@@ -138,9 +138,11 @@ def night_build(out_dir: str) -> str | None:
 def new_regressions(req: NightRequest) -> list[Any]:
     """The history's regressions on this machine, of the profile (and of the goldens, which
     have none), whose first point after the step is a night's under `--out`, and which no
-    night has bisected yet (`runner.history.changes.Change`). The history names a step once
-    MIN_SIZE points lie on each side of it, so the night that first sees a regression may
-    come after the night of the build that brought it."""
+    night has bisected yet (`runner.history.changes.Change`). A step at the newest build
+    boundary is named on the new build's own night where it shows beyond both builds'
+    spread (`changes.build_step`: a size or dispatch count at once); any other once MIN_SIZE
+    points lie on each side of it, so the night that sees it may come after the night of
+    the build that brought it."""
     from runner.history.changes import detect_all
     from runner.history.judge import judge_changes
     from runner.history.series import series_of
