@@ -208,11 +208,13 @@ def main() -> int:
     parser.add_argument("--step", type=float, default=0.10, help="the new build's slowdown (0.10)")
     parser.add_argument("--step-nights", type=int, default=8,
                         help="the most nights of the new build added (8)")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="confirmation rounds of each build, interleaved (5, confirm's)")
-    parser.add_argument("--confirm-hog-every", type=int, default=0,
-                        help="a CPU hog beside both sides of every Nth round (0: none)")
     parser.add_argument("-k", help="bench goldens' -k, to time fewer tests (default: all)")
+    confirmation = parser.add_argument_group(
+        "the confirmation", "real rounds of the installed build, interleaved as `runner history "
+        "confirm` measures two builds; the second side's times made --step slower")
+    confirmation.add_argument("--rounds", type=int, default=5, help="rounds a build (5, confirm's)")
+    confirmation.add_argument("--confirm-hog-every", type=int, default=0,
+                              help="a CPU hog beside both sides of every Nth round (0: none)")
     add_record_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,16 +31,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from runner.base import gpu_info
 from runner.base.errors import ToolFailed
-from runner.base.gpu_info import (
-    TIMEOUT_S,
-    amd_part,
-    amd_rows,
-    card_value,
-    nvidia_csv,
-    rocm_cards,
-    rocm_json,
-)
 from runner.preflight.gpus import (
     AMD_PARTITIONS,
     NVIDIA_MIG,
@@ -121,7 +113,8 @@ def _joined(values: Any) -> str | None:
 def _output(argv: tuple[str, ...], run: Run) -> str | None:
     """The tool's stdout; None where it cannot run or fails (absent, not an error)."""
     try:
-        proc = run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        proc = run(list(argv), capture_output=True, text=True, timeout=gpu_info.TIMEOUT_S,
+                   check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
@@ -148,7 +141,7 @@ def _nvidia(run: Run) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     text = _output(NVIDIA_VERSIONS, run)
     if text:
-        rows = nvidia_csv(text, ("driver_version", "vbios_version"))
+        rows = gpu_info.nvidia_csv(text, ("driver_version", "vbios_version"))
         out["gpu_driver"] = _joined(r["driver_version"] for r in rows)
         out["vbios"] = _joined(r["vbios_version"] for r in rows)
     details = _output(NVIDIA_DETAILS, run)
@@ -164,10 +157,10 @@ def _rocm(run: Run) -> dict[str, str | None]:
     out: dict[str, str | None] = {"rocm_version": rocm_release()}
     text = _output(ROCM_VERSIONS, run)
     if text:
-        data = rocm_json(text)
-        out["gpu_driver"] = card_value(data.get("system") or {}, "Driver version")
-        out["vbios"] = _joined(card_value(c, "VBIOS version")
-                               for c in rocm_cards(data).values())
+        data = gpu_info.rocm_json(text)
+        out["gpu_driver"] = gpu_info.card_value(data.get("system") or {}, "Driver version")
+        out["vbios"] = _joined(gpu_info.card_value(c, "VBIOS version")
+                               for c in gpu_info.rocm_cards(data).values())
     parts = _output(ROCM_PARTITIONS, run)
     return {**out, **_cards_partitions(rocm_partitions(parts))} if parts else out
 
@@ -183,10 +176,11 @@ def _amd(run: Run) -> dict[str, str | None]:
     out: dict[str, str | None] = {"rocm_version": rocm_release()}
     text = _output(AMD_VERSIONS, run)
     if text:
-        rows = amd_rows(text)
-        out["gpu_driver"] = _joined(card_value(amd_part(r, "driver"), "version") for r in rows)
-        out["vbios"] = _joined(card_value(amd_part(r, "ifwi") or amd_part(r, "vbios"),
-                                          "version") for r in rows)
+        rows = gpu_info.amd_rows(text)
+        version, part = gpu_info.card_value, gpu_info.amd_part
+        out["gpu_driver"] = _joined(version(part(r, "driver"), "version") for r in rows)
+        out["vbios"] = _joined(version(part(r, "ifwi") or part(r, "vbios"), "version")
+                               for r in rows)
     parts = _output(AMD_PARTITIONS, run)
     return {**out, **_cards_partitions(amd_partitions(parts))} if parts else out
 
