@@ -533,3 +533,18 @@ def test_a_store_that_cannot_be_reached_fails_nothing(tmp_path, capsys):
     assert new_regressions(req) == []
     err = capsys.readouterr().err
     assert "the history could not be judged" in err and "s3cret" not in err
+
+
+def test_a_confirmed_regression_the_night_does_not_bisect_still_exits_1():
+    """With --no-bisect (or builds a bisect cannot install) a confirmation that held is the
+    night's regression, exit 1 as its help says; one that did not hold, or a bisect that
+    measured both ends alike again, is not."""
+    from runner.nightly.night import verdict
+
+    held = {"change": "x", "confirmed": True, "no_bisect": "--no-bisect"}
+    assert verdict([held], []) == "regression"
+    assert verdict([{**held, "confirmed": False}], []) == "passed"
+    assert verdict([{**held, "confirmed": None}], ["bench"]) == "failed"
+    bisected = {"change": "x", "confirmed": True, "bisected": True, "culprit": None}
+    assert verdict([bisected], []) == "passed"  # both ends alike when measured again
+    assert verdict([{**bisected, "culprit": {"first_bad": "wheels:3.12.0"}}], []) == "regression"

@@ -325,6 +325,21 @@ def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, 
     return found
 
 
+def stands(item: dict[str, Any]) -> bool:
+    """Whether a regression the night investigated stands: its bisect named a culprit, or
+    (not bisected: --no-bisect, or builds a bisect cannot install) its confirmation held. A
+    bisect that measured both ends alike again overrules the history's step."""
+    return bool(item.get("culprit")) or (item.get("confirmed") is True
+                                         and not item.get("bisected"))
+
+
+def verdict(regressions: list[dict[str, Any]], checks_failed: list[str]) -> str:
+    """The night's status: `regression` where one stands, else `failed` where a check failed,
+    else `passed`; the first two exit 1."""
+    return ("regression" if any(map(stands, regressions)) else
+            "failed" if checks_failed else "passed")
+
+
 def run_night(req: NightRequest) -> dict[str, Any]:
     """The night, start to end (or skipped): its summary, `exit_code` included."""
     reason = skip_reason(req)
@@ -338,13 +353,12 @@ def run_night(req: NightRequest) -> dict[str, Any]:
     state["measured"] = True
     steps.save()
     regressions = investigate(req, night, steps)
-    confirmed = [r["culprit"] for r in regressions if r.get("culprit")]
     checks_failed = [d["step"] for d in done if d.get("exit_code") == EXIT_FAILED]
-    status = ("regression" if confirmed else "failed" if checks_failed else "passed")
+    status = verdict(regressions, checks_failed)
+    culprits = [r["culprit"] for r in regressions if r.get("culprit")]
     summary = summary_of(req, status, night, steps=done, regressions=regressions,
-                         checks_failed=checks_failed,
-                         culprit=confirmed[0] if confirmed else None)
-    summary["exit_code"] = EXIT_FAILED if confirmed or checks_failed else EXIT_OK
+                         checks_failed=checks_failed, culprit=culprits[0] if culprits else None)
+    summary["exit_code"] = EXIT_OK if status == "passed" else EXIT_FAILED
     state["summary"] = summary
     steps.save()
     return summary
