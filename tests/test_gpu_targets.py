@@ -148,17 +148,18 @@ def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsy
 
 def test_a_dry_run_asks_the_compiler_once_per_chip_and_writes_no_answer(tmp_path,
                                                                          monkeypatch):
-    """A dry run writes no cache, so it keeps its answers in its process: every compile it
-    plans for a chip asks the real iree-compile once (a bench dry run over four layouts
-    asked it 30 times), an unknown chip's candidates once too; a real run still probes a
-    chip the cache lacks and writes its answer there."""
+    """A dry run writes no cache, so it keeps its answers in its process, per compiler
+    version and commit as the cache does: every compile it plans for a chip asks the real
+    iree-compile once (a bench dry run over four layouts asked it 30 times), an unknown
+    chip's candidates once too; a real run still probes a chip the cache lacks and writes
+    its answer there."""
     real = compiler_info()
     calls = tmp_path / "calls $(touch pwned)"
     counting = tmp_path / "iree-compile"
     counting.write_text(f"#!/bin/sh\necho x >> {shlex.quote(str(calls))}\n"
                         f"exec {shlex.quote(real.path)} \"$@\"\n")
     counting.chmod(0o755)
-    compiler = dataclasses.replace(real, path=str(counting))
+    compiler = dataclasses.replace(real, path=str(counting), commit="counted")  # its own key
     monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
 
     def asked() -> int:

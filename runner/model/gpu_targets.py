@@ -86,12 +86,12 @@ def chip_flag(flags: tuple[str, ...]) -> ChipFlag | None:
     return found
 
 
-# A dry run's answers, by the cache file they would have gone to: a dry run writes no cache
-# (runner.base.paths.caches_read_only), so without these it probed the same chip for every
-# compile it planned (30 probes, 17 s of a 38 s `runner bench --profile cpu --batch-size 1,2
-# --cpd 1,2 --dry-run` on 2 cores, 2026-12-07). Only a dry run reads them: a real run still
-# finds or writes every answer in the cache.
-_UNSAVED: dict[Path, dict[str, bool]] = {}
+# A dry run's answers, per compiler version and commit as the cache keeps them: a dry run
+# writes no cache (runner.base.paths.caches_read_only), so without these it probed the same
+# chip for every compile it planned (30 probes, 17 s of a 38 s `runner bench --profile cpu
+# --batch-size 1,2 --cpd 1,2 --dry-run` on 2 cores, 2026-12-07). Only a dry run reads them: a
+# real run still finds or writes every answer in the cache.
+_UNSAVED: dict[str, dict[str, bool]] = {}
 
 
 def _cache_path(compiler: CompilerInfo) -> Path:
@@ -101,7 +101,7 @@ def _cache_path(compiler: CompilerInfo) -> Path:
 
 def _load(compiler: CompilerInfo) -> dict[str, bool]:
     path = _cache_path(compiler)
-    unsaved = {} if caches_writable() else _UNSAVED.get(path, {})
+    unsaved = {} if caches_writable() else _UNSAVED.get(path.name, {})
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -118,7 +118,7 @@ def _save(compiler: CompilerInfo, answers: dict[str, bool]) -> None:
     if caches_writable():
         atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
     else:
-        _UNSAVED.setdefault(_cache_path(compiler), {}).update(answers)
+        _UNSAVED.setdefault(_cache_path(compiler).name, {}).update(answers)
 
 
 def probe_chip(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
