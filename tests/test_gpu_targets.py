@@ -15,7 +15,7 @@ from cli_support import cli
 
 from runner.base.errors import RunnerError
 from runner.base.iree_tools import compiler_info
-from runner.base.paths import cache_dir
+from runner.base.paths import cache_dir, caches_read_only
 from runner.cli.main import main
 from runner.config.profile import load_profile
 from runner.model.gpu_targets import (
@@ -144,3 +144,37 @@ def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsy
     assert not (tmp_path / "pwned").exists()
     assert [p.name for p in (cache_dir() / "gpu-targets").iterdir()] == [
         p.name for p in (cache_dir() / "gpu-targets").glob("*.json")]
+
+
+def test_a_dry_run_asks_the_compiler_once_per_chip_and_writes_no_answer(tmp_path,
+                                                                         monkeypatch):
+    """A dry run writes no cache, so it keeps its answers in its process, per compiler
+    version and commit as the cache does: every compile it plans for a chip asks the real
+    iree-compile once (a bench dry run over four layouts asked it 30 times), an unknown
+    chip's candidates once too; a real run still probes a chip the cache lacks and writes
+    its answer there."""
+    real = compiler_info()
+    calls = tmp_path / "calls $(touch pwned)"
+    counting = tmp_path / "iree-compile"
+    counting.write_text(f"#!/bin/sh\necho x >> {shlex.quote(str(calls))}\n"
+                        f"exec {shlex.quote(real.path)} \"$@\"\n")
+    counting.chmod(0o755)
+    compiler = dataclasses.replace(real, path=str(counting), commit="counted")  # its own key
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+
+    def asked() -> int:
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    with caches_read_only():
+        for _ in range(3):
+            check_gpu_target(("--iree-llvmcpu-target-cpu=host",), compiler, "x")
+        assert asked() == 1
+        for _ in range(2):
+            with pytest.raises(RunnerError, match="does not know the CUDA target 'sm_90'"):
+                check_gpu_target(("--iree-cuda-target=sm_90",), compiler, "x")
+        assert asked() == 1 + len(CANDIDATES["cuda"])  # sm_90, then each other candidate
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "pwned").exists()
+    check_gpu_target(("--iree-llvmcpu-target-cpu=host",), compiler, "x")
+    assert asked() == 2 + len(CANDIDATES["cuda"])
+    (cached,) = (tmp_path / "cache" / "gpu-targets").glob("*.json")
+    assert json.loads(cached.read_text()) == {"--iree-llvmcpu-target-cpu=host": True}
