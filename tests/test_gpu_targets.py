@@ -144,3 +144,29 @@ def test_a_hostile_chip_name_is_one_argument_and_refused(probed, tmp_path, capsy
     assert not (tmp_path / "pwned").exists()
     assert [p.name for p in (cache_dir() / "gpu-targets").iterdir()] == [
         p.name for p in (cache_dir() / "gpu-targets").glob("*.json")]
+
+
+def test_a_dry_run_asks_about_its_chip_once_and_keeps_the_answer_to_itself(tmp_path,
+                                                                          monkeypatch):
+    """A dry run writes no cache, yet its compile plan checks the chip for each of the
+    model's files: it asks the real iree-compile (through a wrapper that logs each call)
+    once, and the next dry run in the same process not at all; the cache stays empty."""
+    real = compiler_info()
+    tools, calls = tmp_path / "tools dir", tmp_path / "calls.log"
+    tools.mkdir()
+    wrapper = tools / "iree-compile"
+    wrapper.write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(calls))}\n"
+                       f"exec {shlex.quote(real.path)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+
+    def probes() -> int:
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        return sum("--compile-to=executable-targets" in line for line in lines)
+
+    for expected in (1, 1):
+        ran = cli("--iree-tools", tools, "compile", "--profile", "h100-seeded", "--dry-run")
+        assert ran.returncode == 0, ran.stderr
+        assert "--iree-cuda-target=sm_80" in ran.stdout + ran.stderr
+        assert probes() == expected
+    assert not (tmp_path / "cache" / "gpu-targets").exists()

@@ -91,20 +91,32 @@ def _cache_path(compiler: CompilerInfo) -> Path:
     return cache_dir() / "gpu-targets" / f"{name}.json"
 
 
+# What a dry run probed, by the cache file it would have gone to: a dry run writes no cache
+# (runner.base.paths.caches_read_only), and without these it asked iree-compile the same
+# question again for each of the model's files (five probes of one chip per dry run).
+_UNSAVED: dict[Path, dict[str, bool]] = {}
+
+
 def _load(compiler: CompilerInfo) -> dict[str, bool]:
+    path = _cache_path(compiler)
     try:
-        raw = json.loads(_cache_path(compiler).read_text())
+        raw = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}  # none yet, or damaged: it is only a cache
-    return {k: v for k, v in raw.items() if isinstance(v, bool)} if isinstance(raw, dict) \
+        raw = {}  # none yet, or damaged: it is only a cache
+    saved = {k: v for k, v in raw.items() if isinstance(v, bool)} if isinstance(raw, dict) \
         else {}
+    if caches_writable():  # a real run asks and saves anew what only a dry run knew
+        return saved
+    return {**saved, **_UNSAVED.get(path, {})}
 
 
 def _save(compiler: CompilerInfo, answers: dict[str, bool]) -> None:
     """Merged into what is there: another process may have probed other chips meanwhile.
-    A dry run keeps its answers to itself (runner.base.paths.caches_read_only)."""
+    A dry run keeps its answers to itself: in this process, not in the cache."""
     if caches_writable():
         atomic_write_json(_cache_path(compiler), {**_load(compiler), **answers})
+    else:
+        _UNSAVED.setdefault(_cache_path(compiler), {}).update(answers)
 
 
 def probe_chip(compiler: CompilerInfo, target: ChipFlag) -> bool | None:
