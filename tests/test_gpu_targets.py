@@ -178,3 +178,33 @@ def test_a_dry_run_asks_the_compiler_once_per_chip_and_writes_no_answer(tmp_path
     assert asked() == 2 + len(CANDIDATES["cuda"])
     (cached,) = (tmp_path / "cache" / "gpu-targets").glob("*.json")
     assert json.loads(cached.read_text()) == {"--iree-llvmcpu-target-cpu=host": True}
+
+
+def test_a_dry_run_asks_about_its_chip_once_and_keeps_the_answer_to_itself(tmp_path,
+                                                                          monkeypatch):
+    """A dry run writes no cache, yet its compile plan checks the chip for each of the
+    model's files: it asks the real iree-compile (through a wrapper that logs each call)
+    once at most, and the next dry run in the same process not at all; the cache stays empty."""
+    real = compiler_info()
+    tools, calls = tmp_path / "tools dir", tmp_path / "calls.log"
+    tools.mkdir()
+    wrapper = tools / "iree-compile"
+    wrapper.write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(calls))}\n"
+                       f"exec {shlex.quote(real.path)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+
+    def probes() -> int:
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        return sum("--compile-to=executable-targets" in line for line in lines)
+
+    seen = []
+    for _ in range(2):
+        ran = cli("--iree-tools", tools, "compile", "--profile", "h100-seeded", "--dry-run")
+        assert ran.returncode == 0, ran.stderr
+        assert "--iree-cuda-target=sm_80" in ran.stdout + ran.stderr
+        seen.append(probes())
+    # once at most: not at all where an earlier test of this process asked this compiler
+    # (the answers are kept per compiler version and commit, the exact count is the test above's)
+    assert seen[0] <= 1 and seen[1] == seen[0]
+    assert not (tmp_path / "cache" / "gpu-targets").exists()

@@ -13,6 +13,7 @@ import pytest
 from cli_support import cli
 
 from runner.base.paths import CONFIGS_DIR
+from runner.batch import executors
 from runner.batch.cli import PLAN_READS, RUN_READS
 from runner.bench.cli import BENCH_READS
 from runner.config.profile import load_profile
@@ -84,6 +85,26 @@ def _refused(proc, field: str, reads: ProfileReads) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.fixture
+def probed_once(monkeypatch) -> dict[tuple, executors.WorkerProbe]:
+    """Each distinct worker command and environment started once for the walk (a real
+    `python -m runner.batch.worker --check`, 0.7 s of CPU), its answer given to every later
+    dry run that would start the very same one: the walk checks what each `--set` makes of
+    the profile, not the worker's environment (tests/test_preflight.py starts it afresh
+    every time). Returns the probes made, by command and environment."""
+    made: dict[tuple, executors.WorkerProbe] = {}
+    real = executors.run_probe
+
+    def once(argv: list[str], env: dict[str, str], shown: str) -> executors.WorkerProbe:
+        key = (tuple(argv), tuple(sorted(env.items())), shown)
+        if key not in made:
+            made[key] = real(argv, env, shown)
+        return made[key]
+
+    monkeypatch.setattr(executors, "run_probe", once)
+    return made
+
+
 def test_the_walk_covers_every_settable_field():
     assert "accuracy.fid_statistics" in settable_fields() and "count" in settable_fields()
     assert "layout.cpd" in RUN_READS.read() and "mlperf.system" not in RUN_READS.read()
@@ -92,7 +113,7 @@ def test_the_walk_covers_every_settable_field():
 @pytest.mark.slow  # 40 dry runs of each profile: 3 to 10 s apiece on 2 cores
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_field_set_on_a_run_is_the_value_it_runs_with_or_refused(
-        name, lab_profiles, tmp_path, monkeypatch):
+        name, lab_profiles, probed_once, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "spec q.mlir"
     spec.write_text("module {}\n")
@@ -123,6 +144,8 @@ def test_every_field_set_on_a_run_is_the_value_it_runs_with_or_refused(
             pytest.fail(f"{name}: no value of {field} runs: {errors}")
     assert not out.exists() and not (tmp_path / "pwned").exists()
     assert honoured >= 15, honoured  # most fields took a value unlike the profile's own
+    # the dry runs' preflights started the worker's python for real, and it started
+    assert any(p.returncode == 0 for p in probed_once.values()), probed_once
 
 
 def test_the_effective_value_is_the_one_the_run_records(tmp_path):

@@ -399,6 +399,18 @@ def _run_isolated(test: GoldenTest, opts: CheckOptions, compiler: CompilerInfo
         "(iree-compile, the run) were killed"))
 
 
+def _stop_resource_tracker() -> None:
+    """The resource tracker the first spawned test started, ended once the tests are done.
+    It ignores SIGTERM and ends only when this process does, so the CLI's stop of what a
+    command started waited out its whole grace for it (10 s) before a SIGKILL, on every
+    `--timeout` check. Nothing is registered with it (a pipe, no named semaphores)."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
+
+
 def _kill_group(proc) -> None:
     """The test's process and everything it started (its own process group), waited for."""
     try:
@@ -482,11 +494,15 @@ def check(tests: list[GoldenTest], opts: CheckOptions, *, echo: bool = True) -> 
     compiler = compiler_info()
     start = time.perf_counter()
     results = []
-    for test in tests:
-        result = run_test(test, opts, compiler)
-        results.append(result)
-        if echo:
-            print(console_line(result, opts.dry_run), flush=True)
+    try:
+        for test in tests:
+            result = run_test(test, opts, compiler)
+            results.append(result)
+            if echo:
+                print(console_line(result, opts.dry_run), flush=True)
+    finally:
+        if opts.timeout is not None and not opts.dry_run:
+            _stop_resource_tracker()
     report = CheckReport(results, opts, compiler, time.perf_counter() - start)
     if opts.out is not None and not opts.dry_run:
         write_reports(report, opts.out)
