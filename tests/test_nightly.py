@@ -539,7 +539,7 @@ def test_a_confirmed_regression_the_night_does_not_bisect_still_exits_1():
     """With --no-bisect (or builds a bisect cannot install) a confirmation that held is the
     night's regression, exit 1 as its help says; one that did not hold, or a bisect that
     measured both ends alike again, is not."""
-    from runner.nightly.night import verdict
+    from runner.nightly.night import night_status as verdict
 
     held = {"change": "x", "confirmed": True, "no_bisect": "--no-bisect"}
     assert verdict([held], []) == "regression"

@@ -333,7 +333,7 @@ def stands(item: dict[str, Any]) -> bool:
                                          and not item.get("bisected"))
 
 
-def verdict(regressions: list[dict[str, Any]], checks_failed: list[str]) -> str:
+def night_status(regressions: list[dict[str, Any]], checks_failed: list[str]) -> str:
     """The night's status: `regression` where one stands, else `failed` where a check failed,
     else `passed`; the first two exit 1."""
     return ("regression" if any(map(stands, regressions)) else
@@ -354,7 +354,7 @@ def run_night(req: NightRequest) -> dict[str, Any]:
     steps.save()
     regressions = investigate(req, night, steps)
     checks_failed = [d["step"] for d in done if d.get("exit_code") == EXIT_FAILED]
-    status = verdict(regressions, checks_failed)
+    status = night_status(regressions, checks_failed)
     culprits = [r["culprit"] for r in regressions if r.get("culprit")]
     summary = summary_of(req, status, night, steps=done, regressions=regressions,
                          checks_failed=checks_failed, culprit=culprits[0] if culprits else None)
