@@ -283,9 +283,11 @@ def detect(series: Series, *, alpha: float = ALPHA, min_change: float = MIN_CHAN
     return out
 
 
-def newest_builds(series: Series, judged: list[int]) -> tuple[list[int], list[int]] | None:
-    """(the previous build's judged indexes, the newest build's) where the series' newest
-    judged point is of a build other than the one before it; None where it is not."""
+def newest_builds(series: Series, judged: list[int]
+                  ) -> tuple[list[int], list[int], int] | None:
+    """(the previous build's judged indexes, the newest build's, the index of the newest
+    build's first point) where the series' newest judged point is of a build other than the
+    one before it; None where it is not."""
     points = series.points
     if not judged:
         return None
@@ -299,7 +301,8 @@ def newest_builds(series: Series, judged: list[int]) -> tuple[list[int], list[in
     first_old = start
     while first_old > 0 and points[first_old - 1].build == old_build:
         first_old -= 1
-    return ([i for i in judged if first_old <= i < start], [i for i in judged if i >= start])
+    return ([i for i in judged if first_old <= i < start], [i for i in judged if i >= start],
+            start)
 
 
 def point_spread(point: Point) -> Spread | None:
@@ -348,9 +351,7 @@ def build_step(series: Series, *, min_change: float = MIN_CHANGE, window: int = 
     higher = bad.low > good.high
     p = 0.0 if noiseless else beyond_p(old, good.high if higher else good.low, higher,
                                         len(new))
-    boundary = sides[1][0]
-    while points[boundary - 1].build == points[boundary].build:
-        boundary -= 1
+    boundary = sides[2]
     n_before = boundary - min(sides[0])
     return Change(series, boundary, good.median, bad.median, p, n_before,
                   len(points) - boundary, at_boundary=True)
