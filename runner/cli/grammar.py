@@ -458,6 +458,8 @@ def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
 
 PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path"
 
+DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 10, 30  # a 10% step on the tiny CPU model holds within them
+
 GRAMMAR: dict[str, str] = {
     # what is run
     "--profile": "the profile: a name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path",
@@ -511,6 +513,8 @@ GRAMMAR: dict[str, str] = {
     "--command": "the command whose recorded results are meant: run, bench, 'bench goldens', "
                  "mlperf, validate, 'goldens check'",
     "--min-change": "the smallest relative change that counts",
+    "--rounds": "interleaved rounds of each build before an A/B's first judgement",
+    "--max-rounds": "the most interleaved rounds of each build an A/B takes while undecided",
     "--profile-match": "recorded results of a profile this glob matches (a filter: --profile "
                        "loads a profile)",
     # goldens and benchmarks
@@ -759,6 +763,21 @@ def add_good_bad(p: Any) -> None:
            help="the last build known good: wheels:VERSION, commit:SHA, source:SHA or "
            "build-dir:DIR (the older one)")
     shared(p, "--bad", required=True, metavar="BUILD", help="a build known bad, as --good")
+
+
+def add_confirm_rounds(p: Any) -> None:
+    """--rounds and --max-rounds: how long an interleaved A/B of two builds measures
+    (`history confirm`, and `nightly` on a new build's first night); runner.history.paired
+    judges it."""
+    shared(p, "--rounds", type=COUNT, default=DEFAULT_ROUNDS, metavar="N",
+           help="rounds of each build, interleaved, before the first judgement (default: "
+           f"{DEFAULT_ROUNDS})")
+    shared(p, "--max-rounds", type=COUNT, default=DEFAULT_MAX_ROUNDS, metavar="N",
+           help="the most rounds of each build: while the bad/good estimate is past "
+           "--min-change and its interval still takes in no change, 4 more rounds are "
+           "measured and judged again, up to N; each judgement at the level that keeps all "
+           "of them together at 99%%, so a difference needs 8 rounds or more to hold "
+           f"(default: {DEFAULT_MAX_ROUNDS}; at least --rounds)")
 
 
 def add_dry_run(p: Any, what: str = "the exact commands it would run") -> None:

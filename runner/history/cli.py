@@ -20,6 +20,7 @@ from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DISK_FULL,
     Exits,
+    add_confirm_rounds,
     add_dry_run,
     add_find_links,
     add_good_bad,
@@ -234,6 +235,14 @@ def cmd_import(ctx: CommandContext) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
+def rounds_at_most(args: argparse.Namespace) -> int:
+    """--max-rounds, refused below --rounds (the rounds before the first judgement)."""
+    if args.max_rounds < args.rounds:
+        raise BadInput(f"--max-rounds {args.max_rounds} is fewer than --rounds {args.rounds}",
+                       where="--max-rounds", fix=f"pass --max-rounds {args.rounds} or more")
+    return int(args.max_rounds)
+
+
 def _confirm_request(args: argparse.Namespace):
     from runner.bisect.builds import Sources, check_find_links, parse_build
     from runner.history.confirm import ConfirmRequest
@@ -245,7 +254,7 @@ def _confirm_request(args: argparse.Namespace):
                        where="--bad", fix="name the first bad build the history printed")
     return ConfirmRequest(good, bad, args.result_command, args.metric[0], args.stage,
                           args.profile_match, args.sku, args.rounds, args.min_change,
-                          Path(args.out).absolute(), sources)
+                          Path(args.out).absolute(), sources, rounds_at_most(args))
 
 
 def cmd_confirm(ctx: CommandContext) -> int:
@@ -266,7 +275,7 @@ def cmd_confirm(ctx: CommandContext) -> int:
     with (open_store(url, upgrade=False) if args.dry_run else opened(url)) as store:
         series = confirm.find_series(store.query(query), req, socket.gethostname())
         if args.dry_run:
-            print("\n".join(confirm.confirm_dry_run(req, series, url.shown())))
+            print("\n".join(confirm.confirm_dry_run(req, [series], url.shown())))
             return EXIT_OK
         confirmation = confirm.confirm(req, series)
         store.add_confirmation(confirmation)
@@ -424,8 +433,11 @@ def _register_confirm(sub: Any) -> None:
         "interleaved on this machine, and store whether the difference holds",
         description="Installs both builds (a cached venv each, as runner bisect does) and "
         "runs the series' bench goldens test with each in turn, good, bad, good, bad, ..., "
-        "so both see the same machine. The change holds when the bad build's interval of the "
-        "median lies wholly on the worse side of the good one's, by --min-change. The "
+        "so both see the same machine. Each pair of rounds gives the bad/good ratio of every "
+        "repetition of one against every repetition of the other; the change holds when the "
+        "ratio's signed-rank interval over the pairs lies wholly on the worse side of 1 and "
+        "the estimate is past --min-change; while the estimate is past it but the interval "
+        "takes in no change, rounds are added up to --max-rounds. The "
         "confirmation is stored: `runner history` then calls the change a regression (exit "
         "1) or the machine's. Exit 1 when it holds, 0 when it does not.")
     add_good_bad(c)
@@ -438,10 +450,8 @@ def _register_confirm(sub: Any) -> None:
     shared(g, "--profile-match", metavar="GLOB",
            help="the series' profile (default: any, where one series matches)")
     shared(g, "--sku", help="the series' SKU (default: any, where one series matches)")
-    c.add_argument("--rounds", type=COUNT, default=5, metavar="N",
-                   help="rounds of each build, interleaved (default: 5: each median's "
-                   "interval is then its runs' range, at 94%%)")
-    _min_change(c, "the smallest relative difference of the medians that holds")
+    add_confirm_rounds(c)
+    _min_change(c, "the smallest bad/good change that holds")
     add_find_links(c)
     add_pre(c)
     add_results(c, records=False)
@@ -455,5 +465,5 @@ def _register_confirm(sub: Any) -> None:
              "--out runs/confirm-unet",
              out="confirm.json (the confirmation as stored), confirm.md, rounds/NN-good|bad/ "
              "(each round's bench goldens out dir and log)",
-             exits=Exits(verdict="the change holds: the bad build is worse, beyond both "
-                         "intervals"))
+             exits=Exits(verdict="the change holds: the bad build is worse, its interval "
+                         "wholly on the worse side"))

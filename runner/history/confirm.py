@@ -2,22 +2,28 @@
 
 A step in the history compares runs made on different nights, beside whatever else the
 machine did each night. Confirming it measures the last good and first bad builds again on
-this machine, interleaved (good, bad, good, bad, ... as Chromium's Pinpoint does), so both
-see the same neighbours and the same machine state. Each round is a real `runner bench
-goldens` of the series' test file with that build's IREE tools (installed once per build
-in a cached venv by the bisect machinery, runner/bisect/envs.py), read back by the same
-extraction the history records with. The change holds when the bad build's interval of the
-median (runner.base.spread) lies wholly on the worse side of the good build's, by at least
-`--min-change`; the confirmation is stored, and `runner history` judges the change by it
-(runner/history/judge.py).
+this machine, interleaved (good, bad, bad, good, good, bad, ...: Chromium's Pinpoint
+interleaves its A/B runs too; the order alternates so neither build is always the second of
+its pair), so both see the same neighbours and the same machine state. Each round is a real
+`runner bench goldens` of the series' test file with that build's IREE tools (installed once
+per build in a cached venv by the bisect machinery, runner/bisect/envs.py), read back by the
+same extraction the history records with, every repetition kept. The rounds are judged by
+runner.history.paired: the bad/good ratio from every repetition of each pair of rounds, its
+interval, and more rounds while the estimate is past `--min-change` but the interval still
+takes in no change, up to `--max-rounds`. The confirmation is stored, and `runner history`
+judges the change by it (runner/history/judge.py). `runner nightly` measures a new build
+against the previous one the same way on its first night (`confirm_all`, every series of
+the night's bench goldens from the same rounds).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,11 +32,12 @@ from typing import Any
 from runner.base import shellscript
 from runner.base.errors import BadInput, StepFailed
 from runner.base.paths import GOLDENS_DIR
-from runner.base.spread import Spread, spread
+from runner.base.spread import spread
 from runner.bisect.builds import Build, Sources
 from runner.history.extract import extract
 from runner.history.judge import CONFIRMABLE
 from runner.history.model import WORSE_WHEN, Confirmation, Result
+from runner.history.paired import Looks, Verdict, judge
 from runner.history.series import Series, series_of
 
 CONFIRM_JSON, CONFIRM_MD = "confirm.json", "confirm.md"
@@ -47,10 +54,11 @@ class ConfirmRequest:
     subject: str
     profile: str | None
     sku: str | None
-    rounds: int
+    rounds: int  # before the first look
     min_change: float
     out: Path
     sources: Sources
+    max_rounds: int = 0  # the most, rounds added while undecided (0: `rounds`)
 
 
 def find_series(results: list[Result], req: ConfirmRequest, machine: str) -> Series:
@@ -97,11 +105,17 @@ def golden_file(series: Series) -> Path:
                    "checkout or suite its bench goldens ran from)")
 
 
-def round_argv(tools: str, file: Path, sku: str, out: Path, store: Path) -> list[str]:
-    """One round: bench goldens of the one file with the build's tools, recording into the
-    confirmation's own store, not the history."""
-    return [sys.executable, "-m", "runner", "--iree-tools", tools, "bench", "goldens", str(file),
-            "--sku", sku, "--out", str(out), "--results", str(store)]
+def round_argv(tools: str, files: list[Path], sku: str, out: Path, store: Path) -> list[str]:
+    """One round: bench goldens of the series' files with the build's tools, recording into
+    the confirmation's own store, not the history."""
+    return [sys.executable, "-m", "runner", "--iree-tools", tools, "bench", "goldens",
+            *map(str, files), "--sku", sku, "--out", str(out), "--results", str(store)]
+
+
+def sides(i: int) -> tuple[str, str]:
+    """Round i's order (from 0): good first, then bad first, and so on, so a machine that
+    warms up or slows down across a pair favours neither build."""
+    return ("good", "bad") if i % 2 == 0 else ("bad", "good")
 
 
 def tools_dir(build: Build, sources: Sources, dry_run: bool) -> str:
@@ -117,8 +131,21 @@ def tools_dir(build: Build, sources: Sources, dry_run: bool) -> str:
     return env.bin_dir
 
 
-def measure_round(round_dir: Path, series: Series, argv: list[str]) -> tuple[float, dict[str, Any]]:
-    """The round's number, read as the history reads it, and its conditions."""
+def repetitions(round_dir: Path, subject: str) -> list[float]:
+    """Each repetition's time of one golden test in a round's bench.json (none where the
+    round kept none: its one value is then the round's)."""
+    try:
+        bench = json.loads((round_dir / "bench.json").read_text())
+        (golden,) = [g for g in bench.get("goldens") or [] if g.get("name") == subject]
+        return [float(t) for t in golden["latency_ms"]["times_ms"] if float(t) > 0]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def measure_round(round_dir: Path, series: list[Series], argv: list[str]
+                  ) -> dict[str, dict[str, Any]]:
+    """Each series' number in the round, read as the history reads it, its repetitions and
+    its conditions, by subject."""
     from runner.bisect.envs import runner_source_dir
 
     # this very runner in the round, whatever else is on the path
@@ -132,78 +159,133 @@ def measure_round(round_dir: Path, series: Series, argv: list[str]) -> tuple[flo
                          f"{(proc.stderr or proc.stdout).strip()[-600:]}",
                          where=str(round_dir), fix=f"run it by hand: {shellscript.join(argv)}")
     (result,) = extract(round_dir)
-    value = next((m.value for m in result.metrics
-                  if m.name == series.metric and m.subject == series.subject), None)
-    if value is None:
-        raise StepFailed(f"the round measured no {series.metric} {series.subject}",
-                         where=str(round_dir), fix=f"run it by hand: {shellscript.join(argv)}")
-    return value, dict(result.details.get("conditions", {}).get(series.subject) or {})
+    got = {}
+    for s in series:
+        value = next((m.value for m in result.metrics
+                      if m.name == s.metric and m.subject == s.subject), None)
+        if value is None:
+            raise StepFailed(f"the round measured no {s.metric} {s.subject}",
+                             where=str(round_dir), fix=f"run it by hand: {shellscript.join(argv)}")
+        got[s.subject] = {"value": value, "times_ms": repetitions(round_dir, s.subject) or [value],
+                          **dict(result.details.get("conditions", {}).get(s.subject) or {})}
+    return got
 
 
-def holds(series: Series, good: Spread, bad: Spread, min_change: float) -> bool:
-    """The bad build's interval wholly on the worse side of the good's, by `min_change`."""
-    worse = WORSE_WHEN.get(series.metric, 1)
-    relative = bad.median / good.median - 1.0 if good.median else float("inf")
-    return bad.apart_from(good) and relative * worse >= min_change
+def looks(req: ConfirmRequest) -> Looks:
+    return Looks(req.rounds, max(req.rounds, req.max_rounds or req.rounds))
 
 
-def interleaved(req: ConfirmRequest, series: Series, file: Path, tools: dict[str, str]
-                ) -> dict[str, Any]:
-    """Good, bad, good, bad, ...: `req.rounds` of each, every value and its conditions."""
-    values: dict[str, list[float]] = {"good": [], "bad": []}
-    conditions: list[dict[str, Any]] = []
-    for i in range(req.rounds):
-        for side in ("good", "bad"):
-            round_dir = req.out / ROUNDS_DIR / f"{i + 1:02d}-{side}"
-            argv = round_argv(tools[side], file, series.sku, round_dir, req.out / ROUNDS_STORE)
-            print(f"confirm: round {i + 1}/{req.rounds}, {side} "
-                  f"({getattr(req, side).spec}) ...", file=sys.stderr, flush=True)
-            value, cond = measure_round(round_dir, series, argv)
-            values[side].append(value)
-            conditions.append({"round": i + 1, "side": side, "value": value, **cond})
-    return {"values": values, "conditions": conditions}
+def pairs(measured: list[dict[str, Any]], subject: str) -> list[tuple[list[float], list[float]]]:
+    """Each round's (good repetitions, bad repetitions) of one series."""
+    by_round: dict[int, dict[str, list[float]]] = {}
+    for m in measured:
+        by_round.setdefault(m["round"], {})[m["side"]] = m["subjects"][subject]["times_ms"]
+    return [(r["good"], r["bad"]) for _, r in sorted(by_round.items()) if len(r) == 2]
+
+
+def holds(series: Series, measured: list[dict[str, Any]], min_change: float, level: float
+          ) -> Verdict:
+    """The bad build worse than the good one beyond the machine's noise: the bad/good ratio
+    from every repetition of every pair of rounds, its interval wholly on the worse side of
+    1 at `level` and the ratio by at least `min_change` (runner.history.paired)."""
+    return judge(pairs(measured, series.subject), WORSE_WHEN.get(series.metric, 1),
+                 min_change, level)
+
+
+def sequential(plan: Looks, series: list[Series], min_change: float,
+               take: Callable[[int, str], dict[str, dict[str, Any]]]
+               ) -> tuple[list[dict[str, Any]], dict[str, Verdict]]:
+    """Rounds taken (`take(i, side)`, in `sides` order) and judged at each of `plan`'s
+    looks until every series is decided (it holds, or its estimate is short of
+    `min_change`) or `plan.most` are taken: every round's values and each series' verdict,
+    from the look that decided it (or the last)."""
+    measured: list[dict[str, Any]] = []
+    verdicts: dict[str, Verdict] = {}
+    for n in plan.at():
+        for i in range(len(measured) // 2, n):
+            measured += [{"round": i + 1, "side": side, "subjects": take(i, side)}
+                         for side in sides(i)]
+        for s in series:
+            if s.subject not in verdicts or verdicts[s.subject].undecided:
+                verdicts[s.subject] = holds(s, measured, min_change, plan.level())
+        if not any(v.undecided for v in verdicts.values()):
+            break
+    return measured, verdicts
+
+
+def interleaved(req: ConfirmRequest, series: list[Series], files: list[Path],
+                tools: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Verdict]]:
+    """Real rounds of the two builds, `sequential`ly judged."""
+    plan = looks(req)
+
+    def take(i: int, side: str) -> dict[str, dict[str, Any]]:
+        round_dir = req.out / ROUNDS_DIR / f"{i + 1:02d}-{side}"
+        argv = round_argv(tools[side], files, series[0].sku, round_dir, req.out / ROUNDS_STORE)
+        print(f"confirm: round {i + 1} (at most {plan.most}), {side} "
+              f"({getattr(req, side).spec}) ...", file=sys.stderr, flush=True)
+        return measure_round(round_dir, series, argv)
+
+    return sequential(plan, series, req.min_change, take)
+
+
+def confirm_all(req: ConfirmRequest, series: list[Series]) -> list[Confirmation]:
+    """Measures the two builds interleaved and judges each series from the same rounds."""
+    files = list(dict.fromkeys(golden_file(s) for s in series))
+    tools = {"good": tools_dir(req.good, req.sources, False),
+             "bad": tools_dir(req.bad, req.sources, False)}
+    measured, verdicts = interleaved(req, series, files, tools)
+    when = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+    return [confirmation(req, s, measured, verdicts[s.subject], when) for s in series]
 
 
 def confirm(req: ConfirmRequest, series: Series) -> Confirmation:
-    """Measures the two builds interleaved and judges the difference."""
-    file = golden_file(series)
-    tools = {"good": tools_dir(req.good, req.sources, False),
-             "bad": tools_dir(req.bad, req.sources, False)}
-    got = interleaved(req, series, file, tools)
-    good, bad = spread(got["values"]["good"]), spread(got["values"]["bad"])
-    busy = sum(bool(c.get("beside_foreign_load")) for c in got["conditions"])
+    (found,) = confirm_all(req, [series])
+    return found
+
+
+def confirmation(req: ConfirmRequest, series: Series, measured: list[dict[str, Any]],
+                 verdict: Verdict, when: datetime) -> Confirmation:
+    """One series' finding, every round's value, repetitions and conditions kept."""
+    rounds = [{"round": m["round"], "side": m["side"], **m["subjects"][series.subject]}
+              for m in measured if m["round"] <= verdict.rounds]
+    values = {side: [r["value"] for r in sorted(rounds, key=lambda r: r["round"])
+                     if r["side"] == side] for side in ("good", "bad")}
+    plan = looks(req)
     return Confirmation(
-        series.key(), req.good.spec, req.bad.spec, tuple(got["values"]["good"]),
-        tuple(got["values"]["bad"]), holds(series, good, bad, req.min_change),
-        datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0), socket.gethostname(),
-        str(req.out), {"good": good.to_dict(), "bad": bad.to_dict(), "file": str(file),
-                       "min_change": req.min_change, "rounds": got["conditions"],
-                       "beside_foreign_load": busy})
+        series.key(), req.good.spec, req.bad.spec, tuple(values["good"]), tuple(values["bad"]),
+        verdict.holds, when, socket.gethostname(), str(req.out),
+        {"good": spread(values["good"]).to_dict(), "bad": spread(values["bad"]).to_dict(),
+         "verdict": verdict.to_dict(), "level": plan.level(), "looks": plan.at(),
+         "file": str(golden_file(series)), "min_change": req.min_change, "rounds": rounds,
+         "beside_foreign_load": sum(bool(r.get("beside_foreign_load")) for r in rounds)})
 
 
 def confirmation_summary(c: Confirmation, series: Series) -> str:
-    """One line for the console and confirm.md: both medians with their intervals, the
-    rounds and how many ran beside foreign load, and what that makes the change."""
-    good, bad = Spread.from_dict(c.details["good"]), Spread.from_dict(c.details["bad"])
-    assert good is not None and bad is not None
-    unit = f" {series.unit}" if series.unit else ""
+    """One line for the console and confirm.md: the bad/good ratio with its interval, from
+    how many rounds and repetitions, how many ran beside foreign load, and what that makes
+    the change."""
+    v = c.details["verdict"]
     verdict = ("the difference holds: a regression of IREE's" if c.holds else
+               "undecided: the estimate is past --min-change, its interval takes in no "
+               "change (more rounds: --max-rounds)" if v["undecided"] else
                "the difference does not hold: the machine's, not IREE's")
-    return (f"{series.label}: {c.good} median {good.median:.4g}{unit} [{good.low:.4g}, "
-            f"{good.high:.4g}], {c.bad} median {bad.median:.4g}{unit} [{bad.low:.4g}, "
-            f"{bad.high:.4g}] ({bad.median / good.median - 1:+.1%}; {good.n} interleaved "
-            f"rounds each on {c.machine}, intervals at {good.confidence:.0%}; "
-            f"{c.details['beside_foreign_load']} round(s) beside foreign load): {verdict}\n")
+    return (f"{series.label}: {c.bad} / {c.good} = {v['ratio']:.4f} [{v['low']:.4f}, "
+            f"{v['high']:.4f}] at {v['confidence']:.2%} ({v['ratio'] - 1:+.1%}; "
+            f"{v['rounds']} interleaved rounds each, {v['repetitions']} repetitions, on "
+            f"{c.machine}; {c.details['beside_foreign_load']} run(s) beside foreign load): "
+            f"{verdict}\n")
 
 
-def confirm_dry_run(req: ConfirmRequest, series: Series, store: str) -> list[str]:
+def confirm_dry_run(req: ConfirmRequest, series: list[Series], store: str) -> list[str]:
     """The exact commands a confirmation runs: each build's setup where it is not cached,
-    then the rounds in their order."""
+    then the rounds before the first look in their order, and when more are added."""
     from runner.bisect.envs import plan_setup, setup_lines
 
-    file = golden_file(series)
-    lines = [f"# confirm {series.label}: {req.good.spec} and {req.bad.spec}, "
-             f"{req.rounds} interleaved round(s) each on {socket.gethostname()}"]
+    files = list(dict.fromkeys(golden_file(s) for s in series))
+    plan = looks(req)
+    lines = [f"# confirm {', '.join(s.label for s in series)}: {req.good.spec} and "
+             f"{req.bad.spec}, {req.rounds} interleaved round(s) each on "
+             f"{socket.gethostname()}, judged at {plan.level():.2%}"]
     tools = {}
     for side in ("good", "bad"):
         build = getattr(req, side)
@@ -212,10 +294,13 @@ def confirm_dry_run(req: ConfirmRequest, series: Series, store: str) -> list[str
         lines += [f"# {build.spec}: cached in {setup.root}"] if cached else setup_lines(setup)
         tools[side] = tools_dir(build, req.sources, dry_run=True)
     for i in range(req.rounds):
-        for side in ("good", "bad"):
+        for side in sides(i):
             lines.append(shellscript.join(round_argv(
-                tools[side], file, series.sku, req.out / ROUNDS_DIR / f"{i + 1:02d}-{side}",
+                tools[side], files, series[0].sku, req.out / ROUNDS_DIR / f"{i + 1:02d}-{side}",
                 req.out / ROUNDS_STORE)))
+    if plan.most > req.rounds:
+        lines.append(f"# then, while a series is undecided, the same rounds again, judged "
+                     f"after {', '.join(map(str, plan.at()[1:]))} rounds")
     lines.append(f"# would store the confirmation in {store} and write "
                  f"{req.out / CONFIRM_JSON}, {req.out / CONFIRM_MD}")
     return lines

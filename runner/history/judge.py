@@ -56,11 +56,18 @@ def confirm_command(change: Change) -> str | None:
 def _confirmed(change: Change, confirmation: Confirmation) -> Change:
     when = f"{confirmation.confirmed_at:%Y-%m-%d %H:%M}"
     rounds = f"{len(confirmation.good_values)} interleaved rounds on {confirmation.machine}"
+    if (confirmation.details.get("verdict") or {}).get("undecided"):
+        return replace(change, kind=Outcome.UNCONFIRMED, confirmation=confirmation.to_dict(),
+                       reasons=(
+            f"measured again {when}: {confirmation.good} and {confirmation.bad}, {rounds}; "
+            "undecided: the estimate is past --min-change but its interval takes in no "
+            "change: confirm it with more rounds (--max-rounds)",), confirm=confirm_command(
+                change))
     if confirmation.holds:
         return replace(change, kind=Outcome.REGRESSION, confirmation=confirmation.to_dict(),
                        reasons=(f"confirmed {when}: {confirmation.good} and "
                                 f"{confirmation.bad} measured again, {rounds}; the "
-                                "difference held with its interval",))
+                                "bad/good ratio's interval lay wholly on the worse side",))
     return replace(change, kind=Outcome.MACHINE, confirmation=confirmation.to_dict(),
                    reasons=(f"measured again {when}: {confirmation.good} and "
                             f"{confirmation.bad}, {rounds}; the difference did not hold: the "

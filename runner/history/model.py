@@ -108,9 +108,10 @@ class Result:
 @dataclass(frozen=True)
 class Confirmation:
     """A change measured again: the last good and first bad builds, interleaved (good, bad,
-    good, bad, ...) on one machine, `rounds` times each. `holds` when the bad build's
-    interval lies wholly on the worse side of the good one's, by at least the change asked
-    for. `series` is the series' key (runner.history.series.Series.key)."""
+    bad, good, ...) on one machine, `rounds` times each. `holds` when the bad/good ratio
+    from every repetition of each pair of rounds has its interval wholly on the worse side
+    of 1, by at least the change asked for (runner.history.paired; `details["verdict"]`).
+    `series` is the series' key (runner.history.series.Series.key)."""
 
     series: dict[str, str]
     good: str  # the build specs measured (`wheels:3.12.0`)
