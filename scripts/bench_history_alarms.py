@@ -1,5 +1,5 @@
-"""Benchmark: what the history's judgement costs in false alarms, how soon it flags a step
-that comes with a new build, and whether the step's confirmation holds.
+"""Benchmark: what the history's judgement costs in false alarms, and how soon the nightly
+flags and confirms a step that comes with a new build.
 
 1. False alarms: `--nights` real `runner bench goldens tiny-bench --sku cpu` runs ("nights"),
    all with the one installed IREE build, each recorded into a fresh store; beside every
@@ -8,23 +8,26 @@ that comes with a new build, and whether the step's confirmation holds.
    morning check would, and the changes are counted by kind: a `regression` is a false
    alarm (nothing of IREE changed); `machine` and `unconfirmed` are listed, not alerts (on
    one build no build boundary exists, so an `unconfirmed` there is one too many as well).
-2. A 10% step that comes with a new build: after those nights, nights of another build are
-   added whose times are the real nights' (cycled, hogged ones included), each 10% slower,
-   repetitions and all, written through the store's API (no real IREE build is 10% slower
-   on demand). After each added night `runner history --json` runs again; a series is
-   flagged on the first night its step is listed across the two builds as `unconfirmed`,
-   with the `runner history confirm` command, or as `regression`.
-3. The confirmation: that synthetic build cannot be installed, so `runner history confirm`'s
-   own judgement (`runner.history.confirm.holds`) is fed what it would measure: `--rounds`
-   real bench goldens rounds, interleaved good, bad, good, bad, ... (a hog beside both
-   sides of every `--confirm-hog-every`th round), the bad rounds' times 10% slower; and the
-   same rounds with no step, where it must not hold (a false confirmation).
+2. The new build's first night, as `runner nightly` runs it: the new build measured against
+   the previous one, interleaved (runner/nightly/ab.py). The synthetic build cannot be
+   installed, so its rounds are real `runner bench goldens` rounds of the installed build,
+   in the A/B's order (good, bad, bad, good, ...; a hog beside both sides of every
+   `--confirm-hog-every`th round), the bad side's every repetition `--step` slower, judged
+   by the A/B's own `runner.history.confirm.sequential` (rounds added while undecided, up
+   to `--max-rounds`). The same rounds with no step are the control, where it must not
+   hold (a false confirmation). A series whose A/B held is flagged and confirmed on night 1.
+3. The history alone: nights of the new build are added whose times are the real nights'
+   (cycled, hogged ones included), each `--step` slower, repetitions and all, written
+   through the store's API; after each `runner history --json` runs again, and a series is
+   flagged on the first night its step is listed across the two builds. A series the A/B
+   did not hold is confirmed where the history flags it and `runner history confirm` (a
+   new A/B of real rounds) then holds.
 
 The time from the first bad night to the culprit over real releases is
 scripts/bench_nightly_culprit.py's.
 
     python3 scripts/bench_history_alarms.py                 # ~12 minutes on 2 cores
-    python3 scripts/bench_history_alarms.py --nights 9 --step-nights 4 --rounds 3 -k unet
+    python3 scripts/bench_history_alarms.py --nights 6 --step-nights 3 --rounds 3 -k unet
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -47,12 +51,12 @@ from measured import add_record_option, emit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner.base.spread import spread  # noqa: E402
 from runner.history.changes import MIN_CHANGE  # noqa: E402
-from runner.history.confirm import holds  # noqa: E402
+from runner.history.confirm import repetitions, sequential  # noqa: E402
 from runner.history.extract import extract  # noqa: E402
 from runner.history.model import Result  # noqa: E402
-from runner.history.series import series_of  # noqa: E402
+from runner.history.paired import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, Looks, Verdict  # noqa: E402
+from runner.history.series import Series  # noqa: E402
 from runner.history.store import open_store  # noqa: E402
 from runner.history.url import resolve  # noqa: E402
 
@@ -163,33 +167,61 @@ def false_alarms(base: Path, url: str, args: argparse.Namespace
     return real, walls, kinds
 
 
-def rounds(base: Path, args: argparse.Namespace) -> dict[str, list[Result]]:
-    """Real interleaved rounds, good then bad, as `runner history confirm` runs them, each
-    recorded in a store of its own (as confirm's rounds are), not the nights' history."""
-    url = f"sqlite:///{base / 'rounds.sqlite'}"
-    got: dict[str, list[Result]] = {"good": [], "bad": []}
-    for i in range(args.rounds):
-        hog = beside_hog(i, args.confirm_hog_every)
-        for side in ("good", "bad"):
-            out = base / "rounds" / f"{i + 1:02d}-{side}"
-            night(out, url, hog, args.k)
-            got[side] += extract(out)
-        print(f"confirmation round {i + 1}/{args.rounds}{' beside the hog' if hog else ''}",
-              file=sys.stderr)
-    return got
+class Rounds:
+    """Real interleaved rounds, taken as an A/B asks for them and kept, so the step and the
+    no-step control judge the same rounds; each recorded in a store of its own (as
+    confirm's rounds are), not the nights' history."""
+
+    def __init__(self, base: Path, hog_every: int, keyword: str | None):
+        self.base, self.hog_every, self.keyword = base, hog_every, keyword
+        self.taken: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+
+    def real(self, i: int, side: str) -> dict[str, dict[str, Any]]:
+        if (i, side) not in self.taken:
+            out = self.base / "rounds" / f"{i + 1:02d}-{side}"
+            hog = beside_hog(i, self.hog_every)
+            night(out, f"sqlite:///{self.base / 'rounds.sqlite'}", hog, self.keyword)
+            self.taken[i, side] = {m.subject: {"value": m.value, "times_ms": repetitions(
+                out, m.subject) or [m.value]} for r in extract(out) for m in r.metrics
+                if m.name == "time_ms"}
+            print(f"A/B round {i + 1}, {side}{' beside the hog' if hog else ''}",
+                  file=sys.stderr)
+        return self.taken[i, side]
+
+    def slower(self, step: float) -> Callable[[int, str], dict[str, dict[str, Any]]]:
+        """The rounds with the bad side's every repetition `step` slower."""
+        def take(i: int, side: str) -> dict[str, dict[str, Any]]:
+            got = self.real(i, side)
+            if side == "good":
+                return got
+            return {s: {"value": v["value"] * (1 + step),
+                        "times_ms": [t * (1 + step) for t in v["times_ms"]]}
+                    for s, v in got.items()}
+        return take
 
 
-def confirmations(got: dict[str, list[Result]], step: float) -> dict[str, bool]:
-    """Per time_ms series, whether confirm's judgement holds with the bad rounds `step`
-    slower."""
-    out = {}
-    for series in series_of(got["good"]):
-        if series.metric != "time_ms":
-            continue
-        good = [p.value for p in series.points]
-        bad = [m.value * (1 + step) for r in got["bad"] for m in r.metrics
-               if (m.name, m.subject) == (series.metric, series.subject)]
-        out[series.subject] = holds(series, spread(good), spread(bad), MIN_CHANGE)
+def ab(rounds: Rounds, subjects: list[str], step: float, plan: Looks) -> dict[str, Verdict]:
+    """Per series, the A/B's verdict with the bad side `step` slower."""
+    series = [Series("bench goldens", "", "", "", "", "cpu", "time_ms", s, ()) for s in subjects]
+    return sequential(plan, series, MIN_CHANGE, rounds.slower(step))[1]
+
+
+def confirmed_nights(held: dict[str, Verdict], flagged: dict[str, int | None], base: Path,
+                     args: argparse.Namespace, plan: Looks) -> dict[str, int | None]:
+    """Per series, the night its step is flagged and confirmed: the first where the A/B
+    held, else the night the history flagged it where its own confirmation (a new A/B of
+    real rounds) holds; None: not within the nights."""
+    out: dict[str, int | None] = {}
+    for subject, verdict in held.items():
+        k = flagged.get(subject)
+        if verdict.holds:
+            out[subject] = 1
+        elif k is not None:
+            again = Rounds(base / f"confirm-{k}-{subject.replace('/', '_')}",
+                           args.confirm_hog_every, args.k)
+            out[subject] = k if ab(again, [subject], args.step, plan)[subject].holds else None
+        else:
+            out[subject] = None
     return out
 
 
@@ -200,51 +232,78 @@ def beside_foreign_load(real: list[Result]) -> int:
                    for c in (r.details.get("conditions") or {}).values()) for r in real)
 
 
-def main() -> int:
+def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nights", type=int, default=30, help="nights of one build (30)")
+    parser.add_argument("--nights", type=int, default=20, help="nights of one build (20)")
     parser.add_argument("--hog-every", type=int, default=3,
                         help="a CPU hog beside every Nth night (3; 0: none)")
     parser.add_argument("--step", type=float, default=0.10, help="the new build's slowdown (0.10)")
-    parser.add_argument("--step-nights", type=int, default=8,
-                        help="the most nights of the new build added (8)")
+    parser.add_argument("--step-nights", type=int, default=3,
+                        help="the most nights of the new build added (3)")
     parser.add_argument("-k", help="bench goldens' -k, to time fewer tests (default: all)")
     confirmation = parser.add_argument_group(
-        "the confirmation", "real rounds of the installed build, interleaved as `runner history "
-        "confirm` measures two builds; the second side's times made --step slower")
-    confirmation.add_argument("--rounds", type=int, default=5, help="rounds a build (5, confirm's)")
+        "the A/B", "real rounds of the installed build, interleaved as `runner nightly` "
+        "measures a new build on its first night; the bad side's times made --step slower")
+    confirmation.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                              help=f"rounds a build before the first look ({DEFAULT_ROUNDS}, "
+                              "the nightly's)")
+    confirmation.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS,
+                              help=f"the most rounds a build ({DEFAULT_MAX_ROUNDS}, the "
+                              "nightly's)")
     confirmation.add_argument("--confirm-hog-every", type=int, default=0,
                               help="a CPU hog beside both sides of every Nth round (0: none)")
     add_record_option(parser)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def ab_result(held: dict[str, Verdict], control: dict[str, Verdict], rounds: Rounds,
+              plan: Looks) -> dict[str, Any]:
+    return {"rounds": plan.first, "max_rounds": plan.most, "ab_level": round(plan.level(), 6),
+            "confirm_hogged_rounds": sum(beside_hog(i, rounds.hog_every)
+                                         for i, side in rounds.taken if side == "good"),
+            "ab_rounds_taken": len(rounds.taken) // 2,
+            "ab_rounds": {s: v.rounds for s, v in held.items()},
+            "ab_ratio": {s: round(v.ratio, 4) for s, v in held.items()},
+            "ab_interval": {s: [round(v.low, 4), round(v.high, 4)] for s, v in held.items()},
+            "confirmation_held": {s: v.holds for s, v in held.items()},
+            "confirmation_held_series": sum(v.holds for v in held.values()),
+            "false_confirmations": sum(v.holds for v in control.values()),
+            "control_ratio": {s: round(v.ratio, 4) for s, v in control.items()}}
+
+
+def main() -> int:
+    args = options()
+    plan = Looks(args.rounds, max(args.rounds, args.max_rounds))
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         url = f"sqlite:///{base / 'history.sqlite'}"
         real, walls, kinds = false_alarms(base, url, args)
+        subjects = sorted({m.subject for r in real for m in r.metrics if m.name == "time_ms"})
+        rounds = Rounds(base / "ab", args.confirm_hog_every, args.k)
+        held, control = (ab(rounds, subjects, args.step, plan),
+                         ab(rounds, subjects, 0.0, plan))
         flagged, commands = nights_to_flag(url, real, args.step_nights, args.step)
-        got = rounds(base, args)
-    held, false_held = confirmations(got, args.step), confirmations(got, 0.0)
+        confirmed = confirmed_nights(held, flagged, base, args, plan)
     hogged = sum(beside_hog(i, args.hog_every) for i in range(args.nights))
     found = [v for v in flagged.values() if v is not None]
-    print(f"{args.nights} nights ({hogged} beside the hog): changes by kind {dict(kinds)}; "
-          f"a {args.step:.0%} step flagged after {flagged} nights; its confirmation held: "
-          f"{held}, with no step: {false_held}", file=sys.stderr)
-    confirmed = {s: n if held.get(s) else None for s, n in flagged.items()}
     confirmed_at = [n for n in confirmed.values() if n is not None]
+    print(f"{args.nights} nights ({hogged} beside the hog): changes by kind {dict(kinds)}; "
+          f"the first night's A/B of a {args.step:.0%} step held: "
+          f"{ {s: (v.holds, v.rounds) for s, v in held.items()} } (held, rounds), "
+          f"with no step: { {s: v.holds for s, v in control.items()} }; the history "
+          f"flagged it after {flagged} nights; flagged and confirmed: {confirmed}",
+          file=sys.stderr)
     emit("bench_history_alarms", {
         "nights": args.nights, "hogged_nights": hogged,
         "nights_beside_foreign_load": beside_foreign_load(real), "night_s_median": round(
             sorted(walls)[len(walls) // 2], 1),
         "false_alarms": kinds.get("regression", 0), "unconfirmed": kinds.get("unconfirmed", 0),
         "machine": kinds.get("machine", 0), "improvements": kinds.get("improvement", 0),
-        "step": args.step, "step_series": len(flagged),
+        "step": args.step, "step_series": len(subjects),
         "step_flagged_series": len(found),
         "nights_to_flag_max": max(found) if len(found) == len(flagged) else None,
         "nights_to_flag": flagged, "step_confirm_listed": len(commands),
-        "rounds": args.rounds, "confirm_hogged_rounds": sum(
-            beside_hog(i, args.confirm_hog_every) for i in range(args.rounds)),
-        "confirmation_held": held, "confirmation_held_series": sum(held.values()),
-        "false_confirmations": sum(false_held.values()),
+        **ab_result(held, control, rounds, plan),
         "nights_to_flag_confirmed": confirmed,
         "nights_to_flag_confirmed_max": max(confirmed_at) if len(confirmed_at) == len(
             confirmed) else None}, args.record)

@@ -5,6 +5,7 @@ confirm command, and only once three nights of the new build are in."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from repo_support import REPO
 from script_support import load_script
 
 from runner.history.extract import extract
+from runner.history.paired import Looks
 from runner.history.store import open_store
 from runner.history.url import resolve
 
@@ -71,17 +73,31 @@ def test_a_slower_build_with_its_repetitions_is_flagged_on_its_first_night(tmp_p
     assert len(commands) == 3
 
 
-def test_the_confirmation_holds_for_the_step_and_not_without_it():
-    """confirm's own judgement on interleaved rounds (here the fixture's night 1% apart
-    from round to round): the bad side 10% slower holds in every series; the same rounds
-    with no step hold in none."""
+def test_the_first_nights_ab_holds_for_the_step_and_not_without_it(tmp_path):
+    """The nightly's A/B judgement on interleaved rounds (here the fixture's night, each run
+    moved 5% by the machine and its five repetitions 3% apart): the bad side 10% slower
+    holds in every series, flagged and confirmed on night 1; the same rounds with no step
+    hold in none. Every round is given: none is measured."""
     bench = load_script("bench_history_alarms")
     (night,) = extract(FIXTURE)
     rng = np.random.default_rng(9)
-    got = {side: [_with_spreads(night, rng, i) for i in range(5)] for side in ("good", "bad")}
-    assert bench.confirmations(got, 0.10) == dict.fromkeys(
-        ("tiny-bench/clip_cpu", "tiny-bench/unet_cpu", "tiny-bench/vae_cpu"), True)
-    assert not any(bench.confirmations(got, 0.0).values())
+    rounds = bench.Rounds(tmp_path, 0, None)
+    times = [m for m in night.metrics if m.name == "time_ms"]
+    for i in range(30):
+        for side in ("good", "bad"):
+            drift = float(rng.normal(1.0, 0.05))
+            rounds.taken[i, side] = {m.subject: {"value": m.value * drift, "times_ms": [
+                m.value * drift * float(rng.normal(1.0, 0.03)) for _ in range(5)]}
+                for m in times}
+    subjects = sorted(m.subject for m in times)
+    plan = Looks(10, 30)
+    held = bench.ab(rounds, subjects, 0.10, plan)
+    assert all(v.holds and v.rounds <= 30 for v in held.values())
+    assert not any(v.holds for v in bench.ab(rounds, subjects, 0.0, plan).values())
+    args = argparse.Namespace(confirm_hog_every=0, k=None, step=0.10)
+    assert bench.confirmed_nights(held, dict.fromkeys(subjects), tmp_path, args, plan) == (
+        dict.fromkeys(subjects, 1))
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_night_beside_foreign_load_in_any_test_counts_once():

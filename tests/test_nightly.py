@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -419,6 +420,87 @@ def test_a_night_confirms_a_slower_bench_golden_with_the_real_releases(tmp_path)
     assert ("no_bisect" in found) is (not stored["holds"])
     after = new_regressions(req)  # the finding is the history's now
     assert [c.kind for c in after] == (["regression"] if stored["holds"] else [])
+
+
+UNET = "tiny-bench/unet_cpu"
+FIRST_NIGHT = {"3.11.0": [4.0, 4.1, 3.9], "3.12.0": [4.4]}  # one night of the new build
+
+
+def _first_night(tmp_path: Path, build: str = "3.12.0", **request: object):
+    """This machine's bench goldens nights, 3.11.0's and tonight's first of 3.12.0, and the
+    night's request for `build`."""
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest
+
+    root, store = _nights(tmp_path, FIRST_NIGHT, metric="time_ms", subject=UNET,
+                          command="bench goldens", named=True, sku="cpu",
+                          details={"files": {UNET: "goldens/tiny-bench/unet_cpu.json"}})
+    req = NightRequest(root, Build("wheels", f"wheels:{build}", build, version=build),
+                       Sources(), "tiny", "2026-11-04", str(store), **request)
+    return req, sorted(root.iterdir())[-1], store
+
+
+def test_a_new_builds_first_night_is_measured_against_the_build_before_it(tmp_path):
+    """The night whose build changed plans the A/B against the last build this machine
+    measured in the series; the dry run of the next build's night prints its rounds, in
+    alternating order with each build's tools, and writes nothing."""
+    from runner.base.steps import Steps
+    from runner.nightly.ab import plan, request
+    from runner.nightly.night import first_night_ab
+
+    req, night, store = _first_night(tmp_path)
+    ab = plan(req, night)
+    assert ab is not None and ab.good == "wheels:3.11.0"
+    assert [s.subject for s in ab.series] == [UNET]
+    confirming = request(req, ab, night / "ab")
+    assert (confirming.good.spec, confirming.bad.spec) == ("wheels:3.11.0", "wheels:3.12.0")
+    assert (confirming.rounds, confirming.max_rounds) == (10, 30)
+    assert plan(req, None) is None  # before tonight: the newest build stored is tonight's
+    assert first_night_ab(replace(req, ab=False), night, Steps({}, lambda: None)) is None
+    before = store.read_bytes()
+    ran = nightly("--iree", "wheels:3.13.0", "--profile", "tiny", "--results", str(store),
+                  "--rounds", "3", "--max-rounds", "7", "--out", str(tmp_path / "n $(x)"),
+                  "--dry-run", cache=tmp_path / "cache")
+    assert ran.returncode == 0, ran.stderr
+    rounds = [line.split() for line in ran.stdout.splitlines() if " bench goldens " in line
+              and "--iree-tools" in line]
+    tools = [words[words.index("--iree-tools") + 1] for words in rounds]
+    assert ["3.12.0" in t for t in tools] == [True, False, False, True, True, False]
+    assert "judged after 7 rounds" in ran.stdout
+    assert store.read_bytes() == before and not (tmp_path / "n $(x)").exists()
+    off = nightly("--iree", "wheels:3.13.0", "--results", str(store), "--no-ab", "--out",
+                  str(tmp_path / "n"), "--dry-run", cache=tmp_path / "cache")
+    assert "(not: --no-ab)" in off.stdout and "--iree-tools" not in off.stdout
+    bad = nightly("--iree", "wheels:3.13.0", "--rounds", "9", "--max-rounds", "8", "--out",
+                  str(tmp_path / "n"), "--dry-run", cache=tmp_path / "cache")
+    assert bad.returncode == 2 and "--max-rounds: " in bad.stderr
+
+
+def test_an_ab_that_held_is_the_nights_regression_and_listed_once(tmp_path):
+    """A first-night A/B that held is a regression that night, bisected between its builds
+    (with --no-bisect: its confirmation stands); the history's own step of the same two
+    builds is not investigated a second time; the headline says what the A/B found."""
+    from runner.base.steps import Steps
+    from runner.nightly.night import bisect_between, investigate, night_status, summary_of
+
+    times = {v: [1 / r for r in rates] for v, rates in SLOWER.items()}
+    root, store = _nights(tmp_path, times, metric="time_ms", subject=UNET,
+                          command="bench goldens")
+    req, night = _first_night(tmp_path / "x")[0], sorted(root.iterdir())[-1]
+    req = replace(req, root=root, results=str(store), bisect=False)
+    held = {"good": "wheels:3.11.0", "bad": "wheels:3.12.0", "out": str(night / "ab"),
+            "series": [{"label": f"bench goldens time_ms {UNET}", "subject": UNET,
+                        "holds": True, "line": "slower", "ratio": 1.1, "low": 1.05,
+                        "high": 1.16, "confidence": 0.998, "rounds": 14, "repetitions": 140,
+                        "undecided": False}]}
+    (found,) = investigate(req, night, Steps({}, lambda: None), held)
+    assert found["first_night_ab"] and found["confirmed"] is True
+    assert found["ends"] == ["wheels:3.11.0", "wheels:3.12.0"]
+    assert night_status([found], []) == "regression"
+    summary = summary_of(req, "regression", night, new_build=held)
+    assert summary["headline"].endswith("slower in 1 of 1 series, tiny-bench/unet_cpu +10.0%")
+    argv = bisect_between(req, "wheels:3.11.0", "wheels:3.12.0", "throughput:5", night / "b")
+    assert argv is not None and argv[argv.index("--test") + 1] == "throughput:5"
 
 
 def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_path):

@@ -29,9 +29,11 @@ from runner.base.errors import (
     EXIT_INCOMPLETE,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    BadInput,
 )
 from runner.base.outdir import Rerun
 from runner.batch.executor_for import EXECUTORS
+from runner.history.paired import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS
 from runner.inputs.cliargs import COUNT, COUNT_OR_ZERO
 
 DEFAULT_PROFILE = "cpu"  # every command that makes something from a profile starts here
@@ -458,8 +460,6 @@ def renamed(parser: argparse.ArgumentParser, old: str, new: str, note: str = "",
 
 PROFILE_HELP = "profile name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path"
 
-DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 10, 30  # a 10% step on the tiny CPU model holds within them
-
 GRAMMAR: dict[str, str] = {
     # what is run
     "--profile": "the profile: a name ($RUNNER_PROFILE_PATH, then the shipped ones) or a YAML path",
@@ -778,6 +778,14 @@ def add_confirm_rounds(p: Any) -> None:
            "measured and judged again, up to N; each judgement at the level that keeps all "
            "of them together at 99%%, so a difference needs 8 rounds or more to hold "
            f"(default: {DEFAULT_MAX_ROUNDS}; at least --rounds)")
+
+
+def rounds_at_most(args: argparse.Namespace) -> int:
+    """--max-rounds, refused below --rounds (the rounds before the first judgement)."""
+    if args.max_rounds < args.rounds:
+        raise BadInput(f"--max-rounds {args.max_rounds} is fewer than --rounds {args.rounds}",
+                       where="--max-rounds", fix=f"pass --max-rounds {args.rounds} or more")
+    return int(args.max_rounds)
 
 
 def add_dry_run(p: Any, what: str = "the exact commands it would run") -> None:

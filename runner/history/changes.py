@@ -141,7 +141,7 @@ class Change:
             return "accuracy"
         if metric in ("dispatch_count", "size_bytes"):
             return "compstat"
-        return f"throughput:{max(1, round(abs(self.relative) * 50))}"
+        return throughput_test(self.relative)
 
     def why_no_bisect(self) -> str:
         if self.same_build:
@@ -179,6 +179,12 @@ class Change:
 
 def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(p for p in parts if p)).strip("-")[:60]
+
+
+def throughput_test(relative: float) -> str:
+    """The bisect test of a time or rate that moved by `relative`: a probe counts as bad past
+    half the change."""
+    return f"throughput:{max(1, round(abs(relative) * 50))}"
 
 
 def build_spec(point: Point) -> tuple[str, str] | None:

@@ -30,6 +30,7 @@ from runner.cli.grammar import (
     add_results,
     document,
     renamed,
+    rounds_at_most,
     shared,
 )
 from runner.history.extract import RECORDED
@@ -233,14 +234,6 @@ def cmd_import(ctx: CommandContext) -> int:
           f"{sum(not r['added'] for r in rows)} already there"
           + (f", {failed} director(ies) not readable" if failed else ""), file=sys.stderr)
     return EXIT_BAD_INPUT if failed else EXIT_OK
-
-
-def rounds_at_most(args: argparse.Namespace) -> int:
-    """--max-rounds, refused below --rounds (the rounds before the first judgement)."""
-    if args.max_rounds < args.rounds:
-        raise BadInput(f"--max-rounds {args.max_rounds} is fewer than --rounds {args.rounds}",
-                       where="--max-rounds", fix=f"pass --max-rounds {args.rounds} or more")
-    return int(args.max_rounds)
 
 
 def _confirm_request(args: argparse.Namespace):

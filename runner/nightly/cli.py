@@ -16,6 +16,7 @@ from runner.cli.context import CommandContext
 from runner.cli.grammar import (
     DEFAULT_PROFILE,
     Exits,
+    add_confirm_rounds,
     add_dry_run,
     add_find_links,
     add_iree,
@@ -26,6 +27,7 @@ from runner.cli.grammar import (
     add_results,
     add_samples,
     document,
+    rounds_at_most,
 )
 
 NIGHTLY_LOCK = ("nightly", "nightly.lock")  # under cache_dir(): one night at a time per machine
@@ -49,7 +51,8 @@ def _request(args: argparse.Namespace):
     build = pick_build(args.iree, sources)
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return NightRequest(Path(os.path.abspath(args.out)), build, sources, args.profile, day,
-                        args.results, not args.no_bisect, count)
+                        args.results, not args.no_bisect, count, not args.no_ab, args.rounds,
+                        rounds_at_most(args))
 
 
 def _dry_run(req: Any) -> int:
@@ -65,9 +68,17 @@ def _dry_run(req: Any) -> int:
     for step in night_steps(req.profile, req.count):
         python = "BUILD_PYTHON" if not step.host else sys.executable
         print(f"  {step.name}: {' '.join(step.argv(python, night))}")
-    print("then: each step's results recorded, the history judged; a regression between two "
-          "nights' builds is confirmed (`runner history confirm`, for bench goldens times) "
-          "and bisected" + ("" if req.bisect else " (not: --no-bisect)"))
+    print("then: each step's results recorded; where the build changed tonight, the new build "
+          "measured against the previous one, interleaved"
+          + (":" if req.ab else " (not: --no-ab)"))
+    if req.ab:
+        from runner.nightly.ab import AB_DIR, dry_run_lines
+
+        for line in dry_run_lines(req, night / AB_DIR):
+            print(f"  {line}")
+    print("then: the history judged; a regression between two nights' builds is confirmed "
+          "(`runner history confirm`, for bench goldens times) and bisected"
+          + ("" if req.bisect else " (not: --no-bisect)"))
     return EXIT_OK
 
 
@@ -122,6 +133,8 @@ def register(subparsers: Any) -> None:
         "--find-links page offers; --pre: IREE's nightlies), skips it where this machine "
         "measured it already, runs goldens check, bench goldens, an accuracy run and bench "
         "with it into OUT/<date>-<build>/, records each in the history, judges the history, "
+        "measures a new build against the previous one on its first night (bench goldens "
+        "times, interleaved: --rounds, --max-rounds; --no-ab: not), "
         "confirms a regression no night has handled yet between the two builds (bench "
         "goldens times: `runner history confirm`, both builds again, interleaved) and "
         "bisects it where it held. --count: the accuracy run's and bench's samples. Exit: "
@@ -139,13 +152,18 @@ def register(subparsers: Any) -> None:
                    "reported and leaves the exit code as it is (default: none)")
     p.add_argument("--no-bisect", action="store_true",
                    help="name a regression but do not bisect it (default: bisect it)")
+    p.add_argument("--no-ab", action="store_true",
+                   help="on a new build's first night, do not measure it against the "
+                   "previous build this machine measured, interleaved (default: measure "
+                   "it: a bench goldens time that holds slower is a regression that night)")
+    add_confirm_rounds(p)
     add_json(p, "the night's summary")
     add_dry_run(p, "the night's build, its dir and every step's command")
     add_out(p, "the nights' root: each night in <date>-<build>/ (nightly.json, logs/, one dir "
             "per step, bisect-N/)",
             Rerun(RESUMES, "every finished step: a night run again skips it",
                   free=("--iree", "--notify", "--no-bisect", "--pre", "--find-links",
-                        "--count")))
+                        "--count", "--no-ab", "--rounds", "--max-rounds")))
     p.set_defaults(func=cmd_nightly)
     document(p, "runner nightly --pre --find-links https://iree.dev/pip-release-links.html "
              "--out /data/nightly --notify https://hooks.slack.com/services/T0/B0/token",

@@ -30,6 +30,7 @@ from runner.base.fileio import atomic_write_json
 from runner.base.outcome import Outcome
 from runner.base.steps import Steps
 from runner.bisect.builds import Build, Sources
+from runner.history.paired import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS
 from runner.nightly.pick import measured_here, measured_in_store, night_dir_name, unfinished
 from runner.nightly.plan import NightStep, night_steps
 
@@ -49,6 +50,9 @@ class NightRequest:
     results: str | None = None
     bisect: bool = True
     count: int | None = None  # --count: the run's and the bench's samples (None: the profile's)
+    ab: bool = True  # a new build measured against the previous one on its first night
+    rounds: int = DEFAULT_ROUNDS  # --rounds, --max-rounds: the A/B's and the confirmations'
+    max_rounds: int = DEFAULT_MAX_ROUNDS
 
 
 def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any
@@ -59,6 +63,12 @@ def summary_of(req: NightRequest, status: str, night: Path | None, **more: Any
             "failed": f"nightly {req.build.label}: a check failed",
             "regression": f"nightly {req.build.label}: regression",
             "error": f"nightly {req.build.label}: the night stopped on an error"}[status]
+    ab = more.get("new_build")
+    if ab:
+        held = [x for x in ab["series"] if x["holds"]]
+        head += (f"; against {ab['good']}, interleaved: slower in {len(held)} of "
+                 f"{len(ab['series'])} series" + "".join(
+                     f", {x['subject']} {x['ratio'] - 1:+.1%}" for x in held))
     culprit = more.get("culprit")
     if culprit:
         head += f"; first bad build {culprit['first_bad']}"
@@ -193,10 +203,16 @@ def bisect_argv(req: NightRequest, change: Any, out: Path) -> list[str] | None:
     the change (`Change.test()`: accuracy, compstat, or throughput with its repeats), or
     None where the build before cannot be installed again."""
     good, bad = ends(change)
+    return bisect_between(req, good, bad, change.test(), out)
+
+
+def bisect_between(req: NightRequest, good: str | None, bad: str | None, test: str, out: Path
+                   ) -> list[str] | None:
+    """`runner bisect` from `good` to `bad` with `test`, or None where a side is unknown."""
     if good is None or bad is None or good == bad:
         return None
     argv = [sys.executable, "-m", "runner", "bisect", "--good", good, "--bad", bad,
-            "--test", change.test(), "--profile", req.profile, "--out", str(out)]
+            "--test", test, "--profile", req.profile, "--out", str(out)]
     if req.sources.find_links:
         argv += ["--find-links", req.sources.find_links]
     if req.sources.pre:
@@ -242,7 +258,7 @@ def confirm_argv(req: NightRequest, change: Any, out: Path) -> list[str] | None:
             argv += ["--find-links", req.sources.find_links]
     if req.sources.pre and "--pre" not in argv:
         argv.append("--pre")
-    return argv
+    return [*argv, "--rounds", str(req.rounds), "--max-rounds", str(req.max_rounds)]
 
 
 def confirm_env(req: NightRequest) -> dict[str, str]:
@@ -285,7 +301,7 @@ def confirmed(req: NightRequest, change: Any, night: Path, n: int, steps: Steps
     return bool(detail["holds"])
 
 
-def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
+def culprit_of(item: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any] | None:
     """The culprit the bisect confirmed, or None where both ends now measure alike."""
     if not answer or answer.get("no_change"):
         return None
@@ -293,35 +309,82 @@ def culprit_of(change: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
     return {"first_bad": answer.get("first_bad"), "last_good": answer.get("last_good"),
             "exact": bool(answer.get("exact")), "text": answer.get("text"),
             "evidence": evidence.get("verdict", {}).get("metric"),
-            "confidence": round(change.confidence, 6), "metric": change.series.label,
-            "relative": change.relative,
+            "confidence": round(item["confidence"], 6),
+            "metric": item.get("metric") or item["change"], "relative": item["relative"],
             "dispatches_moved": evidence.get("dispatch_changes")
             or evidence.get("dispatch_note"),
             "changed_samples": len(evidence.get("changed_samples") or [])}
 
 
-def investigate(req: NightRequest, night: Path, steps: Steps) -> list[dict[str, Any]]:
-    """Each regression no night has bisected yet: its line, its confirmation where `runner
-    history confirm` measures its series (one that did not hold is not bisected), and (with
-    bisect on) the confirmed culprit between the builds on each side of it."""
+def first_night_ab(req: NightRequest, night: Path, steps: Steps) -> dict[str, Any] | None:
+    """Where the build changed tonight, the new build measured against the previous one,
+    interleaved (runner/nightly/ab.py), its findings stored; None where it did not (or
+    --no-ab)."""
+    from runner.nightly import ab
+
+    found = ab.plan(req, night) if req.ab else None
+    if found is None:
+        return None
+    key = f"{found.good} {req.build.spec} rounds {req.rounds}..{req.max_rounds}"
+    detail, _ = steps.run("ab", key, partial(ab.measure, req, found, night / ab.AB_DIR),
+                          say="nightly")
+    return detail
+
+
+def ab_regression(new_build: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The A/B's finding as the night's regression, where it held in a series."""
+    held = [x for x in (new_build or {}).get("series", []) if x["holds"]]
+    if not held or new_build is None:
+        return None
+    return {"change": "; ".join(x["line"] for x in held), "confidence": min(
+        x["confidence"] for x in held), "ends": [new_build["good"], new_build["bad"]],
+        "confirmed": True, "first_night_ab": True,
+        "relative": max(x["ratio"] - 1 for x in held)}
+
+
+def follow(req: NightRequest, night: Path, steps: Steps, item: dict[str, Any],
+           argv: list[str] | None, n: int) -> dict[str, Any]:
+    """A regression's bisect, where it held (or confirm does not measure it) and bisect is
+    on, else why not."""
+    if item["confirmed"] is False:
+        item["no_bisect"] = ("measured again, interleaved: the difference did not hold "
+                             "(the machine's, not IREE's)")
+    elif req.bisect and argv is not None:
+        log = night / "logs" / f"bisect-{n}.log"
+        detail, _ = steps.run(f"bisect {n}", shlex.join(argv[1:]),
+                              partial(_bisect, argv, Path(argv[argv.index("--out") + 1]), log),
+                              say="nightly")
+        item.update(bisected=True, culprit=culprit_of(item, detail["answer"]))
+    elif argv is None:
+        item["no_bisect"] = no_bisect_reason(item["ends"])
+    return item
+
+
+def investigate(req: NightRequest, night: Path, steps: Steps,
+                new_build: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The A/B's regression, where it held, and each regression of the history no night has
+    bisected yet: its line, its confirmation where `runner history confirm` measures its
+    series (one that did not hold is not bisected), and (with bisect on) the confirmed
+    culprit between the builds on each side of it."""
+    from runner.history.changes import throughput_test
+
     found: list[dict[str, Any]] = []
+    item = ab_regression(new_build)
+    if item is not None:
+        good, bad = item["ends"]
+        argv = bisect_between(req, good, bad, throughput_test(item["relative"]),
+                              night / "bisect-0")
+        found.append(follow(req, night, steps, item, argv, 0))
+    handled = {tuple(f["ends"]) for f in found}
     for change in new_regressions(req):
-        item: dict[str, Any] = {"change": change.line(), "confidence": change.confidence,
-                                "ends": ends(change)}
-        out = night / f"bisect-{len(found)}"
-        argv = bisect_argv(req, change, out)
+        if tuple(ends(change)) in handled:  # the A/B found it tonight
+            continue
+        item = {"change": change.line(), "confidence": change.confidence,
+                "ends": ends(change), "relative": change.relative,
+                "metric": change.series.label}
+        argv = bisect_argv(req, change, night / f"bisect-{len(found)}")
         item["confirmed"] = confirmed(req, change, night, len(found), steps)
-        if item["confirmed"] is False:
-            item["no_bisect"] = ("measured again, interleaved: the difference did not hold "
-                                 "(the machine's, not IREE's)")
-        elif req.bisect and argv is not None:
-            log = night / "logs" / f"bisect-{len(found)}.log"
-            detail, _ = steps.run(f"bisect {len(found)}", shlex.join(argv[1:]),
-                                  partial(_bisect, argv, out, log), say="nightly")
-            item.update(bisected=True, culprit=culprit_of(change, detail["answer"]))
-        elif argv is None:
-            item["no_bisect"] = no_bisect_reason(item["ends"])
-        found.append(item)
+        found.append(follow(req, night, steps, item, argv, len(found)))
     return found
 
 
@@ -352,12 +415,14 @@ def run_night(req: NightRequest) -> dict[str, Any]:
     done = measure_night(req, night, steps)
     state["measured"] = True
     steps.save()
-    regressions = investigate(req, night, steps)
+    new_build = first_night_ab(req, night, steps)
+    regressions = investigate(req, night, steps, new_build)
     checks_failed = [d["step"] for d in done if d.get("exit_code") == EXIT_FAILED]
     status = night_status(regressions, checks_failed)
     culprits = [r["culprit"] for r in regressions if r.get("culprit")]
     summary = summary_of(req, status, night, steps=done, regressions=regressions,
-                         checks_failed=checks_failed, culprit=culprits[0] if culprits else None)
+                         checks_failed=checks_failed, culprit=culprits[0] if culprits else None,
+                         new_build=new_build)
     summary["exit_code"] = EXIT_OK if status == "passed" else EXIT_FAILED
     state["summary"] = summary
     steps.save()
