@@ -630,7 +630,8 @@ NOT_HERE: dict[str, tuple[str, str]] = {
         "the benchmark: the main job, then a store of 10,000 results (minutes)",
         "tests/test_history.py::test_a_run_records_itself_and_an_unreachable_store_fails_nothing"),
     "python3 scripts/bench_history_alarms.py": (
-        "the benchmark: 30 real nights of bench goldens, a third beside a CPU hog (minutes)",
+        "the benchmark: 20 real nights of bench goldens, a third beside a CPU hog, and a "
+        "new build's first-night A/B of real rounds (minutes)",
         "tests/test_bench_alarms.py::"
         "test_a_slower_build_is_flagged_across_the_builds_from_its_third_night"),
     "runner completion zsh > ~/.zfunc/_runner": (

@@ -16,7 +16,14 @@ import pytest
 
 from runner.base.spread import spread
 from runner.history.confirm import holds, sequential, sides
-from runner.history.paired import LEVEL, Looks, judge, signed_rank_interval
+from runner.history.paired import (
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_ROUNDS,
+    LEVEL,
+    Looks,
+    judge,
+    signed_rank_interval,
+)
 from runner.history.series import Series
 
 UNET = Series("bench goldens", "", "vm", "", "", "cpu", "time_ms", "tiny-bench/unet_cpu", ())
@@ -45,7 +52,10 @@ class Machine:
         return {UNET.subject: {"value": spread(times).median, "times_ms": times}}
 
 
-def confirmed(seed: int, step: float, plan: Looks = Looks(10, 30), **noise: float
+DEFAULT_LOOKS = Looks(DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS)  # --rounds, --max-rounds
+
+
+def confirmed(seed: int, step: float, plan: Looks = DEFAULT_LOOKS, **noise: float
               ) -> tuple[bool, int, Machine]:
     machine = Machine(seed, step, **noise)
     _, verdicts = sequential(plan, [UNET], 0.02, machine.take)
@@ -69,7 +79,7 @@ def test_a_10_percent_step_holds_where_the_medians_intervals_never_told_it():
     held, old = 0, 0
     for seed in range(40):
         machine = Machine(seed, 0.10)
-        measured, verdicts = sequential(Looks(10, 30), [UNET], 0.02, machine.take)
+        measured, verdicts = sequential(DEFAULT_LOOKS, [UNET], 0.02, machine.take)
         held += verdicts[UNET.subject].holds
         old += old_holds(measured[:10])
     assert held >= 36 and old <= 10
@@ -89,21 +99,21 @@ def test_rounds_are_added_while_undecided_and_no_more_than_the_most():
     assert rounds == 10 and machine.runs == 20  # decided at the first look: no more taken
     looks_taken = []
     for seed in range(30):
-        held, rounds, machine = confirmed(seed, 0.04, Looks(10, 18))
+        _, rounds, machine = confirmed(seed, 0.04, Looks(10, 18))
         assert rounds in (10, 14, 18) and machine.runs <= 2 * 18
         looks_taken.append(rounds)
     assert max(looks_taken) == 18 and min(looks_taken) == 10
 
 
 def test_the_looks_share_the_level_and_a_hold_needs_enough_rounds():
-    plan = Looks(10, 30)
+    plan = DEFAULT_LOOKS
     assert plan.at() == [10, 14, 18, 22, 26, 30]
     assert plan.level() == pytest.approx(1 - (1 - LEVEL) / 6)
     assert Looks(8, 8).fewest_to_hold() == 8  # 1 - 2/2**8 >= 99%
     # fewer rounds than that can reach no 99%: the whole range, and no hold, however far
     shifts = [0.3] * 5
     estimate, low, high, reached = signed_rank_interval(shifts, LEVEL)
-    assert (low, high) == (0.3, 0.3) and reached < LEVEL
+    assert (estimate, low, high) == (0.3, 0.3, 0.3) and reached < LEVEL
     v = judge([([1.0], [2.0])] * 5, 1, 0.02, LEVEL)
     assert v.ratio == pytest.approx(2.0) and not v.holds and v.undecided
 

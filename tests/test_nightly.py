@@ -556,10 +556,13 @@ def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_post
     night of 3.11.0 before it. That night finds that `runner history confirm` does not
     measure sizes (the bisect measures both ends again instead), bisects the two real
     releases (compstat), exits 1 naming 3.12.0, and the test's webhook server receives
-    every night's summary."""
+    every night's summary. The build changed, so that night first measures 3.12.0 against
+    3.11.0 on every bench goldens time series, interleaved with each release's own tools
+    (one round a side here, the test's cost: too few to hold at 99%, so it names no
+    regression of its own; tests/test_history_paired.py judges many rounds)."""
     root, store = tmp_path / "nights", tmp_path / "store.sqlite"
     args = ["--profile", "tiny", "--count", "2", "--results", str(store), "--notify", hook.url,
-            "--out", str(root), "--json"]
+            "--out", str(root), "--json", "--rounds", "1", "--max-rounds", "1"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "RUNNER_PROGRESS": "plain"}
     ran = cli("nightly", "--iree", "wheels:3.11.0", *args, env=env)
     summary = json.loads(ran.stdout)
@@ -568,7 +571,7 @@ def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_post
     failed = summary["checks_failed"]
     assert ran.returncode == (1 if failed else 0), ran.stderr
     assert summary["status"] == ("failed" if failed else "passed")
-    assert summary["regressions"] == []
+    assert summary["regressions"] == [] and summary["new_build"] is None  # nothing before it
     first, status = Path(summary["night_dir"]), summary["status"]
     ran = cli("nightly", "--iree", "wheels:3.12.0", *args, env=env)
     assert ran.returncode == 1, ran.stderr
@@ -582,6 +585,18 @@ def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_post
     assert (culprit["first_bad"], culprit["last_good"]) == ("wheels:3.12.0", "wheels:3.11.0")
     assert culprit["exact"] and culprit["confidence"] == 1.0
     assert "size_bytes" in culprit["metric"] and "tiny-bench/unet_cpu" in culprit["metric"]
+    ab = summary["new_build"]
+    assert (ab["good"], ab["bad"]) == ("wheels:3.11.0", "wheels:3.12.0")
+    assert sorted(x["subject"] for x in ab["series"]) == [
+        "tiny-bench/clip_cpu", "tiny-bench/unet_cpu", "tiny-bench/vae_cpu"]
+    assert all(x["rounds"] == 1 and not x["holds"] and x["confidence"] < 0.99
+               and x["repetitions"] >= 2 for x in ab["series"])
+    assert "interleaved: slower in 0 of 3 series" in summary["headline"]
+    for side, version in (("good", "3.11.0"), ("bad", "3.12.0")):  # each with its own tools
+        ran_with = json.loads((night / "ab" / "rounds" / f"01-{side}" / "bench.json")
+                              .read_text())["versions"]["compiler"]["version"]
+        assert ran_with.startswith(version)
+    assert len(json.loads((night / "ab" / "confirm.json").read_text())) == 3
     bisect = json.loads((night / "bisect-0" / "bisect.json").read_text())
     assert bisect["inputs"]["test"] == "compstat"
     assert {s["build"] for s in bisect["steps"]} == {"wheels:3.11.0", "wheels:3.12.0"}
@@ -596,7 +611,7 @@ def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_post
     (night / "nightly.json").write_text(json.dumps(state))
     resumed = cli("nightly", "--iree", "wheels:3.12.0", *args, env=env)
     assert resumed.returncode == 1, resumed.stderr
-    assert resumed.stderr.count("up to date, skipped") == 6  # five steps and the bisect
+    assert resumed.stderr.count("up to date, skipped") == 7  # five steps, the A/B, the bisect
     again = cli("nightly", "--iree", "wheels:3.12.0", *args, env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["status"] == "skipped"
 
