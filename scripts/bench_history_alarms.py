@@ -55,7 +55,7 @@ from runner.history.changes import MIN_CHANGE  # noqa: E402
 from runner.history.confirm import repetitions, sequential  # noqa: E402
 from runner.history.extract import extract  # noqa: E402
 from runner.history.model import Result  # noqa: E402
-from runner.history.paired import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, Looks, Verdict  # noqa: E402
+from runner.history.paired import DEFAULT_MAX_ROUNDS, DEFAULT_ROUNDS, Looks, PairedVerdict  # noqa: E402
 from runner.history.series import Series  # noqa: E402
 from runner.history.store import open_store  # noqa: E402
 from runner.history.url import resolve  # noqa: E402
@@ -200,13 +200,13 @@ class Rounds:
         return take
 
 
-def ab(rounds: Rounds, subjects: list[str], step: float, plan: Looks) -> dict[str, Verdict]:
+def ab(rounds: Rounds, subjects: list[str], step: float, plan: Looks) -> dict[str, PairedVerdict]:
     """Per series, the A/B's verdict with the bad side `step` slower."""
     series = [Series("bench goldens", "", "", "", "", "cpu", "time_ms", s, ()) for s in subjects]
     return sequential(plan, series, MIN_CHANGE, rounds.slower(step))[1]
 
 
-def confirmed_nights(held: dict[str, Verdict], flagged: dict[str, int | None], base: Path,
+def confirmed_nights(held: dict[str, PairedVerdict], flagged: dict[str, int | None], base: Path,
                      args: argparse.Namespace, plan: Looks) -> dict[str, int | None]:
     """Per series, the night its step is flagged and confirmed: the first where the A/B
     held, else the night the history flagged it where its own confirmation (a new A/B of
@@ -256,7 +256,7 @@ def options() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def ab_result(held: dict[str, Verdict], control: dict[str, Verdict], rounds: Rounds,
+def ab_result(held: dict[str, PairedVerdict], control: dict[str, PairedVerdict], rounds: Rounds,
               plan: Looks) -> dict[str, Any]:
     return {"rounds": plan.first, "max_rounds": plan.most, "ab_level": round(plan.level(), 6),
             "confirm_hogged_rounds": sum(beside_hog(i, rounds.hog_every)

@@ -21,7 +21,7 @@ from runner.history.paired import (
     DEFAULT_ROUNDS,
     LEVEL,
     Looks,
-    judge,
+    judge_pairs,
     signed_rank_interval,
 )
 from runner.history.series import Series
@@ -114,7 +114,7 @@ def test_the_looks_share_the_level_and_a_hold_needs_enough_rounds():
     shifts = [0.3] * 5
     estimate, low, high, reached = signed_rank_interval(shifts, LEVEL)
     assert (estimate, low, high) == (0.3, 0.3, 0.3) and reached < LEVEL
-    v = judge([([1.0], [2.0])] * 5, 1, 0.02, LEVEL)
+    v = judge_pairs([([1.0], [2.0])] * 5, 1, 0.02, LEVEL)
     assert v.ratio == pytest.approx(2.0) and not v.holds and v.undecided
 
 
@@ -125,7 +125,7 @@ def test_the_worse_side_is_the_metrics():
                  "subjects": {"": {"times_ms": pair[side == "bad"]}}}
                 for i, pair in enumerate(rounds) for side in sides(i)]
     assert holds(RATE, measured, 0.02, LEVEL).holds
-    v = judge(rounds, 1, 0.02, LEVEL)
+    v = judge_pairs(rounds, 1, 0.02, LEVEL)
     assert not v.holds and not v.undecided and v.ratio == pytest.approx(0.9, abs=0.01)
 
 

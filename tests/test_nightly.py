@@ -445,17 +445,17 @@ def test_a_new_builds_first_night_is_measured_against_the_build_before_it(tmp_pa
     measured in the series; the dry run of the next build's night prints its rounds, in
     alternating order with each build's tools, and writes nothing."""
     from runner.base.steps import Steps
-    from runner.nightly.ab import plan, request
+    from runner.nightly.ab import ab_plan, request
     from runner.nightly.night import first_night_ab
 
     req, night, store = _first_night(tmp_path)
-    ab = plan(req, night)
+    ab = ab_plan(req, night)
     assert ab is not None and ab.good == "wheels:3.11.0"
     assert [s.subject for s in ab.series] == [UNET]
     confirming = request(req, ab, night / "ab")
     assert (confirming.good.spec, confirming.bad.spec) == ("wheels:3.11.0", "wheels:3.12.0")
     assert (confirming.rounds, confirming.max_rounds) == (10, 30)
-    assert plan(req, None) is None  # before tonight: the newest build stored is tonight's
+    assert ab_plan(req, None) is None  # before tonight: the newest build stored is tonight's
     assert first_night_ab(replace(req, ab=False), night, Steps({}, lambda: None)) is None
     before = store.read_bytes()
     ran = nightly("--iree", "wheels:3.13.0", "--profile", "tiny", "--results", str(store),

@@ -37,7 +37,7 @@ from runner.bisect.builds import Build, Sources
 from runner.history.extract import extract
 from runner.history.judge import CONFIRMABLE
 from runner.history.model import WORSE_WHEN, Confirmation, Result
-from runner.history.paired import Looks, Verdict, judge
+from runner.history.paired import Looks, PairedVerdict, judge_pairs
 from runner.history.series import Series, series_of
 
 CONFIRM_JSON, CONFIRM_MD = "confirm.json", "confirm.md"
@@ -184,23 +184,23 @@ def pairs(measured: list[dict[str, Any]], subject: str) -> list[tuple[list[float
 
 
 def holds(series: Series, measured: list[dict[str, Any]], min_change: float, level: float
-          ) -> Verdict:
+          ) -> PairedVerdict:
     """The bad build worse than the good one beyond the machine's noise: the bad/good ratio
     from every repetition of every pair of rounds, its interval wholly on the worse side of
     1 at `level` and the ratio by at least `min_change` (runner.history.paired)."""
-    return judge(pairs(measured, series.subject), WORSE_WHEN.get(series.metric, 1),
+    return judge_pairs(pairs(measured, series.subject), WORSE_WHEN.get(series.metric, 1),
                  min_change, level)
 
 
 def sequential(plan: Looks, series: list[Series], min_change: float,
                take: Callable[[int, str], dict[str, dict[str, Any]]]
-               ) -> tuple[list[dict[str, Any]], dict[str, Verdict]]:
+               ) -> tuple[list[dict[str, Any]], dict[str, PairedVerdict]]:
     """Rounds taken (`take(i, side)`, in `sides` order) and judged at each of `plan`'s
     looks until every series is decided (it holds, or its estimate is short of
     `min_change`) or `plan.most` are taken: every round's values and each series' verdict,
     from the look that decided it (or the last)."""
     measured: list[dict[str, Any]] = []
-    verdicts: dict[str, Verdict] = {}
+    verdicts: dict[str, PairedVerdict] = {}
     for n in plan.at():
         for i in range(len(measured) // 2, n):
             measured += [{"round": i + 1, "side": side, "subjects": take(i, side)}
@@ -214,7 +214,7 @@ def sequential(plan: Looks, series: list[Series], min_change: float,
 
 
 def interleaved(req: ConfirmRequest, series: list[Series], files: list[Path],
-                tools: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Verdict]]:
+                tools: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, PairedVerdict]]:
     """Real rounds of the two builds, `sequential`ly judged."""
     plan = looks(req)
 
@@ -244,7 +244,7 @@ def confirm(req: ConfirmRequest, series: Series) -> Confirmation:
 
 
 def confirmation(req: ConfirmRequest, series: Series, measured: list[dict[str, Any]],
-                 verdict: Verdict, when: datetime) -> Confirmation:
+                 verdict: PairedVerdict, when: datetime) -> Confirmation:
     """One series' finding, every round's value, repetitions and conditions kept."""
     rounds = [{"round": m["round"], "side": m["side"], **m["subjects"][series.subject]}
               for m in measured if m["round"] <= verdict.rounds]

@@ -53,7 +53,7 @@ class Looks:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PairedVerdict:
     """The bad/good ratio, its interval and what that makes the difference."""
 
     ratio: float
@@ -106,8 +106,8 @@ def signed_rank_interval(values: Sequence[float], level: float
     return estimate, walsh[k - 1], walsh[m - k], 1 - 2 * below / total
 
 
-def judge(rounds: Sequence[tuple[Sequence[float], Sequence[float]]], worse: int,
-          min_change: float, level: float) -> Verdict:
+def judge_pairs(rounds: Sequence[tuple[Sequence[float], Sequence[float]]], worse: int,
+          min_change: float, level: float) -> PairedVerdict:
     """The rounds' (good repetitions, bad repetitions), judged. `worse` is 1 where a higher
     value is worse (a time), -1 where lower is."""
     shifts = [pair_shift(g, b) for g, b in rounds]
@@ -117,6 +117,6 @@ def judge(rounds: Sequence[tuple[Sequence[float], Sequence[float]]], worse: int,
         -estimate >= -math.log1p(-min_change))
     beyond = low > 0 if direction > 0 else high < 0
     holds = beyond and past and reached >= level
-    return Verdict(math.exp(estimate), math.exp(low), math.exp(high), round(reached, 6),
+    return PairedVerdict(math.exp(estimate), math.exp(low), math.exp(high), round(reached, 6),
                    len(shifts), sum(len(g) + len(b) for g, b in rounds), holds,
                    not holds and past)

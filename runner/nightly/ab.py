@@ -31,7 +31,7 @@ COMMAND = "bench goldens"
 
 
 @dataclass(frozen=True)
-class Plan:
+class ABPlan:
     """The build the new one is measured against, and the series the night's rounds judge."""
 
     good: str  # the previous build's spec, as pip installs it
@@ -52,7 +52,7 @@ def previous_build(series: Series, build: str, night: Path | None) -> str | None
     return spec[0]
 
 
-def plan(req: Any, night: Path | None) -> Plan | None:
+def ab_plan(req: Any, night: Path | None) -> ABPlan | None:
     """The A/B tonight calls for, or None: this machine's bench goldens time series of the
     profile (those `runner history confirm` measures), each measured tonight (`night`; None
     in a dry run, before anything is), whose last build before it is another one. The
@@ -83,10 +83,10 @@ def plan(req: Any, night: Path | None) -> Plan | None:
     if not chosen:
         return None
     good = max(chosen, key=lambda g: len(chosen[g]))  # one previous build: the last night's
-    return Plan(good, tuple(chosen[good]))
+    return ABPlan(good, tuple(chosen[good]))
 
 
-def request(req: Any, ab: Plan, out: Path):
+def request(req: Any, ab: ABPlan, out: Path):
     """`runner history confirm`'s request for the A/B: the night's package sources and
     rounds, every series' subject."""
     from runner.bisect.builds import parse_build
@@ -98,7 +98,7 @@ def request(req: Any, ab: Plan, out: Path):
                           MIN_CHANGE, out, req.sources, req.max_rounds)
 
 
-def measure(req: Any, ab: Plan, out: Path) -> dict[str, Any]:
+def measure_ab(req: Any, ab: ABPlan, out: Path) -> dict[str, Any]:
     """The A/B measured and each series' confirmation stored: what the night keeps of it."""
     from runner.history.confirm import CONFIRM_JSON, CONFIRM_MD, confirm_all, confirmation_summary
     from runner.history.store import opened
@@ -119,11 +119,11 @@ def measure(req: Any, ab: Plan, out: Path) -> dict[str, Any]:
                        for c, s, line in zip(found, ab.series, lines, strict=True)]}
 
 
-def dry_run_lines(req: Any, out: Path) -> list[str]:
+def ab_dry_run_lines(req: Any, out: Path) -> list[str]:
     """What the night's A/B would run, as far as the store tells before the night."""
     from runner.history.confirm import confirm_dry_run
 
-    ab = plan(req, None)
+    ab = ab_plan(req, None)
     if ab is None:
         return ["# no A/B: this machine's last bench goldens build in the store is tonight's, "
                 "or none"]

@@ -72,9 +72,9 @@ def _dry_run(req: Any) -> int:
           "measured against the previous one, interleaved"
           + (":" if req.ab else " (not: --no-ab)"))
     if req.ab:
-        from runner.nightly.ab import AB_DIR, dry_run_lines
+        from runner.nightly.ab import AB_DIR, ab_dry_run_lines
 
-        for line in dry_run_lines(req, night / AB_DIR):
+        for line in ab_dry_run_lines(req, night / AB_DIR):
             print(f"  {line}")
     print("then: the history judged; a regression between two nights' builds is confirmed "
           "(`runner history confirm`, for bench goldens times) and bisected"

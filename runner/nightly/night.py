@@ -322,11 +322,11 @@ def first_night_ab(req: NightRequest, night: Path, steps: Steps) -> dict[str, An
     --no-ab)."""
     from runner.nightly import ab
 
-    found = ab.plan(req, night) if req.ab else None
+    found = ab.ab_plan(req, night) if req.ab else None
     if found is None:
         return None
     key = f"{found.good} {req.build.spec} rounds {req.rounds}..{req.max_rounds}"
-    detail, _ = steps.run("ab", key, partial(ab.measure, req, found, night / ab.AB_DIR),
+    detail, _ = steps.run("ab", key, partial(ab.measure_ab, req, found, night / ab.AB_DIR),
                           say="nightly")
     return detail
 
