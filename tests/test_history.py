@@ -341,7 +341,7 @@ def test_history_lists_charts_and_alerts_only_on_a_confirmed_regression(nightlie
     (change,) = json.loads(capsys.readouterr().out)["changes"]
     assert change["kind"] == "regression" and change["confirmation"]["holds"] is True
     assert change["confirmation"]["bad_values"] == [112.0, 113.0, 111.0]
-    assert "the difference held with its interval" in change["reasons"][0]
+    assert "the bad/good ratio's interval lay wholly on the worse side" in change["reasons"][0]
     assert "1 REGRESSION(S)</div>" in (out / "history.html").read_text()
     with open_store(resolve(nightlies_store)) as store:
         store.add_confirmation(replace(held, holds=False, confirmed_at=T0 + timedelta(days=51)))
@@ -349,6 +349,13 @@ def test_history_lists_charts_and_alerts_only_on_a_confirmed_regression(nightlie
     (change,) = json.loads(capsys.readouterr().out)["changes"]
     assert change["kind"] == "machine" and "did not hold" in change["reasons"][0]
     assert "no regression: the machine changed" in (out / "history.html").read_text()
+    with open_store(resolve(nightlies_store)) as store:  # past --min-change, not beyond 1 yet
+        store.add_confirmation(replace(held, holds=False, confirmed_at=T0 + timedelta(days=52),
+                                       details={"verdict": {"undecided": True}}))
+    assert main(argv) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["kind"] == "unconfirmed" and "undecided" in change["reasons"][0]
+    assert "more rounds (--max-rounds)" in change["reasons"][0]
 
 
 def test_history_filters(nightlies_store, capsys):

@@ -348,7 +348,7 @@ def follow(req: NightRequest, night: Path, steps: Steps, item: dict[str, Any],
     on, else why not."""
     if item["confirmed"] is False:
         item["no_bisect"] = ("measured again, interleaved: the difference did not hold "
-                             "(the machine's, not IREE's)")
+                             "(the machine's, or undecided within --max-rounds)")
     elif req.bisect and argv is not None:
         log = night / "logs" / f"bisect-{n}.log"
         detail, _ = steps.run(f"bisect {n}", shlex.join(argv[1:]),
