@@ -1,5 +1,7 @@
-"""One night: the build's steps into a dated dir, each recorded in the history, the history
-judged, and a regression between two nights' builds confirmed and bisected.
+"""One night: the build's steps into a dated dir, each recorded in the history, a new build
+measured against the previous one on its first night (runner/nightly/ab.py: a step the
+history could only tell after several nights is confirmed that night), the history judged,
+and a regression between two nights' builds confirmed and bisected.
 
 The night dir's `nightly.json` holds every step through `runner.base.steps.Steps`, so the
 same night run again (a scheduler's retry, a killed job) skips what finished. A regression
