@@ -774,9 +774,10 @@ def add_confirm_rounds(p: Any) -> None:
            f"{DEFAULT_ROUNDS})")
     shared(p, "--max-rounds", type=COUNT, default=DEFAULT_MAX_ROUNDS, metavar="N",
            help="the most rounds of each build: while the bad/good estimate is past "
-           "--min-change and its interval still takes in no change, 4 more rounds are "
+           "the change that counts (history confirm's --min-change; 2%% in a night) and its "
+           "interval still takes in no change, 4 more rounds are "
            "measured and judged again, up to N; each judgement at the level that keeps all "
-           "of them together at 99%%, so a difference needs 8 rounds or more to hold "
+           "of them together at 99%%, so a difference needs at least 8 rounds to hold "
            f"(default: {DEFAULT_MAX_ROUNDS}; at least --rounds)")
 
 

@@ -425,7 +425,7 @@ def _register_confirm(sub: Any) -> None:
         "confirm", help="measure a change's last good and first bad builds again, "
         "interleaved on this machine, and store whether the difference holds",
         description="Installs both builds (a cached venv each, as runner bisect does) and "
-        "runs the series' bench goldens test with each in turn, good, bad, good, bad, ..., "
+        "runs the series' bench goldens test with each in turn, good, bad, bad, good, ..., "
         "so both see the same machine. Each pair of rounds gives the bad/good ratio of every "
         "repetition of one against every repetition of the other; the change holds when the "
         "ratio's signed-rank interval over the pairs lies wholly on the worse side of 1 and "
