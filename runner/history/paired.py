@@ -47,10 +47,6 @@ class Looks:
         """Each look's confidence: LEVEL shared among the looks."""
         return 1 - (1 - LEVEL) / len(self.at())
 
-    def fewest_to_hold(self) -> int:
-        """The fewest pairs whose interval can exclude no change at `level()`."""
-        return next(n for n in range(1, 1000) if 2 / 2 ** n <= 1 - self.level())
-
 
 @dataclass(frozen=True)
 class PairedVerdict:
@@ -67,9 +63,6 @@ class PairedVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def change(self) -> float:
-        return self.ratio - 1.0
 
 
 def pair_shift(good: Sequence[float], bad: Sequence[float]) -> float:
