@@ -25,10 +25,10 @@ flags and confirms a step that comes with a new build.
 
 The time from the first bad night to the culprit over real releases is
 scripts/bench_nightly_culprit.py's. On the quiet 2-core VM a night of the three tests takes
-about 15 s, and so does each side of an A/B round: 20 nights and an A/B decided within 15
-rounds take about 12 minutes; one that takes all 30 rounds, about 20.
+about 15 s, and so does each side of an A/B round: 30 nights and an A/B decided within 15
+rounds take about 15 minutes; one that takes all 30 rounds, about 22.
 
-    python3 scripts/bench_history_alarms.py                 # ~12 minutes on 2 cores, quiet
+    python3 scripts/bench_history_alarms.py                 # ~15 minutes on 2 cores, quiet
     python3 scripts/bench_history_alarms.py --nights 6 --step-nights 3 -k unet
 """
 
@@ -236,7 +236,7 @@ def beside_foreign_load(real: list[Result]) -> int:
 
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nights", type=int, default=20, help="nights of one build (20)")
+    parser.add_argument("--nights", type=int, default=30, help="nights of one build (30)")
     parser.add_argument("--hog-every", type=int, default=3,
                         help="a CPU hog beside every Nth night (3; 0: none)")
     parser.add_argument("--step", type=float, default=0.10, help="the new build's slowdown (0.10)")
