@@ -59,3 +59,16 @@ def copy_of(shared: Path, to: Path) -> Path:
     """A test's own copy of a shared directory, to change as it likes."""
     shutil.copytree(shared, to, symlinks=True, ignore=shutil.ignore_patterns(DONE))
     return to
+
+
+def cache_sharing_traces(cache: Path) -> Path:
+    """A runner cache of a test's own (exports it looks at alone) that shares the
+    session's MLIR traces: an export of modules traced before reads them, as an export
+    in the session's cache would (runner.model.export.traces)."""
+    from runner.base.paths import cache_dir
+    from runner.model.export.traces import TRACES
+
+    (cache_dir() / TRACES).mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / TRACES).symlink_to(cache_dir() / TRACES)
+    return cache

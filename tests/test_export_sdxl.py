@@ -15,6 +15,7 @@ from cli_support import cli
 pytest.importorskip("iree.turbine")
 
 from diffusers_support import assert_within_one_lsb, diffusers_images
+from shared_work import cache_sharing_traces
 
 from runner.base.errors import RunnerError
 from runner.cli.main import main
@@ -153,6 +154,23 @@ def test_an_interrupted_export_keeps_the_files_it_finished(exported, checkpoint,
         assert (out / name).read_bytes() == (exported / name).read_bytes(), name
 
 
+def test_an_architecture_traced_before_is_not_traced_again(exported, checkpoint, tmp_path):
+    """The MLIR holds no weight: an export of what was traced before (here the `exported`
+    fixture's, in this session's cache) takes its MLIR from the trace cache, the same bytes
+    (the embedded model's, which `runner export tiny` traces afresh)."""
+    from runner.base.paths import cache_dir
+    from runner.model.export.traces import TRACES
+
+    said: list[str] = []
+    out = tmp_path / "again"
+    ensure_export(ExportSource(checkpoint, None, "float32"), [1], [1], out, log=said.append)
+    for name in ("clip_bs1.mlir", "unet_bs1.mlir", "vae_bs1.mlir"):
+        (line,) = [m for m in said if m.startswith(f"export: {name} in ")]
+        assert f"s, as traced before ({cache_dir() / TRACES}/" in line, line
+        assert (out / name).read_bytes() == (exported / name).read_bytes(), name
+        _assert_same_file(out / name, TINY_DIR / name)
+
+
 def _run(profile: Path, out: Path, *args: str) -> dict[int, str]:
     proc = cli("run", "--profile", profile, "--count", "2", "--no-score", "--out", out, *args)
     assert proc.returncode == 0, proc.stderr
@@ -252,7 +270,7 @@ def test_max_length_beyond_the_text_encoders_is_refused(checkpoint, capsys):
 def cached_fp32(checkpoint, tmp_path_factory) -> Path:
     """An export cache into which the checkpoint's fp32 batch-1 export was written, once
     for the tests of the cache (each works on a copy). Returns the cache directory."""
-    cache = tmp_path_factory.mktemp("cache") / "cache"
+    cache = cache_sharing_traces(tmp_path_factory.mktemp("cache") / "cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RUNNER_CACHE_DIR", str(cache))
         source = ExportSource(checkpoint, None, "float32")
@@ -265,7 +283,8 @@ def cached_fp32(checkpoint, tmp_path_factory) -> Path:
 
 def test_export_cache_adds_batch_sizes_and_skips_what_is_there(checkpoint, cached_fp32,
                                                                 monkeypatch, tmp_path):
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache")))
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache",
+                                                              symlinks=True)))
     source = ExportSource(checkpoint, None, "float32")
     config = export_dir(source, export_key(source)) / "model.json"  # where cached_fp32 wrote
     first = {p.name: p.stat().st_mtime_ns for p in config.parent.iterdir()}
@@ -287,7 +306,8 @@ def test_a_cached_export_is_exported_from_where_its_checkpoint_is_now(checkpoint
     export)."""
     from runner.config.profile import load_profile
 
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache")))
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(shutil.copytree(cached_fp32, tmp_path / "cache",
+                                                              symlinks=True)))
     moved = shutil.copytree(checkpoint, tmp_path / "moved $(touch PWNED) 'q'")
     model = load_profile("sdxl-checkpoint", {"model": f"checkpoint:{moved}",
                                              "model.dtype": "fp32",
@@ -310,7 +330,7 @@ def test_profile_naming_a_checkpoint_exports_missing_batch_sizes_on_demand(
     from runner.config.profile import load_profile
     from runner.model.compiled_model import with_batch_sizes
 
-    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(cache_sharing_traces(tmp_path / "cache")))
     overrides = {"model": f"checkpoint:{checkpoint}"}
     assert load_profile("tiny", overrides).model.batch_sizes == ()
     model = with_batch_sizes(load_profile("tiny", overrides).model, 1, 1, where="tiny")

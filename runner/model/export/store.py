@@ -304,15 +304,28 @@ def _write(source: ExportSource, arch, staging: _Staging, reuse: set[str],
     dims = (arch.latent_size, max_length, arch.embed_dim, arch.pooled_dim)
     for name in exporter.SUBMODELS:
         for batch in vae_batch_sizes if name == "vae" else batch_sizes:
-            t0 = time.perf_counter()
             file = names[name]["mlir"].format(batch=batch)
             if needed(file):
-                mlir = exporter.export_mlir(named[name], name, batch, *dims, source.dtype)
-                atomic_write_text(staging.dir / file, mlir)
+                _write_mlir(source, arch, named[name], name, batch, dims, staging.dir / file,
+                            log)
                 staging.written(file)
-                log(f"export: {file} in {time.perf_counter() - t0:.1f}s")
             extra = names["unet"]["extra_mlir"][0].format(batch=batch)
             if name == "unet" and needed(extra):
                 atomic_write_text(staging.dir / extra,
                                   exporter.unet_pipeline_mlir(batch, *dims, STEPS, source.dtype))
                 staging.written(extra)
+
+
+def _write_mlir(source: ExportSource, arch, module, name: str, batch: int,
+                dims: tuple[int, int, int, int], path: Path, log: Callable[[str], None]) -> None:
+    """One submodel's MLIR at one batch size: traced, or as an earlier export of the same
+    architecture traced it (`traces`: the MLIR holds no weight)."""
+    from runner.model.export import exporter, traces
+
+    t0 = time.perf_counter()
+    key = traces.trace_key(arch, name, batch, dims, source.dtype, source.vae_dtype)
+    mlir, before = traces.traced(key, lambda: exporter.export_mlir(module, name, batch, *dims,
+                                                                   source.dtype))
+    atomic_write_text(path, mlir)
+    how = f"as traced before ({traces.trace_path(key)})" if before else "traced"
+    log(f"export: {path.name} in {time.perf_counter() - t0:.1f}s, {how}")
