@@ -14,6 +14,11 @@ first (a fast machine and a loaded one alike: a signal falls while the command r
 signals of one battery fall in separate strata of that time, from its start to its end, so
 each battery covers the whole run; `attempt_at_its_end` signals a command the moment it
 prints its last line, where it finishes its work and exits.
+
+The battery is for the mechanism every command shares (the command wrapper's stop). A
+single command's own stop is `stop_and_go_on`: one signal at a point of the command's own
+state (its first finished part, a process it started, its claimed --out) and its rerun,
+checked the same way, with no timed run before it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from cli_support import STOP_SIGNALS, as_from_a_terminal, start_runner
+from cli_support import STOP_SIGNALS, as_from_a_terminal, cli, start_runner
 from shared_work import once
 
 from runner.base.outdir import RECORD, REFUSES
@@ -185,14 +190,14 @@ def attempt_as_child_starts(cmd: Command, argv: list[str], sig: int, prefix: str
                   "".join(seen))
 
 
-def attempt_when(cmd: Command, argv: list[str], sig: int, ready: Callable[[], bool]
+def attempt_when(cmd: Command, argv: list[str], sig: int, ready: Callable[[int], bool]
                  ) -> Attempt:
-    """Runs `runner ARGV` and sends `sig` the moment `ready()` holds (polled every few
-    milliseconds; a state the command itself writes, such as a stage in a file)."""
+    """Runs `runner ARGV` and sends `sig` the moment `ready(its pid)` holds (polled every
+    few milliseconds; a state the command itself writes, such as a stage in a file)."""
     proc = _start(cmd, argv)
     below, sent, start = [], False, time.monotonic()
     while proc.poll() is None and time.monotonic() - start < ATTEMPT_TIMEOUT_S:
-        if ready():
+        if ready(proc.pid):
             below, sent = _send(proc, sig), True
             break
         time.sleep(0.005)
@@ -354,6 +359,68 @@ def went_on(cmd: Command, a: Attempt, out: Path) -> list[Attempt]:
     return [*history, finish(cmd, argv, out, cmd.kept(out), a.seed)]
 
 
+Point = Callable[[Path, int], bool]  # (its out dir, its pid) -> the command is there now
+
+
+def claimed(out: Path, pid: int) -> bool:
+    """The command has claimed its --out (its attempt record is the first file it writes):
+    its own work runs from here."""
+    return (out / RECORD).is_file()
+
+
+def _children(pid: int) -> bool:
+    """A process `pid` started runs (the kernel's list of each thread's children: reading
+    every process of /proc each poll would cost the test a core)."""
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            if task.read_text().strip():
+                return True
+    return False
+
+
+def running_a_child(out: Path, pid: int) -> bool:
+    """Claimed, and a process the command started runs (a tool, a test's process): the
+    stop has that one to end too."""
+    return claimed(out, pid) and _children(pid)
+
+
+def finished_a_part(cmd: Command) -> Point:
+    """The command's first finished part is recorded (`cmd.kept`): the earliest point a
+    rerun's keeping shows."""
+    return lambda out, pid: bool(cmd.kept(out))
+
+
+def stop_and_go_on(cmd: Command, tmp: Path, sig: int, at: Point, quick: bool = False
+                   ) -> list[Attempt]:
+    """One command's stop, where the stop mechanism itself (the command wrapper, every
+    signal, seeded points) has its battery through `runner run`: `sig` the moment the
+    command reaches `at`, then checked as the battery checks an attempt (its exit code, no
+    traceback or crash, nothing left running, what had finished when the signal came still
+    kept), and run again into the same --out as its help says, to its end, keeping that.
+    The point is the command's own state, not a fraction of its run time, so no timed run
+    comes first. `quick`: the command's work after `at` takes milliseconds, so the signal
+    may come once it is done, when the command ignores it (runner.base.signals.work_done)
+    and ends finished; the same command into the same --out then goes on as its help says
+    for a finished attempt."""
+    out, seen = tmp / "out", set()
+
+    def ready(pid: int) -> bool:
+        if not at(out, pid):
+            return False
+        seen.update(cmd.kept(out))
+        return True
+
+    a = attempt_when(cmd, cmd.argv(out), sig, ready)
+    assert a.interrupted or (quick and a.sig), f"it ended before the signal\n{a.describe()}"
+    check_clean(cmd, a, out)
+    now = cmd.kept(out)
+    assert seen <= now, f"finished work lost: {sorted(seen - now)}\n{a.describe()}"
+    if not a.interrupted:
+        assert _status(out) == "finished", a.describe()
+        return [a, *_rerun_finished(cmd, out, a.seed)]
+    return [a, *went_on(cmd, a, out)]
+
+
 def _rerun_interrupted(cmd: Command, out: Path, history: list[Attempt], seed: int
                        ) -> list[str]:
     """The command line that goes on: the same one (`resumes`), or, after checking that
@@ -362,7 +429,7 @@ def _rerun_interrupted(cmd: Command, out: Path, history: list[Attempt], seed: in
     if cmd.rule != REFUSES or not (out / RECORD).is_file():
         return argv  # (stopped before it wrote anything: nothing of it is left to refuse)
     before = _snapshot(out)
-    refused = attempt(cmd, argv, seed=seed)
+    refused = _said(cmd, argv, seed)
     history.append(refused)
     assert refused.rc == 2 and f"--resume {out}" in refused.stderr \
         and "another --out" in refused.stderr, refused.describe()
@@ -379,12 +446,21 @@ def _rerun_finished(cmd: Command, out: Path, seed: int) -> list[Attempt]:
     """A finished attempt run again: a refusing command says so and points to another
     --out (its --resume: nothing to do); a resuming one does it again, keeping its parts."""
     assert cmd.finished(out)
-    again = attempt(cmd, cmd.argv(out), seed=seed)
     if cmd.rule == REFUSES:
+        again = _said(cmd, cmd.argv(out), seed)
         assert again.rc == 2 and "finished" in again.stderr, again.describe()
-        resumed = attempt(cmd, _resume_argv(cmd, out), seed=seed)
+        resumed = _said(cmd, _resume_argv(cmd, out), seed)
         assert resumed.rc == 0 and ("nothing to resume" in resumed.stderr
                                     or "nothing to do" in resumed.stderr), resumed.describe()
         return [again, resumed]
+    again = attempt(cmd, cmd.argv(out), seed=seed)
     assert again.rc in cmd.ok, again.describe()
     return [again]
+
+
+def _said(cmd: Command, argv: list[str], seed: int) -> Attempt:
+    """`runner ARGV` where it only answers, in this process (tests/cli_support.py `cli`):
+    a refused rerun, or `--resume` of a finished attempt, decided from the --out before
+    any work (runner/cli/output.py), is the command's words, not its process's."""
+    ran = cli(*argv, cwd=cmd.cwd, env=ENV)
+    return Attempt(argv, None, 0.0, ran.returncode, ran.stdout + ran.stderr, seed=seed)
