@@ -37,13 +37,17 @@ export RUNNER_RESULTS_URL="${RUNNER_RESULTS_URL:-$(mktemp -d)/results.sqlite}"
 # compile that uses no CPU for $RUNNER_COMPILE_STALL s, default 120, is taken as hung sooner).
 export RUNNER_COMPILE_TIMEOUT="${RUNNER_COMPILE_TIMEOUT:-300}"
 
-# pytest-xdist workers, one per core by default (`auto`): on 2 cores two workers took the
-# whole suite from 50 min to 28 (docs/CONTRIBUTING.md). Each worker's OpenMP/BLAS pools get
-# its share of the cores, a module's tests that share a module fixture stay together, and the
-# docker and Slurm tests run on one worker in turn (tests/conftest.py). RUNNER_TEST_WORKERS=N
-# runs N workers, 0 one process. What each test cost goes to $RUNNER_SUITE_COST, compared with
-# tests/suite_budget.json at the end.
-WORKERS="${RUNNER_TEST_WORKERS:-auto}"
+# pytest-xdist workers: one per core, and one more where the machine has 7 GiB of memory for
+# each (a test waiting on docker, Slurm or a child process leaves its core to the extra one;
+# `runner export sdxl --seeded`, the largest test, peaks at 8.0 GiB resident). On 2 cores two
+# workers took the whole suite from 50 min to 28 (docs/CONTRIBUTING.md). Each worker's
+# OpenMP/BLAS pools get its share of the cores, a module's tests that share a module fixture
+# stay together, and the docker and Slurm tests run on one worker in turn (tests/conftest.py).
+# RUNNER_TEST_WORKERS=N runs N workers, 0 one process. What each test cost goes to
+# $RUNNER_SUITE_COST, compared with tests/suite_budget.json at the end.
+cores="$(nproc)"
+memory_kib="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+WORKERS="${RUNNER_TEST_WORKERS:-$(( memory_kib >= (cores + 1) * 7 * 1024 * 1024 ? cores + 1 : cores ))}"
 COST="${RUNNER_SUITE_COST:-${RUNNER_CACHE_DIR:-$HOME/.cache/iree-sdxl-runner}/suite-cost.json}"
 parallel=()
 if [ "$WORKERS" != 0 ]; then
