@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import shlex
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,39 @@ def test_every_timing_is_a_command_that_reproduces_it(timed):
     assert again.iterations == int(flags["benchmark_min_time"].removesuffix("x"))
     assert again.median_ms > 0 and first["min_us"] <= first["median_us"]
     assert not (Path.cwd() / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_the_stages_profile_sizes_each_batch_and_a_function_it_lacks_is_probed(
+        timed, tiny_compiled, tmp_path):
+    """The bench profiled each stage before recording it: every workload's batch is sized
+    by its function's median in that profile, no probe run. A function the profile does
+    not name is probed first (the mechanism on a driver without the profiler)."""
+    stage = timed["report"]["stages"][0]
+    files, profile = stage["dispatch_times"]["files"], stage["dispatch_profile"]
+    sizes = dr.profiled_us(profile)
+    assert sizes and len(sizes) == profile["functions"]
+    for record in json.loads(Path(files["workloads"]).read_text()):
+        flags = dict(a.removeprefix("--").split("=", 1) for a in shlex.split(
+            record["command"])[1:])
+        assert record["batch_sized_by"] == "profile"
+        assert int(flags["batch_size"]) == dr.batch_for(sizes[record["name"]])
+    assert dr.profiled_us({"status": "unavailable", "note": "no profiler"}) == {}
+    replay = Path(files["replay"])
+    recording = dr.read_replay(replay)
+    first, *rest = sorted(recording.counts, key=lambda w: (w.executable, w.ordinal))
+    other = next(w for w in rest if recording.name(w) != recording.name(first))
+    two = dr.Recording(recording.executables, Counter({w: recording.counts[w]
+                                                       for w in (first, other)}),
+                       recording.calls)
+    times, records = dr._time_workloads(
+        two, replay, tmp_path, "local-task", ("--task_topology_cpu_ids=0",),
+        _clip_command(tiny_compiled, "local-task"), 600, (), {recording.name(first): 50.0})
+    by_name = {r["name"]: r for r in records}
+    assert by_name[recording.name(first)]["batch_sized_by"] == "profile"
+    assert f"--batch_size={dr.batch_for(50.0)} " in by_name[recording.name(first)]["command"]
+    assert by_name[recording.name(other)]["batch_sized_by"] == "probe"
+    assert set(times) == {first, other} and all(t > 0 for t in times.values())
 
 
 def _clip_command(tiny_compiled, device: str, prefix: tuple[str, ...] = ()) -> bm.BenchCommand:

@@ -153,6 +153,29 @@ def test_the_packages_own_console_scripts_on_path_start_their_binaries(tmp_path)
     assert proc.stdout.splitlines()[0].startswith(expected["iree-compile"] + " ")
 
 
+def test_a_process_that_has_not_imported_the_runtime_finds_its_binaries():
+    """A fresh process that has not imported iree.runtime (each `runner bench` the GPU check
+    starts) finds the runtime package's binaries too, from its console scripts on PATH or
+    from the package alone: not the scripts, a Python process around each of the hundreds
+    of iree-benchmark-executable calls one dispatch replay makes."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    names = ("iree-benchmark-executable", "iree-dump-replay", "iree-benchmark-module",
+             "iree-profile")
+    code = ("import sys; from runner.base.iree_tools import find_tool; "
+            "print(*(find_tool(n).path for n in sys.argv[1:]), 'iree.runtime' in sys.modules, "
+            "sep='\\n')")
+    from iree._runtime import libs
+    for path in (f"{scripts}:{BARE_PATH}", BARE_PATH):
+        env = {k: v for k, v in os.environ.items() if k != "IREE_TOOL_PATH"}
+        env.update(PATH=path, PYTHONPATH=str(REPO))
+        proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        *found, imported = proc.stdout.splitlines()
+        assert imported == "False"
+        assert found == [os.path.join(libs.library_path, n) for n in names], path
+
+
 def test_missing_override_dir_is_a_clear_error(tmp_path):
     missing = tmp_path / "no such dir"
     proc = runner("--iree-tools", str(missing), "compile", "--profile", "tiny", "--dry-run")

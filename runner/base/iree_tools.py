@@ -159,8 +159,10 @@ def package_tool(name: str) -> tuple[str, str] | None:
     except (ImportError, ValueError):
         pass
     try:
-        # iree.runtime's console scripts exec from here
-        libs = import_held("iree._runtime").libs
+        # iree.runtime's console scripts exec from here. The submodule itself: its package
+        # does not import it, so in a process that has not imported iree.runtime (a
+        # `runner bench` the GPU check starts) `iree._runtime.libs` is no attribute yet.
+        libs = import_held("iree._runtime.libs")
         path = os.path.join(libs.library_path, name)
         if _executable(path):
             return path, "iree.runtime"

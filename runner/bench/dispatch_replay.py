@@ -20,10 +20,13 @@ Each distinct workload then runs alone in `iree-benchmark-executable --device=<t
 --executable_file=... --entry_point=... --workgroup_count=... --binding=<bytes>xi8`
 (`--batch_size` dispatches per submission, so submission costs little; many short
 submissions, and their median), and its median time per dispatch times its count is its
-share of a call. The tool runs with the stage's
-device flags (on the CPU, `--task_topology_cpu_ids` keeps its workers on the device's
-cores) and NUMA binding, but not the stage's `taskset`: its own thread only submits and
-waits, and on a worker's core that wait takes the worker's time (a 1.48 ms convolution
+share of a call. The batch is sized from the time per dispatch the HAL profiler measured
+for its function in the same bench, where one did (on the CPU, `runner bench --dispatches`
+profiles each stage first); else from a short probe run of its own (a process per
+workload, half of all the processes on a driver without the profiler). The tool runs with
+the stage's device flags (on the CPU, `--task_topology_cpu_ids` keeps its workers on the
+device's cores) and NUMA binding, but not the stage's `taskset`: its own thread only
+submits and waits, and on a worker's core that wait takes the worker's time (a 1.48 ms convolution
 timed 1.84 ms with the tool's thread confined to the worker's one core, 13 dispatches per
 submission; 2-core VM), which no dispatch in the model pays. The sum over every dispatch is
 the time a call spends in kernels run back to back on warm caches; what the stage's
@@ -59,11 +62,11 @@ REPLAY_FILE, WORKLOADS_FILE = "dispatches.ireereplay", "dispatch_workloads.json"
 SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
 # Dispatches per submission: a submission costs a wake-up of the device's workers (tens of
 # µs on the CPU), which the in-model dispatches, recorded back to back, do not pay each. So
-# a first short run (PROBE_BATCH dispatches, after the same warm-up as the timed run: a
+# the timed run's batch holds about SUBMISSION_US of work, between BATCH_RANGE's ends (one
+# dispatch of a millisecond or more), by the HAL profiler's median of its function, or else
+# by a first short run (PROBE_BATCH dispatches, after the same warm-up as the timed run: a
 # cold first submission took a 1.4 us reduction for 300 us, and so sized its batch at 14,
-# where the submission's own cost then doubled its time) sizes the batch of the timed run
-# to hold about SUBMISSION_US of work, between BATCH_RANGE's ends (one dispatch of a
-# millisecond or more).
+# where the submission's own cost then doubled its time).
 # The timed run is REPETITIONS short submissions, one a repetition, and their median: the HAL
 # profiler's own statistic, a median over spans shorter than the time another process
 # takes a core for. Long samples all hold that process's share: on one device core beside
@@ -103,7 +106,9 @@ TIMES_FIELDS = {
     "dispatches": "every dispatch function by time: name, key, kind, count (per call), "
                   "ms_per_call, share, us_per_dispatch (count-weighted median), workloads",
     "files": "replay (.ireereplay: iree-run-replay / iree-benchmark-replay run it again), "
-             "workloads (each timed command and its result)",
+             "workloads (each timed command, its result, and what sized its batch: "
+             "`profile`, the HAL profiler's median of its function, or `probe`, a first "
+             "run of its own)",
 }
 
 
@@ -281,13 +286,23 @@ def _runtime_flags(command: bm.BenchCommand) -> tuple[str, ...]:
                                                                "--cuda_", "--hip_")))
 
 
+def profiled_us(profile: dict | None) -> dict[str, float]:
+    """Function name -> its median microseconds per dispatch in the HAL profile of the same
+    stage (runner.bench.dispatch_profile), which sizes each of its workloads' batches in
+    place of a probe run; empty where there is no profile."""
+    if not profile or profile.get("status") != "ok":
+        return {}
+    return {r["name"]: r["median_ms"] * 1000 for r in profile["dispatches"]}
+
+
 def measure_replay(command: bm.BenchCommand, directory: Path, unprofiled_ms: float | None = None,
-                   timeout: float | None = None, host_prefix: tuple[str, ...] = ()
-                   ) -> dict[str, Any]:
+                   timeout: float | None = None, host_prefix: tuple[str, ...] = (),
+                   sizes: dict[str, float] | None = None) -> dict[str, Any]:
     """The stage's dispatches timed by this mechanism (see FIELDS); never raises for what
     the driver or the tools cannot do: the note says so, in the capability's words.
     `host_prefix` runs each timing (the worker's NUMA binding, not its `taskset`: see the
-    module docstring)."""
+    module docstring); `sizes` (`profiled_us`) sizes the batches of the functions it names,
+    the others are probed."""
     device = command.device
     rec = record_command(command, directory)
     base = {"mechanism": REPLAY_MECHANISM, "command": rec.text()}
@@ -311,7 +326,7 @@ def measure_replay(command: bm.BenchCommand, directory: Path, unprofiled_ms: flo
                              fix="check the stage's function with iree-run-module")
         times, commands = _time_workloads(recording, replay, directory, device,
                                           _runtime_flags(command), command, timeout,
-                                          host_prefix)
+                                          host_prefix, sizes or {})
     except _Unavailable as e:
         return {**base, "status": "unavailable", "note": str(e)}
     except RunnerError as e:
@@ -329,8 +344,8 @@ class _Unavailable(Exception):
 
 def _time_workloads(recording: Recording, replay: Path, directory: Path, device: str,
                     flags: tuple[str, ...], command: bm.BenchCommand,
-                    timeout: float | None, host_prefix: tuple[str, ...]
-                    ) -> tuple[dict[Workload, float], list[dict]]:
+                    timeout: float | None, host_prefix: tuple[str, ...],
+                    sizes: dict[str, float]) -> tuple[dict[Workload, float], list[dict]]:
     """Median microseconds per dispatch of every workload, and each timing's record."""
     tool = tool_path(EXECUTABLE_TOOL)
     times: dict[Workload, float] = {}
@@ -338,17 +353,21 @@ def _time_workloads(recording: Recording, replay: Path, directory: Path, device:
     for w in sorted(recording.counts, key=lambda w: (w.executable, w.ordinal,
                                                      w.workgroup_count, w.constants)):
         exe = executable_file(recording, replay, w.executable, directory / "executables")
-        quick = _run_one(workload_argv(recording, w, exe, device, flags, timed=False),
-                         recording.name(w), tool, device, command, timeout, host_prefix)
-        argv = workload_argv(recording, w, exe, device, flags,
-                             batch_for(quick.mean_ms * 1000))
+        estimate = sizes.get(recording.name(w))
+        if estimate is None:
+            estimate = _run_one(workload_argv(recording, w, exe, device, flags, timed=False),
+                                recording.name(w), tool, device, command, timeout,
+                                host_prefix).mean_ms * 1000
+        argv = workload_argv(recording, w, exe, device, flags, batch_for(estimate))
         latency = _run_one(argv, recording.name(w), tool, device, command, timeout,
                            host_prefix)
         times[w] = latency.median_ms * 1000
         records.append({"name": recording.name(w), "count": recording.counts[w],
                         "command": shlex.join([*host_prefix, *argv]),
                         "median_us": round(times[w], 4),
-                        "min_us": round(latency.min_ms * 1000, 4)})
+                        "min_us": round(latency.min_ms * 1000, 4),
+                        "batch_sized_by": "profile" if recording.name(w) in sizes
+                        else "probe"})
     return times, records
 
 

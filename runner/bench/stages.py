@@ -241,7 +241,7 @@ def run_stages(plans: Sequence[StagePlan], settings: BenchSettings, label: str =
         print(f"  {latency.mean_ms:.3f} ms mean over {latency.repetitions} repetitions; "
               f"{conditions.line()}", file=sys.stderr, flush=True)
         dispatches = _profile(p, latency.mean_ms, settings)
-        times = _replay_times(p, latency.mean_ms, settings)
+        times = _replay_times(p, latency.mean_ms, settings, dispatches)
         results.append(StageResult(p.stage, p.function, p.batch_size, latency,
                                    p.command.text(), view=p.view, dispatches=dispatches,
                                    dispatch_times=times, conditions=conditions))
@@ -290,16 +290,18 @@ def _profile(p: StagePlan, unprofiled_ms: float, settings: BenchSettings) -> dic
     return out
 
 
-def _replay_times(p: StagePlan, unprofiled_ms: float, settings: BenchSettings
-                  ) -> dict | None:
+def _replay_times(p: StagePlan, unprofiled_ms: float, settings: BenchSettings,
+                  profile: dict | None = None) -> dict | None:
     """The same stage's dispatches timed alone from a HAL replay of one call (the
-    mechanism that needs no HAL profiler: runner.bench.dispatch_replay)."""
+    mechanism that needs no HAL profiler: runner.bench.dispatch_replay); the stage's HAL
+    profile, where there is one, sizes their batches."""
     if p.profile is None:
         return None
     print("  timing each dispatch alone (HAL replay + iree-benchmark-executable) ...",
           file=sys.stderr, flush=True)
     out = dispatch_replay.measure_replay(p.command, p.profile.directory / REPLAY_DIR,
-                                         unprofiled_ms, settings.timeout, p.host_prefix)
+                                         unprofiled_ms, settings.timeout, p.host_prefix,
+                                         dispatch_replay.profiled_us(profile))
     if out["status"] == "ok":
         print(f"  {out['dispatches_per_call']:g} dispatches/call, "
               f"{out['per_call_ms']['dispatch_sum']:.3f} ms/call alone, "
