@@ -353,21 +353,20 @@ def _time_workloads(recording: Recording, replay: Path, directory: Path, device:
     for w in sorted(recording.counts, key=lambda w: (w.executable, w.ordinal,
                                                      w.workgroup_count, w.constants)):
         exe = executable_file(recording, replay, w.executable, directory / "executables")
-        estimate = sizes.get(recording.name(w))
+        name = recording.name(w)
+        estimate = sizes.get(name)
         if estimate is None:
             estimate = _run_one(workload_argv(recording, w, exe, device, flags, timed=False),
-                                recording.name(w), tool, device, command, timeout,
+                                name, tool, device, command, timeout,
                                 host_prefix).mean_ms * 1000
         argv = workload_argv(recording, w, exe, device, flags, batch_for(estimate))
-        latency = _run_one(argv, recording.name(w), tool, device, command, timeout,
-                           host_prefix)
+        latency = _run_one(argv, name, tool, device, command, timeout, host_prefix)
         times[w] = latency.median_ms * 1000
-        records.append({"name": recording.name(w), "count": recording.counts[w],
+        records.append({"name": name, "count": recording.counts[w],
                         "command": shlex.join([*host_prefix, *argv]),
                         "median_us": round(times[w], 4),
                         "min_us": round(latency.min_ms * 1000, 4),
-                        "batch_sized_by": "profile" if recording.name(w) in sizes
-                        else "probe"})
+                        "batch_sized_by": "profile" if name in sizes else "probe"})
     return times, records
 
 

@@ -230,12 +230,13 @@ def interleaved(req: ConfirmRequest, series: list[Series], files: list[Path],
 
 def confirm_all(req: ConfirmRequest, series: list[Series]) -> list[Confirmation]:
     """Measures the two builds interleaved and judges each series from the same rounds."""
-    files = list(dict.fromkeys(golden_file(s) for s in series))
+    file_of = {s.subject: golden_file(s) for s in series}
     tools = {"good": tools_dir(req.good, req.sources, False),
              "bad": tools_dir(req.bad, req.sources, False)}
-    measured, verdicts = interleaved(req, series, files, tools)
+    measured, verdicts = interleaved(req, series, list(dict.fromkeys(file_of.values())), tools)
     when = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
-    return [confirmation(req, s, measured, verdicts[s.subject], when) for s in series]
+    return [confirmation(req, s, file_of[s.subject], measured, verdicts[s.subject], when)
+            for s in series]
 
 
 def confirm(req: ConfirmRequest, series: Series) -> Confirmation:
@@ -243,8 +244,9 @@ def confirm(req: ConfirmRequest, series: Series) -> Confirmation:
     return found
 
 
-def confirmation(req: ConfirmRequest, series: Series, measured: list[dict[str, Any]],
-                 verdict: PairedVerdict, when: datetime) -> Confirmation:
+def confirmation(req: ConfirmRequest, series: Series, file: Path,
+                 measured: list[dict[str, Any]], verdict: PairedVerdict, when: datetime
+                 ) -> Confirmation:
     """One series' finding, every round's value, repetitions and conditions kept."""
     rounds = [{"round": m["round"], "side": m["side"], **m["subjects"][series.subject]}
               for m in measured if m["round"] <= verdict.rounds]
@@ -256,7 +258,7 @@ def confirmation(req: ConfirmRequest, series: Series, measured: list[dict[str, A
         verdict.holds, when, socket.gethostname(), str(req.out),
         {"good": spread(values["good"]).to_dict(), "bad": spread(values["bad"]).to_dict(),
          "verdict": verdict.to_dict(), "level": plan.level(), "looks": plan.at(),
-         "file": str(golden_file(series)), "min_change": req.min_change, "rounds": rounds,
+         "file": str(file), "min_change": req.min_change, "rounds": rounds,
          "beside_foreign_load": sum(bool(r.get("beside_foreign_load")) for r in rounds)})
 
 

@@ -67,6 +67,5 @@ def traced(key: str, trace: Callable[[], str]) -> tuple[str, bool]:
         pass
     mlir = trace()
     if caches_writable():
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, mlir)
     return mlir, False
