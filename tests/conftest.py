@@ -109,11 +109,13 @@ def bench_dispatches(out: Path, stages: tuple[str, ...] = ()) -> dict:
 
 
 @pytest.fixture(scope="session")
-def tiny_dispatch_bench(tmp_path_factory, tiny_compiled) -> Path:
+def tiny_dispatch_bench(tmp_path_factory) -> Path:
     """One real `runner bench --dispatches` of the tiny CLIP, UNet step and VAE, both ways
     (the HAL profiler, and every dispatch of a recorded call timed alone), once per
     session: tests/test_dispatch_profile.py reads its profiles, tests/test_dispatch_replay.py
-    holds the two against each other. Read only."""
+    holds the two against each other. Read only. It compiles the batch size it benches
+    (1), not every one tiny_compiled does; a module another worker is compiling the compile
+    cache waits for."""
     return shared_dir(tmp_path_factory, DISPATCH_BENCH_OUT, bench_dispatches)
 
 

@@ -167,3 +167,50 @@ def test_a_compiler_that_uses_no_cpu_is_taken_as_hung_before_its_limit(monkeypat
     done = _run_compiler(["sh", "-c", f'{sys.executable} -c "$0"; :', busy], tmp_path / "m.mlir")
     assert done.returncode == 0 and done.stdout == "done\n"
     assert "hung" not in capsys.readouterr().err
+
+
+SMALL_MLIR = """func.func @double(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %a, %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+def _flock_waiters() -> int:
+    """This process's blocked flock requests (`->` lines of /proc/locks)."""
+    import os
+
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for f in map(str.split, lines)
+               if f[1:3] == ["->", "FLOCK"] and f[5] == str(os.getpid()))
+
+
+def test_a_module_another_process_is_compiling_is_waited_for_not_compiled_again(
+        tmp_path, monkeypatch, capsys):
+    """Two runner processes (two test workers, two commands on one cache) needing the same
+    module: the second waits for the first's compile and takes its vmfb, no second
+    iree-compile. Here the first is this test holding the module's lock, and its compile
+    lands (a real vmfb of the same key) while the second waits."""
+    import fcntl
+    import threading
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path / "cache"))
+    mlir = tmp_path / "double.mlir"
+    mlir.write_text(SMALL_MLIR)
+    made = compile_mlir(mlir, CPU_FLAGS)
+    vmfb = Path(made.vmfb)
+    kept = vmfb.replace(tmp_path / "made.vmfb")
+    capsys.readouterr()
+    got: list = []
+    with open(vmfb.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        second = threading.Thread(target=lambda: got.append(compile_mlir(mlir, CPU_FLAGS)))
+        second.start()
+        while second.is_alive() and not _flock_waiters():
+            second.join(0.01)
+        kept.replace(vmfb)  # the first compile lands
+    second.join()
+    (result,) = got
+    assert result.cached and result.vmfb == made.vmfb
+    assert result.vmfb_sha256 == made.vmfb_sha256
+    assert "compiled double.mlir" not in capsys.readouterr().err

@@ -170,7 +170,10 @@ def test_run_dry_run_prints_every_command_and_writes_nothing(tmp_path):
                 "unet_step", "--stage", "vae", "--repetitions", "2",
                 "--out", str(results / f"bench-{v}-bs1")] in benches
     # Only the dispatch step profiles; the throughput steps do not depend on a profiler.
-    assert [a[-1] for a in benches if "--dispatches" in a] == [str(results / "dispatches")]
+    (dispatches,) = [a for a in benches if "--dispatches" in a]
+    assert dispatches[-1] == str(results / "dispatches")
+    # and it runs no layout: the bench step of its precision and batch measured throughput
+    assert "--no-throughput" in dispatches and "--count" not in dispatches
     mlperf = next(a for a in argvs if a[3:4] == ["mlperf"])
     assert mlperf[mlperf.index("--scenario") + 1] == "offline"
     assert mlperf[mlperf.index("--mode") + 1] == "performance"
@@ -190,7 +193,7 @@ def test_run_dry_run_prints_the_preflight_first(tmp_path):
         "# preflight ok     carry: 2 file(s) the steps read: mlperf-short.conf, tiny-cpu",
         "# preflight ok     worker environment: imports ok; IREE driver local-task registered",
         "# preflight absent GPUs: a cpu layout uses none", lines[3]]
-    assert lines[3].startswith("# preflight ok     disk: ") and "42 sample(s)" in lines[3]
+    assert lines[3].startswith("# preflight ok     disk: ") and "40 sample(s)" in lines[3]
 
 
 def test_a_carry_copied_without_a_file_its_steps_read_stops_before_any_step(tmp_path):

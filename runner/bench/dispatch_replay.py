@@ -77,7 +77,11 @@ SCOPE = "execute"  # iree-benchmark-module's scope around its timed calls
 # workloads, each its own process.
 PROBE_BATCH, SUBMISSION_US, BATCH_RANGE = 8, 1000.0, (1, 16384)
 REPETITIONS = 25
-WARMUP_S = 0.02  # a cold first submission (workers waking, caches) is not timed
+# Warm-up: one submission's worth, so the cold first one (workers waking, caches) is not
+# timed. Not more: a stage's hundreds of workloads each pay it, and 0.02 s of it was 40%
+# of the tool's CPU time over a stage, for medians the same within 0.2% (30 workloads of
+# the tiny CLIP, each timed twice both ways; 2-core VM).
+WARMUP_S = SUBMISSION_US / 1e6
 # The replay's executable metadata: a 32-byte header, a 32-byte record per function with
 # its name's length (u16 at byte 26), then the names back to back (IREE 3.13's layout,
 # checked on every read: the lengths must add up to the name storage the dump reports).

@@ -277,12 +277,16 @@ class Step:
 
 
 def _bench(manifest: dict, out: Path, vae: str, batch: int, dispatches: bool) -> list[str]:
+    """A bench step's command. The dispatch step runs no layout (`--no-throughput`): the
+    bench step of the same precision and batch measured its throughput, and a layout run
+    would load the model into a worker once more out of the check's budget."""
     stages = [a for s in manifest.get("stages", BENCH_STAGES) for a in ("--stage", s)]
+    runs = ["--no-throughput"] if dispatches else ["--count", str(max(2, batch))]
     return runner_argv(
         "bench", "--profile", manifest["profile"], "--set", f"model.vae_dtype={vae}",
         "--devices", "0", "--cpd", "1", "--batch-size", str(batch), "--vae-batch-size", "1",
-        "--count", str(max(2, batch)), *stages, "--repetitions", "2",
-        *(["--dispatches", "1"] if dispatches else []), "--out", str(out))
+        *runs, *stages, "--repetitions", "2", *(["--dispatches", "1"] if dispatches else []),
+        "--out", str(out))
 
 
 def plan_run(carry: Path, manifest: dict, results: Path, site: Path | None,

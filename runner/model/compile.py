@@ -17,6 +17,8 @@ naming them, or the exact compile command to run where the compiler is.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,7 +26,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -210,13 +212,37 @@ def compile_mlir(mlir: Path, flags: tuple[str, ...], *, dry_run: bool = False,
     if not vmfb.is_file():  # a CUDA/HIP chip this compiler does not know: said up front
         check_gpu_target(flags, compiler, str(mlir))
     if dry_run or vmfb.is_file():
-        digest = sha256_file(vmfb) if vmfb.is_file() else ""
-        result = CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest,
-                               _named(compiler))
-        if digest and not dry_run:  # vmfbs cached before the index: listed on first use
-            _record(mlir_sha256, result, flags, compiler)
-        return result
+        return _cached(mlir, mlir_sha256, vmfb, key, command, flags, compiler, dry_run)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with _compiling(vmfb):
+        if vmfb.is_file():  # compiled by another process while this one waited
+            return _cached(mlir, mlir_sha256, vmfb, key, command, flags, compiler, dry_run)
+        return _compile(mlir, mlir_sha256, vmfb, key, command, flags, compiler)
+
+
+def _cached(mlir: Path, mlir_sha256: str, vmfb: Path, key: str, command: list[str],
+            flags: tuple[str, ...], compiler: CompilerInfo, dry_run: bool) -> CompileResult:
+    digest = sha256_file(vmfb) if vmfb.is_file() else ""
+    result = CompileResult(str(mlir), str(vmfb), key, vmfb.is_file(), 0.0, command, digest,
+                           _named(compiler))
+    if digest and not dry_run:  # vmfbs cached before the index: listed on first use
+        _record(mlir_sha256, result, flags, compiler)
+    return result
+
+
+@contextlib.contextmanager
+def _compiling(vmfb: Path) -> Iterator[None]:
+    """Held while this process compiles `vmfb`: another one that needs the same module (a
+    second worker, a second runner command on the same cache) waits for it and then finds
+    it cached, instead of running the same iree-compile beside it. The kernel releases the
+    lock of a process that dies; the empty lock file stays beside the module."""
+    with open(vmfb.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _compile(mlir: Path, mlir_sha256: str, vmfb: Path, key: str, command: list[str],
+             flags: tuple[str, ...], compiler: CompilerInfo) -> CompileResult:
     tmp = vmfb.with_suffix(f".{time.monotonic_ns()}.tmp")
     start = time.perf_counter()
     proc = _run_compiler([*command[:-1], str(tmp)], mlir)
