@@ -213,4 +213,6 @@ def test_a_module_another_process_is_compiling_is_waited_for_not_compiled_again(
     (result,) = got
     assert result.cached and result.vmfb == made.vmfb
     assert result.vmfb_sha256 == made.vmfb_sha256
-    assert "compiled double.mlir" not in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "compiled double.mlir" not in said
+    assert f"another process is compiling {vmfb.name}; waiting for it" in said

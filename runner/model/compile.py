@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -237,7 +238,12 @@ def _compiling(vmfb: Path) -> Iterator[None]:
     it cached, instead of running the same iree-compile beside it. The kernel releases the
     lock of a process that dies; the empty lock file stays beside the module."""
     with open(vmfb.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"compile: another process is compiling {vmfb.name}; waiting for it",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
