@@ -61,3 +61,34 @@ def test_float32_literals_may_differ_by_the_named_ulp_and_no_more():
     # -0.0 and +0.0 are 0 ULP apart on the integer line; a sign flip of 1.0 is not.
     assert first_difference(head + _literal([0.0]), head + _literal([-0.0])) is None
     assert first_difference(head + _literal([1.0]), head + _literal([-1.0])) is not None
+
+
+def test_tracing_records_no_stack_traces_and_restores_torchs_setting():
+    """torch.export's per-op Python stacks feed only MLIR locations, which the exported text
+    never prints: the exporter traces without them (the shipped assets still come out byte
+    for byte: test_reexport_matches_shipped_assets_byte_for_byte) and leaves torch's setting
+    as it found it, an error included."""
+    import torch
+    import torch.fx.config
+
+    from runner.model.export.exporter import _export_programs
+
+    seen: list[bool] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.fx.config.do_not_emit_stack_traces)
+            return x + 1
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    mlir = _export_programs(Probe(), "compiled_probe", {"forward": (torch.zeros(2),)})
+    assert "func.func @forward" in mlir and seen and all(seen)
+    assert torch.fx.config.do_not_emit_stack_traces is before
+
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("mid-trace")
+
+    with pytest.raises(ValueError, match="mid-trace"):
+        _export_programs(Broken(), "compiled_broken", {"forward": (torch.zeros(2),)})
+    assert torch.fx.config.do_not_emit_stack_traces is before
