@@ -92,3 +92,35 @@ def test_tracing_records_no_stack_traces_and_restores_torchs_setting():
     with pytest.raises(ValueError, match="mid-trace"):
         _export_programs(Broken(), "compiled_broken", {"forward": (torch.zeros(2),)})
     assert torch.fx.config.do_not_emit_stack_traces is before
+
+
+def test_seeding_modules_fills_each_archive_with_one_thread_pool(monkeypatch):
+    """`seed_modules` writes into the modules' own storage exactly what `generate_seeded`
+    gives for the spec it derives (a transposed, non-contiguous weight included), filling
+    each archive's tensors through one thread pool: a full-size SDXL's 2535 tensors once
+    took 2535 pools, each with fresh scratch blocks."""
+    import torch
+
+    import runner.model.seeded_weights as sw
+    from runner.model.export.seeded import seed_modules
+
+    pools: list[int] = []
+
+    class Counted(sw.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(sw, "ThreadPoolExecutor", Counted)
+    torch.manual_seed(3)
+    first, second = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)), \
+        torch.nn.Linear(4, 2)
+    second.weight.data = second.weight.data.t().contiguous().t()  # a view in another order
+    spec = seed_modules({"a.irpa": first, "b.irpa": second}, 11)
+    assert len(pools) == 2
+    assert [t.name for t in spec.archives["a.irpa"]] == ["0.weight", "0.bias", "1.weight",
+                                                         "1.bias"]
+    for archive, module in (("a.irpa", first), ("b.irpa", second)):
+        fresh = sw.generate_seeded(spec.archives[archive], 11)
+        ours = [t.detach().numpy() for t in module.state_dict().values()]
+        assert all(np.array_equal(a, b) for a, b in zip(fresh, ours, strict=True)), archive
