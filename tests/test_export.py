@@ -63,6 +63,7 @@ def test_float32_literals_may_differ_by_the_named_ulp_and_no_more():
     assert first_difference(head + _literal([1.0]), head + _literal([-1.0])) is not None
 
 
+@pytest.mark.slow  # torch.export's first trace in a process: ~3 s of CPU
 def test_tracing_records_no_stack_traces_and_restores_torchs_setting():
     """torch.export's per-op Python stacks feed only MLIR locations, which the exported text
     never prints: the exporter traces without them (the shipped assets still come out byte
