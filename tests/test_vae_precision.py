@@ -18,7 +18,7 @@ from cli_support import cli
 
 pytest.importorskip("iree.turbine")
 
-from diffusers_support import assert_within_one_lsb, diffusers_images, write_checkpoint
+from diffusers_support import assert_within_one_lsb, diffusers_images
 from shared_work import cache_sharing_traces
 
 from runner.cli.main import main
@@ -35,8 +35,10 @@ OVERFLOW_SCALE = 1e4  # the decoder's first conv: ~1e5 activations, past fp16's 
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "sdxl-tiny")
+def checkpoint(small_checkpoint) -> Path:
+    """The session's small checkpoint (written once for every file that reads it), not one
+    of this file's own. Read only: the tests here copy what they change."""
+    return small_checkpoint
 
 
 def images(run_dir: Path, count: int = COUNT) -> np.ndarray:

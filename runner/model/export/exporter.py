@@ -30,6 +30,21 @@ def _concat_as_cat() -> Iterator[None]:
         torch.concat = saved
 
 
+@contextlib.contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """torch.export records the Python stack of every traced op (`node.meta["stack_trace"]`)
+    for locations the MLIR text never prints: skipping it is the same MLIR, byte for byte,
+    with less of the tracing's CPU (`torch.fx.config.do_not_emit_stack_traces`)."""
+    import torch.fx.config
+
+    saved = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = saved
+
+
 def unet_pipeline_mlir(batch: int, latent: int, length: int, dim: int, pooled: int,
                        steps: int, dtype: str = "float32") -> str:
     """The scheduled-unet pipeline module, as IREE CI's `add_pipeline_module` for SDXL:
@@ -67,7 +82,7 @@ def _export_programs(module, module_name: str, programs: dict[str, tuple]) -> st
     aot = import_held("iree.turbine.aot")
 
     fxb = aot.FxProgramsBuilder(module)
-    with _concat_as_cat():  # torch.export traces here, at decoration time
+    with _concat_as_cat(), _no_stack_traces():  # torch.export traces here, at decoration time
         for name, args in programs.items():
             # One tensor passed as two arguments would be traced as one input (aliased),
             # silently wiring both parameters to the same value: give each its own.
