@@ -412,9 +412,9 @@ def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_
 def test_a_night_confirms_a_slower_bench_golden_with_the_real_releases(tmp_path):
     """The tiny UNet's bench goldens time stepped from 3.11.0 to 3.12.0 in the history (ten
     nights at ~10 ms, four at ~15 ms: seeded). The night measures both real releases again,
-    interleaved (`runner history confirm` with the night's --rounds 2 --max-rounds 2, their
+    interleaved (`runner history confirm` with the night's --rounds 1 --max-rounds 1, their
     tools from their cached venvs: the releases, and the tiny-bench modules each compiles,
-    the end-to-end test's below), stores the finding and follows it: two rounds cannot hold
+    the end-to-end test's below), stores the finding and follows it: one round cannot hold
     at 99% (a difference needs 8), so it is not bisected; the history keeps it unconfirmed
     where the estimate was past --min-change (undecided: the next night measures it again),
     else the machine's."""
@@ -429,19 +429,19 @@ def test_a_night_confirms_a_slower_bench_golden_with_the_real_releases(tmp_path)
                           command="bench goldens", named=True, sku="cpu",
                           details={"files": {subject: "goldens/tiny-bench/unet_cpu.json"}})
     req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
-                       Sources(), "tiny", "2026-11-15", str(store), bisect=False, rounds=2,
-                       max_rounds=2)
+                       Sources(), "tiny", "2026-11-15", str(store), bisect=False, rounds=1,
+                       max_rounds=1)
     night = sorted(root.iterdir())[-1]
     table: dict = {}
     (found,) = investigate(req, night, Steps(table, lambda: None))
     stored = json.loads((night / "confirm-0" / "confirm.json").read_text())
     assert (stored["good"], stored["bad"]) == ("wheels:3.11.0", "wheels:3.12.0")
-    assert len(stored["good_values"]) == len(stored["bad_values"]) == 2  # the night's --rounds
+    assert len(stored["good_values"]) == len(stored["bad_values"]) == 1  # the night's --rounds
     assert found["confirmed"] is stored["holds"]
     assert table["confirm 0"]["status"] == "finished" and "bisect 0" not in table
     assert ("no_bisect" in found) is (not stored["holds"])
     after = new_regressions(req)  # the finding is the history's now
-    undecided = stored["details"]["verdict"]["undecided"]  # 2 rounds cannot reach 99%
+    undecided = stored["details"]["verdict"]["undecided"]  # 1 round cannot reach 99%
     assert not stored["holds"] and [c.kind for c in after] == (
         ["unconfirmed"] if undecided else [])
 
