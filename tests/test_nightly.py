@@ -339,6 +339,25 @@ def test_the_first_night_of_a_build_that_grew_a_module_bisects_it(tmp_path):
                                                "wheels:3.12.0", "--test", "compstat"]
 
 
+def test_a_grown_dispatch_count_is_bisected_with_compile_statistics(tmp_path):
+    """The history says the dispatch count grew from 3.11.0 to 3.12.0: the night bisects
+    it between the two nights' builds with compstat (compile statistics, deterministic per
+    build), which measures both ends again; the real bisect of the two releases with
+    compstat, naming 3.12.0, runs in the end-to-end test below."""
+    from runner.bisect.builds import Build, Sources
+    from runner.nightly.night import NightRequest, bisect_argv, ends, new_regressions
+
+    grew = {"3.11.0": [100.0] * 10, "3.12.0": [120.0] * 4}
+    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet")
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store))
+    (change,) = new_regressions(req)
+    assert ends(change) == ["wheels:3.11.0", "wheels:3.12.0"] and change.confidence > 0.99
+    argv = bisect_argv(req, change, tmp_path / "b")
+    assert argv is not None and argv[3:10] == ["bisect", "--good", "wheels:3.11.0", "--bad",
+                                               "wheels:3.12.0", "--test", "compstat"]
+
+
 def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_not_hold(
         tmp_path):
     """A bench goldens time is a series `runner history confirm` measures: the night runs
@@ -391,37 +410,38 @@ def test_a_slower_bench_golden_is_confirmed_first_and_not_bisected_where_it_did_
 
 @pytest.mark.slow
 def test_a_night_confirms_a_slower_bench_golden_with_the_real_releases(tmp_path):
-    """The tiny UNet's bench goldens time stepped from 3.12.0 to 3.13.0 in the history (ten
+    """The tiny UNet's bench goldens time stepped from 3.11.0 to 3.12.0 in the history (ten
     nights at ~10 ms, four at ~15 ms: seeded). The night measures both real releases again,
-    interleaved (`runner history confirm` with the night's --rounds 3 --max-rounds 3, their
-    tools from their cached venvs), stores the finding and follows it: three rounds cannot
-    hold at 99%, so it is not bisected; the history keeps it unconfirmed where the estimate
-    was past --min-change (undecided: the next night measures it again), else the
-    machine's."""
+    interleaved (`runner history confirm` with the night's --rounds 1 --max-rounds 1, their
+    tools from their cached venvs: the releases, and the tiny-bench modules each compiles,
+    the end-to-end test's below), stores the finding and follows it: one round cannot hold
+    at 99% (a difference needs 8), so it is not bisected; the history keeps it unconfirmed
+    where the estimate was past --min-change (undecided: the next night measures it again),
+    else the machine's."""
     from runner.base.steps import Steps
     from runner.bisect.builds import Build, Sources
     from runner.nightly.night import NightRequest, investigate, new_regressions
 
     subject = "tiny-bench/unet_cpu"
-    times = {"3.12.0": [10.0 + 0.1 * (i % 3) for i in range(10)],
-             "3.13.0": [15.0, 15.1, 15.2, 15.0]}
+    times = {"3.11.0": [10.0 + 0.1 * (i % 3) for i in range(10)],
+             "3.12.0": [15.0, 15.1, 15.2, 15.0]}
     root, store = _nights(tmp_path, times, metric="time_ms", subject=subject,
                           command="bench goldens", named=True, sku="cpu",
                           details={"files": {subject: "goldens/tiny-bench/unet_cpu.json"}})
-    req = NightRequest(root, Build("wheels", "wheels:3.13.0", "3.13.0", version="3.13.0"),
-                       Sources(), "tiny", "2026-11-15", str(store), bisect=False, rounds=3,
-                       max_rounds=3)
+    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
+                       Sources(), "tiny", "2026-11-15", str(store), bisect=False, rounds=1,
+                       max_rounds=1)
     night = sorted(root.iterdir())[-1]
     table: dict = {}
     (found,) = investigate(req, night, Steps(table, lambda: None))
     stored = json.loads((night / "confirm-0" / "confirm.json").read_text())
-    assert (stored["good"], stored["bad"]) == ("wheels:3.12.0", "wheels:3.13.0")
-    assert len(stored["good_values"]) == len(stored["bad_values"]) == 3  # the night's --rounds
+    assert (stored["good"], stored["bad"]) == ("wheels:3.11.0", "wheels:3.12.0")
+    assert len(stored["good_values"]) == len(stored["bad_values"]) == 1  # the night's --rounds
     assert found["confirmed"] is stored["holds"]
     assert table["confirm 0"]["status"] == "finished" and "bisect 0" not in table
     assert ("no_bisect" in found) is (not stored["holds"])
     after = new_regressions(req)  # the finding is the history's now
-    undecided = stored["details"]["verdict"]["undecided"]  # 3 rounds cannot reach 99%
+    undecided = stored["details"]["verdict"]["undecided"]  # 1 round cannot reach 99%
     assert not stored["holds"] and [c.kind for c in after] == (
         ["unconfirmed"] if undecided else [])
 
@@ -524,33 +544,6 @@ def test_a_step_on_one_build_is_not_bisected_and_other_roots_are_not_judged(tmp_
 
 
 @pytest.mark.slow
-def test_a_regression_is_confirmed_by_a_real_bisect_of_two_releases(tmp_path, capsys):
-    """The history says the dispatch count grew from 3.11.0 to 3.12.0; the night bisects
-    it with the real releases (compstat: compile statistics, deterministic per build) and
-    names a culprit only where the two builds' counts really differ."""
-    from runner.base.steps import Steps
-    from runner.bisect.builds import Build, Sources
-    from runner.nightly.night import NightRequest, investigate
-
-    grew = {"3.11.0": [100.0] * 10, "3.12.0": [120.0] * 4}
-    root, store = _nights(tmp_path, grew, metric="dispatch_count", subject="unet")
-    req = NightRequest(root, Build("wheels", "wheels:3.12.0", "3.12.0", version="3.12.0"),
-                       Sources(), "tiny", "2026-11-15", str(store))
-    night = sorted(root.iterdir())[-1]
-    table: dict = {}
-    (found,) = investigate(req, night, Steps(table, lambda: None))
-    assert found["ends"] == ["wheels:3.11.0", "wheels:3.12.0"]
-    assert table["bisect 0"]["status"] == "finished"
-    state = json.loads((night / "bisect-0" / "bisect.json").read_text())
-    assert state["inputs"]["test"] == "compstat"
-    measured = {s["build"] for s in state["steps"]}
-    assert measured == {"wheels:3.11.0", "wheels:3.12.0"}  # both ends measured again
-    assert state["answer"]["first_bad"] == "wheels:3.12.0"  # its compile statistics moved
-    assert found["culprit"]["first_bad"] == "wheels:3.12.0"
-    assert found["culprit"]["confidence"] > 0.99
-
-
-@pytest.mark.slow
 def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_posts_it(
         tmp_path, hook):
     """Two real nights through the command, each with the real steps on the tiny profile
@@ -603,7 +596,11 @@ def test_the_nightly_end_to_end_over_real_releases_bisects_a_regression_and_post
     assert len(json.loads((night / "ab" / "confirm.json").read_text())) == 3
     bisect = json.loads((night / "bisect-0" / "bisect.json").read_text())
     assert bisect["inputs"]["test"] == "compstat"
-    assert {s["build"] for s in bisect["steps"]} == {"wheels:3.11.0", "wheels:3.12.0"}
+    measured = {s["build"] for s in bisect["steps"]}
+    assert measured == {"wheels:3.11.0", "wheels:3.12.0"}  # both ends measured again
+    assert bisect["answer"]["first_bad"] == "wheels:3.12.0"  # its compile statistics moved
+    steps = json.loads((night / "nightly.json").read_text())["steps"]
+    assert steps["bisect 0"]["status"] == "finished"
     assert [b["nightly"]["status"] for b in hook.bodies] == [status, "regression"]
     assert hook.bodies[-1]["text"].endswith("first bad build wheels:3.12.0")
     for each in (first, night):  # the steps in the build's venv record nothing themselves
