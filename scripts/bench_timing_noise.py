@@ -78,11 +78,12 @@ def measure(rounds: int, keyword: str | None, work: Path) -> dict[str, dict[str,
 
 
 def summary(got: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float | None]]:
-    """Per series, both drivers' noise and how much wider local-task's pairs spread."""
+    """Per series (by its file's name: `unet_cpu`), both drivers' noise and how much wider
+    local-task's pairs spread."""
     out: dict[str, dict[str, float | None]] = {}
     for name in got[DEVICES[0]]:
         task, sync = noise(got["local-task"][name]), noise(got["local-sync"][name])
-        out[name] = {**{f"task_{k}": v for k, v in task.items()},
+        out[name.rsplit("/", 1)[-1]] = {**{f"task_{k}": v for k, v in task.items()},
                      **{f"sync_{k}": v for k, v in sync.items()},
                      "task_over_sync": round(task["pair_spread"] / sync["pair_spread"], 2)
                      if sync["pair_spread"] > 0 else None}
