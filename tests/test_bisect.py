@@ -385,7 +385,12 @@ def test_trend_over_commits_marks_image_changes_and_which_dispatches_moved(tmp_p
     profiles = [dispatch_profiles(s["measurement"]) for s in steps]
     assert all(p is not None for p in profiles)
     changes = second["dispatch_changes"]
-    assert set(changes) == set(first["dispatch_ms"]) == {"clip", "unet_step", "unet", "vae"}
+    # a stage whose profile did not come out ok says why (the fresh-clone suite at ffa23d2
+    # once had 3.12's `unet` profile not ok beside load, which this then names)
+    assert set(first["dispatch_ms"]) == {"clip", "unet_step", "unet", "vae"}, {
+        stage: {k: v for k, v in prof.items() if k in ("status", "note")}
+        for stage, prof in (profiles[0] or {}).items()}
+    assert set(changes) == set(first["dispatch_ms"])
     for stage, change in changes.items():
         before, after = (p[stage] for p in profiles)  # type: ignore[index]
         assert before["mode"] == after["mode"] == HOST_MODE
