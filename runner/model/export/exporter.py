@@ -18,31 +18,31 @@ MLIR_TYPES = {"float32": "f32", "float16": "f16"}
 
 
 @contextlib.contextmanager
-def _concat_as_cat() -> Iterator[None]:
-    """torch 2.14 + diffusers 0.42 export `aten.concat`, which IREE cannot lower; alias to cat."""
-    import torch
-
-    saved = torch.concat
-    torch.concat = torch.cat
+def _set_while_tracing(owner: object, name: str, value: object) -> Iterator[None]:
+    """`owner.name` is `value` while torch.export traces, and what it was again after,
+    an error included."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        torch.concat = saved
+        setattr(owner, name, saved)
 
 
 @contextlib.contextmanager
-def _no_stack_traces() -> Iterator[None]:
-    """torch.export records the Python stack of every traced op (`node.meta["stack_trace"]`)
-    for locations the MLIR text never prints: skipping it is the same MLIR, byte for byte,
-    with less of the tracing's CPU (`torch.fx.config.do_not_emit_stack_traces`)."""
+def _tracing_settings() -> Iterator[None]:
+    """What the trace runs under:
+    - `torch.concat` is `torch.cat`: torch 2.14 + diffusers 0.42 export `aten.concat`,
+      which IREE cannot lower;
+    - `torch.fx.config.do_not_emit_stack_traces`: torch.export records the Python stack of
+      every traced op (`node.meta["stack_trace"]`) for locations the MLIR text never
+      prints; skipping it is the same MLIR, byte for byte, with less of the tracing's CPU."""
+    import torch
     import torch.fx.config
 
-    saved = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = True
-    try:
+    with _set_while_tracing(torch, "concat", torch.cat), \
+            _set_while_tracing(torch.fx.config, "do_not_emit_stack_traces", True):
         yield
-    finally:
-        torch.fx.config.do_not_emit_stack_traces = saved
 
 
 def unet_pipeline_mlir(batch: int, latent: int, length: int, dim: int, pooled: int,
@@ -82,7 +82,7 @@ def _export_programs(module, module_name: str, programs: dict[str, tuple]) -> st
     aot = import_held("iree.turbine.aot")
 
     fxb = aot.FxProgramsBuilder(module)
-    with _concat_as_cat(), _no_stack_traces():  # torch.export traces here, at decoration time
+    with _tracing_settings():  # torch.export traces here, at decoration time
         for name, args in programs.items():
             # One tensor passed as two arguments would be traced as one input (aliased),
             # silently wiring both parameters to the same value: give each its own.
